@@ -1,0 +1,342 @@
+"""The multi-layer PIM hardware abstraction (DCC §IV-A) as pytree dataclasses.
+
+Three levels:
+
+* `System` — the host (a roofline `HostModel`), the number of PIM devices,
+  the host<->group link bandwidth and the host's on-chip staging buffer used
+  for channel-parallel data rearrangement (DCC §IV-C).
+* `Group`  — a channel / pseudo-channel / rank: its cores, the group-level
+  units (AttAcc softmax + accumulator, Newton global buffers) and whether
+  group-broadcast commands exist.
+* `Core`   — a PIM unit with its bank(s): SIMD lanes, data type, registers or
+  scratchpad, supported operations, bank geometry.
+
+plus `Timing` (tCK and DRAM constraints, in command-clock cycles) and
+`Energy` (per-command energies, pJ).
+
+Counts and geometry are *static* (they change program shapes); timing,
+clocks, bandwidths and energies are *array leaves*, so one compiled cycle
+model can be `jax.vmap`-ped over a batch of `Timing` variants.  Every class
+validates on construction and raises `ValueError` naming the field; use
+`.replace(**changes)` to make variants (it validates again).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import jax
+import numpy as np
+
+
+# --------------------------------------------------------------------------
+# pytree registration: static fields become aux data, the rest are leaves
+# --------------------------------------------------------------------------
+def _register(cls, static: tuple[str, ...]):
+    names = tuple(f.name for f in fields(cls))
+    dynamic = tuple(n for n in names if n not in static)
+
+    def flatten_with_keys(obj):
+        children = tuple((jax.tree_util.GetAttrKey(n), getattr(obj, n)) for n in dynamic)
+        aux = tuple(getattr(obj, n) for n in static)
+        return children, aux
+
+    def flatten(obj):
+        return tuple(getattr(obj, n) for n in dynamic), tuple(getattr(obj, n) for n in static)
+
+    def unflatten(aux, children):
+        # Bypass __init__/__post_init__: inside vmap/jit the leaves are
+        # tracers (or sentinels) and must not be validated or converted.
+        obj = object.__new__(cls)
+        for n, v in zip(dynamic, children):
+            object.__setattr__(obj, n, v)
+        for n, v in zip(static, aux):
+            object.__setattr__(obj, n, v)
+        return obj
+
+    jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+    cls._static_fields = static
+    cls._dynamic_fields = dynamic
+    return cls
+
+
+def pytree_dataclass(*, static: tuple[str, ...] = ()):
+    """Frozen dataclass registered as a pytree with `static` fields as aux data."""
+    def wrap(cls):
+        cls = dataclass(frozen=True)(cls)
+        return _register(cls, static)
+    return wrap
+
+
+def _concrete(x) -> np.ndarray | None:
+    """numpy view of a concrete value, None for tracers / abstract values."""
+    if isinstance(x, jax.core.Tracer):
+        return None
+    try:
+        return np.asarray(x)
+    except Exception:  # noqa: BLE001 - abstract or opaque leaves are not validated
+        return None
+
+
+def check_positive(obj, *names: str) -> None:
+    for n in names:
+        v = _concrete(getattr(obj, n))
+        if v is not None and not np.all(v > 0):
+            raise ValueError(f"{type(obj).__name__}.{n} must be positive, got {getattr(obj, n)!r}")
+
+
+def check_non_negative(obj, *names: str) -> None:
+    for n in names:
+        v = _concrete(getattr(obj, n))
+        if v is not None and not np.all(v >= 0):
+            raise ValueError(f"{type(obj).__name__}.{n} must be non-negative, got {getattr(obj, n)!r}")
+
+
+def check_power_of_two(obj, *names: str) -> None:
+    for n in names:
+        v = int(getattr(obj, n))
+        if v < 1 or v & (v - 1):
+            raise ValueError(f"{type(obj).__name__}.{n} must be a power of two, got {v}")
+
+
+class _Replace:
+    def replace(self, **changes):
+        """A validated copy with `changes` applied (dataclasses.replace)."""
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise ValueError(f"{type(self).__name__} has no field(s) {sorted(unknown)}")
+        return dataclasses.replace(self, **changes)
+
+
+# --------------------------------------------------------------------------
+# the levels
+# --------------------------------------------------------------------------
+@pytree_dataclass(static=("name", "staging_buffer_bytes"))
+class HostModel(_Replace):
+    """Roofline host: time = max(bytes / (bw * eff_bw), flops / (peak * eff_flops)) + launch.
+
+    peak_flops: FLOP/s; mem_bandwidth: bytes/s; launch_overhead_ns: ns per kernel.
+    staging_buffer_bytes: controllable on-chip memory used to reorganise data
+    before channel-parallel writes (GPU shared memory; 0 for CPUs).
+    """
+    name: str
+    peak_flops: Any
+    mem_bandwidth: Any
+    flops_efficiency: Any
+    bandwidth_efficiency: Any
+    launch_overhead_ns: Any
+    staging_buffer_bytes: int = 0
+
+    def __post_init__(self):
+        check_positive(self, "peak_flops", "mem_bandwidth", "flops_efficiency", "bandwidth_efficiency")
+        check_non_negative(self, "launch_overhead_ns", "staging_buffer_bytes")
+        for n in ("flops_efficiency", "bandwidth_efficiency"):
+            v = _concrete(getattr(self, n))
+            if v is not None and not np.all(v <= 1):
+                raise ValueError(f"HostModel.{n} must be <= 1, got {getattr(self, n)!r}")
+
+    def time_ns(self, bytes_moved, flops):
+        """Roofline time in ns for `bytes_moved` bytes and `flops` FLOPs."""
+        t_mem = bytes_moved / (self.mem_bandwidth * self.bandwidth_efficiency) * 1e9
+        t_cmp = flops / (self.peak_flops * self.flops_efficiency) * 1e9
+        return jax.numpy.maximum(t_mem, t_cmp) + self.launch_overhead_ns
+
+
+@pytree_dataclass(static=("n_devices", "groups_per_device"))
+class System(_Replace):
+    """System level: host, PIM devices and the host<->group link.
+
+    link_bandwidth: bytes per ns between the host and ONE group (= GB/s).
+    n_groups = n_devices * groups_per_device.
+    """
+    host: HostModel
+    n_devices: int
+    groups_per_device: int
+    link_bandwidth: Any
+
+    def __post_init__(self):
+        check_positive(self, "n_devices", "groups_per_device", "link_bandwidth")
+
+    @property
+    def n_groups(self) -> int:
+        return self.n_devices * self.groups_per_device
+
+
+@pytree_dataclass(static=("cores_per_group", "units", "broadcast", "global_buffer_bytes",
+                          "n_global_buffers", "bank_groups", "banks_per_bank_group"))
+class Group(_Replace):
+    """Group level (a channel / pseudo-channel / rank).
+
+    cores_per_group: PIM cores (units) per group.
+    units: group-level units, subset of {"softmax", "accumulator", "global_buffer"}.
+    broadcast: whether one command can drive every core of the group.
+    global_buffer_bytes / n_global_buffers: Newton/AiM global buffer(s).
+    bank_groups x banks_per_bank_group: the group's DRAM banks (all of them,
+    whether or not every bank has its own PIM unit).
+    """
+    cores_per_group: int
+    units: tuple[str, ...] = ()
+    broadcast: bool = True
+    global_buffer_bytes: int = 0
+    n_global_buffers: int = 0
+    bank_groups: int = 4
+    banks_per_bank_group: int = 4
+
+    def __post_init__(self):
+        check_positive(self, "cores_per_group", "bank_groups", "banks_per_bank_group")
+        check_non_negative(self, "global_buffer_bytes", "n_global_buffers")
+        bad = set(self.units) - {"softmax", "accumulator", "global_buffer"}
+        if bad:
+            raise ValueError(f"Group.units has unknown unit(s) {sorted(bad)}")
+        if "global_buffer" in self.units and (self.global_buffer_bytes <= 0 or self.n_global_buffers <= 0):
+            raise ValueError("Group.global_buffer_bytes and n_global_buffers must be positive with a global_buffer unit")
+        if self.banks % self.cores_per_group:
+            raise ValueError(f"Group.cores_per_group ({self.cores_per_group}) must divide the "
+                             f"{self.banks} banks of the group")
+
+    @property
+    def banks(self) -> int:
+        return self.bank_groups * self.banks_per_bank_group
+
+
+@pytree_dataclass(static=("banks_per_core", "lanes", "dtype", "n_input_regs", "n_output_regs",
+                          "reg_bytes", "scratchpad_bytes", "ops", "rows", "cols", "col_bytes",
+                          "tasklets", "pipeline_depth"))
+class Core(_Replace):
+    """Core level: one PIM unit and its bank(s).
+
+    lanes: SIMD lanes (elements per column access); dtype: "float16",
+    "bfloat16" or "int32".  n_input_regs / n_output_regs / reg_bytes: the
+    register file (HBM-PIM GRF_A / GRF_B, AttAcc GEMV buffer entries, Newton
+    result latches).  scratchpad_bytes: WRAM on UPMEM (0 elsewhere).
+    ops: supported operations (subset of OPS).  rows x cols x col_bytes: bank
+    geometry per bank.  tasklets / pipeline_depth: UPMEM hardware threads and
+    pipeline stages (1 elsewhere).
+    """
+    banks_per_core: int
+    lanes: int
+    dtype: str
+    n_input_regs: int
+    n_output_regs: int
+    reg_bytes: int
+    ops: frozenset
+    rows: int
+    cols: int
+    col_bytes: int
+    scratchpad_bytes: int = 0
+    tasklets: int = 1
+    pipeline_depth: int = 1
+
+    OPS = frozenset({"add", "sub", "mul", "mac", "mad", "max", "min", "relu", "mov",
+                     "gemv", "softmax", "exp", "div", "neg", "abs", "cmp", "select"})
+
+    def __post_init__(self):
+        check_positive(self, "banks_per_core", "lanes", "rows", "cols", "col_bytes",
+                       "tasklets", "pipeline_depth")
+        check_non_negative(self, "n_input_regs", "n_output_regs", "reg_bytes", "scratchpad_bytes")
+        if self.dtype not in ("float16", "bfloat16", "float32", "int32", "int64"):
+            raise ValueError(f"Core.dtype {self.dtype!r} is not a supported PIM data type")
+        object.__setattr__(self, "ops", frozenset(self.ops))
+        bad = self.ops - self.OPS
+        if bad:
+            raise ValueError(f"Core.ops has unknown operation(s) {sorted(bad)}")
+        check_power_of_two(self, "cols", "col_bytes")
+
+    @property
+    def elem_bytes(self) -> int:
+        return int(np.dtype(self.dtype).itemsize) if self.dtype != "bfloat16" else 2
+
+    @property
+    def bank_bytes(self) -> int:
+        return self.rows * self.cols * self.col_bytes
+
+
+@pytree_dataclass()
+class Timing(_Replace):
+    """tCK (ns) and DRAM timing constraints in command-clock cycles.
+
+    Names follow Ramulator / the Samsung simulator.  `tCCD_AB` is the spacing
+    of consecutive all-bank PIM column commands (AttAcc's MAC spacing, 4 on
+    HBM-PIM where they are timed as tCCD_L).  UPMEM fields: `dpu_clock_ghz`,
+    `dma_bytes_per_cycle` (MRAM<->WRAM, per DPU cycle) and
+    `dma_latency_cycles`; unused elsewhere (set to 1 / 0).
+    """
+    tCK: Any
+    tCL: Any
+    tWL: Any
+    tBL: Any
+    tRCDRD: Any
+    tRCDWR: Any
+    tRP: Any
+    tRAS: Any
+    tRC: Any
+    tCCD_S: Any
+    tCCD_L: Any
+    tCCD_AB: Any
+    tRRD_S: Any
+    tRRD_L: Any
+    tFAW: Any
+    tWR: Any
+    tRTP_S: Any
+    tRTP_L: Any
+    tWTR_S: Any
+    tWTR_L: Any
+    tRTRS: Any
+    tREFI: Any
+    tRFC: Any
+    dpu_clock_ghz: Any = 1.0
+    dma_bytes_per_cycle: Any = 1.0
+    dma_latency_cycles: Any = 0.0
+
+    def __post_init__(self):
+        check_positive(self, "tCK", "tBL", "dpu_clock_ghz", "dma_bytes_per_cycle")
+        check_non_negative(self, *(f.name for f in fields(self)))
+
+
+@pytree_dataclass()
+class Energy(_Replace):
+    """Per-command energies in pJ (per group command unless noted)."""
+    act: Any = 0.0          # one row activation (per bank)
+    pre: Any = 0.0          # one precharge (per bank)
+    rd: Any = 0.0           # one column read burst (per bank)
+    wr: Any = 0.0           # one column write burst (per bank)
+    pim_op: Any = 0.0       # one PIM unit operation on one column (per core)
+    io_byte: Any = 0.0      # moving one byte between host and a group
+    refresh: Any = 0.0      # one refresh (per group)
+
+    def __post_init__(self):
+        check_non_negative(self, *(f.name for f in fields(self)))
+
+
+@pytree_dataclass(static=("name", "variant", "group", "core", "notes"))
+class Backend(_Replace):
+    """A PIM backend: system, group and core levels plus timing and energy.
+
+    name: preset name ("hbm-pim", "attacc", "newton", "upmem").
+    variant: preset option string ("default", "bank-pc", ...).
+    """
+    name: str
+    variant: str
+    system: System
+    group: Group
+    core: Core
+    timing: Timing
+    energy: Energy
+    notes: tuple[str, ...] = ()
+
+    @property
+    def n_groups(self) -> int:
+        return self.system.n_groups
+
+    @property
+    def cores_per_group(self) -> int:
+        return self.group.cores_per_group
+
+    @property
+    def n_cores(self) -> int:
+        return self.n_groups * self.cores_per_group
+
+    def __repr__(self) -> str:
+        return (f"Backend({self.name}/{self.variant}: {self.n_groups} groups x "
+                f"{self.cores_per_group} cores, {self.core.lanes} x {self.core.dtype} lanes)")

@@ -1,0 +1,14 @@
+"""Test configuration: strict dtype promotion and rank promotion errors, so
+silent broadcasting or dtype widening in pimjax fails loudly."""
+import os
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import jax  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+settings.register_profile("ci", deadline=None, print_blob=True)
+settings.load_profile("ci")
