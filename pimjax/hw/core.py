@@ -147,16 +147,25 @@ class HostModel(_Replace):
 class System(_Replace):
     """System level: host, PIM devices and the host<->group link.
 
-    link_bandwidth: bytes per ns between the host and ONE group (= GB/s).
+    link_bandwidth: bytes per ns between the host and ONE group (= GB/s), in
+    the host->PIM direction (data rearrangement / writes).
+    readback_bandwidth: bytes per ns from ONE group back to the host (PIM->host
+    read-back).  Defaults to `link_bandwidth` at construction (symmetric
+    links); UPMEM's measured DPU->CPU bandwidth is lower than CPU->DPU.  Note
+    that after construction it is an independent leaf: `replace`-ing
+    `link_bandwidth` alone does not change it.
     n_groups = n_devices * groups_per_device.
     """
     host: HostModel
     n_devices: int
     groups_per_device: int
     link_bandwidth: Any
+    readback_bandwidth: Any = None
 
     def __post_init__(self):
-        check_positive(self, "n_devices", "groups_per_device", "link_bandwidth")
+        if self.readback_bandwidth is None:
+            object.__setattr__(self, "readback_bandwidth", self.link_bandwidth)
+        check_positive(self, "n_devices", "groups_per_device", "link_bandwidth", "readback_bandwidth")
 
     @property
     def n_groups(self) -> int:
@@ -171,7 +180,9 @@ class Group(_Replace):
     cores_per_group: PIM cores (units) per group.
     units: group-level units, subset of {"softmax", "accumulator", "global_buffer"}.
     broadcast: whether one command can drive every core of the group.
-    global_buffer_bytes / n_global_buffers: Newton/AiM global buffer(s).
+    global_buffer_bytes / n_global_buffers: Newton/AiM global buffer(s);
+    global_buffer_bytes is the TOTAL capacity of all buffers of the group
+    (each buffer holds global_buffer_bytes // n_global_buffers bytes).
     bank_groups x banks_per_bank_group: the group's DRAM banks (all of them,
     whether or not every bank has its own PIM unit).
     """
@@ -202,7 +213,7 @@ class Group(_Replace):
 
 @pytree_dataclass(static=("banks_per_core", "lanes", "dtype", "n_input_regs", "n_output_regs",
                           "reg_bytes", "scratchpad_bytes", "ops", "rows", "cols", "col_bytes",
-                          "tasklets", "pipeline_depth"))
+                          "tasklets", "pipeline_depth", "programmable", "instruction_bytes"))
 class Core(_Replace):
     """Core level: one PIM unit and its bank(s).
 
@@ -213,6 +224,12 @@ class Core(_Replace):
     ops: supported operations (subset of OPS).  rows x cols x col_bytes: bank
     geometry per bank.  tasklets / pipeline_depth: UPMEM hardware threads and
     pipeline stages (1 elsewhere).
+    programmable: True when the core runs its own instruction stream at
+    `Timing.dpu_clock_ghz` (UPMEM DPU); False when every PIM operation is
+    triggered by a DRAM column command from the host (HBM-PIM, AttAcc,
+    Newton) and so is paced by the command clock `Timing.tCK`.
+    instruction_bytes: per-core instruction memory (UPMEM IRAM; HBM-PIM CRF);
+    0 when commands carry the operation.
     """
     banks_per_core: int
     lanes: int
@@ -227,6 +244,8 @@ class Core(_Replace):
     scratchpad_bytes: int = 0
     tasklets: int = 1
     pipeline_depth: int = 1
+    programmable: bool = False
+    instruction_bytes: int = 0
 
     OPS = frozenset({"add", "sub", "mul", "mac", "mad", "max", "min", "relu", "mov",
                      "gemv", "softmax", "exp", "div", "neg", "abs", "cmp", "select"})
@@ -234,7 +253,8 @@ class Core(_Replace):
     def __post_init__(self):
         check_positive(self, "banks_per_core", "lanes", "rows", "cols", "col_bytes",
                        "tasklets", "pipeline_depth")
-        check_non_negative(self, "n_input_regs", "n_output_regs", "reg_bytes", "scratchpad_bytes")
+        check_non_negative(self, "n_input_regs", "n_output_regs", "reg_bytes", "scratchpad_bytes",
+                           "instruction_bytes")
         if self.dtype not in ("float16", "bfloat16", "float32", "int32", "int64"):
             raise ValueError(f"Core.dtype {self.dtype!r} is not a supported PIM data type")
         object.__setattr__(self, "ops", frozenset(self.ops))
@@ -325,6 +345,13 @@ class Backend(_Replace):
     energy: Energy
     notes: tuple[str, ...] = ()
 
+    def __post_init__(self):
+        # Cross-level consistency: the cores of a group own all its banks.
+        if self.core.banks_per_core * self.group.cores_per_group != self.group.banks:
+            raise ValueError(
+                f"Core.banks_per_core ({self.core.banks_per_core}) x Group.cores_per_group "
+                f"({self.group.cores_per_group}) must equal the group's {self.group.banks} banks")
+
     @property
     def n_groups(self) -> int:
         return self.system.n_groups
@@ -340,3 +367,26 @@ class Backend(_Replace):
     def __repr__(self) -> str:
         return (f"Backend({self.name}/{self.variant}: {self.n_groups} groups x "
                 f"{self.cores_per_group} cores, {self.core.lanes} x {self.core.dtype} lanes)")
+
+
+def stack_variants(variants):
+    """Stack a sequence of pytrees with identical static fields along a new
+    leading axis (for `jax.vmap` sweeps over timing / bandwidth / energy).
+
+    Example::
+
+        variants = [hbm.replace(timing=hbm.timing.replace(tRP=float(t))) for t in range(10, 18)]
+        batch = stack_variants(variants)          # every leaf now has shape (8,)
+        jax.vmap(lambda b: b.timing.tRP + b.timing.tRCDRD + b.timing.tCL)(batch)
+
+    Raises ValueError when the static (shape-determining) fields differ.
+    """
+    variants = list(variants)
+    if not variants:
+        raise ValueError("stack_variants needs at least one variant")
+    first = jax.tree_util.tree_structure(variants[0])
+    for i, v in enumerate(variants[1:], 1):
+        if jax.tree_util.tree_structure(v) != first:
+            raise ValueError(f"variant {i} differs from variant 0 in a static field "
+                             "(counts / geometry / names); only leaves may vary in a sweep")
+    return jax.tree.map(lambda *xs: jax.numpy.stack([jax.numpy.asarray(x) for x in xs]), *variants)

@@ -1,0 +1,569 @@
+"""Backend presets: HBM-PIM, AttAcc, Newton/AiM and UPMEM as validated `Backend`s.
+
+`get_backend(name, **options)` builds one; `list_backends()` names them.  Every number
+carries its source beside it:
+
+* `hbm-pim.md` / `attacc.md` / `backends.md` / `dcc.md` — the measured reference
+  simulators in `shared/reference/`;
+* papers by section (DCC §V, ATiM §2.1, PIMFlow Table 1, the Korean paper §4.1);
+* simulator source where a paper is silent (AttAcc's `HBM3-PIM.cpp` / `config.py`,
+  PIMFlow's Ramulator fork `src/GDDR6.h`, Ramulator 2's `DDR4.cpp`);
+* `assumption:` where no source gives the number — always said explicitly.
+
+Conventions: all timing values are command-clock cycles of `tCK` ns (UPMEM's DPU
+work is in cycles of `dpu_clock_ghz`); `tBL` is the data-bus occupancy of one burst
+in cycles (BL/2 for a DDR bus), as Ramulator's nBL; bandwidths are bytes per ns
+(= GB/s) per group; energies are pJ.  All leaves are Python floats, so stacked
+variants are float32 arrays and strict dtype promotion never mixes int and float.
+
+Example::
+
+    >>> from pimjax.hw import get_backend, list_backends
+    >>> list_backends()
+    ['hbm-pim', 'attacc', 'newton', 'upmem']
+    >>> get_backend("attacc", variant="bg-npc")
+    Backend(attacc/bg-npc: 16 groups x 16 cores, 16 x float16 lanes)
+"""
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Callable
+
+from .core import Backend, Core, Energy, Group, HostModel, System, Timing
+from .host import a100, rtx2060, xeon_gold_5220r
+
+_PRESETS: dict[str, Callable[..., Backend]] = {}
+
+
+def _preset(name: str):
+    def wrap(fn):
+        _PRESETS[name] = fn
+        return fn
+    return wrap
+
+
+def list_backends() -> list[str]:
+    """Names accepted by `get_backend`, in a fixed order."""
+    return list(_PRESETS)
+
+
+def get_backend(name: str, **options) -> Backend:
+    """Build the preset `name` with `options` (see each preset's docstring).
+
+    Raises ValueError for an unknown name (listing the valid ones), an unknown
+    option (listing the preset's options) or an invalid option value.
+
+    >>> get_backend("hbm-pim").n_cores
+    512
+    >>> get_backend("upmem", dpus=2560).n_groups
+    40
+    """
+    if name not in _PRESETS:
+        raise ValueError(f"unknown backend {name!r}; valid backends: {list_backends()}")
+    builder = _PRESETS[name]
+    valid = [p for p in inspect.signature(builder).parameters]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ValueError(f"backend {name!r} has no option(s) {unknown}; valid options: {valid}")
+    return builder(**options)
+
+
+def _split_groups(name: str, channels: int, per_device: int) -> tuple[int, int]:
+    """(n_devices, groups_per_device) for `channels` groups, `per_device` per device."""
+    if not isinstance(channels, int) or channels < 1:
+        raise ValueError(f"{name} option channels must be a positive int, got {channels!r}")
+    if channels <= per_device:
+        return 1, channels
+    if channels % per_device:
+        raise ValueError(f"{name} option channels={channels} must be <= {per_device} or a multiple "
+                         f"of {per_device} (groups per device)")
+    return channels // per_device, per_device
+
+
+def _check_host(name: str, host) -> None:
+    if host is not None and not isinstance(host, HostModel):
+        raise ValueError(f"{name} option host must be a HostModel, got {type(host).__name__}")
+
+
+# --------------------------------------------------------------------------
+# energy: AttAcc's per-bit figures (FGDRAM, MICRO'17), per command
+# --------------------------------------------------------------------------
+# AttAcc simulator src/config.py, citing FGDRAM (O'Connor et al., MICRO 2017), pJ per bit:
+E_ACT_PRE_PJ_PER_BIT = 0.11   # cell activation + precharge, per bit of an (assumed fully read) row
+E_CELL_RDWR_PJ_PER_BIT = 0.44 # cell read/write, per bit moved out of / into the sense amplifiers
+E_COL_TO_BGMUX = 1.01         # column decoder -> bank-group mux
+E_BGMUX_TO_GIO = 1.23         # bank-group mux -> global I/O mux
+E_TSV = 0.5                   # through-silicon via
+E_INTERPOSER = 0.3            # silicon-interposer I/O
+E_ALU_PJ_PER_MAC = 0.32       # AttAcc config.py ENERGY_TABLE 'alu', pJ per MAC (FLOP/2)
+
+
+def _dram_energy(row_bytes: int, col_bytes: int, lanes: int, unit_path_pj_per_bit: float,
+                 io_pj_per_bit: float) -> Energy:
+    """Per-command energies from the per-bit figures above.
+
+    unit_path_pj_per_bit: wire energy from the bank's sense amplifiers to the PIM unit
+    (0 at the bank, + col->BG mux at the bank-group level, + GIO + TSV on the buffer die),
+    charged to `pim_op` together with the unit's MACs.
+    """
+    bits = 8 * col_bytes
+    return Energy(
+        act=E_ACT_PRE_PJ_PER_BIT * 8 * row_bytes,          # ACT+PRE pair charged on ACT
+        pre=0.0,                                          # included in act (FGDRAM gives the pair)
+        rd=E_CELL_RDWR_PJ_PER_BIT * bits,
+        wr=E_CELL_RDWR_PJ_PER_BIT * bits,
+        pim_op=unit_path_pj_per_bit * bits + E_ALU_PJ_PER_MAC * lanes,
+        io_byte=io_pj_per_bit * 8,
+        refresh=0.0,                                      # assumption: refresh energy not modelled
+    )
+
+
+# HBM path from a bank's column I/O to the host: col->BGmux->GIO->TSV->interposer
+_HBM_IO_PJ_PER_BIT = E_COL_TO_BGMUX + E_BGMUX_TO_GIO + E_TSV + E_INTERPOSER  # 3.04 pJ/b
+
+
+# --------------------------------------------------------------------------
+# hbm-pim: Samsung HBM-PIM / FIMDRAM (hbm-pim.md, the public PIMSimulator)
+# --------------------------------------------------------------------------
+HBM_PIM_PCH_PER_STACK = 16    # hbm-pim.md: 64 pCH = 4 stacks x 16
+
+
+def _hbm_pim_timing() -> Timing:
+    return Timing(
+        tCK=1.0,        # hbm-pim.md: tCK = 1 ns (1 GHz command clock)
+        tCL=20.0,       # hbm-pim.md: CL=20
+        tWL=8.0,        # hbm-pim.md: WL=8
+        tBL=2.0,        # hbm-pim.md: BL=4 beats on a DDR bus = 2 cycles per 32 B burst
+                        #   (the reference's own formulas use BL/2: WR->PRE = WL+BL/2+tWR = 26)
+        tRCDRD=14.0,    # hbm-pim.md: tRCDRD=14
+        tRCDWR=10.0,    # hbm-pim.md: tRCDWR=10
+        tRP=14.0,       # hbm-pim.md: tRP=14
+        tRAS=33.0,      # hbm-pim.md: tRAS=33
+        tRC=47.0,       # hbm-pim.md: tRC=47
+        tCCD_S=2.0,     # hbm-pim.md: tCCD_S=2
+        tCCD_L=4.0,     # hbm-pim.md: tCCD_L=4
+        tCCD_AB=4.0,    # hbm-pim.md: all-bank PIM column commands are timed as bank-group-0
+                        #   commands, i.e. tCCD_L = 4 apart
+        tRRD_S=4.0,     # hbm-pim.md: tRRD_S=4
+        tRRD_L=6.0,     # hbm-pim.md: tRRD_L=6 (all-bank ACTs are tRRD_L apart)
+        tFAW=16.0,      # hbm-pim.md: tFAW=16 (declared, not enforced by the reference)
+        tWR=16.0,       # hbm-pim.md: tWR=16
+        tRTP_S=4.0,     # hbm-pim.md: tRTP_S=4
+        tRTP_L=5.0,     # hbm-pim.md: tRTP_L=5
+        tWTR_S=4.0,     # hbm-pim.md: tWTR_S=4
+        tWTR_L=9.0,     # hbm-pim.md: tWTR_L=9
+        tRTRS=1.0,      # hbm-pim.md: tRTRS=1
+        tREFI=3900.0,   # hbm-pim.md: tREFI=3900
+        tRFC=350.0,     # hbm-pim.md: tRFC=350 (all-bank refresh)
+    )
+
+
+@_preset("hbm-pim")
+def hbm_pim(*, channels: int | None = None, config: str = "default",
+            host: HostModel | None = None) -> Backend:
+    """Samsung HBM-PIM (FIMDRAM / Aquabolt-XL) as simulated by Samsung's PIMSimulator.
+
+    Group = pseudo-channel (pCH); core = one PIM unit on an even/odd bank pair.
+
+    channels: number of pCH groups (default 64 = 4 stacks x 16, the reference); must be
+        <= 16 or a multiple of 16.
+    config: "default" (hbm-pim.md) or "ko" — the Korean paper's simplified configuration
+        (§4.1: NCH=16 channels, NP=16 PIM units per channel, NB=1 bank per unit,
+        NCO=32, NRO=16384, Scol=32 B; default channels 16).
+    host: HostModel override (default: DCC's A100 with HBM3, `a100("hbm3")`).
+    """
+    configs = ("default", "ko")
+    if config not in configs:
+        raise ValueError(f"hbm-pim option config={config!r}: valid configs are {list(configs)}")
+    _check_host("hbm-pim", host)
+    if channels is None:
+        channels = 64 if config == "default" else 16   # hbm-pim.md: 64 pCH / Korean §4.1: NCH = 16
+    n_devices, per_device = _split_groups("hbm-pim", channels, HBM_PIM_PCH_PER_STACK)
+    timing = _hbm_pim_timing()
+    col_bytes = 32                          # hbm-pim.md: 32 columns x 32 B per 1 KB row; Korean §4.1: Scol = 32
+    if config == "default":
+        cores, banks_per_core = 8, 2        # hbm-pim.md: 8 PIM units per pCH, one per even/odd bank pair
+        notes = ()
+    else:
+        cores, banks_per_core = 16, 1       # Korean §4.1: NP = 16 units per channel, NB = 1 bank per unit
+        notes = ("ko: timing, lanes and link of the hbm-pim reference reused (assumption: the Korean "
+                 "paper's DRAMsim3 timing is not given)",)
+    core = Core(
+        banks_per_core=banks_per_core,
+        lanes=16,                           # hbm-pim.md: 16 FP16 lanes per unit (256-bit)
+        dtype="float16",                    # hbm-pim.md: FP16 SIMD
+        n_input_regs=8,                     # hbm-pim.md: GRF_A[8]; Korean §4.2: KI in {1,2,4,8}
+        n_output_regs=8,                    # hbm-pim.md: GRF_B[8]; Korean §4.2: KO in {1,2,4,8}
+        reg_bytes=32,                       # hbm-pim.md: 256-bit GRF entries
+        ops=frozenset({"add", "mul", "mac", "mad", "mov", "relu"}),  # hbm-pim.md ISA: ADD MUL MAC MAD MOV FILL(ReLU)
+        rows=16384,                         # hbm-pim.md: 16384 rows; Korean §4.1: NRO = 16384
+        cols=32,                            # hbm-pim.md: 32 columns per row; Korean §4.1: NCO = 32
+        col_bytes=col_bytes,
+        instruction_bytes=32 * 4,           # hbm-pim.md: 32-entry CRF; assumption: 32-bit instruction words
+    )
+    group = Group(
+        cores_per_group=cores,
+        units=(),
+        broadcast=True,                     # hbm-pim.md: HAB_PIM column commands drive all 8 units
+        bank_groups=4,                      # hbm-pim.md: 16 banks per pCH = 4 bank groups x 4
+        banks_per_bank_group=4,
+    )
+    system = System(
+        host=host if host is not None else a100("hbm3"),   # dcc.md: DCC's GPU model (A100, 3352 GB/s x 0.81)
+        n_devices=n_devices,
+        groups_per_device=per_device,
+        link_bandwidth=col_bytes / (timing.tBL * timing.tCK),  # hbm-pim.md: 32 B per 2-cycle burst = 16 GB/s per pCH
+    )
+    energy = _dram_energy(row_bytes=32 * col_bytes, col_bytes=col_bytes, lanes=16,
+                          unit_path_pj_per_bit=0.0,            # assumption: the unit sits at the bank I/O
+                          io_pj_per_bit=_HBM_IO_PJ_PER_BIT)    # assumption: AttAcc's HBM3 figures for HBM2
+    return Backend(name="hbm-pim", variant=config, system=system, group=group, core=core,
+                   timing=timing, energy=energy,
+                   notes=notes + ("energy: AttAcc's FGDRAM per-bit figures reused for HBM2 (assumption)",))
+
+
+# --------------------------------------------------------------------------
+# attacc: AttAcc on HBM3 (attacc.md, the public attacc_simulator on Ramulator 2)
+# --------------------------------------------------------------------------
+ATTACC_CHANNELS_PER_STACK = 16    # attacc.md: one stack = 16 channels
+ATTACC_PCH_PER_CHANNEL = 2        # attacc.md: 2 pseudo-channels per channel
+ATTACC_LEVELS = {                 # attacc.md PIM levels: (cores per channel, banks per core)
+    "bank": (64, 1),              #   a 16-lane GEMV unit per bank (MACAB, 2 KB per command)
+    "bg": (16, 4),                #   one unit per bank group (MACSB, 512 B per command)
+    "buffer": (2, 32),            #   one unit per pseudo-channel on the buffer die (MACPB, 64 B per command)
+}
+ATTACC_VARIANTS = tuple(f"{lvl}-{pc}" for lvl in ATTACC_LEVELS for pc in ("pc", "npc"))
+
+
+def _attacc_timing(level: str, power: str) -> Timing:
+    if level == "buffer":
+        mac_spacing = 2.0   # HBM3-PIM.cpp: MACPB->MACPB = nBL at channel level (nCCDAB/nCCDSB do not apply),
+                            #   attacc.md: "at buffer level MACPB issue every nBL"; pc and npc coincide
+    else:
+        mac_spacing = 6.0 if power == "pc" else 4.0  # attacc.md: nCCDAB = nCCDSB = 6 ("pc") or 4 ("npc")
+    return Timing(
+        tCK=1.0 / 1.3,      # attacc.md: command clock 1.3 GHz (tCK = 0.769 ns; 5.2 Gbps per pin)
+        tCL=19.0,           # attacc.md: nCL=19
+        tWL=6.0,            # attacc.md: nCWL=6
+        tBL=2.0,            # attacc.md: nBL=2 (a 32 B burst occupies a pCH bus 2 cycles)
+        tRCDRD=19.0,        # attacc.md: nRCDRD=19
+        tRCDWR=19.0,        # attacc.md: nRCDWR=19
+        tRP=19.0,           # attacc.md: nRP=19
+        tRAS=45.0,          # attacc.md: nRAS=45
+        tRC=63.0,           # attacc.md: nRC=63
+        tCCD_S=2.0,         # attacc.md: nCCD_S=2
+        tCCD_L=4.0,         # attacc.md: nCCD_L=4
+        tCCD_AB=mac_spacing,
+        tRRD_S=2.0,         # attacc.md: nRRD_S=2
+        tRRD_L=4.0,         # attacc.md: nRRD_L=4
+        tFAW=39.0,          # attacc.md: nFAW=39 (not applied to PIM activations)
+        tWR=21.0,           # attacc.md: nWR=21
+        tRTP_S=6.0,         # attacc.md: nRTP_S=6
+        tRTP_L=8.0,         # attacc.md: nRTP_L=8
+        tWTR_S=8.0,         # attacc.md: nWTR_S=8
+        tWTR_L=11.0,        # attacc.md: nWTR_L=11
+        tRTRS=2.0,          # HBM3-PIM.cpp: RD->WR = nCL + nBL + 2 - nCWL, so the "+2" plays tRTRS's role in
+                            #   RL + tBL + tRTRS - WL; attacc.md's nRTW=3 is declared but unused by the reference
+        tREFI=5070.0,       # attacc.md: nREFI=5070
+        tRFC=456.0,         # attacc.md: nRFC=456
+    )
+
+
+@_preset("attacc")
+def attacc(*, variant: str = "bank-pc", stacks: int | None = None, channels: int | None = None,
+           host: HostModel | None = None) -> Backend:
+    """AttAcc (HBM3 with a GEMV unit per bank and a softmax unit per channel).
+
+    Group = channel (2 pseudo-channels, 64 banks); core = a 16-lane FP16 GEMV unit.
+
+    variant: "<level>-<power>", level in {bank, bg, buffer} (one unit per bank / bank group /
+        pseudo-channel), power "pc" (power-constrained MAC spacing 6, default) or "npc" (4).
+    stacks: HBM3 stacks (default 1, the reference simulator; DCC's system has 5).
+    channels: total channel count override (<= 16 or a multiple of 16), for validation rows.
+    host: HostModel override (default: DCC's / AttAcc's A100 with HBM3, `a100("hbm3")`).
+    """
+    if variant not in ATTACC_VARIANTS:
+        raise ValueError(f"attacc option variant={variant!r}: valid variants are {list(ATTACC_VARIANTS)}")
+    _check_host("attacc", host)
+    if stacks is not None and (not isinstance(stacks, int) or stacks < 1):
+        raise ValueError(f"attacc option stacks must be a positive int, got {stacks!r}")
+    if channels is None:
+        channels = ATTACC_CHANNELS_PER_STACK * (1 if stacks is None else stacks)
+    n_devices, per_device = _split_groups("attacc", channels, ATTACC_CHANNELS_PER_STACK)
+    if stacks is not None and n_devices != stacks:
+        raise ValueError(f"attacc options stacks={stacks} and channels={channels} disagree "
+                         f"({ATTACC_CHANNELS_PER_STACK} channels per stack)")
+    level, power = variant.split("-")
+    cores, banks_per_core = ATTACC_LEVELS[level]
+    timing = _attacc_timing(level, power)
+    col_bytes = 32                       # attacc.md: 16384 rows x 32 columns x 32 B (1 KB row)
+    core = Core(
+        banks_per_core=banks_per_core,
+        lanes=16,                        # attacc.md: 16 FP16 lanes per unit
+        dtype="float16",
+        n_input_regs=16,                 # assumption: GEMV buffer of 16 x 32 B entries per unit, the most the
+                                         #   reference trace generator fills (context phase: max_L/256 = 16 columns)
+        n_output_regs=1,                 # assumption: one 32 B accumulator (16 FP16 results) per unit; the trace
+                                         #   generator moves results out (MVSB) after every 16 outputs
+        reg_bytes=32,
+        ops=frozenset({"gemv", "mac"}),  # attacc.md: GEMV units (MACAB/MACSB/MACPB); softmax is a group unit
+        rows=16384,                      # attacc.md: 16384 rows
+        cols=32,                         # attacc.md: 32 columns
+        col_bytes=col_bytes,
+    )
+    group = Group(
+        cores_per_group=cores,
+        units=("softmax", "accumulator"),  # attacc.md: softmax unit + softmax buffer per channel; partial sums
+                                           #   reduced in an adder tree (DCC §V: "a softmax unit per channel")
+        broadcast=True,                    # attacc.md: MACAB / MACSB / MACPB drive all units of the channel
+        bank_groups=16,                    # attacc.md: 16 bank groups per channel (2 pCH x 2 SID x 4)
+        banks_per_bank_group=4,            # attacc.md: 4 banks per bank group -> 64 banks per channel
+    )
+    system = System(
+        host=host if host is not None else a100("hbm3"),  # dcc.md / AttAcc config.py: A100 with 5 HBM3 stacks
+        n_devices=n_devices,
+        groups_per_device=per_device,
+        # attacc.md: 32 B / (2 x 0.769 ns) per pCH x 2 pCH = 41.6 GB/s per channel (665.6 GB/s per stack)
+        link_bandwidth=ATTACC_PCH_PER_CHANNEL * col_bytes / (timing.tBL * timing.tCK),
+    )
+    unit_path = {"bank": 0.0,                                         # AttAcc config.py, PIMType.BA
+                 "bg": E_COL_TO_BGMUX,                                # PIMType.BG adds col->BG mux
+                 "buffer": E_COL_TO_BGMUX + E_BGMUX_TO_GIO + E_TSV}[level]  # PIMType.BUFFER adds GIO + TSV
+    energy = _dram_energy(row_bytes=32 * col_bytes, col_bytes=col_bytes, lanes=16,
+                          unit_path_pj_per_bit=unit_path, io_pj_per_bit=_HBM_IO_PJ_PER_BIT)
+    notes = ("softmax unit: only its data-bus occupancy is charged (attacc.md)",)
+    if level == "buffer":
+        notes += ("buffer level: MACPB spacing is nBL=2 in both pc and npc (HBM3-PIM.cpp)",)
+    return Backend(name="attacc", variant=variant, system=system, group=group, core=core,
+                   timing=timing, energy=energy, notes=notes)
+
+
+# --------------------------------------------------------------------------
+# newton: SK hynix Newton / AiM on GDDR6 (PIMFlow §2.1, §4.1, Table 1)
+# --------------------------------------------------------------------------
+NEWTON_CHANNELS_PER_CHIP = 2      # AiM ISSCC'22 (Lee et al. 2022, PIMFlow [38]): a GDDR6 chip has 2 x16 channels
+NEWTON_BUFFER_BYTES = {           # total global-buffer bytes per channel by number of buffers:
+    1: 2048,                      #   Newton [26]: one 2 KB global buffer (backends.md)
+    2: 2048,                      #   AiM [38]: two buffers; assumption: 2 x 1 KB (one 32-column row of inputs each)
+    4: 4096,                      #   PIMFlow Table 1 / §7: 4 KB per channel, four buffers (1 KB each)
+}
+PIMFLOW_TCK = 8.0 / 7.0           # PIMFlow Ramulator fork src/GDDR6.h, speed entry GDDR6_3500: tCK = 8/7 ns
+                                  #   (875 MHz command clock); its nCL/nRCDR/nRP/nRAS/nBL/nCCDS = 11/11/11/25/2/2
+                                  #   are exactly PIMFlow Table 1, so Table 1's cycles are of this clock
+AIM_TCK = 0.5                     # AiM ISSCC'22: 16 Gb/s/pin GDDR6; the command clock CK runs at 1/8 of the
+                                  #   data rate = 2 GHz (a BL16 burst of a x16 channel = 32 B in 2 CK)
+
+
+def _newton_timing(clock: str) -> Timing:
+    # PIMFlow Table 1 ("in clock cycles") and, for what Table 1 omits, the same GDDR6_3500
+    # speed entry of PIMFlow's Ramulator fork (src/GDDR6.h) that Table 1 was taken from.
+    cycles = dict(
+        tCL=11.0,        # PIMFlow Table 1: tCL 11
+        tWL=7.0,         # PIMFlow GDDR6.h GDDR6_3500: nCWL 7
+        tBL=2.0,         # PIMFlow Table 1: tBL 2
+        tRCDRD=11.0,     # PIMFlow Table 1: tRCD 11
+        tRCDWR=9.0,      # PIMFlow GDDR6.h GDDR6_3500: nRCDW 9
+        tRP=11.0,        # PIMFlow Table 1: tRP 11
+        tRAS=25.0,       # PIMFlow Table 1: tRAS 25
+        tRC=35.0,        # PIMFlow GDDR6.h GDDR6_3500: nRC 35
+        tCCD_S=2.0,      # PIMFlow Table 1: tCCD 2 (nCCDS)
+        tCCD_L=3.0,      # PIMFlow GDDR6.h GDDR6_3500: nCCDL 3
+        tCCD_AB=2.0,     # PIMFlow GDDR6.cpp: COMP->COMP = nCCDS (all activated banks MAC one column)
+        tRRD_S=5.0,      # PIMFlow GDDR6.h GDDR6_3500: nRRD 5 (one value, used for S and L)
+        tRRD_L=5.0,
+        tFAW=17.0,       # PIMFlow GDDR6.h GDDR6_3500: nFAW 17 (also G_ACT0->G_ACT1->... spacing in GDDR6.cpp)
+        tWR=8.0,         # PIMFlow GDDR6.h GDDR6_3500: nWR 8
+        tRTP_S=2.0,      # PIMFlow GDDR6.h GDDR6_3500: nRTP 2 (one value)
+        tRTP_L=2.0,
+        tWTR_S=4.0,      # PIMFlow GDDR6.h GDDR6_3500: nWTR 4 (one value)
+        tWTR_L=4.0,
+        tRTRS=2.0,       # PIMFlow GDDR6.cpp: RD->WR = nCL + nCCDS + 2 - nCWL; the "+2" is tRTRS's role
+        tREFI=1900.0,    # PIMFlow GDDR6.cpp: nREFI = REFIS_TABLE[GDDR6_3500] = 1900
+        tRFC=350.0,      # PIMFlow GDDR6.cpp: nRFC = RFC_TABLE[8 Gb][GDDR6_3500] = 350 ("using DDR3 values")
+    )
+    if clock == "pimflow":
+        return Timing(tCK=PIMFLOW_TCK, **cycles)
+    # "aim": same absolute array latencies (ns) at AiM's 2 GHz clock, rounded up to whole
+    # cycles; burst / column cadence and bus turnaround (tBL, tCCD_*, tRTRS) stay in cycles
+    # (BL16 = 2 CK at any rate).  assumption: PIMFlow's ns latencies hold for the 16 Gb/s part.
+    per_cycle = ("tBL", "tCCD_S", "tCCD_L", "tCCD_AB", "tRTRS")
+    scaled = {k: (v if k in per_cycle else float(math.ceil(v * PIMFLOW_TCK / AIM_TCK - 1e-9)))
+              for k, v in cycles.items()}
+    return Timing(tCK=AIM_TCK, **scaled)
+
+
+@_preset("newton")
+def newton(*, channels: int = 16, buffers: int = 4, clock: str = "pimflow",
+           host: HostModel | None = None) -> Backend:
+    """SK hynix Newton / AiM on GDDR6, as configured in PIMFlow.
+
+    Group = channel (16 banks, global buffer(s)); core = one bank with 16 BF16 multipliers
+    and a reduction tree.
+
+    channels: PIM channels (default 16: PIMFlow §6, 16 PIM-enabled of 32); <= 2 or even.
+    buffers: global buffers per channel, 1 (Newton, 2 KB), 2 (AiM, 2 x 1 KB) or 4 (PIMFlow,
+        4 KB; default).
+    clock: "pimflow" (default, tCK = 8/7 ns, the clock of PIMFlow Table 1's cycles) or "aim"
+        (tCK = 0.5 ns, AiM ISSCC'22 16 Gb/s/pin; reproduces its 1 TFLOPS per chip).
+    host: HostModel override (default: PIMFlow's RTX 2060, `rtx2060()`).
+    """
+    if buffers not in NEWTON_BUFFER_BYTES:
+        raise ValueError(f"newton option buffers={buffers!r}: valid values are {sorted(NEWTON_BUFFER_BYTES)}")
+    if clock not in ("pimflow", "aim"):
+        raise ValueError(f"newton option clock={clock!r}: valid clocks are ['aim', 'pimflow']")
+    _check_host("newton", host)
+    n_devices, per_device = _split_groups("newton", channels, NEWTON_CHANNELS_PER_CHIP)
+    timing = _newton_timing(clock)
+    col_bytes = 32                        # PIMFlow Table 1: 256-bit column I/O
+    core = Core(
+        banks_per_core=1,                 # PIMFlow §2.1: MAC logic per bank
+        lanes=16,                         # PIMFlow §2.1 / Table 1: 16 multipliers per bank, one reduction tree
+        dtype="bfloat16",                 # Newton / AiM: BF16 MACs
+        n_input_regs=0,                   # inputs come from the channel's global buffer, not per-bank registers
+        n_output_regs=buffers,            # PIMFlow §2.1: result latches; assumption: one per global buffer
+                                          #   (GWRITE_4 + COMP produce 4 partial dot products per bank)
+        reg_bytes=4,                      # assumption: FP32 accumulating latch (no source gives the width)
+        ops=frozenset({"mac", "gemv"}),   # PIMFlow §2.1: matrix-vector MAC only; "other operations are not supported"
+        rows=16384,                       # assumption: no paper gives it; matches the 1<<14 rows of the GDDR6_8Gb_x16
+                                          #   org in PIMFlow's Ramulator fork
+        cols=32,                          # PIMFlow Table 1: 32 column I/Os per row
+        col_bytes=col_bytes,
+    )
+    group = Group(
+        cores_per_group=16,               # PIMFlow Table 1: 16 banks, one core each
+        units=("global_buffer",),         # PIMFlow §2.1: a global buffer per channel holds the small operand
+        broadcast=True,                   # PIMFlow §4.1: G_ACT activates several banks, COMP MACs in all of them
+        global_buffer_bytes=NEWTON_BUFFER_BYTES[buffers],
+        n_global_buffers=buffers,
+        bank_groups=4,                    # PIMFlow GDDR6.h: 4 bank groups x 4 banks (G_ACT0..3 = one per bank group)
+        banks_per_bank_group=4,
+    )
+    system = System(
+        host=host if host is not None else rtx2060(),  # PIMFlow §5: RTX 2060 (Accel-Sim)
+        n_devices=n_devices,
+        groups_per_device=per_device,
+        # one 32 B burst per tBL cycles on the channel: 14 GB/s at 875 MHz, 32 GB/s at AiM's 2 GHz
+        link_bandwidth=col_bytes / (timing.tBL * timing.tCK),
+    )
+    energy = _dram_energy(row_bytes=32 * col_bytes, col_bytes=col_bytes, lanes=16,
+                          unit_path_pj_per_bit=0.0,
+                          io_pj_per_bit=E_COL_TO_BGMUX + E_BGMUX_TO_GIO)  # assumption: HBM on-die path; GDDR6
+                                                                          #   off-chip I/O energy not modelled
+    notes = ("energy: AttAcc's FGDRAM per-bit figures reused for GDDR6 (assumption)",
+             "rows=16384 is an assumption (no paper gives the row count)")
+    if clock == "aim":
+        notes += ("clock=aim: PIMFlow's array latencies kept in ns at tCK=0.5 ns (assumption)",)
+    return Backend(name="newton", variant=f"{clock}-gb{buffers}", system=system, group=group,
+                   core=core, timing=timing, energy=energy, notes=notes)
+
+
+# --------------------------------------------------------------------------
+# upmem: UPMEM DDR4 PIM (ATiM §2.1, §6; CINM §4.1; PrIM)
+# --------------------------------------------------------------------------
+UPMEM_DPUS_PER_RANK = 64          # backends.md / ATiM §6: 32 ranks x 64 = 2048 DPUs
+UPMEM_MAX_DPUS = 2560             # ATiM §5.2.4: "up to 2560 DPUs"; backends.md
+UPMEM_MRAM_BYTES = 64 << 20       # CINM §4.1 / backends.md: 64 MB MRAM per DPU (its bank)
+UPMEM_CPU_DPU_GBPS = 6.68         # PrIM (Gomez-Luna et al., IEEE Access 2022) §3.4: sustained parallel CPU->DPU
+                                  #   transfer bandwidth of one rank (64 DPUs) -- recalled from PrIM, not in papers/
+UPMEM_DPU_CPU_GBPS = 4.74         # PrIM §3.4: sustained parallel DPU->CPU bandwidth of one rank -- recalled, idem
+
+
+def _upmem_timing() -> Timing:
+    # assumption: UPMEM MRAM banks follow DDR4-2400 speed bin R (16-16-16), the Ramulator 2
+    # DDR4 preset "DDR4_2400R" with the x8 org tables (ATiM artifact: "DDR4-2400 PIM modules").
+    return Timing(
+        tCK=1.0 / 1.2,      # DDR4-2400: 1200 MHz command clock, 0.833 ns
+        tCL=16.0,           # Ramulator2 DDR4_2400R: nCL 16
+        tWL=12.0,           # Ramulator2 DDR4_2400R: nCWL 12
+        tBL=4.0,            # Ramulator2 DDR4: nBL 4 (BL8 on a DDR bus)
+        tRCDRD=16.0,        # Ramulator2 DDR4_2400R: nRCD 16
+        tRCDWR=16.0,        # Ramulator2 DDR4_2400R: nRCD 16 (DDR4 has one tRCD)
+        tRP=16.0,           # Ramulator2 DDR4_2400R: nRP 16
+        tRAS=39.0,          # Ramulator2 DDR4_2400R: nRAS 39
+        tRC=55.0,           # Ramulator2 DDR4_2400R: nRC 55
+        tCCD_S=4.0,         # Ramulator2 DDR4_2400R: nCCDS 4
+        tCCD_L=6.0,         # Ramulator2 DDR4_2400R: nCCDL 6
+        tCCD_AB=6.0,        # no all-bank PIM commands on UPMEM; set to tCCD_L so formulas stay finite (unused)
+        tRRD_S=4.0,         # Ramulator2 DDR4 x8 @2400: nRRDS 4
+        tRRD_L=6.0,         # Ramulator2 DDR4 x8 @2400: nRRDL 6
+        tFAW=26.0,          # Ramulator2 DDR4 x8 @2400: nFAW 26
+        tWR=18.0,           # Ramulator2 DDR4_2400R: nWR 18
+        tRTP_S=9.0,         # Ramulator2 DDR4_2400R: nRTP 9 (one value)
+        tRTP_L=9.0,
+        tWTR_S=3.0,         # Ramulator2 DDR4_2400R: nWTRS 3
+        tWTR_L=9.0,         # Ramulator2 DDR4_2400R: nWTRL 9
+        tRTRS=2.0,          # Ramulator2 DDR4: nCS 2 (rank switch)
+        tREFI=9360.0,       # JEDEC DDR4 tREFI 7.8 us x 1.2 GHz
+        tRFC=312.0,         # JEDEC DDR4 4 Gb tRFC1 260 ns x 1.2 GHz (a UPMEM chip: 8 x 64 MB = 4 Gb)
+        dpu_clock_ghz=0.35,         # CINM §4.1 / backends.md: DPUs run at 350 MHz
+        dma_bytes_per_cycle=2.0,    # backends.md: MRAM<->WRAM DMA, theoretical 2 B per DPU cycle
+        dma_latency_cycles=77.0,    # PrIM §3.2: mram_read latency = 77 + 0.5 * bytes cycles (mram_write: 61);
+                                    #   recalled from PrIM, not in papers/ -- verify before fitting to it
+    )
+
+
+@_preset("upmem")
+def upmem(*, dpus: int = 2048, host: HostModel | None = None) -> Backend:
+    """UPMEM DDR4 PIM: group = rank (64 DPUs), core = a DPU with its 64 MB MRAM bank.
+
+    dpus: DPUs in the system (default 2048 = 32 ranks, ATiM's server); a multiple of 64,
+        at most 2560.
+    host: HostModel override (default: ATiM's dual Xeon Gold 5220R, `xeon_gold_5220r()`).
+    """
+    if not isinstance(dpus, int) or dpus < UPMEM_DPUS_PER_RANK or dpus > UPMEM_MAX_DPUS \
+            or dpus % UPMEM_DPUS_PER_RANK:
+        raise ValueError(f"upmem option dpus={dpus!r} must be a multiple of {UPMEM_DPUS_PER_RANK} "
+                         f"(DPUs per rank) between {UPMEM_DPUS_PER_RANK} and {UPMEM_MAX_DPUS}")
+    _check_host("upmem", host)
+    timing = _upmem_timing()
+    col_bytes = 8                         # UPMEM SDK: MRAM DMA transfers are 8-byte aligned multiples of 8 B
+    cols = 128                            # assumption: 1 KB MRAM row (DDR4 x8 page) = 128 x 8 B
+    rows = UPMEM_MRAM_BYTES // (cols * col_bytes)  # 65536 rows -> rows x cols x col_bytes = 64 MB
+    core = Core(
+        banks_per_core=1,                 # ATiM §2.1: each DPU communicates directly with a single bank
+        lanes=1,                          # scalar 32-bit in-order core
+        dtype="int32",                    # backends.md: integer arithmetic, no FPU, no full 32x32 multiplier
+        n_input_regs=0,                   # no compiler-managed PIM register file: operands are staged in WRAM
+        n_output_regs=0,
+        reg_bytes=0,
+        scratchpad_bytes=64 * 1024,       # CINM §4.1 / backends.md: 64 KB WRAM
+        ops=frozenset({"add", "sub", "mul", "mac", "max", "min", "relu", "mov", "gemv",
+                       "neg", "abs", "cmp", "select"}),  # assumption: integer ops a DPU runs natively or in short
+                                          #   sequences (mul via mul_step); div/exp/softmax are slow software routines
+        rows=rows,
+        cols=cols,
+        col_bytes=col_bytes,
+        tasklets=24,                      # ATiM §2.1: 24 threads ("tasklets") per DPU
+        pipeline_depth=14,                # backends.md: 14-stage pipeline (full throughput needs >= 11 tasklets)
+        programmable=True,                # a DPU runs its own program at dpu_clock_ghz
+        instruction_bytes=24 * 1024,      # backends.md: 24 KB IRAM (CINM §4.1 says 4 kB; UPMEM SDK: 4096 x 48-bit)
+    )
+    group = Group(
+        cores_per_group=UPMEM_DPUS_PER_RANK,
+        units=(),
+        broadcast=False,                  # no group-broadcast commands; parallel transfers are a System property
+        bank_groups=8,                    # 8 PIM chips per rank (ATiM §2.1: eight DPUs per chip) ...
+        banks_per_bank_group=8,           # ... x 8 DPU banks per chip = 64 banks per rank
+    )
+    system = System(
+        host=host if host is not None else xeon_gold_5220r(),  # ATiM §6: dual-socket Xeon Gold 5220R
+        n_devices=dpus // UPMEM_DPUS_PER_RANK,   # device = rank (a DIMM holds two)
+        groups_per_device=1,
+        link_bandwidth=UPMEM_CPU_DPU_GBPS,       # per rank; assumption: ranks transfer concurrently
+        readback_bandwidth=UPMEM_DPU_CPU_GBPS,
+    )
+    energy = Energy(
+        act=E_ACT_PRE_PJ_PER_BIT * 8 * cols * col_bytes,  # assumption: FGDRAM cell figures for DDR4
+        pre=0.0,
+        rd=E_CELL_RDWR_PJ_PER_BIT * 8 * col_bytes,
+        wr=E_CELL_RDWR_PJ_PER_BIT * 8 * col_bytes,
+        pim_op=0.0,       # assumption: DPU instruction energy not modelled (no source)
+        io_byte=0.0,      # assumption: DDR4 channel I/O energy not modelled (no source)
+        refresh=0.0,
+    )
+    notes = ("host link: PrIM rank-parallel bandwidths 6.68 (CPU->DPU) / 4.74 (DPU->CPU) GB/s, recalled",
+             "MRAM timing: DDR4-2400R (assumption); DMA: 2 B/cycle theoretical",
+             "energy: DPU and I/O energy not modelled")
+    return Backend(name="upmem", variant="default", system=system, group=group, core=core,
+                   timing=timing, energy=energy, notes=notes)
