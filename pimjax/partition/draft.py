@@ -1,0 +1,92 @@
+"""Tiling drafts (DCC §IV-B) with the knobs of ATiM and the Korean paper.
+
+A `Draft` has one `DimPart` per dimension set — `[groups, cores per group,
+representative mapping]` as in DCC Fig. 4 — plus the knobs that change the
+program but not the data tiles:
+
+* reduction:   "complete" (every output element is finished on one core),
+               "host" (partial results on PIM, final reduction on the host —
+               ATiM's rfactor / hierarchical reduction) or "group" (partials
+               merged by a group-level accumulator, AttAcc).
+* dataflow:    "os" output-stationary (reduction loop inside: each output
+               register is read back once) or "is" input-stationary (input
+               registers are written once) — Korean paper §3.3-3.4.
+* ki, ko:      register blocking: input / output registers per PIM kernel.
+* granularity: "broadcast" (one group-level command for all cores of the
+               group, per-core data padded to equal offsets) or "core".
+* irregular:   "expand" (fetch a contiguous index range) or "keep" (only the
+               needed indices) for non-contiguous per-core index sets.
+* lane_var:    the loop variable spread over the SIMD lanes (None: scalar).
+* tasklets, wram_tile: UPMEM tasklets per DPU and WRAM caching tile (bytes).
+* buffers:     Newton global buffers used per G_ACT (GWRITE / _2 / _4).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+REDUCTIONS = ("complete", "host", "group")
+DATAFLOWS = ("os", "is")
+GRANULARITIES = ("broadcast", "core")
+IRREGULAR = ("expand", "keep")
+
+
+@dataclass(frozen=True)
+class DimPart:
+    """How one dimension set is tiled: `groups` x `cores` data tiles along
+    the value range of candidate mapping `rep` of the set."""
+    groups: int
+    cores: int
+    rep: int = 0
+
+    @property
+    def tiles(self) -> int:
+        return self.groups * self.cores
+
+
+@dataclass(frozen=True)
+class Draft:
+    parts: tuple[DimPart, ...]
+    reduction: str = "complete"
+    dataflow: str = "os"
+    ki: int = 1
+    ko: int = 1
+    granularity: str = "broadcast"
+    irregular: str = "expand"
+    lane_var: str | None = None
+    tasklets: int = 1
+    wram_tile: int = 0
+    buffers: int = 1
+
+    def __post_init__(self):
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(f"Draft.reduction {self.reduction!r} not in {REDUCTIONS}")
+        if self.dataflow not in DATAFLOWS:
+            raise ValueError(f"Draft.dataflow {self.dataflow!r} not in {DATAFLOWS}")
+        if self.granularity not in GRANULARITIES:
+            raise ValueError(f"Draft.granularity {self.granularity!r} not in {GRANULARITIES}")
+        if self.irregular not in IRREGULAR:
+            raise ValueError(f"Draft.irregular {self.irregular!r} not in {IRREGULAR}")
+        for name in ("ki", "ko", "tasklets", "buffers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"Draft.{name} must be >= 1, got {getattr(self, name)}")
+        for p in self.parts:
+            if p.groups < 1 or p.cores < 1:
+                raise ValueError(f"Draft part {p} must use >= 1 group and core")
+
+    @property
+    def groups_used(self) -> int:
+        n = 1
+        for p in self.parts:
+            n *= p.groups
+        return n
+
+    @property
+    def cores_used(self) -> int:
+        """Cores per group used."""
+        n = 1
+        for p in self.parts:
+            n *= p.cores
+        return n
+
+    def replace(self, **changes) -> "Draft":
+        return replace(self, **changes)

@@ -1,0 +1,167 @@
+"""Legality: which ops a backend can run, and ATiM-style resource checks.
+
+`op_support` says whether a backend's cores can run an op's body and
+combiner at all (the placement stage keeps unsupported ops on the host and
+reports the reason).  `verify` rejects drafts that do not fit the hardware:
+registers, WRAM, global buffers and bank capacity — the role of ATiM's code
+verifier (§5.2.4), applied before any draft is lowered or simulated.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..hw.core import Backend
+from ..trace.ir import PimOp, Prim, expr_prims
+from .dimsets import DimensionSet, dimension_sets
+from .draft import Draft
+from .tiles import set_tilings
+
+# Per-tasklet stack reserved in WRAM.  Assumption: the UPMEM SDK's default
+# stack of a few hundred bytes per tasklet, rounded up to 1 KB for the
+# runtime's buffers (ATiM's verifier likewise keeps a WRAM reserve).
+UPMEM_STACK_BYTES = 1024
+
+# primitive -> core operation needed to run it inside a PIM body
+_PRIM_OPS = {
+    "add": "add", "sub": "add", "mul": "mul", "max": "max", "min": "min",
+    "neg": "mul", "convert_element_type": "mov", "copy": "mov", "copy_p": "mov",
+}
+
+
+def _body_ops(op: PimOp) -> set[str]:
+    """Core operations an op's body and combiner need."""
+    need: set[str] = set()
+    if op.kind == "contraction":
+        need.add("mac")
+    elif op.kind == "reduction":
+        need.add({"add": "add", "max": "max", "min": "min"}[op.combiner])
+    if op.body is not None and op.kind != "contraction":
+        for name in expr_prims(op.body):
+            need.add(_PRIM_OPS.get(name, name))
+    return need
+
+
+def _is_relu(expr) -> bool:
+    return (isinstance(expr, Prim) and expr.name == "max"
+            and any(getattr(a, "value", None) == 0 for a in expr.args))
+
+
+def op_support(op: PimOp, backend: Backend) -> tuple[bool, str]:
+    """(True, "") when `backend` can run `op` on PIM, else (False, reason)."""
+    if op.kind in ("host", "layout"):
+        why = op.host.reason if op.host is not None else "data movement stays on the host"
+        return False, f"{op.kind} op: {why}"
+    dtypes_int = backend.core.dtype.startswith("int")
+    if op.kind == "elementwise" and op.body is not None and _is_relu(op.body):
+        need = {"relu"}
+    else:
+        need = _body_ops(op)
+    ops = backend.core.ops
+    if "gemv" in ops:  # GEMV units (AttAcc) do dot products and sums (a ones vector)
+        ops = ops | {"mac", "add"}
+    missing = sorted(need - ops)
+    if missing:
+        return False, f"{backend.name} cores have no {', '.join(missing)}"
+    if dtypes_int:
+        return True, "integer arithmetic (inputs are converted)"
+    return True, ""
+
+
+def per_core_var_lengths(op: PimOp, sets: Sequence[DimensionSet], reps: np.ndarray,
+                         tile: np.ndarray) -> dict[str, np.ndarray]:
+    """Worst-core loop length of every variable, per row ([n] arrays): the
+    data-tile length for a set's single-variable mapping, else the extent."""
+    ext = op.extents
+    n = reps.shape[0]
+    out = {v: np.full(n, e, dtype=np.int64) for v, e in ext.items()}
+    for si, s in enumerate(sets):
+        for r in range(len(s.candidates)):
+            v = s.mapping(r).single_var
+            if v is None:
+                continue
+            m = reps[:, si] == r
+            out[v][m] = np.minimum(ext[v], tile[m, si])
+    return out
+
+
+def _expr_extent(expr, lengths: dict[str, np.ndarray], size: int) -> np.ndarray:
+    """Distinct values of `expr` per row when variables range over `lengths`
+    (contiguous-expand count, capped by the tensor dimension's size)."""
+    if not expr.vars:
+        return np.ones_like(next(iter(lengths.values())))
+    if not expr.is_linear:
+        return np.full_like(next(iter(lengths.values())), size)
+    span = 0
+    for v, c in expr.terms:
+        span = span + abs(c) * (lengths[v] - 1)
+    return np.minimum(span + 1, size)
+
+
+def footprint_elements(op: PimOp, lengths: dict[str, np.ndarray], shapes: dict[int, tuple]) -> np.ndarray:
+    """Elements of all accessed tensors one worst-case core holds, per row."""
+    used = set(op.body_operands) | set(op.epilogue_operands)
+    accs = [a for k, a in enumerate(op.operands) if k in used] + [op.result]
+    total = 0
+    for acc in accs:
+        shape = shapes[acc.value]
+        n = 1
+        for e, size in zip(acc.index_map, shape):
+            n = n * _expr_extent(e, lengths, size)
+        total = total + n
+    return total
+
+
+def infer_shapes(op: PimOp) -> dict[int, tuple]:
+    """Tensor shapes implied by the index maps (max index + 1 per dim)."""
+    ext = op.extents
+    shapes: dict[int, tuple] = {}
+    for acc in list(op.operands) + list(op.results):
+        shp = tuple(e.value_range(ext)[1] + 1 for e in acc.index_map)
+        old = shapes.get(acc.value)
+        shapes[acc.value] = shp if old is None else tuple(max(a, b) for a, b in zip(old, shp))
+    return shapes
+
+
+def resource_mask(op: PimOp, backend: Backend, lengths: dict[str, np.ndarray], shapes: dict,
+                  tasklets: np.ndarray, wram_tile: np.ndarray) -> tuple[np.ndarray, dict]:
+    """Which (draft, knob) pairs fit the backend: bank capacity per core and
+    UPMEM WRAM.  lengths: per-row worst-core loop lengths ([n] arrays);
+    tasklets / wram_tile: knob columns broadcastable against [n, 1].
+    Returns (fits [n, K] bool, {reason: fits-for-that-reason mask})."""
+    core = backend.core
+    foot = footprint_elements(op, lengths, shapes)
+    cap = (foot * core.elem_bytes <= core.banks_per_core * core.bank_bytes)[:, None]
+    reasons = {"capacity": cap}
+    fits = cap
+    if core.scratchpad_bytes:
+        n_cached = len(set(op.body_operands) | set(op.epilogue_operands)) + 1
+        wram = np.asarray(tasklets) * (n_cached * np.asarray(wram_tile) + UPMEM_STACK_BYTES)
+        w_ok = (wram <= core.scratchpad_bytes) & (np.asarray(tasklets) <= core.tasklets)
+        reasons["wram"] = w_ok
+        fits = fits & w_ok
+    return np.broadcast_to(fits, np.broadcast_shapes(fits.shape, np.shape(tasklets))), reasons
+
+
+def verify(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None = None) -> str:
+    """'' when one `draft` fits `backend`'s resources, else the violated limit
+    (ATiM's code verifier for a single draft, e.g. a baseline)."""
+    core = backend.core
+    if draft.ki > max(1, core.n_input_regs):
+        return f"ki={draft.ki} > {core.n_input_regs} input registers"
+    if draft.ko > max(1, core.n_output_regs):
+        return f"ko={draft.ko} > {core.n_output_regs} output registers"
+    if draft.buffers > max(1, backend.group.n_global_buffers):
+        return f"buffers={draft.buffers} > {backend.group.n_global_buffers} global buffers"
+    sets = dimension_sets(op)
+    tilings = set_tilings(op, sets, draft)
+    reps = np.array([[p.rep for p in draft.parts]], dtype=np.int64)
+    tile = np.array([[t.tile for t in tilings]], dtype=np.int64)
+    lengths = per_core_var_lengths(op, sets, reps, tile)
+    _, reasons = resource_mask(op, backend, lengths, shapes or infer_shapes(op),
+                               np.array([[draft.tasklets]]), np.array([[draft.wram_tile]]))
+    for why, mask in reasons.items():
+        if not mask.all():
+            return f"{why}: the draft does not fit {backend.name}"
+    return ""
