@@ -1,0 +1,83 @@
+"""Host rooflines: the A100 calibrated to AttAcc's GEMV figure, CPU and RTX 2060."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pimjax.hw import a100, get_backend, rtx2060, xeon_gold_5220r
+
+N = K = 4096
+GEMV_BYTES = 2 * N * K + 2 * K + 2 * N      # FP16 weights + input vector + output vector
+GEMV_FLOPS = 2 * N * K
+
+
+def test_a100_gemv_matches_attacc_within_10_percent():
+    # attacc.md: AttAcc's own A100 model gives 12.4 us for a 4096x4096 FP16 GEMV, batch 1
+    gpu = a100(memory="hbm3")
+    t = float(gpu.time_ns(GEMV_BYTES, GEMV_FLOPS))
+    assert t == pytest.approx(12_400, rel=0.10)
+    # memory bound: the bandwidth term dominates and uses DCC's 3352 GB/s x 0.81
+    t_mem = GEMV_BYTES / (3352e9 * 0.81) * 1e9
+    t_flop = GEMV_FLOPS / (312e12 * 0.8) * 1e9
+    assert t_flop < t_mem
+    assert t == pytest.approx(t_mem + gpu.launch_overhead_ns, rel=1e-5)
+
+
+def test_a100_hbm2e_is_the_real_part():
+    gpu = a100()
+    assert gpu.mem_bandwidth == pytest.approx(2.04e12, rel=0.01)
+    assert gpu.peak_flops == 312e12
+    t = float(gpu.time_ns(GEMV_BYTES, GEMV_FLOPS))
+    # on HBM2e the bandwidth floor alone exceeds AttAcc's 12.4 us
+    assert GEMV_BYTES / 2.039e12 * 1e9 > 12_400
+    assert t == pytest.approx(GEMV_BYTES / (2.039e12 * 0.81) * 1e9 + gpu.launch_overhead_ns, rel=1e-5)
+    with pytest.raises(ValueError, match="hbm2e"):
+        a100(memory="ddr5")
+
+
+def test_a100_staging_buffer_is_shared_memory():
+    assert a100().staging_buffer_bytes == 164 * 1024 * 108
+
+
+def test_attacc_and_hbm_pim_default_host_is_dccs_gpu():
+    for name in ("attacc", "hbm-pim"):
+        h = get_backend(name).system.host
+        assert h.mem_bandwidth == 3352e9 and h.bandwidth_efficiency == 0.81
+
+
+def test_xeon_roofline():
+    cpu = xeon_gold_5220r()
+    assert cpu.staging_buffer_bytes == 0
+    assert cpu.peak_flops == pytest.approx(2 * 24 * 2.2e9 * 32)
+    assert cpu.mem_bandwidth == pytest.approx(2 * 6 * 2400e6 * 8)
+    # streaming 1 GB is memory bound
+    t = float(cpu.time_ns(1e9, 1e8))
+    assert t == pytest.approx(1e9 / (cpu.mem_bandwidth * cpu.bandwidth_efficiency) * 1e9
+                              + cpu.launch_overhead_ns, rel=1e-5)
+
+
+def test_rtx2060_roofline():
+    gpu = rtx2060()
+    assert gpu.mem_bandwidth == pytest.approx(192 / 8 * 14e9)
+    assert gpu.peak_flops == pytest.approx(240 * 64 * 2 * 1.68e9)
+    assert gpu.staging_buffer_bytes == 30 * 64 * 1024
+    # a compute-bound GEMM: 2*1024^3 FLOP over 6 MB
+    t = float(gpu.time_ns(3 * 2 * 1024 * 1024, 2 * 1024**3))
+    assert t == pytest.approx(2 * 1024**3 / (gpu.peak_flops * gpu.flops_efficiency) * 1e9
+                              + gpu.launch_overhead_ns, rel=1e-5)
+
+
+def test_host_time_vmaps_over_sizes():
+    gpu = a100("hbm3")
+    sizes = jnp.asarray([1e6, 1e7, 1e8], dtype=jnp.float32)
+    got = jax.vmap(lambda b: gpu.time_ns(b, 2.0 * b))(sizes)
+    want = np.asarray(sizes) / (3352e9 * 0.81) * 1e9 + gpu.launch_overhead_ns
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("module", ["pimjax.hw.host", "pimjax.hw.presets", "pimjax.hw.peaks"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0
