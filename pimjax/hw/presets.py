@@ -464,9 +464,9 @@ def newton(*, channels: int = 16, buffers: int = 4, clock: str = "pimflow",
 UPMEM_DPUS_PER_RANK = 64          # backends.md / ATiM §6: 32 ranks x 64 = 2048 DPUs
 UPMEM_MAX_DPUS = 2560             # ATiM §5.2.4: "up to 2560 DPUs"; backends.md
 UPMEM_MRAM_BYTES = 64 << 20       # CINM §4.1 / backends.md: 64 MB MRAM per DPU (its bank)
-UPMEM_CPU_DPU_GBPS = 6.68         # PrIM (Gomez-Luna et al., IEEE Access 2022) §3.4: sustained parallel CPU->DPU
+UPMEM_CPU_DPU_GBPS = 6.68         # PrIM (Gomez-Luna et al., IEEE Access 2022), CPU-DPU transfer study: sustained parallel CPU->DPU
                                   #   transfer bandwidth of one rank (64 DPUs) -- recalled from PrIM, not in papers/
-UPMEM_DPU_CPU_GBPS = 4.74         # PrIM §3.4: sustained parallel DPU->CPU bandwidth of one rank -- recalled, idem
+UPMEM_DPU_CPU_GBPS = 4.74         # PrIM, same study: sustained parallel DPU->CPU bandwidth of one rank -- recalled, idem
 
 
 def _upmem_timing() -> Timing:
@@ -498,7 +498,7 @@ def _upmem_timing() -> Timing:
         tRFC=312.0,         # JEDEC DDR4 4 Gb tRFC1 260 ns x 1.2 GHz (a UPMEM chip: 8 x 64 MB = 4 Gb)
         dpu_clock_ghz=0.35,         # CINM §4.1 / backends.md: DPUs run at 350 MHz
         dma_bytes_per_cycle=2.0,    # backends.md: MRAM<->WRAM DMA, theoretical 2 B per DPU cycle
-        dma_latency_cycles=77.0,    # PrIM §3.2: mram_read latency = 77 + 0.5 * bytes cycles (mram_write: 61);
+        dma_latency_cycles=77.0,    # PrIM MRAM microbenchmark: mram_read latency ~ 77 + 0.5 * bytes cycles (mram_write: 61);
                                     #   recalled from PrIM, not in papers/ -- verify before fitting to it
     )
 
