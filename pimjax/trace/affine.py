@@ -142,10 +142,12 @@ class AffineExpr:
             parts.append(f"{'-' if self.const < 0 else '+'} {abs(self.const)}")
         text = " ".join(parts)
         text = text[2:] if text.startswith("+ ") else "-" + text[2:]
+        simple = len(parts) == 1 and not text.startswith("-")   # no parens around `i`
         if self.div > 1:
-            text = f"({text}) {'/' if self.exact else '//'} {self.div}"
+            text = f"{text if simple else f'({text})'} {'/' if self.exact else '//'} {self.div}"
+            simple = False
         if self.mod:
-            text = f"({text}) % {self.mod}"
+            text = f"{text if simple else f'({text})'} % {self.mod}"
         return text
 
     def __repr__(self) -> str:

@@ -51,20 +51,32 @@ def primitive(name: str):
     return p
 
 
-def evaluate_graph(graph: PimGraph, *args):
+def evaluate_graph(graph: PimGraph, *args, jit: bool = True):
     """Run `graph` on the traced function's (pytree) arguments and return its
-    (pytree) result, as `jnp` arrays."""
+    (pytree) result, as `jnp` arrays.
+
+    With `jit=True` the interpretation is staged into one XLA computation
+    (one compile instead of one per eager op; the values are the same)."""
     leaves = jax.tree_util.tree_leaves(args)
     if len(leaves) != len(graph.inputs):
         raise TypeError(f"{graph.fn_name or 'graph'} expects {len(graph.inputs)} array "
                         f"leaves, got {len(leaves)}")
-    env: dict[int, jax.Array] = {}
+    arrays = []
     for vid, leaf in zip(graph.inputs, leaves):
         info = graph.values[vid]
         arr = jnp.asarray(leaf)
         if arr.shape != info.shape:
             raise TypeError(f"argument {info.name}: expected shape {info.shape}, got {arr.shape}")
-        env[vid] = arr if arr.dtype == info.dtype else arr.astype(info.dtype)
+        arrays.append(arr if arr.dtype == info.dtype else arr.astype(info.dtype))
+    run = jax.jit(lambda xs: _run(graph, xs)) if jit else (lambda xs: _run(graph, xs))
+    outs = run(arrays)
+    if graph.out_tree is None:
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    return jax.tree_util.tree_unflatten(graph.out_tree, outs)
+
+
+def _run(graph: PimGraph, arrays: list) -> list:
+    env: dict[int, jax.Array] = dict(zip(graph.inputs, arrays))
     for vid, const in graph.constants.items():
         env[vid] = jnp.asarray(const)
     for op in graph.ops:
@@ -76,10 +88,7 @@ def evaluate_graph(graph: PimGraph, *args):
                                      f"{val.dtype}{list(val.shape)} for {info.name}: "
                                      f"{info.dtype}{list(info.shape)}")
             env[r.value] = val
-    outs = [env[v] for v in graph.outputs]
-    if graph.out_tree is None:
-        return outs[0] if len(outs) == 1 else tuple(outs)
-    return jax.tree_util.tree_unflatten(graph.out_tree, outs)
+    return [env[v] for v in graph.outputs]
 
 
 def evaluate_op(graph: PimGraph, op: PimOp, operands: list) -> list:
@@ -258,10 +267,15 @@ def _einsum_fast_path(op: PimOp, operands):
 def _write(value, result_map, out_vars, ext, shape, dtype, fill):
     """Place `value` (over `out_vars`) into the result array via its map."""
     names = [e.single_var for e in result_map]
-    if (None not in names and len(set(names)) == len(names) == len(out_vars)
-            and all(ext[n] == s for n, s in zip(names, shape))):
-        perm = [out_vars.index(n) for n in names]
-        return value if perm == sorted(perm) else jnp.transpose(value, perm)
+    plain = [n for n in names if n is not None]
+    if (sorted(plain) == sorted(out_vars)
+            and all(ext[n] == s for n, s in zip(names, shape) if n is not None)
+            and all(n is not None or (not e.terms and e.const == 0 and s == 1)
+                    for n, e, s in zip(names, result_map, shape))):
+        # a permutation, plus constant-0 unit dims
+        perm = [out_vars.index(n) for n in plain]
+        moved = value if perm == sorted(perm) else jnp.transpose(value, perm)
+        return jnp.reshape(moved, shape)
     iotas = _iotas(out_vars, ext, set(out_vars))
     full = tuple(ext[v] for v in out_vars)
     mask = np.ones(full, dtype=bool)

@@ -7,8 +7,10 @@
   operand is still defined before use:
 
   1. elementwise chain: P elementwise, C elementwise of the same shape
-     reading P through a permutation  -> C's body inlines P's body;
-  2. epilogue: P contraction/reduction, C elementwise of P's shape
+     (up to unit dims) reading P through a permutation -> C's body inlines
+     P's body;
+  2. epilogue: P contraction/reduction, C elementwise of P's shape (up to
+     unit dims, e.g. a keepdims mean) reading it through a permutation
      -> C's body becomes P's epilogue (`Acc` = the reduced value);
   3. result layout: P contraction/reduction/elementwise, C a layout op that
      only permutes P's result or adds/drops unit dims (e.g. the transpose
@@ -53,9 +55,11 @@ def _subst_map(imap, env):
     return tuple(_subst(e, env) for e in imap)
 
 
-def _permutation_read(op: PimOp, vid: int) -> tuple[AffineExpr, ...] | None:
-    """The single index map through which `op` reads `vid`, if all its reads
-    agree and the map is distinct plain variables (a permutation), else None."""
+def _bijective_read(op: PimOp, vid: int, value_shape) -> tuple[AffineExpr, ...] | None:
+    """The single index map through which `op` reads `vid` if all its reads
+    agree and the map is a bijection between the value and `op`'s domain:
+    distinct plain variables (a permutation), constant 0 only on unit dims of
+    the value, and every unread loop variable of extent 1.  Else None."""
     found = None
     for a in op.operands:
         if a.value != vid:
@@ -65,10 +69,29 @@ def _permutation_read(op: PimOp, vid: int) -> tuple[AffineExpr, ...] | None:
         found = a.index_map
     if found is None:
         return None
-    names = [e.single_var for e in found]
-    if None in names or len(set(names)) != len(names):
+    seen: set[str] = set()
+    for e, size in zip(found, value_shape):
+        v = e.single_var
+        if v is None:
+            if e.terms or e.const or size != 1:
+                return None
+        elif v in seen:
+            return None
+        else:
+            seen.add(v)
+    if any(lv.extent != 1 for lv in op.loop_vars if lv.name not in seen):
         return None
     return found
+
+
+def _read_env(read, targets, op: PimOp) -> dict[str, AffineExpr]:
+    """Variables of a bijective `read` -> `targets[d]`; unread (unit) loop
+    variables of `op` -> 0."""
+    env = {lv.name: ZERO for lv in op.loop_vars}
+    for e, t in zip(read, targets):
+        if e.terms:
+            env[e.single_var] = t
+    return env
 
 
 class _Merger:
@@ -97,7 +120,7 @@ def _pull_elementwise(p: PimOp, c: PimOp, read: tuple[AffineExpr, ...]) -> PimOp
     pvars = [e.single_var for e in pres]
     if None in pvars or sorted(pvars) != sorted(lv.name for lv in p.loop_vars):
         return None
-    env = dict(zip(pvars, read))
+    env = dict(zip(pvars, read))   # read[d] is a var of c, or 0 on a unit dim
     pvid = p.result.value
     merger = _Merger()
     cidx = {k: merger.add(a) for k, a in enumerate(c.operands) if a.value != pvid}
@@ -115,7 +138,7 @@ def _pull_elementwise(p: PimOp, c: PimOp, read: tuple[AffineExpr, ...]) -> PimOp
 
 def _push_epilogue(r: PimOp, c: PimOp, read: tuple[AffineExpr, ...]) -> PimOp | None:
     """Make elementwise consumer `c` the epilogue of contraction/reduction `r`."""
-    env = {e.single_var: re for e, re in zip(read, r.result.index_map)}
+    env = _read_env(read, r.result.index_map, c)
     rvid = r.result.value
     merger = _Merger(r.operands)
     try:
@@ -204,8 +227,8 @@ def fuse(ops: list[PimOp], outputs, shapes) -> list[PimOp]:
             p = producer.get(vid)
             if p is None or slots[p].kind != "elementwise" or not sole_reader(vid, i):
                 continue
-            read = _permutation_read(op, vid)
-            if read is None or shapes[vid] != shapes[op.result.value]:
+            read = _bijective_read(op, vid, shapes[vid])
+            if read is None:
                 continue
             merged = _pull_elementwise(slots[p], op, read)
             if merged is not None:
@@ -217,8 +240,8 @@ def fuse(ops: list[PimOp], outputs, shapes) -> list[PimOp]:
             if (p is None or slots[p].kind not in ("contraction", "reduction")
                     or not sole_reader(vid, i)):
                 continue
-            read = _permutation_read(op, vid)
-            if read is None or shapes[vid] != shapes[op.result.value]:
+            read = _bijective_read(op, vid, shapes[vid])
+            if read is None:
                 continue
             merged = _push_epilogue(slots[p], op, read)
             if merged is not None:

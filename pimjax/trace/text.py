@@ -33,12 +33,26 @@ def op_text(graph: PimGraph, op: PimOp) -> str:
         red = red if len(op.reduction_vars) == 1 else "{" + red + "}"
         # `sum_k a * b + c` reads as (sum_k a*b) + c: the sum binds like `+`
         rhs, prec = f"{_REDUCE[op.combiner]}_{red} {_paren(rhs, prec, 3)}", 2
+    where = ""
     if op.epilogue is not None:
-        rhs, prec = r.expr(op.epilogue, (rhs, prec))
+        if op.reduction_vars and _count_acc(op.epilogue) > 1:
+            # name the reduction once instead of repeating it
+            where = f"  where acc = {rhs}"
+            rhs, prec = r.expr(op.epilogue, ("acc", _ATOM))
+        else:
+            rhs, prec = r.expr(op.epilogue, (rhs, prec))
     lhs = index_map_str(graph.value_name(op.result.value), op.result.index_map)
     domain = " ".join(f"{lv.name}<{lv.extent}" for lv in op.loop_vars)
     fill = f"  (else {op.fill})" if op.fill is not None else ""
-    return f"{lhs} = {rhs}{fill}   {domain}".rstrip()
+    return f"{lhs} = {rhs}{fill}{where}   {domain}".rstrip()
+
+
+def _count_acc(e: Expr) -> int:
+    if isinstance(e, Acc):
+        return 1
+    if isinstance(e, Prim):
+        return sum(_count_acc(a) for a in e.args)
+    return 0
 
 
 def _paren(text: str, prec: int, need: int) -> str:
