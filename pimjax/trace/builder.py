@@ -16,6 +16,7 @@ Everything here is internal to `make_graph`; the result is frozen `PimOp`s.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +55,7 @@ class View:
     shape: tuple[int, ...]
     dtype: str
     prim: str = field(default="broadcast_in_dim", compare=False)
-    source: str = field(default="", compare=False)
+    source: object = field(default="", compare=False)
 
 
 Atom = Ref | Lit | View
@@ -80,7 +81,9 @@ def compose(exprs: tuple[AffineExpr, ...], index_map: tuple[AffineExpr, ...]
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=None)
 def identity_map(names: tuple[str, ...]) -> tuple[AffineExpr, ...]:
+    """`(AffineExpr.var(n) for n in names)`, cached (expressions are immutable)."""
     return tuple(AffineExpr.var(n) for n in names)
 
 
@@ -88,8 +91,15 @@ def loop_vars(names, extents) -> tuple[LoopVar, ...]:
     return tuple(LoopVar(n, int(e)) for n, e in zip(names, extents))
 
 
+_DTYPE_NAMES: dict = {}
+
+
 def dtype_name(dtype) -> str:
-    return str(np.dtype(dtype))
+    """'float32' etc.; cached because str(np.dtype) is slow on the hot path."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(np.dtype(dtype))
+    return name
 
 
 class Operands:
@@ -140,7 +150,9 @@ class Builder:
         self._views: dict[View, int] = {}
         self._literals: dict[tuple, int] = {}
         self._const_ids: dict[int, tuple] = {}
-        self.source = ""                         # "file:line" of the eqn being translated
+        # where the eqn being translated comes from: a str or a lazily
+        # resolved object with `resolve() -> "file:line"` (see frontend.py)
+        self.source: object = ""
 
     # -- values -------------------------------------------------------------
     def new_value(self, shape, dtype, name: str = "") -> int:
@@ -185,7 +197,7 @@ class Builder:
         vid = self._views.get(view)
         if vid is not None:
             return vid
-        names = fresh_names("elem", len(view.shape), set())
+        names = pool_names("elem", len(view.shape))
         ids = identity_map(names)
         ops = Operands(self)
         body = ops.read(view, ids)
@@ -207,6 +219,12 @@ NAME_POOLS = {
     "rhs": ("j", "n", "q", "s"),                          # dot_general rhs free dims
     "contract": ("k", "l", "r", "u"),                     # dot_general contracting dims
 }
+
+
+@functools.lru_cache(maxsize=None)
+def pool_names(pool: str, count: int) -> tuple[str, ...]:
+    """The first `count` names of a pool (cached `fresh_names(pool, count, set())`)."""
+    return fresh_names(pool, count, set())
 
 
 def fresh_names(pool: str, count: int, taken: set[str]) -> tuple[str, ...]:

@@ -2,6 +2,7 @@
 jaxpr into a `PimGraph` (see README.md in this folder)."""
 from __future__ import annotations
 
+import gc
 import inspect
 import linecache
 import os
@@ -55,6 +56,18 @@ def make_graph(fn, *example_args, fuse: bool = True) -> PimGraph:
         closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*example_args)
     except TRACE_ERRORS as err:
         raise PimTraceError(trace_error_message(err)) from err
+    # The translation allocates many small acyclic objects; collector passes
+    # over the (large) live jaxpr cost ~20% of its time, so pause them.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _build(fn, example_args, closed, out_shape, fuse)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _build(fn, example_args, closed, out_shape, fuse: bool) -> PimGraph:
     jaxpr = closed.jaxpr
     b = Builder()
     env: dict = {}
@@ -104,7 +117,7 @@ def sub_jaxpr(eqn):
     return None
 
 
-def translate(b: Builder, jaxpr, env: dict, outer_source: str = "") -> None:
+def translate(b: Builder, jaxpr, env: dict, outer_source=None) -> None:
     """Translate every eqn of `jaxpr` (inlining calls), extending `env`.
 
     Tracebacks inside a called jaxpr stop at the call boundary, so inlined
@@ -112,7 +125,7 @@ def translate(b: Builder, jaxpr, env: dict, outer_source: str = "") -> None:
     rules = TRACE_RULES
     for eqn in jaxpr.eqns:
         atoms = [read_atom(b, env, v) for v in eqn.invars]
-        source = user_source(eqn) or outer_source
+        source = SourceRef(eqn.source_info.traceback, outer_source)
         sub = sub_jaxpr(eqn)
         if sub is not None:
             inner, consts = sub
@@ -135,8 +148,7 @@ def translate(b: Builder, jaxpr, env: dict, outer_source: str = "") -> None:
 
 def _has_empty(eqn) -> bool:
     for v in (*eqn.invars, *eqn.outvars):
-        shape = getattr(v.aval, "shape", ())
-        if any(d == 0 for d in shape):
+        if 0 in getattr(v.aval, "shape", ()):
             return True
     return False
 
@@ -158,9 +170,8 @@ def is_internal(filename: str) -> bool:
     return hit
 
 
-def user_source(eqn) -> str:
+def user_source(tb) -> str:
     """"file:line" of the innermost traceback frame outside jax and pimjax."""
-    tb = eqn.source_info.traceback
     if tb is None:
         return ""
     codes, lastis = tb.raw_frames()
@@ -168,6 +179,29 @@ def user_source(eqn) -> str:
         if not is_internal(code.co_filename):
             return f"{code.co_filename}:{type(tb).code_addr2line(code, lasti)}"
     return ""
+
+
+class SourceRef:
+    """An eqn's user source line, resolved only for ops that survive dead-code
+    removal and fusion (most eqns are views or fused away).  `outer` is the
+    call site's SourceRef: tracebacks inside a called jaxpr stop at the call."""
+
+    __slots__ = ("tb", "outer", "_text")
+
+    def __init__(self, tb, outer: "SourceRef | None"):
+        self.tb, self.outer, self._text = tb, outer, None
+
+    def resolve(self) -> str:
+        if self._text is None:
+            text = user_source(self.tb)
+            if not text and self.outer is not None:
+                text = self.outer.resolve()
+            self._text = text
+        return self._text
+
+
+def resolve_source(source) -> str:
+    return source if isinstance(source, str) else source.resolve()
 
 
 def trace_error_message(err: BaseException) -> str:
@@ -278,4 +312,5 @@ def finalize(b: Builder, ops: list[PimOp], inputs, outputs, in_tree, out_tree,
 
 def _with_accesses(op: PimOp, operands, results) -> PimOp:
     return PimOp(op.name, op.kind, op.loop_vars, operands, results, op.reduction_vars,
-                 op.combiner, op.body, op.epilogue, op.fill, op.source, op.host, op.fused)
+                 op.combiner, op.body, op.epilogue, op.fill, resolve_source(op.source),
+                 op.host, op.fused)

@@ -17,7 +17,7 @@ import numpy as np
 
 from .affine import AffineExpr
 from .builder import (PH_EXPRS, ZERO, Atom, Builder, Lit, Operands, Ref, View, compose,
-                      dtype_name, fresh_names, identity_map, loop_vars)
+                      dtype_name, fresh_names, identity_map, loop_vars, pool_names)
 from .ir import Access, Arg, Const, Expr, HostCall, InBounds, PimOp, Prim
 
 Rule = Callable[[Builder, object, list], list]
@@ -121,7 +121,7 @@ ELEMENTWISE = (
     "log", "log1p", "tanh", "logistic", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
     "cosh", "asinh", "acosh", "atanh", "sqrt", "rsqrt", "cbrt", "square", "integer_pow",
     "erf", "erfc", "erf_inv", "lgamma", "digamma", "not", "convert_element_type",
-    "reduce_precision", "copy", "copy_p", "population_count", "clz",
+    "reduce_precision", "copy", "population_count", "clz",
     # binary
     "add", "sub", "mul", "div", "rem", "pow", "max", "min", "atan2", "nextafter", "and", "or",
     "xor", "eq", "ne", "lt", "le", "gt", "ge", "shift_left", "shift_right_arithmetic",
@@ -139,7 +139,7 @@ def elementwise_rule(b: Builder, eqn, atoms: list) -> list:
     shape, dtype = _shape(out), _dtype(out)
     if all(isinstance(a, Lit) for a in atoms) and not shape:
         return [_fold_constant(eqn, atoms)]
-    names = fresh_names("elem", len(shape), set())
+    names = pool_names("elem", len(shape))
     ids = identity_map(names)
     ops = Operands(b)
     args = []
@@ -159,11 +159,25 @@ def elementwise_rule(b: Builder, eqn, atoms: list) -> list:
                   body)]
 
 
+_FOLDED: dict[tuple, Lit] = {}
+
+
 def _fold_constant(eqn, atoms: list[Lit]) -> Lit:
-    """Evaluate a scalar elementwise primitive on literals at trace time."""
-    args = [np.asarray(a.value, dtype=np.dtype(a.dtype)) for a in atoms]
-    value = np.asarray(eqn.primitive.bind(*args, **eqn.params))
-    return Lit(value.item(), _dtype(eqn.outvars[0]))
+    """Evaluate a scalar elementwise primitive on literals at trace time
+    (memoised: an eager bind costs far more than translating an eqn)."""
+    dtype = _dtype(eqn.outvars[0])
+    key = (eqn.primitive.name, tuple(atoms), hashable_params(eqn.params), dtype)
+    try:
+        hit = _FOLDED.get(key)
+    except TypeError:      # an unhashable parameter: just don't memoise
+        key, hit = None, None
+    if hit is None:
+        args = [np.asarray(a.value, dtype=np.dtype(a.dtype)) for a in atoms]
+        value = np.asarray(eqn.primitive.bind(*args, **eqn.params))
+        hit = Lit(value.item(), dtype)
+        if key is not None:
+            _FOLDED[key] = hit
+    return hit
 
 
 # --------------------------------------------------------------------------
@@ -240,7 +254,7 @@ def reshape_rule(b: Builder, eqn, atoms: list) -> list:
         for xd, od in zip(x_nz, o_nz):
             xexprs[xd] = PH_EXPRS[od]
         return [make_view(b, atoms[0], tuple(xexprs), os_, _dtype(out), "reshape")]
-    names = fresh_names("elem", len(os_), set())
+    names = pool_names("elem", len(os_))
     imap = reshape_map(xs, os_, names)
     ops = Operands(b)
     body = ops.read(atoms[0], imap)
@@ -315,7 +329,7 @@ def slice_rule(b: Builder, eqn, atoms: list) -> list:
     out = eqn.outvars[0]
     shape = _shape(out)
     strides = p["strides"] or (1,) * len(shape)
-    names = fresh_names("elem", len(shape), set())
+    names = pool_names("elem", len(shape))
     imap = tuple(AffineExpr(((n, int(s)),), int(st))
                  for n, s, st in zip(names, strides, p["start_indices"]))
     ops = Operands(b)
@@ -324,11 +338,43 @@ def slice_rule(b: Builder, eqn, atoms: list) -> list:
                   identity_map(names), body)]
 
 
+@register("split")
+def split_rule(b: Builder, eqn, atoms: list) -> list:
+    """One slice-like layout op per piece: out_k[.., i, ..] = x[.., i + offset_k, ..]."""
+    axis = eqn.params["axis"]
+    outs, offset = [], 0
+    for v in eqn.outvars:
+        shape = _shape(v)
+        names = pool_names("elem", len(shape))
+        ids = identity_map(names)
+        imap = tuple(AffineExpr(((n, 1),), offset) if d == axis else e
+                     for d, (n, e) in enumerate(zip(names, ids)))
+        ops = Operands(b)
+        body = ops.read(atoms[0], imap)
+        outs.append(_emit(b, "split", "layout", names, shape, ops, shape, _dtype(v), ids, body))
+        offset += shape[axis]
+    return outs
+
+
+@register("tile")
+def tile_rule(b: Builder, eqn, atoms: list) -> list:
+    """out[.., i, ..] = x[.., i % n, ..] along every repeated dim."""
+    out = eqn.outvars[0]
+    shape, xs = _shape(out), _shape(eqn.invars[0])
+    names = pool_names("elem", len(shape))
+    imap = tuple(AffineExpr(((n, 1),), 0, 1, s) if s != o else AffineExpr.var(n)
+                 for n, s, o in zip(names, xs, shape))
+    ops = Operands(b)
+    body = ops.read(atoms[0], imap)
+    return [_emit(b, "tile", "layout", names, shape, ops, shape, _dtype(out),
+                  identity_map(names), body)]
+
+
 @register("rev")
 def rev_rule(b: Builder, eqn, atoms: list) -> list:
     out = eqn.outvars[0]
     shape = _shape(out)
-    names = fresh_names("elem", len(shape), set())
+    names = pool_names("elem", len(shape))
     dims = set(eqn.params["dimensions"])
     imap = tuple(AffineExpr(((n, -1),), s - 1) if d in dims else AffineExpr.var(n)
                  for d, (n, s) in enumerate(zip(names, shape)))
@@ -348,7 +394,7 @@ def pad_rule(b: Builder, eqn, atoms: list) -> list:
 def pad_op(b: Builder, x: Atom, pad_value: Atom, config, out_shape, dtype: str) -> Ref:
     """Gather-with-fill pad: out[i] = x[(i - lo) / (interior + 1)] where in
     bounds and exact, else `pad_value`."""
-    names = fresh_names("elem", len(out_shape), set())
+    names = pool_names("elem", len(out_shape))
     imap = []
     for n, (lo, _hi, interior) in zip(names, config):
         lo, interior = int(lo), int(interior)
@@ -372,7 +418,7 @@ def concatenate_rule(b: Builder, eqn, atoms: list) -> list:
     dim = eqn.params["dimension"]
     out = eqn.outvars[0]
     shape = _shape(out)
-    names = fresh_names("elem", len(shape), set())
+    names = pool_names("elem", len(shape))
     ids = identity_map(names)
     ops = Operands(b)
     args, offset = [], 0
