@@ -187,7 +187,9 @@ class PimOp:
     fill:      value of result elements no iteration point writes (scatter-form
                layout ops); None when every element is written.
     source:    "file:line" of the user code that created the op.
-    host:      HostCall for host ops (primitive, params, reason).
+    host:      HostCall for host ops (primitive, params, reason).  Host ops
+               have no loop variables and their accesses have empty index
+               maps: they read and write whole values.
     """
 
     name: str
