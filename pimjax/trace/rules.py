@@ -10,7 +10,6 @@ their index maps (see builder.py).
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import numpy as np
@@ -18,7 +17,7 @@ import numpy as np
 from .affine import AffineExpr
 from .builder import (PH_EXPRS, ZERO, Atom, Builder, Lit, Operands, Ref, View, compose,
                       dtype_name, fresh_names, identity_map, loop_vars, pool_names)
-from .ir import Access, Arg, Const, Expr, HostCall, InBounds, PimOp, Prim
+from .ir import Access, Expr, HostCall, InBounds, PimOp, Prim
 
 Rule = Callable[[Builder, object, list], list]
 TRACE_RULES: dict[str, Rule] = {}
@@ -131,10 +130,15 @@ ELEMENTWISE = (
 )
 
 
-@register(*ELEMENTWISE)
+# primitives that are another elementwise primitive under a different name
+ELEMENTWISE_ALIASES = {"add_any": "add"}   # add_any: gradient accumulation
+
+
+@register(*ELEMENTWISE, *ELEMENTWISE_ALIASES)
 def elementwise_rule(b: Builder, eqn, atoms: list) -> list:
     """out[i,j,..] = prim(operands broadcast to out), operands of equal rank
     with size-1 dims (index 0) or 0-d."""
+    name = ELEMENTWISE_ALIASES.get(eqn.primitive.name, eqn.primitive.name)
     out = eqn.outvars[0]
     shape, dtype = _shape(out), _dtype(out)
     if all(isinstance(a, Lit) for a in atoms) and not shape:
@@ -154,9 +158,8 @@ def elementwise_rule(b: Builder, eqn, atoms: list) -> list:
         else:
             return host_rule(b, eqn, atoms, f"unsupported broadcast {s} -> {shape}")
         args.append(ops.read(atom, imap))
-    body = Prim(eqn.primitive.name, tuple(args), hashable_params(eqn.params))
-    return [_emit(b, eqn.primitive.name, "elementwise", names, shape, ops, shape, dtype, ids,
-                  body)]
+    body = Prim(name, tuple(args), hashable_params(eqn.params))
+    return [_emit(b, name, "elementwise", names, shape, ops, shape, dtype, ids, body)]
 
 
 _FOLDED: dict[tuple, Lit] = {}

@@ -82,9 +82,6 @@ def test_two_separate_readers_block_fusion():
 
 
 def test_broadcast_is_folded_into_index_map():
-    def f(A, v):
-        return A * v[None, :] + v[:, None][:4, :] * 0.0
-
     A = rng.standard_normal((4, 4)).astype(np.float32)
     v = rng.standard_normal(4).astype(np.float32)
     g = pimjax.make_graph(lambda A, v: A * v[None, :], A, v)
@@ -193,3 +190,62 @@ def test_conv_dimension_numbers_and_1d(dn):
     g1 = pimjax.make_graph(f1, x1, k1)
     assert g1.ops[-1].reduction_vars == ("kw", "c")
     _check(g1, f1, x1, k1)
+
+
+def test_split_tile_repeat_are_layout_ops():
+    A = rng.standard_normal((3, 8)).astype(np.float32)
+
+    def f(a):
+        return jnp.split(a, [2, 5], axis=1), jnp.tile(a, (2, 1)), jnp.repeat(a, 2, axis=0)
+
+    g = pimjax.make_graph(f, A)
+    assert [op.kind for op in g.ops] == ["layout"] * 5
+    assert [str(e) for e in g.ops[1].operands[0].index_map] == ["i", "j + 2"]
+    assert [str(e) for e in g.ops[3].operands[0].index_map] == ["i % 3", "j"]
+    assert [str(e) for e in g.ops[4].operands[0].index_map] == ["i // 2", "j"]
+    _check(g, f, A)
+
+
+def test_gradient_graph_needs_no_host():
+    def loss(W, x):
+        return jnp.sum(jnp.tanh(W @ x) ** 2)
+
+    g = pimjax.make_graph(jax.grad(loss), W, x)
+    assert "host" not in [op.kind for op in g.ops]
+    assert [op.kind for op in g.ops].count("contraction") == 2   # forward W@x, outer product
+    _check(g, jax.grad(loss), W, x)
+
+
+def test_batch_group_conv_falls_back_to_host():
+    xs = rng.standard_normal((2, 4, 4, 2)).astype(np.float32)
+    k = rng.standard_normal((2, 2, 2, 4)).astype(np.float32)
+
+    def f(a, b):
+        return lax.conv_general_dilated(a, b, (1, 1), "VALID", batch_group_count=2,
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    g = pimjax.make_graph(f, xs, k)
+    assert [op.kind for op in g.ops] == ["host"] and "batch_group_count" in g.ops[0].host.reason
+    _check(g, f, xs, k)
+
+
+def test_scatter_form_result_map_uses_fill():
+    """A result written through a shifted map: unwritten elements get `fill`."""
+    from pimjax.trace import Access, LoopVar, PimGraph, PimOp, ValueInfo
+    i = AffineExpr.var("i")
+    op = PimOp("shift", "layout", (LoopVar("i", 3),), (Access(0, (i,)),),
+               (Access(1, (AffineExpr((("i", 2),), 1),)),), body=Arg(0), fill=-1.0)
+    g = PimGraph((ValueInfo((3,), "float32", "x"), ValueInfo((7,), "float32", "y")),
+                 (0,), (1,), (op,))
+    out = g.evaluate(np.array([1.0, 2.0, 3.0], np.float32))
+    np.testing.assert_array_equal(out, [-1, 1, -1, 2, -1, 3, -1])
+    assert g.as_text() == "y[2*i + 1] = x[i]  (else -1.0)   i<3"
+
+
+def test_eager_and_jitted_evaluation_agree():
+    fn = {n: f for n, f, _ in CORPUS}["layernorm"]
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((4, 32), (32,), (32,))]
+    g = pimjax.make_graph(fn, *args)
+    from pimjax.trace import evaluate_graph
+    np.testing.assert_allclose(evaluate_graph(g, *args, jit=False), g.evaluate(*args),
+                               rtol=1e-6, atol=1e-6)
