@@ -215,8 +215,7 @@ NAME_POOLS = {
     "keep": ("i", "j", "m", "n", "o", "p", "q"),          # kept dims of a reduction
     "red": ("k", "l", "r", "s", "t", "u"),                # reduced dims
     "batch": ("b", "h", "g", "e"),                        # dot_general batch dims
-    "lhs": ("i", "m", "o", "p"),                          # dot_general lhs free dims
-    "rhs": ("j", "n", "q", "s"),                          # dot_general rhs free dims
+    "free": ("i", "j", "m", "n", "o", "p", "q"),          # dot_general free dims (out order)
     "contract": ("k", "l", "r", "u"),                     # dot_general contracting dims
 }
 

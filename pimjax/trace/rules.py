@@ -477,8 +477,8 @@ def dot_general_rule(b: Builder, eqn, atoms: list) -> list:
     rfree = [d for d in range(len(rs)) if d not in rc and d not in rb]
     taken: set[str] = set()
     bn = fresh_names("batch", len(lb), taken)
-    ln = fresh_names("lhs", len(lfree), taken)
-    rn = fresh_names("rhs", len(rfree), taken)
+    free = fresh_names("free", len(lfree) + len(rfree), taken)
+    ln, rn = free[:len(lfree)], free[len(lfree):]
     cn = fresh_names("contract", len(lc), taken)
     lmap: list = [None] * len(ls)
     rmap: list = [None] * len(rs)

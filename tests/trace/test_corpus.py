@@ -98,9 +98,9 @@ def test_gemv_bias_relu_is_one_fused_contraction():
 @pytest.mark.parametrize("name, extents, reduced", [
     ("gemm", {"i": 16, "j": 8, "k": 24}, [24]),
     ("batched_matmul", {"b": 4, "i": 8, "j": 8, "k": 16}, [16]),
-    ("attn_scores", {"b": 2, "h": 4, "j": 16, "k": 8}, [8]),     # bhd,bhnd->bhn: sum over d
-    ("attn_context", {"b": 2, "h": 4, "j": 8, "k": 16}, [16]),   # bhn,bhnd->bhd: sum over n
-    ("ttv", {"i": 4, "m": 5, "k": 6}, [6]),
+    ("attn_scores", {"b": 2, "h": 4, "i": 16, "k": 8}, [8]),     # bhd,bhnd->bhn: sum over d
+    ("attn_context", {"b": 2, "h": 4, "i": 8, "k": 16}, [16]),   # bhn,bhnd->bhd: sum over n
+    ("ttv", {"i": 4, "j": 5, "k": 6}, [6]),
     ("mmtv", {"b": 4, "i": 8, "k": 16}, [16]),
 ])
 def test_single_contractions(name, extents, reduced):
