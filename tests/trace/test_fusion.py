@@ -249,3 +249,31 @@ def test_eager_and_jitted_evaluation_agree():
     from pimjax.trace import evaluate_graph
     np.testing.assert_allclose(evaluate_graph(g, *args, jit=False), g.evaluate(*args),
                                rtol=1e-6, atol=1e-6)
+
+
+@jax.custom_vjp
+def _clipped_sin(v):
+    return jnp.sin(v)
+
+
+_clipped_sin.defvjp(lambda v: (jnp.sin(v), v), lambda v, ct: (jnp.clip(ct * jnp.cos(v), -1, 1),))
+
+
+@jax.custom_jvp
+def _soft(v):
+    return jnp.log1p(jnp.exp(v))
+
+
+_soft.defjvp(lambda primals, tangents: (_soft(primals[0]), tangents[0]))
+
+
+def test_custom_vjp_and_custom_jvp_are_inlined():
+    def f(W, v):
+        return _soft(_clipped_sin(W @ v))
+
+    cj = jax.make_jaxpr(f)(W, x)
+    assert {e.primitive.name for e in cj.jaxpr.eqns} >= {"custom_vjp_call", "custom_jvp_call"}
+    g = pimjax.make_graph(f, W, x)
+    assert [op.kind for op in g.ops] == ["contraction"]
+    assert g.ops[0].fused == ("sin", "exp", "log1p")
+    _check(g, f, W, x)
