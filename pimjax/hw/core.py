@@ -173,13 +173,17 @@ class System(_Replace):
 
 
 @pytree_dataclass(static=("cores_per_group", "units", "broadcast", "global_buffer_bytes",
-                          "n_global_buffers", "bank_groups", "banks_per_bank_group"))
+                          "n_global_buffers", "bank_groups", "banks_per_bank_group",
+                          "per_core_commands"))
 class Group(_Replace):
     """Group level (a channel / pseudo-channel / rank).
 
     cores_per_group: PIM cores (units) per group.
     units: group-level units, subset of {"softmax", "accumulator", "global_buffer"}.
     broadcast: whether one command can drive every core of the group.
+    per_core_commands: whether a PIM compute command can target one core
+    (bank-level commands, DCC's fallback when offsets differ); HBM-PIM
+    computes only in all-bank mode.
     global_buffer_bytes / n_global_buffers: Newton/AiM global buffer(s);
     global_buffer_bytes is the TOTAL capacity of all buffers of the group
     (each buffer holds global_buffer_bytes // n_global_buffers bytes).
@@ -193,6 +197,7 @@ class Group(_Replace):
     n_global_buffers: int = 0
     bank_groups: int = 4
     banks_per_bank_group: int = 4
+    per_core_commands: bool = True
 
     def __post_init__(self):
         check_positive(self, "cores_per_group", "bank_groups", "banks_per_bank_group")

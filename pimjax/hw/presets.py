@@ -206,6 +206,7 @@ def hbm_pim(*, channels: int | None = None, config: str = "default",
         cores_per_group=cores,
         units=(),
         broadcast=True,                     # hbm-pim.md: HAB_PIM column commands drive all 8 units
+        per_core_commands=False,            # hbm-pim.md: PIM instructions execute only in HAB_PIM mode
         bank_groups=4,                      # hbm-pim.md: 16 banks per pCH = 4 bank groups x 4
         banks_per_bank_group=4,
     )

@@ -28,7 +28,7 @@ from . import prune
 from .dimsets import DimensionSet, dimension_sets
 from .draft import Draft, DimPart
 from .table import KNOB_COLUMNS, DraftTable, encode
-from .verify import infer_shapes, op_support, per_core_var_lengths, resource_mask
+from .verify import infer_shapes, matrix_and_vector, op_support, per_core_var_lengths, resource_mask
 
 KI_KO = (1, 2, 4, 8)              # Korean paper §4.1: KI, KO in {1, 2, 4, 8}
 UPMEM_TASKLETS = (8, 11, 16, 24)  # PrIM/ATiM grids; 11 = full pipeline (backends.md)
@@ -97,6 +97,15 @@ def lane_candidates(op: PimOp, backend: Backend) -> tuple[str | None, ...]:
     if backend.core.lanes <= 1:
         return (None,)
     out: dict[str, None] = {}
+    if op.kind == "contraction":
+        # PIM MAC units reduce along their lanes (HBM-PIM lane partials,
+        # AttAcc / Newton adder trees): the lanes run along a reduction variable
+        for k, acc in enumerate(op.operands):
+            if k in set(op.body_operands) and acc.index_map:
+                v = acc.index_map[-1].single_var
+                if v is not None and v in op.reduction_vars:
+                    out[v] = None
+        return tuple(out) or tuple(op.reduction_vars[-1:]) or (None,)
     used = set(op.body_operands)
     for k, acc in enumerate(op.operands):
         if k in used and acc.index_map:
@@ -129,7 +138,8 @@ def _knob_grid(op: PimOp, sets: Sequence[DimensionSet], backend: Backend) -> np.
     else:
         kis, kos = [1], [1]
     grans = [encode("broadcast", "granularity")] if group.broadcast else []
-    grans.append(encode("core", "granularity"))
+    if group.per_core_commands or not group.broadcast:
+        grans.append(encode("core", "granularity"))
     complex_sets = any(len(s.vars) > 1 for s in sets)
     irrs = [encode("expand", "irregular")] + ([encode("keep", "irregular")] if complex_sets else [])
     if core.tasklets > 1:
@@ -306,6 +316,13 @@ def _expand_knobs(op, sets, backend, rows: _Rows, lane_vars, knobs: bool, shapes
             per_core = kcol["granularity"] == encode("core", "granularity")
             valid &= ~per_core | r(uneven & (rows.cores.prod(axis=1) > 1))
         valid &= (kcol["irregular"] == encode("expand", "irregular")) | r(complex_split)
+    if contraction and _register_simd(backend) and not group.per_core_commands:
+        # input registers are written by group broadcast: every core of a
+        # group must need the same register operand (no core split of its sets)
+        _, vec = matrix_and_vector(op, shapes or infer_shapes(op))
+        vvars = set(op.operands[vec].vars)
+        shared = np.array([bool(vvars & set(s.vars)) for s in sets], bool)
+        valid &= r(~((rows.cores > 1) & shared[None, :]).any(axis=1))
     st.knob_drafts = int(valid.sum())
 
     # the verifier: registers and buffers are bounded by the grid; capacity and WRAM here

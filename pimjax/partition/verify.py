@@ -113,6 +113,16 @@ def footprint_elements(op: PimOp, lengths: dict[str, np.ndarray], shapes: dict[i
     return total
 
 
+def matrix_and_vector(op: PimOp, shapes: dict) -> tuple[int, int]:
+    """(M, v) operand indices of a contraction `sum M * v`: M, the larger
+    operand, stays in the banks; v is fed to the units (registers, GEMV or
+    global buffers) — Newton's "one large operand with low reuse and one small
+    operand"."""
+    a, b = sorted(op.body_operands)[:2]
+    size = lambda k: int(np.prod(shapes[op.operands[k].value], dtype=np.int64))  # noqa: E731
+    return (a, b) if size(a) >= size(b) else (b, a)
+
+
 def infer_shapes(op: PimOp) -> dict[int, tuple]:
     """Tensor shapes implied by the index maps (max index + 1 per dim)."""
     ext = op.extents

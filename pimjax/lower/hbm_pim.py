@@ -1,0 +1,686 @@
+"""Lowering to Samsung HBM-PIM (FIMDRAM) command programs.
+
+The command sequences follow the public Samsung PIM simulator
+(`../shared/reference/hbm-pim.md`): a fixed frame (park-in, SB->HAB, CRF
+program, HAB->HAB_PIM ... HAB_PIM->HAB, HAB->SB, park-out) around the
+kernel body, in which every all-bank-PIM column command executes the next
+CRF instruction in all 8 units of the pseudo-channel.
+
+Kernels (per group = pCH; all groups run one shared stream):
+
+* contraction `sum_r M[.., o, r] * v[.., r]` — a sequence of GEMVs.  M (the
+  larger operand) is pre-placed in the units' even/odd banks in KI x KO
+  blocks (burst L of a block holds M[o = L % KO][16 inputs of L // KO]); v is
+  broadcast into GRF_A by the host, 16 lanes per register; MACs accumulate
+  16 lane partials per output in GRF_B, which is stored into the odd bank and
+  read back by the host, which sums the lanes and any partial slots.
+* elementwise — every operand column is streamed through a CRF program
+  (FILL / ADD / MUL / MAD with SRF scalars / MOV-ReLU) into GRF_A (even bank)
+  or GRF_B (odd bank) and stored back; the host reads the result.
+* reduction (add) — columns of one output are FILLed then ADDed into one
+  register; lane partials are summed by the host.
+
+Optimisations (each an option, on by default): register reuse (Korean
+paper §3.2: write GRF_A only when its inputs change; store / read GRF_B only
+when final), the data-block layout matching the dataflow (§3.4), resident
+operands (DCC `pre_load`), channel-parallel rearrangement (DCC §IV-C).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import PimCompileError
+from ..hw.core import Backend
+from ..partition.draft import Draft
+from ..partition.verify import matrix_and_vector
+from ..trace.affine import AffineExpr
+from ..trace.ir import Acc, Arg, Const, PimOp, Prim
+from .layout import global_index, lane_order, tile_layout, value_shapes
+from .program import Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, stack_streams
+from .tiles import CoreTiles, core_tiles
+
+# rows of the mode / configuration frame (hbm-pim.md)
+PARK_ROW = 0x1000
+SB_TO_HAB_ROW = 0x17FF
+HAB_TO_SB_ROW = 0x1FFF
+CONF_ROW = 0x3FFF
+DATA_ROWS = 0x1000          # rows with bit 12 clear reach the banks
+GRF_A_COL = 8               # row 0x3fff columns 8-15 -> GRF_A[0..7]
+GRF_B_COL = 24              # columns 24-31 -> GRF_B[0..7]
+SRF_COL = 1
+
+# register file of one unit in `execute`: GRF_A[0..7], GRF_B[0..7], SRF
+GRF_A, GRF_B, SRF = 0, 8, 16
+N_REGS = 17
+
+
+class Crf:
+    """CRF instruction codes carried in `aux` of PIM_RD / PIM_WR / AB_WR
+    records; `reg` is the first register, `reg_step` its increment per
+    column, `arg` the SRF slot or host-data row."""
+    MAC = 1        # GRF_B[L % ko] += GRF_A[arg + L // ko] * bank  (reg = L0, reg_step = ko)
+    FILL = 2       # R[reg + t] = bank
+    FILL_RELU = 3  # R[reg + t] = relu(bank)
+    ADD = 4        # R[reg + t] += bank
+    MUL = 5        # R[reg + t] *= bank
+    MAD = 6        # R[reg + t] = bank * SRF[arg] + R[reg + t]
+    MULS = 7       # R[reg + t] = bank * SRF[arg]
+    MOV_RELU = 8   # R[reg + t] = relu(R[reg + t])   (triggered by a column read)
+    SUB = 9        # R[reg + t] -= bank
+    RSUB = 10      # R[reg + t] = bank - R[reg + t]
+    STORE = 20     # bank = R[reg + t]              (PIM_WR)
+    HOST_REG = 30  # R[reg + t] = host_data[src][arg + t]          (AB_WR)
+    HOST_SRF = 34  # SRF = the op's scalars (Program.meta["srf"])   (AB_WR)
+    PROGRAM = 31   # CRF program write (timing only)
+    MODE = 32      # mode change (timing only; HAB->HAB_PIM also zeroes GRF_B)
+    ZERO_B = 33    # mode change that zeroes GRF_B
+
+
+DEFAULT_OPTIONS = dict(register_reuse=True, data_block_layout=True, channel_parallel=True,
+                       resident=(), frame=True, result_dtype="float32")
+
+
+@dataclass
+class _Ctx:
+    op: PimOp
+    draft: Draft
+    backend: Backend
+    tiles: CoreTiles
+    shapes: dict
+    options: dict
+
+
+def lower_hbm_pim(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None = None,
+                  **options) -> Program:
+    """Lower one op to an HBM-PIM program (see module docstring)."""
+    opts = {**DEFAULT_OPTIONS, **options}
+    ctx = _Ctx(op, draft, backend, core_tiles(op, draft), value_shapes(op, shapes), opts)
+    if op.kind == "contraction":
+        return _contraction(ctx)
+    if op.kind == "elementwise":
+        return _elementwise(ctx)
+    if op.kind == "reduction":
+        return _reduction(ctx)
+    raise PimCompileError(f"hbm-pim cannot run a {op.kind} op ({op.name})")
+
+
+# --------------------------------------------------------------------------
+# shared pieces
+# --------------------------------------------------------------------------
+def _frame_open(b: RecordBuilder) -> None:
+    """Park-in, SB->HAB and the CRF program (hbm-pim.md "Fixed frame")."""
+    for bank in range(16):
+        b.add(Op.RD, bank=bank, row=PARK_ROW, col=0, aux=Crf.MODE)
+    for bank in (0, 8, 1, 9):
+        b.add(Op.WR, bank=bank, row=SB_TO_HAB_ROW, col=31, aux=Crf.MODE)
+    b.add(Op.AB_WR, bank=1, row=CONF_ROW, col=4, aux=Crf.PROGRAM)
+
+
+def _frame_close(b: RecordBuilder) -> None:
+    """HAB->SB and park-out."""
+    for bank in (0, 1):
+        b.add(Op.WR, bank=bank, row=HAB_TO_SB_ROW, col=0, aux=Crf.MODE)
+    for bank in range(16):
+        b.add(Op.RD, bank=bank, row=PARK_ROW, col=0, aux=Crf.MODE)
+
+
+def _enter_pim(b: RecordBuilder) -> None:
+    b.add(Op.AB_WR, bank=0, row=CONF_ROW, col=0, aux=Crf.ZERO_B)
+
+
+def _exit_pim(b: RecordBuilder) -> None:
+    b.add(Op.AB_WR, bank=0, row=CONF_ROW, col=0, aux=Crf.MODE)
+
+
+def _column_runs(bank: int, flat_cols: np.ndarray, cols: int = 32):
+    """Split consecutive bank-column indices into (bank, row, col, n, offset)
+    runs that stay inside one row."""
+    runs = []
+    i = 0
+    flat_cols = np.asarray(flat_cols)
+    while i < len(flat_cols):
+        start = int(flat_cols[i])
+        row, col = divmod(start, cols)
+        n = 1
+        while (i + n < len(flat_cols) and flat_cols[i + n] == start + n and col + n < cols):
+            n += 1
+        runs.append((bank, row, col, n, i))
+        i += n
+    return runs
+
+
+def _rearrange(b: RecordBuilder, layout_id: int, region: dict[int, np.ndarray], cores: int,
+               resident: bool) -> None:
+    """Host writes of a layout's region: single-bank WR runs over every
+    column the kernel reads (`region`: bank parity -> flat column indices
+    row * 32 + col), padding included — padding instead of boundary checks."""
+    for bank_sel, flat in region.items():
+        for core in range(cores):
+            bank = 2 * core + int(bank_sel)
+            for _, row, col, n, _ in _column_runs(bank, np.unique(flat)):
+                b.add(Op.WR, bank=bank, row=row, col=col, n=n, phase=Phase.REARRANGE, src=layout_id,
+                      core=core, resident=int(resident))
+
+
+def _readback(b: RecordBuilder, layout_id: int, layout: TensorLayout, cores: int) -> None:
+    """Host reads of the result region, one SB RD per used column per core."""
+    pos = layout.positions
+    for bank_sel in np.unique(pos[:, 0]):
+        sel = pos[pos[:, 0] == bank_sel]
+        flat = np.unique(sel[:, 1] * 32 + sel[:, 2])
+        for core in range(cores):
+            bank = 2 * core + int(bank_sel)
+            for _, row, col, n, _ in _column_runs(bank, flat):
+                b.add(Op.RD, bank=bank, row=row, col=col, n=n, phase=Phase.READBACK, src=layout_id,
+                      core=core)
+
+
+def _program(ctx: _Ctx, layouts, streams, host_data, readback: Readback, meta: dict) -> Program:
+    records = stack_streams(streams)
+    staging = ctx.backend.system.host.staging_buffer_bytes > 0
+    stats = _stats(records, layouts, host_data, ctx.backend)
+    meta = dict(meta, result_shape=tuple(ctx.shapes[ctx.op.result.value]),
+                result_dtype=ctx.options.get("result_dtype", "float32"))
+    return Program("hbm-pim", ctx.op, ctx.draft, tuple(layouts), records, tuple(host_data), readback,
+                   ctx.tiles.groups, ctx.tiles.cores,
+                   parallel_rearrangement=bool(ctx.options["channel_parallel"] and staging),
+                   options=dict(ctx.options), stats=stats, meta=meta)
+
+
+def _stats(records: Records, layouts, host_data, backend: Backend) -> dict:
+    op = np.asarray(records.op)
+    n = np.asarray(records.n)
+    counts = {Op(o).name: int(n[op == o].sum()) for o in np.unique(op) if o != Op.NOP}
+    return {"records": int((n > 0).sum()), "commands": counts}
+
+
+def _host_rows(values_idx: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Host-data rows: flat indices with -1 where invalid."""
+    return np.where(valid, values_idx, -1).astype(np.int64)
+
+
+# --------------------------------------------------------------------------
+# contraction: a sequence of GEMVs per core
+# --------------------------------------------------------------------------
+def _contraction(ctx: _Ctx) -> Program:
+    op, draft, tiles = ctx.op, ctx.draft, ctx.tiles
+    if draft.lane_var not in op.reduction_vars:
+        raise PimCompileError("hbm-pim MACs need the lanes along a reduction variable")
+    mi, vi = matrix_and_vector(op, ctx.shapes)
+    M, V = op.operands[mi], op.operands[vi]
+    mvars, vvars = set(M.vars), set(V.vars)
+    outs = [v for v in op.output_vars]
+    red = lane_order([v for v in (lv.name for lv in op.loop_vars) if v in op.reduction_vars], draft.lane_var)
+    o_b = [v for v in outs if v in mvars and v in vvars]     # batch: both operands
+    o_v = [v for v in outs if v in vvars and v not in mvars]  # GEMM columns: vector only
+    o_m = [v for v in outs if v not in vvars]                 # GEMV rows: matrix only
+    lanes, ki, ko = 16, draft.ki, draft.ko
+    xi = ki * lanes
+    box = dict(zip(tiles.vars, (int(tiles.length[..., k].max()) for k in range(len(tiles.vars)))))
+    n_b = int(np.prod([box[v] for v in o_b], dtype=np.int64))
+    n_v = int(np.prod([box[v] for v in o_v], dtype=np.int64))
+    n_o = int(np.prod([box[v] for v in o_m], dtype=np.int64))
+    n_r = int(np.prod([box[v] for v in red], dtype=np.int64))
+    t_in, t_out = -(-n_r // xi), -(-n_o // ko)
+    reuse = ctx.options["register_reuse"]
+    dataflow = draft.dataflow if reuse else "os"
+    # partial slots per output: one per input tile unless outputs stay in GRF_B
+    slots = 1 if (dataflow == "os" and reuse) else t_in
+    bursts = ki * ko
+
+    # --- M: KI x KO blocks, block (b, j, i) in bank i % 2 -------------------
+    order_is = dataflow == "is" and ctx.options["data_block_layout"]
+    blocks = [(b_, j, i) for b_ in range(n_b) for j in range(t_out) for i in range(t_in)]
+    if order_is:
+        blocks.sort(key=lambda t: (t[0], t[2], t[1]))
+    block_bank_idx = {}
+    counters = [0, 0]
+    for blk in blocks:
+        par = blk[2] % 2
+        block_bank_idx[blk] = counters[par]
+        counters[par] += 1
+    m_rows = [-(-counters[p] * bursts // 32) for p in (0, 1)]
+    if max(m_rows) > DATA_ROWS // 2:
+        raise PimCompileError(f"hbm-pim: {max(m_rows)} rows of matrix data per bank exceed the PIM rows")
+    m_vars = tuple(o_b + o_m + list(red))
+    b_idx, o_idx, r_idx = np.meshgrid(np.arange(n_b), np.arange(n_o), np.arange(n_r), indexing="ij")
+    j, oo = o_idx // ko, o_idx % ko
+    i, rem = r_idx // xi, r_idx % xi
+    kk, lane = rem // lanes, rem % lanes
+    bidx = np.vectorize(lambda a, b_, c: block_bank_idx[(a, b_, c)], otypes=[np.int64])(b_idx, j, i) \
+        if blocks else np.zeros_like(b_idx)
+    flat = bidx * bursts + kk * ko + oo
+    m_pos = np.stack([i % 2, flat // 32, flat % 32, lane], -1).reshape(-1, 4)
+    mbox = tuple(box[v] for v in m_vars)
+    m_layout = tile_layout(tiles, "M", mi, m_vars, M.index_map, ctx.shapes[M.value], m_pos, mbox)
+
+    # --- result: GRF_B stores into the odd bank, one column per output -----
+    res_base = m_rows[1]
+    r_vars = tuple(o_b + o_v + o_m) + (("#slot",) if slots > 1 else ())
+    rb, rv, ro, rs = np.meshgrid(np.arange(n_b), np.arange(n_v), np.arange(n_o), np.arange(slots),
+                                 indexing="ij")
+    rflat = (((rb * n_v + rv) * slots + rs) * t_out + ro // ko) * ko + ro % ko
+    r_pos = np.stack([np.ones_like(rflat), res_base + rflat // 32, rflat % 32, -np.ones_like(rflat)], -1)
+    r_pos = r_pos.reshape(-1, 4)
+    rbox = tuple(box[v] for v in o_b + o_v + o_m) + ((slots,) if slots > 1 else ())
+    res_layout = tile_layout(tiles, "acc", -1, r_vars, *_acc_space(op), r_pos, rbox,
+                             synthetic={"#slot": slots} if slots > 1 else None)
+
+    # --- host data: the vector operand, one row per GRF_A register write ----
+    v_rows, v_key = _vector_rows(ctx, V, o_b, o_v, red, n_r, xi, lanes)
+
+    # --- the command stream (shared by all groups) --------------------------
+    b = RecordBuilder()
+    if ctx.options["frame"]:
+        _frame_open(b)
+    written: tuple | None = None
+
+    def write_inputs(bb, vv, ii):
+        nonlocal written
+        key = (bb, vv, ii)
+        if reuse and written == key:
+            return
+        b.add(Op.AB_WR, bank=1, row=CONF_ROW, col=GRF_A_COL, n=ki, reg=GRF_A, reg_step=1,
+              src=0, aux=Crf.HOST_REG, arg=v_key[key])
+        written = key
+
+    def macs(bb, jj, ii):
+        start = block_bank_idx[(bb, jj, ii)] * bursts
+        for _, row, col, n, off in _column_runs(ii % 2, np.arange(start, start + bursts)):
+            b.add(Op.PIM_RD, bank=ii % 2, row=row, col=col, n=n, reg=off, reg_step=ko, aux=Crf.MAC,
+                  src=0, arg=GRF_A)
+
+    def store(bb, vv, jj, ss):
+        first = (((bb * n_v + vv) * slots + ss) * t_out + jj) * ko
+        for _, row, col, n, off in _column_runs(1, np.arange(first, first + ko) + res_base * 32):
+            b.add(Op.PIM_WR, bank=1, row=row, col=col, n=n, reg=GRF_B + off, reg_step=1, aux=Crf.STORE,
+                  src=2)
+
+    for bb in range(n_b):
+        for vv in range(n_v):
+            if dataflow == "os":
+                for jj in range(t_out):
+                    _enter_pim(b)
+                    for ii in _even_then_odd(t_in):
+                        write_inputs(bb, vv, ii)
+                        macs(bb, jj, ii)
+                        if slots > 1:             # no register reuse: partials out every tile
+                            store(bb, vv, jj, ii)
+                            _exit_pim(b)
+                            _enter_pim(b)
+                    if slots == 1:
+                        store(bb, vv, jj, 0)
+                    _exit_pim(b)
+            else:
+                for ii in range(t_in):
+                    for jj in range(t_out):
+                        _enter_pim(b)
+                        write_inputs(bb, vv, ii)
+                        macs(bb, jj, ii)
+                        store(bb, vv, jj, ii)
+                        _exit_pim(b)
+    if ctx.options["frame"]:
+        _frame_close(b)
+
+    resident = mi in set(ctx.options["resident"])
+    pre = RecordBuilder()
+    region = {p: np.arange(counters[p] * bursts) for p in (0, 1) if counters[p]}
+    _rearrange(pre, 0, region, tiles.cores, resident)
+    post = RecordBuilder()
+    _readback(post, 2, res_layout, tiles.cores)
+    stream = _concat(pre, b, post)
+    layouts = [m_layout, _vector_layout(tiles, V, vi, ctx.shapes), res_layout]
+    rb_ = Readback(2, combiner="add", lane_partials=True, epilogue_on_host=True)
+    meta = dict(kind="gemv-sequence", M=mi, v=vi, host_data_operands=(vi,), n_b=n_b, n_v=n_v, n_o=n_o, n_r=n_r, t_in=t_in,
+                t_out=t_out, slots=slots, ki=ki, ko=ko)
+    return _program(ctx, layouts, [stream], [v_rows], rb_, meta)
+
+
+def _even_then_odd(t_in: int):
+    """Input tiles in the reference's order: every even tile, then every odd
+    one (the CRF runs MAC EVEN_BANK, JUMP, MAC ODD_BANK, JUMP)."""
+    return list(range(0, t_in, 2)) + list(range(1, t_in, 2))
+
+
+def _acc_space(op: PimOp) -> tuple[tuple, tuple]:
+    """(index map, shape) of the accumulator space: the grid of the op's
+    output variables, where partials are merged before the epilogue and the
+    write through the result map (see `sim.execute`)."""
+    ext = op.extents
+    return (tuple(AffineExpr.var(v) for v in op.output_vars),
+            tuple(ext[v] for v in op.output_vars))
+
+
+def _vector_layout(tiles: CoreTiles, V, vi: int, shapes) -> TensorLayout:
+    """Placeholder layout entry for the register operand (its data travels
+    as host-data rows, see `_vector_rows`)."""
+    return tile_layout(tiles, "v", vi, (), (), shapes[V.value], np.zeros((1, 4), np.int32), ())
+
+
+def _vector_rows(ctx: _Ctx, V, o_b, o_v, red, n_r, xi, lanes):
+    """Host-data rows for GRF_A writes: for every (batch b, column v, input
+    tile i) and register kk, the 16 global flat indices of the vector
+    operand (-1 for padding / out-of-band).
+
+    All cores of a group share these registers (broadcast), so the data is
+    taken from core 0 of each group; the partitioner guarantees the cores of
+    a group agree (no core split of the vector's dimension sets)."""
+    tiles = ctx.tiles
+    op = ctx.op
+    box = dict(zip(tiles.vars, (int(tiles.length[..., k].max()) for k in range(len(tiles.vars)))))
+    dims = list(o_b) + list(o_v) + list(red)
+    sizes = [box[v] for v in dims]
+    G = tiles.groups
+    grids = np.meshgrid(*[np.arange(s) for s in sizes], indexing="ij") if dims else []
+    env = {}
+    valid = np.ones((G,) + tuple(sizes), bool)
+    for v, grid in zip(dims, grids):
+        k = tiles.var_index(v)
+        start = tiles.start[:, 0, k].reshape((G,) + (1,) * len(dims))
+        length = tiles.length[:, 0, k].reshape((G,) + (1,) * len(dims))
+        env[v] = start + grid[None]
+        valid &= grid[None] < length
+    # variables the vector does not depend on are irrelevant; bands restrict points
+    for expr, lo, hi in tiles.bands:
+        if set(expr.vars) <= set(env):
+            val, _ = expr.evaluate(env)
+            valid &= (val >= lo[:, 0].reshape((G,) + (1,) * len(dims))) & \
+                     (val < hi[:, 0].reshape((G,) + (1,) * len(dims)))
+    shape = ctx.shapes[V.value]
+    flat = np.zeros_like(valid, dtype=np.int64)
+    stride = 1
+    for expr, size in reversed(list(zip(V.index_map, shape))):
+        full = {v: env.get(v, np.zeros((1,) * (1 + len(dims)), np.int64)) for v in expr.vars}
+        idx, _ = expr.evaluate(full)
+        idx = np.broadcast_to(idx, valid.shape)
+        valid &= (idx >= 0) & (idx < size)
+        flat = flat + np.clip(idx, 0, size - 1) * stride
+        stride *= size
+    n_bv = int(np.prod(sizes[:len(o_b) + len(o_v)], dtype=np.int64))
+    flat = flat.reshape(G, n_bv, n_r)
+    valid = valid.reshape(G, n_bv, n_r)
+    t_in = -(-n_r // xi)
+    pad = t_in * xi - n_r
+    flat = np.pad(flat, ((0, 0), (0, 0), (0, pad)))
+    valid = np.pad(valid, ((0, 0), (0, 0), (0, pad)))
+    rows = _host_rows(flat, valid).reshape(G, n_bv * t_in * (xi // lanes), lanes)
+    n_v = int(np.prod([box[v] for v in o_v], dtype=np.int64))
+    key = {}
+    kiregs = xi // lanes
+    for bv in range(n_bv):
+        for i in range(t_in):
+            key[(bv // n_v, bv % n_v, i)] = (bv * t_in + i) * kiregs
+    return rows, key
+
+
+def _concat(*builders: RecordBuilder) -> dict[str, np.ndarray]:
+    parts = [bb.build() for bb in builders]
+    return {f: np.concatenate([p[f] for p in parts]) for f in parts[0]}
+
+
+# --------------------------------------------------------------------------
+# elementwise: a CRF program streamed over every operand column
+# --------------------------------------------------------------------------
+def _compile_body(body, scalar_ops: set[int]):
+    """Left-deep CRF steps for an elementwise body.
+
+    Returns [(crf, operand or None, srf_slot or None)], the first step a FILL
+    / FILL_RELU.  Raises PimCompileError for bodies the units cannot run."""
+    consts: list = []
+
+    def scalar(e):
+        if isinstance(e, Const):
+            consts.append(("const", e.value))
+            return len(consts) - 1
+        if isinstance(e, Arg) and e.index in scalar_ops:
+            consts.append(("arg", e.index))
+            return len(consts) - 1
+        return None
+
+    def is_bank(e):
+        return isinstance(e, Arg) and e.index not in scalar_ops
+
+    def walk(e):
+        if is_bank(e):
+            return [(Crf.FILL, e.index, None)]
+        if isinstance(e, Prim):
+            name, args = e.name, e.args
+            if name in ("convert_element_type", "copy", "copy_p", "reduce_precision") and len(args) == 1:
+                return walk(args[0])
+            if name == "max" and len(args) == 2 and any(isinstance(a, Const) and a.value == 0 for a in args):
+                inner = args[0] if not isinstance(args[0], Const) else args[1]
+                steps = walk(inner)
+                if len(steps) == 1 and steps[0][0] == Crf.FILL:
+                    return [(Crf.FILL_RELU, steps[0][1], None)]
+                return steps + [(Crf.MOV_RELU, None, None)]
+            if name in ("add", "sub", "mul") and len(args) == 2:
+                a, c = args
+                # acc (op) leaf, with commutativity for add / mul
+                for acc_e, leaf, swapped in ((a, c, False), (c, a, True)):
+                    if name == "sub" and swapped:
+                        # leaf - acc
+                        if is_bank(leaf):
+                            return walk(acc_e) + [(Crf.RSUB, leaf.index, None)]
+                        continue
+                    if is_bank(leaf):
+                        code = {"add": Crf.ADD, "sub": Crf.SUB, "mul": Crf.MUL}[name]
+                        return walk(acc_e) + [(code, leaf.index, None)]
+                    s = scalar(leaf)
+                    if s is not None and name == "mul":
+                        return _scale(walk(acc_e), s)
+                    if s is not None and name in ("add", "sub") and isinstance(leaf, Const) and leaf.value == 0:
+                        return walk(acc_e)
+                raise PimCompileError(f"hbm-pim cannot run elementwise {name} of two computed values")
+            if name == "neg" and len(args) == 1:
+                consts.append(("const", -1.0))
+                return _scale(walk(args[0]), len(consts) - 1)
+        raise PimCompileError(f"hbm-pim has no instruction for {getattr(e, 'name', e)}")
+
+    steps = walk(body)
+    return steps, consts
+
+
+def _scale(steps, slot):
+    """acc * SRF[slot]: fold into the first FILL as MULS when possible."""
+    if len(steps) == 1 and steps[0][0] == Crf.FILL:
+        return [(Crf.MULS, steps[0][1], slot)]
+    # a*x + b*y: the scaled leaf of an ADD becomes MAD
+    if steps[-1][0] == Crf.ADD and len(steps) >= 2:
+        raise PimCompileError("hbm-pim: scaling a sum needs a temporary register")
+    raise PimCompileError("hbm-pim: scaling a computed value needs a temporary register")
+
+
+def _elementwise(ctx: _Ctx) -> Program:
+    op, draft, tiles = ctx.op, ctx.draft, ctx.tiles
+    scalar_ops = {k for k, a in enumerate(op.operands) if not a.index_map}
+    steps, consts = _compile_gevas(op, scalar_ops)
+    loop = lane_order(tiles.vars, draft.lane_var)
+    box = tiles.box(loop)
+    n = int(np.prod(box, dtype=np.int64))
+    lanes, ko = 16, draft.ko
+    n_cols = -(-n // lanes)
+    t = -(-n_cols // (2 * ko))                    # tiles of 2 x ko columns (even + odd bank)
+    col = np.arange(n) // lanes
+    tile, par, burst = col // (2 * ko), (col // ko) % 2, col % ko
+    region_rows = -(-t * ko // 32)
+    bank_ops = sorted({s[1] for s in steps if s[1] is not None})
+    layouts, bases = [], {}
+    for slot, k in enumerate(bank_ops + [-1]):
+        base = slot * region_rows
+        if base + region_rows > DATA_ROWS:
+            raise PimCompileError("hbm-pim: elementwise operands exceed the PIM rows of a bank")
+        bflat = base * 32 + tile * ko + burst
+        pos = np.stack([par, bflat // 32, bflat % 32, np.arange(n) % lanes], -1)
+        if k >= 0:
+            acc = op.operands[k]
+            layouts.append(tile_layout(tiles, f"x{k}", k, loop, acc.index_map, ctx.shapes[acc.value], pos, box))
+        else:
+            layouts.append(tile_layout(tiles, "acc", -1, loop, *_acc_space(op), pos, box))
+        bases[k] = base
+
+    b = RecordBuilder()
+    if ctx.options["frame"]:
+        _frame_open(b)
+    if consts:
+        b.add(Op.AB_WR, bank=1, row=CONF_ROW, col=SRF_COL, n=1, reg=SRF, aux=Crf.HOST_SRF)
+    _enter_pim(b)
+    lid = {k: i for i, k in enumerate(bank_ops + [-1])}
+    for tt in range(t):
+        for p in (0, 1):
+            reg = GRF_A if p == 0 else GRF_B
+            first = tt * ko
+            for code, k, slot in steps:
+                src_k = k if k is not None else steps[0][1]      # MOV_RELU re-reads a column
+                for _, row, c0, nn, off in _column_runs(p, bases[src_k] * 32 + first + np.arange(ko)):
+                    b.add(Op.PIM_RD, bank=p, row=row, col=c0, n=nn, reg=reg + off, reg_step=1, aux=code,
+                          src=lid[src_k], arg=0 if slot is None else slot)
+            for _, row, c0, nn, off in _column_runs(p, bases[-1] * 32 + first + np.arange(ko)):
+                b.add(Op.PIM_WR, bank=p, row=row, col=c0, n=nn, reg=reg + off, reg_step=1, aux=Crf.STORE,
+                      src=lid[-1])
+    _exit_pim(b)
+    if ctx.options["frame"]:
+        _frame_close(b)
+    pre = RecordBuilder()
+    resident = set(ctx.options["resident"])
+    for k in bank_ops:
+        region = {p: bases[k] * 32 + np.arange(t * ko) for p in (0, 1)}
+        _rearrange(pre, lid[k], region, tiles.cores, k in resident)
+    post = RecordBuilder()
+    _readback(post, lid[-1], layouts[lid[-1]], tiles.cores)
+    host_data = [np.zeros((tiles.groups, 0, lanes), np.int64)]
+    meta = dict(kind="elementwise", steps=steps, srf=consts, tiles=t, ko=ko)
+    return _program(ctx, layouts, [_concat(pre, b, post)], host_data,
+                    Readback(lid[-1], combiner="add", lane_partials=False, epilogue_on_host=False), meta)
+
+
+def _compile_gevas(op: PimOp, scalar_ops: set[int]):
+    """Compile the body, recognising `a*x + b*y` (MULS + MAD) first."""
+    body = op.body
+    if op.epilogue is not None:
+        from ..trace.ir import replace_acc
+        body = replace_acc(op.epilogue, body)
+    if isinstance(body, Prim) and body.name == "add" and len(body.args) == 2:
+        terms = []
+        for t in body.args:
+            if isinstance(t, Prim) and t.name == "mul" and len(t.args) == 2:
+                x, s = t.args
+                if isinstance(x, Arg) and x.index in scalar_ops:
+                    x, s = s, x
+                if isinstance(x, Arg) and x.index not in scalar_ops and (
+                        isinstance(s, Const) or (isinstance(s, Arg) and s.index in scalar_ops)):
+                    terms.append((x.index, s))
+                    continue
+            terms = None
+            break
+        if terms is not None and len(terms) == 2:
+            consts = [("const", s.value) if isinstance(s, Const) else ("arg", s.index) for _, s in terms]
+            return [(Crf.MULS, terms[0][0], 0), (Crf.MAD, terms[1][0], 1)], consts
+    return _compile_body(body, scalar_ops)
+
+
+# --------------------------------------------------------------------------
+# reduction (add): FILL then ADD the columns of each output into a register
+# --------------------------------------------------------------------------
+def _reduction(ctx: _Ctx) -> Program:
+    op, draft, tiles = ctx.op, ctx.draft, ctx.tiles
+    if op.combiner != "add":
+        raise PimCompileError(f"hbm-pim has no {op.combiner} instruction")
+    lanes, ko = 16, draft.ko
+    lane = draft.lane_var
+    lane_red = lane in op.reduction_vars
+    outs = [v for v in tiles.vars if v not in op.reduction_vars]
+    reds = [v for v in tiles.vars if v in op.reduction_vars]
+    if lane_red:
+        acc_vars = outs
+        step_vars = lane_order(reds, lane)
+    else:
+        acc_vars = lane_order(outs, lane)
+        step_vars = reds
+    box = dict(zip(tiles.vars, tiles.box(tiles.vars)))
+    # columns: an accumulator owns ceil(n_step / 16) columns (lane along a
+    # reduction var) or the lane var groups 16 accumulators into one column
+    if lane_red:
+        n_acc = int(np.prod([box[v] for v in acc_vars], dtype=np.int64))
+        n_step = int(np.prod([box[v] for v in step_vars], dtype=np.int64))
+        cols_per_acc = -(-n_step // lanes)
+        n_colacc = n_acc
+    else:
+        other = [v for v in acc_vars if v != lane]
+        n_lane = box[lane]
+        n_other = int(np.prod([box[v] for v in other], dtype=np.int64))
+        n_colacc = n_other * -(-n_lane // lanes)
+        n_step = int(np.prod([box[v] for v in step_vars], dtype=np.int64))
+        cols_per_acc = n_step
+    t_acc = -(-n_colacc // ko)                 # register batches of ko accumulators
+    # x layout: column (batch j, step s, register o) in bank j % 2
+    x_vars = tuple(acc_vars) + tuple(step_vars) if lane_red else tuple(
+        [v for v in acc_vars if v != lane]) + tuple(step_vars) + (lane,)
+    x_box = tuple(box[v] for v in x_vars)
+    grids = np.meshgrid(*[np.arange(s) for s in x_box], indexing="ij")
+    if lane_red:
+        a_i = np.ravel_multi_index([g for g in grids[:len(acc_vars)]], [box[v] for v in acc_vars]) \
+            if acc_vars else np.zeros_like(grids[0])
+        s_i = np.ravel_multi_index([g for g in grids[len(acc_vars):]], [box[v] for v in step_vars])
+        colacc, step, ln = a_i, s_i // lanes, s_i % lanes
+    else:
+        no = len(acc_vars) - 1
+        o_i = np.ravel_multi_index([g for g in grids[:no]], [box[v] for v in acc_vars if v != lane]) \
+            if no else np.zeros_like(grids[0])
+        step = np.ravel_multi_index([g for g in grids[no:no + len(step_vars)]], [box[v] for v in step_vars]) \
+            if step_vars else np.zeros_like(grids[0])
+        lv = grids[-1]
+        colacc, ln = o_i * -(-box[lane] // lanes) + lv // lanes, lv % lanes
+    jb, o = colacc // ko, colacc % ko
+    bank_sel = jb % 2
+    per_bank_batch = jb // 2
+    xflat = (per_bank_batch * cols_per_acc + step) * ko + o
+    x_pos = np.stack([bank_sel, xflat // 32, xflat % 32, ln], -1).reshape(-1, 4)
+    x_rows = -(-(-(-t_acc // 2)) * cols_per_acc * ko // 32)
+    x_layout = tile_layout(tiles, "x", 0, x_vars, tuple(op.operands[0].index_map),
+                           ctx.shapes[op.operands[0].value], x_pos, x_box)
+    # result: one column per accumulator register, in bank j % 2 after x
+    r_vars = tuple(acc_vars) if lane_red else tuple([v for v in acc_vars if v != lane]) + (lane,)
+    r_box = tuple(box[v] for v in r_vars)
+    rg = np.meshgrid(*[np.arange(s) for s in r_box], indexing="ij")
+    if lane_red:
+        ca = np.ravel_multi_index(rg, r_box) if r_box else np.zeros((), np.int64)
+        rl = -np.ones_like(ca)
+    else:
+        no = len(r_vars) - 1
+        oi = np.ravel_multi_index(rg[:no], r_box[:no]) if no else np.zeros_like(rg[0])
+        ca, rl = oi * -(-box[lane] // lanes) + rg[-1] // lanes, rg[-1] % lanes
+    rj, ro = ca // ko, ca % ko
+    rflat = (x_rows * 32) + (rj // 2) * ko + ro
+    r_pos = np.stack([rj % 2, rflat // 32, rflat % 32, rl], -1).reshape(-1, 4)
+    res_layout = tile_layout(tiles, "acc", -1, r_vars, *_acc_space(op), r_pos, r_box)
+
+    b = RecordBuilder()
+    if ctx.options["frame"]:
+        _frame_open(b)
+    _enter_pim(b)
+    for jb_ in range(t_acc):
+        p = jb_ % 2
+        reg = GRF_A if p == 0 else GRF_B
+        for s in range(cols_per_acc):
+            first = ((jb_ // 2) * cols_per_acc + s) * ko
+            code = Crf.FILL if s == 0 else Crf.ADD
+            for _, row, c0, nn, off in _column_runs(p, first + np.arange(ko)):
+                b.add(Op.PIM_RD, bank=p, row=row, col=c0, n=nn, reg=reg + off, reg_step=1, aux=code, src=0)
+        first = x_rows * 32 + (jb_ // 2) * ko
+        for _, row, c0, nn, off in _column_runs(p, first + np.arange(ko)):
+            b.add(Op.PIM_WR, bank=p, row=row, col=c0, n=nn, reg=reg + off, reg_step=1, aux=Crf.STORE, src=1)
+    _exit_pim(b)
+    if ctx.options["frame"]:
+        _frame_close(b)
+    pre = RecordBuilder()
+    region = {p: np.arange(-(-(t_acc - p) // 2) * cols_per_acc * ko) for p in (0, 1) if t_acc > p}
+    _rearrange(pre, 0, region, tiles.cores, 0 in set(ctx.options["resident"]))
+    post = RecordBuilder()
+    _readback(post, 1, res_layout, tiles.cores)
+    meta = dict(kind="reduction", t_acc=t_acc, cols_per_acc=cols_per_acc, ko=ko)
+    return _program(ctx, [x_layout, res_layout], [_concat(pre, b, post)],
+                    [np.zeros((tiles.groups, 0, lanes), np.int64)],
+                    Readback(1, combiner="add", lane_partials=lane_red, epilogue_on_host=True), meta)

@@ -1,0 +1,249 @@
+"""The PIM command program: one data structure, two interpreters.
+
+A `Program` is what `lower` produces for one (op, draft, backend):
+
+* `layouts`  — where each tensor lives in PIM memory, as a rule
+  (`TensorLayout`): per (group, core) the global indices of the core's local
+  box, and how the local box is linearised into (bank, row, column, lane).
+* `commands` — per-group command records as a struct of arrays
+  (`Records`): opcode, bank, row, first column, repeat count, phase,
+  register fields, data-source fields.  One record with `n` > 1 stands for
+  `n` column commands to consecutive columns of one open row.
+  A stream shared by every group (a broadcast program) has a leading axis of
+  1; otherwise the leading axis is the group.
+* `host_data` — for records that carry host data into registers or buffers:
+  per record row, the global flat indices of the elements sent (-1 = 0).
+* `readback` — how the host turns what it read back into the op's result:
+  which layout holds the partial results, and the merge (combiner over
+  lanes / cores, then the epilogue).
+
+`sim.execute` interprets the records for their values, `sim.cycles` for
+their time; neither knows how the program was produced.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+
+
+class Op(enum.IntEnum):
+    """Opcodes of all backends.  The timing class of each is in `TIMING_CLASS`."""
+    NOP = 0
+    # plain DRAM column commands (single bank, host data path)
+    RD = 1            # host reads a column (read-back, park, mode frames)
+    WR = 2            # host writes a column (rearrangement, mode frames)
+    # HBM-PIM (all-bank modes; timed as a command to bank 0/1 of bank group 0)
+    AB_WR = 3         # all-bank write: mode changes, CRF program, GRF/SRF writes, GRF store
+    PIM_RD = 4        # all-bank-PIM column read: executes the next CRF instruction in all units
+    PIM_WR = 5        # all-bank-PIM column write: stores a GRF into every unit's bank
+    # AttAcc
+    ACTAB = 10        # activate one row in all banks of the channel
+    PREA = 11         # precharge all banks
+    MACAB = 12        # all-bank MAC column (bank level)
+    MACSB = 13        # one bank of every bank group (bg level)
+    MACPB = 14        # per pseudo-channel buffer-level MAC
+    WRGB = 15         # host writes the GEMV buffers
+    MVSB = 16         # GEMV results -> softmax buffer
+    SFM = 17          # softmax on the softmax buffer
+    MVGB = 18         # softmax buffer -> GEMV buffers
+    RDACC = 19        # host reads the channel accumulator / softmax buffer
+    # Newton / AiM
+    GWRITE = 20       # host -> global buffer (aux = number of buffers written)
+    G_ACT = 21        # activate a row in the banks of the channel
+    COMP = 22         # column MAC in all activated banks
+    READRES = 23      # read the result latches
+    # UPMEM
+    XFER_H2D = 30     # host -> MRAM transfer (bytes in `n`)
+    XFER_D2H = 31     # MRAM -> host transfer
+    DMA_RD = 32       # MRAM -> WRAM DMA (bytes in `n`)
+    DMA_WR = 33       # WRAM -> MRAM DMA
+    DPU_EXEC = 34     # n instructions issued by the tasklets
+    LAUNCH = 35       # kernel launch / barrier
+
+
+class Phase(enum.IntEnum):
+    """What a record's time is attributed to in the report."""
+    REARRANGE = 0     # host -> PIM data movement
+    COMPUTE = 1       # PIM compute (and its control frame)
+    READBACK = 2      # PIM -> host
+
+
+RECORD_FIELDS = ("op", "bank", "row", "col", "n", "phase", "reg", "reg_step", "src", "aux",
+                 "arg", "core", "resident")
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class Records:
+    """Command records, struct of arrays, each of shape [S, R] (S streams:
+    1 when the stream is shared by all groups, else one per group).
+
+    op:       Op code.
+    bank:     target bank within the group (the timed bank for all-bank commands).
+    row, col: DRAM row and first column.
+    n:        repeat count (columns); 0 marks padding.  For UPMEM transfers /
+              DMA it is the byte count, for DPU_EXEC the instruction count.
+    phase:    Phase of the record.
+    reg:      first register / buffer entry / latch the command uses.
+    reg_step: register increment per column (HBM-PIM "auto" addressing).
+    src:      tensor (layout index) the data comes from / goes to; -1 none.
+    aux:      opcode-specific sub-operation (HBM-PIM CRF instruction, Newton
+              buffer count, ...).
+    arg:      opcode-specific argument (host_data row, SRF slot, source
+              register base, ...).
+    core:     target core for per-core commands; -1 = every core of the group.
+    resident: 1 for weight placement that a resident operand pays only once.
+    """
+    op: Any
+    bank: Any
+    row: Any
+    col: Any
+    n: Any
+    phase: Any
+    reg: Any
+    reg_step: Any
+    src: Any
+    aux: Any
+    arg: Any
+    core: Any
+    resident: Any
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(np.shape(self.op))
+
+    def pad_to(self, length: int) -> "Records":
+        """Pad every stream with NOP records (n = 0) to `length` records."""
+        S, R = self.shape
+        if R > length:
+            raise ValueError(f"cannot pad {R} records to {length}")
+        return Records(**{f: np.pad(np.asarray(getattr(self, f)), ((0, 0), (0, length - R)))
+                          for f in RECORD_FIELDS})
+
+    def select(self, mask) -> "Records":
+        """Keep the records where `mask` ([S, R] or [R]) is true (numpy, per stream
+        with equal counts)."""
+        mask = np.broadcast_to(np.asarray(mask, bool), self.shape)
+        counts = mask.sum(axis=1)
+        if len(set(counts.tolist())) > 1:
+            raise ValueError("select() needs the same number of kept records per stream")
+        return Records(**{f: np.asarray(getattr(self, f))[mask].reshape(self.shape[0], -1)
+                          for f in RECORD_FIELDS})
+
+
+class RecordBuilder:
+    """Appends records for one stream (numpy lists; `build()` stacks them)."""
+
+    def __init__(self):
+        self.cols = {f: [] for f in RECORD_FIELDS}
+
+    def add(self, op: Op, *, bank=0, row=0, col=0, n=1, phase=Phase.COMPUTE, reg=0, reg_step=0,
+            src=-1, aux=0, arg=0, core=-1, resident=0) -> None:
+        for f, v in (("op", int(op)), ("bank", bank), ("row", row), ("col", col), ("n", n),
+                     ("phase", int(phase)), ("reg", reg), ("reg_step", reg_step), ("src", src),
+                     ("aux", aux), ("arg", arg), ("core", core), ("resident", resident)):
+            self.cols[f].append(int(v))
+
+    def __len__(self) -> int:
+        return len(self.cols["op"])
+
+    def build(self) -> dict[str, np.ndarray]:
+        return {f: np.asarray(v, dtype=np.int32) for f, v in self.cols.items()}
+
+
+def stack_streams(streams: list[dict[str, np.ndarray]]) -> Records:
+    """Stack per-group streams (padding with NOPs) into one Records."""
+    R = max(len(s["op"]) for s in streams)
+    out = {}
+    for f in RECORD_FIELDS:
+        out[f] = np.stack([np.pad(s[f], (0, R - len(s[f]))) for s in streams]).astype(np.int32)
+    return Records(**out)
+
+
+@dataclass(frozen=True)
+class TensorLayout:
+    """Where a tensor's elements live in PIM memory: the rule, not a table.
+
+    Every core holds a *local box*: a range of each of the loop variables
+    `vars` (the ones the data depends on).  Local position j of variable v on
+    core (g, c) is loop value `start[g, c, v] + j` (valid while j < length).
+    The element stored there is the tensor element `index_map(values)`; a
+    broadcast operand is simply replicated.  Synthetic variables (names
+    starting with "#") number partial-result slots and do not index the
+    tensor.  `positions` maps every local flat position (C order over the
+    padded box `box`) to (bank, row, column, lane) — one table shared by all
+    cores, since group-broadcast commands need equal offsets in every core.
+    A lane of -1 means the whole column holds lane partials of one element.
+
+    bands: ((expr, lo[G, C], hi[G, C]), ...) extra validity constraints of
+           compound representative mappings (lo <= expr(values) < hi).
+    """
+    name: str
+    operand: int                      # PimOp operand index, -1 = the result
+    vars: tuple[str, ...]
+    start: np.ndarray                 # [G, C, V] int
+    length: np.ndarray                # [G, C, V] int
+    box: tuple[int, ...]              # padded local length per var
+    index_map: tuple                  # AffineExprs over `vars` -> tensor index
+    shape: tuple[int, ...]            # tensor shape
+    positions: np.ndarray             # [prod(box), 4] int32: bank, row, col, lane
+    bands: tuple = ()
+    space: str = "bank"
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.box, dtype=np.int64))
+
+    def rows(self) -> tuple[int, int]:
+        """(first, last + 1) row the region occupies."""
+        return int(self.positions[:, 1].min()), int(self.positions[:, 1].max()) + 1
+
+
+@dataclass(frozen=True)
+class Readback:
+    """How the host assembles the op's result from what it read back.
+
+    layout:    index into Program.layouts of the partial-result region.
+    combiner:  how partials of one output element merge ("add", "max", "min").
+    lane_partials: True when each lane holds a partial of the same output
+              element (lanes along a reduction variable), merged on the host.
+    epilogue_on_host: the op's epilogue runs in the host merge.
+    """
+    layout: int
+    combiner: str = "add"
+    lane_partials: bool = False
+    epilogue_on_host: bool = True
+
+
+@dataclass(frozen=True)
+class Program:
+    """A lowered (op, draft, backend).  See the module docstring.
+
+    operands: Program tensor index -> PimOp operand index (-1 for the result).
+    options:  the lowering options used (resident operands, optimisations).
+    parallel_rearrangement: host->PIM transfers of different groups overlap
+              (DCC channel-parallel rearrangement through the staging buffer);
+              False: groups are written one after another.
+    stats:    record counts, bytes moved per direction, ... (for as_text).
+    """
+    backend_name: str
+    op: Any = field(repr=False)
+    draft: Any
+    layouts: tuple[TensorLayout, ...]
+    commands: Records
+    host_data: tuple[np.ndarray, ...]
+    readback: Readback
+    groups: int
+    cores: int
+    parallel_rearrangement: bool = True
+    options: dict = field(default_factory=dict, compare=False)
+    stats: dict = field(default_factory=dict, compare=False)
+    meta: dict = field(default_factory=dict, compare=False)
+
+    def as_text(self, max_lines: int = 60) -> str:
+        from .text import program_text
+        return program_text(self, max_lines)

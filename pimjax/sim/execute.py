@@ -1,0 +1,123 @@
+"""`execute`: the value interpreter of PIM command programs.
+
+Data reaches PIM memory only through the program's records: host writes
+(WR records naming a layout) copy the layout's columns into the banks,
+register writes carry host-data rows, PIM commands compute in the units,
+and the host sees only the columns its read-back records (RD naming the
+result layout) read.  Bank memory starts as NaN, so a column a program
+forgets to write, or a result it forgets to read, shows up as NaN in the
+output instead of a silently right answer.
+
+Per backend the compute records are interpreted by a `jax.lax.scan` over
+the expanded column commands of a group (`vmap`-ped over groups); host
+writes and read-backs are vectorised scatters / gathers.  Arithmetic is the
+backend's ("backend": fp16 on hbm-pim and attacc, bf16 on newton, int32 on
+upmem) or float32 ("wide", to check a program's structure exactly).  The
+host merge (lane / slot / core partials, then the op's epilogue) runs in
+float32 in both modes.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..lower.layout import global_index
+from ..lower.program import Op, Program, TensorLayout
+from ..trace import evaluate as trace_eval
+
+EXECUTORS: dict[str, Callable] = {}
+
+
+def register(name: str):
+    def wrap(fn):
+        EXECUTORS[name] = fn
+        return fn
+    return wrap
+
+
+def execute(program: Program, *arrays, arithmetic: str = "backend"):
+    """Run `program` on the op's operand arrays (in `op.operands` order) and
+    return the op's result array.
+
+    arithmetic: "backend" (the PIM data type) or "wide" (float32).
+
+    Example:
+        >>> y = execute(program, W, x, arithmetic="wide")       # doctest: +SKIP
+    """
+    if arithmetic not in ("backend", "wide"):
+        raise ValueError(f"arithmetic must be 'backend' or 'wide', got {arithmetic!r}")
+    op = program.op
+    if len(arrays) != len(op.operands):
+        raise TypeError(f"{op.name} program expects {len(op.operands)} operands, got {len(arrays)}")
+    fn = EXECUTORS.get(program.backend_name)
+    if fn is None:
+        raise NotImplementedError(f"no executor for backend {program.backend_name!r}; "
+                                  f"have {sorted(EXECUTORS)}")
+    arrays = [jnp.asarray(a) for a in arrays]
+    return fn(program, arrays, arithmetic)
+
+
+# --------------------------------------------------------------------------
+# shared helpers
+# --------------------------------------------------------------------------
+def layout_values(layout: TensorLayout, array, dtype) -> jax.Array:
+    """[G, C, prod(box)] values of a layout's local boxes (0 where invalid)."""
+    flat, valid = global_index(layout)
+    vals = jnp.ravel(array).astype(dtype)[flat]
+    return jnp.where(valid, vals, jnp.zeros((), dtype))
+
+
+def expand_runs(records, mask: np.ndarray) -> dict[str, np.ndarray]:
+    """Expand the records selected by `mask` (stream 0) into one entry per
+    column: fields plus `t` (column offset within its record)."""
+    sel = {f: np.asarray(getattr(records, f))[0][mask[0]] for f in
+           ("op", "bank", "row", "col", "n", "reg", "reg_step", "src", "aux", "arg", "core")}
+    n = sel["n"]
+    rep = np.repeat(np.arange(len(n)), n)
+    t = np.arange(len(rep)) - np.repeat(np.cumsum(n) - n, n)
+    out = {f: v[rep] for f, v in sel.items()}
+    out["t"] = t
+    out["col"] = out["col"] + t
+    return out
+
+
+def host_merge(program: Program, values: jax.Array, valid: np.ndarray, flat: np.ndarray,
+               operands: list) -> jax.Array:
+    """Merge partial results into the accumulator space and finish the op.
+
+    values: [P] float32 partials, flat: [P] accumulator-space index, valid: [P].
+    Output elements no valid partial reaches are NaN."""
+    op = program.op
+    layout = program.layouts[program.readback.layout]
+    size = int(np.prod(layout.shape, dtype=np.int64))
+    seg = np.where(valid, flat, size)                      # invalid -> dropped segment
+    comb = program.readback.combiner
+    if comb == "add":
+        acc = jax.ops.segment_sum(values, seg, num_segments=size + 1)[:size]
+    elif comb == "max":
+        acc = jax.ops.segment_max(values, seg, num_segments=size + 1)[:size]
+    else:
+        acc = jax.ops.segment_min(values, seg, num_segments=size + 1)[:size]
+    count = np.bincount(seg, minlength=size + 1)[:size]
+    acc = jnp.where(count > 0, acc, jnp.nan).reshape(layout.shape)
+    return finish(op, acc, operands, program.readback.epilogue_on_host,
+                  program.meta["result_shape"], np.dtype(program.meta["result_dtype"]))
+
+
+def finish(op, acc, operands: list, epilogue: bool, shape: tuple, dtype) -> jax.Array:
+    """Apply the epilogue (when `epilogue`) to the float32 accumulator over
+    the op's output variables, then write through the result map into an
+    array of `shape` / `dtype`."""
+    ext = op.extents
+    out_vars = op.output_vars
+    value = acc.astype(jnp.float32)
+    if epilogue and op.epilogue is not None:
+        ops32 = [a.astype(jnp.float32) if jnp.issubdtype(a.dtype, jnp.floating) else a for a in operands]
+        gathered = trace_eval._Gathered(op, ops32, out_vars, ext)
+        value = trace_eval._broadcast_full(trace_eval.eval_expr(op.epilogue, gathered, value),
+                                           out_vars, ext)
+    return trace_eval._write(value.astype(dtype), op.result.index_map, out_vars, ext, tuple(shape),
+                             dtype, op.fill)
