@@ -1,0 +1,84 @@
+"""Timing semantics of command records, shared by `cycles` (jax.lax.scan)
+and the slow reference model (`reference.py`).
+
+Every opcode has a *timing class* (a row of `CLASS_TABLE`), declared as data
+the way Ramulator declares its command/constraint tables:
+
+=========  ================================================================
+column     one column command per repeat to (bank, row): opens the row if
+           needed (PRE + ACT), then issues `n` columns `spacing` apart
+write      column writes (WR->RD and RD->WR turnaround apply)
+allbank    an all-bank / PIM column command: consecutive ones are tCCD_AB
+           apart and it does not use the external data bus
+data_bus   occupies the group's data bus (host reads / writes)
+act_all    ACTAB / G_ACT: opens `row` in every bank (tRC between them)
+pre_all    PREA: closes every bank
+fixed      a fixed latency (cycles in `n`), e.g. AttAcc SFM
+=========  ================================================================
+
+Semantics of one record (all times in command-clock cycles, in order):
+
+1. refresh: when the previous record ended at or after the refresh
+   deadline, all banks are precharged at max(deadline, every bank's
+   earliest precharge) and are unavailable for tRP + tRFC; deadlines that
+   passed while the group was idle are skipped.
+2. row: a column record to a bank whose open row differs precharges it at
+   max(tRAS after its ACT, tRTP after its last read, tWL + tBL + tWR after
+   its last write) and activates `row` tRP later, also respecting tRRD_L /
+   tRRD_S after the last ACT in the bank group / group and tFAW after the
+   fourth-last ACT.  Row commands do not wait for earlier column commands
+   to other banks (HBM's separate row bus; the controller looks ahead).
+3. column: the first column issues at the latest of: tRCD after the ACT;
+   the previous record's last column + spacing (tCCD_AB between all-bank
+   commands, else tCCD_L in the same bank group, tCCD_S across);
+   read->write tCL + tBL + tRTRS - tWL after the last read; write->read
+   tWL + tBL + tWTR_L/S after the last write.  The record's `n` columns are
+   `spacing` apart (tCCD_AB all-bank, tCCD_L same bank).
+4. the record ends at its last column + its completion latency (tCL + tBL
+   for reads, tWL + tBL for writes); the time it adds to the program is its
+   end minus the latest earlier end (attributed to its phase).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..lower.program import Op
+
+# columns of the class table
+COLUMN, WRITE, ALLBANK, DATA_BUS, ACT_ALL, PRE_ALL, FIXED = range(7)
+
+_CLASSES: dict[int, tuple[int, ...]] = {
+    #            column write allbank data act_all pre_all fixed
+    Op.NOP:     (0, 0, 0, 0, 0, 0, 0),
+    Op.RD:      (1, 0, 0, 1, 0, 0, 0),
+    Op.WR:      (1, 1, 0, 1, 0, 0, 0),
+    Op.AB_WR:   (1, 1, 0, 1, 0, 0, 0),   # HAB-mode writes: timed as a WR to bank 0 / 1
+    Op.PIM_RD:  (1, 0, 1, 0, 0, 0, 0),
+    Op.PIM_WR:  (1, 1, 1, 0, 0, 0, 0),
+    Op.ACTAB:   (0, 0, 0, 0, 1, 0, 0),
+    Op.PREA:    (0, 0, 0, 0, 0, 1, 0),
+    Op.MACAB:   (1, 0, 1, 0, 0, 0, 0),
+    Op.MACSB:   (1, 0, 1, 0, 0, 0, 0),
+    Op.MACPB:   (1, 0, 1, 0, 0, 0, 0),
+    Op.WRGB:    (1, 1, 0, 1, 0, 0, 0),
+    Op.MVSB:    (0, 0, 0, 0, 0, 0, 1),
+    Op.SFM:     (0, 0, 0, 0, 0, 0, 1),
+    Op.MVGB:    (0, 0, 0, 0, 0, 0, 1),
+    Op.RDACC:   (1, 0, 0, 1, 0, 0, 0),
+    Op.GWRITE:  (1, 1, 0, 1, 0, 0, 0),
+    Op.G_ACT:   (0, 0, 0, 0, 1, 0, 0),
+    Op.COMP:    (1, 0, 1, 0, 0, 0, 0),
+    Op.READRES: (1, 0, 0, 1, 0, 0, 0),
+}
+
+
+def class_table() -> np.ndarray:
+    """[max opcode + 1, 7] int32 timing-class flags."""
+    n = max(int(o) for o in Op) + 1
+    t = np.zeros((n, 7), np.int32)
+    for o, row in _CLASSES.items():
+        t[int(o)] = row
+    return t
+
+
+CLASS_TABLE = class_table()
