@@ -285,7 +285,9 @@ class Timing(_Replace):
     of consecutive all-bank PIM column commands (AttAcc's MAC spacing, 4 on
     HBM-PIM where they are timed as tCCD_L).  UPMEM fields: `dpu_clock_ghz`,
     `dma_bytes_per_cycle` (MRAM<->WRAM, per DPU cycle) and
-    `dma_latency_cycles`; unused elsewhere (set to 1 / 0).
+    `dma_latency_cycles`; unused elsewhere (set to 1 / 0).  `tREF0` is the
+    first refresh deadline of the rank the program runs in (0 = tREFI); a
+    controller that staggers refresh over its ranks gives rank 0 an earlier one.
     """
     tCK: Any
     tCL: Any
@@ -313,6 +315,7 @@ class Timing(_Replace):
     dpu_clock_ghz: Any = 1.0
     dma_bytes_per_cycle: Any = 1.0
     dma_latency_cycles: Any = 0.0
+    tREF0: Any = 0.0
 
     def __post_init__(self):
         check_positive(self, "tCK", "tBL", "dpu_clock_ghz", "dma_bytes_per_cycle")

@@ -155,6 +155,9 @@ def _hbm_pim_timing() -> Timing:
         tWTR_L=9.0,     # hbm-pim.md: tWTR_L=9
         tRTRS=1.0,      # hbm-pim.md: tRTRS=1
         tREFI=3900.0,   # hbm-pim.md: tREFI=3900
+        # hbm-pim.md: "two ranks are modelled, staggered" -- DRAMSim2 starts rank i's
+        # refresh countdown at tREFI / ranks * (i + 1), so rank 0 (the data) at tREFI / 2
+        tREF0=1950.0,
         tRFC=350.0,     # hbm-pim.md: tRFC=350 (all-bank refresh)
     )
 

@@ -152,36 +152,53 @@ def _column_runs(bank: int, flat_cols: np.ndarray, cols: int = 32):
     return runs
 
 
-def _rearrange(b: RecordBuilder, layout_id: int, region: dict[int, np.ndarray], cores: int,
-               resident: bool) -> None:
-    """Host writes of a layout's region: single-bank WR runs over every
-    column the kernel reads (`region`: bank parity -> flat column indices
-    row * 32 + col), padding included — padding instead of boundary checks."""
+def _bank_order(banks: list[int], banks_per_bg: int = 4) -> list[int]:
+    """Banks ordered so that consecutive ones alternate bank groups."""
+    return sorted(banks, key=lambda b: ((b % banks_per_bg), b // banks_per_bg))
+
+
+def _host_columns(b: RecordBuilder, op: Op, phase: Phase, layout_id: int, region: dict[int, np.ndarray],
+                  cores: int, resident: bool = False) -> None:
+    """Host column transfers (single-bank RD / WR) of a region of every core.
+
+    region: bank parity -> flat column indices (row * 32 + col).  Like a
+    memory controller the host interleaves the banks column by column, in
+    an order that alternates bank groups, so a stream of transfers runs at
+    tCCD_S (the link bandwidth) rather than tCCD_L."""
+    targets = []
     for bank_sel, flat in region.items():
         for core in range(cores):
-            bank = 2 * core + int(bank_sel)
-            for _, row, col, n, _ in _column_runs(bank, np.unique(flat)):
-                b.add(Op.WR, bank=bank, row=row, col=col, n=n, phase=Phase.REARRANGE, src=layout_id,
-                      core=core, resident=int(resident))
+            targets.append((2 * core + int(bank_sel), core, np.unique(flat)))
+    order = _bank_order([t[0] for t in targets])
+    targets.sort(key=lambda t: order.index(t[0]))
+    longest = max((len(t[2]) for t in targets), default=0)
+    for i in range(longest):
+        for bank, core, flat in targets:
+            if i < len(flat):
+                row, col = divmod(int(flat[i]), 32)
+                b.add(op, bank=bank, row=row, col=col, n=1, phase=phase, src=layout_id, core=core,
+                      resident=int(resident))
+
+
+def _rearrange(b: RecordBuilder, layout_id: int, region: dict[int, np.ndarray], cores: int,
+               resident: bool) -> None:
+    """Host writes of a layout's region: every column the kernel reads,
+    padding included (padding instead of boundary checks)."""
+    _host_columns(b, Op.WR, Phase.REARRANGE, layout_id, region, cores, resident)
 
 
 def _readback(b: RecordBuilder, layout_id: int, layout: TensorLayout, cores: int) -> None:
     """Host reads of the result region, one SB RD per used column per core."""
     pos = layout.positions
-    for bank_sel in np.unique(pos[:, 0]):
-        sel = pos[pos[:, 0] == bank_sel]
-        flat = np.unique(sel[:, 1] * 32 + sel[:, 2])
-        for core in range(cores):
-            bank = 2 * core + int(bank_sel)
-            for _, row, col, n, _ in _column_runs(bank, flat):
-                b.add(Op.RD, bank=bank, row=row, col=col, n=n, phase=Phase.READBACK, src=layout_id,
-                      core=core)
+    region = {int(p): np.unique(pos[pos[:, 0] == p, 1] * 32 + pos[pos[:, 0] == p, 2])
+              for p in np.unique(pos[:, 0])}
+    _host_columns(b, Op.RD, Phase.READBACK, layout_id, region, cores)
 
 
 def _program(ctx: _Ctx, layouts, streams, host_data, readback: Readback, meta: dict) -> Program:
     records = stack_streams(streams)
     staging = ctx.backend.system.host.staging_buffer_bytes > 0
-    stats = _stats(records, layouts, host_data, ctx.backend)
+    stats = _stats(records, ctx)
     meta = dict(meta, result_shape=tuple(ctx.shapes[ctx.op.result.value]),
                 result_dtype=ctx.options.get("result_dtype", "float32"))
     return Program("hbm-pim", ctx.op, ctx.draft, tuple(layouts), records, tuple(host_data), readback,
@@ -190,11 +207,27 @@ def _program(ctx: _Ctx, layouts, streams, host_data, readback: Readback, meta: d
                    options=dict(ctx.options), stats=stats, meta=meta)
 
 
-def _stats(records: Records, layouts, host_data, backend: Backend) -> dict:
+def _stats(records: Records, ctx: "_Ctx") -> dict:
+    """Record counts and bytes per direction (whole program, all groups)."""
     op = np.asarray(records.op)
     n = np.asarray(records.n)
-    counts = {Op(o).name: int(n[op == o].sum()) for o in np.unique(op) if o != Op.NOP}
-    return {"records": int((n > 0).sum()), "commands": counts}
+    phase = np.asarray(records.phase)
+    res = np.asarray(records.resident)
+    G = ctx.tiles.groups
+    colb = ctx.backend.core.col_bytes
+    counts = {Op(o).name: int(n[op == o].sum()) * G for o in np.unique(op) if o != Op.NOP}
+    wr = (op == Op.WR) & (phase == Phase.REARRANGE)
+    reg = (op == Op.AB_WR) & (phase == Phase.REARRANGE)
+    rb = (op == Op.RD) & (phase == Phase.READBACK)
+    out_elems = int(np.prod(ctx.shapes[ctx.op.result.value], dtype=np.int64))
+    readback_bytes = int(n[rb].sum()) * colb * G
+    return {"records": int((n > 0).sum()), "commands": counts,
+            "rearrange_bytes": int(n[wr & (res == 0)].sum()) * colb * G,
+            "resident_bytes": int(n[wr & (res == 1)].sum()) * colb * G,
+            "register_bytes": int(n[reg].sum()) * colb * G,
+            "readback_bytes": readback_bytes,
+            "result_bytes": out_elems * 4,
+            "merge_flops": readback_bytes // 2 + (out_elems if ctx.op.epilogue is not None else 0)}
 
 
 def _host_rows(values_idx: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -284,7 +317,7 @@ def _contraction(ctx: _Ctx) -> Program:
         if reuse and written == key:
             return
         b.add(Op.AB_WR, bank=1, row=CONF_ROW, col=GRF_A_COL, n=ki, reg=GRF_A, reg_step=1,
-              src=0, aux=Crf.HOST_REG, arg=v_key[key])
+              src=0, aux=Crf.HOST_REG, arg=v_key[key], phase=Phase.REARRANGE)
         written = key
 
     def macs(bb, jj, ii):

@@ -14,6 +14,11 @@ data_bus   occupies the group's data bus (host reads / writes)
 act_all    ACTAB / G_ACT: opens `row` in every bank (tRC between them)
 pre_all    PREA: closes every bank
 fixed      a fixed latency (cycles in `n`), e.g. AttAcc SFM
+side       a data-movement command on a separate datapath (AttAcc WRGB /
+           MVSB / MVGB / SFM): consecutive ones are max(tBL, tCCD_S) apart
+           and they do not block the column pipeline
+wait       the command waits until every earlier record has ended (a
+           barrier on a data dependency, e.g. MVSB after the score MACs)
 =========  ================================================================
 
 Semantics of one record (all times in command-clock cycles, in order):
@@ -45,37 +50,38 @@ import numpy as np
 from ..lower.program import Op
 
 # columns of the class table
-COLUMN, WRITE, ALLBANK, DATA_BUS, ACT_ALL, PRE_ALL, FIXED = range(7)
+COLUMN, WRITE, ALLBANK, DATA_BUS, ACT_ALL, PRE_ALL, FIXED, SIDE, WAIT = range(9)
+N_FLAGS = 9
 
 _CLASSES: dict[int, tuple[int, ...]] = {
-    #            column write allbank data act_all pre_all fixed
-    Op.NOP:     (0, 0, 0, 0, 0, 0, 0),
-    Op.RD:      (1, 0, 0, 1, 0, 0, 0),
-    Op.WR:      (1, 1, 0, 1, 0, 0, 0),
-    Op.AB_WR:   (1, 1, 0, 1, 0, 0, 0),   # HAB-mode writes: timed as a WR to bank 0 / 1
-    Op.PIM_RD:  (1, 0, 1, 0, 0, 0, 0),
-    Op.PIM_WR:  (1, 1, 1, 0, 0, 0, 0),
-    Op.ACTAB:   (0, 0, 0, 0, 1, 0, 0),
-    Op.PREA:    (0, 0, 0, 0, 0, 1, 0),
-    Op.MACAB:   (1, 0, 1, 0, 0, 0, 0),
-    Op.MACSB:   (1, 0, 1, 0, 0, 0, 0),
-    Op.MACPB:   (1, 0, 1, 0, 0, 0, 0),
-    Op.WRGB:    (1, 1, 0, 1, 0, 0, 0),
-    Op.MVSB:    (0, 0, 0, 0, 0, 0, 1),
-    Op.SFM:     (0, 0, 0, 0, 0, 0, 1),
-    Op.MVGB:    (0, 0, 0, 0, 0, 0, 1),
-    Op.RDACC:   (1, 0, 0, 1, 0, 0, 0),
-    Op.GWRITE:  (1, 1, 0, 1, 0, 0, 0),
-    Op.G_ACT:   (0, 0, 0, 0, 1, 0, 0),
-    Op.COMP:    (1, 0, 1, 0, 0, 0, 0),
-    Op.READRES: (1, 0, 0, 1, 0, 0, 0),
+    #            col write allb data act_all pre_all fixed side wait
+    Op.NOP:     (0, 0, 0, 0, 0, 0, 0, 0, 0),
+    Op.RD:      (1, 0, 0, 1, 0, 0, 0, 0, 0),
+    Op.WR:      (1, 1, 0, 1, 0, 0, 0, 0, 0),
+    Op.AB_WR:   (1, 1, 0, 1, 0, 0, 0, 0, 0),   # HAB-mode writes: timed as a WR to bank 0 / 1
+    Op.PIM_RD:  (1, 0, 1, 0, 0, 0, 0, 0, 0),
+    Op.PIM_WR:  (1, 1, 1, 0, 0, 0, 0, 0, 0),
+    Op.ACTAB:   (0, 0, 0, 0, 1, 0, 0, 0, 0),
+    Op.PREA:    (0, 0, 0, 0, 0, 1, 0, 0, 0),
+    Op.MACAB:   (1, 0, 1, 0, 0, 0, 0, 0, 0),
+    Op.MACSB:   (1, 0, 1, 0, 0, 0, 0, 0, 0),
+    Op.MACPB:   (1, 0, 1, 0, 0, 0, 0, 0, 0),
+    Op.WRGB:    (0, 1, 0, 1, 0, 0, 0, 1, 0),
+    Op.MVSB:    (0, 0, 0, 0, 0, 0, 0, 1, 1),
+    Op.SFM:     (0, 0, 0, 0, 0, 0, 0, 1, 1),
+    Op.MVGB:    (0, 0, 0, 0, 0, 0, 0, 1, 1),
+    Op.RDACC:   (0, 0, 0, 1, 0, 0, 0, 1, 1),
+    Op.GWRITE:  (1, 1, 0, 1, 0, 0, 0, 0, 0),
+    Op.G_ACT:   (0, 0, 0, 0, 1, 0, 0, 0, 0),
+    Op.COMP:    (1, 0, 1, 0, 0, 0, 0, 0, 0),
+    Op.READRES: (1, 0, 0, 1, 0, 0, 0, 0, 1),
 }
 
 
 def class_table() -> np.ndarray:
-    """[max opcode + 1, 7] int32 timing-class flags."""
+    """[max opcode + 1, N_FLAGS] int32 timing-class flags."""
     n = max(int(o) for o in Op) + 1
-    t = np.zeros((n, 7), np.int32)
+    t = np.zeros((n, N_FLAGS), np.int32)
     for o, row in _CLASSES.items():
         t[int(o)] = row
     return t

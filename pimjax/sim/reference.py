@@ -1,0 +1,182 @@
+"""A slow, obviously correct event model of the timing semantics in
+`timing.py`, in plain Python, used only by tests to check `cycles`.
+
+One `Bank` object per bank and a `Channel` with the group-wide state; every
+record is handled by readable code that follows the numbered rules of the
+`timing.py` docstring one by one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..lower.program import Phase
+from .timing import (ACT_ALL, ALLBANK, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE, WAIT,
+                     WRITE)
+
+NEVER = -1.0e7
+
+
+@dataclass
+class Bank:
+    open_row: int = -1
+    t_act: float = NEVER
+    t_rd: float = NEVER
+    t_wr: float = NEVER
+    t_ready: float = 0.0
+
+    def earliest_precharge(self, t) -> float:
+        return max(self.t_act + t["tRAS"], self.t_rd + t["tRTP_S"],
+                   self.t_wr + t["tWL"] + t["tBL"] + t["tWR"])
+
+
+@dataclass
+class Channel:
+    banks: list
+    banks_per_bg: int
+    bg_act: list
+    last_act: float = NEVER
+    acts: list = field(default_factory=lambda: [NEVER] * 4)   # the tFAW window
+    last_col: float = NEVER
+    last_col_bg: int = -1
+    last_allbank: bool = False
+    last_rd: float = NEVER
+    last_rd_bg: int = -1
+    last_wr: float = NEVER
+    last_wr_bg: int = -1
+    last_side: float = NEVER
+    t_end: float = 0.0
+    next_ref: float = 0.0
+
+
+def simulate(records: list[dict], t: dict, banks: int, banks_per_bg: int, refresh: bool = True) -> dict:
+    """Time a list of records (dicts with op, bank, row, n, phase, resident,
+    pre).  Returns the same buckets / end / counts as `cycles.scan_stream`."""
+    ch = Channel([Bank() for _ in range(banks)], banks_per_bg, [NEVER] * max(1, banks // banks_per_bg))
+    ch.next_ref = t["tREF0"] if t["tREF0"] > 0 else t["tREFI"]
+    buckets = [0.0] * 5
+    counts = [0.0] * 8
+    for r in records:
+        flags = CLASS_TABLE[r["op"]]
+        if r["n"] <= 0:
+            continue
+        n = float(r["n"])
+        is_col = bool(flags[COLUMN])
+        write = bool(flags[WRITE])
+        allbank = bool(flags[ALLBANK])
+
+        # 1. refresh between records
+        floor_t = 0.0
+        if refresh and ch.t_end >= ch.next_ref:
+            open_banks = [bk for bk in ch.banks if bk.open_row >= 0]
+            start = max([ch.next_ref] + [bk.earliest_precharge(t) for bk in open_banks])
+            end_ref = start + t["tRP"] + t["tRFC"]
+            for bk in ch.banks:
+                bk.open_row = -1
+                bk.t_ready = max(bk.t_ready, end_ref)
+            missed = (ch.t_end - ch.next_ref) // t["tREFI"]
+            ch.next_ref += t["tREFI"] * (1 + missed)
+            floor_t = end_ref
+            counts[4] += 1
+
+        end = ch.t_end
+        if is_col:
+            # 2. open the row if needed
+            b = min(max(r["bank"], 0), banks - 1)
+            bank = ch.banks[b]
+            bg = b // banks_per_bg
+            need = bank.open_row != r["row"]
+            if need:
+                if bank.open_row >= 0:
+                    ready = bank.earliest_precharge(t) + t["tRP"]
+                    counts[7] += 1
+                else:
+                    ready = bank.t_ready
+                ready = max(ready, floor_t)
+                t_act = max(ready, ch.bg_act[bg] + t["tRRD_L"], ch.last_act + t["tRRD_S"],
+                            min(ch.acts) + t["tFAW"])
+                bank.open_row, bank.t_act = r["row"], t_act
+                ch.bg_act[bg] = t_act
+                ch.last_act = max(ch.last_act, t_act)
+                ch.acts[ch.acts.index(min(ch.acts))] = t_act
+                counts[0] += 1
+            rcd = t["tRCDWR"] if write else t["tRCDRD"]
+            col_ready = bank.t_act + rcd if need else max(bank.t_act + rcd, floor_t)
+            # 3. the first column
+            if allbank and ch.last_allbank:
+                gap = t["tCCD_AB"]
+            elif bg == ch.last_col_bg:
+                gap = t["tCCD_L"]
+            else:
+                gap = t["tCCD_S"]
+            t0 = max(col_ready, ch.last_col + gap)
+            if write:
+                t0 = max(t0, ch.last_rd + t["tCL"] + t["tBL"] + t["tRTRS"] - t["tWL"])
+            else:
+                wtr = t["tWTR_L"] if bg == ch.last_wr_bg else t["tWTR_S"]
+                t0 = max(t0, ch.last_wr + t["tWL"] + t["tBL"] + wtr)
+            if flags[WAIT]:
+                t0 = max(t0, ch.t_end)
+            spacing = t["tCCD_AB"] if allbank else t["tCCD_L"]
+            t_last = t0 + (n - 1) * spacing
+            if allbank:
+                end = t_last + t["tCCD_AB"]
+            elif write:
+                end = t_last + t["tWL"] + t["tBL"]
+            else:
+                end = t_last + t["tCL"] + t["tBL"]
+            if write:
+                bank.t_wr = t_last
+                ch.last_wr, ch.last_wr_bg = t_last, bg
+                counts[3 if allbank else 2] += n
+            else:
+                bank.t_rd = t_last
+                ch.last_rd, ch.last_rd_bg = t_last, bg
+                counts[3 if allbank else 1] += n
+            ch.last_col, ch.last_col_bg, ch.last_allbank = t_last, bg, allbank
+        elif flags[SIDE]:
+            gap = max(t["tBL"], t["tCCD_S"])
+            s0 = max(ch.last_side + gap, floor_t)
+            if flags[WAIT]:
+                s0 = max(s0, ch.t_end)
+            if flags[FIXED]:
+                end = s0 + n
+                ch.last_side = s0 + n - gap
+            else:
+                ch.last_side = s0 + (n - 1) * gap
+                end = ch.last_side + gap
+        elif flags[FIXED]:
+            end = max(ch.last_col, ch.t_end, floor_t) + n
+        elif flags[ACT_ALL]:
+            ready = [bk.earliest_precharge(t) + t["tRP"] if bk.open_row >= 0 else bk.t_ready
+                     for bk in ch.banks]
+            t_act = max(max(ready), floor_t, ch.last_col)
+            for bk in ch.banks:
+                bk.open_row, bk.t_act = r["row"], t_act
+            end = t_act + t["tRCDRD"]
+            counts[0] += 1
+        elif flags[PRE_ALL]:
+            opened = [bk.earliest_precharge(t) for bk in ch.banks if bk.open_row >= 0]
+            t_pre = max([NEVER] + opened + [floor_t, ch.last_col])
+            for bk in ch.banks:
+                bk.open_row = -1
+                bk.t_ready = t_pre + t["tRP"]
+            end = t_pre + t["tRP"]
+            counts[7] += 1
+
+        # 4. attribute the added time to the record's bucket
+        delta = max(end - ch.t_end, 0.0)
+        if r["resident"] == 1:
+            buckets[4] += delta
+        elif r["pre"] == 1:
+            buckets[0] += delta
+        elif r["phase"] == Phase.READBACK:
+            buckets[3] += delta
+        elif r["phase"] == Phase.REARRANGE:
+            buckets[1] += delta
+        else:
+            buckets[2] += delta
+        ch.t_end = max(ch.t_end, end)
+        if flags[DATA_BUS]:
+            counts[5] += n
+        counts[6] += n if (is_col or flags[SIDE]) else 1.0
+    return {"buckets": buckets, "end": ch.t_end, "counts": counts}
