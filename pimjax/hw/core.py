@@ -218,7 +218,8 @@ class Group(_Replace):
 
 @pytree_dataclass(static=("banks_per_core", "lanes", "dtype", "n_input_regs", "n_output_regs",
                           "reg_bytes", "scratchpad_bytes", "ops", "rows", "cols", "col_bytes",
-                          "tasklets", "pipeline_depth", "programmable", "instruction_bytes"))
+                          "tasklets", "pipeline_depth", "programmable", "instruction_bytes",
+                          "pim_rows"))
 class Core(_Replace):
     """Core level: one PIM unit and its bank(s).
 
@@ -235,6 +236,9 @@ class Core(_Replace):
     Newton) and so is paced by the command clock `Timing.tCK`.
     instruction_bytes: per-core instruction memory (UPMEM IRAM; HBM-PIM CRF);
     0 when commands carry the operation.
+    pim_rows: rows per bank that PIM commands can compute on (0 = all);
+    HBM-PIM reserves the rows with address bit 12 set for its mode and
+    register frames.
     """
     banks_per_core: int
     lanes: int
@@ -251,6 +255,7 @@ class Core(_Replace):
     pipeline_depth: int = 1
     programmable: bool = False
     instruction_bytes: int = 0
+    pim_rows: int = 0
 
     OPS = frozenset({"add", "sub", "mul", "mac", "mad", "max", "min", "relu", "mov",
                      "gemv", "softmax", "exp", "div", "neg", "abs", "cmp", "select"})
@@ -275,6 +280,11 @@ class Core(_Replace):
     @property
     def bank_bytes(self) -> int:
         return self.rows * self.cols * self.col_bytes
+
+    @property
+    def pim_bank_bytes(self) -> int:
+        """Bytes per bank PIM commands can use."""
+        return (self.pim_rows or self.rows) * self.cols * self.col_bytes
 
 
 @pytree_dataclass()

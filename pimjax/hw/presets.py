@@ -201,6 +201,7 @@ def hbm_pim(*, channels: int | None = None, config: str = "default",
         reg_bytes=32,                       # hbm-pim.md: 256-bit GRF entries
         ops=frozenset({"add", "mul", "mac", "mad", "mov", "relu"}),  # hbm-pim.md ISA: ADD MUL MAC MAD MOV FILL(ReLU)
         rows=16384,                         # hbm-pim.md: 16384 rows; Korean §4.1: NRO = 16384
+        pim_rows=8192,                      # hbm-pim.md: rows with bit 12 set never reach the banks
         cols=32,                            # hbm-pim.md: 32 columns per row; Korean §4.1: NCO = 32
         col_bytes=col_bytes,
         instruction_bytes=32 * 4,           # hbm-pim.md: 32-entry CRF; assumption: 32-bit instruction words

@@ -47,7 +47,14 @@ PARK_ROW = 0x1000
 SB_TO_HAB_ROW = 0x17FF
 HAB_TO_SB_ROW = 0x1FFF
 CONF_ROW = 0x3FFF
-DATA_ROWS = 0x1000          # rows with bit 12 clear reach the banks
+DATA_ROWS = 0x2000          # logical data rows: the 8192 rows with bit 12 clear
+
+
+def phys_row(r):
+    """Physical row of logical data row `r`: skip the rows with bit 12 set
+    (they address the mode / register frames, never the banks)."""
+    r = np.asarray(r)
+    return (r & 0xFFF) | ((r >> 12) << 13)
 GRF_A_COL = 8               # row 0x3fff columns 8-15 -> GRF_A[0..7]
 GRF_B_COL = 24              # columns 24-31 -> GRF_B[0..7]
 SRF_COL = 1
@@ -147,7 +154,7 @@ def _column_runs(bank: int, flat_cols: np.ndarray, cols: int = 32):
         n = 1
         while (i + n < len(flat_cols) and flat_cols[i + n] == start + n and col + n < cols):
             n += 1
-        runs.append((bank, row, col, n, i))
+        runs.append((bank, int(phys_row(row)), col, n, i))
         i += n
     return runs
 
@@ -176,7 +183,7 @@ def _host_columns(b: RecordBuilder, op: Op, phase: Phase, layout_id: int, region
         for bank, core, flat in targets:
             if i < len(flat):
                 row, col = divmod(int(flat[i]), 32)
-                b.add(op, bank=bank, row=row, col=col, n=1, phase=phase, src=layout_id, core=core,
+                b.add(op, bank=bank, row=int(phys_row(row)), col=col, n=1, phase=phase, src=layout_id, core=core,
                       resident=int(resident))
 
 
@@ -266,27 +273,28 @@ def _contraction(ctx: _Ctx) -> Program:
 
     # --- M: KI x KO blocks, block (b, j, i) in bank i % 2 -------------------
     order_is = dataflow == "is" and ctx.options["data_block_layout"]
-    blocks = [(b_, j, i) for b_ in range(n_b) for j in range(t_out) for i in range(t_in)]
-    if order_is:
-        blocks.sort(key=lambda t: (t[0], t[2], t[1]))
-    block_bank_idx = {}
-    counters = [0, 0]
-    for blk in blocks:
-        par = blk[2] % 2
-        block_bank_idx[blk] = counters[par]
-        counters[par] += 1
+    n_par = [-(-(t_in - p) // 2) for p in (0, 1)]    # input tiles per bank parity
+
+    def block_index(bb, jj, ii):
+        """Position of block (b, j, i) among the blocks of its bank (parity
+        i % 2): blocks are stored in the order the dataflow visits them."""
+        np_ = np.where(np.asarray(ii) % 2 == 0, n_par[0], n_par[1])
+        if order_is:
+            return (bb * np_ + ii // 2) * t_out + jj
+        return (bb * t_out + jj) * np_ + ii // 2
+
+    counters = [n_b * t_out * n_par[p] for p in (0, 1)]
     m_rows = [-(-counters[p] * bursts // 32) for p in (0, 1)]
-    if max(m_rows) > DATA_ROWS // 2:
-        raise PimCompileError(f"hbm-pim: {max(m_rows)} rows of matrix data per bank exceed the PIM rows")
+    if max(m_rows) > DATA_ROWS:
+        raise PimCompileError(f"hbm-pim: {max(m_rows)} rows of matrix data per bank exceed "
+                              f"the {DATA_ROWS} PIM rows")
     m_vars = tuple(o_b + o_m + list(red))
     b_idx, o_idx, r_idx = np.meshgrid(np.arange(n_b), np.arange(n_o), np.arange(n_r), indexing="ij")
     j, oo = o_idx // ko, o_idx % ko
     i, rem = r_idx // xi, r_idx % xi
     kk, lane = rem // lanes, rem % lanes
-    bidx = np.vectorize(lambda a, b_, c: block_bank_idx[(a, b_, c)], otypes=[np.int64])(b_idx, j, i) \
-        if blocks else np.zeros_like(b_idx)
-    flat = bidx * bursts + kk * ko + oo
-    m_pos = np.stack([i % 2, flat // 32, flat % 32, lane], -1).reshape(-1, 4)
+    flat = block_index(b_idx, j, i) * bursts + kk * ko + oo
+    m_pos = np.stack([i % 2, phys_row(flat // 32), flat % 32, lane], -1).reshape(-1, 4)
     mbox = tuple(box[v] for v in m_vars)
     m_layout = tile_layout(tiles, "M", mi, m_vars, M.index_map, ctx.shapes[M.value], m_pos, mbox)
 
@@ -296,7 +304,8 @@ def _contraction(ctx: _Ctx) -> Program:
     rb, rv, ro, rs = np.meshgrid(np.arange(n_b), np.arange(n_v), np.arange(n_o), np.arange(slots),
                                  indexing="ij")
     rflat = (((rb * n_v + rv) * slots + rs) * t_out + ro // ko) * ko + ro % ko
-    r_pos = np.stack([np.ones_like(rflat), res_base + rflat // 32, rflat % 32, -np.ones_like(rflat)], -1)
+    r_pos = np.stack([np.ones_like(rflat), phys_row(res_base + rflat // 32), rflat % 32,
+                      -np.ones_like(rflat)], -1)
     r_pos = r_pos.reshape(-1, 4)
     rbox = tuple(box[v] for v in o_b + o_v + o_m) + ((slots,) if slots > 1 else ())
     res_layout = tile_layout(tiles, "acc", -1, r_vars, *_acc_space(op), r_pos, rbox,
@@ -321,7 +330,7 @@ def _contraction(ctx: _Ctx) -> Program:
         written = key
 
     def macs(bb, jj, ii):
-        start = block_bank_idx[(bb, jj, ii)] * bursts
+        start = int(block_index(bb, jj, ii)) * bursts
         for _, row, col, n, off in _column_runs(ii % 2, np.arange(start, start + bursts)):
             b.add(Op.PIM_RD, bank=ii % 2, row=row, col=col, n=n, reg=off, reg_step=ko, aux=Crf.MAC,
                   src=0, arg=GRF_A)
@@ -546,7 +555,7 @@ def _elementwise(ctx: _Ctx) -> Program:
         if base + region_rows > DATA_ROWS:
             raise PimCompileError("hbm-pim: elementwise operands exceed the PIM rows of a bank")
         bflat = base * 32 + tile * ko + burst
-        pos = np.stack([par, bflat // 32, bflat % 32, np.arange(n) % lanes], -1)
+        pos = np.stack([par, phys_row(bflat // 32), bflat % 32, np.arange(n) % lanes], -1)
         if k >= 0:
             acc = op.operands[k]
             layouts.append(tile_layout(tiles, f"x{k}", k, loop, acc.index_map, ctx.shapes[acc.value], pos, box))
@@ -670,7 +679,7 @@ def _reduction(ctx: _Ctx) -> Program:
     bank_sel = jb % 2
     per_bank_batch = jb // 2
     xflat = (per_bank_batch * cols_per_acc + step) * ko + o
-    x_pos = np.stack([bank_sel, xflat // 32, xflat % 32, ln], -1).reshape(-1, 4)
+    x_pos = np.stack([bank_sel, phys_row(xflat // 32), xflat % 32, ln], -1).reshape(-1, 4)
     x_rows = -(-(-(-t_acc // 2)) * cols_per_acc * ko // 32)
     x_layout = tile_layout(tiles, "x", 0, x_vars, tuple(op.operands[0].index_map),
                            ctx.shapes[op.operands[0].value], x_pos, x_box)
@@ -687,7 +696,7 @@ def _reduction(ctx: _Ctx) -> Program:
         ca, rl = oi * -(-box[lane] // lanes) + rg[-1] // lanes, rg[-1] % lanes
     rj, ro = ca // ko, ca % ko
     rflat = (x_rows * 32) + (rj // 2) * ko + ro
-    r_pos = np.stack([rj % 2, rflat // 32, rflat % 32, rl], -1).reshape(-1, 4)
+    r_pos = np.stack([rj % 2, phys_row(rflat // 32), rflat % 32, rl], -1).reshape(-1, 4)
     res_layout = tile_layout(tiles, "acc", -1, r_vars, *_acc_space(op), r_pos, r_box)
 
     b = RecordBuilder()

@@ -142,7 +142,7 @@ def resource_mask(op: PimOp, backend: Backend, lengths: dict[str, np.ndarray], s
     Returns (fits [n, K] bool, {reason: fits-for-that-reason mask})."""
     core = backend.core
     foot = footprint_elements(op, lengths, shapes)
-    cap = (foot * core.elem_bytes <= core.banks_per_core * core.bank_bytes)[:, None]
+    cap = (foot * core.elem_bytes <= core.banks_per_core * core.pim_bank_bytes)[:, None]
     reasons = {"capacity": cap}
     fits = cap
     if core.scratchpad_bytes:

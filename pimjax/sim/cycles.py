@@ -188,104 +188,179 @@ def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool
 
 
 def _stream_arrays(records: Records, include_resident: bool) -> dict:
-    """Scan inputs [S, R] from a Records: resident records dropped unless
-    asked for, and the `pre` flag of the leading rearrangement segment."""
+    """Scan inputs [S, R] from a Records: the `pre` flag of the leading
+    rearrangement segment; resident records keep their flag (their time goes
+    to its own bucket) unless `include_resident`, which times them as
+    ordinary rearrangement."""
     arr = {f: np.asarray(getattr(records, f)) for f in ("op", "bank", "row", "n", "phase", "resident")}
-    if not include_resident:
-        arr["n"] = np.where(arr["resident"] == 1, 0, arr["n"])
-    non_pre = (arr["phase"] != Phase.REARRANGE) & (arr["n"] > 0)
+    if include_resident:
+        arr["resident"] = np.zeros_like(arr["resident"])
+    non_pre = (arr["phase"] != Phase.REARRANGE) & (arr["n"] > 0) & (arr["resident"] == 0)
     arr["pre"] = (np.cumsum(non_pre, axis=1) == 0).astype(np.int32)
-    return {k: jnp.asarray(v, jnp.int32) for k, v in arr.items()}
+    return {k: v.astype(np.int32) for k, v in arr.items()}
 
 
-@partial(jax.jit, static_argnames=("banks", "banks_per_bg", "refresh"))
-def _scan_batch(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool):
-    """vmap of scan_stream over streams [S, R]."""
-    return jax.vmap(lambda r: scan_stream(r, t, banks, banks_per_bg, refresh))(rec)
+def program_arrays(program: Program, include_resident: bool = False, steady: bool = True) -> dict:
+    """Everything `cycles` needs from a Program, as numpy arrays (a pytree
+    that can be stacked across programs after padding with `pad_arrays`).
+
+    steady: drop the resident placement from the stream (the steady state
+    starts with resident operands already in place); it is timed separately.
+    """
+    rec = _stream_arrays(program.commands, include_resident)
+    res = dict(rec)
+    if steady and not include_resident:
+        rec = dict(rec, n=np.where(rec["resident"] == 1, 0, rec["n"]))
+        res["n"] = np.where(res["resident"] == 1, res["n"], 0)
+    else:
+        res["n"] = np.zeros_like(res["n"])
+    st = program.stats
+    S = rec["op"].shape[0]
+    return {
+        "rec": {k: rec[k] for k in SCAN_FIELDS},
+        "res": {k: res[k] for k in SCAN_FIELDS},
+        "scale": np.float32(program.groups if S == 1 else 1),
+        "parallel": np.bool_(program.parallel_rearrangement),
+        "pre_bytes": np.float32(st.get("rearrange_bytes", 0.0)),
+        "merge_bytes": np.float32(st.get("readback_bytes", 0.0) + st.get("result_bytes", 0.0)),
+        "merge_flops": np.float32(st.get("merge_flops", 0.0)),
+        "merged": np.bool_(st.get("readback_bytes", 0.0) > 0 or st.get("merge_flops", 0.0) > 0),
+        "cores": np.float32(program.cores),
+    }
+
+
+def pad_arrays(arrs: list[dict]) -> dict:
+    """Stack program arrays, padding record streams (and missing streams)
+    with NOP records, which take no time, to one [S, R]."""
+    S = max(a["rec"]["op"].shape[0] for a in arrs)
+    R = max(a["rec"]["op"].shape[1] for a in arrs)
+
+    def pad(x):
+        return np.pad(x, ((0, S - x.shape[0]), (0, R - x.shape[1])))
+    out = {}
+    for key in ("rec", "res"):
+        out[key] = {f: np.stack([pad(a[key][f]) for a in arrs]) for f in SCAN_FIELDS}
+    for key in ("scale", "parallel", "pre_bytes", "merge_bytes", "merge_flops", "merged", "cores"):
+        out[key] = np.stack([a[key] for a in arrs])
+    return out
+
+
+def _time(arr: dict, t: dict, energy, host, geo: tuple) -> CycleReport:
+    """The CycleReport of one program from its arrays (pure jnp; vmappable
+    over programs and over timing / energy / host leaves)."""
+    banks, per_bg, refresh = geo
+    scan = jax.vmap(lambda r: scan_stream(r, t, banks, per_bg, refresh))
+    out = scan(arr["rec"])
+    resident = scan(arr["res"])["buckets"][:, 4]
+    return _combine(arr, out, resident, t, energy, host)
+
+
+def _combine(arr: dict, out: dict, resident, t: dict, e, host) -> CycleReport:
+    b = out["buckets"]                                     # [S, 5]
+    pre, k_rearr, k_comp, rback = (b[:, i] for i in range(4))
+    scale = arr["scale"]
+    tck = t["tCK"]
+    host_read = arr["pre_bytes"] / (host.mem_bandwidth * host.bandwidth_efficiency) * 1e9 / tck
+    rearr_pre = jnp.where(arr["parallel"], jnp.maximum(jnp.max(pre), host_read), jnp.sum(pre) * scale)
+    kernel = k_rearr + k_comp
+    g = jnp.argmax(kernel)
+    readback = jnp.max(rback)
+    merge = jnp.where(arr["merged"], host.time_ns(arr["merge_bytes"], arr["merge_flops"]), 0.0) / tck
+    rearrangement = rearr_pre + k_rearr[g]
+    total = rearrangement + k_comp[g] + readback + merge
+    counts = jnp.sum(out["counts"], axis=0) * scale
+    energy = (counts[0] * e.act + counts[7] * e.pre + counts[1] * e.rd + counts[2] * e.wr
+              + counts[3] * arr["cores"] * (e.pim_op + e.rd) + counts[4] * e.refresh
+              + counts[5] * 32.0 * e.io_byte)
+    safe = jnp.maximum(total, 1.0)
+    util = jnp.stack([jnp.max(out["counts"][:, 6]) / safe,
+                      jnp.max(out["counts"][:, 3]) * t["tCCD_AB"] / safe,
+                      jnp.max(out["counts"][:, 5]) * t["tBL"] / safe,
+                      rearrangement / safe, merge / safe])
+    names = ("ACT", "RD", "WR", "PIM", "REF", "bursts", "commands", "PRE")
+    return CycleReport(total_cycles=total, total_ns=total * tck, rearrangement=rearrangement,
+                       compute=k_comp[g], readback=readback, merge=merge,
+                       resident_cycles=jnp.where(arr["parallel"], jnp.max(resident),
+                                                 jnp.sum(resident) * scale),
+                       kernel_cycles=jnp.max(kernel), bound=jnp.argmax(util), utilisation=util,
+                       energy_pj=energy, counts={n: counts[i] for i, n in enumerate(names)})
+
+
+def _geo(backend: Backend, refresh: bool) -> tuple:
+    return (backend.group.banks, backend.group.banks_per_bank_group, bool(refresh))
+
+
+@partial(jax.jit, static_argnames=("geo",))
+def _time_jit(arr, t, energy, host, geo):
+    return _time(arr, t, energy, host, geo)
+
+
+@partial(jax.jit, static_argnames=("geo",))
+def _time_batch(arr, t, energy, host, geo):
+    return jax.vmap(lambda a: _time(a, t, energy, host, geo))(arr)
+
+
+@partial(jax.jit, static_argnames=("geo",))
+def _time_sweep(arr, t, energy, host, geo):
+    per_variant = jax.vmap(lambda tt: jax.vmap(lambda a: _time(a, tt, energy, host, geo))(arr))
+    return per_variant(t)
 
 
 def cycles(program: Program, backend: Backend, *, include_resident: bool = False,
            refresh: bool = True) -> CycleReport:
     """Time of `program` on `backend` (see module docstring).
 
-    include_resident: also time the one-time placement of resident operands
-    (their records are otherwise reported as `resident_cycles` only).
+    include_resident: time the one-time placement of resident operands as
+    ordinary rearrangement (first call); by default it is reported only as
+    `resident_cycles` and the steady state starts with the data in place.
 
     Example:
         >>> rep = cycles(program, get_backend("hbm-pim"))      # doctest: +SKIP
         >>> rep.total_cycles, rep.breakdown()                   # doctest: +SKIP
     """
-    t = _timing_vector(backend.timing)
-    geo = (backend.group.banks, backend.group.banks_per_bank_group, refresh)
-    rec = _stream_arrays(program.commands, include_resident)
-    if include_resident:  # placement counted as ordinary rearrangement
-        rec["resident"] = jnp.zeros_like(rec["resident"])
-    out = _scan_batch({k: rec[k] for k in SCAN_FIELDS}, t, *geo)
-    resident = None
-    if not include_resident and np.asarray(program.commands.resident).any():
-        # the one-time placement, timed on its own (steady state starts after it)
-        only = _stream_arrays(program.commands, True)
-        only["n"] = jnp.where(only["resident"] == 1, only["n"], 0)
-        resident = _scan_batch({k: only[k] for k in SCAN_FIELDS}, t, *geo)["buckets"][:, 4]
-    return combine(program, backend, out, t, resident)
+    model = CYCLE_MODELS.get(backend.name)
+    if model is not None:
+        return model(program, backend, include_resident=include_resident, refresh=refresh)
+    arr = program_arrays(program, include_resident)
+    return _time_jit(arr, _timing_vector(backend.timing), backend.energy, backend.system.host,
+                     _geo(backend, refresh))
 
 
-def combine(program: Program, backend: Backend, out: dict, t: dict, resident=None) -> CycleReport:
-    """Combine per-stream scan results into the program's CycleReport.
-
-    resident: per-stream time of the resident placement ([S]) or None."""
-    b = out["buckets"]                                     # [S, 5]
-    pre, k_rearr, k_comp, rback = (b[:, i] for i in range(4))
-    if resident is None:
-        resident = jnp.zeros_like(pre)
-    G = program.groups
-    S = b.shape[0]
-    scale = G if S == 1 else 1                             # a shared stream runs in every group
-    host = backend.system.host
-    tck = t["tCK"]
-    pre_bytes = float(program.stats.get("rearrange_bytes", 0.0))
-    if program.parallel_rearrangement:
-        host_read = pre_bytes / (host.mem_bandwidth * host.bandwidth_efficiency) * 1e9 / tck
-        rearr_pre = jnp.maximum(jnp.max(pre), host_read)
-    else:
-        rearr_pre = jnp.sum(pre) * scale
-    kernel = k_rearr + k_comp
-    g = jnp.argmax(kernel)
-    k_rearr_g, k_comp_g = k_rearr[g], k_comp[g]
-    readback = jnp.max(rback)
-    merge = _merge_cycles(program, backend) / tck
-    rearrangement = rearr_pre + k_rearr_g
-    total = rearrangement + k_comp_g + readback + merge
-    counts = jnp.sum(out["counts"], axis=0) * scale
-    e = backend.energy
-    cores = program.cores
-    energy = (counts[0] * e.act + counts[7] * e.pre + counts[1] * e.rd + counts[2] * e.wr
-              + counts[3] * cores * (e.pim_op + e.rd) + counts[4] * e.refresh
-              + counts[5] * backend.core.col_bytes * e.io_byte)
-    util = jnp.stack([jnp.max(out["counts"][:, 6]) / total,
-                      jnp.max(out["counts"][:, 3]) * t["tCCD_AB"] / total,
-                      jnp.max(out["counts"][:, 5]) * t["tBL"] / total,
-                      rearrangement / total, merge / total])
-    names = ("ACT", "RD", "WR", "PIM", "REF", "bursts", "commands", "PRE")
-    return CycleReport(total_cycles=total, total_ns=total * tck, rearrangement=rearrangement,
-                       compute=k_comp_g, readback=readback, merge=merge,
-                       resident_cycles=(jnp.max(resident) if program.parallel_rearrangement
-                                        else jnp.sum(resident) * scale),
-                       kernel_cycles=jnp.max(kernel),
-                       bound=jnp.argmax(util), utilisation=util, energy_pj=energy,
-                       counts={n: counts[i] for i, n in enumerate(names)})
+def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = True) -> CycleReport:
+    """CycleReports of many programs at once: their record streams are padded
+    to one length and the scan is vmapped (one compile per padded shape).
+    Every field of the result has a leading [len(programs)] axis."""
+    arr = pad_arrays([program_arrays(p) for p in programs])
+    return _time_batch(arr, _timing_vector(backend.timing), backend.energy, backend.system.host,
+                       _geo(backend, refresh))
 
 
-def _merge_cycles(program: Program, backend: Backend) -> float:
-    """Host merge time in ns from the host roofline: read the partials,
-    reduce them, apply the epilogue, write the result."""
-    st = program.stats
-    partial_bytes = st.get("readback_bytes", 0.0)
-    out_bytes = st.get("result_bytes", 0.0)
-    flops = st.get("merge_flops", 0.0)
-    if partial_bytes == 0 and flops == 0:
-        return 0.0
-    return backend.system.host.time_ns(partial_bytes + out_bytes, flops)
+def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bool = True) -> CycleReport:
+    """Time programs under a batch of timing variants: fields [T, P].
+
+    programs: a Program or a list of them (padded to one length).
+    timings:  a `Timing` whose leaves have a leading [T] axis (see
+              `pimjax.hw.stack_variants`).
+    mesh:     optional `jax.sharding.Mesh` with one axis; the timing batch is
+              sharded over its devices (multi-device / multi-host JAX).
+    """
+    progs = programs if isinstance(programs, (list, tuple)) else [programs]
+    arr = pad_arrays([program_arrays(p) for p in progs])
+    t = _timing_vector(timings)
+    if mesh is not None:
+        from jax.sharding import NamedSharding, PartitionSpec
+        axis = mesh.axis_names[0]
+        n = len(mesh.devices.flat)
+        T = next(iter(t.values())).shape[0]
+        if T % n:
+            raise ValueError(f"{T} timing variants do not divide over {n} devices")
+        sh = NamedSharding(mesh, PartitionSpec(axis))
+        t = {k: jax.device_put(v, sh) for k, v in t.items()}
+    out = _time_sweep(arr, t, backend.energy, backend.system.host, _geo(backend, refresh))
+    if not isinstance(programs, (list, tuple)):
+        out = jax.tree.map(lambda x: x[:, 0], out)
+    return out
 
 
-assert len(BOUNDS) == 5
+# backends with their own time model (UPMEM) register here
+CYCLE_MODELS: dict = {}

@@ -18,18 +18,19 @@ from .execute import expand_runs, host_merge, layout_values, register
 _DTYPES = {"backend": jnp.float16, "wide": jnp.float32}
 
 
-def _bank_image(program: Program, lid: int, arrays, dtype, rows: int, cols: dict):
+def _bank_image(program: Program, lid: int, arrays, dtype, rows, cols: dict):
     """A layout's values scattered into bank shape [G, banks, rows, 32, 16]:
     zero on the columns the host writes (`cols`, padding), values at the
     layout's positions, NaN elsewhere."""
     G, C = program.groups, program.cores
     lay = program.layouts[lid]
-    img = jnp.full((G, 2 * C, rows, 32, 16), jnp.nan, dtype)
+    img = jnp.full((G, 2 * C, len(rows), 32, 16), jnp.nan, dtype)
     img = img.at[:, cols["bank"], cols["row"], cols["col"]].set(jnp.zeros((), dtype))
     vals = layout_values(lay, arrays[lay.operand], dtype)                # [G, C, N]
     pos = lay.positions
     bank = 2 * np.arange(C)[:, None] + pos[None, :, 0]                    # [C, N]
-    return img.at[:, bank, pos[None, :, 1], pos[None, :, 2], pos[None, :, 3]].set(vals)
+    prow = np.searchsorted(rows, pos[None, :, 1])
+    return img.at[:, bank, prow, pos[None, :, 2], pos[None, :, 3]].set(vals)
 
 
 @register("hbm-pim")
@@ -42,13 +43,15 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     op_ = np.asarray(rec.op)
     src = np.asarray(rec.src)
     data = (op_ == Op.PIM_RD) | (op_ == Op.PIM_WR) | (((op_ == Op.WR) | (op_ == Op.RD)) & (src >= 0))
-    data_rows = np.asarray(rec.row)[data]
-    rows = int(data_rows.max()) + 1 if data_rows.size else 1
+    # physical rows in use, compacted to a dense row axis of the bank memory
+    rows = np.unique(np.concatenate([np.asarray(rec.row)[data]] +
+                                    [lay.positions[:, 1] for lay in program.layouts if lay.vars]))
 
     # 1. host writes of layouts into the banks (rearrangement)
-    mem = jnp.full((G, 2 * C, rows, 32, 16), jnp.nan, dtype)
+    mem = jnp.full((G, 2 * C, len(rows), 32, 16), jnp.nan, dtype)
     wr = (op_ == Op.WR) & (src >= 0)
     cols = expand_runs(rec, wr)
+    cols["row"] = np.searchsorted(rows, cols["row"])
     for lid in np.unique(cols["src"]):
         m = cols["src"] == lid
         sel = {k: v[m] for k, v in cols.items()}
@@ -59,6 +62,7 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     # 2. the kernel: all-bank commands in order
     kern = (op_ == Op.AB_WR) | (op_ == Op.PIM_RD) | (op_ == Op.PIM_WR)
     steps = expand_runs(rec, kern)
+    steps["row"] = np.searchsorted(rows, steps["row"])   # config-row commands never touch mem
     mac = steps["aux"] == Crf.MAC
     L = steps["reg"] + steps["t"]
     ko = np.maximum(steps["reg_step"], 1)
@@ -77,7 +81,8 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     # 3. read-back: the host sees only the columns its RD records read
     rd = (op_ == Op.RD) & (src >= 0) & (np.asarray(rec.phase) == Phase.READBACK)
     rcols = expand_runs(rec, rd)
-    seen = np.zeros((2 * C, rows, 32), bool)
+    rcols["row"] = np.searchsorted(rows, rcols["row"])
+    seen = np.zeros((2 * C, len(rows), 32), bool)
     seen[rcols["bank"], rcols["row"], rcols["col"]] = True
     host_view = jnp.where(jnp.asarray(seen)[None, :, :, :, None], mem.astype(jnp.float32), jnp.nan)
 
@@ -87,7 +92,7 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     flat, valid = global_index(lay)                                      # [G, C, N]
     pos = lay.positions
     bank = 2 * np.arange(C)[:, None] + pos[None, :, 0]
-    colv = host_view[:, bank, pos[None, :, 1], pos[None, :, 2]]          # [G, C, N, 16]
+    colv = host_view[:, bank, np.searchsorted(rows, pos[None, :, 1]), pos[None, :, 2]]  # [G, C, N, 16]
     lane = pos[:, 3]
     if program.readback.lane_partials:
         vals = jnp.sum(colv, axis=-1)
