@@ -8,6 +8,7 @@ def _register_all():
     from .hbm_pim import lower_hbm_pim
     LOWERINGS["hbm-pim"] = lower_hbm_pim
     from .upmem import lower_upmem; LOWERINGS["upmem"] = lower_upmem  # noqa: E702
+    from .newton import lower_newton; LOWERINGS["newton"] = lower_newton  # noqa: E702
 
 
 def lower(op, draft, backend, shapes=None, **options) -> Program:

@@ -1,0 +1,267 @@
+"""Value interpretation of Newton / AiM programs (see `lower/newton.py`).
+
+State of one channel: its banks [C, rows, 32 columns, 16 lanes], the
+global buffer columns [buffers x buffer columns, 16], the open row of every
+bank and the result latches [C, latches].  The records act on it as:
+
+* WR (src = a layout)   the host writes that column of the layout into the
+                        bank (layout values, zeros on padding lanes);
+* GWRITE                buffer column `reg` <- host-data row `arg` (-1 = zeros);
+* G_ACT / PREA          open `row` in every bank / close every bank;
+* COMP (core -1)        every bank: latch[arg] += sum over 16 lanes of
+                        bank[open row, col] * buffer[reg]  (per column);
+  COMP (core c)         bank c only, opening `row` first (a single-bank
+                        command activates its row, as the timing model does);
+* READRES               the host receives latches [0, aux) of the banks
+                        (all, or bank `core`) into its result slot `reg`;
+                        reading clears them.
+
+Nothing is read that was not written: banks and buffers start as NaN, a
+COMP in a bank whose open row is not the record's row contributes NaN, a
+latch value no READRES delivered is NaN, so a lowering that forgets a
+transfer, an activation or a read-back produces NaN, not a plausible number.
+
+Evaluation is vectorised instead of stepping a machine: the sequential
+dependencies of the stream (which GWRITE last filled a buffer column, which
+row is open, which READRES ends a latch's accumulation) are resolved with
+sorted searches over the expanded records (numpy, per stream), and the
+arithmetic is one gather per operand and a segment sum per latch epoch (jnp,
+all groups at once).  No Python loop over commands.
+
+Arithmetic ("backend"): operands are rounded to bfloat16 (AiM's BF16 MAC
+datapath); a product of two bf16 values is exact in float32 (8 + 8
+significand bits), and the reduction tree and the result latch accumulate in
+float32.  Assumption: no source gives AiM's accumulator width; we take the
+FP32 latch of the preset (`Core.reg_bytes = 4`).  "wide": float32 throughout.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..lower.layout import global_index
+from ..lower.program import Op, Program
+from .execute import finish, register
+
+_DTYPES = {"backend": jnp.bfloat16, "wide": jnp.float32}
+_FIELDS = ("op", "bank", "row", "col", "n", "reg", "arg", "aux", "core", "src")
+
+
+def _expand(rec, s: int) -> dict[str, np.ndarray]:
+    """Records of stream s with n > 0, one entry per column; `t` = column
+    offset in its record, `rid` = record index, `tau` = stream position."""
+    f = {k: np.asarray(getattr(rec, k))[s] for k in _FIELDS}
+    keep = f["n"] > 0
+    f = {k: v[keep] for k, v in f.items()}
+    n = np.where(f["op"] == Op.READRES, 1, f["n"])      # READRES acts once, whatever its bursts
+    rep = np.repeat(np.arange(len(n)), n)
+    t = np.arange(len(rep)) - np.repeat(np.cumsum(n) - n, n)
+    out = {k: v[rep] for k, v in f.items()}
+    out["t"], out["rid"], out["tau"] = t, rep, np.arange(len(rep))
+    return out
+
+
+def _last_before(ev_key: np.ndarray, ev_val: np.ndarray, q_key: np.ndarray, default) -> np.ndarray:
+    """For every query key, the value of the largest event key below it (same
+    high part is the caller's job); `default` when there is none."""
+    order = np.argsort(ev_key, kind="stable")
+    ks, vs = ev_key[order], ev_val[order]
+    j = np.searchsorted(ks, q_key, side="left") - 1
+    return np.where(j >= 0, vs[np.maximum(j, 0)], default), np.where(j >= 0, ks[np.maximum(j, 0)], -1)
+
+
+def _resolve(rec, s: int, C: int, L: int, Q: int, buf_cols: int) -> dict:
+    """Numpy bookkeeping of stream s: per COMP column the bank row read in
+    every bank, the host-data row in the buffer column, and the latch slot
+    (q, c, latch) its product ends up in; plus which slots were delivered."""
+    e = _expand(rec, s)
+    T = len(e["tau"]) + 1
+    op = e["op"]
+    # host writes of the matrix layout: (bank, row, col) written
+    wr = (op == Op.WR) & (e["src"] >= 0)
+    written = np.stack([e["bank"][wr], e["row"][wr], e["col"][wr] + e["t"][wr]], -1)
+    comp = np.nonzero(op == Op.COMP)[0]
+    tau = e["tau"][comp]
+    core = e["core"][comp]
+    row = e["row"][comp]
+    col = e["col"][comp] + e["t"][comp]
+    bufcol = e["reg"][comp] + e["t"][comp]
+    latch = e["arg"][comp]
+    K = len(comp)
+
+    # open row of every bank at every COMP: the latest G_ACT / PREA (all banks)
+    # or single-bank COMP (its bank) before it
+    gl = np.nonzero((op == Op.G_ACT) | (op == Op.PREA))[0]
+    gl_row = np.where(op[gl] == Op.G_ACT, e["row"][gl], -1)
+    open_row = np.full((K, C), -1, np.int64)
+    per = core >= 0
+    for c in range(C):      # a loop over banks (<= 16), not over commands
+        own = comp[per & (core == c)]
+        ev_t = np.concatenate([e["tau"][gl], e["tau"][own]])
+        ev_r = np.concatenate([gl_row, e["row"][own]])
+        r, _ = _last_before(ev_t, ev_r, tau, -1)
+        open_row[:, c] = r
+    active = (core[:, None] < 0) | (core[:, None] == np.arange(C)[None, :])      # [K, C]
+    open_row = np.where(per[:, None], row[:, None], open_row)                   # single-bank: own row
+    bad = active & (open_row != row[:, None])                                    # wrong / closed row
+
+    # buffer column contents: the latest GWRITE to that column before the COMP,
+    # provided it belongs to the latest GWRITE command (a run of consecutive
+    # GWRITE records) that wrote the column's buffer — a column that command
+    # left out is undefined, not the previous load's data
+    isgw = op == Op.GWRITE
+    run = np.cumsum(isgw & ~np.concatenate([[False], isgw[:-1]]))
+    gw = np.nonzero(isgw)[0]
+    gcol = (e["reg"][gw] + e["t"][gw]).astype(np.int64)
+    grow = e["arg"][gw] + e["t"][gw]
+    qcol = bufcol.astype(np.int64)
+    h, k = _last_before(gcol * T + e["tau"][gw], grow, qcol * T + tau, -1)
+    r1, _ = _last_before(gcol * T + e["tau"][gw], run[gw], qcol * T + tau, -1)
+    gbuf, qbuf = gcol // buf_cols, qcol // buf_cols
+    r2, k2 = _last_before(gbuf * T + e["tau"][gw], run[gw], qbuf * T + tau, -2)
+    ok = (k >= 0) & (k // T == qcol) & (k2 >= 0) & (k2 // T == qbuf) & (r1 == r2)
+    hrow = np.where(ok, h, -1)                                                   # -1: undefined
+
+    # latch epochs: the first READRES after the COMP covering (bank, latch)
+    rr = np.nonzero(op == Op.READRES)[0]
+    rr_core, rr_n, rr_q = e["core"][rr], e["aux"][rr], e["reg"][rr]
+    ev_c, ev_l, ev_t, ev_q, ev_i = [], [], [], [], []
+    for c in range(C):
+        cov = (rr_core < 0) | (rr_core == c)
+        for lat in range(L):
+            m = cov & (lat < rr_n)
+            ev_c.append(np.full(m.sum(), c)), ev_l.append(np.full(m.sum(), lat))
+            ev_t.append(e["tau"][rr][m]), ev_q.append(rr_q[m]), ev_i.append(np.nonzero(m)[0])
+    ev_c, ev_l, ev_t, ev_q, ev_i = (np.concatenate(a).astype(np.int64) for a in (ev_c, ev_l, ev_t, ev_q, ev_i))
+    ev_key = (ev_c * L + ev_l) * T + ev_t
+    slot = (ev_q * C + ev_c) * L + ev_l                                          # host (q, bank, latch)
+    dump = Q * C * L
+    last = np.full(dump + 1, -1, np.int64)                                       # a slot read twice
+    np.maximum.at(last, slot, ev_t)                                              # keeps the last read
+    target = np.full((K, C), dump, np.int64)
+    if len(ev_key):
+        order = np.argsort(ev_key)
+        ks, ks_slot, ks_t = ev_key[order], slot[order], ev_t[order]
+        q_key = (np.arange(C)[None, :] * L + latch[:, None]) * T + tau[:, None]  # [K, C]
+        j = np.searchsorted(ks, q_key, side="right")
+        jj = np.minimum(j, len(ks) - 1)
+        hit = (j < len(ks)) & (ks[jj] // T == q_key // T)
+        keep = hit & active & (ks_t[jj] == last[ks_slot[jj]])
+        target = np.where(keep, ks_slot[jj], dump)
+    delivered = np.zeros(dump, bool)
+    delivered[slot] = True
+    return dict(K=K, row=open_row, col=col, hrow=hrow, bad=bad, target=target, delivered=delivered,
+                written=written)
+
+
+def _pow2(n: int, floor: int = 1 << 12) -> int:
+    """Padded length (a power of two, at least `floor`) so that programs of
+    similar size share one compile of the arithmetic."""
+    return max(floor, 1 << max(0, int(n - 1).bit_length()))
+
+
+def _index_image(program: Program, written_per_stream, rows: int) -> np.ndarray:
+    """[G, C, rows, 32, 16] flat index into the matrix operand of every bank
+    lane: -2 where the host never wrote (NaN), -1 on written padding (zero)."""
+    G, C = program.groups, program.cores
+    lay = program.layouts[0]
+    flat, valid = global_index(lay)                                       # [G, C, N]
+    pos = lay.positions
+    img = np.full((G, C, rows, 32, 16), -2, np.int64)
+    for s, w in enumerate(written_per_stream):
+        gs = slice(None) if len(written_per_stream) == 1 else slice(s, s + 1)
+        img[gs, w[:, 0], w[:, 1], w[:, 2]] = -1
+    cols = img[:, :, pos[:, 1], pos[:, 2], pos[:, 3]]                     # [G, C, N]
+    img[:, :, pos[:, 1], pos[:, 2], pos[:, 3]] = np.where(cols == -1, np.where(valid, flat, -1), cols)
+    return img
+
+
+@partial(jax.jit, static_argnames=("size",))
+def _latches(m_flat, v_flat, midx, vidx, bad, target, delivered, rb_idx, acc_idx, size):
+    """The arithmetic: per COMP column and bank the 16-lane dot product of
+    bank data and buffer data, summed per latch epoch (segment); the values
+    of the read-back positions; their sum per output element (the host
+    merge of partials over slots and cores, `size` accumulator elements,
+    NaN where no partial arrives).  Shapes: midx / vidx [E, 16], bad / target
+    [E], delivered [NS] (the last segment is the dump), rb_idx / acc_idx [P]
+    (acc_idx = size drops the position)."""
+    dt = m_flat.dtype
+    nan = jnp.asarray(jnp.nan, dt)
+
+    def gather(flat, idx):
+        x = flat[jnp.maximum(idx, 0)]
+        return jnp.where(idx >= 0, x, jnp.where(idx == -1, jnp.zeros((), dt), nan))
+    # bf16 x bf16 is exact in float32; the reduction tree and the latch add in float32
+    prod = jnp.sum(gather(m_flat, midx).astype(jnp.float32) * gather(v_flat, vidx).astype(jnp.float32), -1)
+    prod = jnp.where(bad, jnp.float32(jnp.nan), prod)
+    seg = jax.ops.segment_sum(prod, target, num_segments=delivered.shape[0])
+    seg = jnp.where(delivered, seg, jnp.float32(jnp.nan))
+    vals = seg[rb_idx]
+    acc = jax.ops.segment_sum(vals, acc_idx, num_segments=size + 1)[:size]
+    count = jax.ops.segment_sum(jnp.ones_like(vals), acc_idx, num_segments=size + 1)[:size]
+    return jnp.where(count > 0, acc, jnp.float32(jnp.nan))
+
+
+@register("newton")
+def execute_newton(program: Program, arrays, arithmetic: str):
+    """Values of a Newton program (see module docstring): [result shape]."""
+    dtype = _DTYPES[arithmetic]
+    rec = program.commands
+    S = rec.shape[0]
+    G, C = program.groups, program.cores
+    L = int(program.meta["latches"])
+    Q = int(program.meta["host_slots"])
+    QCL = Q * C * L
+    res = [_resolve(rec, s, C, L, Q, int(program.meta["buffer_columns"])) for s in range(S)]
+    rows = max(int(program.layouts[0].positions[:, 1].max()) + 1,
+               max((int(r["written"][:, 1].max()) + 1 if len(r["written"]) else 1) for r in res))
+    img = _index_image(program, [r["written"] for r in res], rows)
+    host = program.host_data[0]                                          # [G, H, 16]
+
+    midx, vidx, bad, target = [], [], [], []
+    for g in range(G):              # a loop over groups; every stream's columns at once
+        r = res[0 if S == 1 else g]
+        if r["K"] == 0:
+            continue
+        midx.append(img[g, np.arange(C)[None, :], np.maximum(r["row"], 0), r["col"][:, None]])   # [K, C, 16]
+        v = np.where((r["hrow"] >= 0)[:, None], host[g, np.maximum(r["hrow"], 0)], -2)        # [K, 16]
+        v = np.where(v == -1, -1, v)
+        vidx.append(np.broadcast_to(v[:, None, :], (r["K"], C, 16)))
+        bad.append(r["bad"])
+        target.append(np.where(r["target"] < QCL, g * QCL + r["target"], G * QCL))
+    E = sum(len(t) for t in target) * C
+    NS0 = G * QCL + 1
+    P0 = int(program.groups * program.cores * program.layouts[program.readback.layout].size)
+    # one padded length for the three index spaces: a single compile serves many programs
+    Ep = NS = Pp = _pow2(max(E, NS0, P0))
+
+    def cat(parts, fill, tail=()):
+        a = np.concatenate([p.reshape((-1,) + tail) for p in parts]) if parts else np.zeros((0,) + tail, np.int64)
+        return np.concatenate([a, np.full((Ep - len(a),) + tail, fill, a.dtype)])
+    midx, vidx = cat(midx, -1, (16,)), cat(vidx, -1, (16,))
+    bad, target = cat(bad, False), cat(target, G * QCL)
+    delivered = np.zeros(NS, bool)
+    delivered[:G * QCL] = np.concatenate([r["delivered"] for r in res] * (G if S == 1 else 1))
+
+    # the read-back: result layout (0, slot q, latch, -1) of every core
+    lay = program.layouts[program.readback.layout]
+    flat, valid = global_index(lay)                                      # [G, C, N]
+    pos = lay.positions
+    rb = (np.arange(G)[:, None, None] * QCL + (pos[None, None, :, 1] * C + np.arange(C)[None, :, None]) * L
+          + pos[None, None, :, 2])
+    P = rb.size
+    rb = np.concatenate([rb.reshape(-1), np.full(Pp - P, NS - 1)])
+    valid = np.concatenate([valid.reshape(-1), np.zeros(Pp - P, bool)])
+    flat = np.concatenate([flat.reshape(-1), np.zeros(Pp - P, np.int64)])
+    m_flat = jnp.ravel(arrays[program.layouts[0].operand]).astype(dtype)
+    v_flat = jnp.ravel(arrays[program.meta["host_data_operands"][0]]).astype(dtype)
+    size = int(np.prod(lay.shape, dtype=np.int64))
+    acc = _latches(m_flat, v_flat, jnp.asarray(midx, jnp.int32), jnp.asarray(vidx, jnp.int32),
+                   jnp.asarray(bad), jnp.asarray(target, jnp.int32), jnp.asarray(delivered),
+                   jnp.asarray(rb, jnp.int32), jnp.asarray(np.where(valid, flat, size), jnp.int32), size)
+    # the epilogue and the write through the result map, as `host_merge` finishes
+    return finish(program.op, acc.reshape(lay.shape), arrays, program.readback.epilogue_on_host,
+                  program.meta["result_shape"], np.dtype(program.meta["result_dtype"]))
