@@ -164,27 +164,47 @@ def _bank_order(banks: list[int], banks_per_bg: int = 4) -> list[int]:
     return sorted(banks, key=lambda b: ((b % banks_per_bg), b // banks_per_bg))
 
 
+# Up to this many columns per group a host transfer is emitted column by
+# column in the controller's interleaved order (exact, row activations
+# exposed); larger transfers use streamed runs (repeat compression: one
+# record per bank row, columns tCCD_S apart, activations overlap the
+# previous run).
+INTERLEAVE_LIMIT = 4096
+
+
 def _host_columns(b: RecordBuilder, op: Op, phase: Phase, layout_id: int, region: dict[int, np.ndarray],
                   cores: int, resident: bool = False) -> None:
-    """Host column transfers (single-bank RD / WR) of a region of every core.
+    """Host column transfers (single-bank) of a region of every core.
 
     region: bank parity -> flat column indices (row * 32 + col).  Like a
-    memory controller the host interleaves the banks column by column, in
-    an order that alternates bank groups, so a stream of transfers runs at
-    tCCD_S (the link bandwidth) rather than tCCD_L."""
+    memory controller the host interleaves the banks, in an order that
+    alternates bank groups, so a stream runs at tCCD_S (the link bandwidth)."""
     targets = []
     for bank_sel, flat in region.items():
+        flat = np.unique(flat)
         for core in range(cores):
-            targets.append((2 * core + int(bank_sel), core, np.unique(flat)))
+            targets.append((2 * core + int(bank_sel), core, flat))
     order = _bank_order([t[0] for t in targets])
     targets.sort(key=lambda t: order.index(t[0]))
-    longest = max((len(t[2]) for t in targets), default=0)
+    total = sum(len(t[2]) for t in targets)
+    streamed = {Op.RD: Op.RD_S, Op.WR: Op.WR_S}[op]
+    if total <= INTERLEAVE_LIMIT:
+        longest = max((len(t[2]) for t in targets), default=0)
+        for i in range(longest):
+            for bank, core, flat in targets:
+                if i < len(flat):
+                    row, col = divmod(int(flat[i]), 32)
+                    b.add(op, bank=bank, row=int(phys_row(row)), col=col, n=1, phase=phase,
+                          src=layout_id, core=core, resident=int(resident))
+        return
+    runs = [(bank, core, _column_runs(0, flat)) for bank, core, flat in targets]
+    longest = max((len(r[2]) for r in runs), default=0)
     for i in range(longest):
-        for bank, core, flat in targets:
-            if i < len(flat):
-                row, col = divmod(int(flat[i]), 32)
-                b.add(op, bank=bank, row=int(phys_row(row)), col=col, n=1, phase=phase, src=layout_id, core=core,
-                      resident=int(resident))
+        for bank, core, rr in runs:
+            if i < len(rr):
+                _, row, col, n, _ = rr[i]
+                b.add(streamed, bank=bank, row=row, col=col, n=n, phase=phase, src=layout_id,
+                      core=core, resident=int(resident))
 
 
 def _rearrange(b: RecordBuilder, layout_id: int, region: dict[int, np.ndarray], cores: int,
@@ -223,9 +243,9 @@ def _stats(records: Records, ctx: "_Ctx") -> dict:
     G = ctx.tiles.groups
     colb = ctx.backend.core.col_bytes
     counts = {Op(o).name: int(n[op == o].sum()) * G for o in np.unique(op) if o != Op.NOP}
-    wr = (op == Op.WR) & (phase == Phase.REARRANGE)
+    wr = ((op == Op.WR_S) | (op == Op.WR)) & (phase == Phase.REARRANGE)
     reg = (op == Op.AB_WR) & (phase == Phase.REARRANGE)
-    rb = (op == Op.RD) & (phase == Phase.READBACK)
+    rb = ((op == Op.RD_S) | (op == Op.RD)) & (phase == Phase.READBACK)
     out_elems = int(np.prod(ctx.shapes[ctx.op.result.value], dtype=np.int64))
     readback_bytes = int(n[rb].sum()) * colb * G
     return {"records": int((n > 0).sum()), "commands": counts,

@@ -36,6 +36,8 @@ class Op(enum.IntEnum):
     # plain DRAM column commands (single bank, host data path)
     RD = 1            # host reads a column (read-back, park, mode frames)
     WR = 2            # host writes a column (rearrangement, mode frames)
+    RD_S = 6          # streamed host read: a run to one bank, interleaved with other banks' runs
+    WR_S = 7          # streamed host write (bulk rearrangement)
     # HBM-PIM (all-bank modes; timed as a command to bank 0/1 of bank group 0)
     AB_WR = 3         # all-bank write: mode changes, CRF program, GRF/SRF writes, GRF store
     PIM_RD = 4        # all-bank-PIM column read: executes the next CRF instruction in all units
@@ -51,6 +53,9 @@ class Op(enum.IntEnum):
     SFM = 17          # softmax on the softmax buffer
     MVGB = 18         # softmax buffer -> GEMV buffers
     RDACC = 19        # host reads the channel accumulator / softmax buffer
+    BARRIER = 40      # AttAcc PIM_BARRIER: later column / data-movement commands wait for
+                      #   every earlier one to issue (row commands pass it)
+    MACBK = 41        # AttAcc bank-level MAC: one unit reads one column (DCC's per-core fallback)
     # Newton / AiM
     GWRITE = 20       # host -> global buffer (aux = number of buffers written)
     G_ACT = 21        # activate a row in the banks of the channel

@@ -30,8 +30,8 @@ import numpy as np
 from ..hw.core import Backend, Timing
 from ..lower.program import Phase, Program, Records
 from .report import BOUNDS, CycleReport
-from .timing import (ACT_ALL, ALLBANK, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE, WAIT,
-                     WRITE)
+from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE,
+                     STREAM, WAIT, WRITE)
 
 NEVER = -1.0e7  # "long ago" for last-command times (float32-exact integers below 2^24)
 SCAN_FIELDS = ("op", "bank", "row", "n", "phase", "resident", "pre")
@@ -58,7 +58,8 @@ def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool
         last_act=f32(NEVER), faw=jnp.full(4, NEVER, f32), last_col=f32(NEVER),
         last_col_bg=jnp.int32(-1), last_allbank=jnp.bool_(False), last_rd=f32(NEVER),
         last_rd_bg=jnp.int32(-1), last_wr=f32(NEVER), last_wr_bg=jnp.int32(-1),
-        last_side=f32(NEVER), t_end=f32(0.0),
+        last_side=f32(NEVER), side_bg=jnp.full(n_bg, NEVER, f32), t_issue=f32(NEVER),
+        t_bar=f32(NEVER), t_end=f32(0.0),
         next_ref=jnp.where(t["tREF0"] > 0, t["tREF0"], t["tREFI"]),
         buckets=jnp.zeros(5, f32), counts=jnp.zeros(8, f32))
 
@@ -102,8 +103,9 @@ def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool
         pre_all = (flags[PRE_ALL] == 1) & valid
         ready_all = jnp.where(s["open_row"] >= 0, pre_ok(s) + t["tRP"], s["t_ready"])
         t_actall = jnp.maximum(jnp.max(ready_all), jnp.maximum(floor_t, s["last_col"]))
+        last_col_pre = s["last_col"] + jnp.where(s["last_allbank"], t["tRTP_L"], 0.0)
         t_preall = jnp.maximum(jnp.max(jnp.where(s["open_row"] >= 0, pre_ok(s), NEVER)),
-                               jnp.maximum(floor_t, s["last_col"]))
+                               jnp.maximum(floor_t, last_col_pre))
 
         # 3. columns
         rcd = jnp.where(write, t["tRCDWR"], t["tRCDRD"])
@@ -117,7 +119,8 @@ def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool
         t0 = jnp.where(write, jnp.maximum(t0, rd_to_wr), jnp.maximum(t0, wr_to_rd))
         wait = flags[WAIT] == 1
         t0 = jnp.where(wait, jnp.maximum(t0, s["t_end"]), t0)
-        spacing = jnp.where(allbank, t["tCCD_AB"], t["tCCD_L"])
+        t0 = jnp.maximum(t0, s["t_bar"])
+        spacing = jnp.where(allbank, t["tCCD_AB"], jnp.where(flags[STREAM] == 1, t["tCCD_S"], t["tCCD_L"]))
         t_last = t0 + (n - 1.0) * spacing
         col_end = t_last + jnp.where(write, t["tWL"] + t["tBL"], t["tCL"] + t["tBL"])
         col_end = jnp.where(allbank, t_last + t["tCCD_AB"], col_end)
@@ -125,13 +128,15 @@ def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool
         # side datapath (AttAcc data movement) and fixed latencies
         side = (flags[SIDE] == 1) & valid
         side_gap = jnp.maximum(t["tBL"], t["tCCD_S"])
-        s0 = jnp.maximum(s["last_side"] + side_gap, floor_t)
+        s0 = jnp.maximum(jnp.maximum(s["last_side"] + side_gap, floor_t),
+                         jnp.maximum(s["side_bg"][bg] + t["tCCD_L"], s["t_bar"]))
         s0 = jnp.where(wait, jnp.maximum(s0, s["t_end"]), s0)
         fixed = (flags[FIXED] == 1) & valid
-        side_last = s0 + (n - 1.0) * side_gap
+        side_last = s0 + (n - 1.0) * jnp.maximum(side_gap, t["tCCD_L"])
         side_end = jnp.where(fixed, s0 + n, side_last + side_gap)
         fixed_plain = fixed & ~side
-        f0 = jnp.maximum(jnp.maximum(s["last_col"], s["t_end"]), floor_t)
+        f0 = jnp.maximum(jnp.maximum(s["last_col"], s["t_end"]), jnp.maximum(floor_t, s["t_bar"]))
+        barrier = (flags[BARRIER] == 1) & valid
 
         end = jnp.where(is_col, col_end,
                         jnp.where(side, side_end,
@@ -169,6 +174,11 @@ def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool
         new["last_wr"] = jnp.where(is_col & write, t_last, s["last_wr"])
         new["last_wr_bg"] = jnp.where(is_col & write, bg, s["last_wr_bg"])
         new["last_side"] = jnp.where(side, jnp.where(fixed, s0 + n - side_gap, side_last), s["last_side"])
+        new["side_bg"] = jnp.where(side, s["side_bg"].at[bg].set(new["last_side"]), s["side_bg"])
+        issued = jnp.where(is_col, t_last, jnp.where(side, new["last_side"],
+                                                      jnp.where(fixed_plain, f0 + n - 1.0, NEVER)))
+        new["t_issue"] = jnp.maximum(s["t_issue"], issued)
+        new["t_bar"] = jnp.where(barrier, jnp.maximum(s["t_bar"], s["t_issue"] + 1.0), s["t_bar"])
         new["t_end"] = jnp.maximum(s["t_end"], end)
         new["buckets"] = s["buckets"].at[bucket].add(delta)
         data = flags[DATA_BUS] == 1
@@ -178,7 +188,7 @@ def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool
                          jnp.where(is_col & allbank, n, 0.0),                 # 3 PIM columns
                          do_ref.astype(f32),                                  # 4 REF
                          jnp.where(valid & data, n, 0.0),                     # 5 data-bus bursts
-                         jnp.where(valid, jnp.where(is_col | side, n, 1.0), 0.0),  # 6 commands
+                         jnp.where(valid & ~barrier, jnp.where(is_col | side, n, 1.0), 0.0),  # 6 commands
                          pre_all.astype(f32) + (need & is_open).astype(f32)])  # 7 PRE
         new["counts"] = s["counts"] + add
         return new, None

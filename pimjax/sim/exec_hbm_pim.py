@@ -42,14 +42,16 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     G, C = program.groups, program.cores
     op_ = np.asarray(rec.op)
     src = np.asarray(rec.src)
-    data = (op_ == Op.PIM_RD) | (op_ == Op.PIM_WR) | (((op_ == Op.WR) | (op_ == Op.RD)) & (src >= 0))
+    host_wr = (op_ == Op.WR) | (op_ == Op.WR_S)
+    host_rd = (op_ == Op.RD) | (op_ == Op.RD_S)
+    data = (op_ == Op.PIM_RD) | (op_ == Op.PIM_WR) | ((host_wr | host_rd) & (src >= 0))
     # physical rows in use, compacted to a dense row axis of the bank memory
     rows = np.unique(np.concatenate([np.asarray(rec.row)[data]] +
                                     [lay.positions[:, 1] for lay in program.layouts if lay.vars]))
 
     # 1. host writes of layouts into the banks (rearrangement)
     mem = jnp.full((G, 2 * C, len(rows), 32, 16), jnp.nan, dtype)
-    wr = (op_ == Op.WR) & (src >= 0)
+    wr = host_wr & (src >= 0)
     cols = expand_runs(rec, wr)
     cols["row"] = np.searchsorted(rows, cols["row"])
     for lid in np.unique(cols["src"]):
@@ -79,7 +81,7 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     mem = _run_kernel(mem, xs, hv, srf, C, dtype)
 
     # 3. read-back: the host sees only the columns its RD records read
-    rd = (op_ == Op.RD) & (src >= 0) & (np.asarray(rec.phase) == Phase.READBACK)
+    rd = host_rd & (src >= 0) & (np.asarray(rec.phase) == Phase.READBACK)
     rcols = expand_runs(rec, rd)
     rcols["row"] = np.searchsorted(rows, rcols["row"])
     seen = np.zeros((2 * C, len(rows), 32), bool)

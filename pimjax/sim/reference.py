@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..lower.program import Phase
-from .timing import (ACT_ALL, ALLBANK, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE, WAIT,
-                     WRITE)
+from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE,
+                     STREAM, WAIT, WRITE)
 
 NEVER = -1.0e7
 
@@ -44,6 +44,9 @@ class Channel:
     last_wr: float = NEVER
     last_wr_bg: int = -1
     last_side: float = NEVER
+    side_bg: list = field(default_factory=list)    # last data-movement command per bank group
+    t_issue: float = NEVER                         # latest issue of a column / side / fixed command
+    t_bar: float = NEVER                           # floor set by the last BARRIER
     t_end: float = 0.0
     next_ref: float = 0.0
 
@@ -53,6 +56,7 @@ def simulate(records: list[dict], t: dict, banks: int, banks_per_bg: int, refres
     pre).  Returns the same buckets / end / counts as `cycles.scan_stream`."""
     ch = Channel([Bank() for _ in range(banks)], banks_per_bg, [NEVER] * max(1, banks // banks_per_bg))
     ch.next_ref = t["tREF0"] if t["tREF0"] > 0 else t["tREFI"]
+    ch.side_bg = [NEVER] * max(1, banks // banks_per_bg)
     buckets = [0.0] * 5
     counts = [0.0] * 8
     for r in records:
@@ -116,7 +120,13 @@ def simulate(records: list[dict], t: dict, banks: int, banks_per_bg: int, refres
                 t0 = max(t0, ch.last_wr + t["tWL"] + t["tBL"] + wtr)
             if flags[WAIT]:
                 t0 = max(t0, ch.t_end)
-            spacing = t["tCCD_AB"] if allbank else t["tCCD_L"]
+            t0 = max(t0, ch.t_bar)            # a barrier holds columns until earlier commands issued
+            if allbank:
+                spacing = t["tCCD_AB"]
+            elif flags[STREAM]:
+                spacing = t["tCCD_S"]       # interleaved with other bank groups' runs
+            else:
+                spacing = t["tCCD_L"]
             t_last = t0 + (n - 1) * spacing
             if allbank:
                 end = t_last + t["tCCD_AB"]
@@ -133,19 +143,28 @@ def simulate(records: list[dict], t: dict, banks: int, banks_per_bg: int, refres
                 ch.last_rd, ch.last_rd_bg = t_last, bg
                 counts[3 if allbank else 1] += n
             ch.last_col, ch.last_col_bg, ch.last_allbank = t_last, bg, allbank
+            ch.t_issue = max(ch.t_issue, t_last)
         elif flags[SIDE]:
+            bg = min(max(r["bank"], 0), banks - 1) // banks_per_bg
             gap = max(t["tBL"], t["tCCD_S"])
-            s0 = max(ch.last_side + gap, floor_t)
+            # the data bus of the channel, tCCD_L within the bank group, the barrier
+            s0 = max(ch.last_side + gap, floor_t, ch.side_bg[bg] + t["tCCD_L"], ch.t_bar)
             if flags[WAIT]:
                 s0 = max(s0, ch.t_end)
             if flags[FIXED]:
                 end = s0 + n
                 ch.last_side = s0 + n - gap
             else:
-                ch.last_side = s0 + (n - 1) * gap
+                ch.last_side = s0 + (n - 1) * max(gap, t["tCCD_L"])   # one record = one bank group
                 end = ch.last_side + gap
+            ch.side_bg[bg] = ch.last_side
+            ch.t_issue = max(ch.t_issue, ch.last_side)
         elif flags[FIXED]:
-            end = max(ch.last_col, ch.t_end, floor_t) + n
+            f0 = max(ch.last_col, ch.t_end, floor_t, ch.t_bar)
+            end = f0 + n
+            ch.t_issue = max(ch.t_issue, f0 + n - 1)
+        elif flags[BARRIER]:
+            ch.t_bar = max(ch.t_bar, ch.t_issue + 1)
         elif flags[ACT_ALL]:
             ready = [bk.earliest_precharge(t) + t["tRP"] if bk.open_row >= 0 else bk.t_ready
                      for bk in ch.banks]
@@ -156,7 +175,9 @@ def simulate(records: list[dict], t: dict, banks: int, banks_per_bg: int, refres
             counts[0] += 1
         elif flags[PRE_ALL]:
             opened = [bk.earliest_precharge(t) for bk in ch.banks if bk.open_row >= 0]
-            t_pre = max([NEVER] + opened + [floor_t, ch.last_col])
+            # an all-bank MAC needs tRTP_L before PREA (attacc.md MACAB -> PREA)
+            last_col = ch.last_col + (t["tRTP_L"] if ch.last_allbank else 0.0)
+            t_pre = max([NEVER] + opened + [floor_t, last_col])
             for bk in ch.banks:
                 bk.open_row = -1
                 bk.t_ready = t_pre + t["tRP"]
@@ -178,5 +199,6 @@ def simulate(records: list[dict], t: dict, banks: int, banks_per_bg: int, refres
         ch.t_end = max(ch.t_end, end)
         if flags[DATA_BUS]:
             counts[5] += n
-        counts[6] += n if (is_col or flags[SIDE]) else 1.0
+        if not flags[BARRIER]:
+            counts[6] += n if (is_col or flags[SIDE]) else 1.0
     return {"buckets": buckets, "end": ch.t_end, "counts": counts}

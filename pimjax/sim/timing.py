@@ -19,7 +19,20 @@ side       a data-movement command on a separate datapath (AttAcc WRGB /
            and they do not block the column pipeline
 wait       the command waits until every earlier record has ended (a
            barrier on a data dependency, e.g. MVSB after the score MACs)
+stream     a host transfer run whose columns the controller interleaves
+           with the runs to other bank groups: its columns are tCCD_S apart
+           (the link bandwidth) instead of tCCD_L
+barrier    AttAcc PIM_BARRIER: no time of its own; every later column,
+           data-movement (side) and fixed command issues at least one cycle
+           after the latest issue of any earlier such command.  Row
+           commands (explicit or implicit ACT / PRE) pass it.
 =========  ================================================================
+
+Side commands (AttAcc data movement) additionally keep tCCD_L between
+two commands to the same bank group (`bank` names the addressed bank);
+the `n` commands of one record go to one bank group, so they are
+max(tBL, tCCD_S, tCCD_L) apart.  A PREA after an all-bank column command
+waits tRTP_L after it (AttAcc MACAB -> PREA nRTP_L).
 
 Semantics of one record (all times in command-clock cycles, in order):
 
@@ -50,14 +63,16 @@ import numpy as np
 from ..lower.program import Op
 
 # columns of the class table
-COLUMN, WRITE, ALLBANK, DATA_BUS, ACT_ALL, PRE_ALL, FIXED, SIDE, WAIT = range(9)
-N_FLAGS = 9
+COLUMN, WRITE, ALLBANK, DATA_BUS, ACT_ALL, PRE_ALL, FIXED, SIDE, WAIT, STREAM, BARRIER = range(11)
+N_FLAGS = 11
 
 _CLASSES: dict[int, tuple[int, ...]] = {
-    #            col write allb data act_all pre_all fixed side wait
+    #            col write allb data act_all pre_all fixed side wait (stream)
     Op.NOP:     (0, 0, 0, 0, 0, 0, 0, 0, 0),
     Op.RD:      (1, 0, 0, 1, 0, 0, 0, 0, 0),
     Op.WR:      (1, 1, 0, 1, 0, 0, 0, 0, 0),
+    Op.RD_S:    (1, 0, 0, 1, 0, 0, 0, 0, 0, 1),
+    Op.WR_S:    (1, 1, 0, 1, 0, 0, 0, 0, 0, 1),
     Op.AB_WR:   (1, 1, 0, 1, 0, 0, 0, 0, 0),   # HAB-mode writes: timed as a WR to bank 0 / 1
     Op.PIM_RD:  (1, 0, 1, 0, 0, 0, 0, 0, 0),
     Op.PIM_WR:  (1, 1, 1, 0, 0, 0, 0, 0, 0),
@@ -67,10 +82,13 @@ _CLASSES: dict[int, tuple[int, ...]] = {
     Op.MACSB:   (1, 0, 1, 0, 0, 0, 0, 0, 0),
     Op.MACPB:   (1, 0, 1, 0, 0, 0, 0, 0, 0),
     Op.WRGB:    (0, 1, 0, 1, 0, 0, 0, 1, 0),
-    Op.MVSB:    (0, 0, 0, 0, 0, 0, 0, 1, 1),
-    Op.SFM:     (0, 0, 0, 0, 0, 0, 0, 1, 1),
-    Op.MVGB:    (0, 0, 0, 0, 0, 0, 0, 1, 1),
-    Op.RDACC:   (0, 0, 0, 1, 0, 0, 0, 1, 1),
+    # AttAcc data movement: ordered by explicit BARRIER records (attacc.md), not by `wait`
+    Op.MVSB:    (0, 0, 0, 0, 0, 0, 0, 1, 0),
+    Op.SFM:     (0, 0, 0, 0, 0, 0, 0, 1, 0),
+    Op.MVGB:    (0, 0, 0, 0, 0, 0, 0, 1, 0),
+    Op.RDACC:   (0, 0, 0, 1, 0, 0, 0, 1, 0),
+    Op.BARRIER: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1),
+    Op.MACBK:   (1, 0, 0, 0, 0, 0, 0, 0, 0),   # one bank's unit: a column read without the data bus
     Op.GWRITE:  (1, 1, 0, 1, 0, 0, 0, 0, 0),
     Op.G_ACT:   (0, 0, 0, 0, 1, 0, 0, 0, 0),
     Op.COMP:    (1, 0, 1, 0, 0, 0, 0, 0, 0),
@@ -83,7 +101,7 @@ def class_table() -> np.ndarray:
     n = max(int(o) for o in Op) + 1
     t = np.zeros((n, N_FLAGS), np.int32)
     for o, row in _CLASSES.items():
-        t[int(o)] = row
+        t[int(o), :len(row)] = row
     return t
 
 

@@ -13,8 +13,9 @@ from pimjax.sim.cycles import _timing_vector, scan_stream
 from pimjax.sim.reference import simulate
 
 OPS = {
-    "hbm-pim": [Op.RD, Op.WR, Op.AB_WR, Op.PIM_RD, Op.PIM_WR, Op.NOP],
-    "attacc": [Op.ACTAB, Op.PREA, Op.MACAB, Op.WRGB, Op.MVSB, Op.SFM, Op.MVGB, Op.RDACC, Op.RD, Op.WR],
+    "hbm-pim": [Op.RD, Op.WR, Op.RD_S, Op.WR_S, Op.AB_WR, Op.PIM_RD, Op.PIM_WR, Op.NOP],
+    "attacc": [Op.ACTAB, Op.PREA, Op.MACAB, Op.MACSB, Op.MACBK, Op.WRGB, Op.MVSB, Op.SFM, Op.MVGB,
+               Op.RDACC, Op.BARRIER, Op.RD, Op.WR],
     "newton": [Op.G_ACT, Op.COMP, Op.GWRITE, Op.READRES, Op.RD, Op.WR],
 }
 
