@@ -9,6 +9,7 @@ def _register_all():
     LOWERINGS["hbm-pim"] = lower_hbm_pim
     from .upmem import lower_upmem; LOWERINGS["upmem"] = lower_upmem  # noqa: E702
     from .newton import lower_newton; LOWERINGS["newton"] = lower_newton  # noqa: E702
+    from .attacc import lower_attacc; LOWERINGS["attacc"] = lower_attacc  # noqa: E702
 
 
 def lower(op, draft, backend, shapes=None, **options) -> Program:

@@ -1,0 +1,1144 @@
+"""Lowering to AttAcc command programs (HBM3 + GEMV units + a softmax /
+accumulator unit per channel; `../shared/reference/attacc.md`).
+
+Machine model (per group = channel; what `sim/exec_attacc.py` executes and
+`sim/cycles.py` times):
+
+* banks: 64 per channel (2 pCH x 2 SID x 4 bank groups x 4 banks), 16384
+  rows x 32 columns x 32 B.  A *core* is a 16-lane FP16 GEMV unit: one per
+  bank ("bank" level, MACAB), per bank group ("bg", MACSB on bank b of every
+  bank group) or per pseudo-channel ("buffer", MACPB; consecutive commands
+  rotate over the pCH's 32 banks, bank groups first, as the reference's
+  buffer-level trace does).  A program addresses a core's memory through
+  *virtual columns* v (see `Geometry.address`).
+* GEMV buffer per unit: `core.n_input_regs` entries x 16 lanes, written by
+  WRGB (host data) or MVGB (from the softmax buffer).
+* accumulator per unit: 16 FP16 slots.  A MAC column either
+  - "tree" (adder-tree mode, lanes along a reduction variable): slot
+    `u // reg_step` += dot(column, buffer entry `arg + u % reg_step`), or
+  - "mac" (lanes along an output variable): all 16 slots += column x the
+    buffer scalar `arg * 16 + u`,
+  where u = `reg` + the column's offset in its record.  Accumulators are
+  double-buffered, so a block's MVSB may overlap the next block's MACs (as
+  the reference schedules them); in a record stream the drain is written
+  before the next block's MACs.
+* MVSB drains accumulators into the channel's softmax buffer through the
+  adder tree of one (pCH, SID): each command moves one 16-lane row per pCH
+  and *adds* it into a softmax-buffer row (the channel accumulator: the
+  `reduction == "group"` merge).  SFM runs a softmax over a masked set of
+  softmax-buffer positions; RDACC copies softmax-buffer rows to the host.
+* Every WRGB / MVGB / MVSB command carries one 16-lane row per pCH; the
+  units of a pCH that need the same row at the same entry share it
+  (group broadcast); `granularity == "core"` gives one command per unit and
+  bank-level MACs (MACBK) instead of MACAB / MACSB / MACPB.
+* BARRIER records order data movement against MACs exactly like the
+  reference's PIM_BARRIER; ACTAB / PREA (bank level) are explicit, the
+  bank-group and buffer levels open rows implicitly per bank.
+
+Ops: contractions (GEMV, MMTV, batched products, GEMM as GEMV sequences,
+im2col convolutions) and add-reductions (a GEMV with a ones vector) via
+`lower_attacc`; score -> softmax -> context via `lower_attention`.
+
+Options (on by default): register_reuse (write the GEMV buffer only when
+its contents change; double-buffer it when two tiles fit), data_block_layout
+(matrix columns in the order the dataflow reads them), resident (operand
+indices placed once, their WR_S records get resident=1), channel_parallel.
+
+Arithmetic ("backend" mode): FP16 products, a 4-level FP16 adder tree, FP16
+accumulation in the unit and in the softmax buffer; the softmax unit
+computes in float32 and rounds its output to FP16.  With unit roundoff
+u = 2^-11, an output that sums K products through the tree (log2 16 = 4
+levels), at most K sequential accumulator / buffer additions and the
+rounding of both inputs has, to first order,
+
+    |y_backend - y| <= (K + 8) * u * sum_k |m_k v_k|,
+
+which `tests/lower/test_attacc.py` checks (with the same bound composed
+through the softmax for attention).  "wide" mode runs all of it in float32.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import PimCompileError
+from ..hw.core import Backend
+from ..partition.dimsets import dimension_sets
+from ..partition.draft import Draft
+from ..partition.verify import matrix_and_vector
+from ..trace.affine import AffineExpr
+from ..trace.ir import Access, Acc, Arg, Const, LoopVar, PimOp, Prim
+from .layout import global_index, lane_order, tile_layout, value_shapes
+from .program import Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, stack_streams
+from .tiles import CoreTiles, core_tiles
+
+LANES = 16
+TREE, MACMODE = 0, 1            # MAC aux: adder-tree / mac mode
+# assumption: a softmax buffer of 8192 FP16 (512 rows of 16) per channel.  attacc.md implies
+# L FP16 per head (the trace generator's maxlen 4096) and the reference pipelines two heads.
+SB_ROWS = 512
+HOST_ONE = -2                   # host-data index meaning the constant 1.0 (RED's ones vector)
+
+DEFAULT_OPTIONS = dict(register_reuse=True, data_block_layout=True, channel_parallel=True,
+                       resident=(), result_dtype="float32", sb_rows=SB_ROWS, gb_tile=None)
+
+
+# --------------------------------------------------------------------------
+# geometry of the three PIM levels
+# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Geometry:
+    """Where a core's memory is and how commands address it.
+
+    level: "bank" | "bg" | "buffer"; cores: units per channel;
+    banks_per_core: banks a unit owns (1, 4, 32)."""
+    level: str
+    cores: int
+    banks_per_core: int
+
+    @classmethod
+    def of(cls, backend: Backend) -> "Geometry":
+        level = backend.variant.split("-")[0]
+        if level not in ("bank", "bg", "buffer"):
+            raise PimCompileError(f"attacc: unknown PIM level {level!r}")
+        return cls(level, backend.group.cores_per_group, backend.core.banks_per_core)
+
+    @property
+    def seg(self) -> int:
+        """Virtual columns per addressing segment (one record at most)."""
+        return 1024 if self.level == "buffer" else 32
+
+    @property
+    def mac_op(self) -> Op:
+        return {"bank": Op.MACAB, "bg": Op.MACSB, "buffer": Op.MACPB}[self.level]
+
+    def core_base(self, c) -> np.ndarray:
+        """First physical bank (0..63 in the channel) of core `c`."""
+        return np.asarray(c) * self.banks_per_core
+
+    def pch(self, c) -> np.ndarray:
+        return self.core_base(c) // 32
+
+    def cluster(self, c) -> np.ndarray:
+        """The adder tree a unit drains through: its (pCH, SID) (bank / bg
+        level) or its pCH (buffer level)."""
+        return self.core_base(c) // (32 if self.level == "buffer" else 16)
+
+    def address(self, v):
+        """(bank within the core, row, column) of virtual column(s) v.
+
+        bank: a bank's columns in row order; bg: rows of 32 columns rotate
+        over the 4 banks of the bank group (the reference's MACSB layout);
+        buffer: consecutive columns rotate over the pCH's 8 bank groups,
+        then its 4 banks, then columns (the reference's MACPB layout)."""
+        v = np.asarray(v, np.int64)
+        if self.level == "bank":
+            return np.zeros_like(v), v // 32, v % 32
+        if self.level == "bg":
+            return (v // 32) % 4, v // 128, v % 32
+        return (v % 8) * 4 + (v // 8) % 4, v // 1024, (v // 32) % 32
+
+    def record_col(self, v: int) -> int:
+        """The `col` field of a MAC record starting at virtual column v."""
+        return int(v % self.seg)
+
+    def timed_bank(self, v: int, core: int | None = None) -> int:
+        """The bank a MAC record is timed on: bank 0 for MACAB / MACPB, bank b
+        of bank group 0 for MACSB, the core's own bank for MACBK."""
+        bic = int(self.address(v)[0])
+        if core is None:
+            return bic if self.level == "bg" else 0
+        return int(self.core_base(core)) + (bic if self.level != "buffer" else 0)
+
+    def phys(self, c, v) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(physical bank, row, column) of virtual column v of core c."""
+        bic, row, col = self.address(v)
+        return self.core_base(c) + bic, row, col
+
+
+# --------------------------------------------------------------------------
+# tables shared by the streams: routes and host data rows
+# --------------------------------------------------------------------------
+class _Tables:
+    """Route rows (per unit: source, destination) of WRGB / MVGB / MVSB
+    commands and the host data rows WRGB sends."""
+
+    def __init__(self, C: int, G: int):
+        self.C, self.G = C, G
+        self.src: list[np.ndarray] = []
+        self.dst: list[np.ndarray] = []
+        self.host: list[np.ndarray] = []
+        self._host_ids: dict[bytes, int] = {}
+
+    def route(self, src: np.ndarray, dst: np.ndarray) -> int:
+        self.src.append(np.asarray(src, np.int32))
+        self.dst.append(np.asarray(dst, np.int32))
+        return len(self.src) - 1
+
+    def host_row(self, idx: np.ndarray) -> int:
+        """Id of the host data row with flat indices `idx` ([G, 16]; -1 = 0,
+        -2 = 1.0), shared when equal."""
+        idx = np.ascontiguousarray(idx, np.int64)
+        key = idx.tobytes()
+        hid = self._host_ids.get(key)
+        if hid is None:
+            hid = len(self.host)
+            self.host.append(idx)
+            self._host_ids[key] = hid
+        return hid
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        C, G = self.C, self.G
+        src = np.stack(self.src) if self.src else np.zeros((0, C), np.int32)
+        dst = np.stack(self.dst) if self.dst else np.zeros((0, C), np.int32)
+        host = np.stack(self.host, 1) if self.host else np.zeros((G, 0, LANES), np.int64)
+        return src, dst, host
+
+
+def _bg_interleave(cmds: list, bank_of) -> list:
+    """Order data-movement commands round-robin over bank groups, the order
+    the reference's FCFS-ready scheduler issues them in (tCCD_S apart
+    instead of tCCD_L within a bank group)."""
+    by_bg: dict[int, list] = {}
+    for c in cmds:
+        by_bg.setdefault(int(bank_of(c)) // 4, []).append(c)
+    out = []
+    queues = list(by_bg.values())
+    i = 0
+    while any(queues):
+        q = queues[i % len(queues)]
+        if q:
+            out.append(q.pop(0))
+        i += 1
+    return out
+
+
+# --------------------------------------------------------------------------
+# the record stream
+# --------------------------------------------------------------------------
+class _Emitter:
+    """Appends records to the (shared) stream; tracks the open row for the
+    explicit ACTAB / PREA of bank-level broadcast MACs."""
+
+    def __init__(self, geo: Geometry, granularity: str, tables: _Tables, cores: int):
+        self.geo, self.gran, self.t, self.C = geo, granularity, tables, cores
+        self.b = RecordBuilder()
+        self.open_row: int | None = None
+
+    def barrier(self, phase=Phase.COMPUTE):
+        self.b.add(Op.BARRIER, n=1, phase=phase)
+
+    def macs(self, v0: int, count: int, row_base: int, mode: int, reg_step: int, arg: int):
+        """MAC columns v0 .. v0+count-1 of every unit, split at segment
+        boundaries (u counts from v0)."""
+        geo = self.geo
+        v, end = v0, v0 + count
+        while v < end:
+            n = min(end, (v // geo.seg + 1) * geo.seg) - v
+            _, row, _ = geo.address(v)
+            row = int(row) + row_base
+            col = geo.record_col(v)
+            if self.gran == "core":
+                for c in range(self.C):
+                    self.b.add(Op.MACBK, bank=geo.timed_bank(v, c), row=row, col=col, n=n, aux=mode,
+                               reg=v - v0, reg_step=reg_step, arg=arg, core=c)
+            else:
+                if geo.level == "bank" and self.open_row != row:
+                    if self.open_row is not None:
+                        self.b.add(Op.PREA, n=1)
+                    self.b.add(Op.ACTAB, row=row, n=1)
+                    self.open_row = row
+                self.b.add(geo.mac_op, bank=geo.timed_bank(v), row=row, col=col, n=n, aux=mode,
+                           reg=v - v0, reg_step=reg_step, arg=arg)
+            v += n
+
+    def side(self, op: Op, bank: int, arg: int = 0, phase=Phase.COMPUTE, aux: int = 0, reg: int = 0,
+             src: int = -1, n: int = 1):
+        self.b.add(op, bank=bank, row=0, col=0, n=n, phase=phase, aux=aux, reg=reg, arg=arg, src=src)
+
+    def load(self, op: Op, need: dict[int, list[tuple[int, int]]], phase, src: int = -1) -> int:
+        """Buffer loads (WRGB / MVGB): `need[c]` = [(source row, entry)].
+        Returns the number of commands."""
+        cmds = _load_commands(self.geo, need, self.gran, self.C)
+        for bank, s, d in cmds:
+            self.side(op, bank, arg=self.t.route(s, d), phase=phase, src=src)
+        return len(cmds)
+
+    def drain(self, rows: np.ndarray, sb: "_SoftmaxBuffer") -> int:
+        """MVSB of every unit with rows[c] >= 0 into softmax-buffer row rows[c].
+        The first MVSB into a freshly allocated row overwrites it (route
+        source 1), later ones add (the channel accumulator)."""
+        cmds = _drain_commands(self.geo, rows, self.gran, self.C)
+        for bank, d in cmds:
+            first = np.array([int(r) in sb.fresh for r in d]) & (d >= 0)
+            self.side(Op.MVSB, bank, arg=self.t.route(np.where(first, 1, -1), d))
+            sb.fresh -= {int(r) for r in d[d >= 0]}
+        return len(cmds)
+
+
+def _load_commands(geo: Geometry, need: dict, gran: str, C: int) -> list:
+    """(address bank, src[C], dst[C]) per command: one row per pCH per
+    command, shared by the pCH's units that need it at the same entry."""
+    cmds = []
+    if gran == "core":
+        for c in range(C):
+            for s, d in need.get(c, ()):
+                src, dst = np.full(C, -1), np.zeros(C, np.int64)
+                src[c], dst[c] = s, d
+                cmds.append((int(geo.core_base(c)), src, dst))
+        return _bg_interleave(cmds, lambda x: x[0])
+    per_pch: dict[int, dict[tuple[int, int], list[int]]] = {}
+    for c in range(C):
+        for s, d in need.get(c, ()):
+            per_pch.setdefault(int(geo.pch(c)), {}).setdefault((s, d), []).append(c)
+    lists = [list(v.items()) for _, v in sorted(per_pch.items())]
+    for m in range(max((len(x) for x in lists), default=0)):
+        src, dst = np.full(C, -1), np.zeros(C, np.int64)
+        bank = None
+        for items in lists:
+            if m < len(items):
+                (s, d), units = items[m]
+                src[units], dst[units] = s, d
+                if bank is None:
+                    bank = int(geo.core_base(min(units)))
+        cmds.append((bank, src, dst))
+    return _bg_interleave(cmds, lambda x: x[0])
+
+
+def _drain_commands(geo: Geometry, rows: np.ndarray, gran: str, C: int) -> list:
+    """(address bank, dst[C]) per MVSB: per pCH, one (SID, row) adder-tree
+    output per command."""
+    rows = np.asarray(rows)
+    if gran == "core":
+        out = []
+        for c in np.nonzero(rows >= 0)[0]:
+            d = np.full(C, -1)
+            d[c] = rows[c]
+            out.append((int(geo.core_base(c)), d))
+        return _bg_interleave(out, lambda x: x[0])
+    per_pch: dict[int, dict[tuple[int, int], list[int]]] = {}
+    for c in np.nonzero(rows >= 0)[0]:
+        per_pch.setdefault(int(geo.pch(c)), {}).setdefault((int(geo.cluster(c)), int(rows[c])), []).append(c)
+    lists = [list(v.items()) for _, v in sorted(per_pch.items())]
+    out = []
+    for m in range(max((len(x) for x in lists), default=0)):
+        d = np.full(C, -1)
+        bank = None
+        for items in lists:
+            if m < len(items):
+                (_, r), units = items[m]
+                d[units] = r
+                if bank is None:
+                    bank = int(geo.core_base(min(units)))
+        out.append((bank, d))
+    return _bg_interleave(out, lambda x: x[0])
+
+
+# --------------------------------------------------------------------------
+# GEMV plans: blocks of matrix columns, buffer tiles, layouts
+# --------------------------------------------------------------------------
+@dataclass
+class _Gemv:
+    """One GEMV sequence per core (all cores share offsets).
+
+    mode: TREE / MACMODE; n_b: batch instances (M and v differ), n_v:
+    GEMM columns (v differs, M re-read), n_o / n_r: outputs / reduction
+    points per instance (flattened, the lane variable innermost);
+    E: buffer entries per instance, KI: entries per tile, t_in / t_out:
+    input tiles / output blocks of 16; start[b, j, i] / size[j, i]: virtual
+    columns of each block."""
+    mode: int
+    n_b: int
+    n_v: int
+    n_o: int
+    n_r: int
+    E: int
+    KI: int
+    t_in: int
+    t_out: int
+    start: np.ndarray
+    size: np.ndarray
+    order_is: bool
+
+    @property
+    def v_total(self) -> int:
+        return int(self.size.sum()) * self.n_b
+
+    def ke(self, i: int) -> int:
+        """Entries of input tile i."""
+        return min(self.KI, self.E - self.KI * i)
+
+    def outs(self, j: int) -> int:
+        return min(LANES, self.n_o - LANES * j)
+
+    def reg_step(self, i: int) -> int:
+        return self.ke(i) if self.mode == TREE else 0
+
+
+def _plan(mode: int, n_b: int, n_v: int, n_o: int, n_r: int, cap: int, order_is: bool,
+          gb_tile: int | None = None) -> _Gemv:
+    E = max(1, -(-n_r // LANES))
+    KI = min(E, cap if gb_tile is None else min(cap, gb_tile))
+    t_in = -(-E // KI)
+    t_out = max(1, -(-n_o // LANES))
+    size = np.zeros((t_out, t_in), np.int64)
+    for j in range(t_out):
+        for i in range(t_in):
+            ke = min(KI, E - KI * i)
+            if mode == TREE:
+                size[j, i] = min(LANES, n_o - LANES * j) * ke
+            else:
+                size[j, i] = min(LANES * KI, n_r - LANES * KI * i)
+    start = np.zeros((n_b, t_out, t_in), np.int64)
+    pos = 0
+    for b in range(n_b):
+        order = [(j, i) for i in range(t_in) for j in range(t_out)] if order_is else \
+            [(j, i) for j in range(t_out) for i in range(t_in)]
+        for j, i in order:
+            start[b, j, i] = pos
+            pos += size[j, i]
+    return _Gemv(mode, n_b, n_v, n_o, n_r, E, KI, t_in, t_out, start, size, order_is)
+
+
+def _matrix_positions(gp: _Gemv, geo: Geometry, row_base: int) -> np.ndarray:
+    """[n_b * n_o * n_r, 4] (bank in core, row, column, lane) of the matrix
+    operand's local elements, C order over (b, o, r)."""
+    b, o, r = np.meshgrid(np.arange(gp.n_b), np.arange(gp.n_o), np.arange(gp.n_r), indexing="ij")
+    j = o // LANES
+    if gp.mode == TREE:
+        e = r // LANES
+        i = e // gp.KI
+        ke = np.minimum(gp.KI, gp.E - gp.KI * i)
+        v = gp.start[b, j, i] + (o % LANES) * ke + e % gp.KI
+        lane = r % LANES
+    else:
+        i = r // (LANES * gp.KI)
+        v = gp.start[b, j, i] + r % (LANES * gp.KI)
+        lane = o % LANES
+    bic, row, col = geo.address(v)
+    return np.stack([bic, row + row_base, col, lane], -1).reshape(-1, 4).astype(np.int32)
+
+
+def _placement(em: _Emitter, geo: Geometry, layout_id: int, v_total: int, row_base: int,
+               cores: int, resident: bool) -> None:
+    """Host writes (WR_S runs, one per bank row) of the virtual columns
+    0 .. v_total-1 of every core, interleaved over bank groups."""
+    v = np.arange(v_total)
+    bic, row, col = geo.address(v)
+    row = row + row_base
+    order = np.lexsort((col, row, bic))
+    bic, row, col = bic[order], row[order], col[order]
+    brk = np.ones(len(v), bool)
+    brk[1:] = (bic[1:] != bic[:-1]) | (row[1:] != row[:-1]) | (col[1:] != col[:-1] + 1)
+    starts = np.nonzero(brk)[0]
+    lens = np.diff(np.append(starts, len(v)))
+    runs = [(int(bic[s]), int(row[s]), int(col[s]), int(n)) for s, n in zip(starts, lens)]
+    per_bank: dict[int, list] = {}
+    for c in range(cores):
+        for r in runs:
+            per_bank.setdefault(int(geo.core_base(c)) + r[0], []).append((c,) + r[1:])
+    banks = sorted(per_bank, key=lambda bk: (bk % 4, bk // 4))   # alternate bank groups
+    longest = max((len(x) for x in per_bank.values()), default=0)
+    for k in range(longest):
+        for bk in banks:
+            if k < len(per_bank[bk]):
+                c, rw, cl, n = per_bank[bk][k]
+                em.b.add(Op.WR_S, bank=bk, row=rw, col=cl, n=n, phase=Phase.REARRANGE, src=layout_id,
+                         core=c, resident=int(resident))
+
+
+# --------------------------------------------------------------------------
+# softmax-buffer rows and read-back
+# --------------------------------------------------------------------------
+class _SoftmaxBuffer:
+    """Row allocation in the channel's softmax buffer and the read-back map.
+
+    rows are tagged with (class representative core, output positions);
+    `flush` reads completed rows back (RDACC) and frees them."""
+
+    def __init__(self, capacity: int, G: int):
+        self.cap = capacity
+        self.free = list(range(capacity))
+        self.used_max = 0
+        self.G = G
+        self.pending: list[tuple[int, np.ndarray]] = []     # (row, flat[G, 16])
+        self.fresh: set[int] = set()                         # allocated, not yet written
+        self.readback: list[np.ndarray] = []                 # per host row: flat[G, 16]
+
+    def alloc(self, n: int) -> list[int]:
+        if n > len(self.free):
+            raise PimCompileError(f"attacc: {n} softmax-buffer rows needed, {len(self.free)} free "
+                                  f"of {self.cap}")
+        rows, self.free = self.free[:n], self.free[n:]
+        self.fresh |= set(rows)
+        self.used_max = max(self.used_max, max(rows) + 1 if rows else 0)
+        return rows
+
+    def release(self, rows) -> None:
+        self.free = sorted(set(self.free) | set(rows))
+
+    def result_row(self, row: int, flat: np.ndarray) -> None:
+        """Mark `row` as holding results (flat output indices [G, 16], -1 none)."""
+        self.pending.append((row, flat))
+
+    def flush(self, em: _Emitter, layout_id: int, phase=Phase.READBACK) -> None:
+        if not self.pending:
+            return
+        em.barrier(phase)
+        for row, flat in self.pending:
+            h = len(self.readback)
+            self.readback.append(flat)
+            em.side(Op.RDACC, bank=(h % 16) * 4, reg=row, arg=h, phase=phase, src=layout_id)
+        self.release([r for r, _ in self.pending])
+        self.pending = []
+
+    def readback_map(self) -> np.ndarray:
+        if not self.readback:
+            return np.zeros((self.G, 0, LANES), np.int64)
+        return np.stack(self.readback, 1)
+
+
+def _classes(tiles: CoreTiles, vars_: list[str]) -> np.ndarray:
+    """[C] class id per core: cores whose ranges of `vars_` agree in every
+    group (they compute the same outputs / need the same data)."""
+    idx = [tiles.var_index(v) for v in vars_]
+    if not idx:
+        return np.zeros(tiles.cores, np.int64)
+    key = np.concatenate([tiles.start[:, :, idx], tiles.length[:, :, idx]], -1)   # [G, C, 2V]
+    key = np.transpose(key, (1, 0, 2)).reshape(tiles.cores, -1)
+    _, inv = np.unique(key, axis=0, return_inverse=True)
+    return inv.reshape(-1)
+
+
+def _out_flat(tiles: CoreTiles, name: str, vars_: tuple, index_map, shape) -> tuple[np.ndarray, np.ndarray]:
+    """[G, C, prod(box)] flat result indices / validity over `vars_` (C order)."""
+    lay = tile_layout(tiles, name, -1, vars_, index_map, shape, np.zeros((1, 4), np.int32))
+    return global_index(lay)
+
+
+# --------------------------------------------------------------------------
+# lowering entry points
+# --------------------------------------------------------------------------
+def lower_attacc(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None = None,
+                 **options) -> Program:
+    """Lower one contraction or add-reduction to an AttAcc program (see the
+    module docstring); raises PimCompileError for anything else."""
+    opts = {**DEFAULT_OPTIONS, **options}
+    if backend.name != "attacc":
+        raise PimCompileError(f"lower_attacc needs an attacc backend, got {backend.name}")
+    if op.kind == "contraction":
+        return _gemv_program(op, draft, backend, value_shapes(op, shapes), opts)
+    if op.kind == "reduction":
+        if op.combiner != "add":
+            raise PimCompileError(f"attacc has no {op.combiner} reduction (GEMV units only add)")
+        return _gemv_program(op, draft, backend, value_shapes(op, shapes), opts)
+    raise PimCompileError(f"attacc cannot run a {op.kind} op ({op.name}): its units only do GEMVs")
+
+
+def _plain_arg(e) -> int | None:
+    """Operand index of `e` if it is an operand read (through converts)."""
+    while isinstance(e, Prim) and e.name in ("convert_element_type", "copy", "copy_p") and len(e.args) == 1:
+        e = e.args[0]
+    return e.index if isinstance(e, Arg) else None
+
+
+def _split_vars(op: PimOp, mvars: set, vvars: set):
+    outs = list(op.output_vars)
+    red = [lv.name for lv in op.loop_vars if lv.name in op.reduction_vars]
+    o_b = [v for v in outs if v in mvars and v in vvars]
+    o_v = [v for v in outs if v in vvars and v not in mvars]
+    o_m = [v for v in outs if v not in vvars]
+    return o_b, o_v, o_m, red
+
+
+def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts: dict) -> Program:
+    geo = Geometry.of(backend)
+    tiles = core_tiles(op, draft)
+    G, C = tiles.groups, tiles.cores
+    if op.kind == "contraction":
+        body = op.body
+        if not (isinstance(body, Prim) and body.name == "mul" and len(body.args) == 2
+                and _plain_arg(body.args[0]) is not None and _plain_arg(body.args[1]) is not None
+                and _plain_arg(body.args[0]) != _plain_arg(body.args[1])):
+            raise PimCompileError(f"attacc GEMV units need a product of two operands ({op.name})")
+        mi, vi = matrix_and_vector(op, shapes)
+        M, V = op.operands[mi], op.operands[vi]
+        vvars = set(V.vars)
+    else:
+        if _plain_arg(op.body) is None:
+            raise PimCompileError(f"attacc reductions need a plain operand body ({op.name})")
+        mi, vi = _plain_arg(op.body), None
+        M, V = op.operands[mi], None
+        vvars = set(op.reduction_vars)
+    mvars = set(M.vars) | set(op.reduction_vars if vi is None else ())
+    o_b, o_v, o_m, red = _split_vars(op, set(M.vars) | (set(op.output_vars) - vvars), vvars)
+    if vi is None:
+        o_b, o_v, o_m = [], [], list(op.output_vars)
+    lane = draft.lane_var
+    if lane in red:
+        mode = TREE
+        red = list(lane_order(red, lane))
+    elif lane in o_m:
+        mode = MACMODE
+        o_m = list(lane_order(o_m, lane))
+    else:
+        raise PimCompileError(f"attacc: lane variable {lane!r} must be a reduction variable (adder tree) "
+                              f"or a matrix-only output variable (mac mode) of {op.name}")
+    box = dict(zip(tiles.vars, tiles.box(tiles.vars)))
+    prod = lambda vs: int(np.prod([box[v] for v in vs], dtype=np.int64))  # noqa: E731
+    n_b, n_v, n_o, n_r = prod(o_b), prod(o_v), prod(o_m), prod(red)
+    reuse = opts["register_reuse"]
+    dataflow = draft.dataflow
+    order_is = dataflow == "is" if opts["data_block_layout"] else False
+    cap = backend.core.n_input_regs
+    gp = _plan(mode, n_b, n_v, n_o, n_r, cap, order_is, opts["gb_tile"])
+    rows_needed = -(-gp.v_total // (geo.seg if geo.level != "bg" else 128))
+    if rows_needed > backend.core.rows:
+        raise PimCompileError(f"attacc: {rows_needed} rows of matrix data per bank exceed {backend.core.rows}")
+
+    # layouts: the matrix, the result (descriptive: slot per local output)
+    m_vars = tuple(o_b + o_m + red)
+    m_pos = _matrix_positions(gp, geo, 0)
+    m_layout = tile_layout(tiles, "M", mi, m_vars, M.index_map, shapes[M.value], m_pos,
+                           tuple(box[v] for v in m_vars))
+    r_vars = tuple(o_b + o_v + o_m)
+    rbox = tuple(box[v] for v in r_vars)
+    ro = np.arange(int(np.prod(rbox, dtype=np.int64))) % max(1, n_o)
+    r_pos = np.stack([np.zeros_like(ro), np.zeros_like(ro), ro // LANES, ro % LANES], -1)
+    res_layout = tile_layout(tiles, "acc", -1, r_vars, op.result.index_map, shapes[op.result.value],
+                             r_pos, rbox)
+    res_layout = TensorLayout(**{**res_layout.__dict__, "space": "softmax"})
+    flat_o, valid_o = global_index(res_layout)                          # [G, C, n_b*n_v*n_o]
+    flat_o = np.where(valid_o, flat_o, -1).reshape(G, C, n_b, n_v, n_o)
+
+    # host data: the vector (or ones) per core, instance, entry
+    if vi is not None:
+        v_vars = tuple(o_b + o_v + red)
+        vlay = tile_layout(tiles, "v", vi, v_vars, V.index_map, shapes[V.value], np.zeros((1, 4), np.int32),
+                           tuple(box[v] for v in v_vars))
+        vflat, vvalid = global_index(vlay)
+        vidx = np.where(vvalid, vflat, -1).reshape(G, C, n_b, n_v, n_r)
+    else:
+        vidx = np.full((G, C, n_b, n_v, n_r), HOST_ONE, np.int64)
+    pad = gp.E * LANES - n_r
+    vidx = np.pad(vidx, ((0, 0),) * 4 + ((0, pad),), constant_values=-1).reshape(G, C, n_b, n_v, gp.E, LANES)
+
+    tables = _Tables(C, G)
+    em = _Emitter(geo, draft.granularity, tables, C)
+    resident = set(opts["resident"])
+    _placement(em, geo, 0, gp.v_total, 0, C, mi in resident)
+    em.barrier()                                                         # the kernel starts after placement
+
+    cls = np.arange(C) if draft.reduction == "host" else _classes(tiles, list(r_vars))
+    cls_ids = sorted(int(k) for k in np.unique(cls))
+    rep = {k: int(np.nonzero(cls == k)[0][0]) for k in cls_ids}
+    n_cls = len(cls_ids)
+    sb = _SoftmaxBuffer(opts["sb_rows"], G)
+    if n_cls > sb.cap:
+        raise PimCompileError(f"attacc: {n_cls} partial-result rows per block exceed the softmax buffer")
+    host_ids: dict = {}
+
+    def host_id(c, b, v, e):
+        key = (c, b, v, e)
+        if key not in host_ids:
+            host_ids[key] = tables.host_row(vidx[:, c, b, v, e])
+        return host_ids[key]
+
+    # steps (load key, b, v, j, i, drain, complete): output-stationary keeps a
+    # block's sums in the accumulator over the input tiles; input-stationary
+    # drains every (block, tile) and the softmax buffer adds the partials.
+    # Output blocks go in chunks whose softmax-buffer rows fit.
+    steps = []
+    chunk = max(1, sb.cap // n_cls)
+    for b in range(n_b):
+        for v in range(n_v):
+            for j0 in range(0, gp.t_out, chunk):
+                js = range(j0, min(gp.t_out, j0 + chunk))
+                if order_is:
+                    steps += [((b, v, i), b, v, j, i, True, i == gp.t_in - 1)
+                              for i in range(gp.t_in) for j in js]
+                else:
+                    steps += [((b, v, i), b, v, j, i, i == gp.t_in - 1, i == gp.t_in - 1)
+                              for j in js for i in range(gp.t_in)]
+    prefetch = reuse and 2 * gp.KI <= cap
+    sbrows: dict = {}
+
+    def new_load(k):
+        return k == 0 or not reuse or steps[k][0] != steps[k - 1][0]
+
+    def emit_load(k, base):
+        (b, v, i) = steps[k][0]
+        need = {c: [(host_id(c, b, v, gp.KI * i + e), base + e) for e in range(gp.ke(i))] for c in range(C)}
+        em.load(Op.WRGB, need, Phase.REARRANGE, src=0)
+
+    def drain(b, v, j, complete):
+        key = (b, v, j)
+        if key not in sbrows:
+            if len(sb.free) < n_cls:
+                sb.flush(em, 1)
+            sbrows[key] = sb.alloc(n_cls)
+        rows = dict(zip(cls_ids, sbrows[key]))
+        em.drain(np.array([rows[int(cls[c])] for c in range(C)]), sb)
+        if complete:
+            for k in cls_ids:
+                flat = np.full((G, LANES), -1, np.int64)
+                outs = gp.outs(j)
+                flat[:, :outs] = flat_o[:, rep[k], b, v, LANES * j:LANES * j + outs]
+                sb.result_row(rows[k], flat)
+
+    pending = None
+    region, base = 0, 0
+    prefetched: dict[int, int] = {}
+    for k, (key, b, v, j, i, drains, complete) in enumerate(steps):
+        if k == 0:
+            emit_load(0, 0)
+            em.barrier()
+        else:
+            em.barrier()
+            if pending:
+                pending()
+                pending = None
+            if new_load(k):
+                if k in prefetched:
+                    base = prefetched[k]
+                else:
+                    base = 0
+                    emit_load(k, base)
+                    em.barrier()
+        em.macs(int(gp.start[b, j, i]), int(gp.size[j, i]), 0, mode, gp.reg_step(i), base)
+        if prefetch and k + 1 < len(steps) and new_load(k + 1):
+            region ^= 1
+            prefetched[k + 1] = region * gp.KI
+            emit_load(k + 1, prefetched[k + 1])
+        if drains:
+            pending = (lambda b=b, v=v, j=j, complete=complete: drain(b, v, j, complete))
+    if pending:
+        em.barrier()
+        pending()
+    sb.flush(em, 1)
+
+    route_src, route_dst, host = tables.arrays()
+    meta = dict(kind=op.kind, geometry=geo, mode=mode, route_src=route_src, route_dst=route_dst,
+                readback_map=sb.readback_map(), sb_rows=max(1, sb.used_max), gb_entries=cap,
+                host_data_operands=(vi,), sfm=(), gemv=gp,
+                result_shape=tuple(shapes[op.result.value]), result_dtype=opts["result_dtype"])
+    return _program(op, draft, backend, tiles, [m_layout, res_layout], em, host, meta, opts,
+                    Readback(1, combiner="add", lane_partials=False, epilogue_on_host=True))
+
+
+def _program(op, draft, backend, tiles, layouts, em: _Emitter, host, meta, opts, readback) -> Program:
+    records = stack_streams([em.b.build()])
+    staging = backend.system.host.staging_buffer_bytes > 0
+    stats = _stats(records, backend, tiles.groups, meta, op)
+    return Program("attacc", op, draft, tuple(layouts), records, (host,), readback, tiles.groups,
+                   tiles.cores, parallel_rearrangement=bool(opts["channel_parallel"] and staging),
+                   options=dict(opts), stats=stats, meta=meta)
+
+
+def _stats(records: Records, backend: Backend, G: int, meta: dict, op: PimOp) -> dict:
+    """Record counts and bytes per direction (whole program, all groups)."""
+    o = np.asarray(records.op)
+    n = np.asarray(records.n)
+    res = np.asarray(records.resident)
+    colb = backend.core.col_bytes
+    counts = {Op(x).name: int(n[o == x].sum()) * G for x in np.unique(o) if x != Op.NOP}
+    wr = (o == Op.WR_S) | (o == Op.WR)
+    out_elems = int(np.prod(meta["result_shape"], dtype=np.int64))
+    readback_bytes = int(n[o == Op.RDACC].sum()) * colb * G
+    return {"records": int((n > 0).sum()), "commands": counts,
+            "rearrange_bytes": int(n[wr & (res == 0)].sum()) * colb * G,
+            "resident_bytes": int(n[wr & (res == 1)].sum()) * colb * G,
+            "register_bytes": int(n[o == Op.WRGB].sum()) * colb * G,
+            "readback_bytes": readback_bytes, "result_bytes": out_elems * 4,
+            "merge_flops": readback_bytes // 2 + (out_elems if op.epilogue is not None else 0)}
+
+
+# --------------------------------------------------------------------------
+# attention: score -> softmax -> context as one program (the AttAcc pipeline)
+# --------------------------------------------------------------------------
+def _epilogue_scale(op: PimOp) -> float:
+    """The scalar the score epilogue multiplies by (1 / c for `acc / c`)."""
+    ep = op.epilogue
+    if ep is None:
+        return 1.0
+    if isinstance(ep, Prim) and len(ep.args) == 2:
+        a, b = ep.args
+        if ep.name == "div" and isinstance(a, Acc) and isinstance(b, Const):
+            return 1.0 / float(b.value)
+        if ep.name == "mul" and isinstance(a, Acc) and isinstance(b, Const):
+            return float(b.value)
+        if ep.name == "mul" and isinstance(b, Acc) and isinstance(a, Const):
+            return float(a.value)
+    raise PimCompileError("attacc attention: the score epilogue must scale by a constant")
+
+
+def _two_operands(op: PimOp) -> tuple[int, int]:
+    body = op.body
+    if not (isinstance(body, Prim) and body.name == "mul" and len(body.args) == 2):
+        raise PimCompileError(f"attacc attention: {op.name} is not a product of two operands")
+    a, b = _plain_arg(body.args[0]), _plain_arg(body.args[1])
+    if a is None or b is None or a == b:
+        raise PimCompileError(f"attacc attention: {op.name} is not a product of two operands")
+    return a, b
+
+
+@dataclass
+class _Attention:
+    """The pieces of an attention block in the score op's variables."""
+    fused: PimOp
+    S: PimOp
+    X: PimOp
+    qi: int
+    ki: int
+    vi: int
+    bh: list           # score batch (head) vars, loop order
+    n: str             # score sequence var
+    dk: str            # score reduction var
+    c2s: dict          # context var -> score var
+    scale: float
+
+
+def _attention_parts(block_ops) -> _Attention:
+    if len(block_ops) != 6:
+        raise PimCompileError("attacc attention: a block is (score, max, exp, sum, div, context)")
+    S, _, _, _, D, X = block_ops
+    if X.epilogue is not None:
+        raise PimCompileError("attacc attention: an epilogue after the context product stays on the host")
+    a, b = _two_operands(S)
+    res_vars = [e.single_var for e in S.result.index_map]
+    if None in res_vars:
+        raise PimCompileError("attacc attention: the score must be indexed by plain variables")
+    n = res_vars[-1]
+    ki, qi = (a, b) if n in S.operands[a].vars else (b, a)
+    if n in S.operands[qi].vars or len(S.reduction_vars) != 1:
+        raise PimCompileError("attacc attention: the score must be q . K over one head dimension")
+    dk = S.reduction_vars[0]
+    bh = [v for v in (lv.name for lv in S.loop_vars) if v in res_vars[:-1]]
+    c1, c2 = _two_operands(X)
+    pi, vi = (c1, c2) if X.operands[c1].value == D.result.value else (c2, c1)
+    if X.operands[pi].value != D.result.value:
+        raise PimCompileError("attacc attention: the context must read the softmax output")
+    p_vars = [e.single_var for e in X.operands[pi].index_map]
+    if None in p_vars or len(p_vars) != len(res_vars):
+        raise PimCompileError("attacc attention: the context must read p with plain variables")
+    c2s = dict(zip(p_vars, res_vars))
+    dv = [v for v in X.operands[vi].vars if v not in p_vars]
+    if len(dv) != 1 or X.extents[dv[0]] != S.extents[dk]:
+        raise PimCompileError("attacc attention: V needs one value dimension of K's head size")
+    c2s[dv[0]] = dk
+    if set(c2s) != set(X.extents):
+        raise PimCompileError("attacc attention: unexpected context loop variables")
+    # the fused op: context loop nest + the score's head dimension
+    s2c = {s: c for c, s in c2s.items()}
+    dk_name = dk if dk not in X.extents else dk + "_k"
+    s2c_full = {**s2c, dk: dk_name}
+    ren = lambda acc: Access(acc.value, tuple(e.rename(s2c_full) for e in acc.index_map))  # noqa: E731
+    fused = PimOp("attention", "contraction", tuple(X.loop_vars) + (LoopVar(dk_name, S.extents[dk]),),
+                  (ren(S.operands[qi]), ren(S.operands[ki]), X.operands[vi]), X.results,
+                  (X.reduction_vars[0], dk_name), "add", None, None, source=S.source,
+                  fused=tuple(op.name for op in block_ops))
+    return _Attention(fused, S, X, qi, ki, vi, bh, n, dk, c2s, _epilogue_scale(S))
+
+
+def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | None = None,
+                    **options) -> Program:
+    """One AttAcc program for an attention block (score, max, exp, sum, div,
+    context ops as found by `patterns.match_attention`).
+
+    draft: a Draft of the score op (its dimension sets); the sequence and
+    head-dim sets must stay in one group (the softmax runs per channel).
+    The context product reuses the score's tiles (the same unit holds
+    K[n, d] and V[n, d]); lanes run along the head dimension (adder tree for
+    the score, mac mode for the context).  Heads a unit holds run as head
+    steps; two steps are software-pipelined like the reference (the next
+    head's score overlaps this head's softmax and context) when the GEMV
+    and softmax buffers hold both.
+
+    The program's op is a fused contraction with operands (q, K, V) and the
+    context result; `execute(program, q, K, V)` returns the context.
+    """
+    opts = {**DEFAULT_OPTIONS, **options}
+    if backend.name != "attacc":
+        raise PimCompileError(f"lower_attention needs an attacc backend, got {backend.name}")
+    at = _attention_parts(block_ops)
+    S, X = at.S, at.X
+    if shapes is None:
+        from ..partition.verify import infer_shapes
+        shapes = {}
+        for o in block_ops:
+            shapes.update(infer_shapes(o))
+    sets = dimension_sets(S)
+    for si, s in enumerate(sets):
+        if (at.n in s.vars or at.dk in s.vars) and draft.parts[si].groups > 1:
+            raise PimCompileError("attacc attention: a head's sequence and head dim must stay in one channel")
+    geo = Geometry.of(backend)
+    ts = core_tiles(S, draft)
+    G, C = ts.groups, ts.cores
+    xv = tuple(lv.name for lv in X.loop_vars)
+    idx = [ts.var_index(at.c2s[v]) for v in xv]
+    tx = CoreTiles(xv, ts.start[:, :, idx], ts.length[:, :, idx], (), G, C)
+    s2c = {s: c for c, s in at.c2s.items()}
+    bh, n, dk = at.bh, at.n, at.dk
+    bh_c, n_c, dv = [s2c[v] for v in bh], s2c[n], s2c[dk]
+    box = dict(zip(ts.vars, ts.box(ts.vars)))
+    n_b = int(np.prod([box[v] for v in bh], dtype=np.int64))
+    n_n, n_d = box[n], box[dk]
+    cap = backend.core.n_input_regs
+    lay_is = lambda E: bool(opts["data_block_layout"]) and -(-E // cap) > 1  # noqa: E731
+    gs = _plan(TREE, n_b, 1, n_n, n_d, cap, lay_is(-(-n_d // LANES)), opts["gb_tile"])
+    gc = _plan(MACMODE, n_b, 1, n_d, n_n, cap, lay_is(-(-n_n // LANES)), opts["gb_tile"])
+    rows_k = int(geo.address(max(gs.v_total - 1, 0))[1]) + 1
+    K, V, q = S.operands[at.ki], X.operands[at.vi], S.operands[at.qi]
+    k_vars, v_vars = tuple(bh + [n, dk]), tuple(bh_c + [dv, n_c])
+    k_layout = tile_layout(ts, "K", 1, k_vars, K.index_map, shapes[K.value], _matrix_positions(gs, geo, 0),
+                           tuple(box[v] for v in k_vars))
+    v_layout = tile_layout(tx, "V", 2, v_vars, V.index_map, shapes[V.value],
+                           _matrix_positions(gc, geo, rows_k), tuple(box[at.c2s[v]] for v in v_vars))
+    if rows_k + int(geo.address(max(gc.v_total - 1, 0))[1]) + 1 > backend.core.rows:
+        raise PimCompileError("attacc attention: K and V exceed the rows of a bank")
+    r_vars = tuple(bh_c + [dv])
+    rbox = tuple(box[at.c2s[v]] for v in r_vars)
+    ro = np.arange(int(np.prod(rbox, dtype=np.int64))) % max(1, n_d)
+    r_pos = np.stack([np.zeros_like(ro), np.zeros_like(ro), ro // LANES, ro % LANES], -1)
+    res_layout = tile_layout(tx, "acc", -1, r_vars, X.result.index_map, shapes[X.result.value], r_pos, rbox)
+    res_layout = TensorLayout(**{**res_layout.__dict__, "space": "softmax"})
+    flat_o, valid_o = global_index(res_layout)
+    flat_o = np.where(valid_o, flat_o, -1).reshape(G, C, n_b, n_d)
+    qlay = tile_layout(ts, "q", 0, tuple(bh + [dk]), q.index_map, shapes[q.value], np.zeros((1, 4), np.int32),
+                       tuple(box[v] for v in bh + [dk]))
+    qf, qv = global_index(qlay)
+    qidx = np.where(qv, qf, -1).reshape(G, C, n_b, n_d)
+    qidx = np.pad(qidx, ((0, 0), (0, 0), (0, 0), (0, gs.E * LANES - n_d)), constant_values=-1)
+    qidx = qidx.reshape(G, C, n_b, gs.E, LANES)
+
+    tables = _Tables(C, G)
+    em = _Emitter(geo, draft.granularity, tables, C)
+    resident = set(opts["resident"])
+    _placement(em, geo, 0, gs.v_total, 0, C, 1 in resident)
+    _placement(em, geo, 1, gc.v_total, rows_k, C, 2 in resident)
+    em.barrier()
+
+    # the softmax needs whole scores: head-dim partials always merge in the channel accumulator
+    cls_s = _classes(ts, bh + [n])
+    cls_c = np.arange(C) if draft.reduction == "host" else _classes(tx, bh_c + [dv])
+    ids_s, ids_c = sorted(set(cls_s.tolist())), sorted(set(cls_c.tolist()))
+    rep_s = {k: int(np.nonzero(cls_s == k)[0][0]) for k in ids_s}
+    rep_c = {k: int(np.nonzero(cls_c == k)[0][0]) for k in ids_c}
+    heads = _classes(ts, bh)                                             # units of one head (per step)
+    n_len = {k: int(ts.length[0, rep_s[k], ts.var_index(n)]) for k in ids_s}
+    sb = _SoftmaxBuffer(opts["sb_rows"], G)
+    sfm_specs: list = []
+    host_ids: dict = {}
+
+    def host_id(c, k, e):
+        if (c, k, e) not in host_ids:
+            host_ids[(c, k, e)] = tables.host_row(qidx[:, c, k, e])
+        return host_ids[(c, k, e)]
+
+    srows: dict[int, dict] = {}
+    crows: dict[int, dict] = {}
+
+    def alloc_score(k):
+        rows = sb.alloc(len(ids_s) * gs.t_out)
+        srows[k] = {(cl, j): rows[a * gs.t_out + j] for a, cl in enumerate(ids_s) for j in range(gs.t_out)}
+
+    def alloc_ctx(k):
+        if len(sb.free) < len(ids_c) * gc.t_out:
+            sb.flush(em, 2)
+        rows = sb.alloc(len(ids_c) * gc.t_out)
+        crows[k] = {(cl, j): rows[a * gc.t_out + j] for a, cl in enumerate(ids_c) for j in range(gc.t_out)}
+
+    def score_block(k, j, i, base):
+        return lambda: em.macs(int(gs.start[k, j, i]), int(gs.size[j, i]), 0, TREE, gs.reg_step(i), base)
+
+    def ctx_block(k, j, i, base):
+        return lambda: em.macs(int(gc.start[k, j, i]), int(gc.size[j, i]), rows_k, MACMODE, 0, base)
+
+    def score_drain(k, j):
+        return lambda: em.drain(np.array([srows[k][(int(cls_s[c]), j)] for c in range(C)]), sb)
+
+    def ctx_drain(k, j, complete):
+        def f():
+            em.drain(np.array([crows[k][(int(cls_c[c]), j)] for c in range(C)]), sb)
+            if complete:
+                for cl in ids_c:
+                    flat = np.full((G, LANES), -1, np.int64)
+                    outs = gc.outs(j)
+                    flat[:, :outs] = flat_o[:, rep_c[cl], k, LANES * j:LANES * j + outs]
+                    sb.result_row(crows[k][(cl, j)], flat)
+        return f
+
+    def q_cmds(k, i, base):
+        need = {c: [(host_id(c, k, e), base + e - gs.KI * i) for e in range(gs.KI * i, gs.KI * i + gs.ke(i))]
+                for c in range(C)}
+        return _load_commands(geo, need, em.gran, C)
+
+    def p_cmds(k, i, base):
+        need = {c: [(srows[k][(int(cls_s[c]), e)], base + e - gc.KI * i)
+                    for e in range(gc.KI * i, gc.KI * i + gc.ke(i))] for c in range(C)}
+        return _load_commands(geo, need, em.gran, C)
+
+    def emit(op_, cmds, phase=Phase.COMPUTE, src=-1):
+        for bank, s_, d_ in cmds:
+            em.side(op_, bank, arg=tables.route(s_, d_), phase=phase, src=src)
+
+    def sfm(k):
+        def f():
+            for hg in sorted(set(heads.tolist())):
+                mask = np.zeros((sb.cap, LANES), bool)
+                for cl in sorted({int(cls_s[c]) for c in np.nonzero(heads == hg)[0]}):
+                    for j in range(gs.t_out):
+                        valid = np.arange(LANES) + LANES * j < n_len[cl]
+                        mask[srows[k][(cl, j)]] |= valid
+                sfm_specs.append((mask, at.scale))
+                em.side(Op.SFM, 0, aux=len(sfm_specs) - 1)
+        return f
+
+    def phase(blocks, drains, fillers):
+        L = len(blocks)
+        for j in range(L + 1):
+            if j > 0:
+                drains[j - 1]()
+            if j < L:
+                blocks[j]()
+            for f in fillers.get(j, ()):
+                f()
+            if j < L:
+                em.barrier()
+
+    def spread(cmds, first: int, L: int, op_, phase_=Phase.COMPUTE, src=-1) -> dict:
+        """Commands spread over segments first .. L-1 (the reference's strides)."""
+        parts = np.array_split(np.arange(len(cmds)), max(1, L - first))
+        return {first + a: [lambda ix=ix: emit(op_, [cmds[t] for t in ix], phase_, src)]
+                for a, ix in enumerate(parts) if len(ix)}
+
+    def merge(*ds):
+        out: dict = {}
+        for d in ds:
+            for k_, v_ in d.items():
+                out.setdefault(k_, []).extend(v_)
+        return out
+
+    def single(k):
+        alloc_score(k)
+        for i in range(gs.t_in):
+            emit(Op.WRGB, q_cmds(k, i, 0), Phase.REARRANGE, 0)
+            em.barrier()
+            phase([score_block(k, j, i, 0) for j in range(gs.t_out)],
+                  [score_drain(k, j) for j in range(gs.t_out)], {})
+        sfm(k)()
+        alloc_ctx(k)
+        for i in range(gc.t_in):
+            emit(Op.MVGB, p_cmds(k, i, 0))
+            em.barrier()
+            phase([ctx_block(k, j, i, 0) for j in range(gc.t_out)],
+                  [ctx_drain(k, j, i == gc.t_in - 1) for j in range(gc.t_out)], {})
+        sb.release(srows.pop(k).values())
+
+    def pair(k0, k1):
+        Eq, Ep = gs.E, gc.E
+        qb = (cap - Eq, cap - 2 * Eq)
+        pb = (0, Ep)
+        alloc_score(k0)
+        alloc_score(k1)
+        Ls, Lc = gs.t_out, gc.t_out
+        emit(Op.WRGB, q_cmds(k0, 0, qb[0]), Phase.REARRANGE, 0)
+        em.barrier()
+        phase([score_block(k0, j, 0, qb[0]) for j in range(Ls)], [score_drain(k0, j) for j in range(Ls)],
+              spread(q_cmds(k1, 0, qb[1]), 0, Ls, Op.WRGB, Phase.REARRANGE, 0))
+        p0 = p_cmds(k0, 0, pb[0])
+        phase([score_block(k1, j, 0, qb[1]) for j in range(Ls)], [score_drain(k1, j) for j in range(Ls)],
+              merge({0: [sfm(k0)]}, spread(p0, Ls // 2, Ls, Op.MVGB)))
+        alloc_ctx(k0)
+        alloc_ctx(k1)
+        sb.release(srows.pop(k0).values())
+        p1 = p_cmds(k1, 0, pb[1])
+        phase([ctx_block(k0, j, 0, pb[0]) for j in range(Lc)], [ctx_drain(k0, j, True) for j in range(Lc)],
+              merge({0: [sfm(k1)]}, spread(p1, Lc // 2, Lc, Op.MVGB)))
+        sb.release(srows.pop(k1).values())
+        phase([ctx_block(k1, j, 0, pb[1]) for j in range(Lc)], [ctx_drain(k1, j, True) for j in range(Lc)], {})
+
+    pipelined = (gs.t_in == 1 and gc.t_in == 1 and 2 * gs.E <= cap and 2 * gc.E <= cap
+                 and gs.E + gc.E <= cap and opts["register_reuse"]
+                 and 2 * len(ids_s) * gs.t_out + 2 * len(ids_c) * gc.t_out <= sb.cap)
+    k = 0
+    while k < n_b:
+        if pipelined and k + 1 < n_b:
+            pair(k, k + 1)
+            k += 2
+        else:
+            single(k)
+            k += 1
+    sb.flush(em, 2)
+
+    route_src, route_dst, host = tables.arrays()
+    meta = dict(kind="attention", geometry=geo, route_src=route_src, route_dst=route_dst,
+                readback_map=sb.readback_map(), sb_rows=max(1, sb.used_max), gb_entries=cap,
+                host_data_operands=(0,), sfm=tuple((m[:max(1, sb.used_max)], s) for m, s in sfm_specs),
+                score=gs, context=gc, pipelined=pipelined, block_ops=tuple(block_ops),
+                result_shape=tuple(shapes[X.result.value]), result_dtype=opts["result_dtype"])
+    return _program(at.fused, draft, backend, ts, [k_layout, v_layout, res_layout], em, host, meta, opts,
+                    Readback(2, combiner="add", lane_partials=False, epilogue_on_host=True))
+
+
+# --------------------------------------------------------------------------
+# validation against the AttAcc simulator figures (reference/attacc.csv)
+# --------------------------------------------------------------------------
+def _attention_fn(q, K, V):
+    import jax
+    import jax.numpy as jnp
+    s = jnp.einsum("hd,hnd->hn", q, K) / jnp.sqrt(jnp.float32(q.shape[-1]))
+    return jnp.einsum("hn,hnd->hd", jax.nn.softmax(s, axis=-1), V)
+
+
+def reference_program(row: dict) -> tuple[Program, Backend]:
+    """The program and backend of one `attacc.csv` row, lowered with the
+    reference's own mapping (the attacc baseline draft), operands resident.
+
+    row: {"variant": "bank-pc" | ..., "kernel": "attention" | "gemv",
+          "shape": "h{heads}_d{dim}_L{length}" | "{M}x{N}",
+          "channels": int, "refresh": "yes" | "no", ...}.
+    The PIM figure to compare is `sim.cycles.cycles(program, backend).kernel_cycles`;
+    with refresh "no" the backend's refresh interval is set beyond any run.
+
+    >>> prog, be = reference_program({"variant": "bank-pc", "kernel": "gemv", "shape": "256x256",
+    ...                               "channels": 16, "refresh": "yes"})   # doctest: +SKIP
+    """
+    import re
+
+    import jax
+    import jax.numpy as jnp
+
+    from ..hw import get_backend
+    from ..partition.baselines import baseline
+    from ..trace import make_graph
+    from .patterns import match_attention
+
+    backend = get_backend("attacc", variant=str(row["variant"]), channels=int(row["channels"]))
+    if str(row.get("refresh", "yes")).lower() in ("no", "false", "0"):
+        backend = backend.replace(timing=backend.timing.replace(tREFI=1.0e9, tREF0=0.0))
+    kernel, shape = str(row["kernel"]), str(row["shape"])
+    f32 = jnp.float32
+    if kernel == "attention":
+        m = re.fullmatch(r"h(\d+)_d(\d+)_L(\d+)", shape)
+        if m is None:
+            raise ValueError(f"attention shape {shape!r} is not h{{heads}}_d{{dim}}_L{{length}}")
+        H, D, L = map(int, m.groups())
+        g = make_graph(_attention_fn, jax.ShapeDtypeStruct((H, D), f32), jax.ShapeDtypeStruct((H, L, D), f32),
+                       jax.ShapeDtypeStruct((H, L, D), f32))
+        block = [g.ops[i] for i in match_attention(g)[0]]
+        shapes = {i: v.shape for i, v in enumerate(g.values)}
+        draft = baseline(block[0], backend)
+        return lower_attention(block, draft, backend, shapes, resident=(1, 2)), backend
+    if kernel == "gemv":
+        m = re.fullmatch(r"(\d+)x(\d+)", shape)
+        if m is None:
+            raise ValueError(f"gemv shape {shape!r} is not MxN")
+        M, N = map(int, m.groups())
+        g = make_graph(lambda W, x: W @ x, jax.ShapeDtypeStruct((M, N), f32), jax.ShapeDtypeStruct((N,), f32))
+        op = g.ops[0]
+        shapes = {i: v.shape for i, v in enumerate(g.values)}
+        return lower_attacc(op, baseline(op, backend), backend, shapes, resident=(0,)), backend
+    raise ValueError(f"unknown attacc.csv kernel {kernel!r}")

@@ -1,0 +1,121 @@
+"""Multi-op patterns a backend lowers as one program.
+
+`match_attention(graph)` finds score -> softmax -> context blocks:
+
+    s = q . K        (contraction over the head dim; optional scalar epilogue)
+    m = max_n s      (reduction max over the last dim of s)
+    e = exp(s - m)   (elementwise)
+    z = sum_n e      (reduction add)
+    p = e / z        (elementwise)
+    o = p . V        (contraction over the last dim of p)
+
+with every intermediate used only inside the block.  AttAcc runs such a
+block as one program per head group (`lower.attacc.lower_attention`).
+"""
+from __future__ import annotations
+
+from ..trace.ir import Arg, PimGraph, PimOp, Prim
+
+ATTENTION_ROLES = ("score", "max", "exp", "sum", "div", "context")
+
+
+def _strip(e):
+    while isinstance(e, Prim) and e.name in ("convert_element_type", "copy", "copy_p") and len(e.args) == 1:
+        e = e.args[0]
+    return e
+
+
+def _is_prim(e, name: str, nargs: int) -> bool:
+    e = _strip(e)
+    return isinstance(e, Prim) and e.name == name and len(e.args) == nargs
+
+
+def _arg_value(op: PimOp, e) -> int | None:
+    """Graph value read by the operand expression `e` (None if not a read)."""
+    e = _strip(e)
+    return op.operands[e.index].value if isinstance(e, Arg) else None
+
+
+def _last_var(op: PimOp, value: int) -> str | None:
+    """The single variable indexing the last dim of `value` in `op`."""
+    for acc in op.operands:
+        if acc.value == value and acc.index_map:
+            return acc.index_map[-1].single_var
+    return None
+
+
+def _max_epilogue_ok(op: PimOp) -> bool:
+    ep = op.epilogue
+    if ep is None:
+        return True
+    # max(-inf, acc): the identity of the max reduction
+    return isinstance(ep, Prim) and ep.name == "max" and len(ep.args) == 2
+
+
+def match_attention(graph: PimGraph) -> list[tuple[int, ...]]:
+    """Blocks of op indices (score, max, exp, sum, div, context), in graph
+    order, for every attention pattern whose intermediates have no other use.
+
+    >>> import jax, jax.numpy as jnp, pimjax
+    >>> f = lambda q, K, V: jax.nn.softmax(q @ K.T) @ V
+    >>> g = pimjax.make_graph(f, jnp.ones(8), jnp.ones((16, 8)), jnp.ones((16, 8)))
+    >>> match_attention(g)
+    [(0, 1, 2, 3, 4, 5)]
+    """
+    producer = {}
+    consumers: dict[int, list[int]] = {}
+    for i, op in enumerate(graph.ops):
+        for r in op.results:
+            producer[r.value] = i
+        for a in op.operands:
+            consumers.setdefault(a.value, []).append(i)
+    outputs = set(graph.outputs)
+
+    def only_used_by(value: int, users: set[int]) -> bool:
+        return value not in outputs and set(consumers.get(value, ())) <= users
+
+    blocks = []
+    for i_div, op in enumerate(graph.ops):
+        if op.kind != "elementwise" or not _is_prim(op.body, "div", 2):
+            continue
+        num, den = (_arg_value(op, a) for a in _strip(op.body).args)
+        if num is None or den is None or num not in producer or den not in producer:
+            continue
+        i_exp, i_sum = producer[num], producer[den]
+        e_op, z_op = graph.ops[i_exp], graph.ops[i_sum]
+        if not (z_op.kind == "reduction" and z_op.combiner == "add" and z_op.epilogue is None
+                and _arg_value(z_op, z_op.body) == num):
+            continue
+        if not (e_op.kind == "elementwise" and _is_prim(e_op.body, "exp", 1)
+                and _is_prim(_strip(e_op.body).args[0], "sub", 2)):
+            continue
+        s_v, m_v = (_arg_value(e_op, a) for a in _strip(_strip(e_op.body).args[0]).args)
+        if s_v is None or m_v is None or s_v not in producer or m_v not in producer:
+            continue
+        i_score, i_max = producer[s_v], producer[m_v]
+        s_op, m_op = graph.ops[i_score], graph.ops[i_max]
+        if not (m_op.kind == "reduction" and m_op.combiner == "max" and _max_epilogue_ok(m_op)
+                and _arg_value(m_op, m_op.body) == s_v):
+            continue
+        if not (s_op.kind == "contraction" and len(s_op.reduction_vars) == 1):
+            continue
+        # the reductions run over the last dim of s (the sequence)
+        if _last_var(m_op, s_v) not in m_op.reduction_vars or _last_var(z_op, num) not in z_op.reduction_vars:
+            continue
+        p_v = op.result.value
+        ctx = [c for c in consumers.get(p_v, ())]
+        if len(ctx) != 1 or graph.ops[ctx[0]].kind != "contraction":
+            continue
+        i_ctx = ctx[0]
+        c_op = graph.ops[i_ctx]
+        if len(c_op.reduction_vars) != 1 or _last_var(c_op, p_v) not in c_op.reduction_vars:
+            continue
+        block = (i_score, i_max, i_exp, i_sum, i_div, i_ctx)
+        inner = set(block)
+        if not (only_used_by(s_v, {i_max, i_exp}) and only_used_by(m_v, {i_exp})
+                and only_used_by(num, {i_sum, i_div}) and only_used_by(den, {i_div})
+                and only_used_by(p_v, {i_ctx})):
+            continue
+        if len(inner) == 6:
+            blocks.append(block)
+    return sorted(blocks)
