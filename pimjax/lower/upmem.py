@@ -78,7 +78,10 @@ Options (all switchable): bulk, bank_parallel, padding (alias for
 boundary="pad" / "element"), boundary, broadcast, resident, elem_bytes
 (8 approximates int64 data as int32 values with 8-byte storage),
 mul_bits, acc_in_wram, rows_per_block (outputs per tasklet block: PrIM
-GEMV's 8-byte output cache holds 2), tasklet_partials, result_dtype.
+GEMV's 8-byte output cache holds 2), tasklet_partials, tasklet_split
+("auto": reduction tiles go over the tasklets when a DPU has fewer outputs
+than tasklets; "outputs": only outputs are bound to tasklets; "prim":
+outputs for contractions, auto for reductions), result_dtype.
 `PRIM_OPTIONS` are the switches that make the baseline draft PrIM's code.
 """
 from __future__ import annotations
@@ -138,7 +141,7 @@ class Sync(enum.IntEnum):
 
 DEFAULT_OPTIONS = dict(bulk=True, bank_parallel=True, padding=True, boundary=None, broadcast=True,
                        resident=(), elem_bytes=4, mul_bits=32, acc_in_wram=False, rows_per_block=1,
-                       tasklet_partials=False, result_dtype="int32")
+                       tasklet_partials=False, tasklet_split="auto", result_dtype="int32")
 
 # PrIM's hand-written kernels as switches on the baseline draft (PrIM source:
 # VA/RED/GEMV dpu/task.c): per-block l_size bound computation, GEMV's
@@ -147,7 +150,7 @@ DEFAULT_OPTIONS = dict(bulk=True, bank_parallel=True, padding=True, boundary=Non
 # result, GEMV's input data `rand() % 50` (6-bit multipliers) and its parallel
 # (not broadcast) transfer of the vector to every DPU.
 PRIM_OPTIONS = dict(boundary="tile", acc_in_wram=True, rows_per_block=2, tasklet_partials=True,
-                    mul_bits=6, broadcast=False)
+                    mul_bits=6, broadcast=False, tasklet_split="prim")
 
 
 @dataclass
@@ -343,8 +346,8 @@ class _Recs:
         """Append len(n) records (arrays broadcast) with sort keys `key` ([3] arrays)."""
         n = np.atleast_1d(np.asarray(n, np.int64))
         m = n.shape[0]
-        vals = dict(op=int(op), bank=0, row=0, col=0, n=n, phase=int(Phase.COMPUTE), reg=0, reg_step=0,
-                    src=-1, aux=0, arg=0, core=-1, resident=0)
+        vals = {f: 0 for f in RECORD_FIELDS}          # fields added to the contract later default to 0
+        vals.update(op=int(op), n=n, phase=int(Phase.COMPUTE), src=-1, core=-1)
         vals.update(fields)
         for f in RECORD_FIELDS:
             self.cols[f].append(np.broadcast_to(np.asarray(vals[f], np.int64), (m,)))
@@ -420,10 +423,13 @@ def _host_runs(layout: TensorLayout, eb: int, bulk: bool) -> list[tuple[int, int
 
 
 def _same_everywhere(layout: TensorLayout) -> bool:
-    """True when every DPU holds the same elements of the tensor (broadcastable)."""
-    from .layout import global_index
-    flat, valid = global_index(layout)
-    return bool((flat == flat[:1, :1]).all() and (valid == valid[:1, :1]).all())
+    """True when every DPU holds the same elements of the tensor (broadcastable):
+    the same loop ranges of the layout's variables and the same band limits
+    (cheap: no per-element index arrays)."""
+    same = (layout.start == layout.start[:1, :1]).all() and (layout.length == layout.length[:1, :1]).all()
+    for _, lo, hi in layout.bands:
+        same = same and (lo == lo[:1, :1]).all() and (hi == hi[:1, :1]).all()
+    return bool(same)
 
 
 def _transfers(ctx: _Ctx, recs: _Recs, layout_id: int, layout: TensorLayout, direction: Op,
@@ -499,7 +505,12 @@ def _lower(ctx: _Ctx) -> Program:
         lid[k] = len(layouts)
         layouts.append(lay)
         base = _roundup(base + eb, DMA_ALIGN)
-    split_red = op.kind != "elementwise" and geo.O < T
+    split = ctx.opts["tasklet_split"]
+    if split not in ("auto", "outputs", "prim"):
+        raise ValueError(f"tasklet_split must be 'auto', 'outputs' or 'prim', got {split!r}")
+    if split == "prim":     # PrIM's GEMV binds only rows to tasklets; its RED splits the input
+        split = "outputs" if op.kind == "contraction" else "auto"
+    split_red = op.kind != "elementwise" and geo.O < T and split == "auto"
     partial_slots = T if (split_red and ctx.opts["tasklet_partials"]) else 1
     if op.kind == "elementwise":
         rvars, rbox = geo.out_vars, geo.box

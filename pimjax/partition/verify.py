@@ -48,8 +48,41 @@ def _is_relu(expr) -> bool:
             and any(getattr(a, "value", None) == 0 for a in expr.args))
 
 
-def op_support(op: PimOp, backend: Backend) -> tuple[bool, str]:
-    """(True, "") when `backend` can run `op` on PIM, else (False, reason)."""
+def _float_evidence(op: PimOp) -> str | None:
+    """A floating-point type the op's expressions name (constants, converts), or None."""
+    from ..trace.ir import Const
+
+    def walk(e):
+        if isinstance(e, Const) and "float" in str(e.dtype):
+            return str(e.dtype)
+        if isinstance(e, Prim):
+            nd = e.param("new_dtype")
+            if e.name == "convert_element_type" and nd is not None and "float" in str(nd):
+                return str(nd)
+            for a in e.args:
+                hit = walk(a)
+                if hit:
+                    return hit
+        return None
+    for e in (op.body, op.epilogue):
+        hit = walk(e) if e is not None else None
+        if hit:
+            return hit
+    return None
+
+
+def op_support(op: PimOp, backend: Backend, dtype=None) -> tuple[bool, str]:
+    """(True, reason-or-"") when `backend` can run `op` on PIM, else (False, reason).
+
+    dtype: the data type of the op's operands, when the caller knows it.  A
+    backend whose cores compute only integers (UPMEM: no FPU) runs an op only
+    on integer data: a floating `dtype`, or floating constants / converts in
+    the op's body when `dtype` is None, make it unsupported (host fallback);
+    pass an integer `dtype` to say float-typed values are integers.
+
+    >>> op_support(op, get_backend("upmem"), dtype="float32")   # doctest: +SKIP
+    (False, 'upmem cores compute integers only (no FPU): float32 data stays on the host ...')
+    """
     if op.kind in ("host", "layout"):
         why = op.host.reason if op.host is not None else "data movement stays on the host"
         return False, f"{op.kind} op: {why}"
@@ -65,7 +98,14 @@ def op_support(op: PimOp, backend: Backend) -> tuple[bool, str]:
     if missing:
         return False, f"{backend.name} cores have no {', '.join(missing)}"
     if dtypes_int:
-        return True, "integer arithmetic (inputs are converted)"
+        kind = None if dtype is None else np.dtype(dtype).kind
+        if kind == "f" or (dtype is None and _float_evidence(op)):
+            what = str(np.dtype(dtype)) if dtype is not None else _float_evidence(op)
+            return False, (f"{backend.name} cores compute integers only (no FPU): {what} data stays on the "
+                           "host (pass an integer dtype if the values are integers)")
+        if kind is None:
+            return True, "integer arithmetic (no floating type in the op; pass dtype to check the data)"
+        return True, "integer arithmetic"
     return True, ""
 
 

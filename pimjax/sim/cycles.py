@@ -328,6 +328,9 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
         >>> rep = cycles(program, get_backend("hbm-pim"))      # doctest: +SKIP
         >>> rep.total_cycles, rep.breakdown()                   # doctest: +SKIP
     """
+    if backend.core.programmable:   # DPUs run their own instruction streams: UPMEM's time model
+        from .cycles_upmem import cycles_upmem
+        return cycles_upmem(program, backend, include_resident=include_resident)
     model = CYCLE_MODELS.get(backend.name)
     if model is not None:
         return model(program, backend, include_resident=include_resident, refresh=refresh)

@@ -1,0 +1,291 @@
+"""The UPMEM time model: host<->DPU transfers, the DPU kernel, host merge.
+
+A `jax.lax.scan` over the program's records (one stream shared by every
+rank and DPU, see `lower/upmem.py`) with this state:
+
+* per tasklet: the DPU cycle at which it can go on (`tk[24]`);
+* the DPU's DMA engine busy time (MRAM <-> WRAM requests, one at a time);
+* issued instructions; time per phase bucket (ns).
+
+Rules (parameters from the Backend, derived where noted):
+
+* host transfers (ns): a parallel transfer record moves `n` bytes to each
+  DPU of every used rank, `aux` times: each call costs
+  `link.call_ns + n * cores / bw_rank` per rank (bw_rank = System
+  link_bandwidth host->DPU, readback_bandwidth DPU->host, GB/s = B/ns);
+  the used ranks run `min(ranks, link.concurrent_ranks_*)` at a time (all
+  of them by default, the preset's assumption), and the whole transfer is at
+  least its bytes over the host's memory roofline (each byte is read or
+  written by the host CPU: `HostModel.mem_bandwidth x bandwidth_efficiency`,
+  the convention of the DRAM model's channel-parallel rearrangement).
+  Serial records address one DPU at a time at `link.serial_*_gbps`; a
+  broadcast writes the same bytes to every DPU of a rank at
+  `link.broadcast_gbps` per rank.
+* `LAUNCH` (boot): `link.launch_ns`; `BARRIER`: every tasklet waits for the
+  slowest.
+* `DPU_EXEC` of n instructions on tasklet k: the DPU pipeline has
+  `pipeline_depth` = 14 stages and a tasklet's next instruction can enter
+  when its previous one is 3 stages from leaving (PrIM), so one tasklet
+  issues at most one instruction every `pipeline_depth - 3` = 11 cycles and
+  the pipeline issues at most one per cycle overall: with >= 11 active
+  tasklets it is full (1 instruction / cycle), with fewer the throughput is
+  tasklets / 11.  Modelled as `tk[k] += 11 n` (the per-tasklet rate) and the
+  kernel lasting at least `sum(n)` cycles (the pipeline's rate).
+* `DMA_RD` / `DMA_WR` of n bytes on tasklet k: lasts `dma_latency_cycles
+  + n / dma_bytes_per_cycle` (PrIM's MRAM model: latency plus 2 B/cycle);
+  the tasklet sleeps until it completes while the other tasklets keep
+  issuing (overlap of DMA with other tasklets' compute).  The DPU has one
+  DMA engine, so the kernel lasts at least the sum of all DMA times.  Like
+  the pipeline this is a per-tasklet rate plus a global bound, not a FIFO
+  in record order: record order only approximates issue order, and a
+  strict queue in that order delays early requests behind late ones.
+* kernel = max(slowest tasklet, issued instructions, DMA busy) DPU cycles,
+  converted at `dpu_clock_ghz`; host merge = the host roofline on the
+  partials read back and the merge FLOPs (ATiM's final reduction) plus its
+  launch overhead.
+
+Report (`CycleReport`, DRAM command-clock cycles of tCK ns):
+rearrangement = host -> DPU, compute = launch + kernel, readback = DPU ->
+host, merge = host merge; resident operands' placement goes to
+`resident_cycles` only.  `utilisation` over report.BOUNDS is read for UPMEM
+as (DPU pipeline, MRAM DMA, -, host link, host).  Everything is jnp on
+array leaves of `Timing`, `System` bandwidths, `HostModel` and `HostLink`,
+so `sweep_upmem` vmaps it over batches of variants.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..hw.core import Backend, Timing
+from ..lower.program import Op, Phase, Program
+from ..lower.upmem import Sync, Xfer
+from .report import CycleReport
+
+# --------------------------------------------------------------------------
+# host-link constants the Backend does not carry (array leaves: sweepable)
+# --------------------------------------------------------------------------
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class HostLink:
+    """UPMEM host<->DPU transfer parameters beyond System's per-rank bandwidths.
+
+    serial_h2d_gbps / serial_d2h_gbps: one DPU at a time (GB/s).  PrIM's
+        CPU-DPU microbenchmark (Gomez-Luna et al., IEEE Access 2022, serial
+        transfers to 1 DPU) -- recalled, not in papers/: 0.33 / 0.12 GB/s.
+    broadcast_gbps: dpu_broadcast_to, per rank.  PrIM, same study, 64 DPUs
+        -- recalled: 16.88 GB/s.
+    call_ns: fixed cost of one transfer call (dpu_push_xfer / dpu_copy_to):
+        assumption, 5 us (no published figure; PrIM's bandwidth-vs-size
+        curves show small transfers are latency-bound).
+    launch_ns: dpu_launch (boot every DPU of the set + completion polling):
+        assumption, 20 us (no published figure).
+    concurrent_ranks_h2d / concurrent_ranks_d2h: ranks the host drives at
+        once in a parallel transfer, per direction; default inf = every rank
+        concurrently (the preset's assumption).
+    """
+    serial_h2d_gbps: Any = 0.33
+    serial_d2h_gbps: Any = 0.12
+    broadcast_gbps: Any = 16.88
+    call_ns: Any = 5000.0
+    launch_ns: Any = 20000.0
+    concurrent_ranks_h2d: Any = float("inf")
+    concurrent_ranks_d2h: Any = float("inf")
+
+    def replace(self, **changes) -> "HostLink":
+        import dataclasses
+        return dataclasses.replace(self, **changes)
+
+
+DEFAULT_LINK = HostLink()
+
+SCAN_FIELDS = ("op", "n", "aux", "reg", "core", "phase", "resident")
+N_TASKLET_SLOTS = 24          # UPMEM hardware threads (state width of the scan)
+
+
+def _params(backend: Backend, link: HostLink) -> dict:
+    """Array leaves the scan reads (a pytree; vmappable)."""
+    t = backend.timing
+    f = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    host = backend.system.host
+    return dict(
+        tCK=f(t.tCK), dpu_ghz=f(t.dpu_clock_ghz), dma_bpc=f(t.dma_bytes_per_cycle),
+        dma_lat=f(t.dma_latency_cycles),
+        bw_h2d=f(backend.system.link_bandwidth), bw_d2h=f(backend.system.readback_bandwidth),
+        host_bw=f(host.mem_bandwidth) * f(host.bandwidth_efficiency) * 1e-9,     # B/ns
+        host_flops=f(host.peak_flops) * f(host.flops_efficiency) * 1e-9,          # FLOP/ns
+        host_launch=f(host.launch_overhead_ns),
+        ser_h2d=f(link.serial_h2d_gbps), ser_d2h=f(link.serial_d2h_gbps), bcast=f(link.broadcast_gbps),
+        call=f(link.call_ns), launch=f(link.launch_ns), conc_h2d=f(link.concurrent_ranks_h2d),
+        conc_d2h=f(link.concurrent_ranks_d2h),
+        e_rd=f(backend.energy.rd), e_wr=f(backend.energy.wr), e_act=f(backend.energy.act),
+        e_op=f(backend.energy.pim_op), e_io=f(backend.energy.io_byte))
+
+
+def program_arrays(program: Program, include_resident: bool = False) -> dict:
+    """The scan inputs of a program (numpy), its record stream padded with NOPs
+    to a power-of-two length so programs of similar size share a compile."""
+    rec = {f: np.asarray(getattr(program.commands, f))[0].astype(np.int32) for f in SCAN_FIELDS}
+    if include_resident:
+        rec["resident"] = np.zeros_like(rec["resident"])
+    R = rec["op"].size
+    L = 1 << max(4, int(np.ceil(np.log2(max(R, 1)))))
+    rec = {k: np.pad(v, (0, L - R)) for k, v in rec.items()}
+    st = program.stats
+    return {"rec": rec,
+            "ranks": np.float32(program.groups), "cores": np.float32(program.cores),
+            "merge_bytes": np.float32(st.get("readback_bytes", 0) + st.get("result_bytes", 0)),
+            "merge_flops": np.float32(st.get("merge_flops", 0)),
+            "merged": np.bool_(st.get("readback_bytes", 0) > 0 or st.get("merge_flops", 0) > 0)}
+
+
+def _scan(rec: dict, ranks, cores, p: dict, dispatch: float):
+    """Run the records: returns per-bucket ns, kernel DPU cycles and counters."""
+    f32 = jnp.float32
+    state = dict(tk=jnp.zeros(N_TASKLET_SLOTS, f32), dma_busy=f32(0.0),
+                 instr=f32(0.0), buckets=jnp.zeros(5, f32), xfer_bytes=jnp.zeros(2, f32),
+                 dma_bytes=f32(0.0), calls=f32(0.0))
+    # rank batches of a parallel transfer, per direction
+    waves_h2d = ranks / jnp.minimum(ranks, p["conc_h2d"])
+    waves_d2h = ranks / jnp.minimum(ranks, p["conc_d2h"])
+
+    def step(s, r):
+        op, n, aux = r["op"], r["n"].astype(f32), r["aux"].astype(f32)
+        k = jnp.clip(r["reg"], 0, N_TASKLET_SLOTS - 1)
+        # -- host transfers (ns) ------------------------------------------
+        h2d = op == Op.XFER_H2D
+        xfer = h2d | (op == Op.XFER_D2H)
+        bw = jnp.where(h2d, p["bw_h2d"], p["bw_d2h"])
+        serial_bw = jnp.where(h2d, p["ser_h2d"], p["ser_d2h"])
+        mode = r["reg"]
+        per_rank = jnp.where(mode == Xfer.BROADCAST, n / p["bcast"], n * cores / bw)
+        total_bytes = jnp.where(mode == Xfer.BROADCAST, n, n * cores) * ranks
+        waves = jnp.where(h2d, waves_h2d, waves_d2h)
+        par_t = jnp.maximum(per_rank * waves, total_bytes / p["host_bw"]) + p["call"]
+        ser_t = (n / serial_bw + p["call"]) * ranks          # this DPU of every rank, one after another
+        t_x = jnp.where(mode == Xfer.SERIAL, ser_t, par_t) * aux
+        moved = jnp.where(mode == Xfer.SERIAL, n * ranks, total_bytes) * aux
+        # -- kernel (DPU cycles) ------------------------------------------
+        ex = op == Op.DPU_EXEC
+        dma = (op == Op.DMA_RD) | (op == Op.DMA_WR)
+        launch = (op == Op.LAUNCH) & (aux == Sync.LAUNCH)
+        barrier = (op == Op.LAUNCH) & (aux == Sync.BARRIER)
+        d_time = p["dma_lat"] + n / p["dma_bpc"]
+        d_end = s["tk"][k] + d_time
+        tk = s["tk"]
+        tk = jnp.where(ex, tk.at[k].add(n * dispatch), tk)
+        tk = jnp.where(dma, tk.at[k].set(d_end), tk)
+        tk = jnp.where(barrier, jnp.full_like(tk, jnp.max(tk)), tk)
+        bucket = jnp.where(r["resident"] == 1, 4,
+                           jnp.where(r["phase"] == Phase.READBACK, 2, jnp.where(r["phase"] == Phase.REARRANGE, 0, 1)))
+        add_ns = jnp.where(xfer, t_x, jnp.where(launch, p["launch"], 0.0))
+        new = dict(
+            tk=tk,
+            dma_busy=s["dma_busy"] + jnp.where(dma, d_time, 0.0),
+            instr=s["instr"] + jnp.where(ex, n, 0.0),
+            buckets=s["buckets"].at[bucket].add(add_ns),
+            xfer_bytes=s["xfer_bytes"].at[jnp.where(h2d, 0, 1)].add(jnp.where(xfer & (r["resident"] == 0),
+                                                                               moved, 0.0)),
+            dma_bytes=s["dma_bytes"] + jnp.where(dma, n, 0.0),
+            calls=s["calls"] + jnp.where(xfer, aux * jnp.where(mode == Xfer.SERIAL, ranks, 1.0), 0.0))
+        return new, None
+
+    out, _ = jax.lax.scan(step, state, rec)
+    kernel = jnp.maximum(jnp.maximum(jnp.max(out["tk"]), out["instr"]), out["dma_busy"])
+    return out, kernel
+
+
+def _report(arr: dict, p: dict, dispatch: float) -> CycleReport:
+    """CycleReport of one program's arrays under parameters `p` (pure jnp)."""
+    out, kernel = _scan(arr["rec"], arr["ranks"], arr["cores"], p, dispatch)
+    b = out["buckets"]
+    tck = p["tCK"]
+    kernel_ns = kernel / p["dpu_ghz"]
+    merge_ns = jnp.where(arr["merged"],
+                         jnp.maximum(arr["merge_bytes"] / p["host_bw"], arr["merge_flops"] / p["host_flops"])
+                         + p["host_launch"], 0.0)
+    rearr, comp, rback, merge = b[0] / tck, (b[1] + kernel_ns) / tck, b[2] / tck, merge_ns / tck
+    total = rearr + comp + rback + merge
+    safe = jnp.maximum(total, 1e-9)
+    dpus = arr["ranks"] * arr["cores"]
+    util = jnp.stack([out["instr"] / p["dpu_ghz"] / tck / safe,        # DPU pipeline busy
+                      out["dma_busy"] / p["dpu_ghz"] / tck / safe,     # MRAM DMA busy
+                      jnp.float32(0.0),
+                      (rearr + rback) / safe,                          # host link
+                      merge / safe])                                   # host
+    energy = dpus * (out["dma_bytes"] / 8.0 * p["e_rd"] + out["dma_bytes"] / 1024.0 * p["e_act"]
+                     + out["instr"] * p["e_op"]) + (out["xfer_bytes"][0] + out["xfer_bytes"][1]) * p["e_io"]
+    counts = {"instructions": out["instr"], "dma_bytes": out["dma_bytes"], "dma_cycles": out["dma_busy"],
+              "kernel_dpu_cycles": kernel, "h2d_bytes": out["xfer_bytes"][0],
+              "d2h_bytes": out["xfer_bytes"][1], "transfer_calls": out["calls"]}
+    return CycleReport(total_cycles=total, total_ns=total * tck, rearrangement=rearr, compute=comp,
+                       readback=rback, merge=merge, resident_cycles=b[4] / tck, kernel_cycles=comp,
+                       bound=jnp.argmax(util), utilisation=util, energy_pj=energy, counts=counts)
+
+
+@partial(jax.jit, static_argnames=("dispatch",))
+def _report_jit(arr, p, dispatch):
+    return _report(arr, p, dispatch)
+
+
+@partial(jax.jit, static_argnames=("dispatch",))
+def _report_sweep(arr, p, dispatch):
+    return jax.vmap(lambda q: _report(arr, q, dispatch))(p)
+
+
+def dispatch_interval(backend: Backend) -> int:
+    """Cycles between two instructions of one tasklet: pipeline_depth - 3
+    (PrIM: the last three of the 14 stages overlap with the next
+    instruction of the same tasklet) = 11 on UPMEM."""
+    return max(1, backend.core.pipeline_depth - 3)
+
+
+def cycles_upmem(program: Program, backend: Backend, *, include_resident: bool = False,
+                 link: HostLink | None = None, **_ignored) -> CycleReport:
+    """Time of an UPMEM `program` on `backend` (see module docstring).
+
+    link: HostLink overrides (serial / broadcast bandwidths, call and launch
+    overheads, concurrent ranks).
+
+    Example:
+        >>> rep = cycles_upmem(prog, get_backend("upmem"))       # doctest: +SKIP
+        >>> rep.total_ns / 1e6                                    # ms  # doctest: +SKIP
+    """
+    if program.backend_name != "upmem":
+        raise ValueError(f"cycles_upmem times upmem programs, got {program.backend_name!r}")
+    arr = program_arrays(program, include_resident)
+    return _report_jit(arr, _params(backend, link or DEFAULT_LINK), dispatch_interval(backend))
+
+
+def sweep_upmem(program: Program, backends: Backend, *, link: HostLink | None = None,
+                include_resident: bool = False) -> CycleReport:
+    """Time `program` under a batch of hardware variants (one vmapped scan).
+
+    backends: a Backend whose array leaves (Timing, System bandwidths, host
+    roofline) have a leading [V] axis, e.g. `stack_variants([...])`; `link`
+    may be batched the same way.  Every field of the result is [V, ...]."""
+    arr = program_arrays(program, include_resident)
+    lk = link or DEFAULT_LINK
+    V = int(np.shape(backends.timing.tCK)[0])
+    lk = jax.tree.map(lambda x: jnp.broadcast_to(jnp.asarray(x, jnp.float32), (V,)), lk)
+    p = jax.vmap(_params)(backends, lk)
+    return _report_sweep(arr, p, dispatch_interval(backends))
+
+
+def _register():
+    from . import cycles as _cycles
+    models = getattr(_cycles, "CYCLE_MODELS", None)
+    if models is not None:
+        models["upmem"] = cycles_upmem
+
+
+_register()
+
+__all__ = ["HostLink", "DEFAULT_LINK", "cycles_upmem", "sweep_upmem", "dispatch_interval", "program_arrays"]
