@@ -54,6 +54,7 @@ on the host, `reduction="host"`); every group runs its stream in parallel.
 Records (fields not listed are 0):
 
     WR       bank, row, col, n=1, src=M layout, core, resident, phase REARRANGE
+             (WR_S, a streamed run of n columns in one row, for large placements)
     PREA     close every bank before a GWRITE (the buffer write does not
              touch the banks; closing them keeps the timed bank state honest)
     GWRITE   one record per 32 B column: bank = a closed bank of alternating
@@ -293,7 +294,8 @@ class _Stream:
         self.open_core: dict[int, int] = {}         # per-core activations
         self.loaded = None
         self.rows: list[tuple] = []                 # host-data rows: (pass, b, v, i, cc) or pads
-        self.reads: dict[int, set] = {}             # bank -> flat columns COMP reads
+        self.read_runs: dict[int, list] = {}        # bank -> [(first flat column, n)] COMP reads
+        self.read_all: list = []                    # runs every bank reads (broadcast)
         self.count = dict(GWRITE=0, GWRITE_columns=0, G_ACT=0, COMP=0, COMP_records=0, READRES=0,
                           PREA=0)
 
@@ -342,8 +344,7 @@ class _Stream:
                     if not self.seg_ok[c, bb, o, i]:
                         continue
                     self.open_core[c] = row                 # implicit single-bank ACT
-                    self.reads.setdefault(c, set()).update(range(row * self.cols + col,
-                                                                 row * self.cols + col + n))
+                    self.read_runs.setdefault(c, []).append((row * self.cols + col, n))
                     for jv in jvs:
                         self._comp(c, c, row, col, n, (jv * pl.ki + ji) * pl.buf_cols + off, jv * pl.lo + ol)
             else:
@@ -351,9 +352,7 @@ class _Stream:
                     self.b.add(Op.G_ACT, bank=0, row=row, n=1)
                     self.count["G_ACT"] += 1
                     self.open_all = row
-                for c in range(self.cores):
-                    self.reads.setdefault(c, set()).update(range(row * self.cols + col,
-                                                                 row * self.cols + col + n))
+                self.read_all.append((row * self.cols + col, n))
                 for jv in jvs:
                     self._comp(0, -1, row, col, n, (jv * pl.ki + ji) * pl.buf_cols + off, jv * pl.lo + ol)
 
@@ -376,6 +375,19 @@ class _Stream:
             self.b.add(Op.READRES, bank=0, row=row, n=self.rr_all, reg=q, aux=pl.latches, core=-1,
                        phase=Phase.READBACK)
             self.count["READRES"] += 1
+
+    def reads(self) -> dict[int, np.ndarray]:
+        """bank -> sorted unique flat columns the kernel's COMPs read."""
+        def cols(runs):
+            if not runs:
+                return np.zeros(0, np.int64)
+            a = np.asarray(runs, np.int64)
+            idx = np.repeat(a[:, 0] - np.cumsum(a[:, 1]) + a[:, 1], a[:, 1]) + np.arange(a[:, 1].sum())
+            return np.unique(idx)
+        if self.read_all:
+            shared = cols(self.read_all)
+            return {c: shared for c in range(self.cores)}
+        return {c: cols(r) for c, r in self.read_runs.items()}
 
     # -- the loop nest ------------------------------------------------------
     def build(self) -> None:
@@ -448,24 +460,54 @@ def _bank_order(banks, per_bg: int):
     return sorted(banks, key=lambda b: (b % per_bg, b // per_bg))
 
 
+# Up to this many columns per group the host writes column by column in the
+# controller's bank-group-interleaved order; larger placements use streamed
+# runs (WR_S: one record per bank row, columns tCCD_S apart) — the policy of
+# the HBM-PIM lowering, so both backends time bulk placement alike.
+INTERLEAVE_LIMIT = 4096
+
+
 def _rearrange(b: RecordBuilder, reads: dict, cols: int, per_bg: int, resident: bool) -> int:
     """Host writes of every bank column the kernel reads (padding included:
-    zeros instead of boundary checks), interleaved over bank groups.
-    Returns the number of columns written."""
+    zeros instead of boundary checks), the banks taken in turn in an order
+    that alternates bank groups.  Returns the columns written."""
     order = _bank_order(list(reads), per_bg)
-    lists = {c: sorted(reads[c]) for c in order}
-    longest = max((len(v) for v in lists.values()), default=0)
-    n = 0
-    for t in range(longest):
-        for c in order:
-            if t < len(lists[c]):
-                row, col = divmod(lists[c][t], cols)
-                b.add(Op.WR, bank=c, row=row, col=col, n=1, phase=Phase.REARRANGE, src=M_LAYOUT,
-                      core=c, resident=int(resident))
-                n += 1
-    if n:   # close the written rows: the kernel starts (GWRITE) with every bank precharged
-        b.add(Op.PREA, bank=0, row=0, n=1, phase=Phase.REARRANGE, resident=int(resident))
+    lists = [np.asarray(reads[c], np.int64) for c in order]
+    n = sum(len(x) for x in lists)
+    if n == 0:
+        return 0
+    if n <= INTERLEAVE_LIMIT:
+        units = [(c, x, np.ones_like(x)) for c, x in zip(order, lists)]       # one column each
+        op = Op.WR
+    else:
+        units = []
+        for c, x in zip(order, lists):                                        # runs inside a row
+            brk = np.nonzero((np.diff(x) != 1) | (x[1:] // cols != x[:-1] // cols))[0] + 1
+            starts = np.concatenate([[0], brk])
+            units.append((c, x[starts], np.diff(np.concatenate([starts, [len(x)]]))))
+        op = Op.WR_S
+    bank = np.concatenate([np.full(len(u[1]), u[0]) for u in units])
+    flat = np.concatenate([u[1] for u in units])
+    cnt = np.concatenate([u[2] for u in units])
+    turn = np.concatenate([np.arange(len(u[1])) for u in units])
+    rank = np.concatenate([np.full(len(u[1]), k) for k, u in enumerate(units)])
+    o = np.lexsort((rank, turn))                 # unit t of every bank, then unit t + 1
+    _add_many(b, op, bank=bank[o], row=flat[o] // cols, col=flat[o] % cols, n=cnt[o],
+              phase=Phase.REARRANGE, src=M_LAYOUT, core=bank[o], resident=int(resident))
+    # close the written rows: the kernel starts (GWRITE) with every bank precharged
+    b.add(Op.PREA, bank=0, row=0, n=1, phase=Phase.REARRANGE, resident=int(resident))
     return n
+
+
+def _add_many(b: RecordBuilder, op: Op, **fields) -> None:
+    """Append a batch of records (array or scalar fields) to a builder."""
+    n = max(np.size(v) for v in fields.values())
+    full = dict(bank=0, row=0, col=0, n=1, phase=int(Phase.COMPUTE), reg=0, reg_step=0, src=-1, aux=0,
+                arg=0, core=-1, resident=0)
+    full.update({k: int(v) if np.ndim(v) == 0 else v for k, v in fields.items()})
+    b.cols["op"].extend([int(op)] * n)
+    for f, v in full.items():
+        b.cols[f].extend(np.broadcast_to(np.asarray(v, np.int64), (n,)).tolist())
 
 
 # --------------------------------------------------------------------------
@@ -624,7 +666,7 @@ def lower_newton(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
                          need[g] if per_core else None, C)
             st.build()
             pre = RecordBuilder()
-            wr = _rearrange(pre, st.reads, backend.core.cols, per_bg, resident)
+            wr = _rearrange(pre, st.reads(), backend.core.cols, per_bg, resident)
             rec = _concat(pre, st.b)
             cache[key] = (rec, st.rows, dict(st.count, WR=wr))
         rec, rows, cnt = cache[key]
@@ -671,7 +713,7 @@ def _stats(records: Records, counts: list[dict], backend: Backend, op: PimOp, sh
     n = np.asarray(records.n)
     res = np.asarray(records.resident)
     scale = G if shared else 1
-    wr = op_ == Op.WR
+    wr = (op_ == Op.WR) | (op_ == Op.WR_S)
     rr = op_ == Op.READRES
     out_elems = int(np.prod(shapes[op.result.value], dtype=np.int64))
     readback = int(n[rr].sum()) * colb * scale

@@ -4,7 +4,7 @@ State of one channel: its banks [C, rows, 32 columns, 16 lanes], the
 global buffer columns [buffers x buffer columns, 16], the open row of every
 bank and the result latches [C, latches].  The records act on it as:
 
-* WR (src = a layout)   the host writes that column of the layout into the
+* WR / WR_S (src = a layout)  the host writes those columns of the layout into the
                         bank (layout values, zeros on padding lanes);
 * GWRITE                buffer column `reg` <- host-data row `arg` (-1 = zeros);
 * G_ACT / PREA          open `row` in every bank / close every bank;
@@ -81,7 +81,7 @@ def _resolve(rec, s: int, C: int, L: int, Q: int, buf_cols: int) -> dict:
     T = len(e["tau"]) + 1
     op = e["op"]
     # host writes of the matrix layout: (bank, row, col) written
-    wr = (op == Op.WR) & (e["src"] >= 0)
+    wr = ((op == Op.WR) | (op == Op.WR_S)) & (e["src"] >= 0)
     written = np.stack([e["bank"][wr], e["row"][wr], e["col"][wr] + e["t"][wr]], -1)
     comp = np.nonzero(op == Op.COMP)[0]
     tau = e["tau"][comp]
@@ -127,34 +127,29 @@ def _resolve(rec, s: int, C: int, L: int, Q: int, buf_cols: int) -> dict:
 
     # latch epochs: the first READRES after the COMP covering (bank, latch)
     rr = np.nonzero(op == Op.READRES)[0]
-    rr_core, rr_n, rr_q = e["core"][rr], e["aux"][rr], e["reg"][rr]
-    ev_c, ev_l, ev_t, ev_q, ev_i = [], [], [], [], []
-    for c in range(C):
-        cov = (rr_core < 0) | (rr_core == c)
-        for lat in range(L):
-            m = cov & (lat < rr_n)
-            ev_c.append(np.full(m.sum(), c)), ev_l.append(np.full(m.sum(), lat))
-            ev_t.append(e["tau"][rr][m]), ev_q.append(rr_q[m]), ev_i.append(np.nonzero(m)[0])
-    ev_c, ev_l, ev_t, ev_q, ev_i = (np.concatenate(a).astype(np.int64) for a in (ev_c, ev_l, ev_t, ev_q, ev_i))
-    ev_key = (ev_c * L + ev_l) * T + ev_t
-    slot = (ev_q * C + ev_c) * L + ev_l                                          # host (q, bank, latch)
+    cover = ((e["core"][rr][:, None, None] < 0) | (e["core"][rr][:, None, None] == np.arange(C)[None, :, None])) \
+        & (np.arange(L)[None, None, :] < e["aux"][rr][:, None, None])             # [RR, C, L]
+    ri, ev_c, ev_l = (x.astype(np.int64) for x in np.nonzero(cover))
+    ev_t = e["tau"][rr][ri].astype(np.int64)
+    slot = (e["reg"][rr][ri].astype(np.int64) * C + ev_c) * L + ev_l               # host (q, bank, latch)
     dump = Q * C * L
-    last = np.full(dump + 1, -1, np.int64)                                       # a slot read twice
-    np.maximum.at(last, slot, ev_t)                                              # keeps the last read
-    target = np.full((K, C), dump, np.int64)
-    if len(ev_key):
+    last = np.full(dump + 1, -1, np.int64)                                        # a slot read twice
+    np.maximum.at(last, slot, ev_t)                                               # keeps the last read
+    kk, cc = np.nonzero(active)                                                   # the computing banks
+    target = np.full(len(kk), dump, np.int64)
+    if len(slot) and len(kk):
+        ev_key = (ev_c * L + ev_l) * T + ev_t
         order = np.argsort(ev_key)
         ks, ks_slot, ks_t = ev_key[order], slot[order], ev_t[order]
-        q_key = (np.arange(C)[None, :] * L + latch[:, None]) * T + tau[:, None]  # [K, C]
+        q_key = (cc * L + latch[kk]) * T + tau[kk]
         j = np.searchsorted(ks, q_key, side="right")
         jj = np.minimum(j, len(ks) - 1)
-        hit = (j < len(ks)) & (ks[jj] // T == q_key // T)
-        keep = hit & active & (ks_t[jj] == last[ks_slot[jj]])
-        target = np.where(keep, ks_slot[jj], dump)
+        hit = (j < len(ks)) & (ks[jj] // T == q_key // T) & (ks_t[jj] == last[ks_slot[jj]])
+        target = np.where(hit, ks_slot[jj], dump)
     delivered = np.zeros(dump, bool)
     delivered[slot] = True
-    return dict(K=K, row=open_row, col=col, hrow=hrow, bad=bad, target=target, delivered=delivered,
-                written=written)
+    return dict(K=K, k=kk, c=cc, row=open_row[kk, cc], col=col[kk], hrow=hrow, bad=bad[kk, cc],
+                target=target, delivered=delivered, written=written)
 
 
 def _pow2(n: int, floor: int = 1 << 12) -> int:
@@ -180,14 +175,16 @@ def _index_image(program: Program, written_per_stream, rows: int) -> np.ndarray:
 
 
 @partial(jax.jit, static_argnames=("size",))
-def _latches(m_flat, v_flat, midx, vidx, bad, target, delivered, rb_idx, acc_idx, size):
+def _latches(m_flat, v_flat, midx, vtab, e2k, bad, target, delivered, rb_idx, acc_idx, size):
     """The arithmetic: per COMP column and bank the 16-lane dot product of
     bank data and buffer data, summed per latch epoch (segment); the values
     of the read-back positions; their sum per output element (the host
     merge of partials over slots and cores, `size` accumulator elements,
-    NaN where no partial arrives).  Shapes: midx / vidx [E, 16], bad / target
-    [E], delivered [NS] (the last segment is the dump), rb_idx / acc_idx [P]
-    (acc_idx = size drops the position)."""
+    NaN where no partial arrives).  Shapes (one padded length B): midx [B, 16]
+    matrix indices of each (COMP column, bank) pair, vtab [B, 16] vector
+    indices of each COMP column's buffer column, e2k [B] pair -> column,
+    bad / target [B], delivered [B] (the last segment is the dump), rb_idx /
+    acc_idx [B] (acc_idx = size drops the position).  Index -1: zero, -2: NaN."""
     dt = m_flat.dtype
     nan = jnp.asarray(jnp.nan, dt)
 
@@ -195,7 +192,8 @@ def _latches(m_flat, v_flat, midx, vidx, bad, target, delivered, rb_idx, acc_idx
         x = flat[jnp.maximum(idx, 0)]
         return jnp.where(idx >= 0, x, jnp.where(idx == -1, jnp.zeros((), dt), nan))
     # bf16 x bf16 is exact in float32; the reduction tree and the latch add in float32
-    prod = jnp.sum(gather(m_flat, midx).astype(jnp.float32) * gather(v_flat, vidx).astype(jnp.float32), -1)
+    buf = gather(v_flat, vtab)[e2k]
+    prod = jnp.sum(gather(m_flat, midx).astype(jnp.float32) * buf.astype(jnp.float32), -1)
     prod = jnp.where(bad, jnp.float32(jnp.nan), prod)
     seg = jax.ops.segment_sum(prod, target, num_segments=delivered.shape[0])
     seg = jnp.where(delivered, seg, jnp.float32(jnp.nan))
@@ -221,30 +219,34 @@ def execute_newton(program: Program, arrays, arithmetic: str):
     img = _index_image(program, [r["written"] for r in res], rows)
     host = program.host_data[0]                                          # [G, H, 16]
 
-    midx, vidx, bad, target = [], [], [], []
+    # the active (COMP column, bank) pairs of every group, padded to one length
+    parts = []
+    k0 = 0
     for g in range(G):              # a loop over groups; every stream's columns at once
         r = res[0 if S == 1 else g]
-        if r["K"] == 0:
-            continue
-        midx.append(img[g, np.arange(C)[None, :], np.maximum(r["row"], 0), r["col"][:, None]])   # [K, C, 16]
-        v = np.where((r["hrow"] >= 0)[:, None], host[g, np.maximum(r["hrow"], 0)], -2)        # [K, 16]
-        v = np.where(v == -1, -1, v)
-        vidx.append(np.broadcast_to(v[:, None, :], (r["K"], C, 16)))
-        bad.append(r["bad"])
-        target.append(np.where(r["target"] < QCL, g * QCL + r["target"], G * QCL))
-    E = sum(len(t) for t in target) * C
+        m = img[g, r["c"], np.maximum(r["row"], 0), r["col"]]                        # [A, 16]
+        v = np.where((r["hrow"] >= 0)[:, None], host[g, np.maximum(r["hrow"], 0)], -2)  # [K, 16]
+        tgt = np.where(r["target"] < QCL, g * QCL + r["target"], G * QCL)
+        parts.append((m, v, r["k"] + k0, r["bad"], tgt))
+        k0 += r["K"]
+    E = sum(len(p[0]) for p in parts)
     NS0 = G * QCL + 1
-    P0 = int(program.groups * program.cores * program.layouts[program.readback.layout].size)
-    # one padded length for the three index spaces: a single compile serves many programs
-    Ep = NS = Pp = _pow2(max(E, NS0, P0))
+    P0 = int(G * C * program.layouts[program.readback.layout].size)
+    # one padded length for all index spaces: a single compile serves many programs
+    B = _pow2(max(E, NS0, P0, k0))
 
-    def cat(parts, fill, tail=()):
-        a = np.concatenate([p.reshape((-1,) + tail) for p in parts]) if parts else np.zeros((0,) + tail, np.int64)
-        return np.concatenate([a, np.full((Ep - len(a),) + tail, fill, a.dtype)])
-    midx, vidx = cat(midx, -1, (16,)), cat(vidx, -1, (16,))
-    bad, target = cat(bad, False), cat(target, G * QCL)
-    delivered = np.zeros(NS, bool)
+    def cat(i, fill, tail=()):
+        out = np.full((B,) + tail, fill, np.int32)
+        n = 0
+        for p in parts:
+            out[n:n + len(p[i])] = p[i]
+            n += len(p[i])
+        return out
+    midx, vtab, e2k, tgt = cat(0, -1, (16,)), cat(1, -1, (16,)), cat(2, 0), cat(4, G * QCL)
+    bad = cat(3, 0).astype(bool)
+    delivered = np.zeros(B, bool)
     delivered[:G * QCL] = np.concatenate([r["delivered"] for r in res] * (G if S == 1 else 1))
+    NS = B
 
     # the read-back: result layout (0, slot q, latch, -1) of every core
     lay = program.layouts[program.readback.layout]
@@ -253,15 +255,14 @@ def execute_newton(program: Program, arrays, arithmetic: str):
     rb = (np.arange(G)[:, None, None] * QCL + (pos[None, None, :, 1] * C + np.arange(C)[None, :, None]) * L
           + pos[None, None, :, 2])
     P = rb.size
-    rb = np.concatenate([rb.reshape(-1), np.full(Pp - P, NS - 1)])
-    valid = np.concatenate([valid.reshape(-1), np.zeros(Pp - P, bool)])
-    flat = np.concatenate([flat.reshape(-1), np.zeros(Pp - P, np.int64)])
+    rb = np.concatenate([rb.reshape(-1), np.full(B - P, NS - 1)])
+    valid = np.concatenate([valid.reshape(-1), np.zeros(B - P, bool)])
+    flat = np.concatenate([flat.reshape(-1), np.zeros(B - P, np.int64)])
     m_flat = jnp.ravel(arrays[program.layouts[0].operand]).astype(dtype)
     v_flat = jnp.ravel(arrays[program.meta["host_data_operands"][0]]).astype(dtype)
     size = int(np.prod(lay.shape, dtype=np.int64))
-    acc = _latches(m_flat, v_flat, jnp.asarray(midx, jnp.int32), jnp.asarray(vidx, jnp.int32),
-                   jnp.asarray(bad), jnp.asarray(target, jnp.int32), jnp.asarray(delivered),
-                   jnp.asarray(rb, jnp.int32), jnp.asarray(np.where(valid, flat, size), jnp.int32), size)
+    acc = _latches(m_flat, v_flat, midx, vtab, e2k, bad, tgt, delivered, rb.astype(np.int32),
+                   np.where(valid, flat, size).astype(np.int32), size)     # numpy in: no staging compiles
     # the epilogue and the write through the result map, as `host_merge` finishes
     return finish(program.op, acc.reshape(lay.shape), arrays, program.readback.epilogue_on_host,
                   program.meta["result_shape"], np.dtype(program.meta["result_dtype"]))
