@@ -478,8 +478,15 @@ def _vector_rows(ctx: _Ctx, V, o_b, o_v, red, n_r, xi, lanes):
     return rows, key
 
 
-def _concat(*builders: RecordBuilder) -> dict[str, np.ndarray]:
-    parts = [bb.build() for bb in builders]
+def _concat(pre: RecordBuilder, kernel: RecordBuilder, post: RecordBuilder) -> dict[str, np.ndarray]:
+    """Rearrangement, kernel and read-back streams, back to back.  The kernel
+    and the read-back start at host synchronisation points: the host
+    launches the kernel once its data is written and reads results once the
+    kernel has finished."""
+    parts = [bb.build() for bb in (pre, kernel, post)]
+    for p in parts[1:]:
+        if len(p["sync"]):
+            p["sync"][0] = 1
     return {f: np.concatenate([p[f] for p in parts]) for f in parts[0]}
 
 

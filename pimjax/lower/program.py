@@ -78,7 +78,7 @@ class Phase(enum.IntEnum):
 
 
 RECORD_FIELDS = ("op", "bank", "row", "col", "n", "phase", "reg", "reg_step", "src", "aux",
-                 "arg", "core", "resident")
+                 "arg", "core", "resident", "sync")
 
 
 @jax.tree_util.register_dataclass
@@ -102,6 +102,9 @@ class Records:
               register base, ...).
     core:     target core for per-core commands; -1 = every core of the group.
     resident: 1 for weight placement that a resident operand pays only once.
+    sync:     1 at a host synchronisation point: the record (its row commands
+              included) starts only after every earlier record has ended, e.g.
+              the host reading results after the kernel has finished.
     """
     op: Any
     bank: Any
@@ -116,6 +119,7 @@ class Records:
     arg: Any
     core: Any
     resident: Any
+    sync: Any = 0
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -147,10 +151,11 @@ class RecordBuilder:
         self.cols = {f: [] for f in RECORD_FIELDS}
 
     def add(self, op: Op, *, bank=0, row=0, col=0, n=1, phase=Phase.COMPUTE, reg=0, reg_step=0,
-            src=-1, aux=0, arg=0, core=-1, resident=0) -> None:
+            src=-1, aux=0, arg=0, core=-1, resident=0, sync=0) -> None:
         for f, v in (("op", int(op)), ("bank", bank), ("row", row), ("col", col), ("n", n),
                      ("phase", int(phase)), ("reg", reg), ("reg_step", reg_step), ("src", src),
-                     ("aux", aux), ("arg", arg), ("core", core), ("resident", resident)):
+                     ("aux", aux), ("arg", arg), ("core", core), ("resident", resident),
+                     ("sync", sync)):
             self.cols[f].append(int(v))
 
     def __len__(self) -> int:

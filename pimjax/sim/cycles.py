@@ -34,7 +34,7 @@ from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, F
                      STREAM, WAIT, WRITE)
 
 NEVER = -1.0e7  # "long ago" for last-command times (float32-exact integers below 2^24)
-SCAN_FIELDS = ("op", "bank", "row", "n", "phase", "resident", "pre")
+SCAN_FIELDS = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
 
 
 def _timing_vector(t: Timing) -> dict:
@@ -87,6 +87,10 @@ def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool
                  t_ready=jnp.where(do_ref, jnp.maximum(s["t_ready"], r_end), s["t_ready"]),
                  next_ref=jnp.where(do_ref, s["next_ref"] + t["tREFI"] * (1.0 + missed), s["next_ref"]))
         floor_t = jnp.where(do_ref, r_end, f32(0.0))
+        # a barrier (WAIT class or a host sync point): nothing of this record
+        # -- row commands included -- before every earlier record has ended
+        wait = (flags[WAIT] == 1) | (r["sync"] == 1)
+        floor_t = jnp.where(wait, jnp.maximum(floor_t, s["t_end"]), floor_t)
 
         # 2. rows: implicit PRE + ACT for a column command to a closed / other row
         b = jnp.clip(r["bank"], 0, banks - 1)
@@ -117,7 +121,6 @@ def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool
         wr_to_rd = s["last_wr"] + t["tWL"] + t["tBL"] + jnp.where(bg == s["last_wr_bg"], t["tWTR_L"],
                                                                   t["tWTR_S"])
         t0 = jnp.where(write, jnp.maximum(t0, rd_to_wr), jnp.maximum(t0, wr_to_rd))
-        wait = flags[WAIT] == 1
         t0 = jnp.where(wait, jnp.maximum(t0, s["t_end"]), t0)
         t0 = jnp.maximum(t0, s["t_bar"])
         spacing = jnp.where(allbank, t["tCCD_AB"], jnp.where(flags[STREAM] == 1, t["tCCD_S"], t["tCCD_L"]))
@@ -203,6 +206,7 @@ def _stream_arrays(records: Records, include_resident: bool) -> dict:
     to its own bucket) unless `include_resident`, which times them as
     ordinary rearrangement."""
     arr = {f: np.asarray(getattr(records, f)) for f in ("op", "bank", "row", "n", "phase", "resident")}
+    arr["sync"] = np.broadcast_to(np.asarray(records.sync), arr["op"].shape)
     if include_resident:
         arr["resident"] = np.zeros_like(arr["resident"])
     non_pre = (arr["phase"] != Phase.REARRANGE) & (arr["n"] > 0) & (arr["resident"] == 0)

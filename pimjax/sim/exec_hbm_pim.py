@@ -7,6 +7,8 @@ shared stream; every unit reads the column of its own even or odd bank.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,7 +17,7 @@ from ..lower.hbm_pim import GRF_B, N_REGS, SRF, Crf
 from ..lower.program import Op, Phase, Program
 from .execute import expand_runs, host_merge, layout_values, register
 
-_DTYPES = {"backend": jnp.float16, "wide": jnp.float32}
+_DTYPES = {"backend": np.float16, "wide": np.float32}
 
 
 def _bank_image(program: Program, lid: int, arrays, dtype, rows, cols: dict):
@@ -24,13 +26,14 @@ def _bank_image(program: Program, lid: int, arrays, dtype, rows, cols: dict):
     layout's positions, NaN elsewhere."""
     G, C = program.groups, program.cores
     lay = program.layouts[lid]
-    img = jnp.full((G, 2 * C, len(rows), 32, 16), jnp.nan, dtype)
-    img = img.at[:, cols["bank"], cols["row"], cols["col"]].set(jnp.zeros((), dtype))
+    img = np.full((G, 2 * C, len(rows), 32, 16), np.nan, dtype)
+    img[:, cols["bank"], cols["row"], cols["col"]] = 0
     vals = layout_values(lay, arrays[lay.operand], dtype)                # [G, C, N]
     pos = lay.positions
     bank = 2 * np.arange(C)[:, None] + pos[None, :, 0]                    # [C, N]
     prow = np.searchsorted(rows, pos[None, :, 1])
-    return img.at[:, bank, prow, pos[None, :, 2], pos[None, :, 3]].set(vals)
+    img[:, bank, prow, pos[None, :, 2], pos[None, :, 3]] = vals
+    return img
 
 
 @register("hbm-pim")
@@ -50,7 +53,7 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
                                     [lay.positions[:, 1] for lay in program.layouts if lay.vars]))
 
     # 1. host writes of layouts into the banks (rearrangement)
-    mem = jnp.full((G, 2 * C, len(rows), 32, 16), jnp.nan, dtype)
+    mem = np.full((G, 2 * C, len(rows), 32, 16), np.nan, dtype)
     wr = host_wr & (src >= 0)
     cols = expand_runs(rec, wr)
     cols["row"] = np.searchsorted(rows, cols["row"])
@@ -58,8 +61,7 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
         m = cols["src"] == lid
         sel = {k: v[m] for k, v in cols.items()}
         img = _bank_image(program, int(lid), arrays, dtype, rows, sel)
-        mem = mem.at[:, sel["bank"], sel["row"], sel["col"]].set(
-            img[:, sel["bank"], sel["row"], sel["col"]])
+        mem[:, sel["bank"], sel["row"], sel["col"]] = img[:, sel["bank"], sel["row"], sel["col"]]
 
     # 2. the kernel: all-bank commands in order
     kern = (op_ == Op.AB_WR) | (op_ == Op.PIM_RD) | (op_ == Op.PIM_WR)
@@ -72,13 +74,28 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     ra = np.where(mac, steps["arg"] + L // ko, steps["arg"])
     hrow = np.where(steps["aux"] == Crf.HOST_REG, steps["arg"] + steps["t"], 0)
     host = _host_values(program, arrays, dtype)                          # [G, rows, 16]
-    hv = host[:, hrow] if host.shape[1] else jnp.zeros((G, len(hrow), 16), dtype)
+    hv = host[:, hrow] if host.shape[1] else np.zeros((G, len(hrow), 16), dtype)
     srf = _srf_values(program, arrays, dtype)
-    xs = dict(code=jnp.asarray(steps["aux"], jnp.int32), store=jnp.asarray(steps["op"] == Op.PIM_WR),
-              par=jnp.asarray(steps["bank"] % 2, jnp.int32), row=jnp.asarray(steps["row"], jnp.int32),
-              col=jnp.asarray(steps["col"], jnp.int32), dst=jnp.asarray(dst, jnp.int32),
-              ra=jnp.asarray(ra, jnp.int32))
-    mem = _run_kernel(mem, xs, hv, srf, C, dtype)
+    # pad the step stream to a power of two with no-op steps (one compile
+    # per length bucket instead of one per program)
+    n_steps = len(dst)
+    pad = _bucket(n_steps) - n_steps
+    padded = lambda a, v=0: np.concatenate([np.asarray(a), np.full(pad, v, np.asarray(a).dtype)])  # noqa: E731
+    xs = dict(code=jnp.asarray(padded(steps["aux"], Crf.MODE), jnp.int32),
+              store=jnp.asarray(padded(steps["op"] == Op.PIM_WR, False)),
+              par=jnp.asarray(padded(steps["bank"] % 2), jnp.int32),
+              row=jnp.asarray(padded(steps["row"]), jnp.int32),
+              col=jnp.asarray(padded(steps["col"]), jnp.int32), dst=jnp.asarray(padded(dst), jnp.int32),
+              ra=jnp.asarray(padded(ra), jnp.int32))
+    hv = np.concatenate([hv, np.zeros((G, pad, 16), dtype)], axis=1)
+    # pad groups, units and rows to powers of two as well: few distinct shapes,
+    # few compiles (the padding computes on NaNs nobody reads)
+    Gp, Cp, Rp = _bucket(G, 1), _bucket(C, 1), _bucket(len(rows), 1)
+    memp = np.full((Gp, 2 * Cp, Rp, 32, 16), np.nan, dtype)
+    memp[:G, :2 * C, :len(rows)] = mem
+    hvp = np.zeros((Gp,) + hv.shape[1:], dtype)
+    hvp[:G] = hv
+    mem = np.asarray(_run_kernel(memp, xs, hvp, srf, C=Cp, dtype=np.dtype(dtype).name))[:G, :2 * C, :len(rows)]
 
     # 3. read-back: the host sees only the columns its RD records read
     rd = host_rd & (src >= 0) & (np.asarray(rec.phase) == Phase.READBACK)
@@ -86,7 +103,7 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     rcols["row"] = np.searchsorted(rows, rcols["row"])
     seen = np.zeros((2 * C, len(rows), 32), bool)
     seen[rcols["bank"], rcols["row"], rcols["col"]] = True
-    host_view = jnp.where(jnp.asarray(seen)[None, :, :, :, None], mem.astype(jnp.float32), jnp.nan)
+    host_view = np.where(seen[None, :, :, :, None], mem.astype(np.float32), np.nan)
 
     # 4. host merge: decode the result layout, sum lane / slot / core partials
     lay = program.layouts[program.readback.layout]
@@ -97,33 +114,39 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     colv = host_view[:, bank, np.searchsorted(rows, pos[None, :, 1]), pos[None, :, 2]]  # [G, C, N, 16]
     lane = pos[:, 3]
     if program.readback.lane_partials:
-        vals = jnp.sum(colv, axis=-1)
+        vals = np.sum(colv, axis=-1)          # the host sums the 16 lane partials (float32)
     else:
-        vals = jnp.take_along_axis(colv, jnp.asarray(np.maximum(lane, 0))[None, None, :, None], -1)[..., 0]
+        vals = np.take_along_axis(colv, np.maximum(lane, 0)[None, None, :, None], -1)[..., 0]
     return host_merge(program, vals.reshape(-1), valid.reshape(-1), flat.reshape(-1), arrays)
 
 
 def _host_values(program: Program, arrays, dtype):
     """Values of host-data table 0 ([G, rows, 16]; -1 -> 0)."""
     if not program.host_data or program.host_data[0].shape[1] == 0:
-        return jnp.zeros((program.groups, 0, 16), dtype)
+        return np.zeros((program.groups, 0, 16), dtype)
     idx = program.host_data[0]
     k = program.meta["host_data_operands"][0]
-    vals = jnp.ravel(arrays[k]).astype(dtype)[np.maximum(idx, 0)]
-    return jnp.where(idx >= 0, vals, jnp.zeros((), dtype))
+    vals = np.ravel(np.asarray(arrays[k])).astype(dtype)[np.maximum(idx, 0)]
+    return np.where(idx >= 0, vals, np.zeros((), dtype))
 
 
 def _srf_values(program: Program, arrays, dtype):
     """The 16 SRF scalars: constants and 0-d operands of the body."""
-    srf = jnp.zeros(16, dtype)
+    srf = np.zeros(16, dtype)
     for slot, (kind, v) in enumerate(program.meta.get("srf", ())):
-        val = jnp.asarray(v, dtype) if kind == "const" else jnp.ravel(arrays[v]).astype(dtype)[0]
-        srf = srf.at[slot].set(val)
+        srf[slot] = v if kind == "const" else np.ravel(np.asarray(arrays[v]))[0]
     return srf
 
 
-def _run_kernel(mem, xs, hv, srf, C: int, dtype):
+def _bucket(n: int, least: int = 16) -> int:
+    """The next power of two >= n (at least `least`)."""
+    return max(least, 1 << (max(n, 1) - 1).bit_length())
+
+
+@partial(jax.jit, static_argnames=("C", "dtype"))
+def _run_kernel(mem, xs, hv, srf, C: int, dtype: str):
     """Scan the expanded all-bank commands of every group (vmapped)."""
+    dtype = jnp.dtype(dtype)
     units = jnp.arange(C)
     zero = jnp.zeros((), dtype)
 
@@ -155,4 +178,4 @@ def _run_kernel(mem, xs, hv, srf, C: int, dtype):
         (_, m), _ = jax.lax.scan(step, (regs, m), (xs, h))
         return m
 
-    return jax.jit(jax.vmap(run_group))(mem, hv)
+    return jax.vmap(run_group)(mem, hv)

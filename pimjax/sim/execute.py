@@ -63,11 +63,14 @@ def execute(program: Program, *arrays, arithmetic: str = "backend"):
 # --------------------------------------------------------------------------
 # shared helpers
 # --------------------------------------------------------------------------
-def layout_values(layout: TensorLayout, array, dtype) -> jax.Array:
-    """[G, C, prod(box)] values of a layout's local boxes (0 where invalid)."""
+def layout_values(layout: TensorLayout, array, dtype) -> np.ndarray:
+    """[G, C, prod(box)] values of a layout's local boxes (0 where invalid).
+
+    numpy on the host side: the shapes differ per draft, and eager jax ops
+    would compile for every new shape."""
     flat, valid = global_index(layout)
-    vals = jnp.ravel(array).astype(dtype)[flat]
-    return jnp.where(valid, vals, jnp.zeros((), dtype))
+    vals = np.ravel(np.asarray(array)).astype(dtype)[flat]
+    return np.where(valid, vals, np.zeros((), dtype))
 
 
 def expand_runs(records, mask: np.ndarray) -> dict[str, np.ndarray]:
@@ -93,16 +96,17 @@ def host_merge(program: Program, values: jax.Array, valid: np.ndarray, flat: np.
     op = program.op
     layout = program.layouts[program.readback.layout]
     size = int(np.prod(layout.shape, dtype=np.int64))
+    values = np.asarray(values, np.float64)
     seg = np.where(valid, flat, size)                      # invalid -> dropped segment
     comb = program.readback.combiner
     if comb == "add":
-        acc = jax.ops.segment_sum(values, seg, num_segments=size + 1)[:size]
-    elif comb == "max":
-        acc = jax.ops.segment_max(values, seg, num_segments=size + 1)[:size]
+        acc = np.bincount(seg, weights=values, minlength=size + 1)[:size]
     else:
-        acc = jax.ops.segment_min(values, seg, num_segments=size + 1)[:size]
+        acc = np.full(size + 1, -np.inf if comb == "max" else np.inf)
+        (np.maximum if comb == "max" else np.minimum).at(acc, seg, values)
+        acc = acc[:size]
     count = np.bincount(seg, minlength=size + 1)[:size]
-    acc = jnp.where(count > 0, acc, jnp.nan).reshape(layout.shape)
+    acc = jnp.asarray(np.where(count > 0, acc, np.nan).astype(np.float32).reshape(layout.shape))
     return finish(op, acc, operands, program.readback.epilogue_on_host,
                   program.meta["result_shape"], np.dtype(program.meta["result_dtype"]))
 

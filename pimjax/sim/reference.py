@@ -81,6 +81,10 @@ def simulate(records: list[dict], t: dict, banks: int, banks_per_bg: int, refres
             ch.next_ref += t["tREFI"] * (1 + missed)
             floor_t = end_ref
             counts[4] += 1
+        # a barrier (WAIT class or a host sync point) holds the whole record
+        wait = bool(flags[WAIT]) or r.get("sync", 0) == 1
+        if wait:
+            floor_t = max(floor_t, ch.t_end)
 
         end = ch.t_end
         if is_col:

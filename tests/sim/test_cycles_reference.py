@@ -31,6 +31,7 @@ def record_lists(backend_name):
         "phase": st.sampled_from([int(p) for p in Phase]),
         "resident": st.sampled_from([0, 0, 0, 1]),
         "pre": st.sampled_from([0, 0, 1]),
+        "sync": st.sampled_from([0, 0, 0, 1]),
     })
     return st.lists(rec, min_size=1, max_size=60)
 
