@@ -87,6 +87,26 @@ def rowmax(m, n):
                  (Access(1, (V("i"),)),), ("k",), "max", Arg(0))
 
 
+def add_bias(m, n):
+    """max(x + b, -b): a 2-D elementwise op with a broadcast (bias) operand."""
+    return PimOp("addb", "elementwise", (LoopVar("i", m), LoopVar("j", n)),
+                 (Access(0, (V("i"), V("j"))), Access(1, (V("j"),))), (Access(2, (V("i"), V("j"))),),
+                 body=Prim("max", (Prim("add", (Arg(0), Arg(1))), Prim("neg", (Arg(1),)))))
+
+
+def conv1d(w, f, k, c):
+    """out[w, f] = sum_{kw, c} x[w + kw, c] * k[kw, c, f] (compound index maps, bands)."""
+    return contraction("conv1d", {"w": w, "f": f, "kw": k, "c": c},
+                       [(A.linear({"w": 1, "kw": 1}), V("c")), (V("kw"), V("c"), V("f"))],
+                       (V("w"), V("f")), ["kw", "c"])
+
+
+def _conv_ref(x, k):
+    kw = k.shape[0]
+    win = np.stack([x[i:i + kw] for i in range(x.shape[0] - kw + 1)])
+    return np.einsum("wkc,kcf->wf", win, k)
+
+
 def _wrap(x):
     """int64 reference -> int32 with the DPU's wrap-around."""
     return np.asarray(x, np.int64).astype(np.int32)
@@ -105,6 +125,8 @@ CASES = {
              lambda a, x, b, y: a * x + b * y + 3),
     "red": (red(5000), lambda r, f: (f(r, (5000,)),), lambda x: x.sum()),
     "rowmax": (rowmax(20, 300), lambda r, f: (f(r, (20, 300)),), lambda x: x.max(axis=1)),
+    "addb": (add_bias(13, 37), lambda r, f: (f(r, (13, 37)), f(r, (37,))), lambda x, c: np.maximum(x + c, -c)),
+    "conv1d": (conv1d(20, 6, 3, 5), lambda r, f: (f(r, (22, 5)), f(r, (3, 5, 6))), _conv_ref),
 }
 OPTION_SETS = ({}, PRIM_OPTIONS, dict(padding=False, bulk=False), dict(bank_parallel=False, broadcast=False))
 
