@@ -19,7 +19,9 @@ An UPMEM program (ATiM §2.1, §5.1-5.3; PrIM's programming model) is
    tasklet, PrIM RED).
 3. MRAM -> host transfers (`XFER_D2H`) of results, or of partial results
    when a reduction loop is split over DPUs (ATiM's rfactor), which the host
-   reduces (`Readback`, merged on the host).
+   reduces (`Readback`, merged on the host).  An op's epilogue (GEMV's
+   alpha * Ax + beta * y) runs in that host merge; its operands never go to
+   the DPUs (an epilogue on the DPU is not lowered yet).
 
 All DPUs run one SPMD kernel, so the program is ONE record stream shared by
 every rank (`commands` has a leading axis of 1) and, inside a rank, by every
