@@ -1,0 +1,187 @@
+"""HBM-PIM programs compute what the PimGraph computes.
+
+For every op kind HBM-PIM runs (GEMV, MMTV, TTV, batched products, GEMM as
+GEMV sequences, conv via im2col, VA, GEVA, RELU, RED and host epilogues),
+the baseline draft and a random sample of drafts are lowered and executed:
+`arithmetic="wide"` equals the graph evaluator at float32 rtol 1e-5, and
+`arithmetic="backend"` (fp16) stays within the error bound derived in
+`fp16_bound`.  Then the optimisations change what they should.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pimjax.hw import get_backend
+from pimjax.lower import lower
+from pimjax.lower.program import Op
+from pimjax.partition import drafts
+from pimjax.partition.baselines import baseline
+from pimjax.partition.verify import op_support
+from pimjax.sim import execute
+from pimjax.sim.cycles import cycles
+from tests.corpus import CORPUS
+
+from .util import graph_ops, reference_output
+
+BACKEND = get_backend("hbm-pim", channels=4)
+U16 = 2.0 ** -11          # unit roundoff of fp16
+
+KINDS = ["gemv", "gemv_bias_relu", "gemm", "batched_matmul", "attn_scores", "attn_context", "ttv",
+         "mmtv", "va", "geva", "red_vector", "red_rows", "mean_rows", "conv1x1_nhwc",
+         "conv3x3_nhwc", "cinm_abc", "mlp2"]
+
+
+def fp16_bound(op, operands, draft):
+    """Elementwise |fp16 result - exact| bound.
+
+    Inputs are rounded to fp16 (relative U16 each), every product and every
+    accumulation step in a lane rounds once more (relative U16), and the
+    host sums lanes and partial slots in float32.  With n the longest chain
+    of roundings an output sees (the per-lane accumulation length plus the
+    conversions and body operations), the classic bound is
+    |err| <= n * U16 * (the op evaluated on |inputs|), plus an absolute
+    floor for results that cancel to ~0."""
+    ext = op.extents
+    red = int(np.prod([ext[v] for v in op.reduction_vars])) if op.reduction_vars else 1
+    n_ops = 4 + 3 * len(op.fused)
+    n = red // 16 + red % 16 + n_ops + 2
+    mag = np.abs(np.asarray(reference_output(op, [np.abs(a) for a in operands]), np.float64))
+    return n * U16 * mag + 1e-3
+
+
+def _check_op(op, shapes, operands, expect, draft):
+    program = lower(op, draft, BACKEND, shapes)
+    wide = np.asarray(execute(program, *operands, arithmetic="wide"), np.float64)
+    np.testing.assert_allclose(wide, expect, rtol=1e-5, atol=1e-5,
+                               err_msg=f"wide result differs for {draft}")
+    fp16 = np.asarray(execute(program, *operands, arithmetic="backend"), np.float64)
+    bound = fp16_bound(op, operands, draft)
+    assert np.all(np.abs(fp16 - expect) <= bound), f"fp16 error above the bound for {draft}"
+
+
+def _cases(names, n_random, seed=0):
+    for name, fn, make in CORPUS:
+        if name not in names:
+            continue
+        for op, shapes, operands in graph_ops(fn, make()):
+            if not op_support(op, BACKEND)[0]:
+                continue
+            yield name, op, shapes, operands
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_baseline_and_random_drafts(name):
+    rng = np.random.default_rng(0)
+    found = False
+    for _, op, shapes, operands in _cases([name], 0):
+        found = True
+        expect = np.asarray(reference_output(op, operands), np.float64)
+        table = drafts(op, BACKEND, shapes=shapes)
+        base = baseline(op, BACKEND)
+        _check_op(op, shapes, operands, expect, base)
+        for i in rng.choice(len(table), min(10, len(table)), replace=False):
+            _check_op(op, shapes, operands, expect, table[int(i)])
+    assert found, f"{name} has no HBM-PIM op"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gemv", "mmtv", "ttv", "geva", "va", "red_rows", "gemv_bias_relu",
+                                  "conv3x3_nhwc", "gemm"])
+def test_hundred_random_drafts(name):
+    rng = np.random.default_rng(1)
+    for _, op, shapes, operands in _cases([name], 100):
+        expect = np.asarray(reference_output(op, operands), np.float64)
+        table = drafts(op, BACKEND, shapes=shapes)
+        for i in rng.choice(len(table), min(100, len(table)), replace=False):
+            program = lower(op, table[int(i)], BACKEND, shapes)
+            wide = np.asarray(execute(program, *operands, arithmetic="wide"), np.float64)
+            np.testing.assert_allclose(wide, expect, rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------------
+# optimisations change what they should
+# --------------------------------------------------------------------------
+def _gemv_program(M, N, **options):
+    from tests.partition.helpers import gemv
+    op = gemv(M, N)
+    be = get_backend("hbm-pim")
+    draft = baseline(op, be)
+    return op, be, draft
+
+
+def _count(program, op, aux=None):
+    rec = program.commands
+    mask = (np.asarray(rec.op) == op) & (np.asarray(rec.n) > 0)
+    if aux is not None:
+        mask &= np.asarray(rec.aux) == aux
+    return int(np.asarray(rec.n)[mask].sum())
+
+
+def test_register_reuse_cuts_register_writes_and_readbacks():
+    """Korean paper §3.2.  GEMV 2048 x 2048 on a 16-group x 8-unit draft with
+    KI = KO = 8: T_in = 16 input tiles, T_out = 2 output tiles per unit.
+    Output-stationary with reuse writes GRF_A T_out * T_in times and stores
+    GRF_B once per output tile; without reuse every kernel stores its partial
+    outputs, T_in times more, and the host reads them all back."""
+    from pimjax.lower.hbm_pim import Crf
+    from pimjax.partition.draft import DimPart, Draft
+    from tests.partition.helpers import gemv
+    op = gemv(2048, 2048)
+    be = get_backend("hbm-pim", channels=16)
+    d = Draft((DimPart(16, 8, 0), DimPart(1, 1, 0)), ki=8, ko=8, lane_var="k")
+    t_in, t_out = 2048 // 128, 2048 // (16 * 8 * 8)
+    reuse = lower(op, d, be)
+    plain = lower(op, d, be, register_reuse=False)
+    assert _count(reuse, Op.AB_WR, Crf.HOST_REG) == t_out * t_in * 8
+    assert _count(plain, Op.PIM_WR) == t_in * _count(reuse, Op.PIM_WR)
+    rb = lambda p: _count(p, Op.RD) + _count(p, Op.RD_S)  # noqa: E731
+    frame = 32   # park-in / park-out reads of the frame
+    assert rb(plain) - frame == t_in * (rb(reuse) - frame)
+    # input-stationary with reuse writes each input tile once
+    is_ = lower(op, d.replace(dataflow="is"), be)
+    assert _count(is_, Op.AB_WR, Crf.HOST_REG) == t_in * 8
+
+
+def test_resident_weights_leave_the_steady_state():
+    from tests.partition.helpers import gemv
+    op = gemv(1024, 1024)
+    be = get_backend("hbm-pim", channels=16)
+    d = baseline(op, be)
+    moving = lower(op, d, be)
+    resident = lower(op, d, be, resident=(0,))
+    r_moving, r_res = cycles(moving, be), cycles(resident, be)
+    assert float(r_res.resident_cycles) > 0 and float(r_moving.resident_cycles) == 0
+    assert float(r_res.rearrangement) < float(r_moving.rearrangement)
+    # the placement is the same work, paid once: about what the moving program spends on it
+    assert float(r_res.resident_cycles) == pytest.approx(
+        float(r_moving.rearrangement) - float(r_res.rearrangement), rel=0.1)
+    assert float(r_res.compute) == pytest.approx(float(r_moving.compute), rel=0.02)
+
+
+def test_data_block_layout_matches_dataflow():
+    """Korean paper §3.4: the blocks are stored in the order the dataflow
+    reads them.  With an input-stationary dataflow and the layout on, the MAC
+    stream walks the matrix region sequentially (block after block); with the
+    layout off (blocks in output-stationary order) it jumps by T_in / 2
+    blocks between consecutive kernels."""
+    from pimjax.partition.draft import DimPart, Draft
+    from tests.partition.helpers import gemv
+    op = gemv(2048, 2048)
+    be = get_backend("hbm-pim", channels=16)
+    d = Draft((DimPart(16, 8, 0), DimPart(1, 1, 0)), ki=2, ko=2, dataflow="is", lane_var="k")
+
+    def even_bank_walk(program):
+        rec = program.commands
+        m = (np.asarray(rec.op)[0] == Op.PIM_RD) & (np.asarray(rec.bank)[0] == 0)
+        rows = np.asarray(rec.row)[0][m]
+        logical = (rows & 0xFFF) | ((rows >> 13) << 12)
+        return logical * 32 + np.asarray(rec.col)[0][m]
+
+    on = even_bank_walk(lower(op, d, be))
+    off = even_bank_walk(lower(op, d, be, data_block_layout=False))
+    bursts = d.ki * d.ko
+    assert np.all(np.diff(on) == bursts)                      # sequential
+    t_in = 2048 // (d.ki * 16)
+    assert np.any(np.diff(off) == (t_in // 2) * bursts)       # jumps over the other tiles
+    assert sorted(on) == sorted(off)                          # same blocks, other order
