@@ -335,10 +335,8 @@ class _Stream:
         """Activate the rows of segment (b, o, i) and MAC it with every vector
         of the load (buffer slot jv * ki + ji -> latch jv * lo + ol)."""
         pl = self.p
-        base = int(pl.seg_base[bb, o, i])
-        flat = base + np.arange(int(pl.seg_cols[i]))
         jvs = [jv for jv in range(pl.kv) if vg * pl.kv + jv < pl.n_v]
-        for row, col, n, off in _runs(flat, self.cols):
+        for row, col, n, off in _runs(int(pl.seg_base[bb, o, i]), int(pl.seg_cols[i]), self.cols):
             if self.per_core:
                 for c in self._class_cores:
                     if not self.seg_ok[c, bb, o, i]:
@@ -383,7 +381,9 @@ class _Stream:
                 return np.zeros(0, np.int64)
             a = np.asarray(runs, np.int64)
             idx = np.repeat(a[:, 0] - np.cumsum(a[:, 1]) + a[:, 1], a[:, 1]) + np.arange(a[:, 1].sum())
-            return np.unique(idx)
+            seen = np.zeros(int(idx.max()) + 1, bool)
+            seen[idx] = True
+            return np.nonzero(seen)[0]
         if self.read_all:
             shared = cols(self.read_all)
             return {c: shared for c in range(self.cores)}
@@ -440,17 +440,15 @@ class _Stream:
                     self.readres(pl.q(p, bb, vg, ob, ig))
 
 
-def _runs(flat: np.ndarray, cols: int):
-    """Consecutive flat bank columns as (row, col, n, offset) runs inside rows."""
+def _runs(base: int, ncols: int, cols: int):
+    """Flat bank columns [base, base + ncols) as (row, col, n, offset) runs inside rows."""
     out = []
-    i = 0
-    while i < len(flat):
-        row, col = divmod(int(flat[i]), cols)
-        n = 1
-        while i + n < len(flat) and flat[i + n] == flat[i] + n and col + n < cols:
-            n += 1
-        out.append((row, col, n, i))
-        i += n
+    off = 0
+    while off < ncols:
+        row, col = divmod(base + off, cols)
+        n = min(ncols - off, cols - col)
+        out.append((row, col, n, off))
+        off += n
     return out
 
 
@@ -625,7 +623,7 @@ def lower_newton(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
         raise PimCompileError(f"newton runs contractions only; {op.name} is a {op.kind} op")
     if op.combiner != "add" or not (isinstance(op.body, Prim) and op.body.name == "mul"
                                     and len(op.body_operands) == 2
-                                    and all(isinstance(a, Arg) for a in op.body.args)):
+                                    and all(_plain_arg(a) for a in op.body.args)):
         raise PimCompileError(f"newton MACs need a sum of products of two operands ({op.name})")
     shapes = value_shapes(op, shapes)
     tiles = core_tiles(op, draft)
@@ -695,6 +693,14 @@ def lower_newton(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
                    Readback(R_LAYOUT, combiner="add", lane_partials=False, epilogue_on_host=True),
                    G, C, parallel_rearrangement=bool(opts["channel_parallel"] and staging),
                    options=dict(opts), stats=stats, meta=meta)
+
+
+def _plain_arg(e) -> bool:
+    """An operand, possibly through value-preserving conversions (a bf16
+    operand widened to float32 before the multiply is what the bf16 MAC does)."""
+    while isinstance(e, Prim) and e.name in ("convert_element_type", "copy", "copy_p") and len(e.args) == 1:
+        e = e.args[0]
+    return isinstance(e, Arg)
 
 
 def _concat(*builders: RecordBuilder) -> dict[str, np.ndarray]:

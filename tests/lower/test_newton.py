@@ -130,6 +130,58 @@ def test_hundred_drafts(name):
         check_values(lower(case(name)[0], d, BE), name)
 
 
+# the corpus functions whose graphs hold a contraction
+CORPUS_CONTRACTIONS = ["gemv", "gemv_bias_relu", "gemm", "batched_matmul", "attn_scores", "attn_context",
+                       "ttv", "mmtv", "cinm_abcd", "cinm_ab", "cinm_abc", "bf16_matmul", "mlp2", "gelu_mlp",
+                       "nested_calls", "gpt_decode_attention", "conv1x1_nhwc", "conv3x3_nhwc", "conv3x3_nchw",
+                       "depthwise_conv", "grouped_conv_relu", "strided_dilated_conv", "transposed_conv"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CORPUS_CONTRACTIONS)
+def test_corpus_contractions(name):
+    """Every contraction the frontend makes of the test corpus (epilogues,
+    attention, CINM's, bf16 inputs, strided / dilated / transposed / grouped
+    convolutions; the graph's shapes passed to `lower`) runs on Newton:
+    baseline + 2 sampled drafts, wide values."""
+    import jax
+    from pimjax.trace.evaluate import evaluate_op
+    from tests import corpus
+    fn, make = {n: (f, m) for n, f, m in corpus.CORPUS}[name]
+    args = make()
+    graph = pimjax.make_graph(fn, *args)
+    env = dict(zip(graph.inputs, [jnp.asarray(x) for x in jax.tree_util.tree_leaves(args)]))
+    env.update({v: jnp.asarray(c) for v, c in graph.constants.items()})
+    shapes = {v: info.shape for v, info in enumerate(graph.values)}
+    ran = 0
+    for op in graph.ops:
+        operands = [env[a.value] for a in op.operands]
+        outs = evaluate_op(graph, op, operands)
+        env.update({r.value: v for r, v in zip(op.results, outs)})
+        if op.kind != "contraction":
+            continue
+        ref = np.asarray(outs[0], np.float32)
+        mags = [jnp.abs(x.astype(jnp.float32)) if jnp.issubdtype(x.dtype, jnp.floating) else x for x in operands]
+        S = np.abs(np.asarray(evaluate_op(graph, dataclasses.replace(op, epilogue=None), mags)[0], np.float32))
+        table = drafts(op, BE, shapes=shapes)
+        idx = np.random.default_rng(7).choice(len(table), size=min(2, len(table)), replace=False)
+        for d in [baseline(op, BE)] + [table[int(i)] for i in idx]:
+            y = np.asarray(execute(lower(op, d, BE, shapes=shapes), *operands, arithmetic="wide"), np.float32)
+            if op.epilogue is None:
+                close(y, ref, S, f"{name} {d}")
+            else:                                # the epilogue (bias, ReLU, ...) runs on the host
+                np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+        ran += 1
+    assert ran
+
+
+def test_operand_shapes_are_checked():
+    op, operands, ref, S, K = case("gemv")
+    prog = lower(op, baseline(op, BE), BE)
+    with pytest.raises(TypeError, match="shape"):
+        execute(prog, operands[0][:, :-1], operands[1][:-1], arithmetic="wide")
+
+
 @pytest.mark.parametrize("option", ["register_reuse", "data_block_layout", "channel_parallel"])
 @pytest.mark.parametrize("name", ["gemv", "conv1x1"])
 def test_options_off_keep_values(name, option):
