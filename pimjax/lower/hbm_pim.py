@@ -39,7 +39,8 @@ from ..partition.verify import matrix_and_vector
 from ..trace.affine import AffineExpr
 from ..trace.ir import Acc, Arg, Const, PimOp, Prim
 from .layout import global_index, lane_order, tile_layout, value_shapes
-from .program import Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, stack_streams
+from .program import (LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, chunk, concat,
+                      select_slots, stack_streams)
 from .tiles import CoreTiles, core_tiles
 
 # rows of the mode / configuration frame (hbm-pim.md)
@@ -172,39 +173,60 @@ def _bank_order(banks: list[int], banks_per_bg: int = 4) -> list[int]:
 INTERLEAVE_LIMIT = 4096
 
 
+def _runs(flat: np.ndarray, cols: int = 32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, col, n) of the runs of consecutive column indices inside one row
+    (vectorised `_column_runs`)."""
+    flat = np.asarray(flat, np.int64)
+    if flat.size == 0:
+        return (np.zeros(0, np.int64),) * 3
+    brk = np.ones(flat.size, bool)
+    brk[1:] = (flat[1:] != flat[:-1] + 1) | (flat[1:] % cols == 0)
+    starts = np.flatnonzero(brk)
+    n = np.diff(np.append(starts, flat.size))
+    first = flat[starts]
+    return first // cols, first % cols, n
+
+
 def _host_columns(b: RecordBuilder, op: Op, phase: Phase, layout_id: int, region: dict[int, np.ndarray],
                   cores: int, resident: bool = False) -> None:
     """Host column transfers (single-bank) of a region of every core.
 
     region: bank parity -> flat column indices (row * 32 + col).  Like a
     memory controller the host interleaves the banks, in an order that
-    alternates bank groups, so a stream runs at tCCD_S (the link bandwidth)."""
+    alternates bank groups, so a stream runs at tCCD_S (the link bandwidth).
+    Small transfers are emitted column by column in that order; larger ones
+    (repeat compression) as one streamed run per bank row, the runs
+    round-robin over the banks."""
     targets = []
     for bank_sel, flat in region.items():
         flat = np.unique(flat)
         for core in range(cores):
             targets.append((2 * core + int(bank_sel), core, flat))
+    if not targets:
+        return
     order = _bank_order([t[0] for t in targets])
     targets.sort(key=lambda t: order.index(t[0]))
     total = sum(len(t[2]) for t in targets)
-    streamed = {Op.RD: Op.RD_S, Op.WR: Op.WR_S}[op]
-    if total <= INTERLEAVE_LIMIT:
-        longest = max((len(t[2]) for t in targets), default=0)
-        for i in range(longest):
-            for bank, core, flat in targets:
-                if i < len(flat):
-                    row, col = divmod(int(flat[i]), 32)
-                    b.add(op, bank=bank, row=int(phys_row(row)), col=col, n=1, phase=phase,
-                          src=layout_id, core=core, resident=int(resident))
-        return
-    runs = [(bank, core, _column_runs(0, flat)) for bank, core, flat in targets]
-    longest = max((len(r[2]) for r in runs), default=0)
-    for i in range(longest):
-        for bank, core, rr in runs:
-            if i < len(rr):
-                _, row, col, n, _ = rr[i]
-                b.add(streamed, bank=bank, row=row, col=col, n=n, phase=phase, src=layout_id,
-                      core=core, resident=int(resident))
+    per_column = total <= INTERLEAVE_LIMIT
+    code = op if per_column else {Op.RD: Op.RD_S, Op.WR: Op.WR_S}[op]
+    cols = {k: [] for k in ("bank", "core", "row", "col", "n", "i", "t")}
+    for t, (bank, core, flat) in enumerate(targets):
+        if per_column:
+            row, col, n = flat // 32, flat % 32, np.ones(len(flat), np.int64)
+        else:
+            row, col, n = _runs(flat)
+        cols["bank"].append(np.full(len(row), bank))
+        cols["core"].append(np.full(len(row), core))
+        cols["row"].append(row)
+        cols["col"].append(col)
+        cols["n"].append(n)
+        cols["i"].append(np.arange(len(row)))
+        cols["t"].append(np.full(len(row), t))
+    c = {k: np.concatenate(v) for k, v in cols.items()}
+    idx = np.lexsort((c["t"], c["i"]))             # round-robin: run i of every bank, in bank order
+    recs = chunk(code, len(idx), bank=c["bank"][idx], row=phys_row(c["row"][idx]), col=c["col"][idx],
+                 n=c["n"][idx], phase=phase, src=layout_id, core=c["core"][idx], resident=int(resident))
+    b.extend(recs)
 
 
 def _rearrange(b: RecordBuilder, layout_id: int, region: dict[int, np.ndarray], cores: int,
@@ -309,12 +331,16 @@ def _contraction(ctx: _Ctx) -> Program:
         raise PimCompileError(f"hbm-pim: {max(m_rows)} rows of matrix data per bank exceed "
                               f"the {DATA_ROWS} PIM rows")
     m_vars = tuple(o_b + o_m + list(red))
-    b_idx, o_idx, r_idx = np.meshgrid(np.arange(n_b), np.arange(n_o), np.arange(n_r), indexing="ij")
-    j, oo = o_idx // ko, o_idx % ko
-    i, rem = r_idx // xi, r_idx % xi
-    kk, lane = rem // lanes, rem % lanes
-    flat = block_index(b_idx, j, i) * bursts + kk * ko + oo
-    m_pos = np.stack([i % 2, phys_row(flat // 32), flat % 32, lane], -1).reshape(-1, 4)
+
+    def m_positions():
+        b_idx, o_idx, r_idx = np.meshgrid(np.arange(n_b), np.arange(n_o), np.arange(n_r), indexing="ij")
+        j, oo = o_idx // ko, o_idx % ko
+        i, rem = r_idx // xi, r_idx % xi
+        kk, lane = rem // lanes, rem % lanes
+        flat = block_index(b_idx, j, i) * bursts + kk * ko + oo
+        return np.stack([i % 2, phys_row(flat // 32), flat % 32, lane], -1).reshape(-1, 4)
+
+    m_pos = LazyPositions(m_positions, n_b * n_o * n_r)
     mbox = tuple(box[v] for v in m_vars)
     m_layout = tile_layout(tiles, "M", mi, m_vars, M.index_map, ctx.shapes[M.value], m_pos, mbox)
 
@@ -334,58 +360,50 @@ def _contraction(ctx: _Ctx) -> Program:
     # --- host data: the vector operand, one row per GRF_A register write ----
     v_rows, v_key = _vector_rows(ctx, V, o_b, o_v, red, n_r, xi, lanes)
 
-    # --- the command stream (shared by all groups) --------------------------
+    # --- the command stream (shared by all groups), emitted as arrays -------
+    # one row per kernel invocation (b, v, j, i) in loop order
+    if dataflow == "os":
+        order = np.array(_even_then_odd(t_in))
+        bb, vv, jj, ii = (a.reshape(-1) for a in np.meshgrid(np.arange(n_b), np.arange(n_v),
+                                                               np.arange(t_out), order, indexing="ij"))
+    else:
+        bb, vv, ii, jj = (a.reshape(-1) for a in np.meshgrid(np.arange(n_b), np.arange(n_v),
+                                                               np.arange(t_in), np.arange(t_out),
+                                                               indexing="ij"))
+    K = len(bb)
+    key = (bb * n_v + vv) * t_in + ii
+    # register reuse: write GRF_A only when the invocation's inputs differ from the last ones
+    write = np.ones(K, bool) if not reuse else np.concatenate([[True], key[1:] != key[:-1]])
+    if slots == 1:        # output-stationary with reuse: one frame per output tile
+        first_i = np.concatenate([[True], (jj[1:] != jj[:-1]) | (bb[1:] != bb[:-1]) | (vv[1:] != vv[:-1])])
+        last_i = np.concatenate([first_i[1:], [True]])
+        ss = np.zeros(K, np.int64)
+    else:                 # a frame per invocation; partial slot = input tile
+        first_i = last_i = np.ones(K, bool)
+        ss = ii
+    enter = chunk(Op.AB_WR, K, bank=0, row=CONF_ROW, col=0, aux=Crf.ZERO_B)
+    exit_ = chunk(Op.AB_WR, K, bank=0, row=CONF_ROW, col=0, aux=Crf.MODE)
+    wr = chunk(Op.AB_WR, K, bank=1, row=CONF_ROW, col=GRF_A_COL, n=ki, reg=GRF_A, reg_step=1, src=0,
+               aux=Crf.HOST_REG, arg=key * ki, phase=Phase.REARRANGE)
+    slot_list = [(first_i, enter), (write, wr)]
+    block = block_index(bb, jj, ii) * bursts
+    per_run = min(bursts, 32)
+    for r in range(-(-bursts // 32)):        # a block spans bursts / 32 rows (aligned)
+        start = block + r * 32
+        slot_list.append((np.ones(K, bool), chunk(Op.PIM_RD, K, bank=ii % 2, row=phys_row(start // 32),
+                                                  col=start % 32, n=per_run, reg=r * 32, reg_step=ko,
+                                                  aux=Crf.MAC, src=0, arg=GRF_A)))
+    first = (((bb * n_v + vv) * slots + ss) * t_out + jj) * ko + res_base * 32
+    slot_list.append((last_i, chunk(Op.PIM_WR, K, bank=1, row=phys_row(first // 32), col=first % 32,
+                                    n=ko, reg=GRF_B, reg_step=1, aux=Crf.STORE, src=2)))
+    slot_list.append((last_i, exit_))
     b = RecordBuilder()
     if ctx.options["frame"]:
         _frame_open(b)
-    written: tuple | None = None
-
-    def write_inputs(bb, vv, ii):
-        nonlocal written
-        key = (bb, vv, ii)
-        if reuse and written == key:
-            return
-        b.add(Op.AB_WR, bank=1, row=CONF_ROW, col=GRF_A_COL, n=ki, reg=GRF_A, reg_step=1,
-              src=0, aux=Crf.HOST_REG, arg=v_key[key], phase=Phase.REARRANGE)
-        written = key
-
-    def macs(bb, jj, ii):
-        start = int(block_index(bb, jj, ii)) * bursts
-        for _, row, col, n, off in _column_runs(ii % 2, np.arange(start, start + bursts)):
-            b.add(Op.PIM_RD, bank=ii % 2, row=row, col=col, n=n, reg=off, reg_step=ko, aux=Crf.MAC,
-                  src=0, arg=GRF_A)
-
-    def store(bb, vv, jj, ss):
-        first = (((bb * n_v + vv) * slots + ss) * t_out + jj) * ko
-        for _, row, col, n, off in _column_runs(1, np.arange(first, first + ko) + res_base * 32):
-            b.add(Op.PIM_WR, bank=1, row=row, col=col, n=n, reg=GRF_B + off, reg_step=1, aux=Crf.STORE,
-                  src=2)
-
-    for bb in range(n_b):
-        for vv in range(n_v):
-            if dataflow == "os":
-                for jj in range(t_out):
-                    _enter_pim(b)
-                    for ii in _even_then_odd(t_in):
-                        write_inputs(bb, vv, ii)
-                        macs(bb, jj, ii)
-                        if slots > 1:             # no register reuse: partials out every tile
-                            store(bb, vv, jj, ii)
-                            _exit_pim(b)
-                            _enter_pim(b)
-                    if slots == 1:
-                        store(bb, vv, jj, 0)
-                    _exit_pim(b)
-            else:
-                for ii in range(t_in):
-                    for jj in range(t_out):
-                        _enter_pim(b)
-                        write_inputs(bb, vv, ii)
-                        macs(bb, jj, ii)
-                        store(bb, vv, jj, ii)
-                        _exit_pim(b)
+    close = RecordBuilder()
     if ctx.options["frame"]:
-        _frame_close(b)
+        _frame_close(close)
+    kernel = concat(b.build(), select_slots(slot_list, K), close.build())
 
     resident = mi in set(ctx.options["resident"])
     pre = RecordBuilder()
@@ -393,7 +411,7 @@ def _contraction(ctx: _Ctx) -> Program:
     _rearrange(pre, 0, region, tiles.cores, resident)
     post = RecordBuilder()
     _readback(post, 2, res_layout, tiles.cores)
-    stream = _concat(pre, b, post)
+    stream = _concat(pre.build(), kernel, post.build())
     layouts = [m_layout, _vector_layout(tiles, V, vi, ctx.shapes), res_layout]
     rb_ = Readback(2, combiner="add", lane_partials=True, epilogue_on_host=True)
     meta = dict(kind="gemv-sequence", M=mi, v=vi, host_data_operands=(vi,), n_b=n_b, n_v=n_v, n_o=n_o, n_r=n_r, t_in=t_in,
@@ -478,16 +496,17 @@ def _vector_rows(ctx: _Ctx, V, o_b, o_v, red, n_r, xi, lanes):
     return rows, key
 
 
-def _concat(pre: RecordBuilder, kernel: RecordBuilder, post: RecordBuilder) -> dict[str, np.ndarray]:
-    """Rearrangement, kernel and read-back streams, back to back.  The kernel
-    and the read-back start at host synchronisation points: the host
-    launches the kernel once its data is written and reads results once the
-    kernel has finished."""
-    parts = [bb.build() for bb in (pre, kernel, post)]
+def _concat(pre, kernel, post) -> dict[str, np.ndarray]:
+    """Rearrangement, kernel and read-back records (RecordBuilders or record
+    dicts), back to back.  The kernel and the read-back start at host
+    synchronisation points: the host launches the kernel once its data is
+    written and reads results once the kernel has finished."""
+    parts = [p.build() if isinstance(p, RecordBuilder) else dict(p) for p in (pre, kernel, post)]
     for p in parts[1:]:
         if len(p["sync"]):
+            p["sync"] = p["sync"].copy()
             p["sync"][0] = 1
-    return {f: np.concatenate([p[f] for p in parts]) for f in parts[0]}
+    return concat(*parts)
 
 
 # --------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from ..trace.ir import PimOp
-from .program import TensorLayout
+from .program import LazyPositions, TensorLayout
 from .tiles import CoreTiles
 
 
@@ -82,8 +82,9 @@ def tile_layout(tiles: CoreTiles, name: str, operand: int, vars_: Sequence[str],
     bands = tuple(b for b in tiles.bands if set(b[0].vars) <= set(vars_))
     st = np.stack(starts, -1) if starts else np.zeros((G, C, 0), np.int64)
     ln = np.stack(lengths, -1) if lengths else np.zeros((G, C, 0), np.int64)
+    pos = positions if isinstance(positions, LazyPositions) else np.asarray(positions, np.int32)
     return TensorLayout(name, operand, tuple(vars_), st, ln, tuple(sizes), tuple(index_map),
-                        tuple(shape), np.asarray(positions, np.int32), bands)
+                        tuple(shape), pos, bands)
 
 
 def value_shapes(op: PimOp, graph_shapes: dict | None = None) -> dict[int, tuple]:

@@ -158,11 +158,50 @@ class RecordBuilder:
                      ("sync", sync)):
             self.cols[f].append(int(v))
 
+    def extend(self, records: dict[str, np.ndarray]) -> None:
+        """Append a chunk of records (see `chunk`)."""
+        for f in RECORD_FIELDS:
+            self.cols[f].extend(np.asarray(records[f]).tolist())
+
     def __len__(self) -> int:
         return len(self.cols["op"])
 
     def build(self) -> dict[str, np.ndarray]:
         return {f: np.asarray(v, dtype=np.int32) for f, v in self.cols.items()}
+
+
+_DEFAULTS = dict(bank=0, row=0, col=0, n=1, phase=int(Phase.COMPUTE), reg=0, reg_step=0, src=-1,
+                 aux=0, arg=0, core=-1, resident=0, sync=0)
+
+
+def chunk(op, count: int | None = None, **fields) -> dict[str, np.ndarray]:
+    """Records as arrays (vectorised emission): every field is a scalar or an
+    array of the chunk's length; missing fields take RecordBuilder's defaults."""
+    arrays = {"op": op, **fields}
+    if count is None:
+        count = max((np.size(v) for v in arrays.values() if np.ndim(v) > 0), default=1)
+    out = {}
+    for f in RECORD_FIELDS:
+        v = arrays.get(f, _DEFAULTS.get(f, 0))
+        out[f] = np.broadcast_to(np.asarray(v, dtype=np.int64), (count,)).astype(np.int32)
+    return out
+
+
+def concat(*chunks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Records of several chunks (or RecordBuilder.build() dicts), in order."""
+    parts = [c for c in chunks if c is not None]
+    return {f: np.concatenate([np.asarray(c[f], np.int32) for c in parts]) for f in RECORD_FIELDS}
+
+
+def select_slots(slots: list[tuple[np.ndarray, dict]], count: int) -> dict[str, np.ndarray]:
+    """Interleave per-invocation record slots: `slots` is a list of
+    (present [K] bool, chunk of K records); the result lists, for invocation
+    0..K-1 in order, its present slots in list order."""
+    fields = {}
+    for f in RECORD_FIELDS:
+        fields[f] = np.stack([np.broadcast_to(c[f], (count,)) for _, c in slots], axis=1).reshape(-1)
+    mask = np.stack([np.broadcast_to(p, (count,)) for p, _ in slots], axis=1).reshape(-1)
+    return {f: v[mask] for f, v in fields.items()}
 
 
 def stack_streams(streams: list[dict[str, np.ndarray]]) -> Records:
@@ -172,6 +211,32 @@ def stack_streams(streams: list[dict[str, np.ndarray]]) -> Records:
     for f in RECORD_FIELDS:
         out[f] = np.stack([np.pad(s[f], (0, R - len(s[f]))) for s in streams]).astype(np.int32)
     return Records(**out)
+
+
+class LazyPositions:
+    """A layout's position table computed on first use: timing a program
+    never needs where every matrix element lives, only `execute` does."""
+
+    def __init__(self, fn, count: int):
+        self._fn = fn
+        self._array = None
+        self.shape = (int(count), 4)
+
+    def materialize(self) -> np.ndarray:
+        if self._array is None:
+            self._array = np.asarray(self._fn(), np.int32).reshape(self.shape)
+            self._fn = None
+        return self._array
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.materialize()
+        return arr if dtype is None else arr.astype(dtype)
+
+    def __getitem__(self, key):
+        return self.materialize()[key]
+
+    def __len__(self) -> int:
+        return self.shape[0]
 
 
 @dataclass(frozen=True)
