@@ -243,11 +243,17 @@ def program_arrays(program: Program, include_resident: bool = False, steady: boo
     }
 
 
+def _bucket(n: int) -> int:
+    """Record lengths are padded to a power of two so that batches of
+    different programs share compiled scans."""
+    return max(64, 1 << (max(n, 1) - 1).bit_length())
+
+
 def pad_arrays(arrs: list[dict]) -> dict:
     """Stack program arrays, padding record streams (and missing streams)
-    with NOP records, which take no time, to one [S, R]."""
+    with NOP records, which take no time, to one [S, R] (R a power of two)."""
     S = max(a["rec"]["op"].shape[0] for a in arrs)
-    R = max(a["rec"]["op"].shape[1] for a in arrs)
+    R = _bucket(max(a["rec"]["op"].shape[1] for a in arrs))
 
     def pad(x):
         return np.pad(x, ((0, S - x.shape[0]), (0, R - x.shape[1])))

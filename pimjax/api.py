@@ -1,0 +1,344 @@
+"""`pim_jit`: the staged API of `jax.jit` for PIM backends.
+
+    f = pimjax.pim_jit(fn, backend="hbm-pim", resident=("W",))
+    y = f(W, x)                        # traced, tuned, lowered, executed on PIM
+    f.trace(W, x).lower().compile().report()
+
+Stages (as `jax.jit(f).trace(...).lower().compile()`):
+
+* `Traced`   — `.graph`: the PimGraph of the function for these shapes.
+* `Lowered`  — per op: placement (PIM or host) and why, the chosen draft and
+  its program; `.as_text()`; `.cost_analysis()` with the *predicted*
+  figures (the cost model's cycles for the chosen drafts).
+* `Compiled` — `__call__` runs every PIM op by executing its command program
+  (`sim.execute`, the backend's arithmetic) and host ops with jax;
+  `.report()` and `.cost_analysis()` with the *simulated* figures.
+
+Placement: an op goes to PIM only where its simulated time on PIM (the
+tuner's choice, data rearrangement included) beats the host roofline; ops
+the backend cannot run stay on the host, and the report says why.
+`resident` names arguments (weights) whose rearrangement is paid once
+(DCC's `pre_load`): it is reported separately and excluded from the
+steady-state time.  Calling a `Compiled` with other shapes raises a
+per-argument `TypeError`; calling the `PimFunction` compiles for new
+shapes (cached).
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .costmodel.tune import Tuner
+from .errors import PimCompileError
+from .hw.core import Backend
+from .hw.presets import get_backend
+from .lower import lower as lower_op
+from .partition.baselines import baseline
+from .partition.verify import op_support
+from .sim.cycles import cycles
+from .sim.execute import execute
+from .sim.host import host_time
+from .trace.evaluate import evaluate_op
+from .trace.frontend import make_graph
+from .trace.ir import PimGraph, PimOp
+
+
+@dataclass
+class OpPlan:
+    """What happens to one op of the graph.
+
+    placement: "pim" or "host"; reason: why (always filled).
+    draft / program: the chosen draft and its command program (PIM ops).
+    predicted_cycles: cost-model prediction for the draft (nan if none).
+    host_ns: the op on the host roofline (the GPU-only baseline), ns.
+    choice: the tuner's Choice (simulated report, drafts simulated).
+    resident: operand indices whose placement is paid once.
+    """
+    index: int
+    op: PimOp
+    placement: str
+    reason: str
+    host_ns: float
+    draft: Any = None
+    program: Any = None
+    predicted_cycles: float = float("nan")
+    choice: Any = None
+    resident: tuple = ()
+
+
+def _arg_leaf_ids(fn, args, graph: PimGraph) -> dict:
+    """{argument name and index: value ids of its leaves}."""
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        names = []
+    out: dict = {}
+    pos = 0
+    for i, a in enumerate(args):
+        n = len(jax.tree_util.tree_leaves(a))
+        ids = tuple(graph.inputs[pos:pos + n])
+        out[i] = ids
+        if i < len(names):
+            out[names[i]] = ids
+        pos += n
+    return out
+
+
+def _shapes(graph: PimGraph) -> dict:
+    return {i: v.shape for i, v in enumerate(graph.values)}
+
+
+def _dtypes(graph: PimGraph) -> dict:
+    return {i: v.dtype for i, v in enumerate(graph.values)}
+
+
+class PimFunction:
+    """A function compiled for a PIM backend per argument shapes (see module
+    docstring).  Create with `pim_jit`."""
+
+    def __init__(self, fn: Callable, backend: str | Backend = "hbm-pim", resident: Sequence = (),
+                 tuner: Tuner | str | None = None, cache: str | None = None, **backend_options):
+        self.fn = fn
+        self.backend = backend if isinstance(backend, Backend) else get_backend(backend, **backend_options)
+        self.resident = tuple(resident)
+        if tuner is None or isinstance(tuner, str):
+            tuner = Tuner(mode=tuner or "predict", cache=cache)
+        self.tuner = tuner
+        self._compiled: dict = {}
+        try:
+            self.__name__ = fn.__name__
+        except AttributeError:
+            pass
+
+    def _signature(self, args) -> tuple:
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        return (tree, tuple((tuple(np.shape(x)), str(jnp.asarray(x).dtype) if not hasattr(x, "dtype")
+                             else str(x.dtype)) for x in leaves))
+
+    def trace(self, *args) -> "Traced":
+        """Trace for these argument shapes (arrays or ShapeDtypeStructs)."""
+        return Traced(self, make_graph(self.fn, *args), args)
+
+    def lower(self, *args) -> "Lowered":
+        """Shortcut for `trace(*args).lower()`, as in JAX."""
+        return self.trace(*args).lower()
+
+    def __call__(self, *args):
+        sig = self._signature(args)
+        compiled = self._compiled.get(sig)
+        if compiled is None:
+            compiled = self._compiled[sig] = self.lower(*args).compile()
+        return compiled(*args)
+
+
+def pim_jit(fn: Callable | None = None, *, backend: str | Backend = "hbm-pim", resident: Sequence = (),
+            tuner: Tuner | str | None = None, cache: str | None = None, **backend_options):
+    """Compile `fn` (a jax.numpy function) for a PIM backend.
+
+    backend: preset name or a Backend; backend_options go to `get_backend`.
+    resident: argument names or positions whose data stays in PIM memory
+    (their rearrangement is paid once).  tuner: a `Tuner` or its mode
+    ("predict", "exhaustive", "evolutionary").  cache: JSON file of tuning
+    decisions (memory only when None).
+
+    Example:
+        >>> f = pim_jit(lambda W, x: jax.nn.relu(W @ x), backend="hbm-pim")   # doctest: +SKIP
+        >>> y = f(W, x); print(f.lower(W, x).compile().report())              # doctest: +SKIP
+    """
+    if fn is None:
+        return lambda f: PimFunction(f, backend, resident, tuner, cache, **backend_options)
+    return PimFunction(fn, backend, resident, tuner, cache, **backend_options)
+
+
+class Traced:
+    """A traced function: `.graph` (PimGraph), `.lower()`."""
+
+    def __init__(self, owner: PimFunction, graph: PimGraph, args):
+        self.owner, self.graph = owner, graph
+        self._args = args
+        self.in_avals = [(v.shape, v.dtype) for v in (graph.values[i] for i in graph.inputs)]
+
+    def as_text(self) -> str:
+        return self.graph.as_text()
+
+    def lower(self) -> "Lowered":
+        """Partition, predict, choose and lower every op."""
+        return Lowered(self, plan(self.graph, self.owner.backend, self.owner.tuner,
+                                  self._resident_ids()))
+
+    def _resident_ids(self) -> set:
+        ids = _arg_leaf_ids(self.owner.fn, self._args, self.graph)
+        out = set()
+        for r in self.owner.resident:
+            if r not in ids:
+                raise ValueError(f"resident argument {r!r} is not an argument of "
+                                 f"{getattr(self.owner.fn, '__name__', 'the function')}")
+            out |= set(ids[r])
+        return out
+
+
+def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = frozenset()) -> list[OpPlan]:
+    """Placement, draft and program of every op (see module docstring)."""
+    shapes, dtypes = _shapes(graph), _dtypes(graph)
+    eb = backend.core.elem_bytes
+    plans = []
+    for i, op in enumerate(graph.ops):
+        h_ns = host_time(op, backend.system.host, shapes, eb)
+        if op.kind in ("host", "layout"):
+            why = op.host.reason if op.host is not None else "layout op: data movement stays on the host"
+            plans.append(OpPlan(i, op, "host", why, h_ns))
+            continue
+        dtype = next((dtypes[a.value] for a in op.operands if a.index_map), dtypes[op.result.value])
+        ok, why = _support(op, backend, dtype)
+        if not ok:
+            plans.append(OpPlan(i, op, "host", why, h_ns))
+            continue
+        res = tuple(k for k, a in enumerate(op.operands) if a.value in resident_ids)
+        opts = {"resident": res, "result_dtype": dtypes[op.result.value]}
+        try:
+            choice = tuner.choose(op, backend, shapes, dtypes, **opts)
+        except PimCompileError as err:
+            plans.append(OpPlan(i, op, "host", f"cannot lower: {err}", h_ns))
+            continue
+        if choice is None:
+            plans.append(OpPlan(i, op, "host", "no draft fits the backend's resources", h_ns))
+            continue
+        pim_ns = float(choice.report.total_ns)
+        if pim_ns < h_ns:
+            placement, why = "pim", (f"PIM {pim_ns:,.0f} ns (rearrangement included) beats the "
+                                     f"{backend.system.host.name} roofline {h_ns:,.0f} ns")
+        else:
+            placement, why = "host", (f"{backend.system.host.name} roofline {h_ns:,.0f} ns beats "
+                                      f"PIM {pim_ns:,.0f} ns (rearrangement included)")
+        plans.append(OpPlan(i, op, placement, why, h_ns, choice.draft, choice.program,
+                            choice.predicted_cycles, choice, res))
+    return plans
+
+
+def _support(op: PimOp, backend: Backend, dtype) -> tuple[bool, str]:
+    try:
+        return op_support(op, backend, dtype=dtype)
+    except TypeError:                      # op_support without a dtype argument
+        return op_support(op, backend)
+
+
+class Lowered:
+    """Chosen drafts and programs; predicted cost (see module docstring)."""
+
+    def __init__(self, traced: Traced, plans: list[OpPlan]):
+        self.traced, self.plans = traced, plans
+        self.backend = traced.owner.backend
+
+    @property
+    def graph(self) -> PimGraph:
+        return self.traced.graph
+
+    def as_text(self) -> str:
+        from .report import describe_draft
+        lines = []
+        for p in self.plans:
+            from .trace.text import op_text
+            lines.append(op_text(self.graph, p.op))
+            if p.placement == "pim":
+                lines.append(f"    -> PIM ({self.backend.name}): {describe_draft(p.op, p.draft)}")
+                lines.append("       " + p.program.as_text(max_lines=8).replace("\n", "\n       "))
+            else:
+                lines.append(f"    -> host: {p.reason}")
+        return "\n".join(lines)
+
+    def cost_analysis(self) -> dict:
+        """Predicted figures (cost model), keys:
+
+        predicted_cycles: sum over PIM ops of the predicted cycles of their
+            chosen drafts (PIM command clock, `clock_ghz`);
+        predicted_ns: the same in ns; host_ns: host-roofline time of the ops
+            kept on the host; clock_ghz: 1 / tCK; ops: per-op dicts
+            {index, name, placement, predicted_cycles, host_ns}."""
+        tck = float(self.backend.timing.tCK)
+        pim = [p for p in self.plans if p.placement == "pim"]
+        pred = float(np.nansum([p.predicted_cycles for p in pim]))
+        return {"predicted_cycles": pred, "predicted_ns": pred * tck,
+                "host_ns": float(sum(p.host_ns for p in self.plans if p.placement == "host")),
+                "clock_ghz": 1.0 / tck,
+                "ops": [{"index": p.index, "name": p.op.name, "placement": p.placement,
+                         "predicted_cycles": p.predicted_cycles, "host_ns": p.host_ns} for p in self.plans]}
+
+    def compile(self) -> "Compiled":
+        return Compiled(self)
+
+
+class Compiled:
+    """Executable for fixed argument shapes; `.report()`, `.cost_analysis()`."""
+
+    def __init__(self, lowered: Lowered):
+        self.lowered = lowered
+        self.graph = lowered.graph
+        self.backend = lowered.backend
+        self._report = None
+
+    def _check(self, args):
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        ins = self.graph.inputs
+        if len(leaves) != len(ins):
+            raise TypeError(f"compiled for {len(ins)} array arguments, got {len(leaves)}")
+        bad = []
+        for vid, leaf in zip(ins, leaves):
+            info = self.graph.values[vid]
+            shape = tuple(np.shape(leaf))
+            if shape != tuple(info.shape):
+                bad.append(f"argument {info.name}: compiled for shape {tuple(info.shape)} "
+                           f"{info.dtype}, got {shape}")
+        if bad:
+            raise TypeError("; ".join(bad))
+        return leaves
+
+    def __call__(self, *args):
+        leaves = self._check(args)
+        graph = self.graph
+        env = {vid: jnp.asarray(leaf, graph.values[vid].dtype) for vid, leaf in zip(graph.inputs, leaves)}
+        for vid, c in graph.constants.items():
+            env[vid] = jnp.asarray(c)
+        for p in self.lowered.plans:
+            operands = [env[a.value] for a in p.op.operands]
+            if p.placement == "pim":
+                out = execute(p.program, *operands, arithmetic="backend")
+                info = graph.values[p.op.result.value]
+                env[p.op.result.value] = jnp.asarray(out).astype(info.dtype).reshape(info.shape)
+            else:
+                for r, val in zip(p.op.results, evaluate_op(graph, p.op, operands)):
+                    env[r.value] = val
+        outs = [env[v] for v in graph.outputs]
+        if graph.out_tree is None:
+            return outs[0] if len(outs) == 1 else tuple(outs)
+        return jax.tree_util.tree_unflatten(graph.out_tree, outs)
+
+    def report(self):
+        """The per-op and total report (`pimjax.report.Report`)."""
+        if self._report is None:
+            from .report import build_report
+            self._report = build_report(self)
+        return self._report
+
+    def cost_analysis(self) -> dict:
+        """Simulated figures; see `Report.to_dict()` for the keys and units."""
+        return self.report().to_dict()
+
+
+def baseline_report(plan_: OpPlan, backend: Backend, shapes: dict):
+    """Cycles of the backend's baseline mapping for a PIM op (or None)."""
+    d = baseline(plan_.op, backend)
+    if d is None:
+        return None
+    try:
+        prog = lower_op(plan_.op, d, backend, shapes, resident=plan_.resident)
+    except PimCompileError:
+        return None
+    return cycles(prog, backend)
+
+
+__all__ = ["pim_jit", "PimFunction", "Traced", "Lowered", "Compiled", "OpPlan", "plan"]

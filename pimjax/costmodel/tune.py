@@ -1,0 +1,318 @@
+"""The tuner: pick the fastest draft of an op, by simulated cycles.
+
+Modes:
+
+* ``"predict"`` (default) — DCC §IV-D: predict every draft with the learned
+  cost model, lower and simulate the top-k (default 8), keep the fastest.
+  Spaces above ``threshold`` drafts use the evolutionary search instead.
+* ``"exhaustive"`` — lower and simulate every draft (the ground truth the
+  predictor is judged against).
+* ``"evolutionary"`` — ATiM §5.2.3's balanced evolutionary search: a
+  population of drafts mutated one column at a time, the cost model ranking
+  candidates, each round's best simulated; for the first 40 % of the trials
+  the parents are drawn equally from drafts with and without a partial
+  (rfactor) reduction and ε decays linearly from 0.5 to 0.05 (ε-greedy:
+  that share of each round is drawn uniformly from the whole space).
+
+Results are cached by (op signature, shapes, dtypes, backend, options) in
+memory and, when a path is given, in a JSON file (a corrupted file is
+reported with a warning and rebuilt, never a crash).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..hw.core import Backend
+from ..lower import lower
+from ..partition import drafts as make_drafts
+from ..partition.draft import DimPart, Draft
+from ..partition.table import DraftTable
+from ..sim.cycles import cycles, cycles_batch
+from ..trace.ir import PimOp
+
+
+# --------------------------------------------------------------------------
+# cache
+# --------------------------------------------------------------------------
+def op_signature(op: PimOp) -> str:
+    """A stable text of what an op computes (independent of value ids and
+    source lines): kind, loop nest, index maps, body, epilogue."""
+    parts = [op.kind, op.name,
+             ",".join(f"{lv.name}<{lv.extent}" for lv in op.loop_vars),
+             "red:" + ",".join(op.reduction_vars), str(op.combiner),
+             ";".join(",".join(str(e) for e in a.index_map) for a in op.operands),
+             "->" + ",".join(str(e) for e in op.result.index_map),
+             repr(op.body), repr(op.epilogue), repr(op.fill)]
+    return "|".join(parts)
+
+
+def cache_key(op: PimOp, shapes: dict, backend: Backend, dtypes: dict | None = None,
+              options: dict | None = None) -> str:
+    """sha1 of (op signature, operand/result shapes and dtypes, backend, options)."""
+    vids = [a.value for a in op.operands] + [r.value for r in op.results]
+    blob = json.dumps({
+        "op": op_signature(op),
+        "shapes": [list(shapes[v]) for v in vids],
+        "dtypes": [str((dtypes or {}).get(v, "")) for v in vids],
+        "backend": [backend.name, backend.variant, backend.n_groups, backend.cores_per_group,
+                    backend.core.lanes, backend.core.dtype],
+        "options": sorted((k, repr(v)) for k, v in (options or {}).items()),
+    }, sort_keys=True)
+    return hashlib.sha1(blob.encode()).hexdigest()
+
+
+def draft_to_dict(d: Draft) -> dict:
+    out = asdict(d)
+    out["parts"] = [asdict(p) for p in d.parts]
+    return out
+
+
+def draft_from_dict(d: dict) -> Draft:
+    d = dict(d)
+    d["parts"] = tuple(DimPart(**p) for p in d["parts"])
+    return Draft(**d)
+
+
+class TuneCache:
+    """Chosen drafts by cache key: in memory, and in a JSON file when `path`
+    is given (written after every new entry)."""
+
+    def __init__(self, path: str | None = None):
+        self.path = path
+        self.entries: dict[str, dict] = {}
+        if path and os.path.exists(path):
+            try:
+                with open(path) as f:
+                    data = json.load(f)
+                if not isinstance(data, dict):
+                    raise ValueError("top level is not an object")
+                for k, v in data.items():
+                    draft_from_dict(v["draft"])       # validate every entry
+                self.entries = data
+            except Exception as err:  # noqa: BLE001 - any corruption means: start over
+                warnings.warn(f"pimjax tuning cache {path} is unreadable ({err}); "
+                              "recompiling and rewriting it", RuntimeWarning, stacklevel=2)
+                self.entries = {}
+
+    def get(self, key: str) -> dict | None:
+        return self.entries.get(key)
+
+    def put(self, key: str, record: dict) -> None:
+        self.entries[key] = record
+        if self.path:
+            tmp = f"{self.path}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(self.entries, f, indent=1, sort_keys=True)
+            os.replace(tmp, self.path)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+# --------------------------------------------------------------------------
+# the tuner
+# --------------------------------------------------------------------------
+@dataclass
+class Choice:
+    """The tuner's pick for one op.
+
+    program / report: the chosen draft lowered and simulated (steady state).
+    predicted_cycles: the cost model's prediction for it (nan if none).
+    simulated: how many drafts were lowered and simulated to decide.
+    space: drafts in the op's space.  cached: answered from the cache.
+    """
+    draft: Draft
+    program: Any
+    report: Any
+    predicted_cycles: float
+    simulated: int
+    space: int
+    mode: str
+    cached: bool = False
+    history: list = field(default_factory=list)
+
+
+class Tuner:
+    """Chooses drafts (see module docstring).
+
+    mode: "predict" | "exhaustive" | "evolutionary".  top_k: drafts simulated
+    in predict mode.  model: a CostModel (default: the shipped weights of the
+    backend).  cache: a TuneCache or a JSON path or None (memory only).
+    trials: simulations the evolutionary search may spend.  threshold:
+    spaces larger than this use the evolutionary search in predict mode.
+    """
+
+    def __init__(self, mode: str = "predict", top_k: int = 8, model=None, cache=None,
+                 trials: int = 64, threshold: int = 200_000, seed: int = 0, balanced: bool = True):
+        if mode not in ("predict", "exhaustive", "evolutionary"):
+            raise ValueError(f"tuner mode {mode!r} not in ('predict', 'exhaustive', 'evolutionary')")
+        self.mode, self.top_k, self.trials, self.threshold = mode, top_k, trials, threshold
+        self.seed, self.balanced = seed, balanced
+        self._models: dict[str, Any] = {}
+        self._model = model
+        self.cache = cache if isinstance(cache, TuneCache) else TuneCache(cache)
+
+    # -- model ---------------------------------------------------------------
+    def model_for(self, backend: Backend):
+        if self._model is not None:
+            return self._model
+        if backend.name not in self._models:
+            from .model import load_default
+            self._models[backend.name] = load_default(backend.name)
+        return self._models[backend.name]
+
+    def predict(self, op: PimOp, table: DraftTable, backend: Backend, shapes: dict) -> np.ndarray:
+        """Predicted cycles of every draft of `table` ([n])."""
+        from .features import features_table
+        return np.asarray(self.model_for(backend).predict(features_table(op, table, backend, shapes)))
+
+    # -- choosing --------------------------------------------------------------
+    def choose(self, op: PimOp, backend: Backend, shapes: dict, dtypes: dict | None = None,
+               **lower_options) -> Choice | None:
+        """The fastest draft of `op` on `backend` (None when it has none)."""
+        key = cache_key(op, shapes, backend, dtypes, lower_options)
+        hit = self.cache.get(key)
+        if hit is not None:
+            draft = draft_from_dict(hit["draft"])
+            program = lower(op, draft, backend, shapes, **lower_options)
+            return Choice(draft, program, cycles(program, backend), hit.get("predicted", float("nan")),
+                          0, hit.get("space", 0), hit.get("mode", self.mode), cached=True)
+        table = make_drafts(op, backend, shapes=shapes)
+        if len(table) == 0:
+            return None
+        if self.mode == "exhaustive":
+            choice = self._exhaustive(op, table, backend, shapes, lower_options)
+        elif self.mode == "evolutionary" or len(table) > self.threshold:
+            choice = self.evolutionary(op, table, backend, shapes, lower_options)
+        else:
+            choice = self._top_k(op, table, backend, shapes, lower_options)
+        self.cache.put(key, {"draft": draft_to_dict(choice.draft), "predicted": choice.predicted_cycles,
+                             "cycles": float(choice.report.total_cycles), "space": choice.space,
+                             "mode": choice.mode})
+        return choice
+
+    def _simulate(self, op, table, idx, backend, shapes, lower_options):
+        """Lower and simulate drafts `idx` of `table` (batched): (programs, totals)."""
+        programs = [lower(op, table[int(i)], backend, shapes, **lower_options) for i in idx]
+        if backend.core.programmable:
+            totals = np.array([float(cycles(p, backend).total_cycles) for p in programs])
+        else:
+            totals = np.asarray(cycles_batch(programs, backend).total_cycles, np.float64)
+        return programs, totals
+
+    def _pick(self, op, table, idx, programs, totals, predicted, backend, mode, simulated):
+        best = int(np.argmin(totals))
+        program = programs[best]
+        return Choice(table[int(idx[best])], program, cycles(program, backend),
+                      float(predicted[best]) if predicted is not None else float("nan"),
+                      simulated, len(table), mode)
+
+    def _top_k(self, op, table, backend, shapes, lower_options) -> Choice:
+        pred = self.predict(op, table, backend, shapes)
+        idx = np.argsort(pred, kind="stable")[: self.top_k]
+        programs, totals = self._simulate(op, table, idx, backend, shapes, lower_options)
+        return self._pick(op, table, idx, programs, totals, pred[idx], backend, "predict", len(idx))
+
+    def _exhaustive(self, op, table, backend, shapes, lower_options) -> Choice:
+        idx = np.arange(len(table))
+        programs, totals = [], []
+        for chunk in np.array_split(idx, max(1, len(idx) // 256)):
+            p, t = self._simulate(op, table, chunk, backend, shapes, lower_options)
+            programs += p
+            totals.append(t)
+        return self._pick(op, table, idx, programs, np.concatenate(totals), None, backend,
+                          "exhaustive", len(idx))
+
+    # -- ATiM's balanced evolutionary search --------------------------------------
+    def evolutionary(self, op, table, backend, shapes, lower_options=None, trials: int | None = None,
+                     balanced: bool | None = None, per_round: int = 8) -> Choice:
+        """Best draft found within `trials` simulations (see module docstring).
+
+        The genome of a draft is its row of the DraftTable; a mutation
+        changes one column (one set's groups / cores / mapping, or one knob)
+        by jumping to a draft that agrees on every other column."""
+        lower_options = lower_options or {}
+        trials = trials or self.trials
+        balanced = self.balanced if balanced is None else balanced
+        rng = np.random.default_rng(self.seed)
+        n = len(table)
+        pred = self.predict(op, table, backend, shapes)
+        genes = _gene_matrix(table)
+        neighbours = _neighbour_index(genes)
+        rfactor = np.asarray(table.reduction) != 0              # "complete" is code 0
+        measured: dict[int, float] = {}
+        history = []
+        explore_until = int(0.4 * trials)
+        programs: dict[int, Any] = {}
+        while len(measured) < min(trials, n):
+            done = len(measured)
+            early = done < explore_until
+            eps = 0.5 - (0.5 - 0.05) * done / max(1, explore_until) if (balanced and early) else 0.05
+            parents = self._parents(measured, rfactor, rng, balanced and early)
+            cands = set()
+            for _ in range(4 * per_round):
+                if not parents or rng.random() < eps:
+                    cands.add(int(rng.integers(n)))
+                else:
+                    p = parents[int(rng.integers(len(parents)))]
+                    col = int(rng.integers(genes.shape[1]))
+                    group = neighbours[col](p)
+                    cands.add(int(group[int(rng.integers(len(group)))]))
+            cands = [c for c in cands if c not in measured]
+            if not cands:
+                cands = [int(c) for c in rng.permutation(n) if int(c) not in measured][:per_round]
+            cands = sorted(cands, key=lambda c: pred[c])[: min(per_round, trials - done)]
+            progs, totals = self._simulate(op, table, cands, backend, shapes, lower_options)
+            for c, p, t in zip(cands, progs, totals):
+                measured[c] = float(t)
+                programs[c] = p
+                history.append(min(measured.values()))
+        best = min(measured, key=measured.get)
+        choice = Choice(table[best], programs[best], cycles(programs[best], backend), float(pred[best]),
+                        len(measured), n, "evolutionary", history=history)
+        return choice
+
+    @staticmethod
+    def _parents(measured: dict, rfactor: np.ndarray, rng, balanced: bool, k: int = 8) -> list[int]:
+        """Top-k measured drafts; balanced: half with and half without rfactor."""
+        if not measured:
+            return []
+        order = sorted(measured, key=measured.get)
+        if not balanced:
+            return order[:k]
+        with_r = [i for i in order if rfactor[i]][: k // 2]
+        without = [i for i in order if not rfactor[i]][: k // 2]
+        return (with_r + without) or order[:k]
+
+
+def _gene_matrix(table: DraftTable) -> np.ndarray:
+    """[n, genes] int matrix: per set (groups, cores, rep) packed, then knobs."""
+    from ..partition.table import KNOB_COLUMNS
+    cols = [table.groups * 100000 + table.cores * 100 + table.reps, table.lane[:, None]]
+    cols += [np.asarray(table.column(c))[:, None] for c in KNOB_COLUMNS]
+    return np.concatenate(cols, axis=1)
+
+
+def _neighbour_index(genes: np.ndarray) -> list:
+    """Per gene column, a function: draft -> the drafts that agree with it on
+    every other gene (vectorised grouping with np.unique)."""
+    out = []
+    for col in range(genes.shape[1]):
+        rest = np.delete(genes, col, axis=1)
+        _, inverse = np.unique(rest, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(inverse.max() + 2))
+
+        def members(i, inverse=inverse, order=order, bounds=bounds):
+            g = inverse[i]
+            return order[bounds[g]:bounds[g + 1]]
+        out.append(members)
+    return out

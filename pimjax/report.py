@@ -1,0 +1,182 @@
+"""The compile report: per op and for the whole function.
+
+Per op: placement and reason, the chosen draft in words, cycles and ns with
+the rearrangement / compute / read-back / merge breakdown, energy, and the
+speedup over the GPU-only roofline and over the backend's baseline mapping.
+Totals: PIM ops at their simulated time plus host ops at their roofline
+time, against the GPU-only time of every op.  `print(report)` renders a
+rich table; `report.to_dict()` gives plain numbers for notebooks.
+
+Units: cycles of the PIM command clock (`clock_ghz` = 1 / tCK), ns, pJ.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .partition.dimsets import dimension_sets
+from .partition.draft import Draft
+from .trace.ir import PimOp
+
+DATAFLOW_WORDS = {"os": "output-stationary", "is": "input-stationary"}
+
+
+def describe_draft(op: PimOp, draft: Draft) -> str:
+    """A draft in words: groups x cores per dimension set and the knobs."""
+    sets = dimension_sets(op)
+    parts = []
+    for s, p in zip(sets, draft.parts):
+        name = str(s.mapping(p.rep)) if p.tiles > 1 else "/".join(s.vars)
+        parts.append(f"{name}: {p.groups}g x {p.cores}c" if p.tiles > 1 else f"{name}: whole")
+    knobs = [f"lanes along {draft.lane_var}" if draft.lane_var else "scalar cores"]
+    if op.kind == "contraction":
+        knobs.append(f"{DATAFLOW_WORDS[draft.dataflow]}, KI {draft.ki}, KO {draft.ko}")
+    elif draft.ko > 1:
+        knobs.append(f"KO {draft.ko}")
+    knobs.append({"complete": "reduction complete on PIM", "host": "partial on PIM, final on host",
+                  "group": "partial on PIM, final in the group accumulator"}[draft.reduction])
+    if draft.granularity == "core":
+        knobs.append("per-core commands")
+    if draft.tasklets > 1:
+        knobs.append(f"{draft.tasklets} tasklets, WRAM tile {draft.wram_tile} B")
+    if draft.buffers > 1:
+        knobs.append(f"{draft.buffers} global buffers")
+    return "; ".join(parts) + " | " + ", ".join(knobs)
+
+
+@dataclass
+class OpReport:
+    index: int
+    name: str
+    placement: str
+    reason: str
+    draft: str = ""
+    cycles: float = 0.0
+    ns: float = 0.0
+    rearrangement: float = 0.0
+    compute: float = 0.0
+    readback: float = 0.0
+    merge: float = 0.0
+    resident_cycles: float = 0.0
+    energy_pj: float = 0.0
+    gpu_ns: float = 0.0
+    baseline_ns: float = float("nan")
+    bound: str = ""
+    simulated_drafts: int = 0
+    space: int = 0
+
+    @property
+    def speedup_gpu(self) -> float:
+        return self.gpu_ns / self.ns if self.ns else float("nan")
+
+    @property
+    def speedup_baseline(self) -> float:
+        return self.baseline_ns / self.ns if self.ns and self.placement == "pim" else float("nan")
+
+
+@dataclass
+class Report:
+    backend: str
+    host: str
+    clock_ghz: float
+    ops: list = field(default_factory=list)
+
+    # -- totals ------------------------------------------------------------
+    @property
+    def total_ns(self) -> float:
+        return float(sum(o.ns for o in self.ops))
+
+    @property
+    def gpu_ns(self) -> float:
+        return float(sum(o.gpu_ns for o in self.ops))
+
+    @property
+    def resident_ns(self) -> float:
+        return float(sum(o.resident_cycles / self.clock_ghz for o in self.ops))
+
+    @property
+    def energy_pj(self) -> float:
+        return float(sum(o.energy_pj for o in self.ops))
+
+    def to_dict(self) -> dict:
+        """Plain numbers.  Keys: backend, host, clock_ghz; total_ns (PIM ops
+        simulated + host ops on the roofline), gpu_ns (every op on the host
+        roofline), speedup_gpu, resident_ns (one-time placement of resident
+        operands, not in total_ns), energy_pj (PIM ops); ops: per-op dicts
+        with cycles / ns and the breakdown in cycles (rearrangement_cycles,
+        compute_cycles, readback_cycles, merge_cycles), energy_pj, gpu_ns,
+        baseline_ns (baseline mapping), speedup_gpu, speedup_baseline,
+        placement, reason, draft."""
+        ops = []
+        for o in self.ops:
+            d = {k: getattr(o, k) for k in ("index", "name", "placement", "reason", "draft", "cycles", "ns",
+                                           "energy_pj", "gpu_ns", "baseline_ns", "bound",
+                                           "simulated_drafts", "space")}
+            for k in ("rearrangement", "compute", "readback", "merge", "resident"):
+                d[f"{k}_cycles"] = getattr(o, k if k != "resident" else "resident_cycles")
+            d["speedup_gpu"] = o.speedup_gpu
+            d["speedup_baseline"] = o.speedup_baseline
+            ops.append(d)
+        return {"backend": self.backend, "host": self.host, "clock_ghz": self.clock_ghz,
+                "total_ns": self.total_ns, "gpu_ns": self.gpu_ns,
+                "speedup_gpu": self.gpu_ns / self.total_ns if self.total_ns else float("nan"),
+                "resident_ns": self.resident_ns, "energy_pj": self.energy_pj, "ops": ops}
+
+    def table(self):
+        from rich.table import Table
+        t = Table(title=f"pimjax on {self.backend} (host {self.host}, {self.clock_ghz:.3g} GHz PIM clock)")
+        for col in ("#", "op", "on", "draft / reason", "cycles", "ns", "rearr/comp/rb/merge %",
+                    "energy nJ", "vs GPU", "vs baseline"):
+            t.add_column(col, justify="right" if col in ("#", "cycles", "ns", "energy nJ", "vs GPU",
+                                                        "vs baseline") else "left")
+        for o in self.ops:
+            pct = ""
+            if o.placement == "pim" and o.cycles:
+                parts = [o.rearrangement, o.compute, o.readback, o.merge]
+                pct = "/".join(f"{100 * p / o.cycles:.0f}" for p in parts)
+            t.add_row(str(o.index), o.name, o.placement, o.draft if o.placement == "pim" else o.reason,
+                      f"{o.cycles:,.0f}" if o.placement == "pim" else "", f"{o.ns:,.0f}", pct,
+                      f"{o.energy_pj / 1e3:,.1f}" if o.energy_pj else "",
+                      f"{o.speedup_gpu:.2f}x", "" if np.isnan(o.speedup_baseline) else f"{o.speedup_baseline:.2f}x")
+        t.caption = (f"total {self.total_ns:,.0f} ns vs GPU-only {self.gpu_ns:,.0f} ns "
+                     f"({self.gpu_ns / self.total_ns if self.total_ns else float('nan'):.2f}x); "
+                     f"resident placement {self.resident_ns:,.0f} ns once")
+        return t
+
+    def __str__(self) -> str:
+        from rich.console import Console
+        buf = io.StringIO()
+        Console(file=buf, width=160, force_terminal=False).print(self.table())
+        return buf.getvalue()
+
+
+def build_report(compiled) -> Report:
+    """Simulate the chosen programs and the baselines of every op."""
+    from .api import baseline_report, _shapes
+    lowered = compiled.lowered
+    be = compiled.backend
+    tck = float(be.timing.tCK)
+    rep = Report(be.name, be.system.host.name, 1.0 / tck)
+    shapes = _shapes(compiled.graph)
+    for p in lowered.plans:
+        o = OpReport(p.index, p.op.name, p.placement, p.reason, gpu_ns=p.host_ns)
+        if p.placement == "pim":
+            r = p.choice.report
+            o.draft = describe_draft(p.op, p.draft)
+            o.cycles = float(r.total_cycles)
+            o.ns = float(r.total_ns)
+            o.rearrangement, o.compute = float(r.rearrangement), float(r.compute)
+            o.readback, o.merge = float(r.readback), float(r.merge)
+            o.resident_cycles = float(r.resident_cycles)
+            o.energy_pj = float(r.energy_pj)
+            o.bound = r.bound_name()
+            o.simulated_drafts, o.space = p.choice.simulated, p.choice.space
+            base = baseline_report(p, be, shapes)
+            if base is not None:
+                o.baseline_ns = float(base.total_ns)
+        else:
+            o.ns = p.host_ns
+        rep.ops.append(o)
+    return rep

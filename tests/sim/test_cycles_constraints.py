@@ -1,0 +1,134 @@
+"""Each timing constraint of `sim.cycles` in isolation, with the expected
+numbers derived here from the timing parameters (semantics: sim/timing.py)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pimjax.hw import get_backend, stack_variants
+from pimjax.lower.program import Op, Phase
+from pimjax.sim.cycles import _timing_vector, scan_stream
+
+BE = get_backend("hbm-pim")
+T = {k: float(v) for k, v in _timing_vector(BE.timing).items()}
+
+
+def run(records, refresh=False, timing=None):
+    """End time of a record list on one pseudo-channel (refresh off by default)."""
+    t = _timing_vector(timing or BE.timing)
+    fields = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
+    arr = {f: jnp.asarray([r.get(f, 0) if f != "phase" else r.get(f, int(Phase.COMPUTE))
+                           for r in records], jnp.int32) for f in fields}
+    out = scan_stream(arr, t, BE.group.banks, BE.group.banks_per_bank_group, refresh)
+    return float(out["end"]), np.asarray(out["counts"])
+
+
+def rd(bank, row, n=1, **kw):
+    return dict(op=int(Op.RD), bank=bank, row=row, n=n, **kw)
+
+
+def wr(bank, row, n=1, **kw):
+    return dict(op=int(Op.WR), bank=bank, row=row, n=n, **kw)
+
+
+def test_first_read_activates_the_row():
+    end, counts = run([rd(0, 5)])
+    assert end == T["tRCDRD"] + T["tCL"] + T["tBL"]           # ACT at 0, RD at tRCD
+    assert counts[0] == 1                                      # one ACT
+
+
+def test_row_hit_costs_tccd():
+    one, _ = run([rd(0, 5)])
+    two, counts = run([rd(0, 5), rd(0, 5)])
+    assert two - one == T["tCCD_L"]                            # same bank (group): tCCD_L
+    assert counts[0] == 1                                      # no second ACT
+    other_bg, _ = run([rd(0, 5), rd(4, 5)])                    # bank 4 is in bank group 1
+    # the second bank's own ACT (tRRD_S after the first) + tRCD bounds its read
+    assert other_bg == max(T["tCCD_S"] + T["tRCDRD"],
+                           T["tRRD_S"] + T["tRCDRD"]) + T["tCL"] + T["tBL"]
+
+
+def test_repeat_count_spaces_columns():
+    end, counts = run([rd(0, 5, n=8)])
+    assert end == T["tRCDRD"] + 7 * T["tCCD_L"] + T["tCL"] + T["tBL"]
+    assert counts[1] == 8
+    streamed, _ = run([dict(op=int(Op.RD_S), bank=0, row=5, n=8)])
+    assert streamed == T["tRCDRD"] + 7 * T["tCCD_S"] + T["tCL"] + T["tBL"]
+
+
+def test_row_miss_costs_precharge_and_activate():
+    # RD row 5 at tRCD; PRE at max(ACT + tRAS, RD + tRTP); ACT row 6 tRP later; RD tRCD later
+    end, counts = run([rd(0, 5), rd(0, 6)])
+    t_rd1 = T["tRCDRD"]
+    t_pre = max(0 + T["tRAS"], t_rd1 + T["tRTP_S"])
+    assert end == t_pre + T["tRP"] + T["tRCDRD"] + T["tCL"] + T["tBL"]
+    assert counts[0] == 2 and counts[7] == 1
+
+
+def test_write_recovery_before_precharge():
+    end, _ = run([wr(0, 5), rd(0, 6)])
+    t_wr = T["tRCDWR"]
+    t_pre = max(T["tRAS"], t_wr + T["tWL"] + T["tBL"] + T["tWR"])
+    assert end == t_pre + T["tRP"] + T["tRCDRD"] + T["tCL"] + T["tBL"]
+
+
+def test_read_write_turnarounds():
+    rw, _ = run([rd(0, 5), wr(0, 5)])
+    t_wr = T["tRCDRD"] + T["tCL"] + T["tBL"] + T["tRTRS"] - T["tWL"]
+    assert rw == t_wr + T["tWL"] + T["tBL"]
+    wr_rd, _ = run([wr(0, 5), rd(0, 5)])
+    t_rd = T["tRCDWR"] + T["tWL"] + T["tBL"] + T["tWTR_L"]       # same bank group: tWTR_L
+    assert wr_rd == t_rd + T["tCL"] + T["tBL"]
+
+
+def test_fifth_activate_inside_tfaw_waits():
+    be = BE.replace(timing=BE.timing.replace(tFAW=40.0, tRRD_S=2.0, tRRD_L=2.0))
+    t = {k: float(v) for k, v in _timing_vector(be.timing).items()}
+    # five reads to five banks in different bank groups where possible
+    recs = [rd(b, 1) for b in (0, 4, 8, 12, 1)]
+    end, counts = run(recs, timing=be.timing)
+    acts = [0.0, 2.0, 4.0, 6.0]                                  # tRRD_S apart
+    fifth = max(acts[-1] + t["tRRD_S"], acts[0] + t["tFAW"])     # the fifth waits for tFAW
+    assert counts[0] == 5
+    assert end == fifth + t["tRCDRD"] + t["tCL"] + t["tBL"]
+
+
+def test_all_bank_pim_columns_are_tccd_ab_apart():
+    recs = [dict(op=int(Op.PIM_RD), bank=0, row=3, n=32)]
+    end, counts = run(recs)
+    assert end == T["tRCDRD"] + 31 * T["tCCD_AB"] + T["tCCD_AB"]
+    assert counts[3] == 32 and counts[5] == 0                    # no external data bus
+
+
+def test_refresh_blocks_for_trp_plus_trfc():
+    be = BE.replace(timing=BE.timing.replace(tREFI=100.0, tREF0=0.0, tRFC=50.0))
+    t = {k: float(v) for k, v in _timing_vector(be.timing).items()}
+    recs = [rd(0, 5, n=30), rd(0, 5)]          # the first ends after the 100-cycle deadline
+    end, counts = run(recs, refresh=True, timing=be.timing)
+    t_last = t["tRCDRD"] + 29 * t["tCCD_L"]
+    first_end = t_last + t["tCL"] + t["tBL"]
+    assert first_end >= 100
+    ref_start = max(100.0, max(0 + t["tRAS"], t_last + t["tRTP_S"]))
+    ref_end = ref_start + t["tRP"] + t["tRFC"]
+    assert counts[4] == 1
+    assert end == ref_end + t["tRCDRD"] + t["tCL"] + t["tBL"]    # row closed: ACT again
+
+
+def test_sync_holds_row_commands_until_everything_ended():
+    free, _ = run([rd(0, 5, n=4), rd(4, 7)])
+    synced, _ = run([rd(0, 5, n=4), rd(4, 7, sync=1)])
+    first_end = T["tRCDRD"] + 3 * T["tCCD_L"] + T["tCL"] + T["tBL"]
+    assert synced == first_end + T["tRCDRD"] + T["tCL"] + T["tBL"]
+    assert free < synced
+
+
+def test_vmap_over_timing_variants():
+    variants = stack_variants([BE.timing.replace(tRP=float(v)) for v in (10, 14, 20)])
+    t = _timing_vector(variants)
+    recs = [rd(0, 5), rd(0, 6)]
+    fields = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
+    arr = {f: jnp.asarray([r.get(f, 0) for r in recs], jnp.int32) for f in fields}
+    ends = jax.vmap(lambda tt: scan_stream(arr, tt, 16, 4, False)["end"])(t)
+    t_pre = max(T["tRAS"], T["tRCDRD"] + T["tRTP_S"])
+    expect = [t_pre + v + T["tRCDRD"] + T["tCL"] + T["tBL"] for v in (10, 14, 20)]
+    np.testing.assert_array_equal(np.asarray(ends), np.asarray(expect, np.float32))

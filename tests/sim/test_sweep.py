@@ -1,0 +1,76 @@
+"""Batched and swept cycles equal single-program cycles; the sweep shards
+over JAX devices (4 CPU devices in a subprocess)."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+from pimjax.hw import get_backend, stack_variants
+from pimjax.lower import lower
+from pimjax.partition import drafts
+from pimjax.sim.cycles import cycles, cycles_batch, sweep
+from tests.partition.helpers import gemv, vadd
+
+
+def _programs():
+    be = get_backend("hbm-pim", channels=8)
+    out = []
+    for op in (gemv(256, 512), vadd(8192)):
+        table = drafts(op, be)
+        rng = np.random.default_rng(0)
+        out += [lower(op, table[int(i)], be) for i in rng.choice(len(table), 5, replace=False)]
+    return be, out
+
+
+def test_batch_equals_single():
+    be, progs = _programs()
+    batch = cycles_batch(progs, be)
+    single = [cycles(p, be) for p in progs]
+    np.testing.assert_array_equal(np.asarray(batch.total_cycles),
+                                  np.asarray([s.total_cycles for s in single]))
+    np.testing.assert_array_equal(np.asarray(batch.compute), np.asarray([s.compute for s in single]))
+
+
+def test_sweep_over_timing_variants_equals_replaced_backends():
+    be, progs = _programs()
+    values = [10.0, 14.0, 18.0, 22.0]
+    variants = stack_variants([be.timing.replace(tRCDRD=v) for v in values])
+    out = sweep(progs[:3], variants, be)
+    assert np.asarray(out.total_cycles).shape == (4, 3)
+    for i, v in enumerate(values):
+        bv = be.replace(timing=be.timing.replace(tRCDRD=v))
+        expect = [float(cycles(p, bv).total_cycles) for p in progs[:3]]
+        np.testing.assert_array_equal(np.asarray(out.total_cycles)[i], np.asarray(expect, np.float32))
+    # slower activation -> not faster
+    assert np.all(np.diff(np.asarray(out.total_cycles), axis=0) >= 0)
+
+
+def test_sweep_shards_over_four_devices():
+    code = textwrap.dedent("""
+        import numpy as np, jax
+        from jax.sharding import Mesh
+        from pimjax.hw import get_backend, stack_variants
+        from pimjax.lower import lower
+        from pimjax.partition.baselines import baseline
+        from pimjax.sim.cycles import sweep
+        from tests.partition.helpers import gemv
+        assert len(jax.devices()) == 4, jax.devices()
+        be = get_backend("hbm-pim", channels=4)
+        op = gemv(512, 512)
+        prog = lower(op, baseline(op, be), be)
+        variants = stack_variants([be.timing.replace(tRP=float(v)) for v in range(10, 18)])
+        mesh = Mesh(np.array(jax.devices()), ("d",))
+        sharded = sweep(prog, variants, be, mesh=mesh)
+        plain = sweep(prog, variants, be)
+        assert len(sharded.total_cycles.sharding.device_set) == 4, sharded.total_cycles.sharding
+        np.testing.assert_array_equal(np.asarray(sharded.total_cycles), np.asarray(plain.total_cycles))
+        print("ok", np.asarray(sharded.total_cycles))
+    """)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    res = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.startswith("ok")
