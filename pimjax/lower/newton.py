@@ -66,6 +66,25 @@ Records (fields not listed are 0):
              column, arg = latch, core (-1 = all banks)
     READRES  bank / row (an open row: timing only), n = bursts, reg = host
              result slot, aux = latches read (from 0), core, phase READBACK
+
+READRES moves `reg_bytes` (4: the float32 latch) per latch per bank:
+broadcast 16 banks x latches, per-core one bank's latches, in 32 B bursts.
+
+Timing on the shared cycle scan (`sim/cycles.py`, `sim/timing.py`), and what
+it does not express (PIMFlow's Ramulator fork, `src/GDDR6.cpp`, differs):
+
+* G_ACT is one all-bank activation (`act_all`): tRCD to the first COMP, the
+  previous row's tRAS / tRTP + tRP before it, but no tFAW / tRRD.  PIMFlow
+  issues G_ACT0..3 (one per bank group) nFAW apart, i.e. 3 tFAW = 51 more
+  cycles per row on Table 1's clock — missing: an activation class that
+  opens the banks of one bank group and counts them in the tFAW window.
+* GWRITE is a host column write (data bus, tCCD_S apart across bank groups,
+  write->read turnaround before the first COMP); a G_ACT waits for its last
+  column.  PIMFlow's "GWRITE latency hiding" (a G_ACT issued while the
+  buffer is still being written) needs a buffer-write class that occupies
+  the data bus without touching bank state or the column pipeline.
+* READRES is a data-bus read that waits for every earlier record (the COMPs
+  must finish); it has to name an open row (latches need none).
 """
 from __future__ import annotations
 
@@ -80,7 +99,7 @@ from ..partition.verify import matrix_and_vector
 from ..trace.affine import AffineExpr
 from ..trace.ir import Arg, PimOp, Prim
 from .layout import global_index, lane_order, tile_layout, value_shapes
-from .program import Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, stack_streams
+from .program import Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, chunk, stack_streams
 from .tiles import CoreTiles, core_tiles
 
 LANES = 16                 # bf16 multipliers per bank (PIMFlow §2.1 / Table 1)
@@ -244,6 +263,9 @@ def _classes(tiles: CoreTiles, plan: _Plan, vvars: set) -> tuple[list[list[list[
     dims = plan.o_b + plan.o_v + plan.red
     ks = [tiles.var_index(v) for v in dims]
     bands = _v_bands(tiles, plan)
+    # the vector's data depends on where its own variables start, and on the
+    # start of any variable a band it enforces reads; only the length of the rest
+    located = set(vvars) | {v for expr, _, _ in bands for v in expr.vars}
     empty = (tiles.length == 0).any(axis=-1)
     out, kappa = [], np.full((G, C), -1, np.int64)
     for g in range(G):
@@ -252,7 +274,7 @@ def _classes(tiles: CoreTiles, plan: _Plan, vvars: set) -> tuple[list[list[list[
         for c in range(C):
             if empty[g, c]:
                 continue
-            sig = tuple((int(tiles.start[g, c, k]) if v in vvars else 0, int(tiles.length[g, c, k]))
+            sig = tuple((int(tiles.start[g, c, k]) if v in located else 0, int(tiles.length[g, c, k]))
                         for v, k in zip(dims, ks))
             sig += tuple((int(lo[g, c]), int(hi[g, c])) for _, lo, hi in bands)
             if sig not in sig_to:
@@ -402,7 +424,7 @@ class _Stream:
                     else:
                         self._is(p, bb, vg)
 
-    def _step(self, p, bb, vg, ob, ig, sl_no_reuse) -> None:
+    def _step(self, p, bb, vg, ob, ig) -> None:
         """One buffer load's G_ACT / COMP steps for output block ob."""
         pl = self.p
         for ji in range(pl.ki):
@@ -425,7 +447,7 @@ class _Stream:
             for ig in range(pl.n_ig):
                 if pl.reuse:
                     self.load(p, bb, vg, ig)
-                self._step(p, bb, vg, ob, ig, None)
+                self._step(p, bb, vg, ob, ig)
             if pl.reuse:
                 self.readres(pl.q(p, bb, vg, ob, 0))
 
@@ -435,7 +457,7 @@ class _Stream:
             if pl.reuse:
                 self.load(p, bb, vg, ig)
             for ob in range(pl.n_ob):
-                self._step(p, bb, vg, ob, ig, None)
+                self._step(p, bb, vg, ob, ig)
                 if pl.reuse:
                     self.readres(pl.q(p, bb, vg, ob, ig))
 
@@ -498,14 +520,8 @@ def _rearrange(b: RecordBuilder, reads: dict, cols: int, per_bg: int, resident: 
 
 
 def _add_many(b: RecordBuilder, op: Op, **fields) -> None:
-    """Append a batch of records (array or scalar fields) to a builder."""
-    n = max(np.size(v) for v in fields.values())
-    full = dict(bank=0, row=0, col=0, n=1, phase=int(Phase.COMPUTE), reg=0, reg_step=0, src=-1, aux=0,
-                arg=0, core=-1, resident=0)
-    full.update({k: int(v) if np.ndim(v) == 0 else v for k, v in fields.items()})
-    b.cols["op"].extend([int(op)] * n)
-    for f, v in full.items():
-        b.cols[f].extend(np.broadcast_to(np.asarray(v, np.int64), (n,)).tolist())
+    """Append a batch of records (array or scalar fields; defaults as `RecordBuilder.add`)."""
+    b.extend(chunk(op, **fields))
 
 
 # --------------------------------------------------------------------------
