@@ -62,9 +62,13 @@ def _divisors(n: int) -> tuple[int, ...]:
 
 
 def allocations(limits: Sequence[int], groups: int, cores: int,
-                memo: bool = True) -> list[tuple[tuple[int, int], ...]]:
-    """All (g_i, c_i) per dimension set with prod g_i | groups, prod c_i | cores
-    and g_i * c_i <= limits[i] (no more tiles than values).
+                memo: bool = True, divisors: bool = True) -> list[tuple[tuple[int, int], ...]]:
+    """All (g_i, c_i) per dimension set with g_i * c_i <= limits[i] (no more
+    tiles than values) and, by default, g_i / c_i dividing the groups / cores
+    that remain (the presets' meshes are powers of two, so every split is
+    even).  divisors=False enumerates DCC's artifact space instead: any
+    prod g_i <= groups, prod c_i <= cores (reference/dcc.md) — ~20x larger,
+    and every such tiling is a valid Draft too.
 
     Depth-first over the sets; the sub-problem (set index, remaining groups,
     remaining cores) recurs for many prefixes, so its solutions are memoised
@@ -76,8 +80,10 @@ def allocations(limits: Sequence[int], groups: int, cores: int,
         if i == len(limits):
             return ((),)
         out = []
-        for g in _divisors(g_rem):
-            for c in _divisors(c_rem):
+        gs = _divisors(g_rem) if divisors else range(1, g_rem + 1)
+        cs = _divisors(c_rem) if divisors else range(1, c_rem + 1)
+        for g in gs:
+            for c in cs:
                 if g * c > limits[i]:
                     continue
                 for rest in sub(i + 1, g_rem // g, c_rem // c):
@@ -178,9 +184,12 @@ class _Rows:
 # the generator
 # --------------------------------------------------------------------------
 def drafts(op: PimOp, backend: Backend, prune_drafts: bool = True, *, memo: bool = True,
-           stats: Stats | None = None, knobs: bool = True, shapes: dict | None = None) -> DraftTable:
+           stats: Stats | None = None, knobs: bool = True, shapes: dict | None = None,
+           divisors: bool = True) -> DraftTable:
     """All tiling drafts of `op` on `backend` (DCC §IV-B) as a `DraftTable`
     (a read-only sequence of `Draft`).
+
+    divisors: see `allocations` (False: DCC's artifact space).
 
     prune_drafts: apply pruning rules 1-3 (the resource verifier always runs).
     knobs: expand the knob space (False: default knobs, one entry per tiling
@@ -206,7 +215,7 @@ def drafts(op: PimOp, backend: Backend, prune_drafts: bool = True, *, memo: bool
     ext = op.extents
     lengths = [[s.extent(r, ext)[1] for r in range(len(s.candidates))] for s in sets]
     allocs = allocations([max(ls) for ls in lengths], backend.n_groups, backend.cores_per_group,
-                         memo=memo)
+                         memo=memo, divisors=divisors)
     st.allocations = len(allocs)
 
     # stage 3 + rule 1: representative-mapping candidates per set.  Rule 1 is
