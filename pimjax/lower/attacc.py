@@ -723,6 +723,7 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
     meta = dict(kind=op.kind, geometry=geo, mode=mode, route_src=route_src, route_dst=route_dst,
                 readback_map=sb.readback_map(), sb_rows=max(1, sb.used_max), gb_entries=cap,
                 host_data_operands=(vi,), sfm=(), gemv=gp,
+                operand_shapes={k: tuple(shapes[a.value]) for k, a in enumerate(op.operands)},
                 result_shape=tuple(shapes[op.result.value]), result_dtype=opts["result_dtype"])
     return _program(op, draft, backend, tiles, [m_layout, res_layout], em, host, meta, opts,
                     Readback(1, combiner="add", lane_partials=False, epilogue_on_host=True))
@@ -1078,6 +1079,7 @@ def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | No
                 readback_map=sb.readback_map(), sb_rows=max(1, sb.used_max), gb_entries=cap,
                 host_data_operands=(0,), sfm=tuple((m[:max(1, sb.used_max)], s) for m, s in sfm_specs),
                 score=gs, context=gc, pipelined=pipelined, block_ops=tuple(block_ops),
+                operand_shapes={k: tuple(shapes[a.value]) for k, a in enumerate(at.fused.operands)},
                 result_shape=tuple(shapes[X.result.value]), result_dtype=opts["result_dtype"])
     return _program(at.fused, draft, backend, ts, [k_layout, v_layout, res_layout], em, host, meta, opts,
                     Readback(2, combiner="add", lane_partials=False, epilogue_on_host=True))

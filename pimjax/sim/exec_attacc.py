@@ -1,15 +1,25 @@
 """Value interpretation of AttAcc programs (see `lower/attacc.py`).
 
-State of one channel: its 64 banks [64, rows, 32, 16] (NaN until a host
-write record fills a column), the GEMV buffers [units, entries, 16] (NaN
-until WRGB / MVGB writes them), the accumulators [units, 16], the softmax
-buffer [rows, 16] with a written mask, and the host's read-back rows
-[rows, 16] (NaN until RDACC reads them).  A `lax.scan` runs the expanded
-commands of the shared stream; groups are `vmap`-ped.  Nothing reaches the
-host except what RDACC records read; the host merge (segment sum over the
-read-back map, then the op's epilogue) runs in float32.
+State of one channel: the bank columns the host wrote (NaN everywhere
+else: a unit that reads a column no host-write record filled gets NaN), the
+GEMV buffers [units, entries, 16] (NaN until WRGB / MVGB writes them), the
+accumulators [units, 16], the softmax buffer [rows, 16] with a written
+mask, and the host's read-back rows [rows, 16] (NaN until RDACC reads
+them).  A `lax.scan` runs the expanded commands of the shared stream;
+groups are `vmap`-ped.  Nothing reaches the host except what RDACC records
+read; the host merge (a segment sum over the read-back map, then the op's
+epilogue) runs in float32.
+
+Bank memory is kept as the list of written columns ("slots"): a MAC step
+carries, per unit, the slot of the column it reads (or the NaN slot), which
+the record fields and the level's addressing determine.  Program shapes are
+padded to power-of-two buckets and several programs of one op can run in
+one call (`execute_batch`), so a sweep over drafts compiles a few times,
+not once per draft.
 """
 from __future__ import annotations
+
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -17,172 +27,389 @@ import numpy as np
 
 from ..lower.attacc import HOST_ONE, LANES, TREE, Geometry
 from ..lower.program import Op, Program
-from .execute import expand_runs, host_merge, layout_values, register
+from .execute import expand_runs, finish, register
 
-_DTYPES = {"backend": jnp.float16, "wide": jnp.float32}
 _MAC_OPS = (Op.MACAB, Op.MACSB, Op.MACPB, Op.MACBK)
-# kinds of expanded commands in the scan
 K_NONE, K_MAC, K_WRGB, K_MVGB, K_MVSB, K_SFM, K_RDACC = range(7)
+CHUNK = 16                            # programs per interpreter call
+NAN_CODE, ZERO_CODE = -2, -1          # memory / host codes besides flat operand indices
+ONE_CODE = -3
 
 
-def _memory(program: Program, arrays, dtype, geo: Geometry, rows: int):
-    """[G, 64, rows, 32, 16] bank contents after the host writes."""
-    G, C = program.groups, program.cores
-    rec = program.commands
-    op_ = np.asarray(rec.op)
-    src = np.asarray(rec.src)
-    wr = ((op_ == Op.WR) | (op_ == Op.WR_S)) & (src >= 0)
-    cols = expand_runs(rec, wr)
-    mem = jnp.full((G, 64, rows, 32, LANES), jnp.nan, dtype)
-    for lid in np.unique(cols["src"]):
-        m = cols["src"] == lid
-        bank, row, col = cols["bank"][m], cols["row"][m], cols["col"][m]
-        lay = program.layouts[int(lid)]
-        img = jnp.full((G, 64, rows, 32, LANES), jnp.nan, dtype)
-        img = img.at[:, bank, row, col].set(jnp.zeros((), dtype))          # padding columns are zero
-        vals = layout_values(lay, arrays[lay.operand], dtype)               # [G, C, N]
-        pos = lay.positions
-        pbank = np.asarray(geo.core_base(np.arange(C)))[:, None] + pos[None, :, 0]
-        img = img.at[:, pbank, pos[None, :, 1], pos[None, :, 2], pos[None, :, 3]].set(vals)
-        mem = mem.at[:, bank, row, col].set(img[:, bank, row, col])
-    return mem
+def _bucket(n: int, lo: int = 8) -> int:
+    return max(lo, 1 << max(0, int(n) - 1).bit_length())
 
 
-def _steps(program: Program, geo: Geometry) -> dict:
-    """Expanded kernel commands as numpy columns."""
-    rec = program.commands
-    op_ = np.asarray(rec.op)[0]
-    kinds = {int(o): K_MAC for o in _MAC_OPS}
-    kinds.update({int(Op.WRGB): K_WRGB, int(Op.MVGB): K_MVGB, int(Op.MVSB): K_MVSB,
-                  int(Op.SFM): K_SFM, int(Op.RDACC): K_RDACC})
-    sel = np.isin(op_, list(kinds))[None]
-    e = expand_runs(rec, sel)
-    kind = np.array([kinds[int(o)] for o in e["op"]], np.int32)
-    t = e["t"]
-    vcol = e["col"]                                   # record col + t
-    if geo.level == "buffer":
-        bic, _, col = geo.address(vcol)
-    else:
-        bic, col = e["bank"] % geo.banks_per_core, vcol
-    return dict(kind=kind, core=e["core"], mode=e["aux"], bic=np.asarray(bic), row=e["row"],
-                col=np.asarray(col), u=e["reg"] + t, rs=np.maximum(e["reg_step"], 1), arg=e["arg"],
-                route=e["arg"] + t, sfm=e["aux"], sbrow=e["reg"] + t, hrow=e["arg"] + t)
-
-
-def _tree_sum(p):
-    """Pairwise sum over the last axis of 16 (the unit's adder tree), in p's dtype."""
-    while p.shape[-1] > 1:
-        h = p.shape[-1] // 2
-        p = p[..., :h] + p[..., h:]
-    return p[..., 0]
-
-
-@register("attacc")
-def execute_attacc(program: Program, arrays, arithmetic: str):
-    dtype = _DTYPES[arithmetic]
-    rec = program.commands
-    if rec.shape[0] != 1:
-        raise NotImplementedError("attacc programs share one stream across groups")
+def _prepare(program: Program) -> dict:
+    """Numpy tables of one program (cached in program.meta)."""
+    cached = program.meta.get("_exec")
+    if cached is not None:
+        return cached
     meta = program.meta
     geo: Geometry = meta["geometry"]
     G, C = program.groups, program.cores
-    st = _steps(program, geo)
-    pos_rows = [int(lay.positions[:, 1].max()) + 1 for lay in program.layouts if lay.space == "bank"]
-    rows = max([1] + pos_rows + [int(st["row"].max()) + 1 if len(st["row"]) else 1])
-    mem = _memory(program, arrays, dtype, geo, rows)
+    rec = program.commands
+    if rec.shape[0] != 1:
+        raise NotImplementedError("attacc programs share one stream across groups")
+    op_ = np.asarray(rec.op)
+    shapes = meta["operand_shapes"]
+    sizes = [int(np.prod(shapes[k], dtype=np.int64)) for k in range(len(program.op.operands))]
+    offs = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
-    # host data rows (WRGB): flat indices -> values (-1 zero, -2 one)
+    # 1. bank columns written by host-write records: one slot per column
+    src = np.asarray(rec.src)
+    wr = ((op_ == Op.WR) | (op_ == Op.WR_S)) & (src >= 0)
+    cols = expand_runs(rec, wr)
+    R = max([1] + [int(lay.positions[:, 1].max()) + 1 for lay in program.layouts if lay.space == "bank"]
+            + [int(rec.row.max()) + 1])
+
+    def key(bank, row, col):
+        return (np.asarray(bank, np.int64) * R + np.asarray(row, np.int64)) * 32 + np.asarray(col, np.int64)
+
+    wkeys = key(cols["bank"], cols["row"], cols["col"])
+    uniq, first = np.unique(wkeys, return_index=True)
+    nslot = len(uniq)
+    slot_map = np.full(64 * R * 32, nslot, np.int64)                     # column -> slot (nslot: NaN)
+    slot_map[uniq] = np.arange(nslot)
+    owner = np.full(64 * R * 32, -1, np.int64)                           # column -> layout that wrote it
+    owner[wkeys] = cols["src"]
+    code = np.full((G, nslot + 1, LANES), NAN_CODE, np.int64)
+    code[:, :nslot, :] = ZERO_CODE                                       # written padding is zero
+    from ..lower.layout import global_index
+    for lid in np.unique(cols["src"]):
+        lay = program.layouts[int(lid)]
+        flat, valid = global_index(lay)                                  # [G, C, N]
+        pos = lay.positions
+        pbank = np.asarray(geo.core_base(np.arange(C)))[:, None] + pos[None, :, 0]     # [C, N]
+        k_ = key(pbank, pos[None, :, 1], pos[None, :, 2])
+        ok = owner[k_] == int(lid)                                       # [C, N] columns this layout wrote
+        sl = slot_map[k_]
+        lane = np.broadcast_to(pos[None, :, 3], sl.shape)
+        vals = np.where(valid, flat + offs[lay.operand], ZERO_CODE)      # [G, C, N]
+        code[:, sl[ok], lane[ok]] = vals[:, ok]
+
+    # 2. the kernel's expanded commands
+    kinds = {int(o): K_MAC for o in _MAC_OPS}
+    kinds.update({int(Op.WRGB): K_WRGB, int(Op.MVGB): K_MVGB, int(Op.MVSB): K_MVSB,
+                  int(Op.SFM): K_SFM, int(Op.RDACC): K_RDACC})
+    e = expand_runs(rec, np.isin(op_, list(kinds)))
+    kind = np.array([kinds[int(o)] for o in e["op"]], np.int32)
+    t = e["t"]
+    if geo.level == "buffer":
+        bic, _, col = geo.address(e["col"])
+    else:
+        bic, col = e["bank"] % geo.banks_per_core, e["col"]
+    bank = np.asarray(geo.core_base(np.arange(C)))[None, :] + np.asarray(bic)[:, None]    # [T, C]
+    slot = slot_map[np.clip(key(bank, e["row"][:, None], np.asarray(col)[:, None]), 0, 64 * R * 32 - 1)]
+    slot = np.where(kind[:, None] == K_MAC, slot, nslot)
+    steps = dict(kind=kind, mode=e["aux"], u=e["reg"] + t, rs=np.maximum(e["reg_step"], 1),
+                 arg=e["arg"], route=e["arg"] + t, sfm=e["aux"], sbrow=e["reg"] + t, hrow=e["arg"] + t)
+    units = np.arange(C)
+    on = (e["core"][:, None] < 0) | (units[None, :] == e["core"][:, None])   # [T, C] units a step drives
+    rsrc, rdst = meta["route_src"], meta["route_dst"]
+    steps, slot, on, rsrc, rdst = _merge_unit_commands(steps, slot, on, rsrc, rdst, t)
+    steps["on"] = on
+
+    # 3. host data rows (WRGB): codes into the operand values
     hidx = program.host_data[0]
     k = meta["host_data_operands"][0]
-    if hidx.shape[1] == 0:
-        host = jnp.zeros((G, 1, LANES), dtype)
-    else:
-        base = jnp.ravel(arrays[k]).astype(dtype)[np.maximum(hidx, 0)] if k is not None else \
-            jnp.zeros(hidx.shape, dtype)
-        host = jnp.where(hidx >= 0, base, jnp.where(hidx == HOST_ONE, jnp.ones((), dtype),
-                                                    jnp.zeros((), dtype)))
-    rsrc, rdst = meta["route_src"], meta["route_dst"]
-    if rsrc.shape[0] == 0:
-        rsrc, rdst = np.full((1, C), -1, np.int32), np.zeros((1, C), np.int32)
-    S = int(meta["sb_rows"])
+    hcode = np.where(hidx >= 0, hidx + (offs[k] if k is not None else 0),
+                     np.where(hidx == HOST_ONE, ONE_CODE, ZERO_CODE))
     sfm = meta["sfm"]
-    masks = np.stack([m for m, _ in sfm]) if sfm else np.zeros((1, S, LANES), bool)
-    masks = np.pad(masks, ((0, 0), (0, max(0, S - masks.shape[1])), (0, 0)))[:, :S]
-    scales = np.array([s for _, s in sfm] if sfm else [1.0], np.float32)
-    H = max(1, meta["readback_map"].shape[1])
-    E = int(meta["gb_entries"])
-    xs = {name: jnp.asarray(v, jnp.int32) for name, v in st.items()}
-    out = _run(mem, host, xs, jnp.asarray(rsrc), jnp.asarray(rdst), jnp.asarray(masks),
-               jnp.asarray(scales), np.asarray(geo.core_base(np.arange(C)), np.int32), C, E, S, H, dtype)
-    values = out.astype(jnp.float32)                                     # [G, H, 16]
-    flat = meta["readback_map"]
-    if flat.shape[1] == 0:
-        flat = np.full((G, 1, LANES), -1, np.int64)
-    return host_merge(program, values.reshape(-1), (flat >= 0).reshape(-1), flat.reshape(-1), arrays)
+    S = int(meta["sb_rows"])
+    masks = np.stack([np.pad(m, ((0, max(0, S - m.shape[0])), (0, 0)))[:S] for m, _ in sfm]) if sfm else \
+        np.zeros((0, S, LANES), bool)
+    prep = dict(code=code, slot=slot, steps=steps, hcode=hcode, rsrc=rsrc, rdst=rdst,
+                masks=masks, scales=np.array([s for _, s in sfm], np.float32), rb=meta["readback_map"],
+                G=G, C=C, S=S, E=int(meta["gb_entries"]), size=int(np.prod(program.layouts[
+                    program.readback.layout].shape, dtype=np.int64)), offs=offs)
+    program.meta["_exec"] = prep
+    return prep
 
 
-def _run(mem, host, xs, rsrc, rdst, masks, scales, core_base, C, E, S, H, dtype):
+def _merge_unit_commands(steps, slot, on, rsrc, rdst, t):
+    """Merge commands that drive disjoint units and otherwise agree: the
+    bank-level MACs of one run (per-core records c0: t = 0..n-1, c1: ...)
+    and consecutive per-unit buffer loads / drains.  Commands on disjoint
+    units commute, so the interpreter runs them as one step; per-core (DCC
+    bank-level) programs then take as many interpreter steps as broadcast
+    ones.  The records and their timing are unchanged."""
+    kind = steps["kind"]
+    T = len(kind)
+    keep = np.ones(T, bool)
+    rsrc_l, rdst_l = list(rsrc), list(rdst)
+    nr = len(rsrc_l)
+    mac_key: dict = {}
+    last = -1
+    for i in range(T):
+        k = int(kind[i])
+        if k == K_MAC and not on[i].all():
+            key = (int(steps["mode"][i]), int(steps["u"][i]), int(steps["rs"][i]), int(steps["arg"][i]))
+            j = mac_key.get(key)
+            if j is not None and not (on[j] & on[i]).any():
+                on[j] |= on[i]
+                slot[j] = np.where(on[i], slot[i], slot[j])
+                keep[i] = False
+                continue
+            if j is not None:                       # a unit repeats: the next run begins
+                mac_key = {}
+            mac_key[key] = i
+            last = i
+            continue
+        mac_key = {}
+        if k in (K_WRGB, K_MVGB, K_MVSB) and last >= 0 and int(kind[last]) == k:
+            ra, rb = int(steps["route"][last]), int(steps["route"][i])
+            ua = (rdst_l[ra] >= 0) if k == K_MVSB else (rsrc_l[ra] >= 0)
+            ub = (rdst_l[rb] >= 0) if k == K_MVSB else (rsrc_l[rb] >= 0)
+            if not (ua & ub).any():
+                rsrc_l.append(np.where(ub, rsrc_l[rb], rsrc_l[ra]))
+                rdst_l.append(np.where(ub, rdst_l[rb], rdst_l[ra]))
+                steps["route"][last] = len(rsrc_l) - 1
+                keep[i] = False
+                continue
+        last = i
+    if len(rsrc_l) > nr:
+        rsrc, rdst = np.stack(rsrc_l), np.stack(rdst_l)
+    steps = {k_: v[keep] for k_, v in steps.items()}
+    return steps, slot[keep], on[keep], rsrc, rdst
+
+
+def _pad_to(x: np.ndarray, shape: tuple, fill) -> np.ndarray:
+    pads = [(0, n - s) for s, n in zip(x.shape, shape)]
+    return np.pad(x, pads, constant_values=fill)
+
+
+def _dims(preps: list[dict]) -> dict:
+    """Power-of-two bucket of every table dimension (max over the programs)."""
+    return dict(G=_bucket(max(p["G"] for p in preps), 1), C=_bucket(max(p["C"] for p in preps), 1),
+                NS=_bucket(max(p["code"].shape[1] for p in preps)),
+                T=_bucket(max(len(p["steps"]["kind"]) for p in preps), 16),
+                NH=_bucket(max(max(1, p["hcode"].shape[1]) for p in preps)),
+                NR=_bucket(max(max(1, p["rsrc"].shape[0]) for p in preps)),
+                S=_bucket(max(p["S"] for p in preps)),
+                K=_bucket(max(max(1, p["masks"].shape[0]) for p in preps), 1),
+                H=_bucket(max(max(1, p["rb"].shape[1]) for p in preps)),
+                E=max(p["E"] for p in preps), size=_bucket(max(p["size"] for p in preps)),
+                V=_bucket(max(int(p["offs"][-1]) for p in preps)))
+
+
+def batch_dims(programs: list[Program], *more: dict) -> dict:
+    """Padded table dimensions covering `programs` (and the dims in `more`):
+    pass the result to `execute_batch(..., dims=...)` so batches of
+    different ops share one compiled interpreter."""
+    d = _dims([_prepare(p) for p in programs])
+    for m in more:
+        d = {k: max(v, m[k]) for k, v in d.items()}
+    return d
+
+
+def _stack(preps: list[dict], dims: dict | None = None) -> tuple[dict, dict]:
+    """Pad the tables of several programs to shared power-of-two shapes."""
+    need = _dims(preps)
+    if dims is not None:
+        if any(dims[k] < v for k, v in need.items()):
+            raise ValueError(f"execute_batch dims {dims} are smaller than the programs need ({need})")
+        need = dict(dims)
+    G, C, NS, T, NH, NR, S, K, H, E = (need[k] for k in ("G", "C", "NS", "T", "NH", "NR", "S", "K", "H", "E"))
+    out: dict = {k: [] for k in ("code", "slot", "hcode", "rsrc", "rdst", "masks", "scales", "rb", "nslot")}
+    out["steps"] = {k: [] for k in preps[0]["steps"] if k != "on"}
+    out["on"] = []
+    for p in preps:
+        ns = p["code"].shape[1] - 1
+        code = p["code"]
+        # move the program's NaN slot to the padded table's last row
+        code = np.concatenate([code[:, :ns], np.full((code.shape[0], NS - ns, LANES), NAN_CODE)], 1)
+        out["code"].append(_pad_to(code, (G, NS, LANES), NAN_CODE))
+        slot = np.where(p["slot"] >= ns, NS - 1, p["slot"])
+        out["slot"].append(_pad_to(slot, (T, C), NS - 1))
+        for k, v in p["steps"].items():
+            if k == "on":
+                out["on"].append(_pad_to(v, (T, C), False))
+            else:
+                out["steps"][k].append(_pad_to(np.asarray(v), (T,), K_NONE if k == "kind" else 0))
+        out["hcode"].append(_pad_to(p["hcode"], (G, NH, LANES), ZERO_CODE))
+        out["rsrc"].append(_pad_to(p["rsrc"].reshape(-1, p["C"]), (NR, C), -1))
+        out["rdst"].append(_pad_to(p["rdst"].reshape(-1, p["C"]), (NR, C), -1))
+        out["masks"].append(_pad_to(p["masks"], (K, S, LANES), False))
+        out["scales"].append(_pad_to(p["scales"], (K,), 1.0))
+        out["rb"].append(_pad_to(p["rb"], (G, H, LANES), -1))
+    arrays = {k: np.stack(v) for k, v in out.items() if k not in ("steps", "nslot", "on")}
+    arrays["on"] = np.stack(out["on"])
+    arrays["steps"] = {k: np.stack(v).astype(np.int32) for k, v in out["steps"].items()}
+    arrays["n_steps"] = np.array([len(p["steps"]["kind"]) for p in preps], np.int32)
+    return arrays, need
+
+
+def _tree_sum(p, rnd):
+    """Pairwise sum over the last axis of 16 (the unit's adder tree), each
+    level rounded by `rnd`."""
+    while p.shape[-1] > 1:
+        h = p.shape[-1] // 2
+        p = rnd(p[..., :h] + p[..., h:])
+    return p[..., 0]
+
+
+@partial(jax.jit, static_argnames=("C", "E", "S", "H", "size"))
+def _run_many(tabs, vals, fp16, C: int, E: int, S: int, H: int, size: int):
+    """[P, size] merged results of P stacked programs (lax.map: one at a time)."""
+    return jax.lax.map(lambda a: _run(a[0], vals, a[0]["n_steps"], a[1], C, E, S, H, size), (tabs, fp16))
+
+
+def _run(t, vals, n_steps, fp16, C: int, E: int, S: int, H: int, size: int):
+    """[size] float32 merged result of one (padded) program.
+
+    The expanded commands run in a `fori_loop` of `n_steps` iterations (the
+    stream is shared by the groups, so the command kind is not batched by
+    the group `vmap` and `lax.switch` executes only its branch).
+    Arithmetic is float32; with `fp16` set every value entering the banks
+    or buffers and the result of every product, adder-tree level,
+    accumulation and softmax is rounded to FP16 (round to nearest even),
+    i.e. FP16 arithmetic, so both modes share one compiled program."""
     units = jnp.arange(C)
-    zero = jnp.zeros((), dtype)
-    nan = jnp.full((), jnp.nan, dtype)
-    base = jnp.asarray(core_base)
+    lane_ids, hrow_ids, row_ids = jnp.arange(LANES), jnp.arange(H), jnp.arange(S)
+    f32 = jnp.float32
+    nan = jnp.full((), jnp.nan, f32)
+    rsrc, rdst, masks, scales, xs = t["rsrc"], t["rdst"], t["masks"], t["scales"], t["steps"]
 
-    def step(carry, x, m, hst):
-        gb, acc, sb, sbw, hb = carry
-        kind = x["kind"]
-        on = (x["core"] < 0) | (units == x["core"])                      # [C] units the command drives
-        # --- MAC: every unit reads its column and accumulates ------------------
-        col = m[base + x["bic"], x["row"], x["col"]]                      # [C, 16]
+    def rnd(x):
+        return jnp.where(fp16, x.astype(jnp.float16).astype(f32), x)
+
+    v = rnd(vals)
+
+    def decode(code):
+        return jnp.where(code >= 0, v[jnp.clip(code, 0, v.shape[0] - 1)],
+                         jnp.where(code == ZERO_CODE, 0.0, jnp.where(code == ONE_CODE, 1.0, nan)))
+
+    def k_none(c, x, mem, hst):
+        return c
+
+    def k_mac(c, x, mem, hst):
+        gb, acc, sb, sbw, hb = c
+        on = x["on"]
+        col = mem[x["slot"]]                                              # [C, 16] the columns read
         rs = x["rs"]
         e_tree = jnp.clip(x["arg"] + x["u"] % rs, 0, E - 1)
         slot = jnp.clip(x["u"] // rs, 0, LANES - 1)
-        dot = _tree_sum(col * gb[:, e_tree])                               # [C]
-        acc_tree = acc.at[:, slot].add(dot)
-        s = x["arg"] * LANES + x["u"]
-        scal = gb[:, jnp.clip(s // LANES, 0, E - 1), s % LANES]           # [C]
-        acc_mac = acc + col * scal[:, None]
-        acc_new = jnp.where(x["mode"] == TREE, acc_tree, acc_mac)
-        acc = jnp.where((kind == K_MAC) & on[:, None], acc_new, acc)
-        # --- buffer loads: WRGB (host row) / MVGB (softmax-buffer row) ---------
+        dot = _tree_sum(rnd(col * gb[:, e_tree]), rnd)                    # [C] the adder tree
+        acc_tree = jnp.where(lane_ids == slot, rnd(acc + dot[:, None]), acc)
+        s_ = x["arg"] * LANES + x["u"]
+        scal = gb[:, jnp.clip(s_ // LANES, 0, E - 1), s_ % LANES]
+        acc_mac = rnd(acc + rnd(col * scal[:, None]))
+        acc = jnp.where(on[:, None], jnp.where(x["mode"] == TREE, acc_tree, acc_mac), acc)
+        return gb, acc, sb, sbw, hb
+
+    def k_load(c, x, mem, hst):
+        gb, acc, sb, sbw, hb = c
         r = jnp.clip(x["route"], 0, rsrc.shape[0] - 1)
         src, dst = rsrc[r], jnp.clip(rdst[r], 0, E - 1)
         from_host = hst[jnp.clip(src, 0, hst.shape[0] - 1)]
         srow = jnp.clip(src, 0, S - 1)
         from_sb = jnp.where(sbw[srow][:, None], sb[srow], nan)
-        val = jnp.where(kind == K_WRGB, from_host, from_sb)
-        write = ((kind == K_WRGB) | (kind == K_MVGB)) & (src >= 0)
-        gb = gb.at[units, dst].set(jnp.where(write[:, None], val, gb[units, dst]))
-        # --- MVSB: adder tree + channel accumulator into the softmax buffer ---
-        drained = (kind == K_MVSB) & (rdst[r] >= 0)
-        drow = jnp.where(drained, jnp.clip(rdst[r], 0, S - 1), S)
-        contrib = jax.ops.segment_sum(jnp.where(drained[:, None], acc, zero), drow, num_segments=S + 1)[:S]
+        val = jnp.where(x["kind"] == K_WRGB, from_host, from_sb)          # [C, 16]
+        gb = gb.at[units, dst].set(jnp.where((src >= 0)[:, None], val, gb[units, dst]))
+        return gb, acc, sb, sbw, hb
+
+    def k_mvsb(c, x, mem, hst):
+        gb, acc, sb, sbw, hb = c
+        r = jnp.clip(x["route"], 0, rsrc.shape[0] - 1)
+        src, dst = rsrc[r], rdst[r]
+        drained = dst >= 0
+        drow = jnp.where(drained, jnp.clip(dst, 0, S - 1), S)
+        # the adder tree sums the command's units, the channel accumulator adds the row
+        contrib = jax.ops.segment_sum(jnp.where(drained[:, None], acc, 0.0), drow, num_segments=S + 1)[:S]
         hit = jax.ops.segment_sum(drained.astype(jnp.int32), drow, num_segments=S + 1)[:S] > 0
         first = jax.ops.segment_sum((drained & (src == 1)).astype(jnp.int32), drow,
-                                    num_segments=S + 1)[:S] > 0     # the first MVSB overwrites
-        old = jnp.where(sbw[:, None] & ~first[:, None], sb, zero)
-        sb = jnp.where(hit[:, None], old + contrib, sb)
-        sbw = sbw | hit
-        acc = jnp.where(drained[:, None], zero, acc)
-        # --- SFM: softmax over a masked set of positions (float32 inside) -----
-        mk = masks[jnp.clip(x["sfm"], 0, masks.shape[0] - 1)] & (kind == K_SFM)
-        z = jnp.where(mk, sb.astype(jnp.float32) * scales[jnp.clip(x["sfm"], 0, scales.shape[0] - 1)],
-                      -jnp.inf)
+                                    num_segments=S + 1)[:S] > 0            # the first MVSB overwrites
+        old = jnp.where(sbw[:, None] & ~first[:, None], sb, 0.0)
+        sb = jnp.where(hit[:, None], rnd(old + rnd(contrib)), sb)
+        return gb, jnp.where(drained[:, None], 0.0, acc), sb, sbw | hit, hb
+
+    def k_sfm(c, x, mem, hst):
+        gb, acc, sb, sbw, hb = c
+        ki = jnp.clip(x["sfm"], 0, masks.shape[0] - 1)
+        mk = masks[ki]
+        z = jnp.where(mk, sb * scales[ki], -jnp.inf)                      # float32 inside the unit
         zmax = jnp.max(z)
         ex = jnp.where(mk, jnp.exp(z - jnp.where(jnp.isfinite(zmax), zmax, 0.0)), 0.0)
-        p = ex / jnp.maximum(jnp.sum(ex), jnp.finfo(jnp.float32).tiny)
-        sb = jnp.where(mk, p.astype(dtype), sb)
-        # --- RDACC: the host reads a softmax-buffer row -------------------------
-        rd = kind == K_RDACC
+        p = ex / jnp.maximum(jnp.sum(ex), jnp.finfo(f32).tiny)
+        return gb, acc, jnp.where(mk, rnd(p), sb), sbw, hb
+
+    def k_rdacc(c, x, mem, hst):
+        gb, acc, sb, sbw, hb = c
         row = jnp.clip(x["sbrow"], 0, S - 1)
-        h = jnp.clip(x["hrow"], 0, H - 1)
-        hb = hb.at[h].set(jnp.where(rd, jnp.where(sbw[row], sb[row], nan), hb[h]))
-        sbw = sbw.at[row].set(jnp.where(rd, False, sbw[row]))
-        return (gb, acc, sb, sbw, hb), None
+        hb = jnp.where((hrow_ids == x["hrow"])[:, None], jnp.where(sbw[row], sb[row], nan)[None, :], hb)
+        return gb, acc, sb, sbw & (row_ids != row), hb
 
-    def run_group(m, hst):
-        init = (jnp.full((C, E, LANES), jnp.nan, dtype), jnp.zeros((C, LANES), dtype),
-                jnp.zeros((S, LANES), dtype), jnp.zeros(S, bool), jnp.full((H, LANES), jnp.nan, dtype))
-        (_, _, _, _, hb), _ = jax.lax.scan(lambda c, x: step(c, x, m, hst), init, xs)
-        return hb
+    # branch index = kind (K_NONE, K_MAC, K_WRGB, K_MVGB, K_MVSB, K_SFM, K_RDACC)
+    branches = (k_none, k_mac, k_load, k_load, k_mvsb, k_sfm, k_rdacc)
 
-    return jax.jit(jax.vmap(run_group))(mem, host)
+    def run_group(code, hcode):
+        mem, hst = decode(code), decode(hcode)
+        init = (jnp.full((C, E, LANES), jnp.nan, f32), jnp.zeros((C, LANES), f32),
+                jnp.zeros((S, LANES), f32), jnp.zeros(S, bool), jnp.full((H, LANES), jnp.nan, f32))
+
+        def body(i, c):
+            x = {k: a[i] for k, a in xs.items()}
+            x["slot"], x["on"] = t["slot"][i], t["on"][i]
+            return jax.lax.switch(x["kind"], [lambda c_, x_, f=f: f(c_, x_, mem, hst) for f in branches], c, x)
+
+        return jax.lax.fori_loop(0, n_steps, body, init)[4]
+
+    hb = jax.vmap(run_group)(t["code"], t["hcode"])                      # [G, H, 16]
+    flat = t["rb"].reshape(-1)
+    seg = jnp.where(flat >= 0, flat, size)
+    acc = jax.ops.segment_sum(hb.reshape(-1), seg, num_segments=size + 1)[:size]
+    count = jax.ops.segment_sum(jnp.ones_like(seg), seg, num_segments=size + 1)[:size]
+    return jnp.where(count > 0, acc, jnp.nan)
+
+
+def _values(program: Program, arrays) -> jax.Array:
+    return jnp.concatenate([jnp.ravel(jnp.asarray(a)).astype(jnp.float32) for a in arrays])
+
+
+def execute_batch(programs: list[Program], *arrays, arithmetic="backend", dims: dict | None = None) -> list:
+    """Run several AttAcc programs of the same op on the same operands in one
+    call; returns one result array per program (as `execute` does).
+
+    arithmetic: "backend" (FP16), "wide" (float32) or one of them per program.
+    dims: padded table dimensions (`batch_dims`); default: the batch's own.
+
+    Example:
+        >>> ys = execute_batch([lower(op, d, be) for d in drafts], W, x)   # doctest: +SKIP
+    """
+    modes = [arithmetic] * len(programs) if isinstance(arithmetic, str) else list(arithmetic)
+    if len(modes) != len(programs) or any(m not in ("backend", "wide") for m in modes):
+        raise ValueError(f"arithmetic must be 'backend' or 'wide' (per program), got {arithmetic!r}")
+    preps = [_prepare(p) for p in programs]
+    size = preps[0]["size"]
+    if any(p["size"] != size for p in preps):
+        raise ValueError("execute_batch needs programs of one op")
+    tabs, d = _stack(preps, dims)
+    vals = _values(programs[0], arrays)
+    vals = jnp.pad(vals, (0, d["V"] - vals.shape[0]))
+    fp16 = np.array([m == "backend" for m in modes])
+    # fixed chunks of CHUNK programs (the last padded with empty ones) so that
+    # every call with the same dims reuses one compiled interpreter
+    P = len(programs)
+    pad = -P % CHUNK
+    tabs = jax.tree.map(lambda a: np.concatenate([a, np.repeat(a[-1:], pad, 0)]) if pad else a, tabs)
+    tabs["n_steps"][P:] = 0
+    fp16 = np.concatenate([fp16, np.zeros(pad, bool)])
+    merged = []
+    for c0 in range(0, P + pad, CHUNK):
+        chunk = jax.tree.map(lambda a: jnp.asarray(a[c0:c0 + CHUNK]), tabs)
+        merged.append(_run_many(chunk, vals, jnp.asarray(fp16[c0:c0 + CHUNK]),
+                                d["C"], d["E"], d["S"], d["H"], d["size"]))
+    merged = jnp.concatenate(merged)[:P, :size]
+    out = []
+    arrays = [jnp.asarray(a) for a in arrays]
+    for p, acc in zip(programs, merged):
+        lay = p.layouts[p.readback.layout]
+        out.append(finish(p.op, acc.reshape(lay.shape), arrays, p.readback.epilogue_on_host,
+                          p.meta["result_shape"], np.dtype(p.meta["result_dtype"])))
+    return out
+
+
+@register("attacc")
+def execute_attacc(program: Program, arrays, arithmetic: str):
+    return execute_batch([program], *arrays, arithmetic=arithmetic)[0]
