@@ -58,7 +58,6 @@ through the softmax for attention).  "wide" mode runs all of it in float32.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,7 +67,6 @@ from ..hw.core import Backend
 from ..partition.dimsets import dimension_sets
 from ..partition.draft import Draft
 from ..partition.verify import matrix_and_vector
-from ..trace.affine import AffineExpr
 from ..trace.ir import Access, Acc, Arg, Const, LoopVar, PimOp, Prim
 from .layout import global_index, lane_order, tile_layout, value_shapes
 from .program import Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, stack_streams
@@ -483,14 +481,18 @@ class _SoftmaxBuffer:
         """Mark `row` as holding results (flat output indices [G, 16], -1 none)."""
         self.pending.append((row, flat))
 
-    def flush(self, em: _Emitter, layout_id: int, phase=Phase.READBACK) -> None:
+    def flush(self, em: _Emitter, layout_id: int, final: bool = False) -> None:
+        """Read the completed rows back (RDACC, after a barrier).  The final
+        read-back is a host synchronisation point: the host reads after the
+        kernel has ended."""
         if not self.pending:
             return
-        em.barrier(phase)
-        for row, flat in self.pending:
+        em.barrier(Phase.READBACK)
+        for k, (row, flat) in enumerate(self.pending):
             h = len(self.readback)
             self.readback.append(flat)
-            em.side(Op.RDACC, bank=(h % 16) * 4, reg=row, arg=h, phase=phase, src=layout_id)
+            em.b.add(Op.RDACC, bank=(h % 16) * 4, reg=row, arg=h, phase=Phase.READBACK, src=layout_id,
+                     sync=int(final and k == 0))
         self.release([r for r, _ in self.pending])
         self.pending = []
 
@@ -545,6 +547,8 @@ def _plain_arg(e) -> int | None:
 
 
 def _split_vars(op: PimOp, mvars: set, vvars: set):
+    """(batch, GEMM-column, matrix-row, reduction) variables of a contraction
+    `sum M * v`: batch in both operands, columns only in v, rows only in M."""
     outs = list(op.output_vars)
     red = [lv.name for lv in op.loop_vars if lv.name in op.reduction_vars]
     o_b = [v for v in outs if v in mvars and v in vvars]
@@ -565,17 +569,15 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
             raise PimCompileError(f"attacc GEMV units need a product of two operands ({op.name})")
         mi, vi = matrix_and_vector(op, shapes)
         M, V = op.operands[mi], op.operands[vi]
-        vvars = set(V.vars)
+        o_b, o_v, o_m, red = _split_vars(op, set(M.vars), set(V.vars))
     else:
+        # RED as a GEMV with a ones vector (how DCC runs reductions on AttAcc)
         if _plain_arg(op.body) is None:
             raise PimCompileError(f"attacc reductions need a plain operand body ({op.name})")
         mi, vi = _plain_arg(op.body), None
         M, V = op.operands[mi], None
-        vvars = set(op.reduction_vars)
-    mvars = set(M.vars) | set(op.reduction_vars if vi is None else ())
-    o_b, o_v, o_m, red = _split_vars(op, set(M.vars) | (set(op.output_vars) - vvars), vvars)
-    if vi is None:
         o_b, o_v, o_m = [], [], list(op.output_vars)
+        red = [lv.name for lv in op.loop_vars if lv.name in op.reduction_vars]
     lane = draft.lane_var
     if lane in red:
         mode = TREE
@@ -717,7 +719,7 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
     if pending:
         em.barrier()
         pending()
-    sb.flush(em, 1)
+    sb.flush(em, 1, final=True)
 
     route_src, route_dst, host = tables.arrays()
     meta = dict(kind=op.kind, geometry=geo, mode=mode, route_src=route_src, route_dst=route_dst,
@@ -1072,7 +1074,7 @@ def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | No
         else:
             single(k)
             k += 1
-    sb.flush(em, 2)
+    sb.flush(em, 2, final=True)
 
     route_src, route_dst, host = tables.arrays()
     meta = dict(kind="attention", geometry=geo, route_src=route_src, route_dst=route_dst,

@@ -67,7 +67,7 @@ def _prepare(program: Program) -> dict:
         return (np.asarray(bank, np.int64) * R + np.asarray(row, np.int64)) * 32 + np.asarray(col, np.int64)
 
     wkeys = key(cols["bank"], cols["row"], cols["col"])
-    uniq, first = np.unique(wkeys, return_index=True)
+    uniq = np.unique(wkeys)
     nslot = len(uniq)
     slot_map = np.full(64 * R * 32, nslot, np.int64)                     # column -> slot (nslot: NaN)
     slot_map[uniq] = np.arange(nslot)
@@ -210,7 +210,7 @@ def _stack(preps: list[dict], dims: dict | None = None) -> tuple[dict, dict]:
         if any(dims[k] < v for k, v in need.items()):
             raise ValueError(f"execute_batch dims {dims} are smaller than the programs need ({need})")
         need = dict(dims)
-    G, C, NS, T, NH, NR, S, K, H, E = (need[k] for k in ("G", "C", "NS", "T", "NH", "NR", "S", "K", "H", "E"))
+    G, C, NS, T, NH, NR, S, K, H = (need[k] for k in ("G", "C", "NS", "T", "NH", "NR", "S", "K", "H"))
     out: dict = {k: [] for k in ("code", "slot", "hcode", "rsrc", "rdst", "masks", "scales", "rb", "nslot")}
     out["steps"] = {k: [] for k in preps[0]["steps"] if k != "on"}
     out["on"] = []
