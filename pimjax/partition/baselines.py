@@ -212,7 +212,9 @@ def attacc_baseline(op: PimOp, backend: Backend) -> Draft | None:
     (score q.K, GEMV), mac mode when it is an output (context V^T p).
     Add-reductions: batch over the channels, the length over all units of
     a channel (DCC's 2-D baseline).  Partial sums merge in the channel
-    accumulator ("group") or, split over channels, on the host."""
+    accumulator ("group") or, split over channels, on the host.  Input-
+    stationary: the vector is written into the GEMV buffers once (K/16
+    WRGBs, attacc.md), in buffer-sized tiles when it does not fit."""
     if op.kind not in ("contraction", "reduction") or (op.kind == "reduction" and op.combiner != "add"):
         return None
     from .verify import infer_shapes, matrix_and_vector
@@ -260,4 +262,4 @@ def attacc_baseline(op: PimOp, backend: Backend) -> Draft | None:
         reduction = "host"
     else:
         reduction = "group"
-    return Draft(parts, reduction=reduction, dataflow="os", lane_var=lane, granularity="broadcast")
+    return Draft(parts, reduction=reduction, dataflow="is", lane_var=lane, granularity="broadcast")
