@@ -593,7 +593,10 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
     n_b, n_v, n_o, n_r = prod(o_b), prod(o_v), prod(o_m), prod(red)
     reuse = opts["register_reuse"]
     dataflow = draft.dataflow
-    order_is = dataflow == "is" if opts["data_block_layout"] else False
+    traverse_is = dataflow == "is"
+    # the data-block layout stores the matrix in the order the dataflow reads
+    # it; without it the columns stay in the output-major (host) order
+    order_is = traverse_is and bool(opts["data_block_layout"])
     cap = backend.core.n_input_regs
     gp = _plan(mode, n_b, n_v, n_o, n_r, cap, order_is, opts["gb_tile"])
     rows_needed = -(-gp.v_total // (geo.seg if geo.level != "bg" else 128))
@@ -658,7 +661,7 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
         for v in range(n_v):
             for j0 in range(0, gp.t_out, chunk):
                 js = range(j0, min(gp.t_out, j0 + chunk))
-                if order_is:
+                if traverse_is:
                     steps += [((b, v, i), b, v, j, i, True, i == gp.t_in - 1)
                               for i in range(gp.t_in) for j in js]
                 else:

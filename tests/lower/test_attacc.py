@@ -172,6 +172,8 @@ def _special_programs():
                   lower(op, one.replace(dataflow="os"), BE, shapes, gb_tile=1)],
         "reduction": [lower(op, d, BE, shapes), lower(op, d.replace(reduction="host"), BE, shapes)],
         "resident": [lower(op, d, BE, shapes), lower(op, d, BE, shapes, resident=(0,))],
+        "layout": [lower(op, one.replace(dataflow="is"), BE, shapes, gb_tile=1),
+                   lower(op, one.replace(dataflow="is"), BE, shapes, gb_tile=1, data_block_layout=False)],
     }
 
 
@@ -282,6 +284,17 @@ def test_buffer_reuse_cuts_wrgb_by_output_blocks(lowered):
     y = execute_batch([reuse, fresh, is_, os_], *arrays, arithmetic="wide", dims=dims)
     for yy in y[1:]:
         np.testing.assert_allclose(np.asarray(yy), np.asarray(y[0]), rtol=1e-5, atol=1e-5)
+
+
+def test_data_block_layout_follows_the_dataflow(lowered):
+    _, dims, extra = lowered
+    matched, host_order = extra["layout"]                   # input-stationary over 3 tiles x 3 blocks
+    rows = lambda p: _count(p, Op.ACTAB)                    # noqa: E731  (one all-bank ACT per row opened)
+    assert rows(matched) == -(-matched.meta["gemv"].v_total // 32) < rows(host_order)
+    assert float(cycles(matched, BE).kernel_cycles) < float(cycles(host_order, BE).kernel_cycles)
+    g, arrays, _ = _graph(*OPS["gemv"][:1], *OPS["gemv"][1])
+    y = execute_batch([matched, host_order], *arrays, arithmetic="wide", dims=dims)
+    np.testing.assert_allclose(np.asarray(y[0]), np.asarray(y[1]), rtol=1e-5, atol=1e-5)
 
 
 def test_resident_operands_leave_the_steady_state(lowered):
