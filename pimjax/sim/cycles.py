@@ -246,7 +246,7 @@ def program_arrays(program: Program, include_resident: bool = False, steady: boo
 def _bucket(n: int) -> int:
     """Record lengths are padded to a power of two so that batches of
     different programs share compiled scans."""
-    return max(64, 1 << (max(n, 1) - 1).bit_length())
+    return max(64, 1 << (max(int(n), 1) - 1).bit_length())
 
 
 def pad_arrays(arrs: list[dict]) -> dict:
@@ -349,13 +349,33 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
                      _geo(backend, refresh))
 
 
-def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = True) -> CycleReport:
-    """CycleReports of many programs at once: their record streams are padded
-    to one length and the scan is vmapped (one compile per padded shape).
-    Every field of the result has a leading [len(programs)] axis."""
-    arr = pad_arrays([program_arrays(p) for p in programs])
-    return _time_batch(arr, _timing_vector(backend.timing), backend.energy, backend.system.host,
-                       _geo(backend, refresh))
+def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = True,
+                 batch: int = 256) -> CycleReport:
+    """CycleReports of many programs at once.  Programs are sorted by record
+    count and timed in batches of similar length (each padded to a power of
+    two, so batches share compiled scans); every field of the result has a
+    leading [len(programs)] axis in the input order."""
+    arrs = [program_arrays(p) for p in programs]
+    lengths = np.array([a["rec"]["op"].shape[1] for a in arrs])
+    order = np.argsort(lengths, kind="stable")
+    t = _timing_vector(backend.timing)
+    geo = _geo(backend, refresh)
+    parts = []
+    start = 0
+    while start < len(order):
+        # grow the batch while the padded length stays within one power of two
+        limit = _bucket(lengths[order[start]])
+        stop = start
+        while stop < len(order) and stop - start < batch and lengths[order[stop]] <= limit:
+            stop += 1
+        idx = order[start:stop]
+        parts.append((idx, _time_batch(pad_arrays([arrs[i] for i in idx]), t, backend.energy,
+                                       backend.system.host, geo)))
+        start = stop
+    inverse = np.empty(len(programs), np.int64)
+    inverse[np.concatenate([idx for idx, _ in parts])] = np.arange(len(programs))
+    merged = jax.tree.map(lambda *xs: jnp.concatenate(xs), *[rep for _, rep in parts])
+    return jax.tree.map(lambda x: x[inverse], merged)
 
 
 def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bool = True) -> CycleReport:

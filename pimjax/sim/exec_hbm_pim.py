@@ -167,10 +167,14 @@ def _run_kernel(mem, xs, hv, srf, C: int, dtype: str):
             cur)
         writes_reg = ~x["store"] & (code != Crf.HOST_SRF) & (code != Crf.ZERO_B) & \
             (code != Crf.PROGRAM) & (code != Crf.MODE)
-        regs = jnp.where(writes_reg, regs.at[:, x["dst"]].set(new), regs)
-        regs = jnp.where(code == Crf.ZERO_B, regs.at[:, GRF_B:GRF_B + 8].set(zero), regs)
-        regs = jnp.where(code == Crf.HOST_SRF, regs.at[:, SRF].set(srf), regs)
-        m = jnp.where(x["store"], m.at[2 * units + x["par"], x["row"], x["col"]].set(cur), m)
+        # every update writes one column / register unconditionally (the old
+        # value when the step does not write it): XLA updates the carry in
+        # place instead of copying the whole bank memory every step
+        regs = regs.at[:, x["dst"]].set(jnp.where(writes_reg, new, cur))
+        zb = regs[:, GRF_B:GRF_B + 8]
+        regs = regs.at[:, GRF_B:GRF_B + 8].set(jnp.where(code == Crf.ZERO_B, zero, zb))
+        regs = regs.at[:, SRF].set(jnp.where(code == Crf.HOST_SRF, srf, regs[:, SRF]))
+        m = m.at[2 * units + x["par"], x["row"], x["col"]].set(jnp.where(x["store"], cur, col))
         return (regs, m), None
 
     def run_group(m, h):

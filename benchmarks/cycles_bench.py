@@ -1,0 +1,84 @@
+"""Speed of the cycle model, side by side in one run.
+
+    python benchmarks/cycles_bench.py
+
+1. command records simulated per second: `cycles_batch` on 256 programs
+   (vmapped lax.scan) vs the pure-Python reference event model;
+2. a sweep of 10 000 timing variants of one 4096x4096 GEMV program;
+3. the hbm-pim baseline program of a 4096x4096 GEMV (64 pCH) after warm-up,
+   next to the Samsung simulator's 3.1 s for the same program
+   (reference/hbm-pim.md).
+Targets: >= 10 M records/s batched; the GEMV >= 100x faster than 3.1 s;
+the 10 000-variant sweep <= 10 s.
+"""
+from __future__ import annotations
+
+import time
+
+import jax
+import numpy as np
+
+from pimjax.hw import get_backend, stack_variants
+from pimjax.lower import lower
+from pimjax.partition import drafts
+from pimjax.partition.baselines import baseline
+from pimjax.sim.cycles import _timing_vector, cycles, cycles_batch, program_arrays, sweep
+from pimjax.sim.reference import simulate
+from pimjax.kernels import kernel_op
+
+
+def best_of(fn, repeat=3):
+    fn()                                                   # warm-up / compile
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main() -> None:
+    be = get_backend("hbm-pim", channels=16)
+    rng = np.random.default_rng(0)
+    progs = []
+    for kernel, shape in (("gemv", [1024, 1024]), ("va", [1 << 16]), ("red", [256, 1024]),
+                          ("gemv", [512, 2048])):
+        op, shapes = kernel_op(kernel, shape)
+        table = drafts(op, be, shapes=shapes)
+        progs += [lower(op, table[int(i)], be, shapes, resident=(0,)) for i in rng.choice(len(table), 64)]
+    n_records = sum(int((np.asarray(program_arrays(p)["rec"]["n"]) > 0).sum()) for p in progs)
+    t_batch = best_of(lambda: cycles_batch(progs, be).total_cycles)
+    # reference model on a sample (it is slow), per record
+    t = {k: float(v) for k, v in _timing_vector(be.timing).items()}
+    sample = progs[:16]
+    ref_records = 0
+    t0 = time.perf_counter()
+    for p in sample:
+        arr = program_arrays(p)["rec"]
+        recs = [{k: int(arr[k][0, i]) for k in arr} for i in range(arr["op"].shape[1])]
+        ref_records += sum(1 for r in recs if r["n"] > 0)
+        simulate(recs, t, be.group.banks, be.group.banks_per_bank_group, True)
+    t_ref = time.perf_counter() - t0
+    print(f"{'measure':52} {'value':>14} {'vs':>22}")
+    batch_rate = n_records / t_batch
+    ref_rate = ref_records / t_ref
+    print(f"{'records/s, cycles_batch of 256 programs':52} {batch_rate:14,.0f} "
+          f"{f'{batch_rate / ref_rate:,.0f}x reference':>22}")
+    print(f"{'records/s, pure-Python reference model':52} {ref_rate:14,.0f}")
+
+    big = get_backend("hbm-pim")
+    op, shapes = kernel_op("gemv", [4096, 4096])
+    prog = lower(op, baseline(op, big), big, shapes, resident=(0,))
+    t_one = best_of(lambda: cycles(prog, big).total_cycles)
+    print(f"{'GEMV 4096x4096 baseline (64 pCH), one program, s':52} {t_one:14.4f} "
+          f"{f'{3.1 / t_one:,.0f}x faster than 3.1 s':>22}")
+    variants = stack_variants([big.timing.replace(tRP=float(10 + i % 9), tRCDRD=float(10 + i % 7))
+                               for i in range(10_000)])
+    t_sweep = best_of(lambda: sweep(prog, variants, big).total_cycles, repeat=1)
+    print(f"{'sweep of 10 000 timing variants of that GEMV, s':52} {t_sweep:14.3f}")
+    print(f"\nrecords: {n_records:,} in the batch ({len(progs)} programs), "
+          f"{int(program_arrays(prog)['rec']['n'].astype(bool).sum()):,} in the GEMV program")
+
+
+if __name__ == "__main__":
+    main()
