@@ -526,7 +526,22 @@ def _out_flat(tiles: CoreTiles, name: str, vars_: tuple, index_map, shape) -> tu
 def lower_attacc(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None = None,
                  **options) -> Program:
     """Lower one contraction or add-reduction to an AttAcc program (see the
-    module docstring); raises PimCompileError for anything else."""
+    module docstring); raises PimCompileError for anything else.
+
+    op: a PimOp (contraction `sum M * v` or add-reduction); draft: its tiling
+    (`draft.lane_var` a reduction variable: adder tree; a matrix-only output
+    variable: mac mode); shapes: value id -> shape (default: from the index
+    maps); options: DEFAULT_OPTIONS (register_reuse, data_block_layout,
+    channel_parallel, resident=(operand indices), sb_rows, gb_tile = buffer
+    entries per input tile).  Returns a Program with one stream shared by
+    all groups (S = 1); times are in command-clock cycles of the backend.
+
+    Example:
+        >>> g = pimjax.make_graph(lambda W, x: W @ x, W, x)           # doctest: +SKIP
+        >>> be = get_backend("attacc")                                 # doctest: +SKIP
+        >>> p = lower_attacc(g.ops[0], baseline(g.ops[0], be), be)     # doctest: +SKIP
+        >>> execute(p, W, x), cycles(p, be).kernel_cycles              # doctest: +SKIP
+    """
     opts = {**DEFAULT_OPTIONS, **options}
     if backend.name != "attacc":
         raise PimCompileError(f"lower_attacc needs an attacc backend, got {backend.name}")
