@@ -1,0 +1,117 @@
+"""DCC Table II for pimjax's learned cost model (held-out shapes).
+
+    python experiments/predictor_accuracy.py [--cases FILE] [--backend NAME] [--top-k 8]
+
+For every case (backend, kernel, shape) all drafts of the pruned draft space
+are lowered and simulated (the ground truth, cached under --cache); the
+shipped model (or --weights DIR) ranks them.  Columns, per backend x kernel:
+
+  Total       cases
+  #Best       cases where the predictor's argmin has the optimal cycles (ties count)
+  Subopt.     geometric mean of optimum / chosen cycles over the misses (count)
+  worst       the worst miss
+  top-k       the tuner's view: cases where the best of the predicted top-k is optimal
+  MAPE        mean |predicted - simulated| / simulated over all drafts
+
+--cases FILE: a JSON list of {"backend": ..., "kernel": ..., "shape": [...]}
+(kernel one of gemv, red, va, relu, mmtv, attn).  Writes
+experiments/out/predictor_accuracy.{csv,json}.  Exits 1 when #Best falls under
+90 % of the cases or the misses' mean relative performance under 98 %
+(over all cases; --criterion top-k judges the tuner's top-k view instead).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", help="JSON list of {backend, kernel, shape}")
+    ap.add_argument("--backend", default="all", help="restrict the default cases to these backends (comma list)")
+    ap.add_argument("--kernel", default="all", help="restrict to these kernels (comma list)")
+    ap.add_argument("--top-k", type=int, default=8)
+    ap.add_argument("--weights", help="directory of <backend>.msgpack (default: the shipped weights)")
+    ap.add_argument("--cache", default=os.environ.get("PIMJAX_COSTMODEL_CACHE", "/tmp/costmodel"))
+    ap.add_argument("--criterion", choices=("top-1", "top-k"), default="top-1")
+    ap.add_argument("--out", default=os.path.join(HERE, "out"))
+    args = ap.parse_args(argv)
+
+    import jax
+    os.makedirs(args.cache, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", os.path.join(args.cache, "jax_cache"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    from rich.console import Console
+    from rich.table import Table
+
+    from pimjax.costmodel.evaluate import default_cases, evaluate_case, supported, table2
+    from pimjax.costmodel.model import CostModel, load_default
+    from pimjax.hw.presets import get_backend
+
+    console = Console(width=max(120, Console().width))
+    if args.cases:
+        with open(args.cases) as f:
+            cases = json.load(f)
+    else:
+        cases = default_cases()
+    if args.backend != "all":
+        cases = [c for c in cases if c["backend"] in args.backend.split(",")]
+    if args.kernel != "all":
+        cases = [c for c in cases if c["kernel"] in args.kernel.split(",")]
+    models, backends, results = {}, {}, []
+    t_all = time.time()
+    for i, c in enumerate(cases):
+        b, k = c["backend"], c["kernel"]
+        if not supported(b, k):
+            console.print(f"[yellow]skip {b} {k}: the backend does not run it")
+            continue
+        if b not in models:
+            backends[b] = get_backend(b)
+            models[b] = CostModel.load(os.path.join(args.weights, f"{b}.msgpack")) if args.weights \
+                else load_default(b)
+        r = evaluate_case(models[b], backends[b], k, c["shape"], top_k=args.top_k, cache_dir=args.cache)
+        results.append(r)
+        mark = "best" if r.best else f"{r.rel:.3f}"
+        console.print(f"[{i + 1}/{len(cases)}] {b:8s} {k:5s} {str(r.shape):22s} {r.drafts:6d} drafts "
+                      f"({r.lowered} lowered)  top-1 {mark:>6s}  top-{args.top_k} "
+                      f"{'best' if r.topk_best else f'{r.topk_rel:.3f}':>6s}  MAPE {r.mape:6.1%}  {r.seconds:5.1f} s")
+    rows = table2(results)
+    t = Table(title=f"Predictor accuracy on held-out shapes (DCC Table II); {time.time() - t_all:.0f} s")
+    for col in ("Backend+Kernel", "Total", "#Best", "Suboptimal performance", "worst",
+                f"#Best top-{args.top_k}", f"Subopt. top-{args.top_k}", "MAPE", "drafts"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(f"{r['backend']}+{r['kernel']}", str(r["total"]), f"{r['best']} ({r['best_frac']:.1%})",
+                  f"{r['subopt']:.2%} ({r['misses']} cases)", f"{r['worst']:.2%}",
+                  str(r["topk_best"]), f"{r['topk_subopt']:.2%}", f"{r['mape']:.1%}", str(r["drafts"]))
+    console.print(t)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "predictor_accuracy.json"), "w") as f:
+        json.dump({"cases": [asdict(r) for r in results], "table": rows, "top_k": args.top_k}, f, indent=1)
+    with open(os.path.join(args.out, "predictor_accuracy.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["backend"])
+        w.writeheader()
+        w.writerows(rows)
+    if not rows:
+        return 0
+    overall = rows[-1]
+    if args.criterion == "top-1":
+        frac, sub = overall["best_frac"], overall["subopt"]
+    else:
+        frac, sub = overall["topk_best"] / overall["total"], overall["topk_subopt"]
+    ok = frac >= 0.90 and sub >= 0.98
+    console.print(f"{args.criterion}: #Best {frac:.1%} (target >= 90 %), misses at {sub:.2%} of optimal "
+                  f"(target >= 98 %): {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,405 @@
+"""Training data for the cost model: drafts over many shapes per kernel,
+labelled with simulated cycles.
+
+A *record* is one labelled draft, a JSON object (one per line, the JSON-lines
+convention of tuning records):
+
+    {"backend": "hbm-pim", "kernel": "gemv", "shape": [512, 256],
+     "row": {"groups": [...], "cores": [...], "reps": [...], "tile": [...],
+             "lane": 0, "reduction": 0, ..., "buffers": 1},
+     "cycles": 12345.0, "phases": [rearr, compute, readback, merge],
+     "source": "random" | "estimate" | "model"}
+
+`row` is the draft's row of its case's `DraftTable` (codes, not names), so a
+record set can be re-featurised after a feature change without simulating
+again.  Labels come from `sim.cycles` (steady state, DRAM command-clock
+cycles); drafts that fail to lower are recorded with cycles = null.
+
+Sampling per case: uniformly random drafts, plus the drafts the closed-form
+estimate ranks best (so near-optimal drafts are in the data), plus — in a
+second round driven by `train.py` — the drafts a first model ranks best
+(the tuner's own hard cases: its top-k).  Shapes come from a seeded RNG and
+never include the held-out evaluation shapes (`HELD_OUT`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import PimCompileError
+from ..hw.core import Backend
+from ..partition import DraftTable
+from ..partition.table import KNOB_COLUMNS
+from .features import FEATURE_NAMES, features_table
+from .kernels import SUPPORTED, Case, case_drafts, lower_case, make_case
+
+CACHE_DIR = os.environ.get("PIMJAX_COSTMODEL_CACHE", "/tmp/costmodel")
+ROW_COLUMNS = ("groups", "cores", "reps", "tile", "lane") + KNOB_COLUMNS
+
+# evaluation shapes of experiments/predictor_accuracy.py: never trained on
+HELD_OUT: dict[tuple[str, str], set] = {}
+
+
+def held_out(backend: str, kernel: str) -> set:
+    from .evaluate import default_cases
+    key = (backend, kernel)
+    if key not in HELD_OUT:
+        HELD_OUT[key] = {tuple(c["shape"]) for c in default_cases() if c["backend"] == backend
+                         and c["kernel"] == kernel}
+    return HELD_OUT[key]
+
+
+# --------------------------------------------------------------------------
+# shapes
+# --------------------------------------------------------------------------
+def _size(rng, lo: int, hi: int) -> int:
+    """A size in [2^lo, 2^hi]: mostly powers of two, sometimes 3/5/7 x 2^k or
+    an odd size (padding and uneven tiles matter)."""
+    k = int(rng.integers(lo, hi + 1))
+    r = rng.random()
+    if r < 0.55:
+        v = 1 << k
+    elif r < 0.85:
+        v = int(rng.choice([3, 5, 7])) << max(0, k - 2)
+    else:
+        v = int(rng.integers(1 << max(0, k - 1), (1 << k) + 1))
+    return max(1, v)
+
+
+MAX_ELEMENTS = 1 << 18      # training shapes: at most this many elements in the largest tensor
+
+
+def sample_shape(kernel: str, backend: str, rng) -> tuple[int, ...]:
+    """A moderate random shape for `kernel`: the largest tensor has at most
+    `MAX_ELEMENTS` elements, which keeps the slowest drafts' programs under
+    ~10^5 records (labelling thousands of drafts takes minutes)."""
+    cap = MAX_ELEMENTS
+    if kernel == "gemv":
+        while True:
+            s = (_size(rng, 4, 11), _size(rng, 4, 11))
+            if s[0] * s[1] <= cap:
+                return s
+    if kernel in ("mmtv", "attn"):
+        B = int(rng.choice([1, 1, 2, 4, 8]))
+        H = int(rng.choice([1, 2, 4, 8, 12, 16, 32, 40]))
+        L = _size(rng, 4, 10)
+        D = int(rng.choice([16, 32, 64, 64, 128]))
+        while B * H * L * D > cap:
+            if H > 1:
+                H = max(1, H // 2)
+            elif L > 16:
+                L = max(16, L // 2)
+            else:
+                B = max(1, B // 2)
+        return (B, H, L, D)
+    if kernel in ("va", "relu", "red"):
+        if rng.random() < 0.5:
+            return (_size(rng, 5, 16),)
+        while True:
+            s = (int(rng.choice([2, 3, 4, 8, 16, 32, 64, 128])), _size(rng, 4, 12))
+            if s[0] * s[1] <= cap:
+                return s
+    if kernel == "gemm":
+        return (_size(rng, 3, 6), _size(rng, 4, 8), _size(rng, 4, 7))
+    if kernel == "conv":
+        H = int(rng.choice([4, 7, 8, 14, 16]))
+        return (H, H, int(rng.choice([4, 8, 16, 32])), int(rng.choice([8, 16, 32, 64])), int(rng.choice([1, 3])))
+    raise ValueError(kernel)
+
+
+# --------------------------------------------------------------------------
+# labelling
+# --------------------------------------------------------------------------
+def _bucket(n: int) -> int:
+    return max(64, 1 << (max(n, 1) - 1).bit_length())
+
+
+def simulate(programs: list, backend: Backend) -> np.ndarray:
+    """[len(programs), 5] float64: total cycles and the phases (rearrangement,
+    compute, readback, merge) of every program.
+
+    Programs are grouped by (streams, record length padded to a power of
+    two) and timed in batches of exactly B = 8 or 64 programs (the last
+    chunk filled with copies), so the vmapped scan compiles once per (B,
+    streams, length).  A scan iteration costs about 19 + 0.6 B us on CPU,
+    so large batches of equal length are what makes labelling fast: pass
+    many programs at once (`Labeller` pools them across cases)."""
+    from ..sim.cycles import cycles, cycles_batch
+    out = np.full((len(programs), 5), np.nan)
+    if not programs:
+        return out
+    if backend.core.programmable:           # UPMEM: its own time model, per program
+        for i, p in enumerate(programs):
+            r = cycles(p, backend)
+            out[i] = [float(r.total_cycles), float(r.rearrangement), float(r.compute),
+                      float(r.readback), float(r.merge)]
+        return out
+    buckets: dict[tuple[int, int], list[int]] = {}
+    for i, p in enumerate(programs):
+        S, R = p.commands.shape
+        buckets.setdefault((S, _bucket(R)), []).append(i)
+    for (S, L), idx in sorted(buckets.items()):
+        B = 64 if len(idx) > 24 else 8
+        for j in range(0, len(idx), B):
+            chunk = idx[j:j + B]
+            m = len(chunk)
+            progs = [dataclasses.replace(programs[i], commands=programs[i].commands.pad_to(L)) for i in chunk]
+            progs += [progs[0]] * (B - m)
+            r = cycles_batch(progs, backend)
+            vals = np.stack([np.asarray(getattr(r, f), np.float64)[:m] for f in
+                             ("total_cycles", "rearrangement", "compute", "readback", "merge")], axis=1)
+            out[chunk] = vals
+    return out
+
+
+def _slim(program):
+    """The program without layouts / host data (all `cycles` reads are the
+    records, stats and flags), so pools of thousands fit in memory."""
+    return dataclasses.replace(program, layouts=(), host_data=())
+
+
+class Labeller:
+    """Pools lowered programs across cases and simulates them in full
+    batches (`simulate`); `flush` returns the (tag, 5-vector) of each."""
+
+    def __init__(self, backend: Backend, max_records: int = 3_000_000):
+        self.backend = backend
+        self.max_records = max_records
+        self.pending: list = []
+        self.tags: list = []
+        self.records = 0
+        self.done: list = []
+
+    def add(self, tag, program) -> None:
+        """Queue one program (None: it failed to lower; labelled NaN)."""
+        if program is None:
+            self.done.append((tag, np.full(5, np.nan)))
+            return
+        self.pending.append(_slim(program))
+        self.tags.append(tag)
+        self.records += int(np.prod(program.commands.shape))
+        if self.records >= self.max_records:
+            self._run()
+
+    def _run(self) -> None:
+        vals = simulate(self.pending, self.backend)
+        self.done += list(zip(self.tags, vals))
+        self.pending, self.tags, self.records = [], [], 0
+
+    def flush(self) -> list:
+        self._run()
+        out, self.done = self.done, []
+        return out
+
+
+def label(case: Case, table: DraftTable, idx, backend: Backend) -> np.ndarray:
+    """[len(idx), 5] simulated (total, phases...) of drafts `idx` of `table`;
+    NaN rows for drafts that fail to lower (PimCompileError / ValueError)."""
+    lab = Labeller(backend)
+    for k, i in enumerate(idx):
+        lab.add(k, _try_lower(case, table[int(i)], backend))
+    out = np.full((len(idx), 5), np.nan)
+    for k, v in lab.flush():
+        out[k] = v
+    return out
+
+
+def _try_lower(case: Case, draft, backend: Backend):
+    try:
+        return lower_case(case, draft, backend)
+    except (PimCompileError, ValueError, NotImplementedError):
+        return None
+
+
+def row_of(table: DraftTable, i: int) -> dict:
+    return {c: (np.asarray(getattr(table, c))[i].tolist()) for c in ROW_COLUMNS}
+
+
+def table_from_rows(rows: list[dict], lane_vars: tuple) -> DraftTable:
+    """A DraftTable of recorded rows (the inverse of `row_of`)."""
+    cols = {}
+    for c in ROW_COLUMNS:
+        a = np.array([r[c] for r in rows], np.int64)
+        cols[c] = a.reshape(len(rows), -1) if c in ("groups", "cores", "reps", "tile") else a.reshape(len(rows))
+    return DraftTable(lane_vars, **cols)
+
+
+# --------------------------------------------------------------------------
+# record files (JSON lines)
+# --------------------------------------------------------------------------
+def records_path(backend: str, cache_dir: str | None = None) -> str:
+    return os.path.join(cache_dir or CACHE_DIR, f"records-{backend}.jsonl")
+
+
+def read_records(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:      # a torn last line of an interrupted run
+                    continue
+    return out
+
+
+def append_records(path: str, records: list[dict]) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "a") as f:
+        for r in records:
+            f.write(json.dumps(r, separators=(",", ":")) + "\n")
+
+
+def _case_key(backend: str, kernel: str, shape) -> str:
+    return f"{backend}|{kernel}|{'x'.join(map(str, shape))}"
+
+
+# --------------------------------------------------------------------------
+# generation
+# --------------------------------------------------------------------------
+@dataclass
+class Plan:
+    """How many cases and drafts to label for one backend."""
+    shapes_per_kernel: int = 24
+    random_per_case: int = 40
+    estimate_per_case: int = 8
+    max_drafts: int = 400_000          # skip shapes whose draft space is larger
+
+
+PLANS = {
+    "hbm-pim": Plan(),
+    "attacc": Plan(shapes_per_kernel=22),
+    "newton": Plan(shapes_per_kernel=22),
+    "upmem": Plan(shapes_per_kernel=22, random_per_case=48),
+}
+
+
+def training_cases(backend: str, plan: Plan | None = None, seed: int = 0) -> list[tuple[str, tuple]]:
+    """The (kernel, shape) training cases of `backend` (deterministic in `seed`)."""
+    plan = plan or PLANS[backend]
+    rng = np.random.default_rng([seed, sum(map(ord, backend))])
+    out = []
+    for kernel in SUPPORTED[backend]:
+        seen = set(held_out(backend, kernel))
+        shapes = []
+        tries = 0
+        while len(shapes) < plan.shapes_per_kernel and tries < 50 * plan.shapes_per_kernel:
+            tries += 1
+            s = sample_shape(kernel, backend, rng)
+            if s in seen:
+                continue
+            seen.add(s)
+            shapes.append(s)
+        out += [(kernel, s) for s in shapes]
+    return out
+
+
+def generate(backend: Backend, cases: list[tuple[str, tuple]], plan: Plan, *, seed: int = 0,
+             path: str | None = None, model=None, model_top: int = 0, progress=None,
+             time_budget: float | None = None) -> list[dict]:
+    """Label drafts of every case (appending to the record file `path`) and
+    return all records of these cases (old and new).
+
+    Round 1 (model None): `plan.random_per_case` uniform drafts and the
+    `plan.estimate_per_case` best by the closed-form time estimate.
+    Round 2 (model given): the `model_top` drafts the model ranks best that
+    are not labelled yet.  Already-labelled drafts are never simulated again.
+    time_budget: stop starting new cases after this many seconds."""
+    name = backend.name
+    path = path or records_path(name)
+    have = read_records(path)
+    by_case: dict[str, list[dict]] = {}
+    for r in have:
+        by_case.setdefault(_case_key(r["backend"], r["kernel"], r["shape"]), []).append(r)
+    est_col = FEATURE_NAMES.index("est_t_total")
+    t_start = time.time()
+    out = []
+    labeller = Labeller(backend)
+    for ci, (kernel, shape) in enumerate(cases):
+        key = _case_key(name, kernel, shape)
+        old = by_case.get(key, [])
+        if time_budget is not None and time.time() - t_start > time_budget:
+            out += old
+            continue
+        case = make_case(backend, kernel, shape)
+        table = case_drafts(case, backend)
+        n = len(table)
+        if n == 0 or n > plan.max_drafts:
+            out += old
+            continue
+        done_rows = {json.dumps(r["row"], sort_keys=True) for r in old}
+        rng = np.random.default_rng([seed, ci, n, 1 if model is None else 2])
+        want: list[tuple[int, str]] = []
+        if model is None:
+            want += [(int(i), "random") for i in rng.choice(n, min(n, plan.random_per_case), replace=False)]
+            if plan.estimate_per_case:
+                est = features_table(case.target, table, backend, case.shapes)[:, est_col]
+                want += [(int(i), "estimate") for i in np.argsort(est, kind="stable")[:plan.estimate_per_case]]
+        else:
+            X = features_table(case.target, table, backend, case.shapes)
+            pred = model.predict(X)
+            order = np.argsort(pred, kind="stable")
+            want += [(int(i), "model") for i in order[: model_top * 4]]
+        new_idx, new_src, seen = [], [], set(done_rows)
+        for i, src in want:
+            k = json.dumps(row_of(table, i), sort_keys=True)
+            if k in seen:
+                continue
+            if model is not None and len(new_idx) >= model_top:
+                break
+            seen.add(k)
+            new_idx.append(i)
+            new_src.append(src)
+        for i, src in zip(new_idx, new_src):
+            meta = {"backend": name, "kernel": kernel, "shape": list(shape), "row": row_of(table, i),
+                    "source": src}
+            labeller.add(meta, _try_lower(case, table[i], backend))
+        out += old
+        if labeller.records == 0 or ci == len(cases) - 1:   # the pool was just simulated
+            out += _write(labeller.flush(), path)
+        if progress is not None:
+            progress(ci + 1, len(cases), f"{kernel} {list(shape)}: {n} drafts, +{len(new_idx)} queued")
+    out += _write(labeller.flush(), path)
+    return out
+
+
+def _write(done: list, path: str) -> list[dict]:
+    recs = []
+    for meta, v in done:
+        ok = bool(np.isfinite(v[0]))
+        recs.append(dict(meta, cycles=float(v[0]) if ok else None,
+                         phases=[float(x) for x in v[1:]] if ok else None))
+    append_records(path, recs)
+    return recs
+
+
+def featurise(records: list[dict], backend: Backend) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
+    """(X [N, F] float32, cycles [N] float64, group [N] int, case keys) of the
+    labelled records (failed lowerings dropped); `group` numbers the cases,
+    so ranking pairs stay within one (kernel, shape)."""
+    by_case: dict[str, list[dict]] = {}
+    for r in records:
+        if r.get("cycles") is None or r["backend"] != backend.name:
+            continue
+        by_case.setdefault(_case_key(r["backend"], r["kernel"], r["shape"]), []).append(r)
+    Xs, ys, gs, keys = [], [], [], []
+    for g, (key, recs) in enumerate(sorted(by_case.items())):
+        case = make_case(backend, recs[0]["kernel"], recs[0]["shape"])
+        from ..partition.generate import lane_candidates
+        table = table_from_rows([r["row"] for r in recs], lane_candidates(case.op, backend))
+        Xs.append(features_table(case.target, table, backend, case.shapes))
+        ys.append(np.array([r["cycles"] for r in recs], np.float64))
+        gs.append(np.full(len(recs), g, np.int64))
+        keys.append(key)
+    if not Xs:
+        from .features import F
+        return np.zeros((0, F), np.float32), np.zeros(0), np.zeros(0, np.int64), []
+    return np.concatenate(Xs), np.concatenate(ys), np.concatenate(gs), keys

@@ -1,0 +1,160 @@
+"""DCC Table II: the predictor's choice against exhaustive simulation.
+
+For every case (backend, kernel, shape) every draft of the pruned draft
+space (`kernels.case_drafts`) is lowered and simulated; the true optimum is
+the minimum simulated cycles.  The predictor ranks the same drafts (those
+that lower); the case counts as *#Best* when its argmin has the optimal
+cycles (ties count), and otherwise contributes optimum / chosen cycles to
+the *suboptimal performance* (geometric mean over the misses, as DCC).
+The tuner's view (`top_k`: simulate the predicted top-k and keep the
+fastest) is reported next to it, and so is the prediction error.
+
+Exhaustive labels are cached per case under `cache_dir` (npz of the draft
+rows and their cycles; recomputed when the draft space changes).
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..hw.core import Backend
+from ..partition import DraftTable
+from .dataset import CACHE_DIR, ROW_COLUMNS, Labeller, _try_lower
+from .features import features_table
+from .kernels import SUPPORTED, case_drafts, make_case
+
+TIE = 1e-6          # relative cycle difference treated as a tie
+
+
+def default_cases() -> list[dict]:
+    """The held-out evaluation cases (never used for training): per backend
+    and kernel a modest set of shapes whose draft spaces stay affordable to
+    simulate exhaustively (hundreds to a few thousand drafts; UPMEM's
+    tasklet x WRAM-tile knobs make its GEMV / MMTV spaces 10^4+)."""
+    gemv = [[128, 128], [256, 256], [512, 128], [1000, 200], [4096, 64], [256, 1024]]
+    elem = [[3000], [8192], [262144], [8, 1000], [12, 4096], [64, 64], [24, 1536], [100000]]
+    mmtv = [[1, 4, 64, 32], [1, 8, 128, 64], [2, 4, 96, 64], [1, 12, 256, 64], [4, 2, 128, 128]]
+    per = {
+        "hbm-pim": {"gemv": gemv, "red": elem, "va": elem, "relu": elem, "mmtv": mmtv},
+        "attacc": {"gemv": gemv + [[1024, 1024], [2048, 512]], "red": elem, "mmtv": mmtv, "attn": mmtv},
+        "newton": {"gemv": gemv + [[1024, 1024], [2048, 512]], "mmtv": mmtv[:4]},
+        "upmem": {"gemv": [[128, 128], [1000, 200]], "red": elem[:6], "va": elem[:6], "relu": elem[:6],
+                  "mmtv": [[1, 4, 64, 32]]},
+    }
+    return [{"backend": b, "kernel": k, "shape": s} for b, ks in per.items() for k, ss in ks.items() for s in ss]
+
+
+@dataclass
+class CaseResult:
+    backend: str
+    kernel: str
+    shape: list
+    drafts: int
+    lowered: int
+    optimum: float = math.nan
+    chosen: float = math.nan
+    best: bool = False
+    rel: float = math.nan                  # optimum / chosen cycles (1 = optimal)
+    topk_best: bool = False
+    topk_rel: float = math.nan
+    mape: float = math.nan                 # mean |pred - sim| / sim over the lowered drafts
+    spearman: float = math.nan
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+def _table_cols(table: DraftTable) -> dict:
+    return {c: np.asarray(getattr(table, c)) for c in ROW_COLUMNS}
+
+
+def exhaustive(backend: Backend, kernel: str, shape, cache_dir: str | None = None, progress=None):
+    """(case, table, cycles [n]) with every draft simulated (NaN: fails to lower)."""
+    case = make_case(backend, kernel, shape)
+    table = case_drafts(case, backend)
+    cols = _table_cols(table)
+    path = None
+    if cache_dir is not False:
+        d = os.path.join(cache_dir or CACHE_DIR, "exhaustive", backend.name)
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, f"{kernel}-{'x'.join(map(str, case.shape))}.npz")
+        if os.path.exists(path):
+            with np.load(path, allow_pickle=False) as z:
+                same = all(c in z and z[c].shape == cols[c].shape and np.array_equal(z[c], cols[c])
+                           for c in ROW_COLUMNS)
+                if same:
+                    return case, table, np.asarray(z["cycles"], np.float64)
+    lab = Labeller(backend)
+    for i in range(len(table)):
+        lab.add(i, _try_lower(case, table[i], backend))
+        if progress is not None and (i + 1) % 200 == 0:
+            progress(i + 1, len(table))
+    cyc = np.full(len(table), np.nan)
+    for i, v in lab.flush():
+        cyc[i] = v[0]
+    if path is not None:
+        np.savez(path, cycles=cyc, **cols)
+    return case, table, cyc
+
+
+def evaluate_case(model, backend: Backend, kernel: str, shape, top_k: int = 8,
+                  cache_dir: str | None = None, progress=None) -> CaseResult:
+    """Table II numbers of one case (see module docstring)."""
+    t0 = time.time()
+    case, table, cyc = exhaustive(backend, kernel, shape, cache_dir, progress)
+    ok = np.isfinite(cyc)
+    res = CaseResult(backend.name, kernel, list(case.shape), len(table), int(ok.sum()))
+    if not ok.any():
+        res.seconds = time.time() - t0
+        return res
+    pred = model.predict(features_table(case.target, table, backend, case.shapes))
+    idx = np.nonzero(ok)[0]
+    c, p = cyc[idx], pred[idx]
+    opt = float(c.min())
+    order = np.argsort(p, kind="stable")
+    chosen = float(c[order[0]])
+    topk = float(c[order[:top_k]].min())
+    res.optimum, res.chosen = opt, chosen
+    res.best = chosen <= opt * (1 + TIE)
+    res.rel = opt / chosen
+    res.topk_best = topk <= opt * (1 + TIE)
+    res.topk_rel = opt / topk
+    res.mape = float(np.mean(np.abs(p - c) / c))
+    if len(c) > 2:
+        rc = np.argsort(np.argsort(c))
+        rp = np.argsort(np.argsort(p))
+        res.spearman = float(np.corrcoef(rc, rp)[0, 1])
+    res.seconds = time.time() - t0
+    return res
+
+
+def table2(results: list[CaseResult]) -> list[dict]:
+    """Rows per backend + kernel and an overall row: Total, #Best, the
+    geometric-mean relative performance of the misses (and their count), the
+    same for the tuner's top-k, and the mean prediction error."""
+    rows = []
+    keys = sorted({(r.backend, r.kernel) for r in results}, key=lambda k: (k[0], k[1]))
+    for key in keys + [("all", "all")]:
+        rs = [r for r in results if r.lowered and (key == ("all", "all") or (r.backend, r.kernel) == key)]
+        if not rs:
+            continue
+        miss = [r.rel for r in rs if not r.best]
+        miss_k = [r.topk_rel for r in rs if not r.topk_best]
+        rows.append({
+            "backend": key[0], "kernel": key[1], "total": len(rs), "best": sum(r.best for r in rs),
+            "best_frac": sum(r.best for r in rs) / len(rs),
+            "subopt": float(np.exp(np.mean(np.log(miss)))) if miss else 1.0, "misses": len(miss),
+            "worst": float(min(miss)) if miss else 1.0,
+            "topk_best": sum(r.topk_best for r in rs),
+            "topk_subopt": float(np.exp(np.mean(np.log(miss_k)))) if miss_k else 1.0,
+            "mape": float(np.mean([r.mape for r in rs])),
+            "drafts": int(np.sum([r.drafts for r in rs])),
+        })
+    return rows
+
+
+def supported(backend: str, kernel: str) -> bool:
+    return kernel in SUPPORTED.get(backend, ())

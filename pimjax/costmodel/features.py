@@ -1,0 +1,409 @@
+"""Draft features for the learned cost model (DCC §IV-D's coupled predictor).
+
+`features_table(op, table, backend, shapes)` turns every draft of a
+`DraftTable` into a fixed-length float32 vector, with numpy columns only
+(10^5 drafts in well under 0.2 s); `features(op, draft, backend, shapes)`
+is the same for one `Draft` (it builds a one-row table, so the numbers are
+equal row by row).  `F == len(FEATURE_NAMES)` for every op kind and backend.
+
+`op` is a `PimOp`, or for an AttAcc attention block the tuple of its six
+ops (score, max, exp, sum, div, context; `lower.patterns.match_attention`),
+whose drafts are drafts of the score op.
+
+Feature groups (all sizes log2(1 + x) unless noted):
+
+* shape   — op kind one-hots, iteration points, output / reduction
+            elements, loop vars and dimension sets, input / result sizes.
+* slots   — per dimension set, in a canonical op-level order (lane-carrying
+            set, reduction sets, then output sets by extent; at most
+            `SLOTS`, extra sets multiplied into the last): value-range
+            length, groups, cores, per-core tile, padding waste, idle
+            tiles, reduction / lane / compound flags.  Plus the per-core
+            tiles sorted (draft-level) and padded to `SLOTS`.
+* tiling  — groups / cores used (and fractions of the mesh), worst-core
+            loop lengths (outputs, reduction, elements, lane variable),
+            lane utilisation, footprint per core, capacity share.
+* knobs   — one-hots of reduction, dataflow, ki, ko, granularity,
+            irregular, tasklets, wram_tile, buffers; lane flags.
+* hw      — lanes, mesh, registers, buffers, bank geometry, timing (tCK
+            in ns, the rest in cycles), link / host bandwidths, UPMEM DPU.
+* estimates — closed-form bytes and commands (rearrangement with and
+            without replication, register / buffer writes, read-back,
+            column commands, row activations, DMA) and rough times in
+            cycles per phase.  They are features, never the answer: the
+            MLP learns the map to simulated cycles.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from ..hw.core import Backend
+from ..partition import DraftTable, dimension_sets
+from ..partition.generate import lane_candidates
+from ..partition.table import from_drafts
+from ..partition.tiles import set_tilings
+from ..partition.verify import footprint_elements, infer_shapes, matrix_and_vector, per_core_var_lengths
+
+SLOTS = 4                                   # dimension-set slots (mmtv / attn / conv2d have 4-5)
+KI_KO = (1, 2, 4, 8)
+TASKLETS = (1, 8, 11, 16, 24)
+WRAM_TILES = (0, 32, 64, 128, 256, 512, 1024, 2048)
+BUFFERS = (1, 2, 4)
+KINDS = ("contraction", "reduction", "elementwise", "attention")
+_SLOT_FIELDS = ("len", "groups", "cores", "tile", "waste", "idle", "reduction", "lane", "compound")
+
+_SHAPE = (["kind_" + k for k in KINDS]
+          + ["combiner_max", "points", "outputs", "reduction", "n_loop_vars", "n_sets",
+             "in0_size", "in1_size", "in2_size", "result_size", "epilogue", "n_lane_candidates"])
+_SLOT = [f"set{i}_{f}" for i in range(SLOTS) for f in _SLOT_FIELDS] + [f"tile_sorted{i}" for i in range(SLOTS)]
+_TILING = ["groups_used", "cores_used", "total_cores", "groups_frac", "cores_frac", "cores_total_frac",
+           "core_outputs", "core_reduction", "core_elements", "lane_len", "lane_util", "lane_cols",
+           "footprint", "footprint_bytes", "capacity_frac", "waste_total", "red_split", "red_split_groups",
+           "in0_core", "in1_core", "in2_core", "in0_copies", "in1_copies", "in2_copies",
+           "in0_core_copies", "in1_core_copies", "in2_core_copies"]
+_KNOBS = (["red_complete", "red_host", "red_group", "df_os", "df_is"]
+          + [f"ki_{k}" for k in KI_KO] + [f"ko_{k}" for k in KI_KO]
+          + ["gran_broadcast", "gran_core", "irr_expand", "irr_keep"]
+          + [f"tasklets_{t}" for t in TASKLETS] + [f"wram_{w}" for w in WRAM_TILES]
+          + [f"buffers_{b}" for b in BUFFERS]
+          + ["lane_none", "lane_is_reduction", "log_ki", "log_ko", "log_tasklets", "log_wram"])
+_HW = ["lanes", "n_groups", "cores_per_group", "banks", "banks_per_core", "rows", "cols", "col_bytes",
+       "elem_bytes", "n_input_regs", "n_output_regs", "reg_bytes", "broadcast", "per_core_commands",
+       "unit_softmax", "unit_accumulator", "unit_global_buffer", "n_global_buffers", "global_buffer_bytes",
+       "programmable", "max_tasklets", "scratchpad", "tCK", "tCL", "tWL", "tBL", "tRCDRD", "tRCDWR", "tRP",
+       "tRAS", "tCCD_S", "tCCD_L", "tCCD_AB", "tRRD_S", "tFAW", "tREFI", "link_bw", "readback_bw",
+       "host_bw", "host_flops", "host_launch", "dpu_clock", "dma_bpc", "dma_latency"]
+_EST = ["est_rearr_bytes", "est_rearr_unique_bytes", "est_rearr_bcast_bytes", "est_reg_writes",
+        "est_out_reads", "est_readback_bytes", "est_merge_flops", "est_cols", "est_col_cmds",
+        "est_rows", "est_dma", "est_t_rearr", "est_t_compute", "est_t_readback", "est_t_merge",
+        "est_t_dpu", "est_t_total", "est_share_rearr", "est_share_compute", "est_share_readback"]
+FEATURE_NAMES: tuple[str, ...] = tuple(_SHAPE + _SLOT + _TILING + _KNOBS + _HW + _EST)
+F = len(FEATURE_NAMES)
+
+
+def _l2(x) -> np.ndarray:
+    """log2(1 + max(x, 0)) in float32 (the features' precision)."""
+    x = np.asarray(x, np.float32)
+    return np.log2(np.maximum(x, np.float32(0.0)) + np.float32(1.0))
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _split_target(op):
+    """(op whose drafts these are, attention context op or None)."""
+    if isinstance(op, (tuple, list)):
+        return op[0], op[-1]
+    return op, None
+
+
+def _all_shapes(op, ctx, shapes):
+    out = dict(infer_shapes(op))
+    if ctx is not None:
+        out.update(infer_shapes(ctx))
+    if shapes:
+        out.update({k: tuple(v) for k, v in shapes.items()})
+    return out
+
+
+@lru_cache(maxsize=64)
+def _hw_vector(backend: Backend) -> np.ndarray:
+    core, group, t, sysm = backend.core, backend.group, backend.timing, backend.system
+    host = sysm.host
+    f = float
+    v = [_l2(core.lanes), _l2(backend.n_groups), _l2(group.cores_per_group), _l2(group.banks),
+         _l2(core.banks_per_core), _l2(core.pim_rows or core.rows), _l2(core.cols), _l2(core.col_bytes),
+         core.elem_bytes, _l2(core.n_input_regs), _l2(core.n_output_regs), _l2(core.reg_bytes),
+         f(group.broadcast), f(group.per_core_commands), f("softmax" in group.units),
+         f("accumulator" in group.units), f("global_buffer" in group.units), _l2(group.n_global_buffers),
+         _l2(group.global_buffer_bytes), f(core.programmable), _l2(core.tasklets), _l2(core.scratchpad_bytes),
+         f(t.tCK), _l2(t.tCL), _l2(t.tWL), _l2(t.tBL), _l2(t.tRCDRD), _l2(t.tRCDWR), _l2(t.tRP), _l2(t.tRAS),
+         _l2(t.tCCD_S), _l2(t.tCCD_L), _l2(t.tCCD_AB), _l2(t.tRRD_S), _l2(t.tFAW), _l2(t.tREFI),
+         _l2(sysm.link_bandwidth), _l2(sysm.readback_bandwidth), _l2(f(host.mem_bandwidth) / 1e9),
+         _l2(f(host.peak_flops) / 1e12), _l2(host.launch_overhead_ns), f(t.dpu_clock_ghz),
+         f(t.dma_bytes_per_cycle), _l2(t.dma_latency_cycles)]
+    return np.array([float(x) for x in v], np.float64)
+
+
+def _onehot(col: np.ndarray, values) -> list[np.ndarray]:
+    return [col == v for v in values]      # bool rows; converted on write
+
+
+class _OpInfo:
+    """Op-level facts shared by every row (computed once per call)."""
+
+    def __init__(self, op, ctx, lane_vars: tuple, shapes: dict):
+        self.op, self.ctx = op, ctx
+        self.sets = dimension_sets(op)
+        self.lane_vars = tuple(lane_vars)
+        ext = op.extents
+        self.ext = ext
+        red = set(op.reduction_vars)
+        self.red = red
+        # candidate value-range lengths per set: [S][R]
+        self.cand_len = [np.array([s.extent(r, ext)[1] for r in range(len(s.candidates))], np.int64)
+                         for s in self.sets]
+        self.set_red = np.array([bool(red & set(s.vars)) for s in self.sets], bool)
+        self.set_compound = np.array([len(s.vars) > 1 for s in self.sets], bool)
+        # canonical slot order: the set holding the first lane candidate, then
+        # reduction sets, then the others, each by decreasing extent
+        lane0 = self.lane_vars[0] if self.lane_vars and self.lane_vars[0] is not None else None
+
+        def key(i):
+            s = self.sets[i]
+            return (0 if (lane0 is not None and lane0 in s.vars) else 1,
+                    0 if self.set_red[i] else 1, -int(self.cand_len[i].max()), i)
+        self.order = sorted(range(len(self.sets)), key=key)
+        # lane var -> set index per lane code
+        self.lane_set = np.array([next((i for i, s in enumerate(self.sets) if v is not None and v in s.vars), -1)
+                                  for v in self.lane_vars], np.int64)
+        self.lane_red = np.array([v is not None and v in red for v in self.lane_vars], bool)
+        self.lane_none = np.array([v is None for v in self.lane_vars], bool)
+        # operands: inputs by size (largest first), the result
+        used = sorted(set(op.body_operands) | set(op.epilogue_operands))
+        self.shapes = shapes
+        size = lambda acc: int(np.prod(shapes[acc.value], dtype=np.int64))  # noqa: E731
+        ins = [op.operands[k] for k in used]
+        if ctx is not None:       # attention: V is read by the context product with K's tiling
+            ins = ins + [a for a in ctx.operands if a.value not in {o.value for o in op.results}]
+        self.inputs = sorted(ins, key=size, reverse=True)[:3]
+        self.in_sizes = [size(a) for a in self.inputs]
+        self.result_size = size(op.result)
+        self.points = int(np.prod(list(ext.values()), dtype=np.int64))
+        self.outputs = int(np.prod([ext[v] for v in op.output_vars], dtype=np.int64))
+        self.reduction = int(np.prod([ext[v] for v in op.reduction_vars], dtype=np.int64))
+        self.attention = ctx is not None
+        self.contraction = op.kind == "contraction"
+        if self.contraction:
+            try:
+                m, v = matrix_and_vector(op, shapes)
+                self.vector_vars = set(op.operands[v].vars)
+            except Exception:  # noqa: BLE001 - a contraction with one operand
+                self.vector_vars = set()
+        else:
+            self.vector_vars = set()
+
+    def acc_vars(self, acc) -> set:
+        return set(acc.vars)
+
+
+def _expr_extent(expr, lens: dict, size: int, n: int) -> np.ndarray:
+    """Distinct values of `expr` when its variables range over `lens` (the
+    contiguous-expand count, capped by the dimension's size)."""
+    if not expr.vars:
+        return np.ones(n, np.int64)
+    if not expr.is_linear:
+        return np.full(n, size, np.int64)
+    span = np.zeros(n, np.int64)
+    for v, c in expr.terms:
+        span = span + abs(c) * (lens[v] - 1)
+    return np.minimum(span + 1, size)
+
+
+def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None = None) -> np.ndarray:
+    """[n, F] float32 features of every draft of `table` (see module docstring).
+
+    op: the PimOp the table's drafts tile (or an attention block tuple).
+    shapes: value id -> tensor shape (default: implied by the index maps).
+    """
+    op_, ctx = _split_target(op)
+    shapes = _all_shapes(op_, ctx, shapes)
+    info = _OpInfo(op_, ctx, table.lane_vars, shapes)
+    n = len(table)
+    if n == 0:
+        return np.zeros((0, F), np.float32)
+    core, group, t = backend.core, backend.group, backend.timing
+    lanes = core.lanes
+    eb = core.elem_bytes
+    G, C = np.asarray(table.groups, np.int64), np.asarray(table.cores, np.int64)
+    R, T = np.asarray(table.reps, np.int64), np.asarray(table.tile, np.int64)
+    lane = np.asarray(table.lane, np.int64)
+    S = G.shape[1]
+    cols: list[np.ndarray] = []
+    ones = 1.0      # op-level columns are scalars, broadcast on write
+
+    # ---- shape ------------------------------------------------------------
+    kind = "attention" if info.attention else op_.kind
+    cols += [ones * (kind == k) for k in KINDS]
+    cols += [ones * (op_.combiner == "max"), ones * _l2(info.points), ones * _l2(info.outputs),
+             ones * _l2(info.reduction), ones * len(op_.loop_vars), ones * S]
+    sizes = info.in_sizes + [0] * (3 - len(info.in_sizes))
+    cols += [ones * _l2(s) for s in sizes]
+    cols += [ones * _l2(info.result_size), ones * (op_.epilogue is not None), ones * len(info.lane_vars)]
+
+    # ---- slots --------------------------------------------------------------
+    L = np.stack([info.cand_len[i][R[:, i]] for i in range(S)], axis=1) if S else np.zeros((n, 0), np.int64)
+    tiles = G * C
+    used_tiles = _cdiv(L, np.maximum(T, 1))
+    lane_set = info.lane_set[lane]
+    slot_cols = np.zeros((SLOTS, len(_SLOT_FIELDS), n), np.float32)
+    for slot, si in enumerate(info.order):
+        j = min(slot, SLOTS - 1)
+        merge = slot >= SLOTS
+        vals = [_l2(L[:, si]), _l2(G[:, si]), _l2(C[:, si]), _l2(T[:, si]),
+                (T[:, si] * tiles[:, si] - L[:, si]) / np.maximum(L[:, si], 1),
+                (tiles[:, si] - used_tiles[:, si]) / np.maximum(tiles[:, si], 1),
+                ones * info.set_red[si], (lane_set == si).astype(np.float64), ones * info.set_compound[si]]
+        for f, v in enumerate(vals):
+            # extra sets fold into the last slot: sizes add in log space, flags or
+            slot_cols[j, f] = (slot_cols[j, f] + v) if (merge and f < 4) else \
+                (np.maximum(slot_cols[j, f], v) if merge else v)
+    cols += [slot_cols[j, f] for j in range(SLOTS) for f in range(len(_SLOT_FIELDS))]
+    ts = -np.sort(-_l2(T), axis=1) if S else np.zeros((n, 0))
+    ts = np.pad(ts, ((0, 0), (0, max(0, SLOTS - S))))[:, :SLOTS]
+    cols += [ts[:, j] for j in range(SLOTS)]
+
+    # ---- tiling --------------------------------------------------------------
+    g_used, c_used = np.ones(n, np.int64), np.ones(n, np.int64)
+    for si in range(S):
+        g_used, c_used = g_used * G[:, si], c_used * C[:, si]
+    total = g_used * c_used
+    lens = per_core_var_lengths(op_, info.sets, R, T)
+    outs = np.ones(n, np.int64)
+    for v in op_.output_vars:
+        outs = outs * lens[v]
+    redl = np.ones(n, np.int64)
+    for v in op_.reduction_vars:
+        redl = redl * lens[v]
+    elems = outs * redl
+    lane_len = np.ones(n, np.int64)
+    for code, v in enumerate(info.lane_vars):
+        if v is not None:
+            lane_len = np.where(lane == code, lens[v], lane_len)
+    lane_eff = np.where(info.lane_none[lane], 1, lanes)
+    lane_cols = _cdiv(lane_len, lane_eff)
+    lane_util = lane_len / (lane_cols * lane_eff)
+    cols_core = lane_cols * (elems // np.maximum(lane_len, 1))        # column ops of the worst core
+    foot = footprint_elements(op_, lens, shapes)
+    cap = core.banks_per_core * core.pim_bank_bytes
+    waste = np.ones(n, np.float32)
+    for si in range(S):          # a loop over sets: prod(axis=1) over a short axis is slow
+        waste = waste * (T[:, si] * tiles[:, si]).astype(np.float32) / np.maximum(L[:, si], 1)
+    red_split = np.ones(n, np.int64)
+    red_split_g = np.ones(n, np.int64)
+    for si in range(S):
+        if info.set_red[si]:
+            red_split = red_split * np.minimum(tiles[:, si], used_tiles[:, si])
+            red_split_g = red_split_g * G[:, si]
+    in_core, in_copies, in_core_copies = [], [], []
+    for acc in info.inputs:
+        shp = shapes[acc.value]
+        fp = np.ones(n, np.int64)
+        for e, size in zip(acc.index_map, shp):
+            fp = fp * _expr_extent(e, lens, size, n)
+        avars = set(acc.vars)
+        dg, dc = np.ones(n, np.int64), np.ones(n, np.int64)
+        for si, s in enumerate(info.sets):
+            if avars & set(s.vars):
+                dg, dc = dg * G[:, si], dc * C[:, si]
+        in_core.append(fp)
+        in_copies.append(dg * dc)               # distinct tiles of this input
+        in_core_copies.append(dc)               # distinct tiles within one group
+    while len(in_core) < 3:
+        in_core.append(np.zeros(n, np.int64))
+        in_copies.append(np.zeros(n, np.int64))
+        in_core_copies.append(np.zeros(n, np.int64))
+    cols += [_l2(g_used), _l2(c_used), _l2(total), g_used / backend.n_groups,
+             c_used / backend.cores_per_group, total / backend.n_cores, _l2(outs), _l2(redl), _l2(elems),
+             _l2(lane_len), lane_util, _l2(lane_cols), _l2(foot), _l2(foot * eb), foot * eb / cap,
+             np.log2(np.maximum(waste, 1.0)), _l2(red_split), _l2(red_split_g)]
+    cols += [_l2(x) for x in in_core] + [_l2(x) for x in in_copies] + [_l2(x) for x in in_core_copies]
+
+    # ---- knobs -------------------------------------------------------------------
+    red_k, df, ki, ko = (np.asarray(table.column(c)) for c in ("reduction", "dataflow", "ki", "ko"))
+    gran, irr, tk, wt, buf = (np.asarray(table.column(c)) for c in
+                              ("granularity", "irregular", "tasklets", "wram_tile", "buffers"))
+    cols += _onehot(red_k, (0, 1, 2)) + _onehot(df, (0, 1)) + _onehot(ki, KI_KO) + _onehot(ko, KI_KO)
+    cols += _onehot(gran, (0, 1)) + _onehot(irr, (0, 1)) + _onehot(tk, TASKLETS) + _onehot(wt, WRAM_TILES)
+    cols += _onehot(buf, BUFFERS)
+    cols += [info.lane_none[lane].astype(np.float64), info.lane_red[lane].astype(np.float64),
+             np.log2(ki), np.log2(ko), np.log2(tk), _l2(wt)]
+
+    # ---- hardware ----------------------------------------------------------------
+    hw = _hw_vector(backend)
+    cols += list(hw)
+
+    # ---- closed-form estimates ------------------------------------------------------
+    # rearrangement: every core that needs an input tile gets it written (replicated),
+    # or once per distinct tile, or once per group when a broadcast reaches its cores
+    rearr = sum(in_core[k] * total for k in range(3)) * eb
+    rearr_u = sum(in_core[k] * in_copies[k] for k in range(3)) * eb
+    bcast = group.broadcast
+    rearr_b = sum(in_core[k] * (g_used * (in_core_copies[k] if bcast else c_used)) for k in range(3)) * eb
+    reg_simd = core.n_input_regs >= 2 and core.n_output_regs >= 2 and lanes > 1 and \
+        "global_buffer" not in group.units
+    # register / buffer writes (Korean paper: os rewrites inputs per output block, is once)
+    vec_len = np.ones(n, np.int64)
+    for v in info.vector_vars:
+        if v in lens:
+            vec_len = vec_len * lens[v]
+    n_in = _cdiv(redl, ki * lane_eff)
+    n_out = _cdiv(outs, ko)
+    if info.contraction:
+        reg_writes = np.where(df == 0, n_in * n_out * ki, n_in * ki).astype(np.float64)
+        out_reads = np.where(df == 0, n_out, n_out * n_in).astype(np.float64)
+        if not reg_simd:
+            reg_writes = _cdiv(vec_len, lane_eff).astype(np.float64)
+            out_reads = _cdiv(outs, lane_eff).astype(np.float64)
+    else:
+        reg_writes = np.zeros(n)
+        out_reads = _cdiv(elems if op_.kind == "elementwise" else outs, lane_eff).astype(np.float64)
+    lane_partials = info.lane_red[lane] & reg_simd
+    rb_elems = outs * total * np.where(lane_partials, lanes, 1)
+    rb_elems = np.where(red_k == 2, outs * g_used * np.maximum(c_used // np.maximum(red_split, 1), 1), rb_elems)
+    rb_bytes = rb_elems * (4 if core.dtype == "int32" else eb)
+    merge_flops = np.where(red_split > 1, rb_elems, 0) + np.where(lane_partials, rb_elems, 0)
+    col_cmds = cols_core * np.where(gran == 1, c_used, 1)
+    row_bytes = core.cols * core.col_bytes
+    rows = _cdiv(foot * eb, row_bytes)
+    dma = np.where(wt > 0, _cdiv(foot * eb, np.maximum(wt, 1)), 0)
+    tck = float(t.tCK)
+    link = float(backend.system.link_bandwidth)
+    rlink = float(backend.system.readback_bandwidth)
+    par = np.maximum(g_used, 1)
+    t_rearr = rearr_b / (link * par) / tck
+    t_rb = rb_bytes / (rlink * par) / tck
+    t_comp = (col_cmds * float(t.tCCD_AB) + rows * float(t.tRCDRD + t.tRP)
+              + (reg_writes + out_reads) * float(t.tCCD_S))
+    host = backend.system.host
+    t_merge = np.where(merge_flops > 0, np.maximum(rb_bytes / (float(host.mem_bandwidth) * float(host.bandwidth_efficiency)),
+                                                   merge_flops / (float(host.peak_flops) * float(host.flops_efficiency)))
+                       * 1e9 + float(host.launch_overhead_ns), 0.0) / tck
+    if core.programmable:
+        # DPU: ~4 instructions per element through a pipeline that issues one per
+        # cycle with >= 11 tasklets; DMA: latency per request + 2 B per cycle
+        per_tk = np.maximum(tk, 1)
+        instr = elems * 4.0
+        t_dpu = np.maximum(instr * 11.0 / np.minimum(per_tk, 11) / 11.0,
+                           dma * float(t.dma_latency_cycles) / per_tk + foot * eb / float(t.dma_bytes_per_cycle))
+        t_dpu = t_dpu / float(t.dpu_clock_ghz) / tck
+        t_comp = t_dpu
+    else:
+        t_dpu = np.zeros(n)
+    t_total = t_rearr + t_comp + t_rb + t_merge
+    safe = np.maximum(t_total, 1e-9)
+    cols += [_l2(rearr), _l2(rearr_u), _l2(rearr_b), _l2(reg_writes), _l2(out_reads), _l2(rb_bytes),
+             _l2(merge_flops), _l2(cols_core), _l2(col_cmds), _l2(rows), _l2(dma), _l2(t_rearr), _l2(t_comp),
+             _l2(t_rb), _l2(t_merge), _l2(t_dpu), _l2(t_total), t_rearr / safe, t_comp / safe, t_rb / safe]
+    assert len(cols) == F, (len(cols), F)
+    # fill feature-major, then view as [n, F]: row writes are contiguous
+    out = np.empty((F, n), np.float32)
+    for j, c in enumerate(cols):
+        out[j] = c
+    return out.T
+
+
+def features(op, draft, backend: Backend, shapes: dict | None = None) -> np.ndarray:
+    """[F] float32 features of one `Draft` of `op` (equal to its row of
+    `features_table`)."""
+    op_, _ = _split_target(op)
+    sets = dimension_sets(op_)
+    tiles = np.array([[t.tile for t in set_tilings(op_, sets, draft)]], np.int64)
+    lane_vars = lane_candidates(op_, backend)
+    if draft.lane_var not in lane_vars:
+        lane_vars = lane_vars + (draft.lane_var,)
+    table = from_drafts([draft], lane_vars, tiles)
+    return features_table(op, table, backend, shapes)[0]

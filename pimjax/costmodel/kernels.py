@@ -1,0 +1,184 @@
+"""The kernels the predictor is trained and judged on (DCC Table II's GEMV,
+RED, VA, RELU, MMTV and AttAcc's ATTN, plus Newton's GEMM / conv), built by
+tracing small `jnp` functions with `pimjax.make_graph`.
+
+A `Case` is one (backend, kernel, shape): the PIM op (or, for `attn`, the
+six-op attention block that AttAcc lowers as one program), its tensor shapes
+and its draft space.  `shape` follows the kernel's argument shapes:
+
+    gemv [M, N]          y[M]      = W[M, N] @ x[N]
+    mmtv [B, H, L, D]    y[B,H,L]  = sum_d A[B,H,L,D] x[B,H,D]
+    attn [B, H, L, D]    o[B,H,D]  = softmax(q K^T / sqrt(D)) V
+    va   [E] | [B, E]    a + b
+    relu [E] | [B, E]    max(a, 0)
+    red  [E] | [B, E]    sum over the last axis
+    gemm [M, K, N]       A[M, K] @ B[K, N]
+    conv [H, W, C, F, K] NHWC 'SAME' convolution, batch 1, K x K kernel
+
+UPMEM cores compute integers only, so its cases trace int32 data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..hw.core import Backend
+from ..partition import DraftTable, dimension_sets, drafts
+from ..partition.verify import infer_shapes
+
+KERNELS = ("gemv", "red", "va", "relu", "mmtv", "attn", "gemm", "conv")
+
+# kernels each preset lowers (hbm-pim: all-bank SIMD; attacc: GEMV units only,
+# reductions as GEMVs with a ones vector; newton: contractions only; upmem: DPUs)
+SUPPORTED = {
+    "hbm-pim": ("gemv", "red", "va", "relu", "mmtv"),
+    "attacc": ("gemv", "red", "mmtv", "attn"),
+    "newton": ("gemv", "mmtv", "gemm", "conv"),
+    "upmem": ("gemv", "red", "va", "relu", "mmtv"),
+}
+
+
+def _gemv(W, x):
+    return W @ x
+
+
+def _mmtv(A, x):
+    return jnp.einsum("bhnd,bhd->bhn", A, x)
+
+
+def _attn(q, K, V):
+    s = jnp.einsum("bhd,bhnd->bhn", q, K) / np.float32(np.sqrt(q.shape[-1]))
+    return jnp.einsum("bhn,bhnd->bhd", jax.nn.softmax(s, axis=-1), V)
+
+
+def _va(a, b):
+    return a + b
+
+
+def _relu(a):
+    return jnp.maximum(a, jnp.zeros((), a.dtype))
+
+
+def _red(a):
+    return a.sum(-1)
+
+
+def _gemm(A, B):
+    return A @ B
+
+
+def _conv(x, k):
+    return jax.lax.conv_general_dilated(x, k, (1, 1), "SAME",
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+def _arg_shapes(kernel: str, shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    s = tuple(int(v) for v in shape)
+    if kernel == "gemv":
+        M, N = s
+        return (M, N), (N,)
+    if kernel in ("mmtv", "attn"):
+        B, H, L, D = s
+        if kernel == "mmtv":
+            return (B, H, L, D), (B, H, D)
+        return (B, H, D), (B, H, L, D), (B, H, L, D)
+    if kernel == "va":
+        return s, s
+    if kernel in ("relu", "red"):
+        return (s,)
+    if kernel == "gemm":
+        M, K, N = s
+        return (M, K), (K, N)
+    if kernel == "conv":
+        H, W, C, F, K = s
+        return (1, H, W, C), (K, K, C, F)
+    raise ValueError(f"unknown kernel {kernel!r}; expected one of {KERNELS}")
+
+
+_FNS = {"gemv": _gemv, "mmtv": _mmtv, "attn": _attn, "va": _va, "relu": _relu, "red": _red,
+        "gemm": _gemm, "conv": _conv}
+
+
+@dataclass(frozen=True, eq=False)
+class Case:
+    """One (backend, kernel, shape).
+
+    op:     the PimOp the drafts tile (for attn: the score contraction).
+    target: what `features` / `lower_case` take: the op, or for attn the
+            tuple of the six block ops (score ... context).
+    shapes: value id -> tensor shape of every value the target touches.
+    """
+    backend: str
+    kernel: str
+    shape: tuple[int, ...]
+    op: object
+    target: object
+    shapes: dict
+
+
+@lru_cache(maxsize=256)
+def _trace(kernel: str, shape: tuple[int, ...], integer: bool):
+    import pimjax
+    dt = np.int32 if integer else np.float32
+    args = [np.zeros(s, dt) for s in _arg_shapes(kernel, shape)]
+    return pimjax.make_graph(_FNS[kernel], *args)
+
+
+def make_case(backend: Backend | str, kernel: str, shape) -> Case:
+    """Trace `kernel` at `shape` for `backend` (name or Backend)."""
+    name = backend if isinstance(backend, str) else backend.name
+    shape = tuple(int(v) for v in shape)
+    graph = _trace(kernel, shape, name == "upmem")
+    if kernel == "attn":
+        from ..lower.patterns import match_attention
+        blocks = match_attention(graph)
+        if not blocks:
+            raise ValueError(f"attn {shape}: no attention block found")
+        block = tuple(graph.ops[i] for i in blocks[0])
+        shapes = {}
+        for o in block:
+            shapes.update(infer_shapes(o))
+        return Case(name, kernel, shape, block[0], block, shapes)
+    pim = [o for o in graph.ops if o.kind in ("contraction", "reduction", "elementwise")]
+    if len(pim) != 1:
+        raise ValueError(f"{kernel} {shape}: expected one PIM op, got {[o.kind for o in graph.ops]}")
+    op = pim[0]
+    shapes = infer_shapes(op)
+    # the traced values' real shapes (a padded conv input is a layout op's result)
+    return Case(name, kernel, shape, op, op, shapes)
+
+
+def case_drafts(case: Case, backend: Backend) -> DraftTable:
+    """The draft space of `case` (pruned `drafts`); for attn only the drafts
+    AttAcc can run as one program (sequence and head-dim sets in one channel)."""
+    table = drafts(case.op, backend, shapes=case.shapes)
+    if case.kernel == "attn" and len(table):
+        table = table.take(attention_mask(case.op, table))
+    return table
+
+
+def attention_mask(score_op, table: DraftTable) -> np.ndarray:
+    """[n] bool: drafts of an attention block's score op whose sequence and
+    head-dim sets stay in one group (AttAcc's softmax runs per channel)."""
+    sets = dimension_sets(score_op)
+    red = set(score_op.reduction_vars)
+    # the score op's sequence var: the last output var (result index map's last dim)
+    seq = score_op.result.index_map[-1].single_var
+    keep = np.ones(len(table), bool)
+    for si, s in enumerate(sets):
+        if seq in s.vars or red & set(s.vars):
+            keep &= table.groups[:, si] == 1
+    return keep
+
+
+def lower_case(case: Case, draft, backend: Backend):
+    """Lower one draft of `case` to a Program (PimCompileError when it cannot)."""
+    if case.kernel == "attn":
+        from ..lower.attacc import lower_attention
+        return lower_attention(case.target, draft, backend, case.shapes)
+    from ..lower import lower
+    return lower(case.op, draft, backend, case.shapes)

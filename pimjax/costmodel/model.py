@@ -1,0 +1,274 @@
+"""The learned cost model: a Flax NNX MLP over draft features predicting
+log-cycles, trained with optax on MSE plus a pairwise ranking term.
+
+`CostModel` follows TVM meta_schedule's protocol of exactly four methods:
+
+* `update(features, labels, groups=None)` — fit, or continue fitting;
+  `groups` ([n] ints) says which rows are drafts of the same op and shape,
+  so ranking pairs never compare drafts of different ops;
+* `predict(features) -> np.ndarray` — predicted cycles (not log);
+* `save(path)` / `CostModel.load(path)` — msgpack
+  (`flax.serialization.msgpack_serialize`) of the parameters, the feature
+  / label normalisation and a JSON metadata string; never pickle.
+
+Loss on a batch of `batch_groups` groups x `per_group` drafts (labels
+y = log(cycles), standardised):
+
+    MSE(pred, y) + rank_weight * sum_ij w_ij softplus(-(p_j - p_i) / tau) / sum w_ij
+
+over pairs of one group with y_i < y_j - margin; w_ij = exp(-(y_i - min_g y)
+/ temperature) emphasises pairs whose better draft is near the group's
+best, which is what decides the argmin.
+
+`predict` runs the network in numpy (no compile per batch size), with the
+same arithmetic as the JAX forward used in training.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from importlib import resources
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx, serialization
+
+from .features import F, FEATURE_NAMES
+
+FORMAT_VERSION = 1
+
+
+class MLP(nnx.Module):
+    """x [n, F] -> [n] (standardised log-cycles); GELU hidden layers."""
+
+    def __init__(self, n_in: int, hidden: tuple[int, ...], rngs: nnx.Rngs):
+        sizes = (n_in,) + tuple(hidden)
+        self.layers = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:])])
+        self.out = nnx.Linear(sizes[-1], 1, rngs=rngs)
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = jax.nn.gelu(layer(x), approximate=True)
+        return self.out(x)[:, 0]
+
+
+def _gelu_np(x: np.ndarray) -> np.ndarray:
+    # jax.nn.gelu(approximate=True): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    c = np.float32(math.sqrt(2.0 / math.pi))
+    return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(c * (x + np.float32(0.044715) * x * x * x)))
+
+
+class CostModel:
+    """Predicts cycles of drafts from `features.features_table` rows.
+
+    hidden: MLP widths.  rank_weight / tau / margin / temperature: the
+    ranking term (see module docstring).  lr: Adam learning rate.
+    steps / seconds: default training length of one `update` (whichever
+    ends first).  seed: parameter init and batch sampling.
+    """
+
+    def __init__(self, n_features: int = F, hidden: tuple[int, ...] = (128, 128, 128), *, seed: int = 0,
+                 rank_weight: float = 1.0, tau: float = 0.05, margin: float = 0.01,
+                 temperature: float = 0.25, lr: float = 2e-3, weight_decay: float = 1e-5,
+                 steps: int = 4000, seconds: float | None = None, batch_groups: int = 32,
+                 per_group: int = 16, meta: dict | None = None):
+        self.n_features = int(n_features)
+        self.hidden = tuple(int(h) for h in hidden)
+        self.hp = dict(seed=int(seed), rank_weight=float(rank_weight), tau=float(tau), margin=float(margin),
+                       temperature=float(temperature), lr=float(lr), weight_decay=float(weight_decay),
+                       steps=int(steps), seconds=seconds, batch_groups=int(batch_groups),
+                       per_group=int(per_group))
+        self.net = MLP(self.n_features, self.hidden, nnx.Rngs(int(seed)))
+        self.x_mean = np.zeros(self.n_features, np.float32)
+        self.x_scale = np.ones(self.n_features, np.float32)
+        self.y_mean, self.y_scale = 0.0, 1.0
+        self.fitted = False
+        self.meta = dict(meta or {})
+        self.history: list[dict] = []
+        self._np_params = None
+
+    # ------------------------------------------------------------------
+    # protocol
+    # ------------------------------------------------------------------
+    def update(self, features, labels, groups=None, *, steps: int | None = None,
+               seconds: float | None = None, progress=None) -> dict:
+        """Fit (first call: also the normalisation) or continue fitting.
+
+        features: [n, F]; labels: [n] simulated cycles (> 0); groups: [n]
+        ints (rows of one op and shape share a value) or None (one group).
+        steps / seconds: override the default length.  progress(step,
+        steps, loss) is called now and then.  Returns a summary dict
+        (steps, seconds, initial / final loss, mse, rank)."""
+        X = np.asarray(features, np.float32)
+        y = np.log(np.maximum(np.asarray(labels, np.float64), 1e-9))
+        if X.ndim != 2 or X.shape[1] != self.n_features or X.shape[0] != y.shape[0]:
+            raise ValueError(f"features must be [n, {self.n_features}] with n labels, got {X.shape} "
+                             f"and {y.shape}")
+        ok = np.isfinite(y) & np.isfinite(X).all(axis=1)
+        X, y = X[ok], y[ok]
+        g = np.zeros(len(y), np.int64) if groups is None else np.asarray(groups, np.int64)[ok]
+        if len(y) == 0:
+            raise ValueError("update needs at least one finite label")
+        if not self.fitted:
+            self.x_mean = X.mean(axis=0).astype(np.float32)
+            sd = X.std(axis=0)
+            self.x_scale = np.where(sd > 1e-6, sd, 1.0).astype(np.float32)
+            self.y_mean = float(y.mean())
+            self.y_scale = float(y.std()) if y.std() > 1e-6 else 1.0
+        Xn = (X - self.x_mean) / self.x_scale
+        yn = ((y - self.y_mean) / self.y_scale).astype(np.float32)
+        summary = self._fit(Xn, yn, g, steps or self.hp["steps"],
+                            seconds if seconds is not None else self.hp["seconds"], progress)
+        self.fitted = True
+        self._np_params = None
+        self.history.append(summary)
+        return summary
+
+    def predict(self, features) -> np.ndarray:
+        """[n] predicted cycles of feature rows [n, F] (numpy forward)."""
+        X = np.asarray(features, np.float32)
+        if X.ndim == 1:
+            X = X[None, :]
+        if X.shape[1] != self.n_features:
+            raise ValueError(f"features must have {self.n_features} columns, got {X.shape[1]}")
+        if self._np_params is None:
+            state = nnx.state(self.net, nnx.Param)
+            layers = [(np.asarray(state["layers"][i]["kernel"].value, np.float32),
+                       np.asarray(state["layers"][i]["bias"].value, np.float32)) for i in range(len(self.hidden))]
+            out = (np.asarray(state["out"]["kernel"].value, np.float32),
+                   np.asarray(state["out"]["bias"].value, np.float32))
+            self._np_params = (layers, out)
+        layers, (wo, bo) = self._np_params
+        h = (X - self.x_mean) / self.x_scale
+        for w, b in layers:
+            h = _gelu_np(h @ w + b)
+        z = (h @ wo + bo)[:, 0].astype(np.float64)
+        return np.exp(z * self.y_scale + self.y_mean)
+
+    def save(self, path: str) -> None:
+        """Write the model to `path` (msgpack; see module docstring)."""
+        state = nnx.to_pure_dict(nnx.state(self.net, nnx.Param))
+        meta = dict(self.meta, format=FORMAT_VERSION, n_features=self.n_features, hidden=list(self.hidden),
+                    hp=self.hp, fitted=self.fitted, feature_names=list(FEATURE_NAMES)
+                    if self.n_features == F else None, history=self.history)
+        blob = {"params": jax.tree.map(np.asarray, state),
+                "norm": {"x_mean": self.x_mean, "x_scale": self.x_scale,
+                         "y": np.array([self.y_mean, self.y_scale], np.float64)},
+                "meta": json.dumps(meta, sort_keys=True)}
+        with open(path, "wb") as f:
+            f.write(serialization.msgpack_serialize(blob))
+
+    @classmethod
+    def load(cls, path: str) -> "CostModel":
+        """A model written by `save`."""
+        with open(path, "rb") as f:
+            return cls._from_bytes(f.read(), path)
+
+    # ------------------------------------------------------------------
+    # internals
+    # ------------------------------------------------------------------
+    @classmethod
+    def _from_bytes(cls, data: bytes, where: str = "<bytes>") -> "CostModel":
+        blob = serialization.msgpack_restore(data)
+        meta = json.loads(blob["meta"])
+        if meta.get("format") != FORMAT_VERSION:
+            raise ValueError(f"{where}: cost model format {meta.get('format')} != {FORMAT_VERSION}")
+        if meta.get("feature_names") is not None and tuple(meta["feature_names"]) != FEATURE_NAMES:
+            raise ValueError(f"{where}: the model was trained on other features; retrain "
+                             "(python -m pimjax.costmodel.train)")
+        hp = dict(meta["hp"])
+        model = cls(meta["n_features"], tuple(meta["hidden"]), **hp,
+                    meta={k: v for k, v in meta.items() if k not in
+                          ("format", "n_features", "hidden", "hp", "fitted", "feature_names", "history")})
+        state = nnx.state(model.net, nnx.Param)
+        nnx.replace_by_pure_dict(state, jax.tree.map(jnp.asarray, blob["params"]))
+        nnx.update(model.net, state)
+        model.x_mean = np.asarray(blob["norm"]["x_mean"], np.float32)
+        model.x_scale = np.asarray(blob["norm"]["x_scale"], np.float32)
+        model.y_mean, model.y_scale = (float(v) for v in np.asarray(blob["norm"]["y"]))
+        model.fitted = bool(meta["fitted"])
+        model.history = list(meta.get("history", []))
+        return model
+
+    def _fit(self, X: np.ndarray, y: np.ndarray, g: np.ndarray, steps: int, seconds: float | None,
+             progress) -> dict:
+        hp = self.hp
+        rng = np.random.default_rng(hp["seed"] + 7919 * len(self.history))
+        # group index: rows of each group, contiguous after a stable sort
+        order = np.argsort(g, kind="stable")
+        _, starts, counts = np.unique(g[order], return_index=True, return_counts=True)
+        G = len(starts)
+        bg, m = min(hp["batch_groups"], max(1, G)), hp["per_group"]
+        sched = optax.warmup_cosine_decay_schedule(0.0, hp["lr"], max(1, steps // 50), max(2, steps),
+                                                   hp["lr"] * 0.02)
+        tx = optax.adamw(sched, weight_decay=hp["weight_decay"])
+        graphdef, params = nnx.split(self.net, nnx.Param)
+        opt_state = tx.init(params)
+        rw, tau, margin, temp = hp["rank_weight"], hp["tau"], hp["margin"], hp["temperature"]
+        ys = self.y_scale          # pair margins and weights in natural-log cycles
+
+        def loss_fn(params, xb, yb):
+            net = nnx.merge(graphdef, params)
+            p = net(xb.reshape(-1, xb.shape[-1])).reshape(yb.shape)      # [bg, m]
+            mse = jnp.mean((p - yb) ** 2)
+            ylog = yb * ys
+            better = (ylog[:, :, None] < ylog[:, None, :] - margin)       # i better than j
+            w = jnp.exp(-(ylog - ylog.min(axis=1, keepdims=True)) / temp)[:, :, None] * better
+            d = (p[:, None, :] - p[:, :, None]) * ys / tau                # p_j - p_i, in log units / tau
+            rank = jnp.sum(w * jax.nn.softplus(-d)) / jnp.maximum(jnp.sum(w), 1e-6) * tau
+            return mse + rw * rank, (mse, rank)
+
+        @jax.jit
+        def step(params, opt_state, xb, yb):
+            (loss, (mse, rank)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, xb, yb)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state, loss, mse, rank
+
+        eval_fn = jax.jit(loss_fn)
+
+        def batch():
+            gi = rng.choice(G, bg, replace=G < bg)
+            off = (rng.random((bg, m)) * counts[gi][:, None]).astype(np.int64)
+            rows = order[starts[gi][:, None] + off]
+            return X[rows], y[rows]
+
+        xe, ye = batch()
+        first = float(eval_fn(params, xe, ye)[0])
+        t0 = time.time()
+        losses = []
+        done = 0
+        for done in range(1, steps + 1):
+            xb, yb = batch()
+            params, opt_state, loss, mse, rank = step(params, opt_state, xb, yb)
+            if done % 200 == 0 or done == steps:
+                losses.append((float(loss), float(mse), float(rank)))
+                if progress is not None:
+                    progress(done, steps, losses[-1][0])
+                if seconds is not None and time.time() - t0 > seconds:
+                    break
+        nnx.update(self.net, params)
+        last = float(eval_fn(params, xe, ye)[0])
+        tail = np.array(losses[-5:]) if losses else np.array([[last, last, 0.0]])
+        return {"steps": done, "seconds": round(time.time() - t0, 2), "rows": int(len(y)), "groups": int(G),
+                "loss_first": first, "loss_last": last, "loss": float(tail[:, 0].mean()),
+                "mse": float(tail[:, 1].mean()), "rank": float(tail[:, 2].mean())}
+
+
+def weights_path(backend_name: str) -> str:
+    return str(resources.files("pimjax.costmodel") / "weights" / f"{backend_name}.msgpack")
+
+
+def load_default(backend_name: str) -> CostModel:
+    """The shipped model of a preset ("hbm-pim", "attacc", "newton", "upmem").
+
+    >>> model = load_default("hbm-pim")                                  # doctest: +SKIP
+    >>> model.predict(features_table(op, drafts(op, backend), backend))  # doctest: +SKIP
+    """
+    ref = resources.files("pimjax.costmodel") / "weights" / f"{backend_name}.msgpack"
+    if not ref.is_file():
+        raise FileNotFoundError(f"no shipped cost model for backend {backend_name!r} ({ref}); "
+                                "run `python -m pimjax.costmodel.train --backend NAME`")
+    return CostModel._from_bytes(ref.read_bytes(), str(ref))

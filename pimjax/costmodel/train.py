@@ -1,0 +1,154 @@
+"""Train the shipped cost models: `python -m pimjax.costmodel.train [--backend NAME|all]`.
+
+Per backend:
+
+1. round 1 — label random drafts (and the closed-form estimate's best) of
+   seeded random shapes of every kernel the backend runs
+   (`dataset.generate`; records cached as JSON lines under --cache);
+2. fit a first model (`--steps1` Adam steps);
+3. round 2 — label the drafts that model ranks best per training shape
+   (its own hard cases, what the tuner's top-k would simulate);
+4. continue fitting on everything (`--steps2`) and write
+   `pimjax/costmodel/weights/<backend>.msgpack` plus a `.json` summary.
+
+Re-running reuses the cached labels, so only training time is paid.
+Training stops at a fixed number of steps (deterministic), or earlier at
+--seconds of training per backend.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+BACKENDS = ("hbm-pim", "attacc", "newton", "upmem")
+
+
+def _jax_cache(cache: str) -> None:
+    import jax
+    os.makedirs(cache, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", os.path.join(cache, "jax_cache"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: int, seconds: float,
+                  model_top: int, seed: int, console=None) -> dict:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..hw.presets import get_backend
+    from . import dataset as ds
+    from .model import CostModel
+
+    backend = get_backend(name)
+    plan = ds.PLANS[name]
+    cases = ds.training_cases(name, plan, seed=seed)
+    path = ds.records_path(name, cache)
+    summary: dict = {"backend": name, "cases": len(cases), "seed": seed}
+
+    cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[msg]}"))
+    with Progress(*cols, console=console, transient=False) as bar:
+        t0 = time.time()
+        task = bar.add_task(f"{name}: label round 1", total=len(cases), msg="")
+        recs = ds.generate(backend, cases, plan, seed=seed, path=path,
+                           progress=lambda i, n, m: bar.update(task, completed=i, msg=m))
+        summary["round1_seconds"] = round(time.time() - t0, 1)
+        X, y, g, keys = ds.featurise(recs, backend)
+        summary["round1_rows"] = int(len(y))
+
+        model = CostModel(seed=seed, steps=steps1, seconds=seconds)
+        fit = bar.add_task(f"{name}: fit round 1", total=steps1, msg="")
+        t_fit = time.time()
+        s1 = model.update(X, y, g, steps=steps1, seconds=seconds / 3,
+                          progress=lambda i, n, loss: bar.update(fit, completed=i, msg=f"loss {loss:.4f}"))
+        fit1 = time.time() - t_fit
+
+        t1 = time.time()
+        task2 = bar.add_task(f"{name}: label round 2", total=len(cases), msg="")
+        recs = ds.generate(backend, cases, plan, seed=seed, path=path, model=model, model_top=model_top,
+                           progress=lambda i, n, m: bar.update(task2, completed=i, msg=m))
+        summary["round2_seconds"] = round(time.time() - t1, 1)
+        X, y, g, keys = ds.featurise(recs, backend)
+        summary["rows"] = int(len(y))
+        summary["groups"] = int(len(keys))
+        summary["failed_lowerings"] = int(sum(r.get("cycles") is None for r in recs))
+
+        fit2 = bar.add_task(f"{name}: fit round 2", total=steps2, msg="")
+        t_fit = time.time()
+        s2 = model.update(X, y, g, steps=steps2, seconds=max(1.0, seconds - fit1),
+                          progress=lambda i, n, loss: bar.update(fit2, completed=i, msg=f"loss {loss:.4f}"))
+        fit2s = time.time() - t_fit
+    summary["train_seconds"] = round(fit1 + fit2s, 1)
+    summary["fit"] = [s1, s2]
+    # training-set quality: top-1 hit rate over the training cases and the fit error
+    pred = model.predict(X)
+    hits, rels = [], []
+    for k in np.unique(g):
+        m = g == k
+        c, p = y[m], pred[m]
+        hits.append(c[np.argmin(p)] <= c.min() * (1 + 1e-6))
+        rels.append(c.min() / c[np.argmin(p)])
+    summary["train_top1"] = float(np.mean(hits))
+    summary["train_rel"] = float(np.exp(np.mean(np.log(rels))))
+    summary["train_mape"] = float(np.mean(np.abs(pred - y) / y))
+    model.meta.update({"backend": name, "variant": backend.variant, "rows": summary["rows"],
+                       "groups": summary["groups"], "trained": time.strftime("%Y-%m-%d")})
+    os.makedirs(out_dir, exist_ok=True)
+    wpath = os.path.join(out_dir, f"{name}.msgpack")
+    model.save(wpath)
+    with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
+        json.dump(summary, f, indent=1, sort_keys=True)
+    summary["weights"] = wpath
+    summary["weights_bytes"] = os.path.getsize(wpath)
+    return summary
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", default="all", help="hbm-pim | attacc | newton | upmem | all")
+    ap.add_argument("--cache", default=os.environ.get("PIMJAX_COSTMODEL_CACHE", "/tmp/costmodel"),
+                    help="labelled records (JSON lines) and the XLA compile cache")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "weights"))
+    ap.add_argument("--steps1", type=int, default=2500)
+    ap.add_argument("--steps2", type=int, default=6000)
+    ap.add_argument("--seconds", type=float, default=60.0, help="training time cap per backend")
+    ap.add_argument("--model-top", type=int, default=12, help="round-2 drafts per training shape")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    from rich.console import Console
+    from rich.table import Table
+    console = Console(width=max(120, Console().width))
+    _jax_cache(args.cache)
+    names = BACKENDS if args.backend == "all" else tuple(args.backend.split(","))
+    bad = [n for n in names if n not in BACKENDS]
+    if bad:
+        console.print(f"[red]unknown backend(s) {bad}; choose from {BACKENDS} or all")
+        return 2
+    rows = []
+    for name in names:
+        s = train_backend(name, cache=args.cache, out_dir=args.out, steps1=args.steps1, steps2=args.steps2,
+                          seconds=args.seconds, model_top=args.model_top, seed=args.seed, console=console)
+        rows.append(s)
+        console.print(f"{name}: {s['rows']} labelled drafts over {s['groups']} shapes; labelling "
+                      f"{s['round1_seconds'] + s['round2_seconds']:.0f} s, training {s['train_seconds']:.1f} s, "
+                      f"final loss {s['fit'][1]['loss']:.4f}; weights {s['weights']} "
+                      f"({s['weights_bytes'] // 1024} KB)")
+    t = Table(title="cost model training (train-set figures)")
+    for c in ("backend", "shapes", "drafts", "label s", "train s", "loss", "mse", "rank", "top-1", "rel", "MAPE"):
+        t.add_column(c, justify="right")
+    for s in rows:
+        f = s["fit"][1]
+        t.add_row(s["backend"], str(s["groups"]), str(s["rows"]),
+                  f"{s['round1_seconds'] + s['round2_seconds']:.0f}", f"{s['train_seconds']:.1f}",
+                  f"{f['loss']:.4f}", f"{f['mse']:.4f}", f"{f['rank']:.4f}", f"{s['train_top1']:.1%}",
+                  f"{s['train_rel']:.3f}", f"{s['train_mape']:.1%}")
+    console.print(t)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
