@@ -69,6 +69,12 @@ class OpPlan:
     predicted_cycles: float = float("nan")
     choice: Any = None
     resident: tuple = ()
+    block: tuple = ()
+
+    @property
+    def draft_op(self) -> PimOp:
+        """The op whose dimension sets the draft tiles (a block's first op)."""
+        return self.choice.program.meta["block_ops"][0] if self.block else self.op
 
 
 def _arg_leaf_ids(fn, args, graph: PimGraph) -> dict:
@@ -182,12 +188,71 @@ class Traced:
         return out
 
 
+def _attention_blocks(graph: PimGraph, backend: Backend) -> dict[int, tuple]:
+    """{first op index: block} of the attention blocks a backend fuses
+    (AttAcc's score -> softmax -> context pipeline)."""
+    if backend.name != "attacc":
+        return {}
+    from .lower.patterns import match_attention
+    return {b[0]: b for b in match_attention(graph)}
+
+
+def _plan_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids) -> list[OpPlan]:
+    """One plan for an attention block (on the score op), the others fused."""
+    from .lower.attacc import lower_attention
+    from .partition.dimsets import dimension_sets
+    ops = [graph.ops[i] for i in block]
+    score, ctx = ops[0], ops[-1]
+    eb = backend.core.elem_bytes
+    h_ns = sum(host_time(o, backend.system.host, shapes, eb) for o in ops)
+    n_var = next(v for v in (score.result.index_map[-1].single_var,) if v)
+    seq_sets = [i for i, s in enumerate(dimension_sets(score)) if n_var in s.vars or s.reduction]
+
+    def keep(table):          # a head's sequence and head dim stay in one channel (the softmax unit)
+        return np.all(table.groups[:, seq_sets] == 1, axis=1)
+
+    def lower_block(op, draft, be, shp, **opts):
+        return lower_attention(ops, draft, be, shp, **opts)
+
+    from .lower.attacc import _attention_parts
+    fused = _attention_parts(ops).fused            # operands (q, K, V), the context result
+    res = tuple(k for k, a in enumerate(fused.operands) if a.value in resident_ids)
+    try:
+        choice = tuner.choose(score, backend, shapes, dtypes, lower_fn=lower_block, keep=keep,
+                              tag="attention", resident=res, result_dtype=dtypes[ctx.result.value])
+    except PimCompileError as err:
+        choice, why = None, f"cannot lower the attention block: {err}"
+    else:
+        why = "no draft of the attention block fits"
+    if choice is None or float(choice.report.total_ns) >= h_ns:
+        if choice is not None:
+            why = (f"{backend.system.host.name} roofline {h_ns:,.0f} ns beats the attention block on "
+                   f"PIM {float(choice.report.total_ns):,.0f} ns")
+        return [OpPlan(i, graph.ops[i], "host", why, host_time(graph.ops[i], backend.system.host, shapes, eb))
+                for i in block]
+    # the block runs where its last op (the context product) stood
+    last = OpPlan(block[-1], ctx, "pim",
+                  f"attention block (ops {', '.join(map(str, block))}) on PIM "
+                  f"{float(choice.report.total_ns):,.0f} ns beats the roofline {h_ns:,.0f} ns",
+                  h_ns, choice.draft, choice.program, choice.predicted_cycles, choice, res, block)
+    rest = [OpPlan(i, graph.ops[i], "fused", f"in the attention block run at op {block[-1]}", 0.0)
+            for i in block[:-1]]
+    return rest + [last]
+
+
 def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = frozenset()) -> list[OpPlan]:
     """Placement, draft and program of every op (see module docstring)."""
     shapes, dtypes = _shapes(graph), _dtypes(graph)
     eb = backend.core.elem_bytes
     plans = []
+    blocks = _attention_blocks(graph, backend)
+    in_block = {i for b in blocks.values() for i in b}
     for i, op in enumerate(graph.ops):
+        if i in blocks:
+            plans += _plan_attention(graph, blocks[i], backend, tuner, shapes, dtypes, resident_ids)
+            continue
+        if i in in_block:
+            continue
         h_ns = host_time(op, backend.system.host, shapes, eb)
         if op.kind in ("host", "layout"):
             why = op.host.reason if op.host is not None else "layout op: data movement stays on the host"
@@ -245,7 +310,7 @@ class Lowered:
             from .trace.text import op_text
             lines.append(op_text(self.graph, p.op))
             if p.placement == "pim":
-                lines.append(f"    -> PIM ({self.backend.name}): {describe_draft(p.op, p.draft)}")
+                lines.append(f"    -> PIM ({self.backend.name}): {describe_draft(p.draft_op, p.draft)}")
                 lines.append("       " + p.program.as_text(max_lines=8).replace("\n", "\n       "))
             else:
                 lines.append(f"    -> host: {p.reason}")
@@ -303,13 +368,17 @@ class Compiled:
         env = {vid: jnp.asarray(leaf, graph.values[vid].dtype) for vid, leaf in zip(graph.inputs, leaves)}
         for vid, c in graph.constants.items():
             env[vid] = jnp.asarray(c)
-        for p in self.lowered.plans:
-            operands = [env[a.value] for a in p.op.operands]
+        for p in sorted(self.lowered.plans, key=lambda q: q.index):
+            if p.placement == "fused":          # computed by its block's program
+                continue
             if p.placement == "pim":
+                fused = p.program.op             # the block's fused op for attention blocks
+                operands = [env[a.value] for a in fused.operands]
                 out = execute(p.program, *operands, arithmetic="backend")
-                info = graph.values[p.op.result.value]
-                env[p.op.result.value] = jnp.asarray(out).astype(info.dtype).reshape(info.shape)
+                info = graph.values[fused.result.value]
+                env[fused.result.value] = jnp.asarray(out).astype(info.dtype).reshape(info.shape)
             else:
+                operands = [env[a.value] for a in p.op.operands]
                 for r, val in zip(p.op.results, evaluate_op(graph, p.op, operands)):
                     env[r.value] = val
         outs = [env[v] for v in graph.outputs]
@@ -330,12 +399,17 @@ class Compiled:
 
 
 def baseline_report(plan_: OpPlan, backend: Backend, shapes: dict):
-    """Cycles of the backend's baseline mapping for a PIM op (or None)."""
-    d = baseline(plan_.op, backend)
+    """Cycles of the backend's baseline mapping for a PIM op or block (or None)."""
+    d = baseline(plan_.draft_op, backend)
     if d is None:
         return None
     try:
-        prog = lower_op(plan_.op, d, backend, shapes, resident=plan_.resident)
+        if plan_.block:
+            from .lower.attacc import lower_attention
+            prog = lower_attention(list(plan_.choice.program.meta["block_ops"]), d, backend, shapes,
+                                   resident=plan_.resident)
+        else:
+            prog = lower_op(plan_.op, d, backend, shapes, resident=plan_.resident)
     except PimCompileError:
         return None
     return cycles(prog, backend)

@@ -161,10 +161,10 @@ def build_report(compiled) -> Report:
     rep = Report(be.name, be.system.host.name, 1.0 / tck)
     shapes = _shapes(compiled.graph)
     for p in lowered.plans:
-        o = OpReport(p.index, p.op.name, p.placement, p.reason, gpu_ns=p.host_ns)
+        o = OpReport(p.index, "attention" if p.block else p.op.name, p.placement, p.reason, gpu_ns=p.host_ns)
         if p.placement == "pim":
             r = p.choice.report
-            o.draft = describe_draft(p.op, p.draft)
+            o.draft = describe_draft(p.draft_op, p.draft)
             o.cycles = float(r.total_cycles)
             o.ns = float(r.total_ns)
             o.rearrangement, o.compute = float(r.rearrangement), float(r.compute)
@@ -177,6 +177,6 @@ def build_report(compiled) -> Report:
             if base is not None:
                 o.baseline_ns = float(base.total_ns)
         else:
-            o.ns = p.host_ns
+            o.ns = p.host_ns               # host ops at the roofline; fused ops are in their block
         rep.ops.append(o)
     return rep

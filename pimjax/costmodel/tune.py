@@ -175,16 +175,24 @@ class Tuner:
 
     # -- choosing --------------------------------------------------------------
     def choose(self, op: PimOp, backend: Backend, shapes: dict, dtypes: dict | None = None,
-               **lower_options) -> Choice | None:
-        """The fastest draft of `op` on `backend` (None when it has none)."""
-        key = cache_key(op, shapes, backend, dtypes, lower_options)
+               lower_fn=None, keep=None, tag: str = "", **lower_options) -> Choice | None:
+        """The fastest draft of `op` on `backend` (None when it has none).
+
+        lower_fn(op, draft, backend, shapes, **options) -> Program replaces
+        `lower` (e.g. a multi-op block lowered from the drafts of its first
+        op); keep(table) -> bool mask restricts the drafts it accepts; tag
+        distinguishes such uses in the cache."""
+        self._lower = lower_fn or lower
+        key = cache_key(op, shapes, backend, dtypes, {**lower_options, "#tag": tag})
         hit = self.cache.get(key)
         if hit is not None:
             draft = draft_from_dict(hit["draft"])
-            program = lower(op, draft, backend, shapes, **lower_options)
+            program = self._lower(op, draft, backend, shapes, **lower_options)
             return Choice(draft, program, cycles(program, backend), hit.get("predicted", float("nan")),
                           0, hit.get("space", 0), hit.get("mode", self.mode), cached=True)
         table = make_drafts(op, backend, shapes=shapes)
+        if keep is not None and len(table):
+            table = table.take(np.flatnonzero(keep(table)))
         if len(table) == 0:
             return None
         if self.mode == "exhaustive":
@@ -200,7 +208,8 @@ class Tuner:
 
     def _simulate(self, op, table, idx, backend, shapes, lower_options):
         """Lower and simulate drafts `idx` of `table` (batched): (programs, totals)."""
-        programs = [lower(op, table[int(i)], backend, shapes, **lower_options) for i in idx]
+        lower_fn = getattr(self, "_lower", lower)
+        programs = [lower_fn(op, table[int(i)], backend, shapes, **lower_options) for i in idx]
         if backend.core.programmable:
             totals = np.array([float(cycles(p, backend).total_cycles) for p in programs])
         else:

@@ -41,16 +41,59 @@ def _timing_vector(t: Timing) -> dict:
     return {f: jnp.asarray(getattr(t, f), jnp.float32) for f in t._dynamic_fields}
 
 
-def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool) -> dict:
-    """Time one group's record stream.
+def _record_facts(rec: dict, banks: int, banks_per_bg: int) -> dict:
+    """Per-record quantities that do not depend on the scan state, computed
+    for the whole stream at once (outside the loop): timing-class flags,
+    bank / bank-group one-hot masks, repeat count and report bucket."""
+    n_bg = max(1, banks // banks_per_bg)
+    flags = jnp.asarray(CLASS_TABLE)[rec["op"]]               # [R, N_FLAGS]
+    valid = rec["n"] > 0
+    f = lambda k: flags[:, k] == 1                              # noqa: E731
+    b = jnp.clip(rec["bank"], 0, banks - 1)
+    bg = b // banks_per_bg
+    bucket = jnp.where(rec["resident"] == 1, 4,
+                       jnp.where(rec["pre"] == 1, 0,
+                                 jnp.where(rec["phase"] == Phase.READBACK, 3,
+                                           jnp.where(rec["phase"] == Phase.REARRANGE, 1, 2))))
+    return dict(
+        valid=valid, n=rec["n"].astype(jnp.float32), row=rec["row"], bg=bg,
+        oh=b[:, None] == jnp.arange(banks)[None, :], ohg=bg[:, None] == jnp.arange(n_bg)[None, :],
+        is_col=f(COLUMN) & valid, write=f(WRITE), allbank=f(ALLBANK), data=f(DATA_BUS) & valid,
+        act_all=f(ACT_ALL) & valid, pre_all=f(PRE_ALL) & valid, fixed=f(FIXED) & valid,
+        side=f(SIDE) & valid, wait=f(WAIT) | (rec["sync"] == 1), stream=f(STREAM),
+        barrier=f(BARRIER) & valid, ohk=bucket[:, None] == jnp.arange(5)[None, :])
+
+
+def features_of(ops: np.ndarray) -> tuple[str, ...]:
+    """Timing features a set of opcodes uses (static: the scan is built
+    without the branches a program cannot take)."""
+    flags = CLASS_TABLE[np.unique(np.asarray(ops))]
+    out = []
+    for name, k in (("act_all", ACT_ALL), ("pre_all", PRE_ALL), ("side", SIDE), ("fixed", FIXED),
+                    ("barrier", BARRIER)):
+        if flags[:, k].any():
+            out.append(name)
+    return tuple(out)
+
+
+ALL_FEATURES = ("act_all", "pre_all", "side", "fixed", "barrier")
+
+
+def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
+                features: tuple[str, ...] = ALL_FEATURES) -> dict:
+    """Time one group's record stream (semantics: `timing.py`).
 
     rec: [R] int arrays (SCAN_FIELDS); t: timing scalars (cycles).
     Returns per-stream sums: delta per bucket (pre, kernel-rearrange,
-    kernel-compute, readback, resident), end time and command counts."""
-    n_bg = max(1, banks // banks_per_bg)
-    table = jnp.asarray(CLASS_TABLE)
-    f32 = jnp.float32
+    kernel-compute, readback, resident), end time and command counts.
 
+    The per-bank state is read and written through one-hot masks rather than
+    gathers / scatters: under vmap those become elementwise selects that XLA
+    fuses, which is what keeps a batched step cheap.  `features` names the
+    timing classes the records use beyond plain / all-bank columns (see
+    `features_of`); the step skips the others (they could not fire)."""
+    n_bg = max(1, banks // banks_per_bg)
+    f32 = jnp.float32
     state = dict(
         open_row=jnp.full(banks, -1, jnp.int32), t_act=jnp.full(banks, NEVER, f32),
         t_rd=jnp.full(banks, NEVER, f32), t_wr=jnp.full(banks, NEVER, f32),
@@ -62,58 +105,56 @@ def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool
         t_bar=f32(NEVER), t_end=f32(0.0),
         next_ref=jnp.where(t["tREF0"] > 0, t["tREF0"], t["tREFI"]),
         buckets=jnp.zeros(5, f32), counts=jnp.zeros(8, f32))
+    wr_pre = t["tWL"] + t["tBL"] + t["tWR"]
 
-    def pre_ok(s):
-        """Earliest precharge time of every bank."""
-        return jnp.maximum(jnp.maximum(s["t_act"] + t["tRAS"], s["t_rd"] + t["tRTP_S"]),
-                           s["t_wr"] + t["tWL"] + t["tBL"] + t["tWR"])
-
-    def step(s, r):
-        flags = table[r["op"]]
-        valid = r["n"] > 0
-        is_col = (flags[COLUMN] == 1) & valid
-        write = flags[WRITE] == 1
-        allbank = flags[ALLBANK] == 1
-        n = r["n"].astype(f32)
+    def step(s, x):
+        valid, n, oh, ohg = x["valid"], x["n"], x["oh"], x["ohg"]
+        is_col, write, allbank = x["is_col"], x["write"], x["allbank"]
+        pre_ok = jnp.maximum(jnp.maximum(s["t_act"] + t["tRAS"], s["t_rd"] + t["tRTP_S"]),
+                             s["t_wr"] + wr_pre)
+        opened = s["open_row"] >= 0
 
         # 1. refresh at a record boundary
         do_ref = refresh & valid & (s["t_end"] >= s["next_ref"])
-        open_any = s["open_row"] >= 0
-        r0 = jnp.maximum(s["next_ref"], jnp.max(jnp.where(open_any, pre_ok(s), NEVER)))
+        r0 = jnp.maximum(s["next_ref"], jnp.max(jnp.where(opened, pre_ok, NEVER)))
         r_end = r0 + t["tRP"] + t["tRFC"]
         missed = jnp.floor((s["t_end"] - s["next_ref"]) / t["tREFI"])
-        s = dict(s,
-                 open_row=jnp.where(do_ref, -1, s["open_row"]),
-                 t_ready=jnp.where(do_ref, jnp.maximum(s["t_ready"], r_end), s["t_ready"]),
-                 next_ref=jnp.where(do_ref, s["next_ref"] + t["tREFI"] * (1.0 + missed), s["next_ref"]))
+        open_row = jnp.where(do_ref, -1, s["open_row"])
+        opened = opened & ~do_ref
+        t_ready = jnp.where(do_ref, jnp.maximum(s["t_ready"], r_end), s["t_ready"])
+        next_ref = jnp.where(do_ref, s["next_ref"] + t["tREFI"] * (1.0 + missed), s["next_ref"])
         floor_t = jnp.where(do_ref, r_end, f32(0.0))
         # a barrier (WAIT class or a host sync point): nothing of this record
         # -- row commands included -- before every earlier record has ended
-        wait = (flags[WAIT] == 1) | (r["sync"] == 1)
+        wait = x["wait"]
         floor_t = jnp.where(wait, jnp.maximum(floor_t, s["t_end"]), floor_t)
 
         # 2. rows: implicit PRE + ACT for a column command to a closed / other row
-        b = jnp.clip(r["bank"], 0, banks - 1)
-        bg = b // banks_per_bg
-        is_open = s["open_row"][b] >= 0
-        need = is_col & (s["open_row"][b] != r["row"])
-        ready_b = jnp.where(is_open, pre_ok(s)[b] + t["tRP"], s["t_ready"][b])
+        bg = x["bg"]
+        row_b = jnp.sum(jnp.where(oh, open_row, 0))          # open_row[bank] without a gather
+        is_open = jnp.any(oh & opened)
+        need = is_col & (jnp.where(is_open, row_b, -1) != x["row"])
+        pre_ok_b = jnp.max(jnp.where(oh, pre_ok, NEVER))
+        ready_b = jnp.where(is_open, pre_ok_b + t["tRP"], jnp.max(jnp.where(oh, t_ready, NEVER)))
         ready_b = jnp.maximum(ready_b, floor_t)
-        t_act = jnp.maximum(jnp.maximum(ready_b, s["bg_act"][bg] + t["tRRD_L"]),
+        t_act = jnp.maximum(jnp.maximum(ready_b, jnp.max(jnp.where(ohg, s["bg_act"], NEVER)) + t["tRRD_L"]),
                             jnp.maximum(s["last_act"] + t["tRRD_S"], jnp.min(s["faw"]) + t["tFAW"]))
 
         # explicit all-bank ACT (ACTAB / G_ACT) and PREA
-        act_all = (flags[ACT_ALL] == 1) & valid
-        pre_all = (flags[PRE_ALL] == 1) & valid
-        ready_all = jnp.where(s["open_row"] >= 0, pre_ok(s) + t["tRP"], s["t_ready"])
-        t_actall = jnp.maximum(jnp.max(ready_all), jnp.maximum(floor_t, s["last_col"]))
-        last_col_pre = s["last_col"] + jnp.where(s["last_allbank"], t["tRTP_L"], 0.0)
-        t_preall = jnp.maximum(jnp.max(jnp.where(s["open_row"] >= 0, pre_ok(s), NEVER)),
-                               jnp.maximum(floor_t, last_col_pre))
+        act_all, pre_all = x["act_all"], x["pre_all"]
+        t_actall = t_preall = f32(0.0)
+        if "act_all" in features:
+            ready_all = jnp.where(opened, pre_ok + t["tRP"], t_ready)
+            t_actall = jnp.maximum(jnp.max(ready_all), jnp.maximum(floor_t, s["last_col"]))
+        if "pre_all" in features:
+            last_col_pre = s["last_col"] + jnp.where(s["last_allbank"], t["tRTP_L"], 0.0)
+            t_preall = jnp.maximum(jnp.max(jnp.where(opened, pre_ok, NEVER)),
+                                   jnp.maximum(floor_t, last_col_pre))
 
         # 3. columns
+        t_act_b = jnp.max(jnp.where(oh, s["t_act"], NEVER))
         rcd = jnp.where(write, t["tRCDWR"], t["tRCDRD"])
-        col_ready = jnp.where(need, t_act + rcd, jnp.maximum(s["t_act"][b] + rcd, floor_t))
+        col_ready = jnp.where(need, t_act + rcd, jnp.maximum(t_act_b + rcd, floor_t))
         spacing_prev = jnp.where(allbank & s["last_allbank"], t["tCCD_AB"],
                                  jnp.where(bg == s["last_col_bg"], t["tCCD_L"], t["tCCD_S"]))
         t0 = jnp.maximum(col_ready, s["last_col"] + spacing_prev)
@@ -123,23 +164,24 @@ def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool
         t0 = jnp.where(write, jnp.maximum(t0, rd_to_wr), jnp.maximum(t0, wr_to_rd))
         t0 = jnp.where(wait, jnp.maximum(t0, s["t_end"]), t0)
         t0 = jnp.maximum(t0, s["t_bar"])
-        spacing = jnp.where(allbank, t["tCCD_AB"], jnp.where(flags[STREAM] == 1, t["tCCD_S"], t["tCCD_L"]))
+        spacing = jnp.where(allbank, t["tCCD_AB"], jnp.where(x["stream"], t["tCCD_S"], t["tCCD_L"]))
         t_last = t0 + (n - 1.0) * spacing
-        col_end = t_last + jnp.where(write, t["tWL"] + t["tBL"], t["tCL"] + t["tBL"])
-        col_end = jnp.where(allbank, t_last + t["tCCD_AB"], col_end)
+        col_end = jnp.where(allbank, t_last + t["tCCD_AB"],
+                            t_last + jnp.where(write, t["tWL"] + t["tBL"], t["tCL"] + t["tBL"]))
 
         # side datapath (AttAcc data movement) and fixed latencies
-        side = (flags[SIDE] == 1) & valid
+        side, fixed = x["side"], x["fixed"]
         side_gap = jnp.maximum(t["tBL"], t["tCCD_S"])
-        s0 = jnp.maximum(jnp.maximum(s["last_side"] + side_gap, floor_t),
-                         jnp.maximum(s["side_bg"][bg] + t["tCCD_L"], s["t_bar"]))
-        s0 = jnp.where(wait, jnp.maximum(s0, s["t_end"]), s0)
-        fixed = (flags[FIXED] == 1) & valid
-        side_last = s0 + (n - 1.0) * jnp.maximum(side_gap, t["tCCD_L"])
-        side_end = jnp.where(fixed, s0 + n, side_last + side_gap)
+        s0 = side_last = side_end = f0 = f32(0.0)
+        if "side" in features:
+            s0 = jnp.maximum(jnp.maximum(s["last_side"] + side_gap, floor_t),
+                             jnp.maximum(jnp.max(jnp.where(ohg, s["side_bg"], NEVER)) + t["tCCD_L"], s["t_bar"]))
+            s0 = jnp.where(wait, jnp.maximum(s0, s["t_end"]), s0)
+            side_last = s0 + (n - 1.0) * jnp.maximum(side_gap, t["tCCD_L"])
+            side_end = jnp.where(fixed, s0 + n, side_last + side_gap)
         fixed_plain = fixed & ~side
-        f0 = jnp.maximum(jnp.maximum(s["last_col"], s["t_end"]), jnp.maximum(floor_t, s["t_bar"]))
-        barrier = (flags[BARRIER] == 1) & valid
+        if "fixed" in features:
+            f0 = jnp.maximum(jnp.maximum(s["last_col"], s["t_end"]), jnp.maximum(floor_t, s["t_bar"]))
 
         end = jnp.where(is_col, col_end,
                         jnp.where(side, side_end,
@@ -148,55 +190,53 @@ def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool
                                                       jnp.where(pre_all, t_preall + t["tRP"], s["t_end"])))))
         end = jnp.where(valid, end, s["t_end"])
         delta = jnp.maximum(end - s["t_end"], 0.0)
-        bucket = jnp.where(r["resident"] == 1, 4,
-                           jnp.where(r["pre"] == 1, 0,
-                                     jnp.where(r["phase"] == Phase.READBACK, 3,
-                                               jnp.where(r["phase"] == Phase.REARRANGE, 1, 2))))
 
-        # state updates
-        new = dict(s)
+        # state updates (one-hot selects)
         act_now = need
-        new["open_row"] = jnp.where(act_all, jnp.full(banks, r["row"], jnp.int32),
-                                    jnp.where(pre_all, -1,
-                                              s["open_row"].at[b].set(jnp.where(is_col, r["row"],
-                                                                                s["open_row"][b]))))
-        new["t_act"] = jnp.where(act_all, jnp.full(banks, t_actall, f32),
-                                 s["t_act"].at[b].set(jnp.where(act_now, t_act, s["t_act"][b])))
-        new["t_ready"] = jnp.where(pre_all, jnp.full(banks, t_preall + t["tRP"], f32), s["t_ready"])
-        new["bg_act"] = s["bg_act"].at[bg].set(jnp.where(act_now, t_act, s["bg_act"][bg]))
+        rd_col, wr_col = is_col & ~write, is_col & write
+        new = dict(s)
+        new["open_row"] = jnp.where(act_all, x["row"],
+                                    jnp.where(pre_all, -1, jnp.where(oh & is_col, x["row"], open_row)))
+        new["t_act"] = jnp.where(oh & act_now, t_act, s["t_act"])
+        if "act_all" in features:
+            new["t_act"] = jnp.where(act_all, t_actall, new["t_act"])
+        new["t_ready"] = jnp.where(pre_all, t_preall + t["tRP"], t_ready) if "pre_all" in features else t_ready
+        new["bg_act"] = jnp.where(ohg & act_now, t_act, s["bg_act"])
         new["last_act"] = jnp.where(act_now, jnp.maximum(s["last_act"], t_act), s["last_act"])
-        oldest = jnp.argmin(s["faw"])
-        new["faw"] = jnp.where(act_now, s["faw"].at[oldest].set(t_act), s["faw"])
-        new["t_rd"] = jnp.where(is_col & ~write, s["t_rd"].at[b].set(t_last), s["t_rd"])
-        new["t_wr"] = jnp.where(is_col & write, s["t_wr"].at[b].set(t_last), s["t_wr"])
+        oldest = jnp.arange(4) == jnp.argmin(s["faw"])
+        new["faw"] = jnp.where(act_now & oldest, t_act, s["faw"])
+        new["t_rd"] = jnp.where(oh & rd_col, t_last, s["t_rd"])
+        new["t_wr"] = jnp.where(oh & wr_col, t_last, s["t_wr"])
         new["last_col"] = jnp.where(is_col, t_last, s["last_col"])
         new["last_col_bg"] = jnp.where(is_col, bg, s["last_col_bg"])
         new["last_allbank"] = jnp.where(is_col, allbank, s["last_allbank"])
-        new["last_rd"] = jnp.where(is_col & ~write, t_last, s["last_rd"])
-        new["last_rd_bg"] = jnp.where(is_col & ~write, bg, s["last_rd_bg"])
-        new["last_wr"] = jnp.where(is_col & write, t_last, s["last_wr"])
-        new["last_wr_bg"] = jnp.where(is_col & write, bg, s["last_wr_bg"])
-        new["last_side"] = jnp.where(side, jnp.where(fixed, s0 + n - side_gap, side_last), s["last_side"])
-        new["side_bg"] = jnp.where(side, s["side_bg"].at[bg].set(new["last_side"]), s["side_bg"])
+        new["last_rd"] = jnp.where(rd_col, t_last, s["last_rd"])
+        new["last_rd_bg"] = jnp.where(rd_col, bg, s["last_rd_bg"])
+        new["last_wr"] = jnp.where(wr_col, t_last, s["last_wr"])
+        new["last_wr_bg"] = jnp.where(wr_col, bg, s["last_wr_bg"])
+        if "side" in features:
+            new["last_side"] = jnp.where(side, jnp.where(fixed, s0 + n - side_gap, side_last), s["last_side"])
+            new["side_bg"] = jnp.where(ohg & side, new["last_side"], s["side_bg"])
         issued = jnp.where(is_col, t_last, jnp.where(side, new["last_side"],
                                                       jnp.where(fixed_plain, f0 + n - 1.0, NEVER)))
-        new["t_issue"] = jnp.maximum(s["t_issue"], issued)
-        new["t_bar"] = jnp.where(barrier, jnp.maximum(s["t_bar"], s["t_issue"] + 1.0), s["t_bar"])
+        if "barrier" in features:
+            new["t_issue"] = jnp.maximum(s["t_issue"], issued)
+            new["t_bar"] = jnp.where(x["barrier"], jnp.maximum(s["t_bar"], s["t_issue"] + 1.0), s["t_bar"])
         new["t_end"] = jnp.maximum(s["t_end"], end)
-        new["buckets"] = s["buckets"].at[bucket].add(delta)
-        data = flags[DATA_BUS] == 1
-        add = jnp.stack([act_now.astype(f32) + act_all.astype(f32),          # 0 ACT
-                         jnp.where(is_col & ~write & ~allbank, n, 0.0),       # 1 RD columns
-                         jnp.where(is_col & write & ~allbank, n, 0.0),        # 2 WR columns
-                         jnp.where(is_col & allbank, n, 0.0),                 # 3 PIM columns
-                         do_ref.astype(f32),                                  # 4 REF
-                         jnp.where(valid & data, n, 0.0),                     # 5 data-bus bursts
-                         jnp.where(valid & ~barrier, jnp.where(is_col | side, n, 1.0), 0.0),  # 6 commands
-                         pre_all.astype(f32) + (need & is_open).astype(f32)])  # 7 PRE
+        new["next_ref"] = next_ref
+        new["buckets"] = s["buckets"] + jnp.where(x["ohk"], delta, 0.0)
+        add = jnp.stack([act_now.astype(f32) + act_all.astype(f32),           # 0 ACT
+                         jnp.where(rd_col & ~allbank, n, 0.0),                  # 1 RD columns
+                         jnp.where(wr_col & ~allbank, n, 0.0),                  # 2 WR columns
+                         jnp.where(is_col & allbank, n, 0.0),                   # 3 PIM columns
+                         do_ref.astype(f32),                                    # 4 REF
+                         jnp.where(x["data"], n, 0.0),                          # 5 data-bus bursts
+                         jnp.where(valid & ~x["barrier"], jnp.where(is_col | side, n, 1.0), 0.0),  # 6 commands
+                         pre_all.astype(f32) + (need & is_open).astype(f32)])   # 7 PRE
         new["counts"] = s["counts"] + add
         return new, None
 
-    out, _ = jax.lax.scan(step, state, rec)
+    out, _ = jax.lax.scan(step, state, _record_facts(rec, banks, banks_per_bg), unroll=2)
     return {"buckets": out["buckets"], "end": out["t_end"], "counts": out["counts"]}
 
 
@@ -268,8 +308,8 @@ def pad_arrays(arrs: list[dict]) -> dict:
 def _time(arr: dict, t: dict, energy, host, geo: tuple) -> CycleReport:
     """The CycleReport of one program from its arrays (pure jnp; vmappable
     over programs and over timing / energy / host leaves)."""
-    banks, per_bg, refresh = geo
-    scan = jax.vmap(lambda r: scan_stream(r, t, banks, per_bg, refresh))
+    banks, per_bg, refresh, features = geo
+    scan = jax.vmap(lambda r: scan_stream(r, t, banks, per_bg, refresh, features))
     out = scan(arr["rec"])
     resident = scan(arr["res"])["buckets"][:, 4]
     return _combine(arr, out, resident, t, energy, host)
@@ -306,8 +346,12 @@ def _combine(arr: dict, out: dict, resident, t: dict, e, host) -> CycleReport:
                        energy_pj=energy, counts={n: counts[i] for i, n in enumerate(names)})
 
 
-def _geo(backend: Backend, refresh: bool) -> tuple:
-    return (backend.group.banks, backend.group.banks_per_bank_group, bool(refresh))
+def _geo(backend: Backend, refresh: bool, arrs) -> tuple:
+    """Static scan configuration: geometry, refresh, and the timing features
+    the programs' records use (union over `arrs`, program_arrays dicts)."""
+    ops = np.concatenate([np.asarray(a["rec"]["op"]).ravel() for a in arrs] +
+                         [np.asarray(a["res"]["op"]).ravel() for a in arrs])
+    return (backend.group.banks, backend.group.banks_per_bank_group, bool(refresh), features_of(ops))
 
 
 @partial(jax.jit, static_argnames=("geo",))
@@ -346,7 +390,7 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
         return model(program, backend, include_resident=include_resident, refresh=refresh)
     arr = program_arrays(program, include_resident)
     return _time_jit(arr, _timing_vector(backend.timing), backend.energy, backend.system.host,
-                     _geo(backend, refresh))
+                     _geo(backend, refresh, [arr]))
 
 
 def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = True,
@@ -359,7 +403,7 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
     lengths = np.array([a["rec"]["op"].shape[1] for a in arrs])
     order = np.argsort(lengths, kind="stable")
     t = _timing_vector(backend.timing)
-    geo = _geo(backend, refresh)
+    geo = _geo(backend, refresh, arrs)
     parts = []
     start = 0
     while start < len(order):
@@ -388,7 +432,8 @@ def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bo
               sharded over its devices (multi-device / multi-host JAX).
     """
     progs = programs if isinstance(programs, (list, tuple)) else [programs]
-    arr = pad_arrays([program_arrays(p) for p in progs])
+    arrs = [program_arrays(p) for p in progs]
+    arr = pad_arrays(arrs)
     t = _timing_vector(timings)
     if mesh is not None:
         from jax.sharding import NamedSharding, PartitionSpec
@@ -399,7 +444,7 @@ def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bo
             raise ValueError(f"{T} timing variants do not divide over {n} devices")
         sh = NamedSharding(mesh, PartitionSpec(axis))
         t = {k: jax.device_put(v, sh) for k, v in t.items()}
-    out = _time_sweep(arr, t, backend.energy, backend.system.host, _geo(backend, refresh))
+    out = _time_sweep(arr, t, backend.energy, backend.system.host, _geo(backend, refresh, arrs))
     if not isinstance(programs, (list, tuple)):
         out = jax.tree.map(lambda x: x[:, 0], out)
     return out

@@ -9,7 +9,7 @@ from pimjax.hw import get_backend
 from pimjax.lower.program import Op, Phase
 import jax
 
-from pimjax.sim.cycles import _timing_vector, scan_stream
+from pimjax.sim.cycles import _timing_vector, features_of, scan_stream
 from pimjax.sim.reference import simulate
 
 OPS = {
@@ -45,17 +45,19 @@ def run_both(records, backend_name, refresh, short_refresh):
     ref = simulate(records, tf, be.group.banks, be.group.banks_per_bank_group, refresh)
     pad = 64 - len(records)   # one length -> one compile; NOP records (n = 0) change nothing
     arr = {k: jnp.asarray([r[k] for r in records] + [0] * pad, jnp.int32) for k in records[0]}
-    out = _jitted(be.group.banks, be.group.banks_per_bank_group, refresh)(arr, t)
+    # the scan specialised to the timing features these records use
+    feats = features_of(np.asarray(arr["op"]))
+    out = _jitted(be.group.banks, be.group.banks_per_bank_group, refresh, feats)(arr, t)
     return ref, out
 
 
 _CACHE = {}
 
 
-def _jitted(banks, per_bg, refresh):
-    key = (banks, per_bg, refresh)
+def _jitted(banks, per_bg, refresh, feats):
+    key = (banks, per_bg, refresh, feats)
     if key not in _CACHE:
-        _CACHE[key] = jax.jit(lambda r, t: scan_stream(r, t, banks, per_bg, refresh))
+        _CACHE[key] = jax.jit(lambda r, t: scan_stream(r, t, banks, per_bg, refresh, feats))
     return _CACHE[key]
 
 
