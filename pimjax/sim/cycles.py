@@ -271,8 +271,8 @@ def program_arrays(program: Program, include_resident: bool = False, steady: boo
     st = program.stats
     S = rec["op"].shape[0]
     return {
-        "rec": {k: rec[k] for k in SCAN_FIELDS},
-        "res": {k: res[k] for k in SCAN_FIELDS},
+        "rec": _compact({k: rec[k] for k in SCAN_FIELDS}),
+        "res": _compact({k: res[k] for k in SCAN_FIELDS}),
         "scale": np.float32(program.groups if S == 1 else 1),
         "parallel": np.bool_(program.parallel_rearrangement),
         "pre_bytes": np.float32(st.get("rearrange_bytes", 0.0)),
@@ -289,16 +289,32 @@ def _bucket(n: int) -> int:
     return max(64, 1 << (max(int(n), 1) - 1).bit_length())
 
 
+def _compact(rec: dict) -> dict:
+    """Drop records with n = 0 (padding, or resident placement left out of
+    the steady state): they change nothing, and a shorter stream is a shorter
+    scan.  Streams are re-padded to their longest (at least one record)."""
+    live = rec["n"] > 0
+    counts = live.sum(axis=1)
+    R = max(1, int(counts.max()))
+    out = {}
+    for k, v in rec.items():
+        packed = np.zeros((v.shape[0], R), v.dtype)
+        for i in range(v.shape[0]):
+            packed[i, :counts[i]] = v[i][live[i]]
+        out[k] = packed
+    return out
+
+
 def pad_arrays(arrs: list[dict]) -> dict:
     """Stack program arrays, padding record streams (and missing streams)
     with NOP records, which take no time, to one [S, R] (R a power of two)."""
-    S = max(a["rec"]["op"].shape[0] for a in arrs)
-    R = _bucket(max(a["rec"]["op"].shape[1] for a in arrs))
-
-    def pad(x):
-        return np.pad(x, ((0, S - x.shape[0]), (0, R - x.shape[1])))
     out = {}
     for key in ("rec", "res"):
+        S = max(a[key]["op"].shape[0] for a in arrs)
+        R = _bucket(max(a[key]["op"].shape[1] for a in arrs))
+
+        def pad(x):
+            return np.pad(x, ((0, S - x.shape[0]), (0, R - x.shape[1])))
         out[key] = {f: np.stack([pad(a[key][f]) for a in arrs]) for f in SCAN_FIELDS}
     for key in ("scale", "parallel", "pre_bytes", "merge_bytes", "merge_flops", "merged", "cores"):
         out[key] = np.stack([a[key] for a in arrs])
@@ -418,7 +434,9 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
         start = stop
     inverse = np.empty(len(programs), np.int64)
     inverse[np.concatenate([idx for idx, _ in parts])] = np.arange(len(programs))
-    merged = jax.tree.map(lambda *xs: jnp.concatenate(xs), *[rep for _, rep in parts])
+    # merge on the host (numpy): eager jax concatenation / indexing would
+    # compile for every new batch shape
+    merged = jax.tree.map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]), *[rep for _, rep in parts])
     return jax.tree.map(lambda x: x[inverse], merged)
 
 
