@@ -44,6 +44,7 @@ from ..partition import DraftTable, dimension_sets
 from ..partition.generate import lane_candidates
 from ..partition.table import from_drafts
 from ..partition.tiles import set_tilings
+from ..trace.ir import expr_prims
 from ..partition.verify import footprint_elements, infer_shapes, matrix_and_vector, per_core_var_lengths
 
 SLOTS = 4                                   # dimension-set slots (mmtv / attn / conv2d have 4-5)
@@ -55,6 +56,7 @@ KINDS = ("contraction", "reduction", "elementwise", "attention")
 _SLOT_FIELDS = ("len", "groups", "cores", "tile", "waste", "idle", "reduction", "lane", "compound")
 
 _SHAPE = (["kind_" + k for k in KINDS]
+          + ["body_mul", "body_add", "body_max", "body_other", "instr_per_point"]
           + ["combiner_max", "points", "outputs", "reduction", "n_loop_vars", "n_sets",
              "in0_size", "in1_size", "in2_size", "result_size", "epilogue", "n_lane_candidates"])
 _SLOT = [f"set{i}_{f}" for i in range(SLOTS) for f in _SLOT_FIELDS] + [f"tile_sorted{i}" for i in range(SLOTS)]
@@ -77,7 +79,9 @@ _HW = ["lanes", "n_groups", "cores_per_group", "banks", "banks_per_core", "rows"
        "host_bw", "host_flops", "host_launch", "dpu_clock", "dma_bpc", "dma_latency"]
 _EST = ["est_rearr_bytes", "est_rearr_unique_bytes", "est_rearr_bcast_bytes", "est_reg_writes",
         "est_out_reads", "est_readback_bytes", "est_merge_flops", "est_cols", "est_col_cmds",
-        "est_rows", "est_dma", "est_t_rearr", "est_t_compute", "est_t_readback", "est_t_merge",
+        "est_rows", "est_dma", "est_in_blocks", "est_out_blocks", "est_blocks", "est_padded_macs",
+        "est_block_pad", "est_vec_loads", "est_tasklet_outputs", "est_tasklet_points", "est_tasklet_dma",
+        "est_t_rearr", "est_t_compute", "est_t_readback", "est_t_merge",
         "est_t_dpu", "est_t_total", "est_share_rearr", "est_share_compute", "est_share_readback"]
 FEATURE_NAMES: tuple[str, ...] = tuple(_SHAPE + _SLOT + _TILING + _KNOBS + _HW + _EST)
 F = len(FEATURE_NAMES)
@@ -175,6 +179,20 @@ class _OpInfo:
         self.points = int(np.prod(list(ext.values()), dtype=np.int64))
         self.outputs = int(np.prod([ext[v] for v in op.output_vars], dtype=np.int64))
         self.reduction = int(np.prod([ext[v] for v in op.reduction_vars], dtype=np.int64))
+        prims = list(expr_prims(op.body)) if op.body is not None else []
+        prims += list(expr_prims(op.epilogue)) if op.epilogue is not None else []
+        if op.kind == "contraction":
+            prims += ["mul", "add"]           # the body product and the combiner
+        elif op.combiner is not None:
+            prims += [op.combiner]
+        self.n_mul = sum(p == "mul" for p in prims)
+        self.n_add = sum(p in ("add", "sub", "neg") for p in prims)
+        self.n_max = sum(p in ("max", "min") for p in prims)
+        self.n_other = len(prims) - self.n_mul - self.n_add - self.n_max
+        # rough scalar instructions per iteration point of an in-order core
+        # (UPMEM: a 32-bit multiply is a ~32-step runtime call): loads + ops + loop
+        self.instr = len(set(op.body_operands)) + 40 * self.n_mul + self.n_add + 2 * self.n_max \
+            + 2 * self.n_other + 2
         self.attention = ctx is not None
         self.contraction = op.kind == "contraction"
         if self.contraction:
@@ -228,6 +246,7 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     # ---- shape ------------------------------------------------------------
     kind = "attention" if info.attention else op_.kind
     cols += [ones * (kind == k) for k in KINDS]
+    cols += [info.n_mul, info.n_add, info.n_max, info.n_other, _l2(info.instr)]
     cols += [ones * (op_.combiner == "max"), ones * _l2(info.points), ones * _l2(info.outputs),
              ones * _l2(info.reduction), ones * len(op_.loop_vars), ones * S]
     sizes = info.in_sizes + [0] * (3 - len(info.in_sizes))
@@ -351,6 +370,27 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     else:
         reg_writes = np.zeros(n)
         out_reads = _cdiv(elems if op_.kind == "elementwise" else outs, lane_eff).astype(np.float64)
+    # register / buffer blocking: input blocks of the reduction (ki registers of
+    # `lanes`, or the GEMV / global buffer), output blocks of ko results
+    if reg_simd:
+        cap_in = ki * lane_eff
+    elif "global_buffer" in group.units:
+        cap_in = np.maximum(group.global_buffer_bytes // max(1, group.n_global_buffers) // eb, 1) * buf
+    elif core.n_input_regs > 0:
+        cap_in = np.full(n, core.n_input_regs * lane_eff, np.int64)
+    else:
+        cap_in = np.maximum(wt // max(1, eb), 1)
+    blk_in = _cdiv(redl, cap_in) if info.contraction or op_.kind == "reduction" else np.ones(n, np.int64)
+    blk_out = n_out
+    blocks = blk_in * blk_out
+    padded_macs = blk_in * _cdiv(cap_in, lane_eff) * blk_out * ko
+    block_pad = blk_in * cap_in / np.maximum(redl, 1) - 1.0
+    vec_loads = _cdiv(vec_len, cap_in) if info.contraction else np.zeros(n, np.int64)
+    # UPMEM tasklets: outputs bound to tasklets, else reduction tiles spread over them
+    tkn = np.maximum(tk, 1)
+    tk_outs = _cdiv(outs, tkn)
+    tk_points = np.where(outs >= tkn, tk_outs * redl, _cdiv(elems, tkn))
+    tk_dma = _cdiv(foot * eb, np.maximum(wt, 1) * tkn) * (wt > 0)
     lane_partials = info.lane_red[lane] & reg_simd
     rb_elems = outs * total * np.where(lane_partials, lanes, 1)
     rb_elems = np.where(red_k == 2, outs * g_used * np.maximum(c_used // np.maximum(red_split, 1), 1), rb_elems)
@@ -376,7 +416,7 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
         # DPU: ~4 instructions per element through a pipeline that issues one per
         # cycle with >= 11 tasklets; DMA: latency per request + 2 B per cycle
         per_tk = np.maximum(tk, 1)
-        instr = elems * 4.0
+        instr = tk_points * float(info.instr) * per_tk
         t_dpu = np.maximum(instr * 11.0 / np.minimum(per_tk, 11) / 11.0,
                            dma * float(t.dma_latency_cycles) / per_tk + foot * eb / float(t.dma_bytes_per_cycle))
         t_dpu = t_dpu / float(t.dpu_clock_ghz) / tck
@@ -386,7 +426,9 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     t_total = t_rearr + t_comp + t_rb + t_merge
     safe = np.maximum(t_total, 1e-9)
     cols += [_l2(rearr), _l2(rearr_u), _l2(rearr_b), _l2(reg_writes), _l2(out_reads), _l2(rb_bytes),
-             _l2(merge_flops), _l2(cols_core), _l2(col_cmds), _l2(rows), _l2(dma), _l2(t_rearr), _l2(t_comp),
+             _l2(merge_flops), _l2(cols_core), _l2(col_cmds), _l2(rows), _l2(dma), _l2(blk_in), _l2(blk_out),
+             _l2(blocks), _l2(padded_macs), block_pad, _l2(vec_loads), _l2(tk_outs), _l2(tk_points), _l2(tk_dma),
+             _l2(t_rearr), _l2(t_comp),
              _l2(t_rb), _l2(t_merge), _l2(t_dpu), _l2(t_total), t_rearr / safe, t_comp / safe, t_rb / safe]
     assert len(cols) == F, (len(cols), F)
     # fill feature-major, then view as [n, F]: row writes are contiguous

@@ -1,0 +1,79 @@
+"""Draft features: fixed length for every op kind and backend, the same
+numbers from `features` (one Draft) and `features_table` (columns)."""
+import numpy as np
+import pytest
+
+from pimjax.costmodel.dataset import row_of, table_from_rows
+from pimjax.costmodel.features import F, FEATURE_NAMES, features, features_table
+from pimjax.costmodel.kernels import SUPPORTED, case_drafts, make_case
+from pimjax.hw.presets import get_backend
+from pimjax.partition.generate import lane_candidates
+
+SHAPES = {"gemv": (96, 64), "red": (4, 300), "va": (1000,), "relu": (8, 40), "mmtv": (1, 2, 24, 32),
+          "attn": (1, 2, 32, 16), "gemm": (8, 32, 16), "conv": (4, 4, 4, 8, 3)}
+CASES = [(b, k) for b, ks in SUPPORTED.items() for k in ks]
+
+
+@pytest.mark.parametrize("backend,kernel", CASES)
+def test_fixed_length_and_row_equality(backend, kernel):
+    be = get_backend(backend)
+    case = make_case(be, kernel, SHAPES[kernel])
+    table = case_drafts(case, be)
+    assert len(table) > 0
+    X = features_table(case.target, table, be, case.shapes)
+    assert X.shape == (len(table), F) and len(FEATURE_NAMES) == F
+    assert X.dtype == np.float32 and np.isfinite(X).all()
+    rng = np.random.default_rng(0)
+    for i in rng.choice(len(table), min(6, len(table)), replace=False):
+        row = features(case.target, table[int(i)], be, case.shapes)
+        assert row.shape == (F,)
+        np.testing.assert_array_equal(row, X[int(i)])
+
+
+def test_features_distinguish_drafts_and_backends():
+    """Different tilings / knobs give different rows; the hardware block
+    differs between backends for the same kernel."""
+    rows = {}
+    for b in ("hbm-pim", "attacc", "newton"):
+        be = get_backend(b)
+        case = make_case(be, "gemv", (256, 128))
+        table = case_drafts(case, be)
+        X = features_table(case.target, table, be, case.shapes)
+        assert len(np.unique(X, axis=0)) > 0.9 * len(table)
+        rows[b] = X[0]
+    hw = [i for i, n in enumerate(FEATURE_NAMES) if n in ("lanes", "n_groups", "cores_per_group", "tCK")]
+    assert not np.array_equal(rows["hbm-pim"][hw], rows["attacc"][hw])
+    assert not np.array_equal(rows["attacc"][hw], rows["newton"][hw])
+
+
+def test_features_monotone_in_allocation():
+    """More groups for the same op -> fewer worst-core elements (the
+    closed-form estimates move the right way)."""
+    be = get_backend("hbm-pim")
+    case = make_case(be, "va", (1 << 14,))
+    table = case_drafts(case, be)
+    X = features_table(case.target, table, be, case.shapes)
+    g = X[:, FEATURE_NAMES.index("groups_used")]
+    e = X[:, FEATURE_NAMES.index("core_elements")]
+    c = X[:, FEATURE_NAMES.index("cores_used")]
+    same_c = c == c.max()
+    lo, hi = np.argmin(np.where(same_c, g, np.inf)), np.argmax(np.where(same_c, g, -np.inf))
+    assert g[hi] > g[lo] and e[hi] < e[lo]
+
+
+def test_record_rows_round_trip():
+    be = get_backend("upmem")
+    case = make_case(be, "red", (4, 256))
+    table = case_drafts(case, be)
+    idx = np.random.default_rng(1).choice(len(table), 20, replace=False)
+    back = table_from_rows([row_of(table, int(i)) for i in idx], lane_candidates(case.op, be))
+    assert [back[j] for j in range(len(idx))] == [table[int(i)] for i in idx]
+    np.testing.assert_array_equal(features_table(case.op, back, be, case.shapes),
+                                  features_table(case.op, table.take(idx), be, case.shapes))
+
+
+def test_empty_table():
+    be = get_backend("hbm-pim")
+    case = make_case(be, "va", (64,))
+    table = case_drafts(case, be).take(np.zeros(0, np.int64))
+    assert features_table(case.op, table, be).shape == (0, F)
