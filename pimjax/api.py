@@ -108,7 +108,11 @@ class PimFunction:
     docstring).  Create with `pim_jit`."""
 
     def __init__(self, fn: Callable, backend: str | Backend = "hbm-pim", resident: Sequence = (),
-                 tuner: Tuner | str | None = None, cache: str | None = None, **backend_options):
+                 tuner: Tuner | str | None = None, cache: str | None = None, placement: str = "auto",
+                 **backend_options):
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement {placement!r} not in {PLACEMENTS}")
+        self.placement = placement
         self.fn = fn
         self.backend = backend if isinstance(backend, Backend) else get_backend(backend, **backend_options)
         self.resident = tuple(resident)
@@ -142,23 +146,30 @@ class PimFunction:
         return compiled(*args)
 
 
+PLACEMENTS = ("auto", "prefer_pim", "pim")
+
+
 def pim_jit(fn: Callable | None = None, *, backend: str | Backend = "hbm-pim", resident: Sequence = (),
-            tuner: Tuner | str | None = None, cache: str | None = None, **backend_options):
+            tuner: Tuner | str | None = None, cache: str | None = None, placement: str = "auto",
+            **backend_options):
     """Compile `fn` (a jax.numpy function) for a PIM backend.
 
     backend: preset name or a Backend; backend_options go to `get_backend`.
     resident: argument names or positions whose data stays in PIM memory
     (their rearrangement is paid once).  tuner: a `Tuner` or its mode
     ("predict", "exhaustive", "evolutionary").  cache: JSON file of tuning
-    decisions (memory only when None).
+    decisions (memory only when None).  placement: "auto" (PIM only where it
+    beats the host roofline), "prefer_pim" (every op the backend supports on
+    PIM), "pim" (like prefer_pim, and an op the backend cannot run raises
+    PimCompileError naming its primitive and source line).
 
     Example:
         >>> f = pim_jit(lambda W, x: jax.nn.relu(W @ x), backend="hbm-pim")   # doctest: +SKIP
         >>> y = f(W, x); print(f.lower(W, x).compile().report())              # doctest: +SKIP
     """
     if fn is None:
-        return lambda f: PimFunction(f, backend, resident, tuner, cache, **backend_options)
-    return PimFunction(fn, backend, resident, tuner, cache, **backend_options)
+        return lambda f: PimFunction(f, backend, resident, tuner, cache, placement, **backend_options)
+    return PimFunction(fn, backend, resident, tuner, cache, placement, **backend_options)
 
 
 class Traced:
@@ -175,7 +186,7 @@ class Traced:
     def lower(self) -> "Lowered":
         """Partition, predict, choose and lower every op."""
         return Lowered(self, plan(self.graph, self.owner.backend, self.owner.tuner,
-                                  self._resident_ids()))
+                                  self._resident_ids(), self.owner.placement))
 
     def _resident_ids(self) -> set:
         ids = _arg_leaf_ids(self.owner.fn, self._args, self.graph)
@@ -197,7 +208,8 @@ def _attention_blocks(graph: PimGraph, backend: Backend) -> dict[int, tuple]:
     return {b[0]: b for b in match_attention(graph)}
 
 
-def _plan_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids) -> list[OpPlan]:
+def _plan_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids,
+                    placement: str = "auto") -> list[OpPlan]:
     """One plan for an attention block (on the score op), the others fused."""
     from .lower.attacc import lower_attention
     from .partition.dimsets import dimension_sets
@@ -224,7 +236,7 @@ def _plan_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids) 
         choice, why = None, f"cannot lower the attention block: {err}"
     else:
         why = "no draft of the attention block fits"
-    if choice is None or float(choice.report.total_ns) >= h_ns:
+    if choice is None or (placement == "auto" and float(choice.report.total_ns) >= h_ns):
         if choice is not None:
             why = (f"{backend.system.host.name} roofline {h_ns:,.0f} ns beats the attention block on "
                    f"PIM {float(choice.report.total_ns):,.0f} ns")
@@ -240,7 +252,8 @@ def _plan_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids) 
     return rest + [last]
 
 
-def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = frozenset()) -> list[OpPlan]:
+def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = frozenset(),
+         placement: str = "auto") -> list[OpPlan]:
     """Placement, draft and program of every op (see module docstring)."""
     shapes, dtypes = _shapes(graph), _dtypes(graph)
     eb = backend.core.elem_bytes
@@ -249,18 +262,23 @@ def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = fr
     in_block = {i for b in blocks.values() for i in b}
     for i, op in enumerate(graph.ops):
         if i in blocks:
-            plans += _plan_attention(graph, blocks[i], backend, tuner, shapes, dtypes, resident_ids)
+            plans += _plan_attention(graph, blocks[i], backend, tuner, shapes, dtypes, resident_ids,
+                                     placement)
             continue
         if i in in_block:
             continue
         h_ns = host_time(op, backend.system.host, shapes, eb)
         if op.kind in ("host", "layout"):
             why = op.host.reason if op.host is not None else "layout op: data movement stays on the host"
+            if placement == "pim" and op.kind == "host":
+                _refuse(op, backend, why)
             plans.append(OpPlan(i, op, "host", why, h_ns))
             continue
         dtype = next((dtypes[a.value] for a in op.operands if a.index_map), dtypes[op.result.value])
         ok, why = _support(op, backend, dtype)
         if not ok:
+            if placement == "pim":
+                _refuse(op, backend, why)
             plans.append(OpPlan(i, op, "host", why, h_ns))
             continue
         res = tuple(k for k, a in enumerate(op.operands) if a.value in resident_ids)
@@ -274,15 +292,26 @@ def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = fr
             plans.append(OpPlan(i, op, "host", "no draft fits the backend's resources", h_ns))
             continue
         pim_ns = float(choice.report.total_ns)
+        if placement != "auto":
+            why = (f"placement={placement!r}: on PIM ({pim_ns:,.0f} ns; the "
+                   f"{backend.system.host.name} roofline {h_ns:,.0f} ns)")
+            plans.append(OpPlan(i, op, "pim", why, h_ns, choice.draft, choice.program,
+                                choice.predicted_cycles, choice, res))
+            continue
         if pim_ns < h_ns:
-            placement, why = "pim", (f"PIM {pim_ns:,.0f} ns (rearrangement included) beats the "
-                                     f"{backend.system.host.name} roofline {h_ns:,.0f} ns")
+            where, why = "pim", (f"PIM {pim_ns:,.0f} ns (rearrangement included) beats the "
+                                 f"{backend.system.host.name} roofline {h_ns:,.0f} ns")
         else:
-            placement, why = "host", (f"{backend.system.host.name} roofline {h_ns:,.0f} ns beats "
-                                      f"PIM {pim_ns:,.0f} ns (rearrangement included)")
-        plans.append(OpPlan(i, op, placement, why, h_ns, choice.draft, choice.program,
+            where, why = "host", (f"{backend.system.host.name} roofline {h_ns:,.0f} ns beats "
+                                  f"PIM {pim_ns:,.0f} ns (rearrangement included)")
+        plans.append(OpPlan(i, op, where, why, h_ns, choice.draft, choice.program,
                             choice.predicted_cycles, choice, res))
     return plans
+
+
+def _refuse(op: PimOp, backend: Backend, why: str):
+    prim = op.host.primitive.name if op.host is not None else op.name
+    raise PimCompileError(f"{prim} at {op.source or '?'} cannot run on {backend.name}: {why}")
 
 
 def _support(op: PimOp, backend: Backend, dtype) -> tuple[bool, str]:

@@ -1,0 +1,184 @@
+"""pim_jit: values equal jax.jit on the corpus for every backend, the staged
+API, the tuning cache, placement decisions and resident arguments.
+
+The tuner here uses a stand-in cost model that predicts the same cycles
+for every draft (so the top-k are simply the first drafts): these tests are
+about the API, not about the predictor (tests/costmodel judges that)."""
+from __future__ import annotations
+
+import json
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pimjax import PimCompileError, pim_jit
+from pimjax.costmodel.tune import Tuner
+from tests.corpus import CORPUS
+
+
+class FlatModel:
+    """Predicts the same cycles for every draft."""
+
+    def predict(self, features):
+        return np.ones(len(features))
+
+
+def tuner(cache=None, top_k=2):
+    return Tuner(model=FlatModel(), top_k=top_k, cache=cache)
+
+
+class ParallelFirst(Tuner):
+    """Ranks drafts by how many cores they use (most first)."""
+
+    def predict(self, op, table, backend, shapes):
+        return 1.0 / (table.groups_used * table.cores_used)
+
+
+SMALL = {"hbm-pim": dict(channels=4), "attacc": dict(channels=2), "newton": dict(channels=2),
+         "upmem": dict(dpus=64)}
+# relative tolerance of the backend arithmetic on the corpus' sizes (fp16 / bf16 accumulation of
+# up to a few hundred terms; upmem runs float ops on the host, so it is exact)
+TOL = {"hbm-pim": 3e-2, "attacc": 3e-2, "newton": 6e-2, "upmem": 1e-5}
+
+
+def _close(got, want, tol):
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        scale = max(1.0, float(np.max(np.abs(w)))) if w.size else 1.0
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * scale)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", sorted(SMALL))
+def test_corpus_equals_jax_jit_on_every_backend(backend):
+    """Every supported op on PIM (placement="prefer_pim"); the others stay
+    on the host and the report says why."""
+    on_pim = 0
+    for name, fn, make in CORPUS:
+        args = make()
+        f = pim_jit(fn, backend=backend, tuner=tuner(), placement="prefer_pim", **SMALL[backend])
+        compiled = f.lower(*args).compile()
+        _close(compiled(*args), jax.jit(fn)(*args), TOL[backend])
+        rep = compiled.report()
+        on_pim += sum(o.placement == "pim" for o in rep.ops)
+        for o in rep.ops:
+            assert o.reason, f"{name}: op {o.index} has no placement reason"
+    assert on_pim > 0
+
+
+def test_staged_api_and_cost_analysis():
+    W = np.random.default_rng(0).standard_normal((128, 256)).astype(np.float32)
+    x = np.random.default_rng(1).standard_normal(256).astype(np.float32)
+    f = pim_jit(lambda W, x: jax.nn.relu(W @ x), backend="hbm-pim", tuner=tuner(),
+                placement="prefer_pim", channels=4)
+    traced = f.trace(W, x)
+    assert len(traced.graph.ops) == 1 and "relu" in traced.as_text()
+    lowered = traced.lower()
+    text = lowered.as_text()
+    assert "PIM (hbm-pim)" in text and "records" in text
+    pred = lowered.cost_analysis()
+    assert set(pred) >= {"predicted_cycles", "predicted_ns", "host_ns", "clock_ghz", "ops"}
+    compiled = lowered.compile()
+    sim = compiled.cost_analysis()
+    assert set(sim) >= {"total_ns", "gpu_ns", "speedup_gpu", "resident_ns", "energy_pj", "ops"}
+    op = sim["ops"][0]
+    parts = [op[f"{k}_cycles"] for k in ("rearrangement", "compute", "readback", "merge")]
+    assert op["cycles"] == pytest.approx(sum(parts), rel=1e-5)
+    assert op["ns"] == pytest.approx(op["cycles"] / sim["clock_ghz"], rel=1e-5)
+    _close(compiled(W, x), jax.nn.relu(W @ x), TOL["hbm-pim"])
+    assert "hbm-pim" in str(compiled.report())
+
+
+def test_wrong_shapes_raise_a_per_argument_type_error():
+    W = np.ones((64, 32), np.float32)
+    x = np.ones(32, np.float32)
+    compiled = pim_jit(lambda W, x: W @ x, tuner=tuner(), channels=4).lower(W, x).compile()
+    with pytest.raises(TypeError, match=r"argument W: compiled for shape \(64, 32\)"):
+        compiled(np.ones((8, 32), np.float32), x)
+    with pytest.raises(TypeError, match="argument x"):
+        compiled(W, np.ones(16, np.float32))
+
+
+def test_cache_hit_miss_new_shape_and_corrupted_file(tmp_path):
+    path = tmp_path / "tune.json"
+    t = tuner(cache=str(path))
+    W = np.ones((64, 128), np.float32)
+    x = np.ones(128, np.float32)
+    f = pim_jit(lambda W, x: W @ x, tuner=t, placement="prefer_pim", channels=4)
+    first = f.lower(W, x).plans[0].choice
+    assert not first.cached and first.simulated == 2 and len(t.cache) == 1
+    again = pim_jit(lambda W, x: W @ x, tuner=t, placement="prefer_pim", channels=4).lower(W, x)
+    assert again.plans[0].choice.cached and again.plans[0].draft == first.draft       # hit
+    assert json.loads(path.read_text())                                              # on disk
+    f(W[:32], x)                                                  # a new shape: tuned on the fly
+    assert len(t.cache) == 2
+    reread = tuner(cache=str(path))                               # a fresh process reads the file
+    assert len(reread.cache) == 2
+    path.write_text("{ not json")
+    with pytest.warns(RuntimeWarning, match="unreadable"):
+        broken = tuner(cache=str(path))
+    assert len(broken.cache) == 0
+    res = pim_jit(lambda W, x: W @ x, tuner=broken, placement="prefer_pim", channels=4).lower(W, x)
+    assert not res.plans[0].choice.cached                         # recompiled, not a crash
+    assert len(json.loads(path.read_text())) == 1                 # and the file rewritten
+
+
+def test_placement_goes_each_way():
+    rng = np.random.default_rng(0)
+    # a tiny GEMV: the GPU roofline beats the PIM frame overhead -> host
+    small = pim_jit(lambda W, x: W @ x, backend="hbm-pim", tuner=tuner(), channels=4)
+    lw = small.lower(np.ones((16, 16), np.float32), np.ones(16, np.float32))
+    assert lw.plans[0].placement == "host" and "beats PIM" in lw.plans[0].reason
+    # a 4096 x 4096 GEMV with resident weights on AttAcc: PIM beats the GPU roofline
+    W = rng.standard_normal((4096, 4096)).astype(np.float16)
+    x = rng.standard_normal(4096).astype(np.float16)
+    big = pim_jit(lambda W, x: W @ x, backend="attacc", tuner=ParallelFirst(top_k=4), resident=("W",))
+    lb = big.lower(W, x)
+    assert lb.plans[0].placement == "pim" and "beats the" in lb.plans[0].reason
+    choice = lb.plans[0].choice
+    assert float(choice.report.total_ns) < lb.plans[0].host_ns
+
+
+def test_placement_pim_refuses_unsupported_primitives():
+    f = pim_jit(lambda x: jnp.sort(x), tuner=tuner(), placement="pim", channels=4)
+    with pytest.raises(PimCompileError, match="sort"):
+        f.lower(np.ones(16, np.float32))
+    auto = pim_jit(lambda x: jnp.sort(x), tuner=tuner(), channels=4).lower(np.ones(16, np.float32))
+    assert auto.plans[0].placement == "host" and "sort" in auto.as_text()
+
+
+def test_resident_weights_are_paid_once_and_reported_separately():
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((1024, 1024)).astype(np.float32)
+    x = rng.standard_normal(1024).astype(np.float32)
+    kw = dict(backend="hbm-pim", tuner=tuner(), placement="prefer_pim", channels=16)
+    moving = pim_jit(lambda W, x: W @ x, **kw).lower(W, x).compile().report()
+    resident = pim_jit(lambda W, x: W @ x, resident=("W",), **kw).lower(W, x).compile().report()
+    assert moving.resident_ns == 0 and resident.resident_ns > 0
+    assert resident.total_ns < moving.total_ns
+    assert resident.ops[0].rearrangement < moving.ops[0].rearrangement
+    with pytest.raises(ValueError, match="not an argument"):
+        pim_jit(lambda W, x: W @ x, resident=("V",), **kw).lower(W, x)
+
+
+def test_attention_block_is_one_attacc_program():
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((4, 32)).astype(np.float32)
+    K = rng.standard_normal((4, 64, 32)).astype(np.float32)
+    V = rng.standard_normal((4, 64, 32)).astype(np.float32)
+
+    def attn(q, K, V):
+        s = jnp.einsum("hd,hnd->hn", q, K) / jnp.sqrt(jnp.float32(32))
+        return jnp.einsum("hn,hnd->hd", jax.nn.softmax(s, axis=-1), V)
+    compiled = pim_jit(attn, backend="attacc", tuner=tuner(), placement="prefer_pim",
+                       channels=2).lower(q, K, V).compile()
+    rep = compiled.report()
+    assert [o.placement for o in rep.ops].count("pim") == 1
+    assert any(o.name == "attention" for o in rep.ops)
+    assert sum(o.placement == "fused" for o in rep.ops) == 5
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _close(compiled(q, K, V), attn(q, K, V), TOL["attacc"])
