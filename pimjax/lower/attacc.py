@@ -68,7 +68,7 @@ from ..partition.dimsets import dimension_sets
 from ..partition.draft import Draft
 from ..partition.verify import matrix_and_vector
 from ..trace.ir import Access, Acc, Arg, Const, LoopVar, PimOp, Prim
-from .layout import global_index, lane_order, tile_layout, value_shapes
+from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
 from .program import Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, stack_streams
 from .tiles import CoreTiles, core_tiles
 
@@ -627,8 +627,7 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
     rbox = tuple(box[v] for v in r_vars)
     ro = np.arange(int(np.prod(rbox, dtype=np.int64))) % max(1, n_o)
     r_pos = np.stack([np.zeros_like(ro), np.zeros_like(ro), ro // LANES, ro % LANES], -1)
-    res_layout = tile_layout(tiles, "acc", -1, r_vars, op.result.index_map, shapes[op.result.value],
-                             r_pos, rbox)
+    res_layout = tile_layout(tiles, "acc", -1, r_vars, *acc_space(op), r_pos, rbox)
     res_layout = TensorLayout(**{**res_layout.__dict__, "space": "softmax"})
     flat_o, valid_o = global_index(res_layout)                          # [G, C, n_b*n_v*n_o]
     flat_o = np.where(valid_o, flat_o, -1).reshape(G, C, n_b, n_v, n_o)
@@ -923,7 +922,7 @@ def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | No
     rbox = tuple(box[at.c2s[v]] for v in r_vars)
     ro = np.arange(int(np.prod(rbox, dtype=np.int64))) % max(1, n_d)
     r_pos = np.stack([np.zeros_like(ro), np.zeros_like(ro), ro // LANES, ro % LANES], -1)
-    res_layout = tile_layout(tx, "acc", -1, r_vars, X.result.index_map, shapes[X.result.value], r_pos, rbox)
+    res_layout = tile_layout(tx, "acc", -1, r_vars, *acc_space(at.fused), r_pos, rbox)
     res_layout = TensorLayout(**{**res_layout.__dict__, "space": "softmax"})
     flat_o, valid_o = global_index(res_layout)
     flat_o = np.where(valid_o, flat_o, -1).reshape(G, C, n_b, n_d)

@@ -38,7 +38,7 @@ from ..partition.draft import Draft
 from ..partition.verify import matrix_and_vector
 from ..trace.affine import AffineExpr
 from ..trace.ir import Acc, Arg, Const, PimOp, Prim
-from .layout import global_index, lane_order, tile_layout, value_shapes
+from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
 from .program import (LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, chunk, concat,
                       select_slots, stack_streams)
 from .tiles import CoreTiles, core_tiles
@@ -354,7 +354,7 @@ def _contraction(ctx: _Ctx) -> Program:
                       -np.ones_like(rflat)], -1)
     r_pos = r_pos.reshape(-1, 4)
     rbox = tuple(box[v] for v in o_b + o_v + o_m) + ((slots,) if slots > 1 else ())
-    res_layout = tile_layout(tiles, "acc", -1, r_vars, *_acc_space(op), r_pos, rbox,
+    res_layout = tile_layout(tiles, "acc", -1, r_vars, *acc_space(op), r_pos, rbox,
                              synthetic={"#slot": slots} if slots > 1 else None)
 
     # --- host data: the vector operand, one row per GRF_A register write ----
@@ -423,15 +423,6 @@ def _even_then_odd(t_in: int):
     """Input tiles in the reference's order: every even tile, then every odd
     one (the CRF runs MAC EVEN_BANK, JUMP, MAC ODD_BANK, JUMP)."""
     return list(range(0, t_in, 2)) + list(range(1, t_in, 2))
-
-
-def _acc_space(op: PimOp) -> tuple[tuple, tuple]:
-    """(index map, shape) of the accumulator space: the grid of the op's
-    output variables, where partials are merged before the epilogue and the
-    write through the result map (see `sim.execute`)."""
-    ext = op.extents
-    return (tuple(AffineExpr.var(v) for v in op.output_vars),
-            tuple(ext[v] for v in op.output_vars))
 
 
 def _vector_layout(tiles: CoreTiles, V, vi: int, shapes) -> TensorLayout:
@@ -606,7 +597,7 @@ def _elementwise(ctx: _Ctx) -> Program:
             acc = op.operands[k]
             layouts.append(tile_layout(tiles, f"x{k}", k, loop, acc.index_map, ctx.shapes[acc.value], pos, box))
         else:
-            layouts.append(tile_layout(tiles, "acc", -1, loop, *_acc_space(op), pos, box))
+            layouts.append(tile_layout(tiles, "acc", -1, loop, *acc_space(op), pos, box))
         bases[k] = base
 
     b = RecordBuilder()
@@ -743,7 +734,7 @@ def _reduction(ctx: _Ctx) -> Program:
     rj, ro = ca // ko, ca % ko
     rflat = (x_rows * 32) + (rj // 2) * ko + ro
     r_pos = np.stack([rj % 2, phys_row(rflat // 32), rflat % 32, rl], -1).reshape(-1, 4)
-    res_layout = tile_layout(tiles, "acc", -1, r_vars, *_acc_space(op), r_pos, r_box)
+    res_layout = tile_layout(tiles, "acc", -1, r_vars, *acc_space(op), r_pos, r_box)
 
     b = RecordBuilder()
     if ctx.options["frame"]:

@@ -87,6 +87,16 @@ def tile_layout(tiles: CoreTiles, name: str, operand: int, vars_: Sequence[str],
                         tuple(shape), pos, bands)
 
 
+def acc_space(op: PimOp) -> tuple[tuple, tuple]:
+    """(index map, shape) of the accumulator space: the grid of the op's
+    output variables, where partial results are merged before the epilogue
+    and the write through the result map (`sim.execute.finish`)."""
+    from ..trace.affine import AffineExpr
+    ext = op.extents
+    return (tuple(AffineExpr.var(v) for v in op.output_vars),
+            tuple(ext[v] for v in op.output_vars))
+
+
 def value_shapes(op: PimOp, graph_shapes: dict | None = None) -> dict[int, tuple]:
     """Shape of every tensor the op touches (from the graph when given,
     else implied by the index maps)."""

@@ -98,7 +98,7 @@ from ..partition.draft import Draft
 from ..partition.verify import matrix_and_vector
 from ..trace.affine import AffineExpr
 from ..trace.ir import Arg, PimOp, Prim
-from .layout import global_index, lane_order, tile_layout, value_shapes
+from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
 from .program import Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, chunk, stack_streams
 from .tiles import CoreTiles, core_tiles
 
@@ -527,11 +527,6 @@ def _add_many(b: RecordBuilder, op: Op, **fields) -> None:
 # --------------------------------------------------------------------------
 # layouts and host data
 # --------------------------------------------------------------------------
-def _acc_space(op: PimOp):
-    ext = op.extents
-    return (tuple(AffineExpr.var(v) for v in op.output_vars), tuple(ext[v] for v in op.output_vars))
-
-
 def _m_layout(op, tiles, plan: _Plan, shapes, cols: int) -> TensorLayout:
     """Matrix tile: local (b, o, r) -> (0, row, col, lane) of its segment."""
     M = op.operands[plan.mi]
@@ -562,7 +557,7 @@ def _r_layout(op, tiles, plan: _Plan, n_pass: int, kappa: np.ndarray) -> TensorL
     pos = np.stack([np.zeros_like(q), q, latch, -np.ones_like(q)], -1).reshape(-1, 4)
     r_vars = tuple(plan.o_b + plan.o_v + plan.o_m) + ("#slot", "#pass")
     rbox = tuple(plan.box[v] for v in plan.o_b + plan.o_v + plan.o_m) + (plan.slots, n_pass)
-    lay = tile_layout(tiles, "acc", -1, r_vars, *_acc_space(op), pos, rbox,
+    lay = tile_layout(tiles, "acc", -1, r_vars, *acc_space(op), pos, rbox,
                       synthetic={"#slot": plan.slots, "#pass": n_pass})
     lo = np.where(kappa >= 0, kappa, 0)
     hi = np.where(kappa >= 0, kappa + 1, 0)

@@ -99,7 +99,7 @@ from ..partition.draft import Draft
 from ..partition.verify import matrix_and_vector
 from ..trace.affine import AffineExpr
 from ..trace.ir import Arg, Const, PimOp, Prim, replace_acc
-from .layout import tile_layout, value_shapes
+from .layout import acc_space, tile_layout, value_shapes
 from .program import RECORD_FIELDS, Op, Phase, Program, Readback, Records, TensorLayout
 from .tiles import CoreTiles, core_tiles
 
@@ -280,11 +280,6 @@ def _region(ctx: _Ctx, name: str, operand: int, vars_: tuple, index_map, shape, 
     n = int(np.prod(box, dtype=np.int64)) if box else 1
     return tile_layout(ctx.tiles, name, operand, vars_, index_map, shape, _positions(base, n, ctx.eb),
                        box, synthetic=synthetic)
-
-
-def _acc_space(op: PimOp):
-    ext = op.extents
-    return (tuple(AffineExpr.var(v) for v in op.output_vars), tuple(ext[v] for v in op.output_vars))
 
 
 # --------------------------------------------------------------------------
@@ -522,7 +517,7 @@ def _lower(ctx: _Ctx) -> Program:
     if partial_slots > 1:
         rvars, rbox = ("#t",) + rvars, (partial_slots,) + rbox
         synthetic = {"#t": partial_slots}
-    res = _region(ctx, "acc", -1, rvars, *_acc_space(op), rbox, base, synthetic)
+    res = _region(ctx, "acc", -1, rvars, *acc_space(op), rbox, base, synthetic)
     res_id = len(layouts)
     layouts.append(res)
     base = _roundup(base + res.size * eb, DMA_ALIGN)
