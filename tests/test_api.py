@@ -66,7 +66,25 @@ def test_corpus_equals_jax_jit_on_every_backend(backend):
         on_pim += sum(o.placement == "pim" for o in rep.ops)
         for o in rep.ops:
             assert o.reason, f"{name}: op {o.index} has no placement reason"
-    assert on_pim > 0
+    if backend == "upmem":        # no FPU: every float op stays on the host, and says so
+        assert on_pim == 0
+    else:
+        assert on_pim > 0
+
+
+def test_integer_kernels_run_on_upmem_exactly():
+    rng = np.random.default_rng(0)
+    W = rng.integers(-50, 50, (64, 96)).astype(np.int32)
+    x = rng.integers(-50, 50, 96).astype(np.int32)
+    b = rng.integers(-50, 50, 64).astype(np.int32)
+    fn = lambda W, x, b: W @ x + b          # noqa: E731
+    compiled = pim_jit(fn, backend="upmem", tuner=tuner(), placement="prefer_pim",
+                       dpus=64).lower(W, x, b).compile()
+    assert compiled.report().ops[0].placement == "pim"
+    np.testing.assert_array_equal(np.asarray(compiled(W, x, b)), np.asarray(jax.jit(fn)(W, x, b)))
+    f32 = pim_jit(fn, backend="upmem", tuner=tuner(), dpus=64).lower(
+        W.astype(np.float32), x.astype(np.float32), b.astype(np.float32))
+    assert f32.plans[0].placement == "host" and "float" in f32.plans[0].reason.lower()
 
 
 def test_staged_api_and_cost_analysis():
