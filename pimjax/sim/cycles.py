@@ -31,7 +31,7 @@ from ..hw.core import Backend, Timing
 from ..lower.program import Phase, Program, Records
 from .report import BOUNDS, CycleReport
 from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE,
-                     STREAM, WAIT, WRITE)
+                     STAGGER, STREAM, WAIT, WRITE)
 
 NEVER = -1.0e7  # "long ago" for last-command times (float32-exact integers below 2^24)
 SCAN_FIELDS = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
@@ -60,6 +60,7 @@ def _record_facts(rec: dict, banks: int, banks_per_bg: int) -> dict:
         oh=b[:, None] == jnp.arange(banks)[None, :], ohg=bg[:, None] == jnp.arange(n_bg)[None, :],
         is_col=f(COLUMN) & valid, write=f(WRITE), allbank=f(ALLBANK), data=f(DATA_BUS) & valid,
         act_all=f(ACT_ALL) & valid, pre_all=f(PRE_ALL) & valid, fixed=f(FIXED) & valid,
+        stagger=f(STAGGER),
         side=f(SIDE) & valid, wait=f(WAIT) | (rec["sync"] == 1), stream=f(STREAM),
         barrier=f(BARRIER) & valid, ohk=bucket[:, None] == jnp.arange(5)[None, :])
 
@@ -146,6 +147,8 @@ def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool
         if "act_all" in features:
             ready_all = jnp.where(opened, pre_ok + t["tRP"], t_ready)
             t_actall = jnp.maximum(jnp.max(ready_all), jnp.maximum(floor_t, s["last_col"]))
+            # staggered (per bank group, tFAW apart): the last group opens last
+            t_actall = t_actall + jnp.where(x["stagger"], (n_bg - 1) * t["tFAW"], 0.0)
         if "pre_all" in features:
             last_col_pre = s["last_col"] + jnp.where(s["last_allbank"], t["tRTP_L"], 0.0)
             t_preall = jnp.maximum(jnp.max(jnp.where(opened, pre_ok, NEVER)),
@@ -225,7 +228,8 @@ def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool
         new["t_end"] = jnp.maximum(s["t_end"], end)
         new["next_ref"] = next_ref
         new["buckets"] = s["buckets"] + jnp.where(x["ohk"], delta, 0.0)
-        add = jnp.stack([act_now.astype(f32) + act_all.astype(f32),           # 0 ACT
+        n_acts = jnp.where(x["stagger"], f32(n_bg), f32(1.0))
+        add = jnp.stack([act_now.astype(f32) + act_all.astype(f32) * n_acts,  # 0 ACT
                          jnp.where(rd_col & ~allbank, n, 0.0),                  # 1 RD columns
                          jnp.where(wr_col & ~allbank, n, 0.0),                  # 2 WR columns
                          jnp.where(is_col & allbank, n, 0.0),                   # 3 PIM columns

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..lower.program import Phase
-from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE,
+from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE, STAGGER,
                      STREAM, WAIT, WRITE)
 
 NEVER = -1.0e7
@@ -173,10 +173,13 @@ def simulate(records: list[dict], t: dict, banks: int, banks_per_bg: int, refres
             ready = [bk.earliest_precharge(t) + t["tRP"] if bk.open_row >= 0 else bk.t_ready
                      for bk in ch.banks]
             t_act = max(max(ready), floor_t, ch.last_col)
+            n_bg = len(ch.bg_act)
+            if flags[STAGGER]:          # one activation per bank group, tFAW apart
+                t_act += (n_bg - 1) * t["tFAW"]
             for bk in ch.banks:
                 bk.open_row, bk.t_act = r["row"], t_act
             end = t_act + t["tRCDRD"]
-            counts[0] += 1
+            counts[0] += n_bg if flags[STAGGER] else 1
         elif flags[PRE_ALL]:
             opened = [bk.earliest_precharge(t) for bk in ch.banks if bk.open_row >= 0]
             # an all-bank MAC needs tRTP_L before PREA (attacc.md MACAB -> PREA)

@@ -19,6 +19,9 @@ side       a data-movement command on a separate datapath (AttAcc WRGB /
            and they do not block the column pipeline
 wait       the command waits until every earlier record has ended (a
            barrier on a data dependency, e.g. MVSB after the score MACs)
+stagger    an all-bank activation issued as one activation per bank group,
+           tFAW apart (Newton / AiM G_ACT0..3, PIMFlow): the banks are ready
+           (n_bank_groups - 1) * tFAW later than one simultaneous activation
 stream     a host transfer run whose columns the controller interleaves
            with the runs to other bank groups: its columns are tCCD_S apart
            (the link bandwidth) instead of tCCD_L
@@ -63,8 +66,8 @@ import numpy as np
 from ..lower.program import Op
 
 # columns of the class table
-COLUMN, WRITE, ALLBANK, DATA_BUS, ACT_ALL, PRE_ALL, FIXED, SIDE, WAIT, STREAM, BARRIER = range(11)
-N_FLAGS = 11
+COLUMN, WRITE, ALLBANK, DATA_BUS, ACT_ALL, PRE_ALL, FIXED, SIDE, WAIT, STREAM, BARRIER, STAGGER = range(12)
+N_FLAGS = 12
 
 _CLASSES: dict[int, tuple[int, ...]] = {
     #            col write allb data act_all pre_all fixed side wait (stream)
@@ -90,7 +93,8 @@ _CLASSES: dict[int, tuple[int, ...]] = {
     Op.BARRIER: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1),
     Op.MACBK:   (1, 0, 0, 0, 0, 0, 0, 0, 0),   # one bank's unit: a column read without the data bus
     Op.GWRITE:  (1, 1, 0, 1, 0, 0, 0, 0, 0),
-    Op.G_ACT:   (0, 0, 0, 0, 1, 0, 0, 0, 0),
+    # PIMFlow issues G_ACT as G_ACT0..3, one per bank group, tFAW apart
+    Op.G_ACT:   (0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1),
     Op.COMP:    (1, 0, 1, 0, 0, 0, 0, 0, 0),
     Op.READRES: (1, 0, 0, 1, 0, 0, 0, 0, 1),
 }

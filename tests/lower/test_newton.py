@@ -328,15 +328,17 @@ def test_tiny_program_cycles_from_timing_parameters():
     gw_last = gw_t[-1]
     gw_end = gw_last + t["tWL"] + t["tBL"]
     t_wr = {b: max(tt for bb, tt in zip(gw_bank, gw_t) if bb == b) for b in set(gw_bank)}
+    # G_ACT0..3 (one per bank group) are tFAW apart: the last group opens 3 tFAW later
+    stagger = (BE.group.bank_groups - 1) * t["tFAW"]
     # row 0: G_ACT waits for the last column issued; COMP waits tRCD and write->read
-    act = gw_last
+    act = gw_last + stagger
     comp = max(act + t["tRCDRD"], gw_last + t["tCCD_S"], gw_last + t["tWL"] + t["tBL"] + t["tWTR_S"])
     last = comp + 31 * t["tCCD_AB"]
     for _ in range(3):
         # next row: precharge after tRAS / tRTP (COMP reads bank 0) / write recovery, then tRP
         pre = max(act + t["tRAS"], last + t["tRTP_S"],
                   max(tw + t["tWL"] + t["tBL"] + t["tWR"] for tw in t_wr.values()))
-        act = max(pre + t["tRP"], last)
+        act = max(pre + t["tRP"], last) + stagger
         comp = max(act + t["tRCDRD"], last + t["tCCD_AB"])
         last = comp + 31 * t["tCCD_AB"]
     comp_end = last + t["tCCD_AB"]
@@ -356,7 +358,8 @@ def test_gemv_4096_cycles_plausible():
     every bank runs 128 rows (16 outputs x 8 chunks) of 32 COMPs, the rows in
     series (an all-bank G_ACT per row).  COMP-bound time is 128 x 32 x tCCD;
     a row cannot start before the previous one's last COMP + tRTP + tRP +
-    tRCD; on top come the buffer loads and the read-backs."""
+    tRCD + the 3 tFAW of the staggered G_ACT0..3; on top come the buffer
+    loads and the read-backs."""
     op = H.gemv(4096, 4096)
     d = baseline(op, BE)
     prog = lower(op, d, BE, resident=(0,))
@@ -365,7 +368,8 @@ def test_gemv_4096_cycles_plausible():
     rows, loads, reads = st["G_ACT"] // G, st["GWRITE"] // G, st["READRES"] // G
     assert rows == 128 and st["COMP"] // G == 128 * 32
     t = {k: float(getattr(BE.timing, k)) for k in BE.timing._dynamic_fields}
-    period = t["tRCDRD"] + 31 * t["tCCD_AB"] + t["tRTP_S"] + t["tRP"]
+    period = (t["tRCDRD"] + 31 * t["tCCD_AB"] + t["tRTP_S"] + t["tRP"]
+              + (BE.group.bank_groups - 1) * t["tFAW"])       # G_ACT0..3, tFAW apart
     comp_bound = rows * 32 * t["tCCD_AB"]
     bursts = int(np.asarray(prog.commands.n)[np.asarray(prog.commands.op) == Op.READRES].max())
     load = 32 * t["tCCD_S"] + t["tWL"] + t["tBL"] + t["tWTR_L"] + t["tRP"] + t["tRCDRD"]
@@ -373,7 +377,9 @@ def test_gemv_4096_cycles_plausible():
     rep = cycles(prog, BE, refresh=False)
     pim = float(rep.total_cycles - rep.merge)
     assert comp_bound < rows * period <= pim <= rows * period + loads * load + reads * read
-    assert pim < 1.5 * comp_bound                # row switching costs < 50 %
+    # the rows dominate: buffer loads and read-backs add under 10 % to them
+    # (a row is 64 cycles of COMPs + 73 of tRCD, tRTP, tRP and the G_ACT stagger)
+    assert pim < 1.1 * rows * period
 
 
 # --------------------------------------------------------------------------
