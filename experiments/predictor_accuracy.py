@@ -7,7 +7,8 @@ are lowered and simulated (the ground truth, cached under --cache); the
 shipped model (or --weights DIR) ranks them.  Columns, per backend x kernel:
 
   Total       cases
-  #Best       cases where the predictor's argmin has the optimal cycles (ties count)
+  #Best       cases where the predictor's argmin is optimal (less than one cycle slower)
+  strict      cases where it has exactly the optimal cycles
   Subopt.     geometric mean of optimum / chosen cycles over the misses (count)
   worst       the worst miss
   top-k       the tuner's view: cases where the best of the predicted top-k is optimal
@@ -85,11 +86,12 @@ def main(argv=None) -> int:
                       f"{'best' if r.topk_best else f'{r.topk_rel:.3f}':>6s}  MAPE {r.mape:6.1%}  {r.seconds:5.1f} s")
     rows = table2(results)
     t = Table(title=f"Predictor accuracy on held-out shapes (DCC Table II); {time.time() - t_all:.0f} s")
-    for col in ("Backend+Kernel", "Total", "#Best", "Suboptimal performance", "worst",
+    for col in ("Backend+Kernel", "Total", "#Best", "strict", "Suboptimal performance", "worst",
                 f"#Best top-{args.top_k}", f"Subopt. top-{args.top_k}", "MAPE", "drafts"):
         t.add_column(col, justify="right")
     for r in rows:
         t.add_row(f"{r['backend']}+{r['kernel']}", str(r["total"]), f"{r['best']} ({r['best_frac']:.1%})",
+                  str(r["best_strict"]),
                   f"{r['subopt']:.2%} ({r['misses']} cases)", f"{r['worst']:.2%}",
                   str(r["topk_best"]), f"{r['topk_subopt']:.2%}", f"{r['mape']:.1%}", str(r["drafts"]))
     console.print(t)

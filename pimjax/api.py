@@ -26,6 +26,7 @@ shapes (cached).
 from __future__ import annotations
 
 import inspect
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -40,7 +41,7 @@ from .hw.presets import get_backend
 from .lower import lower as lower_op
 from .partition.baselines import baseline
 from .partition.verify import op_support
-from .sim.cycles import cycles
+from .sim.cycles import cycles_pooled
 from .sim.execute import execute
 from .sim.host import host_time
 from .trace.evaluate import evaluate_op
@@ -103,6 +104,29 @@ def _dtypes(graph: PimGraph) -> dict:
     return {i: v.dtype for i, v in enumerate(graph.values)}
 
 
+def enable_xla_cache(path: str | None = None) -> str | None:
+    """Keep pimjax's expensive XLA compilations (the cycle scans: seconds
+    each) on disk between runs: JAX's persistent compilation cache at `path`
+    (default $PIMJAX_CACHE_DIR/xla or ~/.cache/pimjax/xla), for compilations
+    over one second.  Left alone when the user configured a cache dir
+    already; switched off by PIMJAX_XLA_CACHE=0 (the test suite does: several
+    processes writing one cache crashed once).  Returns the directory used."""
+    if os.environ.get("PIMJAX_XLA_CACHE", "1") == "0":
+        return None
+    current = jax.config.jax_compilation_cache_dir
+    if current:
+        return current
+    root = os.environ.get("PIMJAX_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "pimjax"))
+    path = path or os.path.join(root, "xla")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:             # read-only home: no disk cache, still correct
+        return None
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    return path
+
+
 class PimFunction:
     """A function compiled for a PIM backend per argument shapes (see module
     docstring).  Create with `pim_jit`."""
@@ -120,6 +144,7 @@ class PimFunction:
             tuner = Tuner(mode=tuner or "predict", cache=cache)
         self.tuner = tuner
         self._compiled: dict = {}
+        enable_xla_cache()
         try:
             self.__name__ = fn.__name__
         except AttributeError:
@@ -441,7 +466,7 @@ def baseline_report(plan_: OpPlan, backend: Backend, shapes: dict):
             prog = lower_op(plan_.op, d, backend, shapes, resident=plan_.resident)
     except PimCompileError:
         return None
-    return cycles(prog, backend)
+    return cycles_pooled(prog, backend)
 
 
-__all__ = ["pim_jit", "PimFunction", "Traced", "Lowered", "Compiled", "OpPlan", "plan"]
+__all__ = ["pim_jit", "enable_xla_cache", "PimFunction", "Traced", "Lowered", "Compiled", "OpPlan", "plan"]

@@ -3,12 +3,13 @@ silent broadcasting or dtype widening in pimjax fails loudly."""
 import os
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+os.environ["PIMJAX_XLA_CACHE"] = "0"     # see the note below
 
 import jax  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
-# No persistent XLA compilation cache here: two pytest-xdist workers writing
+# No persistent XLA compilation cache here (pim_jit's default one is off): two pytest-xdist workers writing
 # one cache directory crashed a CI run (segfault in the cache writer, after
 # which the run hung until its time limit). Each worker's in-memory cache
 # still shares compilations of the padded scan shapes within the process.

@@ -267,18 +267,27 @@ def _case_key(backend: str, kernel: str, shape) -> str:
 # --------------------------------------------------------------------------
 @dataclass
 class Plan:
-    """How many cases and drafts to label for one backend."""
-    shapes_per_kernel: int = 24
-    random_per_case: int = 40
-    estimate_per_case: int = 8
+    """How many cases and drafts to label for one backend (round 1; the
+    model-driven rounds add `train.py --model-top` drafts per case).
+    Kernels with more dimension sets (mmtv, attn) get `multi_set_factor`
+    times more shapes: their spaces vary along more axes."""
+    shapes_per_kernel: int = 40
+    random_per_case: int = 16
+    estimate_per_case: int = 4
+    multi_set_factor: float = 1.5
+    # small spaces (elementwise ops, reductions: tens to hundreds of drafts)
+    # are sampled densely: their best drafts differ by a few percent, which
+    # a model that saw 16 of them cannot rank
+    dense_below: int = 600
+    dense_drafts: int = 64
     max_drafts: int = 400_000          # skip shapes whose draft space is larger
 
 
 PLANS = {
     "hbm-pim": Plan(),
-    "attacc": Plan(shapes_per_kernel=22),
-    "newton": Plan(shapes_per_kernel=22),
-    "upmem": Plan(shapes_per_kernel=22, random_per_case=48),
+    "attacc": Plan(shapes_per_kernel=32),
+    "newton": Plan(shapes_per_kernel=32),
+    "upmem": Plan(shapes_per_kernel=32),
 }
 
 
@@ -291,7 +300,8 @@ def training_cases(backend: str, plan: Plan | None = None, seed: int = 0) -> lis
         seen = set(held_out(backend, kernel))
         shapes = []
         tries = 0
-        while len(shapes) < plan.shapes_per_kernel and tries < 50 * plan.shapes_per_kernel:
+        want = int(round(plan.shapes_per_kernel * (plan.multi_set_factor if kernel in ("mmtv", "attn") else 1)))
+        while len(shapes) < want and tries < 50 * want:
             tries += 1
             s = sample_shape(kernel, backend, rng)
             if s in seen:
@@ -339,7 +349,8 @@ def generate(backend: Backend, cases: list[tuple[str, tuple]], plan: Plan, *, se
         rng = np.random.default_rng([seed, ci, n, 1 if model is None else 2])
         want: list[tuple[int, str]] = []
         if model is None:
-            want += [(int(i), "random") for i in rng.choice(n, min(n, plan.random_per_case), replace=False)]
+            k = plan.random_per_case if n > plan.dense_below else max(plan.random_per_case, plan.dense_drafts)
+            want += [(int(i), "random") for i in rng.choice(n, min(n, k), replace=False)]
             if plan.estimate_per_case:
                 est = features_table(case.target, table, backend, case.shapes)[:, est_col]
                 want += [(int(i), "estimate") for i in np.argsort(est, kind="stable")[:plan.estimate_per_case]]
@@ -381,25 +392,29 @@ def _write(done: list, path: str) -> list[dict]:
     return recs
 
 
-def featurise(records: list[dict], backend: Backend) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
+def featurise(records: list[dict], backend: Backend, phases: bool = False):
     """(X [N, F] float32, cycles [N] float64, group [N] int, case keys) of the
     labelled records (failed lowerings dropped); `group` numbers the cases,
-    so ranking pairs stay within one (kernel, shape)."""
+    so ranking pairs stay within one (kernel, shape).  phases=True appends
+    the [N, 4] phase cycles (rearrangement, compute, readback, merge)."""
     by_case: dict[str, list[dict]] = {}
     for r in records:
         if r.get("cycles") is None or r["backend"] != backend.name:
             continue
         by_case.setdefault(_case_key(r["backend"], r["kernel"], r["shape"]), []).append(r)
-    Xs, ys, gs, keys = [], [], [], []
+    Xs, ys, gs, keys, ps = [], [], [], [], []
     for g, (key, recs) in enumerate(sorted(by_case.items())):
         case = make_case(backend, recs[0]["kernel"], recs[0]["shape"])
         from ..partition.generate import lane_candidates
         table = table_from_rows([r["row"] for r in recs], lane_candidates(case.op, backend))
         Xs.append(features_table(case.target, table, backend, case.shapes))
         ys.append(np.array([r["cycles"] for r in recs], np.float64))
+        ps.append(np.array([r["phases"] for r in recs], np.float64).reshape(len(recs), 4))
         gs.append(np.full(len(recs), g, np.int64))
         keys.append(key)
     if not Xs:
         from .features import F
-        return np.zeros((0, F), np.float32), np.zeros(0), np.zeros(0, np.int64), []
-    return np.concatenate(Xs), np.concatenate(ys), np.concatenate(gs), keys
+        out = (np.zeros((0, F), np.float32), np.zeros(0), np.zeros(0, np.int64), [])
+        return out + (np.zeros((0, 4)),) if phases else out
+    out = (np.concatenate(Xs), np.concatenate(ys), np.concatenate(gs), keys)
+    return out + (np.concatenate(ps),) if phases else out

@@ -29,6 +29,7 @@ import json
 import math
 import time
 from importlib import resources
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -42,17 +43,31 @@ FORMAT_VERSION = 1
 
 
 class MLP(nnx.Module):
-    """x [n, F] -> [n] (standardised log-cycles); GELU hidden layers."""
+    """x [n, F] -> [n, n_out] (standardised log-cycles); GELU hidden layers."""
 
-    def __init__(self, n_in: int, hidden: tuple[int, ...], rngs: nnx.Rngs):
+    def __init__(self, n_in: int, hidden: tuple[int, ...], rngs: nnx.Rngs, n_out: int = 1):
         sizes = (n_in,) + tuple(hidden)
         self.layers = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:])])
-        self.out = nnx.Linear(sizes[-1], 1, rngs=rngs)
+        self.out = nnx.Linear(sizes[-1], n_out, rngs=rngs)
 
     def __call__(self, x):
         for layer in self.layers:
             x = jax.nn.gelu(layer(x), approximate=True)
-        return self.out(x)[:, 0]
+        return self.out(x)
+
+
+class Ensemble(nnx.Module):
+    """`members` MLPs with their own initialisations; x [n, F] -> [K, n, n_out].
+    Averaging the members' log-cycles lowers the variance of the ranking."""
+
+    def __init__(self, n_in: int, hidden: tuple[int, ...], members: int, seed: int, n_out: int = 1):
+        self.members = nnx.List([MLP(n_in, hidden, nnx.Rngs(seed + 1000 * k), n_out) for k in range(members)])
+
+    def __call__(self, x):
+        return jnp.stack([m(x) for m in self.members])
+
+
+PHASES = 4          # rearrangement, compute, readback, merge (sim.report.PHASES)
 
 
 def _gelu_np(x: np.ndarray) -> np.ndarray:
@@ -74,14 +89,22 @@ class CostModel:
                  rank_weight: float = 10.0, tau: float = 0.02, margin: float = 0.01,
                  temperature: float = 0.1, lr: float = 2e-3, weight_decay: float = 1e-5,
                  steps: int = 4000, seconds: float | None = None, batch_groups: int = 32,
-                 per_group: int = 16, meta: dict | None = None):
+                 per_group: int = 16, heads: str = "total", phase_weight: float = 0.5, members: int = 1,
+                 meta: dict | None = None, _abstract: bool = False):
+        if heads not in ("total", "phases"):
+            raise ValueError(f"heads must be 'total' or 'phases', got {heads!r}")
         self.n_features = int(n_features)
         self.hidden = tuple(int(h) for h in hidden)
         self.hp = dict(seed=int(seed), rank_weight=float(rank_weight), tau=float(tau), margin=float(margin),
                        temperature=float(temperature), lr=float(lr), weight_decay=float(weight_decay),
                        steps=int(steps), seconds=seconds, batch_groups=int(batch_groups),
-                       per_group=int(per_group))
-        self.net = MLP(self.n_features, self.hidden, nnx.Rngs(int(seed)))
+                       per_group=int(per_group), heads=heads, phase_weight=float(phase_weight),
+                       members=int(members))
+        build = partial(Ensemble, self.n_features, self.hidden, int(members), int(seed),
+                        PHASES if heads == "phases" else 1)
+        # a loaded model gets its parameters from the file: an abstract net
+        # skips the random initialisation (seconds of XLA compiles, cold)
+        self.net = nnx.eval_shape(build) if _abstract else build()
         self.x_mean = np.zeros(self.n_features, np.float32)
         self.x_scale = np.ones(self.n_features, np.float32)
         self.y_mean, self.y_scale = 0.0, 1.0
@@ -93,12 +116,15 @@ class CostModel:
     # ------------------------------------------------------------------
     # protocol
     # ------------------------------------------------------------------
-    def update(self, features, labels, groups=None, *, steps: int | None = None,
+    def update(self, features, labels, groups=None, *, phases=None, steps: int | None = None,
                seconds: float | None = None, progress=None) -> dict:
         """Fit (first call: also the normalisation) or continue fitting.
 
         features: [n, F]; labels: [n] simulated cycles (> 0); groups: [n]
         ints (rows of one op and shape share a value) or None (one group).
+        phases: optional [n, 4] cycles of the rearrangement / compute /
+        readback / merge phases, an auxiliary target of a heads="phases"
+        model (whose total is the sum of its phase predictions).
         steps / seconds: override the default length.  progress(step,
         steps, loss) is called now and then.  Returns a summary dict
         (steps, seconds, initial / final loss, mse, rank)."""
@@ -108,6 +134,13 @@ class CostModel:
             raise ValueError(f"features must be [n, {self.n_features}] with n labels, got {X.shape} "
                              f"and {y.shape}")
         ok = np.isfinite(y) & np.isfinite(X).all(axis=1)
+        P = None
+        if phases is not None and self.hp["heads"] == "phases":
+            P = np.log(np.maximum(np.asarray(phases, np.float64), 1.0))
+            if P.shape != (len(y), PHASES):
+                raise ValueError(f"phases must be [n, {PHASES}], got {P.shape}")
+            ok &= np.isfinite(P).all(axis=1)
+            P = P[ok]
         X, y = X[ok], y[ok]
         g = np.zeros(len(y), np.int64) if groups is None else np.asarray(groups, np.int64)[ok]
         if len(y) == 0:
@@ -120,10 +153,11 @@ class CostModel:
             self.y_scale = float(y.std()) if y.std() > 1e-6 else 1.0
         Xn = (X - self.x_mean) / self.x_scale
         yn = ((y - self.y_mean) / self.y_scale).astype(np.float32)
+        Pn = None if P is None else ((P - self.y_mean) / self.y_scale).astype(np.float32)
         # optax's schedules mix Python floats with int32 step counts, which the
         # tests' strict dtype promotion rejects: training runs under standard rules
         with jax.numpy_dtype_promotion("standard"):
-            summary = self._fit(Xn, yn, g, steps or self.hp["steps"],
+            summary = self._fit(Xn, yn, Pn, g, steps or self.hp["steps"],
                                 seconds if seconds is not None else self.hp["seconds"], progress)
         self.fitted = True
         self._np_params = None
@@ -139,16 +173,25 @@ class CostModel:
             raise ValueError(f"features must have {self.n_features} columns, got {X.shape[1]}")
         if self._np_params is None:
             pure = nnx.to_pure_dict(nnx.state(self.net, nnx.Param))
-            layers = [(np.asarray(pure["layers"][i]["kernel"], np.float32),
-                       np.asarray(pure["layers"][i]["bias"], np.float32)) for i in range(len(self.hidden))]
-            out = (np.asarray(pure["out"]["kernel"], np.float32), np.asarray(pure["out"]["bias"], np.float32))
-            self._np_params = (layers, out)
-        layers, (wo, bo) = self._np_params
-        h = (X - self.x_mean) / self.x_scale
-        for w, b in layers:
-            h = _gelu_np(h @ w + b)
-        z = (h @ wo + bo)[:, 0].astype(np.float64)
-        return np.exp(z * self.y_scale + self.y_mean)
+            self._np_params = []
+            for k in range(self.hp["members"]):
+                mk = pure["members"][k]
+                layers = [(np.asarray(mk["layers"][i]["kernel"], np.float32),
+                           np.asarray(mk["layers"][i]["bias"], np.float32)) for i in range(len(self.hidden))]
+                out = (np.asarray(mk["out"]["kernel"], np.float32), np.asarray(mk["out"]["bias"], np.float32))
+                self._np_params.append((layers, out))
+        x = (X - self.x_mean) / self.x_scale
+        logs = []
+        for layers, (wo, bo) in self._np_params:
+            h = x
+            for w, b in layers:
+                h = _gelu_np(h @ w + b)
+            z = (h @ wo + bo).astype(np.float64) * self.y_scale + self.y_mean     # log-cycles [n, heads]
+            if z.shape[1] > 1:                  # total = sum of the phases
+                zm = z.max(axis=1, keepdims=True)
+                z = zm + np.log(np.exp(z - zm).sum(axis=1, keepdims=True))
+            logs.append(z[:, 0])
+        return np.exp(np.mean(logs, axis=0))
 
     def save(self, path: str) -> None:
         """Write the model to `path` (msgpack; see module docstring)."""
@@ -182,7 +225,7 @@ class CostModel:
             raise ValueError(f"{where}: the model was trained on other features; retrain "
                              "(python -m pimjax.costmodel.train)")
         hp = dict(meta["hp"])
-        model = cls(meta["n_features"], tuple(meta["hidden"]), **hp,
+        model = cls(meta["n_features"], tuple(meta["hidden"]), **hp, _abstract=True,
                     meta={k: v for k, v in meta.items() if k not in
                           ("format", "n_features", "hidden", "hp", "fitted", "feature_names", "history")})
         state = nnx.state(model.net, nnx.Param)
@@ -195,7 +238,7 @@ class CostModel:
         model.history = list(meta.get("history", []))
         return model
 
-    def _fit(self, X: np.ndarray, y: np.ndarray, g: np.ndarray, steps: int, seconds: float | None,
+    def _fit(self, X: np.ndarray, y: np.ndarray, P, g: np.ndarray, steps: int, seconds: float | None,
              progress) -> dict:
         hp = self.hp
         rng = np.random.default_rng(hp["seed"] + 7919 * len(self.history))
@@ -211,21 +254,34 @@ class CostModel:
         opt_state = tx.init(params)
         rw, tau, margin, temp = hp["rank_weight"], hp["tau"], hp["margin"], hp["temperature"]
         ys = self.y_scale          # pair margins and weights in natural-log cycles
+        ym = self.y_mean
+        phased = self.hp["heads"] == "phases"
+        pw = self.hp["phase_weight"] if P is not None else 0.0
+        if P is None:
+            P = np.zeros((len(y), PHASES), np.float32)
 
-        def loss_fn(params, xb, yb):
+        def loss_fn(params, xb, yb, pb):
             net = nnx.merge(graphdef, params)
-            p = net(xb.reshape(-1, xb.shape[-1])).reshape(yb.shape)      # [bg, m]
-            mse = jnp.mean((p - yb) ** 2)
+            z = net(xb.reshape(-1, xb.shape[-1]))                         # [K, bg * m, heads]
+            K = z.shape[0]
+            if phased:           # standardised log of the summed phases
+                zp = z.reshape((K,) + yb.shape + (PHASES,))
+                p = (jax.nn.logsumexp(zp * ys + ym, axis=-1) - ym) / ys
+                aux = jnp.mean((zp - pb[None]) ** 2)
+            else:
+                p = z[..., 0].reshape((K,) + yb.shape)                     # [K, bg, m]
+                aux = 0.0
+            mse = jnp.mean((p - yb[None]) ** 2) + pw * aux
             ylog = yb * ys
             better = (ylog[:, :, None] < ylog[:, None, :] - margin).astype(jnp.float32)  # i better than j
             w = jnp.exp(-(ylog - ylog.min(axis=1, keepdims=True)) / temp)[:, :, None] * better
-            d = (p[:, None, :] - p[:, :, None]) * ys / tau                # p_j - p_i, in log units / tau
-            rank = jnp.sum(w * jax.nn.softplus(-d)) / jnp.maximum(jnp.sum(w), 1e-6) * tau
+            d = (p[:, :, None, :] - p[:, :, :, None]) * ys / tau          # p_j - p_i, in log units / tau
+            rank = jnp.sum(w[None] * jax.nn.softplus(-d)) / jnp.maximum(K * jnp.sum(w), 1e-6) * tau
             return mse + rw * rank, (mse, rank)
 
         @jax.jit
-        def step(params, opt_state, xb, yb):
-            (loss, (mse, rank)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, xb, yb)
+        def step(params, opt_state, xb, yb, pb):
+            (loss, (mse, rank)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, xb, yb, pb)
             updates, opt_state = tx.update(grads, opt_state, params)
             return optax.apply_updates(params, updates), opt_state, loss, mse, rank
 
@@ -235,16 +291,15 @@ class CostModel:
             gi = rng.choice(G, bg, replace=G < bg)
             off = (rng.random((bg, m)) * counts[gi][:, None]).astype(np.int64)
             rows = order[starts[gi][:, None] + off]
-            return X[rows], y[rows]
+            return X[rows], y[rows], P[rows]
 
-        xe, ye = batch()
-        first = float(eval_fn(params, xe, ye)[0])
+        xe, ye, pe = batch()
+        first = float(eval_fn(params, xe, ye, pe)[0])
         t0 = time.time()
         losses = []
         done = 0
         for done in range(1, steps + 1):
-            xb, yb = batch()
-            params, opt_state, loss, mse, rank = step(params, opt_state, xb, yb)
+            params, opt_state, loss, mse, rank = step(params, opt_state, *batch())
             if done % 200 == 0 or done == steps:
                 losses.append((float(loss), float(mse), float(rank)))
                 if progress is not None:
@@ -252,7 +307,7 @@ class CostModel:
                 if seconds is not None and time.time() - t0 > seconds:
                     break
         nnx.update(self.net, params)
-        last = float(eval_fn(params, xe, ye)[0])
+        last = float(eval_fn(params, xe, ye, pe)[0])
         tail = np.array(losses[-5:]) if losses else np.array([[last, last, 0.0]])
         return {"steps": done, "seconds": round(time.time() - t0, 2), "rows": int(len(y)), "groups": int(G),
                 "loss_first": first, "loss_last": last, "loss": float(tail[:, 0].mean()),

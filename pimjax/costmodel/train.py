@@ -36,7 +36,7 @@ def _jax_cache(cache: str) -> None:
 
 
 def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: int, seconds: float,
-                  model_top: int, seed: int, console=None) -> dict:
+                  model_top: list[int], seed: int, console=None) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..hw.presets import get_backend
@@ -61,29 +61,33 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
         summary["round1_rows"] = int(len(y))
 
         model = CostModel(seed=seed, steps=steps1, seconds=seconds)
-        fit = bar.add_task(f"{name}: fit round 1", total=steps1, msg="")
-        t_fit = time.time()
-        s1 = model.update(X, y, g, steps=steps1, seconds=seconds / 3,
-                          progress=lambda i, n, loss: bar.update(fit, completed=i, msg=f"loss {loss:.4f}"))
-        fit1 = time.time() - t_fit
-
-        t1 = time.time()
-        task2 = bar.add_task(f"{name}: label round 2", total=len(cases), msg="")
-        recs = ds.generate(backend, cases, plan, seed=seed, path=path, model=model, model_top=model_top,
-                           progress=lambda i, n, m: bar.update(task2, completed=i, msg=m))
-        summary["round2_seconds"] = round(time.time() - t1, 1)
-        X, y, g, keys = ds.featurise(recs, backend)
+        fits, fit_seconds, label_seconds = [], 0.0, summary["round1_seconds"]
+        for r, top in enumerate(model_top, start=2):
+            fit = bar.add_task(f"{name}: fit round {r - 1}", total=steps1, msg="")
+            t_fit = time.time()
+            fits.append(model.update(X, y, g, steps=steps1, seconds=max(1.0, seconds - fit_seconds) / 3,
+                                     progress=lambda i, n, loss, fit=fit: bar.update(
+                                         fit, completed=i, msg=f"loss {loss:.4f}")))
+            fit_seconds += time.time() - t_fit
+            t1 = time.time()
+            task2 = bar.add_task(f"{name}: label round {r}", total=len(cases), msg="")
+            recs = ds.generate(backend, cases, plan, seed=seed, path=path, model=model, model_top=top,
+                               progress=lambda i, n, m, task2=task2: bar.update(task2, completed=i, msg=m))
+            label_seconds += time.time() - t1
+            X, y, g, keys = ds.featurise(recs, backend)
+        summary["label_seconds"] = round(label_seconds, 1)
         summary["rows"] = int(len(y))
         summary["groups"] = int(len(keys))
         summary["failed_lowerings"] = int(sum(r.get("cycles") is None for r in recs))
+        summary["sources"] = {s: sum(r.get("source") == s for r in recs) for s in ("random", "estimate", "model")}
 
-        fit2 = bar.add_task(f"{name}: fit round 2", total=steps2, msg="")
+        fit2 = bar.add_task(f"{name}: final fit", total=steps2, msg="")
         t_fit = time.time()
-        s2 = model.update(X, y, g, steps=steps2, seconds=max(1.0, seconds - fit1),
-                          progress=lambda i, n, loss: bar.update(fit2, completed=i, msg=f"loss {loss:.4f}"))
-        fit2s = time.time() - t_fit
-    summary["train_seconds"] = round(fit1 + fit2s, 1)
-    summary["fit"] = [s1, s2]
+        fits.append(model.update(X, y, g, steps=steps2, seconds=max(1.0, seconds - fit_seconds),
+                                 progress=lambda i, n, loss: bar.update(fit2, completed=i, msg=f"loss {loss:.4f}")))
+        fit_seconds += time.time() - t_fit
+    summary["train_seconds"] = round(fit_seconds, 1)
+    summary["fit"] = fits
     # training-set quality: top-1 hit rate over the training cases and the fit error
     pred = model.predict(X)
     hits, rels = [], []
@@ -113,10 +117,11 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default=os.environ.get("PIMJAX_COSTMODEL_CACHE", "/tmp/costmodel"),
                     help="labelled records (JSON lines) and the XLA compile cache")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "weights"))
-    ap.add_argument("--steps1", type=int, default=2500)
-    ap.add_argument("--steps2", type=int, default=6000)
+    ap.add_argument("--steps1", type=int, default=2000, help="Adam steps before each model-driven round")
+    ap.add_argument("--steps2", type=int, default=5000, help="Adam steps of the final fit")
     ap.add_argument("--seconds", type=float, default=60.0, help="training time cap per backend")
-    ap.add_argument("--model-top", type=int, default=12, help="round-2 drafts per training shape")
+    ap.add_argument("--model-top", default="10,10",
+                    help="drafts per training shape labelled in each model-driven round (comma list)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     from rich.console import Console
@@ -131,19 +136,20 @@ def main(argv=None) -> int:
     rows = []
     for name in names:
         s = train_backend(name, cache=args.cache, out_dir=args.out, steps1=args.steps1, steps2=args.steps2,
-                          seconds=args.seconds, model_top=args.model_top, seed=args.seed, console=console)
+                          seconds=args.seconds, model_top=[int(v) for v in args.model_top.split(",") if v],
+                          seed=args.seed, console=console)
         rows.append(s)
         console.print(f"{name}: {s['rows']} labelled drafts over {s['groups']} shapes; labelling "
-                      f"{s['round1_seconds'] + s['round2_seconds']:.0f} s, training {s['train_seconds']:.1f} s, "
-                      f"final loss {s['fit'][1]['loss']:.4f}; weights {s['weights']} "
+                      f"{s['label_seconds']:.0f} s, training {s['train_seconds']:.1f} s, "
+                      f"final loss {s['fit'][-1]['loss']:.4f}; weights {s['weights']} "
                       f"({s['weights_bytes'] // 1024} KB)")
     t = Table(title="cost model training (train-set figures)")
     for c in ("backend", "shapes", "drafts", "label s", "train s", "loss", "mse", "rank", "top-1", "rel", "MAPE"):
         t.add_column(c, justify="right")
     for s in rows:
-        f = s["fit"][1]
+        f = s["fit"][-1]
         t.add_row(s["backend"], str(s["groups"]), str(s["rows"]),
-                  f"{s['round1_seconds'] + s['round2_seconds']:.0f}", f"{s['train_seconds']:.1f}",
+                  f"{s['label_seconds']:.0f}", f"{s['train_seconds']:.1f}",
                   f"{f['loss']:.4f}", f"{f['mse']:.4f}", f"{f['rank']:.4f}", f"{s['train_top1']:.1%}",
                   f"{s['train_rel']:.3f}", f"{s['train_mape']:.1%}")
     console.print(t)

@@ -25,6 +25,7 @@ import json
 import os
 import warnings
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,7 @@ from ..lower import lower
 from ..partition import drafts as make_drafts
 from ..partition.draft import DimPart, Draft
 from ..partition.table import DraftTable
-from ..sim.cycles import cycles, cycles_batch
+from ..sim.cycles import cycles, cycles_batch, cycles_pooled, report_at
 from ..trace.ir import PimOp
 
 
@@ -188,7 +189,7 @@ class Tuner:
         if hit is not None:
             draft = draft_from_dict(hit["draft"])
             program = self._lower(op, draft, backend, shapes, **lower_options)
-            return Choice(draft, program, cycles(program, backend), hit.get("predicted", float("nan")),
+            return Choice(draft, program, cycles_pooled(program, backend), hit.get("predicted", float("nan")),
                           0, hit.get("space", 0), hit.get("mode", self.mode), cached=True)
         table = make_drafts(op, backend, shapes=shapes)
         if keep is not None and len(table):
@@ -207,37 +208,41 @@ class Tuner:
         return choice
 
     def _simulate(self, op, table, idx, backend, shapes, lower_options):
-        """Lower and simulate drafts `idx` of `table` (batched): (programs, totals)."""
+        """Lower and simulate drafts `idx` of `table` (batched):
+        (programs, totals [len(idx)], report(i) -> CycleReport of programs[i])."""
         lower_fn = getattr(self, "_lower", lower)
         programs = [lower_fn(op, table[int(i)], backend, shapes, **lower_options) for i in idx]
         if backend.core.programmable:
-            totals = np.array([float(cycles(p, backend).total_cycles) for p in programs])
-        else:
-            totals = np.asarray(cycles_batch(programs, backend).total_cycles, np.float64)
-        return programs, totals
+            reports = [cycles(p, backend) for p in programs]
+            totals = np.array([float(r.total_cycles) for r in reports])
+            return programs, totals, reports.__getitem__
+        batched = cycles_batch(programs, backend)
+        return programs, np.asarray(batched.total_cycles, np.float64), partial(report_at, batched)
 
-    def _pick(self, op, table, idx, programs, totals, predicted, backend, mode, simulated):
+    def _pick(self, op, table, idx, programs, totals, report, predicted, backend, mode, simulated):
+        # the batch's own report of the winner: timing it again alone would
+        # compile another scan (seconds) for the same numbers
         best = int(np.argmin(totals))
-        program = programs[best]
-        return Choice(table[int(idx[best])], program, cycles(program, backend),
+        return Choice(table[int(idx[best])], programs[best], report(best),
                       float(predicted[best]) if predicted is not None else float("nan"),
                       simulated, len(table), mode)
 
     def _top_k(self, op, table, backend, shapes, lower_options) -> Choice:
         pred = self.predict(op, table, backend, shapes)
         idx = np.argsort(pred, kind="stable")[: self.top_k]
-        programs, totals = self._simulate(op, table, idx, backend, shapes, lower_options)
-        return self._pick(op, table, idx, programs, totals, pred[idx], backend, "predict", len(idx))
+        programs, totals, report = self._simulate(op, table, idx, backend, shapes, lower_options)
+        return self._pick(op, table, idx, programs, totals, report, pred[idx], backend, "predict", len(idx))
 
     def _exhaustive(self, op, table, backend, shapes, lower_options) -> Choice:
         idx = np.arange(len(table))
-        programs, totals = [], []
+        programs, totals, reports = [], [], []
         for chunk in np.array_split(idx, max(1, len(idx) // 256)):
-            p, t = self._simulate(op, table, chunk, backend, shapes, lower_options)
+            p, t, r = self._simulate(op, table, chunk, backend, shapes, lower_options)
             programs += p
             totals.append(t)
-        return self._pick(op, table, idx, programs, np.concatenate(totals), None, backend,
-                          "exhaustive", len(idx))
+            reports += [partial(r, i) for i in range(len(p))]
+        return self._pick(op, table, idx, programs, np.concatenate(totals), lambda i: reports[i](), None,
+                          backend, "exhaustive", len(idx))
 
     # -- ATiM's balanced evolutionary search --------------------------------------
     def evolutionary(self, op, table, backend, shapes, lower_options=None, trials: int | None = None,
@@ -260,6 +265,7 @@ class Tuner:
         history = []
         explore_until = int(0.4 * trials)
         programs: dict[int, Any] = {}
+        reports: dict[int, Any] = {}
         while len(measured) < min(trials, n):
             done = len(measured)
             early = done < explore_until
@@ -278,13 +284,14 @@ class Tuner:
             if not cands:
                 cands = [int(c) for c in rng.permutation(n) if int(c) not in measured][:per_round]
             cands = sorted(cands, key=lambda c: pred[c])[: min(per_round, trials - done)]
-            progs, totals = self._simulate(op, table, cands, backend, shapes, lower_options)
-            for c, p, t in zip(cands, progs, totals):
+            progs, totals, report = self._simulate(op, table, cands, backend, shapes, lower_options)
+            for j, (c, p, t) in enumerate(zip(cands, progs, totals)):
                 measured[c] = float(t)
                 programs[c] = p
+                reports[c] = partial(report, j)
                 history.append(min(measured.values()))
         best = min(measured, key=measured.get)
-        choice = Choice(table[best], programs[best], cycles(programs[best], backend), float(pred[best]),
+        choice = Choice(table[best], programs[best], reports[best](), float(pred[best]),
                         len(measured), n, "evolutionary", history=history)
         return choice
 

@@ -26,6 +26,8 @@ A100_PEAK_FP16_FLOPS = 312e12       # A100 datasheet: 312 TFLOP/s FP16 dense ten
 A100_HBM2E_BANDWIDTH = 2.039e12     # A100-80GB SXM datasheet: 2,039 GB/s HBM2e (backends.md: "2.04 TB/s")
 A100_HBM3_BANDWIDTH = 3352e9        # AttAcc simulator src/config.py, GPUType.A100a: OFF_MEM_BW 3352 GB/s
                                     #   (= 5 HBM3 stacks x 670.4 GB/s); DCC's GPU model: "3352 GB/s x 0.81" (dcc.md)
+A100_ON_HBM_PIM_BANDWIDTH = 64 * 16e9   # backends.md / hbm-pim.md: 64 pCH x 16 GB/s external (4 Aquabolt-XL
+                                        #   stacks) -- the A100 attached to the HBM-PIM memory itself
 A100_BW_EFFICIENCY = 0.81           # dcc.md: DCC's GPU model uses 0.81 bandwidth utilisation
 A100_FLOPS_EFFICIENCY = 0.8         # AttAcc simulator src/config.py: SCALING_FACTOR['MAX_COMPUTE_UTIL'] = 0.8
 A100_SMS = 108                      # A100 whitepaper: 108 SMs
@@ -48,7 +50,13 @@ def a100(memory: str = "hbm2e") -> HostModel:
     memory="hbm2e" (default): the real A100-80GB SXM, 2.039 TB/s HBM2e.
     memory="hbm3": the A100 of DCC's and AttAcc's evaluations ("A100a"), whose
     memory is 5 HBM3 stacks at 670.4 GB/s = 3352 GB/s; use this one to compare
-    against DCC / AttAcc speedups.  Only this variant can reproduce AttAcc's
+    against DCC / AttAcc speedups.
+    memory="hbm-pim": the same GPU on the 4-stack HBM-PIM memory (64 pCH x
+    16 GB/s = 1.024 TB/s), the host of the `hbm-pim` preset: its PIM units
+    work inside exactly that memory, so "vs GPU" is PIM vs the same memory
+    read by the host, as the Samsung simulator's "non-PIM" figures
+    (hbm-pim.md: GEMV 4096x4096 non-PIM 36,082 cycles vs 40.5 us here at 0.81
+    utilisation).  Only the hbm3 variant can reproduce AttAcc's
     12.4 us 4096x4096 GEMV: on HBM2e the bandwidth floor alone is
     33.57 MB / 2.039 TB/s = 16.5 us (20.3 us at 0.81 utilisation).
 
@@ -56,7 +64,8 @@ def a100(memory: str = "hbm2e") -> HostModel:
     shared memory, 164 KB per SM x 108 SMs = 17,712 KB, the on-chip memory DCC
     reorganises data in before channel-parallel writes.
     """
-    bandwidths = {"hbm2e": A100_HBM2E_BANDWIDTH, "hbm3": A100_HBM3_BANDWIDTH}
+    bandwidths = {"hbm2e": A100_HBM2E_BANDWIDTH, "hbm3": A100_HBM3_BANDWIDTH,
+                  "hbm-pim": A100_ON_HBM_PIM_BANDWIDTH}
     if memory not in bandwidths:
         raise ValueError(f"a100(memory={memory!r}): valid memories are {sorted(bandwidths)}")
     return HostModel(

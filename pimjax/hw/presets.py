@@ -174,7 +174,8 @@ def hbm_pim(*, channels: int | None = None, config: str = "default",
     config: "default" (hbm-pim.md) or "ko" — the Korean paper's simplified configuration
         (§4.1: NCH=16 channels, NP=16 PIM units per channel, NB=1 bank per unit,
         NCO=32, NRO=16384, Scol=32 B; default channels 16).
-    host: HostModel override (default: DCC's A100 with HBM3, `a100("hbm3")`).
+    host: HostModel override (default: an A100 on this HBM-PIM memory,
+    `a100("hbm-pim")`, 1.024 TB/s; DCC's 5-cube HBM3 GPU is `a100("hbm3")`).
     """
     configs = ("default", "ko")
     if config not in configs:
@@ -215,7 +216,9 @@ def hbm_pim(*, channels: int | None = None, config: str = "default",
         banks_per_bank_group=4,
     )
     system = System(
-        host=host if host is not None else a100("hbm3"),   # dcc.md: DCC's GPU model (A100, 3352 GB/s x 0.81)
+        # the host reads the same 64-pCH memory the PIM units compute in (hbm-pim.md's
+        # "non-PIM" baseline); DCC compared against a 5-cube HBM3 A100 instead (dcc.md)
+        host=host if host is not None else a100("hbm-pim"),
         n_devices=n_devices,
         groups_per_device=per_device,
         link_bandwidth=col_bytes / (timing.tBL * timing.tCK),  # hbm-pim.md: 32 B per 2-cycle burst = 16 GB/s per pCH

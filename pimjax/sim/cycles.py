@@ -413,6 +413,29 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
                      _geo(backend, refresh, [arr]))
 
 
+SMALL_BATCH = 64
+BATCH_SIZES = (8, 64, 256)
+
+
+def _batch_size(k: int) -> int:
+    """Batches are padded (with copies of a member) to a few fixed sizes."""
+    return next((b for b in BATCH_SIZES if b >= k), k)
+
+
+def report_at(report: CycleReport, i: int) -> CycleReport:
+    """Program `i`'s CycleReport out of a batched one (cycles_batch)."""
+    return jax.tree.map(lambda x: x[i], report)
+
+
+def cycles_pooled(program: Program, backend: Backend) -> CycleReport:
+    """`cycles(program, backend)` through the batched scan, so it reuses the
+    XLA compilations of the tuner's batches (a cold compile of the scan
+    costs seconds); the same numbers."""
+    if backend.core.programmable or backend.name in CYCLE_MODELS:
+        return cycles(program, backend)
+    return report_at(cycles_batch([program], backend), 0)
+
+
 def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = True,
                  batch: int = 256) -> CycleReport:
     """CycleReports of many programs at once.  Programs are sorted by record
@@ -427,14 +450,19 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
     parts = []
     start = 0
     while start < len(order):
-        # grow the batch while the padded length stays within one power of two
-        limit = _bucket(lengths[order[start]])
+        # grow the batch while the padded length stays within one power of
+        # two; a small set of programs (the tuner's top-k) is one batch: an
+        # XLA compile of another bucket costs seconds, scanning padding
+        # records microseconds
+        limit = _bucket(lengths[order[-1]] if len(order) <= SMALL_BATCH else lengths[order[start]])
         stop = start
         while stop < len(order) and stop - start < batch and lengths[order[stop]] <= limit:
             stop += 1
         idx = order[start:stop]
-        parts.append((idx, _time_batch(pad_arrays([arrs[i] for i in idx]), t, backend.energy,
-                                       backend.system.host, geo)))
+        group = [arrs[i] for i in idx]
+        group += group[-1:] * (_batch_size(len(group)) - len(group))   # batch sizes share compiles too
+        rep = _time_batch(pad_arrays(group), t, backend.energy, backend.system.host, geo)
+        parts.append((idx, jax.tree.map(lambda x: np.asarray(x)[:len(idx)], rep)))
         start = stop
     inverse = np.empty(len(programs), np.int64)
     inverse[np.concatenate([idx for idx, _ in parts])] = np.arange(len(programs))

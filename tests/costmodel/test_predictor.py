@@ -1,0 +1,49 @@
+"""The shipped cost models: they load for every preset, and on small
+held-out cases (shapes never trained on) the predictor's argmin is the
+optimum found by simulating every draft."""
+import numpy as np
+import pytest
+
+from pimjax.costmodel.dataset import held_out, simulate
+from pimjax.costmodel.features import F, features_table
+from pimjax.costmodel.kernels import case_drafts, lower_case, make_case
+from pimjax.costmodel.model import load_default
+from pimjax.hw.presets import get_backend
+
+
+@pytest.mark.parametrize("backend", ["hbm-pim", "attacc", "newton", "upmem"])
+def test_shipped_weights_load_and_predict(backend):
+    model = load_default(backend)
+    assert model.n_features == F and model.fitted and model.meta["backend"] == backend
+    be = get_backend(backend)
+    case = make_case(be, "gemv", (96, 80))
+    table = case_drafts(case, be)
+    pred = model.predict(features_table(case.op, table, be, case.shapes))
+    assert pred.shape == (len(table),) and np.isfinite(pred).all() and (pred > 0).all()
+
+
+def test_load_default_unknown_backend():
+    with pytest.raises(FileNotFoundError, match="no shipped cost model"):
+        load_default("no-such-backend")
+
+
+def _exhaustive_argmin(backend, kernel, shape):
+    be = get_backend(backend)
+    assert tuple(shape) in held_out(backend, kernel)        # never trained on
+    case = make_case(be, kernel, shape)
+    table = case_drafts(case, be)
+    cyc = simulate([lower_case(case, d, be) for d in table], be)[:, 0]
+    pred = load_default(backend).predict(features_table(case.target, table, be, case.shapes))
+    return cyc, pred
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend,kernel,shape", [("hbm-pim", "va", (8, 1000)),
+                                                  ("attacc", "red", (3000,))])
+def test_predictor_picks_optimum_on_held_out_cases(backend, kernel, shape):
+    cyc, pred = _exhaustive_argmin(backend, kernel, shape)
+    chosen = int(np.argmin(pred))
+    assert cyc[chosen] <= cyc.min() * (1 + 1e-6), (cyc[chosen], cyc.min())
+    # and the model orders the space broadly right
+    rc, rp = np.argsort(np.argsort(cyc)), np.argsort(np.argsort(pred))
+    assert np.corrcoef(rc, rp)[0, 1] > 0.8
