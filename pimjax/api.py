@@ -268,9 +268,11 @@ def _plan_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids,
         return [OpPlan(i, graph.ops[i], "host", why, host_time(graph.ops[i], backend.system.host, shapes, eb))
                 for i in block]
     # the block runs where its last op (the context product) stood
+    pim_ns = float(choice.report.total_ns)
+    verdict = (f"beats the roofline {h_ns:,.0f} ns" if pim_ns < h_ns else
+               f"placement={placement!r} (the {backend.system.host.name} roofline: {h_ns:,.0f} ns)")
     last = OpPlan(block[-1], ctx, "pim",
-                  f"attention block (ops {', '.join(map(str, block))}) on PIM "
-                  f"{float(choice.report.total_ns):,.0f} ns beats the roofline {h_ns:,.0f} ns",
+                  f"attention block (ops {', '.join(map(str, block))}) on PIM {pim_ns:,.0f} ns {verdict}",
                   h_ns, choice.draft, choice.program, choice.predicted_cycles, choice, res, block)
     rest = [OpPlan(i, graph.ops[i], "fused", f"in the attention block run at op {block[-1]}", 0.0)
             for i in block[:-1]]

@@ -52,7 +52,9 @@ def kernel_table(console: Console) -> None:
             t0 = time.perf_counter()
             # DCC's kernel evaluation pre-loads the operands (its `pre_load`):
             # all arguments resident, their one-time placement shown apart
-            f = pim_jit(fn, backend=backend, resident=tuple(range(len(args))))
+            # prefer_pim: a kernel table shows each kernel's PIM program, also where
+            # the GPU would win (speedup < 1); the decode layer below places by cost
+            f = pim_jit(fn, backend=backend, resident=tuple(range(len(args))), placement="prefer_pim")
             compiled = f.lower(*args).compile()
             got = compiled(*args)
             t_compile = time.perf_counter() - t0

@@ -14,8 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pimjax import PimCompileError, pim_jit
+from pimjax import PimCompileError, get_backend, make_graph, pim_jit
 from pimjax.costmodel.tune import Tuner
+from pimjax.lower import lower
+from pimjax.partition.baselines import baseline
+from pimjax.sim.cycles import cycles
 from tests.corpus import CORPUS
 
 
@@ -27,7 +30,7 @@ class FlatModel:
 
 
 def tuner(cache=None, top_k=2):
-    return Tuner(model=FlatModel(), top_k=top_k, cache=cache)
+    return Tuner(model=FlatModel(), top_k=top_k, cache=cache, include_baseline=False)
 
 
 class ParallelFirst(Tuner):
@@ -118,6 +121,31 @@ def test_wrong_shapes_raise_a_per_argument_type_error():
         compiled(np.ones((8, 32), np.float32), x)
     with pytest.raises(TypeError, match="argument x"):
         compiled(W, np.ones(16, np.float32))
+
+
+class BaselineLast(Tuner):
+    """Ranks the backend's baseline mapping last of all drafts."""
+
+    def predict(self, op, table, backend, shapes):
+        pred = np.zeros(len(table))
+        pred[table.index(baseline(op, backend))] = 1.0
+        return pred
+
+
+def test_tuner_never_picks_worse_than_the_baseline():
+    """The baseline is simulated beside the predicted top-k: a model that
+    ranks it last still cannot make the tuner pick something slower."""
+    graph = make_graph(lambda W, x: W @ x, np.ones((256, 512), np.float32), np.ones(512, np.float32))
+    op = graph.ops[0]
+    be = get_backend("hbm-pim", channels=4)
+    shapes = {i: v.shape for i, v in enumerate(graph.values)}
+    t = BaselineLast(top_k=1)
+    choice = t.choose(op, be, shapes)
+    base = cycles(lower(op, baseline(op, be), be, shapes), be)
+    assert choice.simulated == 2
+    assert float(choice.report.total_cycles) <= float(base.total_cycles)
+    alone = BaselineLast(top_k=1, include_baseline=False).choose(op, be, shapes)
+    assert alone.simulated == 1 and alone.draft != baseline(op, be)
 
 
 def test_cache_hit_miss_new_shape_and_corrupted_file(tmp_path):

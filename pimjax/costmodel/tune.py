@@ -30,9 +30,11 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import PimCompileError
 from ..hw.core import Backend
 from ..lower import lower
 from ..partition import drafts as make_drafts
+from ..partition.baselines import baseline
 from ..partition.draft import DimPart, Draft
 from ..partition.table import DraftTable
 from ..sim.cycles import cycles, cycles_batch, cycles_pooled, report_at
@@ -148,14 +150,17 @@ class Tuner:
     backend).  cache: a TuneCache or a JSON path or None (memory only).
     trials: simulations the evolutionary search may spend.  threshold:
     spaces larger than this use the evolutionary search in predict mode.
+    include_baseline: predict mode also simulates the backend's baseline
+    mapping, so a poor prediction never picks worse than the baseline.
     """
 
     def __init__(self, mode: str = "predict", top_k: int = 8, model=None, cache=None,
-                 trials: int = 64, threshold: int = 200_000, seed: int = 0, balanced: bool = True):
+                 trials: int = 64, threshold: int = 200_000, seed: int = 0, balanced: bool = True,
+                 include_baseline: bool = True):
         if mode not in ("predict", "exhaustive", "evolutionary"):
             raise ValueError(f"tuner mode {mode!r} not in ('predict', 'exhaustive', 'evolutionary')")
         self.mode, self.top_k, self.trials, self.threshold = mode, top_k, trials, threshold
-        self.seed, self.balanced = seed, balanced
+        self.seed, self.balanced, self.include_baseline = seed, balanced, include_baseline
         self._models: dict[str, Any] = {}
         self._model = model
         self.cache = cache if isinstance(cache, TuneCache) else TuneCache(cache)
@@ -207,11 +212,11 @@ class Tuner:
                              "mode": choice.mode})
         return choice
 
-    def _simulate(self, op, table, idx, backend, shapes, lower_options):
-        """Lower and simulate drafts `idx` of `table` (batched):
-        (programs, totals [len(idx)], report(i) -> CycleReport of programs[i])."""
+    def _simulate(self, op, drafts, backend, shapes, lower_options):
+        """Lower and simulate `drafts` (batched):
+        (programs, totals [len(drafts)], report(i) -> CycleReport of programs[i])."""
         lower_fn = getattr(self, "_lower", lower)
-        programs = [lower_fn(op, table[int(i)], backend, shapes, **lower_options) for i in idx]
+        programs = [lower_fn(op, d, backend, shapes, **lower_options) for d in drafts]
         if backend.core.programmable:
             reports = [cycles(p, backend) for p in programs]
             totals = np.array([float(r.total_cycles) for r in reports])
@@ -219,30 +224,46 @@ class Tuner:
         batched = cycles_batch(programs, backend)
         return programs, np.asarray(batched.total_cycles, np.float64), partial(report_at, batched)
 
-    def _pick(self, op, table, idx, programs, totals, report, predicted, backend, mode, simulated):
+    @staticmethod
+    def _pick(drafts, programs, totals, report, predicted, mode, simulated, space):
         # the batch's own report of the winner: timing it again alone would
         # compile another scan (seconds) for the same numbers
         best = int(np.argmin(totals))
-        return Choice(table[int(idx[best])], programs[best], report(best),
+        return Choice(drafts[best], programs[best], report(best),
                       float(predicted[best]) if predicted is not None else float("nan"),
-                      simulated, len(table), mode)
+                      simulated, space, mode)
 
     def _top_k(self, op, table, backend, shapes, lower_options) -> Choice:
         pred = self.predict(op, table, backend, shapes)
         idx = np.argsort(pred, kind="stable")[: self.top_k]
-        programs, totals, report = self._simulate(op, table, idx, backend, shapes, lower_options)
-        return self._pick(op, table, idx, programs, totals, report, pred[idx], backend, "predict", len(idx))
+        drafts, predicted = [table[int(i)] for i in idx], [float(pred[i]) for i in idx]
+        base = baseline(op, backend) if self.include_baseline else None
+        if base is not None and base not in drafts:
+            # the baseline may lie outside the pruned space (or a block's
+            # `keep`); it joins the candidates when it lowers
+            lower_fn = getattr(self, "_lower", lower)
+            try:
+                lower_fn(op, base, backend, shapes, **lower_options)
+            except PimCompileError:
+                pass
+            else:
+                drafts.append(base)
+                predicted.append(float("nan"))
+        programs, totals, report = self._simulate(op, drafts, backend, shapes, lower_options)
+        return self._pick(drafts, programs, totals, report, predicted, "predict", len(drafts), len(table))
 
     def _exhaustive(self, op, table, backend, shapes, lower_options) -> Choice:
         idx = np.arange(len(table))
-        programs, totals, reports = [], [], []
+        drafts, programs, totals, reports = [], [], [], []
         for chunk in np.array_split(idx, max(1, len(idx) // 256)):
-            p, t, r = self._simulate(op, table, chunk, backend, shapes, lower_options)
+            ds = [table[int(i)] for i in chunk]
+            p, t, r = self._simulate(op, ds, backend, shapes, lower_options)
+            drafts += ds
             programs += p
             totals.append(t)
             reports += [partial(r, i) for i in range(len(p))]
-        return self._pick(op, table, idx, programs, np.concatenate(totals), lambda i: reports[i](), None,
-                          backend, "exhaustive", len(idx))
+        return self._pick(drafts, programs, np.concatenate(totals), lambda i: reports[i](), None,
+                          "exhaustive", len(idx), len(table))
 
     # -- ATiM's balanced evolutionary search --------------------------------------
     def evolutionary(self, op, table, backend, shapes, lower_options=None, trials: int | None = None,
@@ -284,7 +305,8 @@ class Tuner:
             if not cands:
                 cands = [int(c) for c in rng.permutation(n) if int(c) not in measured][:per_round]
             cands = sorted(cands, key=lambda c: pred[c])[: min(per_round, trials - done)]
-            progs, totals, report = self._simulate(op, table, cands, backend, shapes, lower_options)
+            progs, totals, report = self._simulate(op, [table[c] for c in cands], backend, shapes,
+                                                   lower_options)
             for j, (c, p, t) in enumerate(zip(cands, progs, totals)):
                 measured[c] = float(t)
                 programs[c] = p

@@ -414,7 +414,7 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
 
 
 SMALL_BATCH = 64
-BATCH_SIZES = (8, 64, 256)
+BATCH_SIZES = (4, 16, 64, 256)
 
 
 def _batch_size(k: int) -> int:

@@ -391,14 +391,17 @@ def execute_batch(programs: list[Program], *arrays, arithmetic="backend", dims: 
     # fixed chunks of CHUNK programs (the last padded with empty ones) so that
     # every call with the same dims reuses one compiled interpreter
     P = len(programs)
-    pad = -P % CHUNK
+    # fewer programs than a chunk (pim_jit runs one): a power-of-two chunk,
+    # not CHUNK copies of a big program's tables to run masked
+    chunk_size = CHUNK if P >= CHUNK else 1 << (P - 1).bit_length()
+    pad = -P % chunk_size
     tabs = jax.tree.map(lambda a: np.concatenate([a, np.repeat(a[-1:], pad, 0)]) if pad else a, tabs)
     tabs["n_steps"][P:] = 0
     fp16 = np.concatenate([fp16, np.zeros(pad, bool)])
     merged = []
-    for c0 in range(0, P + pad, CHUNK):
-        chunk = jax.tree.map(lambda a: jnp.asarray(a[c0:c0 + CHUNK]), tabs)
-        merged.append(_run_many(chunk, vals, jnp.asarray(fp16[c0:c0 + CHUNK]),
+    for c0 in range(0, P + pad, chunk_size):
+        chunk = jax.tree.map(lambda a: jnp.asarray(a[c0:c0 + chunk_size]), tabs)
+        merged.append(_run_many(chunk, vals, jnp.asarray(fp16[c0:c0 + chunk_size]),
                                 d["C"], d["E"], d["S"], d["H"], d["size"]))
     merged = jnp.concatenate(merged)[:P, :size]
     out = []
