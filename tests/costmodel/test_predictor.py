@@ -1,6 +1,10 @@
 """The shipped cost models: they load for every preset, and on small
-held-out cases (shapes never trained on) the predictor's argmin is the
-optimum found by simulating every draft."""
+held-out cases (shapes never trained on) the tuner's default (simulate the
+predictor's top 8) finds the optimum found by simulating every draft.
+
+The predictor's own argmin is the optimum in 80 % of DCC Table II's cases on
+hbm-pim (experiments/predictor_accuracy.py), not in all; that figure is a
+report, checked by the experiment's exit code, not asserted per case here."""
 import numpy as np
 import pytest
 
@@ -40,10 +44,13 @@ def _exhaustive_argmin(backend, kernel, shape):
 @pytest.mark.slow
 @pytest.mark.parametrize("backend,kernel,shape", [("hbm-pim", "va", (8, 1000)),
                                                   ("attacc", "red", (3000,))])
-def test_predictor_picks_optimum_on_held_out_cases(backend, kernel, shape):
+def test_predicted_top8_holds_the_optimum_on_held_out_cases(backend, kernel, shape):
     cyc, pred = _exhaustive_argmin(backend, kernel, shape)
-    chosen = int(np.argmin(pred))
+    top8 = np.argsort(pred, kind="stable")[:8]           # what Tuner(mode="predict") simulates
+    chosen = top8[np.argmin(cyc[top8])]
     assert cyc[chosen] <= cyc.min() * (1 + 1e-6), (cyc[chosen], cyc.min())
+    # the predictor alone is near the optimum (DCC's artifact: up to 1.12x slower)
+    assert cyc[int(np.argmin(pred))] <= 1.12 * cyc.min(), (cyc[int(np.argmin(pred))], cyc.min())
     # and the model orders the space broadly right
     rc, rp = np.argsort(np.argsort(cyc)), np.argsort(np.argsort(pred))
     assert np.corrcoef(rc, rp)[0, 1] > 0.8
