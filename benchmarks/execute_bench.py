@@ -5,8 +5,8 @@
 * GEMV 4096x4096 on hbm-pim (the baseline draft): lowering time, execution
   time of `sim.execute` after JIT warm-up (fp16 backend arithmetic), record
   counts with repeat compression vs one record per column command;
-* the batch-8 attention step (8 x 40 heads, L 2048, d 128) on attacc when
-  its lowering is available.
+* the batch-8 attention step (8 x 40 heads, L 2048, d 128: score, softmax
+  and context as one program) on attacc, its baseline draft.
 Targets: lowering and execution each <= 1 s after warm-up; the GEMV under
 50 000 records.
 """
@@ -18,7 +18,9 @@ import jax
 import numpy as np
 
 from pimjax.hw import get_backend
-from pimjax.kernels import kernel_graph, kernel_op
+from pimjax.costmodel.kernels import _arg_shapes, lower_case, make_case
+from pimjax.costmodel.kernels import _FNS as case_functions
+from pimjax.kernels import kernel_op
 from pimjax.lower import lower
 from pimjax.partition.baselines import baseline
 from pimjax.sim import execute
@@ -62,23 +64,19 @@ def main() -> None:
     report("  same, weights resident (steady state)", lower_s, exec_s,
            res.__class__(**{**res.__dict__, "commands": res.commands.select(
                np.asarray(res.commands.resident) == 0)}))
-    try:
-        from pimjax.lower import attacc
-    except ImportError:
-        print("attacc lowering not available")
-        return
+    # the batch-8 attention step: score -> softmax -> context as one AttAcc program
     att = get_backend("attacc")
-    graph = kernel_graph("attn", [8, 40, 2048, 128])
-    if not hasattr(attacc, "lower_graph_attention"):
-        print("attacc attention lowering entry point not found")
-        return
-    t0 = time.perf_counter()
-    progs = attacc.lower_graph_attention(graph, att)
-    t_lower = time.perf_counter() - t0
-    arrays = [rng.standard_normal(v.shape).astype(np.float32) for v in (graph.values[i] for i in graph.inputs)]
-    t_exec = best_of(lambda: attacc.execute_graph_attention(progs, graph, arrays), repeat=1)
-    for p in progs:
-        report("attention 8x40xL2048xd128, attacc", t_lower, t_exec, p)
+    case = make_case(att, "attn", [8, 40, 2048, 128])
+    d = baseline(case.op, att)
+    t_lower = best_of(lambda: lower_case(case, d, att), repeat=1)
+    prog = lower_case(case, d, att)
+    q, K, V = (rng.standard_normal(s).astype(np.float32) * 0.5 for s in _arg_shapes("attn", case.shape))
+    t_exec = best_of(lambda: execute(prog, q, K, V), repeat=1)
+    report("attention 8x40 heads, L 2048, d 128, attacc", t_lower, t_exec, prog)
+    want = np.asarray(jax.jit(case_functions["attn"])(q, K, V))
+    got = np.asarray(execute(prog, q, K, V))
+    print(f"attention: max |PIM - jax.jit| / max |jax.jit| = "
+          f"{np.abs(got - want).max() / np.abs(want).max():.1e} (fp16 backend arithmetic)")
 
 
 if __name__ == "__main__":

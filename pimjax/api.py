@@ -456,6 +456,8 @@ class Compiled:
 
 def baseline_report(plan_: OpPlan, backend: Backend, shapes: dict):
     """Cycles of the backend's baseline mapping for a PIM op or block (or None)."""
+    if plan_.choice is not None and plan_.choice.baseline is not None:
+        return plan_.choice.baseline        # simulated in the tuner's batch, same options
     d = baseline(plan_.draft_op, backend)
     if d is None:
         return None

@@ -24,7 +24,7 @@ import hashlib
 import json
 import os
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -130,6 +130,8 @@ class Choice:
     predicted_cycles: the cost model's prediction for it (nan if none).
     simulated: how many drafts were lowered and simulated to decide.
     space: drafts in the op's space.  cached: answered from the cache.
+    baseline: the CycleReport of the backend's baseline mapping when the
+    tuner simulated it (predict mode), else None.
     """
     draft: Draft
     program: Any
@@ -140,6 +142,7 @@ class Choice:
     mode: str
     cached: bool = False
     history: list = field(default_factory=list)
+    baseline: Any = None
 
 
 class Tuner:
@@ -250,7 +253,10 @@ class Tuner:
                 drafts.append(base)
                 predicted.append(float("nan"))
         programs, totals, report = self._simulate(op, drafts, backend, shapes, lower_options)
-        return self._pick(drafts, programs, totals, report, predicted, "predict", len(drafts), len(table))
+        choice = self._pick(drafts, programs, totals, report, predicted, "predict", len(drafts), len(table))
+        # the baseline's report from the same batch: the api's speedup over the
+        # baseline mapping needs it, and timing it alone would compile another scan
+        return choice if base not in drafts else replace(choice, baseline=report(drafts.index(base)))
 
     def _exhaustive(self, op, table, backend, shapes, lower_options) -> Choice:
         idx = np.arange(len(table))
