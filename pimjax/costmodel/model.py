@@ -146,9 +146,14 @@ class CostModel:
         if len(y) == 0:
             raise ValueError("update needs at least one finite label")
         if not self.fitted:
-            self.x_mean = X.mean(axis=0).astype(np.float32)
-            sd = X.std(axis=0)
-            self.x_scale = np.where(sd > 1e-6, sd, 1.0).astype(np.float32)
+            # float64 statistics and a relative threshold: a feature constant in
+            # the training set (the backend's own hardware features) must get
+            # scale 1, not a float32 round-off "std" of ~1e-3 that would turn a
+            # changed host or timing (a sweep, a new host model) into z ~ 1e3
+            X64 = X.astype(np.float64)
+            mean, sd = X64.mean(axis=0), X64.std(axis=0)
+            self.x_mean = mean.astype(np.float32)
+            self.x_scale = np.where(sd > 1e-4 * np.maximum(1.0, np.abs(mean)), sd, 1.0).astype(np.float32)
             self.y_mean = float(y.mean())
             self.y_scale = float(y.std()) if y.std() > 1e-6 else 1.0
         Xn = (X - self.x_mean) / self.x_scale

@@ -33,6 +33,22 @@ def test_update_reduces_loss_and_predicts_cycles():
     assert len(m.history) == 2
 
 
+def test_constant_features_get_unit_scale():
+    """A feature constant in the training set (a backend's own host bandwidth,
+    log2 of ~1e12, whose float32 std is round-off) is scaled by 1, so a
+    different host at prediction time shifts it by its change, not by 1e3."""
+    X, y, g = _synthetic(n_groups=10, per=12, n_feat=6)
+    X[:, 5] = np.float32(np.log2(1.024e12))                 # constant, not exactly representable
+    m = CostModel(n_features=6, hidden=(16,), steps=50, seed=0)
+    m.update(X, y, g)
+    assert m.x_scale[5] == 1.0 and abs(m.x_mean[5] - X[0, 5]) < 1e-5
+    assert (m.x_scale[:5] != 1.0).all()                    # the varying ones are standardised
+    X2 = X.copy()
+    X2[:, 5] -= 1.0                                         # half the host bandwidth
+    z = (X2 - m.x_mean) / m.x_scale
+    assert np.abs(z[:, 5]).max() < 1.01
+
+
 def test_ranks_monotone_case():
     """Cycles grow monotonically with feature 0 (other features noise): the
     model must order unseen rows by feature 0 and pick the argmin."""
