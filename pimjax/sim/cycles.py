@@ -287,10 +287,19 @@ def program_arrays(program: Program, include_resident: bool = False, steady: boo
     }
 
 
-def _bucket(n: int) -> int:
+COARSE_UNTIL = 16384
+
+
+def _bucket(n: int, coarse: bool = False) -> int:
     """Record lengths are padded to a power of two so that batches of
-    different programs share compiled scans."""
-    return max(64, 1 << (max(int(n), 1) - 1).bit_length())
+    different programs share compiled scans; `coarse` (the tuner's small
+    batches): to a power of four up to COARSE_UNTIL records, since a compile
+    costs seconds and scanning up to 4x padding of a short stream
+    milliseconds."""
+    p2 = max(64, 1 << (max(int(n), 1) - 1).bit_length())
+    if coarse and p2 <= COARSE_UNTIL:
+        return p2 if p2.bit_length() % 2 == 1 else 2 * p2      # 64 * 4^k
+    return p2
 
 
 def _compact(rec: dict) -> dict:
@@ -309,16 +318,24 @@ def _compact(rec: dict) -> dict:
     return out
 
 
-def pad_arrays(arrs: list[dict]) -> dict:
+def pad_arrays(arrs: list[dict], coarse: bool = False) -> dict:
     """Stack program arrays, padding record streams (and missing streams)
     with NOP records, which take no time, to one [S, R] (R a power of two)."""
     out = {}
+    # One length for both streams, so `_time` scans them as one vmapped scan
+    # (an XLA compile of the scan costs seconds; two scan bodies cost twice
+    # that, and two independent length buckets multiply the compiled shapes).
+    # Without any resident placement in the batch the resident stream is
+    # empty ([.., 0]) and not scanned at all.
+    any_res = any(bool((a["res"]["n"] > 0).any()) for a in arrs)
+    R = _bucket(max(a[key]["op"].shape[1] for a in arrs for key in (("rec", "res") if any_res else ("rec",))),
+                coarse)
     for key in ("rec", "res"):
         S = max(a[key]["op"].shape[0] for a in arrs)
-        R = _bucket(max(a[key]["op"].shape[1] for a in arrs))
+        RK = R if (key == "rec" or any_res) else 0
 
         def pad(x):
-            return np.pad(x, ((0, S - x.shape[0]), (0, R - x.shape[1])))
+            return np.pad(x[:, :RK], ((0, S - x.shape[0]), (0, RK - min(RK, x.shape[1]))))
         out[key] = {f: np.stack([pad(a[key][f]) for a in arrs]) for f in SCAN_FIELDS}
     for key in ("scale", "parallel", "pre_bytes", "merge_bytes", "merge_flops", "merged", "cores"):
         out[key] = np.stack([a[key] for a in arrs])
@@ -330,8 +347,16 @@ def _time(arr: dict, t: dict, energy, host, geo: tuple) -> CycleReport:
     over programs and over timing / energy / host leaves)."""
     banks, per_bg, refresh, features = geo
     scan = jax.vmap(lambda r: scan_stream(r, t, banks, per_bg, refresh, features))
-    out = scan(arr["rec"])
-    resident = scan(arr["res"])["buckets"][:, 4]
+    S, R = arr["rec"]["op"].shape
+    R_res = arr["res"]["op"].shape[1]
+    if R_res == 0:                          # no resident placement (pad_arrays)
+        out, resident = scan(arr["rec"]), jnp.zeros((1,), jnp.float32)
+    elif R_res == R:                        # one scan over the streams of both
+        both = scan({f: jnp.concatenate([arr["rec"][f], arr["res"][f]]) for f in SCAN_FIELDS})
+        out = jax.tree.map(lambda x: x[:S], both)
+        resident = both["buckets"][S:, 4]
+    else:
+        out, resident = scan(arr["rec"]), scan(arr["res"])["buckets"][:, 4]
     return _combine(arr, out, resident, t, energy, host)
 
 
@@ -461,7 +486,8 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
         idx = order[start:stop]
         group = [arrs[i] for i in idx]
         group += group[-1:] * (_batch_size(len(group)) - len(group))   # batch sizes share compiles too
-        rep = _time_batch(pad_arrays(group), t, backend.energy, backend.system.host, geo)
+        rep = _time_batch(pad_arrays(group, coarse=len(order) <= SMALL_BATCH), t, backend.energy,
+                          backend.system.host, geo)
         parts.append((idx, jax.tree.map(lambda x: np.asarray(x)[:len(idx)], rep)))
         start = stop
     inverse = np.empty(len(programs), np.int64)

@@ -33,6 +33,24 @@ def test_batch_equals_single():
     np.testing.assert_array_equal(np.asarray(batch.compute), np.asarray([s.compute for s in single]))
 
 
+def test_batch_with_resident_operands_equals_single():
+    """Resident placement is scanned as extra streams of the same batched
+    scan; mixed with programs without any, the figures stay those of
+    `cycles` one program at a time, `resident_cycles` included."""
+    be = get_backend("hbm-pim", channels=8)
+    op = gemv(256, 512)
+    table = drafts(op, be)
+    idx = np.random.default_rng(1).choice(len(table), 4, replace=False)
+    progs = [lower(op, table[int(i)], be, resident=(0,) if k % 2 == 0 else ()) for k, i in enumerate(idx)]
+    for batch_of in (progs, progs[1::2]):                    # mixed; none resident
+        batch = cycles_batch(batch_of, be)
+        single = [cycles(p, be) for p in batch_of]
+        for field in ("total_cycles", "rearrangement", "compute", "readback", "resident_cycles"):
+            np.testing.assert_array_equal(np.asarray(getattr(batch, field)),
+                                          np.asarray([getattr(r, field) for r in single]), err_msg=field)
+    assert all(float(cycles(p, be).resident_cycles) > 0 for p in progs[::2])
+
+
 def test_sweep_over_timing_variants_equals_replaced_backends():
     be, progs = _programs()
     values = [10.0, 14.0, 18.0, 22.0]
