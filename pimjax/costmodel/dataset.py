@@ -150,7 +150,7 @@ def simulate(programs: list, backend: Backend) -> np.ndarray:
             m = len(chunk)
             progs = [dataclasses.replace(programs[i], commands=programs[i].commands.pad_to(L)) for i in chunk]
             progs += [progs[0]] * (B - m)
-            r = cycles_batch(progs, backend)
+            r = cycles_batch(progs, backend, coarse=False)      # already bucketed by length
             vals = np.stack([np.asarray(getattr(r, f), np.float64)[:m] for f in
                              ("total_cycles", "rearrangement", "compute", "readback", "merge")], axis=1)
             out[chunk] = vals

@@ -462,11 +462,16 @@ def cycles_pooled(program: Program, backend: Backend) -> CycleReport:
 
 
 def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = True,
-                 batch: int = 256) -> CycleReport:
+                 batch: int = 256, coarse: bool | None = None) -> CycleReport:
     """CycleReports of many programs at once.  Programs are sorted by record
     count and timed in batches of similar length (each padded to a power of
     two, so batches share compiled scans); every field of the result has a
-    leading [len(programs)] axis in the input order."""
+    leading [len(programs)] axis in the input order.
+
+    coarse: pad lengths to powers of four (up to COARSE_UNTIL): fewer
+    compiles, up to 4x the scanning.  Default: for a small set (at most
+    SMALL_BATCH programs, e.g. the tuner's top-k); bulk labelling, which
+    sizes its own batches, passes False."""
     arrs = [program_arrays(p) for p in programs]
     lengths = np.array([a["rec"]["op"].shape[1] for a in arrs])
     order = np.argsort(lengths, kind="stable")
@@ -486,8 +491,8 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
         idx = order[start:stop]
         group = [arrs[i] for i in idx]
         group += group[-1:] * (_batch_size(len(group)) - len(group))   # batch sizes share compiles too
-        rep = _time_batch(pad_arrays(group, coarse=len(order) <= SMALL_BATCH), t, backend.energy,
-                          backend.system.host, geo)
+        rep = _time_batch(pad_arrays(group, coarse=len(order) <= SMALL_BATCH if coarse is None else coarse),
+                          t, backend.energy, backend.system.host, geo)
         parts.append((idx, jax.tree.map(lambda x: np.asarray(x)[:len(idx)], rep)))
         start = stop
     inverse = np.empty(len(programs), np.int64)
