@@ -202,6 +202,20 @@ def test_execute_public_path():
            [np.asarray(execute(prog, *arrays, arithmetic="backend"))], ref, mag, 36, [prog.draft])
 
 
+def test_repeated_execute_reuses_tables_not_values():
+    """A program's padded device tables are kept after the first call; a
+    second call with other operands must compute with those operands."""
+    g, arrays, shapes = _graph(*OPS["gemv"][:1], *OPS["gemv"][1])
+    op = g.ops[0]
+    prog = lower(op, baseline(op, BE), BE, shapes)
+    first = np.asarray(execute(prog, *arrays, arithmetic="wide"))
+    assert any(isinstance(k, tuple) and k[0] == "_exec_device" for k in prog.meta)
+    other = [a[::-1].copy() * 2.0 for a in arrays]
+    again = np.asarray(execute(prog, *other, arithmetic="wide"))
+    np.testing.assert_allclose(first, np.asarray(g.evaluate(*arrays)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(again, np.asarray(g.evaluate(*other)), rtol=1e-5, atol=1e-5)
+
+
 # --------------------------------------------------------------------------
 # attention: score -> softmax -> context as one program
 # --------------------------------------------------------------------------
