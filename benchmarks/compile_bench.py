@@ -47,7 +47,7 @@ from rich.table import Table  # noqa: E402
 
 import pimjax  # noqa: E402
 import pimjax.api as api  # noqa: E402
-from pimjax.demo import gpt_layer  # noqa: E402
+from pimjax.demo import gpt_layer, gpt_layer_args  # noqa: E402
 from pimjax.kernels import FUNCTIONS  # noqa: E402
 
 BACKEND = "hbm-pim"
@@ -61,13 +61,7 @@ def gemv_args():
 
 
 def gpt_args():
-    rng = np.random.default_rng(7)
-    params = {k: (rng.standard_normal(s) / np.sqrt(s[1])).astype(np.float32)
-              for k, s in (("Wq", (D, D)), ("Wo", (D, D)), ("W1", (4 * D, D)), ("W2", (D, 4 * D)))}
-    x = rng.standard_normal(D).astype(np.float32)
-    kc = rng.standard_normal((HEADS, CTX, D // HEADS)).astype(np.float32)
-    vc = rng.standard_normal((HEADS, CTX, D // HEADS)).astype(np.float32)
-    return params, x, kc, vc
+    return gpt_layer_args(D, HEADS, CTX)
 
 
 def gemv_fn():

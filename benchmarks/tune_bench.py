@@ -58,7 +58,9 @@ class MemoTuner(Tuner):
             self.shared["pred"] = super().predict(op, table, backend, shapes)
         return self.shared["pred"]
 
-    def _simulate(self, op, drafts, backend, shapes, lower_options):
+    def _simulate(self, op, drafts, backend, shapes, lower_options, programs=None):
+        # drafts simulated before are not lowered again; the caller's
+        # `programs` are not used, so lowering is timed here for every run
         todo, programs = [], []
         t0 = time.perf_counter()
         for d in drafts:

@@ -91,14 +91,21 @@ def gpt_layer(params, x, k_cache, v_cache):
     return x + params["W2"] @ jax.nn.gelu(params["W1"] @ h)
 
 
-def decode_layer(console: Console) -> None:
-    d, heads, ctx = 2048, 16, 512
-    rng = np.random.default_rng(7)
+def gpt_layer_args(d: int, heads: int, ctx: int, seed: int = 7):
+    """(params, x [d], k_cache [heads, ctx, d/heads], v_cache) for `gpt_layer`:
+    float32, weights scaled by 1/sqrt(fan-in)."""
+    rng = np.random.default_rng(seed)
     params = {k: (rng.standard_normal(s) / np.sqrt(s[1])).astype(np.float32)
               for k, s in (("Wq", (d, d)), ("Wo", (d, d)), ("W1", (4 * d, d)), ("W2", (d, 4 * d)))}
     x = rng.standard_normal(d).astype(np.float32)
     kc = rng.standard_normal((heads, ctx, d // heads)).astype(np.float32)
     vc = rng.standard_normal((heads, ctx, d // heads)).astype(np.float32)
+    return params, x, kc, vc
+
+
+def decode_layer(console: Console) -> None:
+    d, heads, ctx = 2048, 16, 512
+    params, x, kc, vc = gpt_layer_args(d, heads, ctx)
     for backend in ("hbm-pim", "attacc"):
         console.print(f"[dim]{backend}: compiling a GPT decode layer (d {d}, {heads} heads, "
                       f"context {ctx}, weights resident)...[/dim]")

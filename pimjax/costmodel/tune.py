@@ -215,11 +215,12 @@ class Tuner:
                              "mode": choice.mode})
         return choice
 
-    def _simulate(self, op, drafts, backend, shapes, lower_options):
-        """Lower and simulate `drafts` (batched):
+    def _simulate(self, op, drafts, backend, shapes, lower_options, programs=None):
+        """Lower and simulate `drafts` (batched; `programs`: already lowered):
         (programs, totals [len(drafts)], report(i) -> CycleReport of programs[i])."""
-        lower_fn = getattr(self, "_lower", lower)
-        programs = [lower_fn(op, d, backend, shapes, **lower_options) for d in drafts]
+        if programs is None:
+            lower_fn = getattr(self, "_lower", lower)
+            programs = [lower_fn(op, d, backend, shapes, **lower_options) for d in drafts]
         if backend.core.programmable:
             reports = [cycles(p, backend) for p in programs]
             totals = np.array([float(r.total_cycles) for r in reports])
@@ -240,19 +241,20 @@ class Tuner:
         pred = self.predict(op, table, backend, shapes)
         idx = np.argsort(pred, kind="stable")[: self.top_k]
         drafts, predicted = [table[int(i)] for i in idx], [float(pred[i]) for i in idx]
+        lower_fn = getattr(self, "_lower", lower)
+        programs = [lower_fn(op, d, backend, shapes, **lower_options) for d in drafts]
         base = baseline(op, backend) if self.include_baseline else None
         if base is not None and base not in drafts:
             # the baseline may lie outside the pruned space (or a block's
             # `keep`); it joins the candidates when it lowers
-            lower_fn = getattr(self, "_lower", lower)
             try:
-                lower_fn(op, base, backend, shapes, **lower_options)
+                programs.append(lower_fn(op, base, backend, shapes, **lower_options))
             except PimCompileError:
                 pass
             else:
                 drafts.append(base)
                 predicted.append(float("nan"))
-        programs, totals, report = self._simulate(op, drafts, backend, shapes, lower_options)
+        programs, totals, report = self._simulate(op, drafts, backend, shapes, lower_options, programs)
         choice = self._pick(drafts, programs, totals, report, predicted, "predict", len(drafts), len(table))
         # the baseline's report from the same batch: the api's speedup over the
         # baseline mapping needs it, and timing it alone would compile another scan
