@@ -30,8 +30,8 @@ import numpy as np
 from ..hw.core import Backend, Timing
 from ..lower.program import Phase, Program, Records
 from .report import BOUNDS, CycleReport
-from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE,
-                     STAGGER, STREAM, WAIT, WRITE)
+from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, N_FLAGS, PRE_ALL,
+                     SIDE, STAGGER, STREAM, WAIT, WRITE)
 
 NEVER = -1.0e7  # "long ago" for last-command times (float32-exact integers below 2^24)
 SCAN_FIELDS = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
@@ -41,28 +41,49 @@ def _timing_vector(t: Timing) -> dict:
     return {f: jnp.asarray(getattr(t, f), jnp.float32) for f in t._dynamic_fields}
 
 
-def _record_facts(rec: dict, banks: int, banks_per_bg: int) -> dict:
-    """Per-record quantities that do not depend on the scan state, computed
-    for the whole stream at once (outside the loop): timing-class flags,
-    bank / bank-group one-hot masks, repeat count and report bucket."""
-    n_bg = max(1, banks // banks_per_bg)
-    flags = jnp.asarray(CLASS_TABLE)[rec["op"]]               # [R, N_FLAGS]
+VALID = N_FLAGS      # bit of a record's packed flags set when n > 0
+
+
+def _record_facts(rec: dict) -> dict:
+    """The scan's per-record inputs, [R, N] each, computed for the whole
+    block at once (outside the loop): the record's timing-class flags packed
+    into one int32 bit set (bit k = column k of CLASS_TABLE; WAIT also set by
+    a host sync point; bit VALID when n > 0), bank, row and repeat count."""
+    flags = jnp.asarray(CLASS_TABLE)[rec["op"]]                      # [R, N, N_FLAGS]
+    bits = jnp.sum(flags << jnp.arange(N_FLAGS, dtype=jnp.int32)[None, None, :], axis=-1)
+    bits = bits | jnp.where(rec["sync"] == 1, 1 << WAIT, 0) | jnp.where(rec["n"] > 0, 1 << VALID, 0)
+    return dict(bits=bits.astype(jnp.int32), bank=rec["bank"], row=rec["row"],
+                n=rec["n"].astype(jnp.float32))
+
+
+def _static_counts(rec: dict, n_bg: int) -> jnp.ndarray:
+    """[N, 8] command counts of [R, N] records, the parts that do not depend
+    on timing (the scan adds implicit ACT / PRE and REF)."""
+    flags = jnp.asarray(CLASS_TABLE)[rec["op"]] == 1                 # [R, N, N_FLAGS]
     valid = rec["n"] > 0
-    f = lambda k: flags[:, k] == 1                              # noqa: E731
-    b = jnp.clip(rec["bank"], 0, banks - 1)
-    bg = b // banks_per_bg
-    bucket = jnp.where(rec["resident"] == 1, 4,
-                       jnp.where(rec["pre"] == 1, 0,
-                                 jnp.where(rec["phase"] == Phase.READBACK, 3,
-                                           jnp.where(rec["phase"] == Phase.REARRANGE, 1, 2))))
-    return dict(
-        valid=valid, n=rec["n"].astype(jnp.float32), row=rec["row"], bg=bg,
-        oh=b[:, None] == jnp.arange(banks)[None, :], ohg=bg[:, None] == jnp.arange(n_bg)[None, :],
-        is_col=f(COLUMN) & valid, write=f(WRITE), allbank=f(ALLBANK), data=f(DATA_BUS) & valid,
-        act_all=f(ACT_ALL) & valid, pre_all=f(PRE_ALL) & valid, fixed=f(FIXED) & valid,
-        stagger=f(STAGGER),
-        side=f(SIDE) & valid, wait=f(WAIT) | (rec["sync"] == 1), stream=f(STREAM),
-        barrier=f(BARRIER) & valid, ohk=bucket[:, None] == jnp.arange(5)[None, :])
+    n = rec["n"].astype(jnp.float32)
+    f = lambda k: flags[..., k]                                       # noqa: E731
+    is_col, side = f(COLUMN) & valid, f(SIDE) & valid
+    rd_col, wr_col = is_col & ~f(WRITE), is_col & f(WRITE)
+    per_record = [
+        jnp.where(f(ACT_ALL) & valid, jnp.where(f(STAGGER), float(n_bg), 1.0), 0.0),  # 0 ACT
+        jnp.where(rd_col & ~f(ALLBANK), n, 0.0),                                    # 1 RD columns
+        jnp.where(wr_col & ~f(ALLBANK), n, 0.0),                                    # 2 WR columns
+        jnp.where(is_col & f(ALLBANK), n, 0.0),                                     # 3 PIM columns
+        jnp.zeros_like(n),                                                          # 4 REF
+        jnp.where(f(DATA_BUS) & valid, n, 0.0),                                     # 5 data-bus bursts
+        jnp.where(valid & ~f(BARRIER), jnp.where(is_col | side, n, 1.0), 0.0),      # 6 commands
+        jnp.where(f(PRE_ALL) & valid, 1.0, 0.0)]                                    # 7 PRE
+    return jnp.stack([jnp.sum(c, axis=0) for c in per_record], axis=-1)
+
+
+def _bucket_of(rec: dict) -> jnp.ndarray:
+    """[R, N] report bucket of each record: 0 leading rearrangement, 1
+    rearrangement inside the kernel, 2 compute, 3 read-back, 4 resident."""
+    return jnp.where(rec["resident"] == 1, 4,
+                     jnp.where(rec["pre"] == 1, 0,
+                               jnp.where(rec["phase"] == Phase.READBACK, 3,
+                                         jnp.where(rec["phase"] == Phase.REARRANGE, 1, 2))))
 
 
 def features_of(ops: np.ndarray) -> tuple[str, ...]:
@@ -80,84 +101,168 @@ def features_of(ops: np.ndarray) -> tuple[str, ...]:
 ALL_FEATURES = ("act_all", "pre_all", "side", "fixed", "barrier")
 
 
-def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
-                features: tuple[str, ...] = ALL_FEATURES) -> dict:
-    """Time one group's record stream (semantics: `timing.py`).
+def _rows(fn, a):
+    """fn-reduction of a [K, N] array over its K rows -> [1, N], as K - 1
+    elementwise ops: XLA fuses them with their producers, where a reduce over
+    the major axis is a separate, slow loop on the CPU."""
+    out = a[0:1]
+    for k in range(1, a.shape[0]):
+        out = fn(out, a[k:k + 1])
+    return out
 
-    rec: [R] int arrays (SCAN_FIELDS); t: timing scalars (cycles).
-    Returns per-stream sums: delta per bucket (pre, kernel-rearrange,
-    kernel-compute, readback, resident), end time and command counts.
 
-    The per-bank state is read and written through one-hot masks rather than
-    gathers / scatters: under vmap those become elementwise selects that XLA
-    fuses, which is what keeps a batched step cheap.  `features` names the
-    timing classes the records use beyond plain / all-bank columns (see
-    `features_of`); the step skips the others (they could not fire)."""
+def _first(hit):
+    """[K, N] bool -> the first True row of each column only (an argmin
+    one-hot, elementwise)."""
+    seen = jnp.zeros_like(hit[0:1])
+    rows = []
+    for k in range(hit.shape[0]):
+        rows.append(hit[k:k + 1] & ~seen)
+        seen = seen | hit[k:k + 1]
+    return jnp.concatenate(rows)
+
+
+def scan_streams(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
+                 features: tuple[str, ...] = ALL_FEATURES) -> dict:
+    """Time N independent record streams at once (semantics: `timing.py`).
+
+    rec: SCAN_FIELDS int arrays [N, R] (one group's stream per row);
+    t:   timing leaves in cycles, scalars or [N] (one timing per stream).
+    Returns {"buckets": [N, 5] time per report bucket (see `_bucket_of`),
+    "end": [N] end time, "counts": [N, 8] command counts}.
+
+    The state is struct-of-arrays with the stream axis last -- per-bank
+    fields [banks, N], per-stream fields [N] -- so every step is a handful of
+    elementwise passes over contiguous N-vectors that the CPU runs in SIMD
+    lanes (a `vmap` over a one-stream scan puts the bank axis last and spends
+    the step in 16-wide reductions).  A bank's state is read and written
+    through one-hot masks rather than gathers / scatters.  `features` names
+    the timing classes the records use beyond plain / all-bank columns (see
+    `features_of`); the step leaves out the others (they could not fire)."""
     n_bg = max(1, banks // banks_per_bg)
+    N = rec["op"].shape[0]
     f32 = jnp.float32
+    # per-stream values are [1, N] rows (same rank as the [banks, N] fields)
+    t = {k: jnp.broadcast_to(jnp.asarray(v, f32), (N,))[None, :] for k, v in t.items()}
+    bank_ids = jnp.arange(banks, dtype=jnp.int32)[:, None]
+    bg_ids = jnp.arange(n_bg, dtype=jnp.int32)[:, None]
+    never = lambda rows=1: jnp.full((rows, N), NEVER, f32)           # noqa: E731
     state = dict(
-        open_row=jnp.full(banks, -1, jnp.int32), t_act=jnp.full(banks, NEVER, f32),
-        t_rd=jnp.full(banks, NEVER, f32), t_wr=jnp.full(banks, NEVER, f32),
-        t_ready=jnp.zeros(banks, f32), bg_act=jnp.full(n_bg, NEVER, f32),
-        last_act=f32(NEVER), faw=jnp.full(4, NEVER, f32), last_col=f32(NEVER),
-        last_col_bg=jnp.int32(-1), last_allbank=jnp.bool_(False), last_rd=f32(NEVER),
-        last_rd_bg=jnp.int32(-1), last_wr=f32(NEVER), last_wr_bg=jnp.int32(-1),
-        last_side=f32(NEVER), side_bg=jnp.full(n_bg, NEVER, f32), t_issue=f32(NEVER),
-        t_bar=f32(NEVER), t_end=f32(0.0),
-        next_ref=jnp.where(t["tREF0"] > 0, t["tREF0"], t["tREFI"]),
-        buckets=jnp.zeros(5, f32), counts=jnp.zeros(8, f32))
+        open_row=jnp.full((banks, N), -1, jnp.int32), t_act=never(banks), pre_ok=never(banks),
+        t_ready=jnp.zeros((banks, N), f32), bg_act=never(n_bg),
+        last_act=never(), faw=never(4), last_col=never(),
+        last_col_bg=jnp.full((1, N), -1, jnp.int32), last_allbank=jnp.zeros((1, N), bool), last_rd=never(),
+        last_wr=never(), last_wr_bg=jnp.full((1, N), -1, jnp.int32),
+        last_side=never(), side_bg=never(n_bg), t_issue=never(), t_bar=never(),
+        t_end=jnp.zeros((1, N), f32), next_ref=jnp.where(t["tREF0"] > 0, t["tREF0"], t["tREFI"]),
+        n_act=jnp.zeros((1, N), f32), n_ref=jnp.zeros((1, N), f32), n_pre=jnp.zeros((1, N), f32))
     wr_pre = t["tWL"] + t["tBL"] + t["tWR"]
+    vmax = lambda mask, v: _rows(jnp.maximum, jnp.where(mask, v, NEVER))  # noqa: E731  v[bank] by mask
 
-    def step(s, x):
-        valid, n, oh, ohg = x["valid"], x["n"], x["oh"], x["ohg"]
-        is_col, write, allbank = x["is_col"], x["write"], x["allbank"]
-        pre_ok = jnp.maximum(jnp.maximum(s["t_act"] + t["tRAS"], s["t_rd"] + t["tRTP_S"]),
-                             s["t_wr"] + wr_pre)
-        opened = s["open_row"] >= 0
-
-        # 1. refresh at a record boundary
-        do_ref = refresh & valid & (s["t_end"] >= s["next_ref"])
-        r0 = jnp.maximum(s["next_ref"], jnp.max(jnp.where(opened, pre_ok, NEVER)))
-        r_end = r0 + t["tRP"] + t["tRFC"]
-        missed = jnp.floor((s["t_end"] - s["next_ref"]) / t["tREFI"])
+    def apply(s, p):
+        """(c) the previous record's one-hot updates of the [banks, N] /
+        [n_bg, N] / [4, N] state.  They are applied one step late, from
+        values carried in the loop state, so that XLA materialises the
+        record's [1, N] times once: fused into a [banks, N] update they would
+        be recomputed for every bank."""
+        flag = lambda k: (p["bits"] >> k) & 1 == 1                   # noqa: E731
+        valid = flag(VALID)
+        is_col, write = flag(COLUMN) & valid, flag(WRITE)
+        act_all, pre_all, side = flag(ACT_ALL) & valid, flag(PRE_ALL) & valid, flag(SIDE) & valid
+        oh = p["bank"] == bank_ids
+        ohg = p["bank"] // banks_per_bg == bg_ids
+        need, t_act, t_last, do_ref = p["need"], p["t_act"], p["t_last"], p["do_ref"]
+        new = dict(s)
         open_row = jnp.where(do_ref, -1, s["open_row"])
-        opened = opened & ~do_ref
-        t_ready = jnp.where(do_ref, jnp.maximum(s["t_ready"], r_end), s["t_ready"])
-        next_ref = jnp.where(do_ref, s["next_ref"] + t["tREFI"] * (1.0 + missed), s["next_ref"])
-        floor_t = jnp.where(do_ref, r_end, f32(0.0))
+        new["open_row"] = jnp.where(act_all, p["row"],
+                                    jnp.where(pre_all, -1, jnp.where(oh & is_col, p["row"], open_row)))
+        new["t_act"] = jnp.where(oh & need, t_act, s["t_act"])
+        # a bank's earliest precharge: tRAS after its ACT, tRTP after its last
+        # read, tWL + tBL + tWR after its last write (the running max equals
+        # the max of the three: a new ACT is later than every earlier column)
+        pre_ok = jnp.where(oh & need, jnp.maximum(s["pre_ok"], t_act + t["tRAS"]), s["pre_ok"])
+        t_ready = jnp.where(do_ref, jnp.maximum(s["t_ready"], p["r_end"]), s["t_ready"])
+        if "act_all" in features:
+            new["t_act"] = jnp.where(act_all, p["t_actall"], new["t_act"])
+            pre_ok = jnp.where(act_all, jnp.maximum(pre_ok, p["t_actall"] + t["tRAS"]), pre_ok)
+        new["t_ready"] = (jnp.where(pre_all, p["t_preall"] + t["tRP"], t_ready) if "pre_all" in features
+                          else t_ready)
+        new["bg_act"] = jnp.where(ohg & need, t_act, s["bg_act"])
+        new["faw"] = jnp.where(need & _first(s["faw"] == _rows(jnp.minimum, s["faw"])), t_act, s["faw"])
+        new["pre_ok"] = jnp.where(oh & is_col, jnp.maximum(pre_ok, t_last + jnp.where(write, wr_pre, t["tRTP_S"])),
+                                  pre_ok)
+        if "side" in features:
+            new["side_bg"] = jnp.where(ohg & side, s["last_side"], s["side_bg"])
+        return new
+
+    def step(carry, x):
+        # (a) reductions of the [banks, N] state to this record's bank,
+        # (b) the record's times on [1, N] rows, then (c) `apply` next step.
+        s = apply(*carry)
+        bits, n = x["bits"], x["n"]
+        flag = lambda k: (bits >> k) & 1 == 1                        # noqa: E731
+        valid = flag(VALID)
+        is_col, write, allbank = flag(COLUMN) & valid, flag(WRITE), flag(ALLBANK)
+        act_all, pre_all = flag(ACT_ALL) & valid, flag(PRE_ALL) & valid
+        side, fixed = flag(SIDE) & valid, flag(FIXED)
+        wait = flag(WAIT)
+        bank = jnp.clip(x["bank"], 0, banks - 1)
+        bg = bank // banks_per_bg
+        oh, ohg = bank == bank_ids, bg == bg_ids                      # [banks, N], [n_bg, N]
+
+        # (a) reductions of the state before this record
+        pre_ok = s["pre_ok"]
+        opened = s["open_row"] >= 0
+        at = lambda v, i: jnp.take_along_axis(v, i, axis=0)        # noqa: E731  v[i[n], n]
+        red = dict(pre_open=vmax(opened, pre_ok), row_b=at(s["open_row"], bank),
+                   pre_b=at(pre_ok, bank), ready_b=at(s["t_ready"], bank), bg_act=at(s["bg_act"], bg),
+                   faw_min=_rows(jnp.minimum, s["faw"]), t_act_b=at(s["t_act"], bank))
+        if "act_all" in features:
+            red["ready_all"] = _rows(jnp.maximum, jnp.where(opened, pre_ok + t["tRP"], s["t_ready"]))
+            red["ready_max"] = _rows(jnp.maximum, s["t_ready"])
+        if "side" in features:
+            red["side_bg"] = at(s["side_bg"], bg)
+
+        # (b) this record's times
+        # 1. refresh at a record boundary: every bank closed and busy until r_end
+        floor_t = jnp.zeros((1, N), f32)
+        do_ref = jnp.zeros((1, N), bool)
+        r_end = floor_t
+        next_ref = s["next_ref"]
+        if refresh:
+            do_ref = valid & (s["t_end"] >= s["next_ref"])
+            r_end = jnp.maximum(s["next_ref"], red["pre_open"]) + t["tRP"] + t["tRFC"]
+            missed = jnp.floor((s["t_end"] - s["next_ref"]) / t["tREFI"])
+            next_ref = jnp.where(do_ref, next_ref + t["tREFI"] * (1.0 + missed), next_ref)
+            floor_t = jnp.where(do_ref, r_end, floor_t)
         # a barrier (WAIT class or a host sync point): nothing of this record
         # -- row commands included -- before every earlier record has ended
-        wait = x["wait"]
         floor_t = jnp.where(wait, jnp.maximum(floor_t, s["t_end"]), floor_t)
 
         # 2. rows: implicit PRE + ACT for a column command to a closed / other row
-        bg = x["bg"]
-        row_b = jnp.sum(jnp.where(oh, open_row, 0))          # open_row[bank] without a gather
-        is_open = jnp.any(oh & opened)
-        need = is_col & (jnp.where(is_open, row_b, -1) != x["row"])
-        pre_ok_b = jnp.max(jnp.where(oh, pre_ok, NEVER))
-        ready_b = jnp.where(is_open, pre_ok_b + t["tRP"], jnp.max(jnp.where(oh, t_ready, NEVER)))
+        is_open = (red["row_b"] >= 0) & ~do_ref
+        need = is_col & (jnp.where(is_open, red["row_b"], -1) != x["row"])
+        ready_b = jnp.where(do_ref, jnp.maximum(red["ready_b"], r_end), red["ready_b"])
+        ready_b = jnp.where(is_open, red["pre_b"] + t["tRP"], ready_b)
         ready_b = jnp.maximum(ready_b, floor_t)
-        t_act = jnp.maximum(jnp.maximum(ready_b, jnp.max(jnp.where(ohg, s["bg_act"], NEVER)) + t["tRRD_L"]),
-                            jnp.maximum(s["last_act"] + t["tRRD_S"], jnp.min(s["faw"]) + t["tFAW"]))
+        t_act = jnp.maximum(jnp.maximum(ready_b, red["bg_act"] + t["tRRD_L"]),
+                            jnp.maximum(s["last_act"] + t["tRRD_S"], red["faw_min"] + t["tFAW"]))
 
         # explicit all-bank ACT (ACTAB / G_ACT) and PREA
-        act_all, pre_all = x["act_all"], x["pre_all"]
-        t_actall = t_preall = f32(0.0)
+        t_actall = t_preall = jnp.zeros((1, N), f32)
         if "act_all" in features:
-            ready_all = jnp.where(opened, pre_ok + t["tRP"], t_ready)
-            t_actall = jnp.maximum(jnp.max(ready_all), jnp.maximum(floor_t, s["last_col"]))
+            ready_all = jnp.where(do_ref, jnp.maximum(red["ready_max"], r_end), red["ready_all"])
+            t_actall = jnp.maximum(ready_all, jnp.maximum(floor_t, s["last_col"]))
             # staggered (per bank group, tFAW apart): the last group opens last
-            t_actall = t_actall + jnp.where(x["stagger"], (n_bg - 1) * t["tFAW"], 0.0)
+            t_actall = t_actall + jnp.where(flag(STAGGER), (n_bg - 1) * t["tFAW"], 0.0)
         if "pre_all" in features:
             last_col_pre = s["last_col"] + jnp.where(s["last_allbank"], t["tRTP_L"], 0.0)
-            t_preall = jnp.maximum(jnp.max(jnp.where(opened, pre_ok, NEVER)),
+            t_preall = jnp.maximum(jnp.where(do_ref, NEVER, red["pre_open"]),
                                    jnp.maximum(floor_t, last_col_pre))
 
         # 3. columns
-        t_act_b = jnp.max(jnp.where(oh, s["t_act"], NEVER))
         rcd = jnp.where(write, t["tRCDWR"], t["tRCDRD"])
-        col_ready = jnp.where(need, t_act + rcd, jnp.maximum(t_act_b + rcd, floor_t))
+        col_ready = jnp.where(need, t_act + rcd, jnp.maximum(red["t_act_b"] + rcd, floor_t))
         spacing_prev = jnp.where(allbank & s["last_allbank"], t["tCCD_AB"],
                                  jnp.where(bg == s["last_col_bg"], t["tCCD_L"], t["tCCD_S"]))
         t0 = jnp.maximum(col_ready, s["last_col"] + spacing_prev)
@@ -167,22 +272,21 @@ def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool
         t0 = jnp.where(write, jnp.maximum(t0, rd_to_wr), jnp.maximum(t0, wr_to_rd))
         t0 = jnp.where(wait, jnp.maximum(t0, s["t_end"]), t0)
         t0 = jnp.maximum(t0, s["t_bar"])
-        spacing = jnp.where(allbank, t["tCCD_AB"], jnp.where(x["stream"], t["tCCD_S"], t["tCCD_L"]))
+        spacing = jnp.where(allbank, t["tCCD_AB"], jnp.where(flag(STREAM), t["tCCD_S"], t["tCCD_L"]))
         t_last = t0 + (n - 1.0) * spacing
         col_end = jnp.where(allbank, t_last + t["tCCD_AB"],
                             t_last + jnp.where(write, t["tWL"] + t["tBL"], t["tCL"] + t["tBL"]))
 
         # side datapath (AttAcc data movement) and fixed latencies
-        side, fixed = x["side"], x["fixed"]
         side_gap = jnp.maximum(t["tBL"], t["tCCD_S"])
-        s0 = side_last = side_end = f0 = f32(0.0)
+        s0 = side_last = side_end = f0 = jnp.zeros((1, N), f32)
         if "side" in features:
             s0 = jnp.maximum(jnp.maximum(s["last_side"] + side_gap, floor_t),
-                             jnp.maximum(jnp.max(jnp.where(ohg, s["side_bg"], NEVER)) + t["tCCD_L"], s["t_bar"]))
+                             jnp.maximum(red["side_bg"] + t["tCCD_L"], s["t_bar"]))
             s0 = jnp.where(wait, jnp.maximum(s0, s["t_end"]), s0)
             side_last = s0 + (n - 1.0) * jnp.maximum(side_gap, t["tCCD_L"])
             side_end = jnp.where(fixed, s0 + n, side_last + side_gap)
-        fixed_plain = fixed & ~side
+        fixed_plain = fixed & ~side & valid
         if "fixed" in features:
             f0 = jnp.maximum(jnp.maximum(s["last_col"], s["t_end"]), jnp.maximum(floor_t, s["t_bar"]))
 
@@ -192,56 +296,59 @@ def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool
                                             jnp.where(act_all, t_actall + t["tRCDRD"],
                                                       jnp.where(pre_all, t_preall + t["tRP"], s["t_end"])))))
         end = jnp.where(valid, end, s["t_end"])
-        delta = jnp.maximum(end - s["t_end"], 0.0)
-
-        # state updates (one-hot selects)
-        act_now = need
         rd_col, wr_col = is_col & ~write, is_col & write
+        side_new = jnp.where(side, jnp.where(fixed, s0 + n - side_gap, side_last), s["last_side"])
         new = dict(s)
-        new["open_row"] = jnp.where(act_all, x["row"],
-                                    jnp.where(pre_all, -1, jnp.where(oh & is_col, x["row"], open_row)))
-        new["t_act"] = jnp.where(oh & act_now, t_act, s["t_act"])
-        if "act_all" in features:
-            new["t_act"] = jnp.where(act_all, t_actall, new["t_act"])
-        new["t_ready"] = jnp.where(pre_all, t_preall + t["tRP"], t_ready) if "pre_all" in features else t_ready
-        new["bg_act"] = jnp.where(ohg & act_now, t_act, s["bg_act"])
-        new["last_act"] = jnp.where(act_now, jnp.maximum(s["last_act"], t_act), s["last_act"])
-        oldest = jnp.arange(4) == jnp.argmin(s["faw"])
-        new["faw"] = jnp.where(act_now & oldest, t_act, s["faw"])
-        new["t_rd"] = jnp.where(oh & rd_col, t_last, s["t_rd"])
-        new["t_wr"] = jnp.where(oh & wr_col, t_last, s["t_wr"])
+        new["last_act"] = jnp.where(need, jnp.maximum(s["last_act"], t_act), s["last_act"])
         new["last_col"] = jnp.where(is_col, t_last, s["last_col"])
         new["last_col_bg"] = jnp.where(is_col, bg, s["last_col_bg"])
         new["last_allbank"] = jnp.where(is_col, allbank, s["last_allbank"])
         new["last_rd"] = jnp.where(rd_col, t_last, s["last_rd"])
-        new["last_rd_bg"] = jnp.where(rd_col, bg, s["last_rd_bg"])
         new["last_wr"] = jnp.where(wr_col, t_last, s["last_wr"])
         new["last_wr_bg"] = jnp.where(wr_col, bg, s["last_wr_bg"])
         if "side" in features:
-            new["last_side"] = jnp.where(side, jnp.where(fixed, s0 + n - side_gap, side_last), s["last_side"])
-            new["side_bg"] = jnp.where(ohg & side, new["last_side"], s["side_bg"])
-        issued = jnp.where(is_col, t_last, jnp.where(side, new["last_side"],
-                                                      jnp.where(fixed_plain, f0 + n - 1.0, NEVER)))
+            new["last_side"] = side_new
         if "barrier" in features:
+            issued = jnp.where(is_col, t_last, jnp.where(side, side_new,
+                                                          jnp.where(fixed_plain, f0 + n - 1.0, NEVER)))
             new["t_issue"] = jnp.maximum(s["t_issue"], issued)
-            new["t_bar"] = jnp.where(x["barrier"], jnp.maximum(s["t_bar"], s["t_issue"] + 1.0), s["t_bar"])
+            new["t_bar"] = jnp.where(flag(BARRIER) & valid, jnp.maximum(s["t_bar"], s["t_issue"] + 1.0),
+                                     s["t_bar"])
         new["t_end"] = jnp.maximum(s["t_end"], end)
         new["next_ref"] = next_ref
-        new["buckets"] = s["buckets"] + jnp.where(x["ohk"], delta, 0.0)
-        n_acts = jnp.where(x["stagger"], f32(n_bg), f32(1.0))
-        add = jnp.stack([act_now.astype(f32) + act_all.astype(f32) * n_acts,  # 0 ACT
-                         jnp.where(rd_col & ~allbank, n, 0.0),                  # 1 RD columns
-                         jnp.where(wr_col & ~allbank, n, 0.0),                  # 2 WR columns
-                         jnp.where(is_col & allbank, n, 0.0),                   # 3 PIM columns
-                         do_ref.astype(f32),                                    # 4 REF
-                         jnp.where(x["data"], n, 0.0),                          # 5 data-bus bursts
-                         jnp.where(valid & ~x["barrier"], jnp.where(is_col | side, n, 1.0), 0.0),  # 6 commands
-                         pre_all.astype(f32) + (need & is_open).astype(f32)])   # 7 PRE
-        new["counts"] = s["counts"] + add
-        return new, None
+        new["n_act"] = s["n_act"] + need.astype(f32)
+        new["n_ref"] = s["n_ref"] + do_ref.astype(f32)
+        new["n_pre"] = s["n_pre"] + (need & is_open).astype(f32)
+        pend = dict(bits=bits, bank=bank, row=x["row"], need=need, t_act=t_act, t_last=t_last, do_ref=do_ref,
+                    r_end=r_end, t_actall=t_actall, t_preall=t_preall)
+        return (new, pend), new["t_end"]
 
-    out, _ = jax.lax.scan(step, state, _record_facts(rec, banks, banks_per_bg), unroll=2)
-    return {"buckets": out["buckets"], "end": out["t_end"], "counts": out["counts"]}
+    recT = {k: jnp.asarray(v).T for k, v in rec.items()}                 # [R, N]
+    xs = jax.tree.map(lambda v: v[:, None, :], _record_facts(recT))       # [R, 1, N]
+    zero_f, zero_i = jnp.zeros((1, N), f32), jnp.zeros((1, N), jnp.int32)
+    nop = dict(bits=zero_i, bank=zero_i, row=zero_i, need=zero_i == 1, t_act=zero_f, t_last=zero_f,
+               do_ref=zero_i == 1, r_end=zero_f, t_actall=zero_f, t_preall=zero_f)
+    # no unrolling: an unrolled body would fuse one record's times into the
+    # next record's [banks, N] updates again (see `apply`)
+    (out, _), ends = jax.lax.scan(step, (state, nop), xs)
+    out = jax.tree.map(lambda v: v[0], out)
+    ends = ends[:, 0, :]                                                 # [R, N]
+    # the time a record adds is its end minus the latest earlier end
+    delta = ends - jnp.concatenate([jnp.zeros((1, N), f32), ends[:-1]])
+    bucket = _bucket_of(recT)
+    buckets = jnp.stack([jnp.sum(jnp.where(bucket == k, delta, 0.0), axis=0) for k in range(5)], axis=-1)
+    counts = _static_counts(recT, n_bg) + jnp.stack(
+        [out["n_act"], z := jnp.zeros(N, f32), z, z, out["n_ref"], z, z, out["n_pre"]], axis=-1)
+    return {"buckets": buckets, "end": out["t_end"], "counts": counts}
+
+
+def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
+                features: tuple[str, ...] = ALL_FEATURES) -> dict:
+    """`scan_streams` of one stream: rec SCAN_FIELDS arrays [R], t scalars.
+    Returns buckets [5], end [] and counts [8]."""
+    out = scan_streams({k: jnp.asarray(v)[None] for k, v in rec.items()}, t, banks, banks_per_bg,
+                       refresh, features)
+    return jax.tree.map(lambda v: v[0], out)
 
 
 def _stream_arrays(records: Records, include_resident: bool) -> dict:
@@ -342,22 +449,43 @@ def pad_arrays(arrs: list[dict], coarse: bool = False) -> dict:
     return out
 
 
-def _time(arr: dict, t: dict, energy, host, geo: tuple) -> CycleReport:
-    """The CycleReport of one program from its arrays (pure jnp; vmappable
-    over programs and over timing / energy / host leaves)."""
+def _scan_programs(arr: dict, t: dict, geo: tuple):
+    """Scan the record streams of P padded programs (`pad_arrays`, leading
+    [P]) as one [P * S (+ P * S resident), R] block of streams; t: timing
+    leaves, scalars or [P].  Returns the scan outputs with [P, S] leading
+    axes and the resident-placement time per stream [P, S]."""
     banks, per_bg, refresh, features = geo
-    scan = jax.vmap(lambda r: scan_stream(r, t, banks, per_bg, refresh, features))
-    S, R = arr["rec"]["op"].shape
-    R_res = arr["res"]["op"].shape[1]
-    if R_res == 0:                          # no resident placement (pad_arrays)
-        out, resident = scan(arr["rec"]), jnp.zeros((1,), jnp.float32)
+    P, S, R = arr["rec"]["op"].shape
+    R_res = arr["res"]["op"].shape[2]
+    t_stream = {k: jnp.repeat(jnp.broadcast_to(jnp.asarray(v, jnp.float32), (P,)), S) for k, v in t.items()}
+
+    def flat(streams):
+        return {f: streams[f].reshape(P * S, -1) for f in SCAN_FIELDS}
+
+    def scan(streams, tt):
+        return scan_streams(streams, tt, banks, per_bg, refresh, features)
+
+    if R_res == 0:                          # no resident placement in the batch (pad_arrays)
+        out, resident = scan(flat(arr["rec"]), t_stream), jnp.zeros((P * S,), jnp.float32)
     elif R_res == R:                        # one scan over the streams of both
-        both = scan({f: jnp.concatenate([arr["rec"][f], arr["res"][f]]) for f in SCAN_FIELDS})
-        out = jax.tree.map(lambda x: x[:S], both)
-        resident = both["buckets"][S:, 4]
+        both = scan({f: jnp.concatenate([flat(arr["rec"])[f], flat(arr["res"])[f]]) for f in SCAN_FIELDS},
+                    {k: jnp.concatenate([v, v]) for k, v in t_stream.items()})
+        out = jax.tree.map(lambda x: x[:P * S], both)
+        resident = both["buckets"][P * S:, 4]
     else:
-        out, resident = scan(arr["rec"]), scan(arr["res"])["buckets"][:, 4]
-    return _combine(arr, out, resident, t, energy, host)
+        out = scan(flat(arr["rec"]), t_stream)
+        resident = scan(flat(arr["res"]), t_stream)["buckets"][:, 4]
+    out = jax.tree.map(lambda x: x.reshape((P, S) + x.shape[1:]), out)
+    return out, resident.reshape(P, S)
+
+
+def _time_programs(arr: dict, t: dict, energy, host, geo: tuple) -> CycleReport:
+    """CycleReports [P] of P padded programs (pure jnp); t: timing leaves,
+    scalars or [P] (one timing variant per program)."""
+    out, resident = _scan_programs(arr, t, geo)
+    P = resident.shape[0]
+    t_prog = {k: jnp.broadcast_to(jnp.asarray(v, jnp.float32), (P,)) for k, v in t.items()}
+    return jax.vmap(lambda a, o, r, tt: _combine(a, o, r, tt, energy, host))(arr, out, resident, t_prog)
 
 
 def _combine(arr: dict, out: dict, resident, t: dict, e, host) -> CycleReport:
@@ -400,19 +528,19 @@ def _geo(backend: Backend, refresh: bool, arrs) -> tuple:
 
 
 @partial(jax.jit, static_argnames=("geo",))
-def _time_jit(arr, t, energy, host, geo):
-    return _time(arr, t, energy, host, geo)
-
-
-@partial(jax.jit, static_argnames=("geo",))
 def _time_batch(arr, t, energy, host, geo):
-    return jax.vmap(lambda a: _time(a, t, energy, host, geo))(arr)
+    return _time_programs(arr, t, energy, host, geo)
 
 
 @partial(jax.jit, static_argnames=("geo",))
 def _time_sweep(arr, t, energy, host, geo):
-    per_variant = jax.vmap(lambda tt: jax.vmap(lambda a: _time(a, tt, energy, host, geo))(arr))
-    return per_variant(t)
+    """[T, P] reports: every program under every timing variant, scanned as
+    one block of T * P programs (one timing per program)."""
+    T = next(iter(t.values())).shape[0]
+    P = arr["cores"].shape[0]
+    tiled = jax.tree.map(lambda x: jnp.tile(x, (T,) + (1,) * (x.ndim - 1)), arr)
+    rep = _time_programs(tiled, {k: jnp.repeat(v, P) for k, v in t.items()}, energy, host, geo)
+    return jax.tree.map(lambda x: x.reshape((T, P) + x.shape[1:]), rep)
 
 
 def cycles(program: Program, backend: Backend, *, include_resident: bool = False,
@@ -434,8 +562,9 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
     if model is not None:
         return model(program, backend, include_resident=include_resident, refresh=refresh)
     arr = program_arrays(program, include_resident)
-    return _time_jit(arr, _timing_vector(backend.timing), backend.energy, backend.system.host,
-                     _geo(backend, refresh, [arr]))
+    rep = _time_batch(pad_arrays([arr]), _timing_vector(backend.timing), backend.energy, backend.system.host,
+                      _geo(backend, refresh, [arr]))
+    return report_at(rep, 0)
 
 
 SMALL_BATCH = 64
