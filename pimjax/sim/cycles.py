@@ -131,74 +131,76 @@ def scan_streams(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: boo
     Returns {"buckets": [N, 5] time per report bucket (see `_bucket_of`),
     "end": [N] end time, "counts": [N, 8] command counts}.
 
-    The state is struct-of-arrays with the stream axis last -- per-bank
-    fields [banks, N], per-stream fields [N] -- so every step is a handful of
-    elementwise passes over contiguous N-vectors that the CPU runs in SIMD
-    lanes (a `vmap` over a one-stream scan puts the bank axis last and spends
-    the step in 16-wide reductions).  A bank's state is read and written
-    through one-hot masks rather than gathers / scatters.  `features` names
-    the timing classes the records use beyond plain / all-bank columns (see
-    `features_of`); the step leaves out the others (they could not fire)."""
+    The state is struct-of-arrays with the stream axis last: per-bank fields
+    [banks, N], per-bank-group fields [n_bg, N], per-stream fields [1, N]
+    rows, so every step is a few elementwise passes over contiguous
+    N-vectors (SIMD lanes on the CPU).  Each step (a) gathers the state of
+    the record's bank, (b) computes the record's times on [1, N] rows and
+    (c) writes the bank state back through one-hot selects -- one step late
+    (`apply`), from values carried in the loop state: fused into a
+    [banks, N] update, the record's times would be recomputed for every
+    bank.  `features` names the timing classes the records use beyond plain
+    / all-bank columns (see `features_of`); the step leaves out the others.
+
+    Bank state is kept in the form the rules read it: `act_ok`, the earliest
+    ACT to a bank (its earliest precharge + tRP while open, its ready time
+    once closed), and `pre_open`, the latest earliest-precharge over the open
+    banks.  Banks close only all together (PREA, refresh) or to reopen at
+    once (a row miss), so both are running maxima, exactly equal to the
+    per-bank tRAS / tRTP / tWR bookkeeping of the reference model."""
     n_bg = max(1, banks // banks_per_bg)
     N = rec["op"].shape[0]
-    f32 = jnp.float32
+    f32, i32 = jnp.float32, jnp.int32
     # per-stream values are [1, N] rows (same rank as the [banks, N] fields)
     t = {k: jnp.broadcast_to(jnp.asarray(v, f32), (N,))[None, :] for k, v in t.items()}
-    bank_ids = jnp.arange(banks, dtype=jnp.int32)[:, None]
-    bg_ids = jnp.arange(n_bg, dtype=jnp.int32)[:, None]
+    bank_ids = jnp.arange(banks, dtype=i32)[:, None]
+    bg_ids = jnp.arange(n_bg, dtype=i32)[:, None]
     never = lambda rows=1: jnp.full((rows, N), NEVER, f32)           # noqa: E731
+    zero, no = jnp.zeros((1, N), f32), jnp.zeros((1, N), bool)
     state = dict(
-        open_row=jnp.full((banks, N), -1, jnp.int32), t_act=never(banks), pre_ok=never(banks),
-        t_ready=jnp.zeros((banks, N), f32), bg_act=never(n_bg),
-        last_act=never(), faw=never(4), last_col=never(),
-        last_col_bg=jnp.full((1, N), -1, jnp.int32), last_allbank=jnp.zeros((1, N), bool), last_rd=never(),
-        last_wr=never(), last_wr_bg=jnp.full((1, N), -1, jnp.int32),
-        last_side=never(), side_bg=never(n_bg), t_issue=never(), t_bar=never(),
-        t_end=jnp.zeros((1, N), f32), next_ref=jnp.where(t["tREF0"] > 0, t["tREF0"], t["tREFI"]),
-        n_act=jnp.zeros((1, N), f32), n_ref=jnp.zeros((1, N), f32), n_pre=jnp.zeros((1, N), f32))
-    wr_pre = t["tWL"] + t["tBL"] + t["tWR"]
-    vmax = lambda mask, v: _rows(jnp.maximum, jnp.where(mask, v, NEVER))  # noqa: E731  v[bank] by mask
+        open_row=jnp.full((banks, N), -1, i32), t_act=never(banks), act_ok=jnp.zeros((banks, N), f32),
+        bg_act=never(n_bg), side_bg=never(n_bg), faw=never(4), pre_open=never(),
+        last_act=never(), last_col=never(), last_col_bg=jnp.full((1, N), -1, i32), last_allbank=no,
+        last_rd=never(), last_wr=never(), last_wr_bg=jnp.full((1, N), -1, i32), last_side=never(),
+        t_issue=never(), t_bar=never(), t_end=zero, next_ref=jnp.where(t["tREF0"] > 0, t["tREF0"], t["tREFI"]),
+        n_act=zero, n_ref=zero, n_pre=zero,
+        # the previous record's bank-state updates, for `apply` (a NOP to start)
+        u_bank=jnp.zeros((1, N), i32), u_row=jnp.zeros((1, N), i32), u_col=no, u_need=no, u_side=no,
+        u_all=no, u_all_row=jnp.zeros((1, N), i32), u_all_act_ok=zero, u_all_t_act=zero, u_act_all=no,
+        u_t_act=zero, u_act_ok=zero, u_r_end=never())
+    one = t["tCK"] / t["tCK"]            # 1, but not a constant XLA can fold
 
-    def apply(s, p):
-        """(c) the previous record's one-hot updates of the [banks, N] /
-        [n_bg, N] / [4, N] state.  They are applied one step late, from
-        values carried in the loop state, so that XLA materialises the
-        record's [1, N] times once: fused into a [banks, N] update they would
-        be recomputed for every bank."""
-        flag = lambda k: (p["bits"] >> k) & 1 == 1                   # noqa: E731
-        valid = flag(VALID)
-        is_col, write = flag(COLUMN) & valid, flag(WRITE)
-        act_all, pre_all, side = flag(ACT_ALL) & valid, flag(PRE_ALL) & valid, flag(SIDE) & valid
-        oh = p["bank"] == bank_ids
-        ohg = p["bank"] // banks_per_bg == bg_ids
-        need, t_act, t_last, do_ref = p["need"], p["t_act"], p["t_last"], p["do_ref"]
+    def keep(v):
+        """v, computed once: a division by a run-time 1 is an op XLA counts
+        as expensive, so it materialises v instead of fusing (recomputing)
+        it into each of the many rows that use it."""
+        return v / one
+    wr_pre = t["tWL"] + t["tBL"] + t["tWR"]
+    at = lambda v, i: jnp.take_along_axis(v, i, axis=0)               # noqa: E731  v[i[n], n]
+
+    def apply(s):
+        """(c) the previous record's updates of the [banks, N] / [n_bg, N] /
+        [4, N] state, from the u_* rows it left in the loop state."""
+        oh = s["u_bank"] == bank_ids
+        ohg = jax.lax.div(s["u_bank"], banks_per_bg) == bg_ids
+        col, need, all_ = oh & s["u_col"], oh & s["u_need"], s["u_all"]
         new = dict(s)
-        open_row = jnp.where(do_ref, -1, s["open_row"])
-        new["open_row"] = jnp.where(act_all, p["row"],
-                                    jnp.where(pre_all, -1, jnp.where(oh & is_col, p["row"], open_row)))
-        new["t_act"] = jnp.where(oh & need, t_act, s["t_act"])
-        # a bank's earliest precharge: tRAS after its ACT, tRTP after its last
-        # read, tWL + tBL + tWR after its last write (the running max equals
-        # the max of the three: a new ACT is later than every earlier column)
-        pre_ok = jnp.where(oh & need, jnp.maximum(s["pre_ok"], t_act + t["tRAS"]), s["pre_ok"])
-        t_ready = jnp.where(do_ref, jnp.maximum(s["t_ready"], p["r_end"]), s["t_ready"])
-        if "act_all" in features:
-            new["t_act"] = jnp.where(act_all, p["t_actall"], new["t_act"])
-            pre_ok = jnp.where(act_all, jnp.maximum(pre_ok, p["t_actall"] + t["tRAS"]), pre_ok)
-        new["t_ready"] = (jnp.where(pre_all, p["t_preall"] + t["tRP"], t_ready) if "pre_all" in features
-                          else t_ready)
-        new["bg_act"] = jnp.where(ohg & need, t_act, s["bg_act"])
-        new["faw"] = jnp.where(need & _first(s["faw"] == _rows(jnp.minimum, s["faw"])), t_act, s["faw"])
-        new["pre_ok"] = jnp.where(oh & is_col, jnp.maximum(pre_ok, t_last + jnp.where(write, wr_pre, t["tRTP_S"])),
-                                  pre_ok)
+        # refresh closes every bank (u_r_end = NEVER without one); a column
+        # opens its row; ACTAB / PREA set every bank
+        new["open_row"] = jnp.where(all_, s["u_all_row"],
+                                    jnp.where(col, s["u_row"], jnp.where(s["u_r_end"] > NEVER, -1, s["open_row"])))
+        new["act_ok"] = jnp.where(all_, s["u_all_act_ok"],
+                                  jnp.where(col, s["u_act_ok"], jnp.maximum(s["act_ok"], s["u_r_end"])))
+        new["t_act"] = jnp.where(s["u_act_all"], s["u_all_t_act"], jnp.where(need, s["u_t_act"], s["t_act"]))
+        new["bg_act"] = jnp.where(ohg & s["u_need"], s["u_t_act"], s["bg_act"])
+        new["faw"] = jnp.where(s["u_need"] & _first(s["faw"] == _rows(jnp.minimum, s["faw"])), s["u_t_act"],
+                               s["faw"])
         if "side" in features:
-            new["side_bg"] = jnp.where(ohg & side, s["last_side"], s["side_bg"])
+            new["side_bg"] = jnp.where(ohg & s["u_side"], s["last_side"], s["side_bg"])
         return new
 
-    def step(carry, x):
-        # (a) reductions of the [banks, N] state to this record's bank,
-        # (b) the record's times on [1, N] rows, then (c) `apply` next step.
-        s = apply(*carry)
+    def step(s, x):
+        s = apply(s)
         bits, n = x["bits"], x["n"]
         flag = lambda k: (bits >> k) & 1 == 1                        # noqa: E731
         valid = flag(VALID)
@@ -207,62 +209,47 @@ def scan_streams(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: boo
         side, fixed = flag(SIDE) & valid, flag(FIXED)
         wait = flag(WAIT)
         bank = jnp.clip(x["bank"], 0, banks - 1)
-        bg = bank // banks_per_bg
-        oh, ohg = bank == bank_ids, bg == bg_ids                      # [banks, N], [n_bg, N]
-
-        # (a) reductions of the state before this record
-        pre_ok = s["pre_ok"]
-        opened = s["open_row"] >= 0
-        at = lambda v, i: jnp.take_along_axis(v, i, axis=0)        # noqa: E731  v[i[n], n]
-        red = dict(pre_open=vmax(opened, pre_ok), row_b=at(s["open_row"], bank),
-                   pre_b=at(pre_ok, bank), ready_b=at(s["t_ready"], bank), bg_act=at(s["bg_act"], bg),
-                   faw_min=_rows(jnp.minimum, s["faw"]), t_act_b=at(s["t_act"], bank))
-        if "act_all" in features:
-            red["ready_all"] = _rows(jnp.maximum, jnp.where(opened, pre_ok + t["tRP"], s["t_ready"]))
-            red["ready_max"] = _rows(jnp.maximum, s["t_ready"])
-        if "side" in features:
-            red["side_bg"] = at(s["side_bg"], bg)
+        bg = jax.lax.div(bank, banks_per_bg)
+        # (a) the state of the record's bank / bank group
+        row_b, act_ok_b, t_act_b, bg_act_b = (at(s["open_row"], bank), at(s["act_ok"], bank),
+                                              at(s["t_act"], bank), at(s["bg_act"], bg))
 
         # (b) this record's times
         # 1. refresh at a record boundary: every bank closed and busy until r_end
-        floor_t = jnp.zeros((1, N), f32)
-        do_ref = jnp.zeros((1, N), bool)
-        r_end = floor_t
-        next_ref = s["next_ref"]
+        floor_t, do_ref, r_end, next_ref = zero, no, never(), s["next_ref"]
         if refresh:
             do_ref = valid & (s["t_end"] >= s["next_ref"])
-            r_end = jnp.maximum(s["next_ref"], red["pre_open"]) + t["tRP"] + t["tRFC"]
+            r_end = jnp.maximum(s["next_ref"], s["pre_open"]) + t["tRP"] + t["tRFC"]
             missed = jnp.floor((s["t_end"] - s["next_ref"]) / t["tREFI"])
             next_ref = jnp.where(do_ref, next_ref + t["tREFI"] * (1.0 + missed), next_ref)
             floor_t = jnp.where(do_ref, r_end, floor_t)
+            r_end = jnp.where(do_ref, r_end, NEVER)
+        pre_open = jnp.where(do_ref, NEVER, s["pre_open"])
         # a barrier (WAIT class or a host sync point): nothing of this record
         # -- row commands included -- before every earlier record has ended
-        floor_t = jnp.where(wait, jnp.maximum(floor_t, s["t_end"]), floor_t)
+        floor_t = keep(jnp.where(wait, jnp.maximum(floor_t, s["t_end"]), floor_t))
 
         # 2. rows: implicit PRE + ACT for a column command to a closed / other row
-        is_open = (red["row_b"] >= 0) & ~do_ref
-        need = is_col & (jnp.where(is_open, red["row_b"], -1) != x["row"])
-        ready_b = jnp.where(do_ref, jnp.maximum(red["ready_b"], r_end), red["ready_b"])
-        ready_b = jnp.where(is_open, red["pre_b"] + t["tRP"], ready_b)
-        ready_b = jnp.maximum(ready_b, floor_t)
-        t_act = jnp.maximum(jnp.maximum(ready_b, red["bg_act"] + t["tRRD_L"]),
-                            jnp.maximum(s["last_act"] + t["tRRD_S"], red["faw_min"] + t["tFAW"]))
+        is_open = (row_b >= 0) & ~do_ref
+        need = is_col & (jnp.where(is_open, row_b, -1) != x["row"])
+        ready_b = jnp.maximum(jnp.maximum(act_ok_b, r_end), floor_t)
+        t_act = keep(jnp.maximum(jnp.maximum(ready_b, bg_act_b + t["tRRD_L"]),
+                                 jnp.maximum(s["last_act"] + t["tRRD_S"], _rows(jnp.minimum, s["faw"]) + t["tFAW"])))
 
         # explicit all-bank ACT (ACTAB / G_ACT) and PREA
-        t_actall = t_preall = jnp.zeros((1, N), f32)
+        t_actall = t_preall = zero
         if "act_all" in features:
-            ready_all = jnp.where(do_ref, jnp.maximum(red["ready_max"], r_end), red["ready_all"])
+            ready_all = jnp.maximum(_rows(jnp.maximum, s["act_ok"]), r_end)
             t_actall = jnp.maximum(ready_all, jnp.maximum(floor_t, s["last_col"]))
             # staggered (per bank group, tFAW apart): the last group opens last
             t_actall = t_actall + jnp.where(flag(STAGGER), (n_bg - 1) * t["tFAW"], 0.0)
         if "pre_all" in features:
             last_col_pre = s["last_col"] + jnp.where(s["last_allbank"], t["tRTP_L"], 0.0)
-            t_preall = jnp.maximum(jnp.where(do_ref, NEVER, red["pre_open"]),
-                                   jnp.maximum(floor_t, last_col_pre))
+            t_preall = jnp.maximum(pre_open, jnp.maximum(floor_t, last_col_pre))
 
         # 3. columns
         rcd = jnp.where(write, t["tRCDWR"], t["tRCDRD"])
-        col_ready = jnp.where(need, t_act + rcd, jnp.maximum(red["t_act_b"] + rcd, floor_t))
+        col_ready = jnp.where(need, t_act + rcd, jnp.maximum(t_act_b + rcd, floor_t))
         spacing_prev = jnp.where(allbank & s["last_allbank"], t["tCCD_AB"],
                                  jnp.where(bg == s["last_col_bg"], t["tCCD_L"], t["tCCD_S"]))
         t0 = jnp.maximum(col_ready, s["last_col"] + spacing_prev)
@@ -273,16 +260,16 @@ def scan_streams(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: boo
         t0 = jnp.where(wait, jnp.maximum(t0, s["t_end"]), t0)
         t0 = jnp.maximum(t0, s["t_bar"])
         spacing = jnp.where(allbank, t["tCCD_AB"], jnp.where(flag(STREAM), t["tCCD_S"], t["tCCD_L"]))
-        t_last = t0 + (n - 1.0) * spacing
+        t_last = keep(t0 + (n - 1.0) * spacing)
         col_end = jnp.where(allbank, t_last + t["tCCD_AB"],
                             t_last + jnp.where(write, t["tWL"] + t["tBL"], t["tCL"] + t["tBL"]))
 
         # side datapath (AttAcc data movement) and fixed latencies
         side_gap = jnp.maximum(t["tBL"], t["tCCD_S"])
-        s0 = side_last = side_end = f0 = jnp.zeros((1, N), f32)
+        s0 = side_last = side_end = f0 = zero
         if "side" in features:
             s0 = jnp.maximum(jnp.maximum(s["last_side"] + side_gap, floor_t),
-                             jnp.maximum(red["side_bg"] + t["tCCD_L"], s["t_bar"]))
+                             jnp.maximum(at(s["side_bg"], bg) + t["tCCD_L"], s["t_bar"]))
             s0 = jnp.where(wait, jnp.maximum(s0, s["t_end"]), s0)
             side_last = s0 + (n - 1.0) * jnp.maximum(side_gap, t["tCCD_L"])
             side_end = jnp.where(fixed, s0 + n, side_last + side_gap)
@@ -295,10 +282,22 @@ def scan_streams(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: boo
                                   jnp.where(fixed_plain, f0 + n,
                                             jnp.where(act_all, t_actall + t["tRCDRD"],
                                                       jnp.where(pre_all, t_preall + t["tRP"], s["t_end"])))))
-        end = jnp.where(valid, end, s["t_end"])
+        end = keep(jnp.where(valid, end, s["t_end"]))
+
+        # the bank's earliest precharge: tRAS after its ACT, tRTP after a
+        # read, tWL + tBL + tWR after a write (the latest of them: a new ACT
+        # comes after every earlier column's precharge constraint)
+        pre_act = t_act + t["tRAS"]
+        pre_col = t_last + jnp.where(write, wr_pre, t["tRTP_S"])
+        act_ok_col = jnp.maximum(jnp.where(need, pre_act + t["tRP"], act_ok_b), pre_col + t["tRP"])
+        pre_col = jnp.maximum(jnp.where(need, pre_act, NEVER), pre_col)
+        all_pre = t_actall + t["tRAS"]
+        new = dict(s)
+        new["pre_open"] = jnp.where(act_all, all_pre, jnp.where(pre_all, NEVER,
+                                                                 jnp.where(is_col, jnp.maximum(pre_open, pre_col),
+                                                                           pre_open)))
         rd_col, wr_col = is_col & ~write, is_col & write
         side_new = jnp.where(side, jnp.where(fixed, s0 + n - side_gap, side_last), s["last_side"])
-        new = dict(s)
         new["last_act"] = jnp.where(need, jnp.maximum(s["last_act"], t_act), s["last_act"])
         new["last_col"] = jnp.where(is_col, t_last, s["last_col"])
         new["last_col_bg"] = jnp.where(is_col, bg, s["last_col_bg"])
@@ -319,18 +318,17 @@ def scan_streams(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: boo
         new["n_act"] = s["n_act"] + need.astype(f32)
         new["n_ref"] = s["n_ref"] + do_ref.astype(f32)
         new["n_pre"] = s["n_pre"] + (need & is_open).astype(f32)
-        pend = dict(bits=bits, bank=bank, row=x["row"], need=need, t_act=t_act, t_last=t_last, do_ref=do_ref,
-                    r_end=r_end, t_actall=t_actall, t_preall=t_preall)
-        return (new, pend), new["t_end"]
+        new.update(u_bank=bank, u_row=x["row"], u_col=is_col, u_need=need, u_side=side, u_act_all=act_all,
+                   u_all=act_all | pre_all, u_all_row=jnp.where(act_all, x["row"], -1),
+                   u_all_act_ok=jnp.where(act_all, all_pre + t["tRP"], t_preall + t["tRP"]),
+                   u_all_t_act=t_actall, u_t_act=t_act, u_act_ok=act_ok_col, u_r_end=r_end)
+        return new, new["t_end"]
 
     recT = {k: jnp.asarray(v).T for k, v in rec.items()}                 # [R, N]
     xs = jax.tree.map(lambda v: v[:, None, :], _record_facts(recT))       # [R, 1, N]
-    zero_f, zero_i = jnp.zeros((1, N), f32), jnp.zeros((1, N), jnp.int32)
-    nop = dict(bits=zero_i, bank=zero_i, row=zero_i, need=zero_i == 1, t_act=zero_f, t_last=zero_f,
-               do_ref=zero_i == 1, r_end=zero_f, t_actall=zero_f, t_preall=zero_f)
     # no unrolling: an unrolled body would fuse one record's times into the
     # next record's [banks, N] updates again (see `apply`)
-    (out, _), ends = jax.lax.scan(step, (state, nop), xs)
+    out, ends = jax.lax.scan(step, state, xs)
     out = jax.tree.map(lambda v: v[0], out)
     ends = ends[:, 0, :]                                                 # [R, N]
     # the time a record adds is its end minus the latest earlier end
