@@ -447,6 +447,32 @@ def pad_arrays(arrs: list[dict], coarse: bool = False) -> dict:
     return out
 
 
+STREAM_BLOCK = 256
+"""Streams per scan.  The step's state ([banks, N] per-bank tables and
+[1, N] rows) stays in the CPU's L2 cache up to a few hundred streams;
+larger sets are scanned in blocks of this many (`_scan_chunked`) and a
+step of fewer pays a fixed per-fusion cost for little work."""
+
+
+def _scan_chunked(streams: dict, t: dict, geo: tuple) -> dict:
+    """`scan_streams` of [N, R] streams (t leaves [N]) in blocks of at most
+    STREAM_BLOCK streams, one after another (`lax.map`)."""
+    banks, per_bg, refresh, features = geo
+    N = streams["op"].shape[0]
+    if N <= STREAM_BLOCK:
+        return scan_streams(streams, t, banks, per_bg, refresh, features)
+    C = -(-N // STREAM_BLOCK)
+    pad = C * STREAM_BLOCK - N                              # NOP streams (n = 0), timing of the last
+
+    def blocks(x, mode):
+        x = jnp.pad(x, ((0, pad),) + ((0, 0),) * (x.ndim - 1), mode=mode)
+        return x.reshape((C, STREAM_BLOCK) + x.shape[1:])
+    out = jax.lax.map(lambda b: scan_streams(b[0], b[1], banks, per_bg, refresh, features),
+                      ({f: blocks(v, "constant") for f, v in streams.items()},
+                       {k: blocks(v, "edge") for k, v in t.items()}))
+    return jax.tree.map(lambda x: x.reshape((C * STREAM_BLOCK,) + x.shape[2:])[:N], out)
+
+
 def _scan_programs(arr: dict, t: dict, geo: tuple):
     """Scan the record streams of P padded programs (`pad_arrays`, leading
     [P]) as one [P * S (+ P * S resident), R] block of streams; t: timing
@@ -461,7 +487,7 @@ def _scan_programs(arr: dict, t: dict, geo: tuple):
         return {f: streams[f].reshape(P * S, -1) for f in SCAN_FIELDS}
 
     def scan(streams, tt):
-        return scan_streams(streams, tt, banks, per_bg, refresh, features)
+        return _scan_chunked(streams, tt, geo)
 
     if R_res == 0:                          # no resident placement in the batch (pad_arrays)
         out, resident = scan(flat(arr["rec"]), t_stream), jnp.zeros((P * S,), jnp.float32)
@@ -481,6 +507,12 @@ def _time_programs(arr: dict, t: dict, energy, host, geo: tuple) -> CycleReport:
     """CycleReports [P] of P padded programs (pure jnp); t: timing leaves,
     scalars or [P] (one timing variant per program)."""
     out, resident = _scan_programs(arr, t, geo)
+    return _combine_programs(arr, out, resident, t, energy, host)
+
+
+def _combine_programs(arr: dict, out: dict, resident, t: dict, energy, host) -> CycleReport:
+    """`_combine` of P programs: out leaves [P, S, ...], resident [P, S],
+    t leaves scalars or [P]."""
     P = resident.shape[0]
     t_prog = {k: jnp.broadcast_to(jnp.asarray(v, jnp.float32), (P,)) for k, v in t.items()}
     return jax.vmap(lambda a, o, r, tt: _combine(a, o, r, tt, energy, host))(arr, out, resident, t_prog)
@@ -567,11 +599,12 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
 
 SMALL_BATCH = 64
 BATCH_SIZES = (4, 16, 64, 256)
+SCALARS = ("scale", "parallel", "pre_bytes", "merge_bytes", "merge_flops", "merged", "cores")
 
 
-def _batch_size(k: int) -> int:
-    """Batches are padded (with copies of a member) to a few fixed sizes."""
-    return next((b for b in BATCH_SIZES if b >= k), k)
+def _batch_size(k: int, sizes: tuple = BATCH_SIZES) -> int:
+    """Batches are padded to a few fixed sizes (they share compiles)."""
+    return next((b for b in sizes if b >= k), k)
 
 
 def report_at(report: CycleReport, i: int) -> CycleReport:
@@ -588,46 +621,86 @@ def cycles_pooled(program: Program, backend: Backend) -> CycleReport:
     return report_at(cycles_batch([program], backend), 0)
 
 
+@partial(jax.jit, static_argnames=("geo",))
+def _scan_block(streams: dict, t: dict, geo: tuple) -> dict:
+    N = streams["op"].shape[0]
+    return _scan_chunked(streams, {k: jnp.broadcast_to(v, (N,)) for k, v in t.items()}, geo)
+
+
+_combine_batch = jax.jit(_combine_programs)
+
+
+def _stream_blocks(lengths: np.ndarray, coarse: bool, block: int) -> list[np.ndarray]:
+    """Indices (into `lengths`, non-empty streams only) of the streams
+    scanned together: sorted by length, at most `block` per scan, all within
+    one padded length (`_bucket`).  A small set is one scan (a compile of
+    another shape costs seconds, scanning padding records microseconds)."""
+    order = np.argsort(lengths, kind="stable")
+    order = order[lengths[order] > 0]
+    if coarse and len(order) <= block:
+        return [order] if len(order) else []
+    out, start = [], 0
+    while start < len(order):
+        limit = _bucket(lengths[order[start]], coarse)
+        stop = start
+        while stop < len(order) and stop - start < block and lengths[order[stop]] <= limit:
+            stop += 1
+        out.append(order[start:stop])
+        start = stop
+    return out
+
+
 def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = True,
-                 batch: int = 256, coarse: bool | None = None) -> CycleReport:
-    """CycleReports of many programs at once.  Programs are sorted by record
-    count and timed in batches of similar length (each padded to a power of
-    two, so batches share compiled scans); every field of the result has a
-    leading [len(programs)] axis in the input order.
+                 batch: int = STREAM_BLOCK, coarse: bool | None = None) -> CycleReport:
+    """CycleReports of many programs at once; every field has a leading
+    [len(programs)] axis in the input order.
+
+    The record streams of all programs (one per group, and one per group for
+    the resident placement) are pooled, sorted by length and scanned in
+    blocks of up to `batch` streams of similar length (padded to a power of
+    two, so blocks share compiled scans); the per-program reports are then
+    combined in one vmapped call.
 
     coarse: pad lengths to powers of four (up to COARSE_UNTIL): fewer
     compiles, up to 4x the scanning.  Default: for a small set (at most
-    SMALL_BATCH programs, e.g. the tuner's top-k); bulk labelling, which
-    sizes its own batches, passes False."""
+    SMALL_BATCH programs, e.g. the tuner's top-k)."""
     arrs = [program_arrays(p) for p in programs]
-    lengths = np.array([a["rec"]["op"].shape[1] for a in arrs])
-    order = np.argsort(lengths, kind="stable")
+    coarse = len(programs) <= SMALL_BATCH if coarse is None else coarse
     t = _timing_vector(backend.timing)
     geo = _geo(backend, refresh, arrs)
+    P, S = len(arrs), max(a["rec"]["op"].shape[0] for a in arrs)
+    # the streams: (program, kind, stream) and live record count
+    who = [(i, kind, s) for i, a in enumerate(arrs) for kind in ("rec", "res") for s in range(a[kind]["n"].shape[0])]
+    lengths = np.array([int((arrs[i][kind]["n"][s] > 0).sum()) for i, kind, s in who], np.int64)
+    buckets, counts = np.zeros((P, S, 5), np.float32), np.zeros((P, S, 8), np.float32)
+    end, resident = np.zeros((P, S), np.float32), np.zeros((P, S), np.float32)
+    for idx in _stream_blocks(lengths, coarse, batch):
+        R = _bucket(int(lengths[idx].max()), coarse)
+        N = _batch_size(len(idx), (16, 32, 64, 128, 256))
+        block = {f: np.zeros((N, R), np.int32) for f in SCAN_FIELDS}
+        for j, k in enumerate(idx):
+            i, kind, s = who[k]
+            L = lengths[k]                                  # live records come first (`_compact`)
+            for f in SCAN_FIELDS:
+                block[f][j, :L] = arrs[i][kind][f][s, :L]
+        out = jax.tree.map(np.asarray, _scan_block(block, t, geo))
+        for j, k in enumerate(idx):
+            i, kind, s = who[k]
+            if kind == "rec":
+                buckets[i, s], end[i, s], counts[i, s] = out["buckets"][j], out["end"][j], out["counts"][j]
+            else:
+                resident[i, s] = out["buckets"][j, 4]
+    scal = {k: np.stack([a[k] for a in arrs]) for k in SCALARS}
     parts = []
-    start = 0
-    while start < len(order):
-        # grow the batch while the padded length stays within one power of
-        # two; a small set of programs (the tuner's top-k) is one batch: an
-        # XLA compile of another bucket costs seconds, scanning padding
-        # records microseconds
-        limit = _bucket(lengths[order[-1]] if len(order) <= SMALL_BATCH else lengths[order[start]])
-        stop = start
-        while stop < len(order) and stop - start < batch and lengths[order[stop]] <= limit:
-            stop += 1
-        idx = order[start:stop]
-        group = [arrs[i] for i in idx]
-        group += group[-1:] * (_batch_size(len(group)) - len(group))   # batch sizes share compiles too
-        rep = _time_batch(pad_arrays(group, coarse=len(order) <= SMALL_BATCH if coarse is None else coarse),
-                          t, backend.energy, backend.system.host, geo)
-        parts.append((idx, jax.tree.map(lambda x: np.asarray(x)[:len(idx)], rep)))
-        start = stop
-    inverse = np.empty(len(programs), np.int64)
-    inverse[np.concatenate([idx for idx, _ in parts])] = np.arange(len(programs))
-    # merge on the host (numpy): eager jax concatenation / indexing would
-    # compile for every new batch shape
-    merged = jax.tree.map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]), *[rep for _, rep in parts])
-    return jax.tree.map(lambda x: x[inverse], merged)
+    for lo in range(0, P, 256):                              # combine in padded chunks
+        hi = min(P, lo + 256)
+        pad = _batch_size(hi - lo) - (hi - lo)
+        take = lambda x: np.concatenate([x[lo:hi]] + [x[hi - 1:hi]] * pad)   # noqa: E731
+        rep = _combine_batch(jax.tree.map(take, scal), {"buckets": take(buckets), "end": take(end),
+                                                        "counts": take(counts)},
+                             take(resident), t, backend.energy, backend.system.host)
+        parts.append(jax.tree.map(lambda x: np.asarray(x)[:hi - lo], rep))
+    return jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
 
 
 def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bool = True) -> CycleReport:
