@@ -115,20 +115,13 @@ def sample_shape(kernel: str, backend: str, rng) -> tuple[int, ...]:
 # --------------------------------------------------------------------------
 # labelling
 # --------------------------------------------------------------------------
-def _bucket(n: int) -> int:
-    return max(64, 1 << (max(n, 1) - 1).bit_length())
-
-
 def simulate(programs: list, backend: Backend) -> np.ndarray:
     """[len(programs), 5] float64: total cycles and the phases (rearrangement,
     compute, readback, merge) of every program.
 
-    Programs are grouped by (streams, record length padded to a power of
-    two) and timed in batches of exactly B = 8 or 64 programs (the last
-    chunk filled with copies), so the vmapped scan compiles once per (B,
-    streams, length).  A scan iteration costs about 19 + 0.6 B us on CPU,
-    so large batches of equal length are what makes labelling fast: pass
-    many programs at once (`Labeller` pools them across cases)."""
+    `cycles_batch` pools the record streams of all programs and packs them
+    into lanes of one scan, so pass many programs at once (`Labeller` pools
+    them across cases)."""
     from ..sim.cycles import cycles, cycles_batch
     out = np.full((len(programs), 5), np.nan)
     if not programs:
@@ -139,22 +132,9 @@ def simulate(programs: list, backend: Backend) -> np.ndarray:
             out[i] = [float(r.total_cycles), float(r.rearrangement), float(r.compute),
                       float(r.readback), float(r.merge)]
         return out
-    buckets: dict[tuple[int, int], list[int]] = {}
-    for i, p in enumerate(programs):
-        S, R = p.commands.shape
-        buckets.setdefault((S, _bucket(R)), []).append(i)
-    for (S, L), idx in sorted(buckets.items()):
-        B = 64 if len(idx) > 24 else 8
-        for j in range(0, len(idx), B):
-            chunk = idx[j:j + B]
-            m = len(chunk)
-            progs = [dataclasses.replace(programs[i], commands=programs[i].commands.pad_to(L)) for i in chunk]
-            progs += [progs[0]] * (B - m)
-            r = cycles_batch(progs, backend, coarse=False)      # already bucketed by length
-            vals = np.stack([np.asarray(getattr(r, f), np.float64)[:m] for f in
-                             ("total_cycles", "rearrangement", "compute", "readback", "merge")], axis=1)
-            out[chunk] = vals
-    return out
+    r = cycles_batch(programs, backend, coarse=False)
+    return np.stack([np.asarray(getattr(r, f), np.float64) for f in
+                     ("total_cycles", "rearrangement", "compute", "readback", "merge")], axis=1)
 
 
 def _slim(program):

@@ -21,6 +21,7 @@ The per-group results combine into the program's time as
 """
 from __future__ import annotations
 
+import heapq
 from functools import partial
 
 import jax
@@ -42,6 +43,13 @@ def _timing_vector(t: Timing) -> dict:
 
 
 VALID = N_FLAGS      # bit of a record's packed flags set when n > 0
+LAST = N_FLAGS + 1   # bit set on the last record of a stream in a lane (`scan_lanes`)
+TABLES = ("open_row", "t_act", "pre_ok", "t_ready", "bg_act", "side_bg", "faw")   # the scan's [*, N] bank state
+
+
+def flag_of(bits, k):
+    """Bit k of packed record flags, as bool."""
+    return (bits >> k) & 1 == 1
 
 
 def _record_facts(rec: dict) -> dict:
@@ -56,9 +64,9 @@ def _record_facts(rec: dict) -> dict:
                 n=rec["n"].astype(jnp.float32))
 
 
-def _static_counts(rec: dict, n_bg: int) -> jnp.ndarray:
-    """[N, 8] command counts of [R, N] records, the parts that do not depend
-    on timing (the scan adds implicit ACT / PRE and REF)."""
+def _record_counts(rec: dict, n_bg: int) -> jnp.ndarray:
+    """[R, N, 8] command counts of each of [R, N] records, the parts that do
+    not depend on timing (the scan adds implicit ACT / PRE and REF)."""
     flags = jnp.asarray(CLASS_TABLE)[rec["op"]] == 1                 # [R, N, N_FLAGS]
     valid = rec["n"] > 0
     n = rec["n"].astype(jnp.float32)
@@ -74,7 +82,7 @@ def _static_counts(rec: dict, n_bg: int) -> jnp.ndarray:
         jnp.where(f(DATA_BUS) & valid, n, 0.0),                                     # 5 data-bus bursts
         jnp.where(valid & ~f(BARRIER), jnp.where(is_col | side, n, 1.0), 0.0),      # 6 commands
         jnp.where(f(PRE_ALL) & valid, 1.0, 0.0)]                                    # 7 PRE
-    return jnp.stack([jnp.sum(c, axis=0) for c in per_record], axis=-1)
+    return jnp.stack(per_record, axis=-1)
 
 
 def _bucket_of(rec: dict) -> jnp.ndarray:
@@ -122,14 +130,21 @@ def _first(hit):
     return jnp.concatenate(rows)
 
 
-def scan_streams(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
-                 features: tuple[str, ...] = ALL_FEATURES) -> dict:
-    """Time N independent record streams at once (semantics: `timing.py`).
+def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
+               features: tuple[str, ...] = ALL_FEATURES, *, n_streams: int | None = None) -> dict:
+    """Time many independent record streams in N lanes (semantics:
+    `timing.py`).
 
-    rec: SCAN_FIELDS int arrays [N, R] (one group's stream per row);
-    t:   timing leaves in cycles, scalars or [N] (one timing per stream).
-    Returns {"buckets": [N, 5] time per report bucket (see `_bucket_of`),
-    "end": [N] end time, "counts": [N, 8] command counts}.
+    rec: SCAN_FIELDS int arrays [N, R], plus optionally "sid" [N, R]: the
+         stream each record belongs to (-1: padding).  A lane runs its
+         streams one after another, each from the initial state (a record
+         whose sid differs from the one before starts a stream).  Without
+         "sid", lane i is stream i.
+    t:   timing leaves in cycles, scalars or [N] (one timing per lane).
+    n_streams: number of streams (sids 0 .. n_streams - 1; default N).
+    Returns {"buckets": [n_streams, 5] time per report bucket (see
+    `_bucket_of`), "end": [n_streams] end time, "counts": [n_streams, 8]
+    command counts}.
 
     The state is struct-of-arrays with the stream axis last: per-bank fields
     [banks, N], per-bank-group fields [n_bg, N], per-stream fields [1, N]
@@ -142,12 +157,13 @@ def scan_streams(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: boo
     bank.  `features` names the timing classes the records use beyond plain
     / all-bank columns (see `features_of`); the step leaves out the others.
 
-    Bank state is kept in the form the rules read it: `act_ok`, the earliest
-    ACT to a bank (its earliest precharge + tRP while open, its ready time
-    once closed), and `pre_open`, the latest earliest-precharge over the open
-    banks.  Banks close only all together (PREA, refresh) or to reopen at
-    once (a row miss), so both are running maxima, exactly equal to the
-    per-bank tRAS / tRTP / tWR bookkeeping of the reference model."""
+    A bank's earliest precharge (`pre_ok`: tRAS after its ACT, tRTP after
+    a read, tWL + tBL + tWR after a write) is kept as one running maximum
+    rather than three times: it equals the reference model's maximum of the
+    three, since an ACT comes after every earlier ACT of the bank.  So is
+    `pre_open`, the latest of them over the open banks (what refresh and
+    PREA wait for): banks close only all together (PREA, refresh) or to
+    reopen at once (a row miss)."""
     n_bg = max(1, banks // banks_per_bg)
     N = rec["op"].shape[0]
     f32, i32 = jnp.float32, jnp.int32
@@ -158,16 +174,17 @@ def scan_streams(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: boo
     never = lambda rows=1: jnp.full((rows, N), NEVER, f32)           # noqa: E731
     zero, no = jnp.zeros((1, N), f32), jnp.zeros((1, N), bool)
     state = dict(
-        open_row=jnp.full((banks, N), -1, i32), t_act=never(banks), act_ok=jnp.zeros((banks, N), f32),
-        bg_act=never(n_bg), side_bg=never(n_bg), faw=never(4), pre_open=never(),
+        open_row=jnp.full((banks, N), -1, i32), t_act=never(banks), pre_ok=never(banks),
+        t_ready=jnp.zeros((banks, N), f32), bg_act=never(n_bg), side_bg=never(n_bg), faw=never(4),
+        pre_open=never(),
         last_act=never(), last_col=never(), last_col_bg=jnp.full((1, N), -1, i32), last_allbank=no,
         last_rd=never(), last_wr=never(), last_wr_bg=jnp.full((1, N), -1, i32), last_side=never(),
         t_issue=never(), t_bar=never(), t_end=zero, next_ref=jnp.where(t["tREF0"] > 0, t["tREF0"], t["tREFI"]),
         n_act=zero, n_ref=zero, n_pre=zero,
         # the previous record's bank-state updates, for `apply` (a NOP to start)
         u_bank=jnp.zeros((1, N), i32), u_row=jnp.zeros((1, N), i32), u_col=no, u_need=no, u_side=no,
-        u_all=no, u_all_row=jnp.zeros((1, N), i32), u_all_act_ok=zero, u_all_t_act=zero, u_act_all=no,
-        u_t_act=zero, u_act_ok=zero, u_r_end=never())
+        u_act_all=no, u_pre_all=no, u_t_all=zero, u_t_act=zero, u_pre=zero, u_r_end=never(), u_reset=no)
+    initial = state                      # where each stream starts
     one = t["tCK"] / t["tCK"]            # 1, but not a constant XLA can fold
 
     def keep(v):
@@ -183,26 +200,30 @@ def scan_streams(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: boo
         [4, N] state, from the u_* rows it left in the loop state."""
         oh = s["u_bank"] == bank_ids
         ohg = jax.lax.div(s["u_bank"], banks_per_bg) == bg_ids
-        col, need, all_ = oh & s["u_col"], oh & s["u_need"], s["u_all"]
+        col, need, act_all, pre_all = oh & s["u_col"], oh & s["u_need"], s["u_act_all"], s["u_pre_all"]
         new = dict(s)
-        # refresh closes every bank (u_r_end = NEVER without one); a column
-        # opens its row; ACTAB / PREA set every bank
-        new["open_row"] = jnp.where(all_, s["u_all_row"],
-                                    jnp.where(col, s["u_row"], jnp.where(s["u_r_end"] > NEVER, -1, s["open_row"])))
-        new["act_ok"] = jnp.where(all_, s["u_all_act_ok"],
-                                  jnp.where(col, s["u_act_ok"], jnp.maximum(s["act_ok"], s["u_r_end"])))
-        new["t_act"] = jnp.where(s["u_act_all"], s["u_all_t_act"], jnp.where(need, s["u_t_act"], s["t_act"]))
-        new["bg_act"] = jnp.where(ohg & s["u_need"], s["u_t_act"], s["bg_act"])
-        new["faw"] = jnp.where(s["u_need"] & _first(s["faw"] == _rows(jnp.minimum, s["faw"])), s["u_t_act"],
-                               s["faw"])
+        reset = s["u_reset"]
+        # refresh (u_r_end = NEVER without one) closes every bank, a column
+        # opens its row, ACTAB opens `u_row` in every bank and PREA closes them
+        new["open_row"] = jnp.where(reset | pre_all, -1, jnp.where(
+            act_all | (col & (s["u_row"] >= 0)), s["u_row"], jnp.where(s["u_r_end"] > NEVER, -1, s["open_row"])))
+        new["t_act"] = jnp.where(reset, NEVER, jnp.where(act_all, s["u_t_all"],
+                                                          jnp.where(need, s["u_t_act"], s["t_act"])))
+        new["pre_ok"] = jnp.where(reset, NEVER, jnp.where(
+            act_all, jnp.maximum(s["pre_ok"], s["u_t_all"] + t["tRAS"]), jnp.where(col, s["u_pre"], s["pre_ok"])))
+        new["t_ready"] = jnp.where(reset, 0.0, jnp.where(pre_all, s["u_t_all"] + t["tRP"],
+                                                          jnp.maximum(s["t_ready"], s["u_r_end"])))
+        new["bg_act"] = jnp.where(reset, NEVER, jnp.where(ohg & s["u_need"], s["u_t_act"], s["bg_act"]))
+        new["faw"] = jnp.where(reset, NEVER, jnp.where(s["u_need"] & _first(s["faw"] == _rows(jnp.minimum, s["faw"])),
+                                                        s["u_t_act"], s["faw"]))
         if "side" in features:
-            new["side_bg"] = jnp.where(ohg & s["u_side"], s["last_side"], s["side_bg"])
+            new["side_bg"] = jnp.where(reset, NEVER, jnp.where(ohg & s["u_side"], s["last_side"], s["side_bg"]))
         return new
 
     def step(s, x):
-        s = apply(s)
         bits, n = x["bits"], x["n"]
-        flag = lambda k: (bits >> k) & 1 == 1                        # noqa: E731
+        s = apply(s)
+        flag = partial(flag_of, bits)
         valid = flag(VALID)
         is_col, write, allbank = flag(COLUMN) & valid, flag(WRITE), flag(ALLBANK)
         act_all, pre_all = flag(ACT_ALL) & valid, flag(PRE_ALL) & valid
@@ -211,35 +232,39 @@ def scan_streams(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: boo
         bank = jnp.clip(x["bank"], 0, banks - 1)
         bg = jax.lax.div(bank, banks_per_bg)
         # (a) the state of the record's bank / bank group
-        row_b, act_ok_b, t_act_b, bg_act_b = (at(s["open_row"], bank), at(s["act_ok"], bank),
-                                              at(s["t_act"], bank), at(s["bg_act"], bg))
+        row_b, pre_b, ready_b, t_act_b, bg_act_b = (at(s["open_row"], bank), at(s["pre_ok"], bank),
+                                                    at(s["t_ready"], bank), at(s["t_act"], bank), at(s["bg_act"], bg))
+        opened = s["open_row"] >= 0
+        pre_open = s["pre_open"]
 
         # (b) this record's times
         # 1. refresh at a record boundary: every bank closed and busy until r_end
         floor_t, do_ref, r_end, next_ref = zero, no, never(), s["next_ref"]
         if refresh:
             do_ref = valid & (s["t_end"] >= s["next_ref"])
-            r_end = jnp.maximum(s["next_ref"], s["pre_open"]) + t["tRP"] + t["tRFC"]
+            r_end = jnp.maximum(s["next_ref"], pre_open) + t["tRP"] + t["tRFC"]
             missed = jnp.floor((s["t_end"] - s["next_ref"]) / t["tREFI"])
             next_ref = jnp.where(do_ref, next_ref + t["tREFI"] * (1.0 + missed), next_ref)
             floor_t = jnp.where(do_ref, r_end, floor_t)
             r_end = jnp.where(do_ref, r_end, NEVER)
-        pre_open = jnp.where(do_ref, NEVER, s["pre_open"])
+        pre_open = jnp.where(do_ref, NEVER, pre_open)
         # a barrier (WAIT class or a host sync point): nothing of this record
         # -- row commands included -- before every earlier record has ended
         floor_t = keep(jnp.where(wait, jnp.maximum(floor_t, s["t_end"]), floor_t))
 
         # 2. rows: implicit PRE + ACT for a column command to a closed / other row
         is_open = (row_b >= 0) & ~do_ref
-        need = is_col & (jnp.where(is_open, row_b, -1) != x["row"])
-        ready_b = jnp.maximum(jnp.maximum(act_ok_b, r_end), floor_t)
+        need = is_col & (x["row"] >= 0) & (jnp.where(is_open, row_b, -1) != x["row"])
+        ready_b = jnp.where(is_open, pre_b + t["tRP"], jnp.maximum(ready_b, r_end))
+        ready_b = jnp.maximum(ready_b, floor_t)
         t_act = keep(jnp.maximum(jnp.maximum(ready_b, bg_act_b + t["tRRD_L"]),
                                  jnp.maximum(s["last_act"] + t["tRRD_S"], _rows(jnp.minimum, s["faw"]) + t["tFAW"])))
 
         # explicit all-bank ACT (ACTAB / G_ACT) and PREA
         t_actall = t_preall = zero
         if "act_all" in features:
-            ready_all = jnp.maximum(_rows(jnp.maximum, s["act_ok"]), r_end)
+            ready_all = jnp.where(do_ref, jnp.maximum(_rows(jnp.maximum, s["t_ready"]), r_end),
+                                  _rows(jnp.maximum, jnp.where(opened, s["pre_ok"] + t["tRP"], s["t_ready"])))
             t_actall = jnp.maximum(ready_all, jnp.maximum(floor_t, s["last_col"]))
             # staggered (per bank group, tFAW apart): the last group opens last
             t_actall = t_actall + jnp.where(flag(STAGGER), (n_bg - 1) * t["tFAW"], 0.0)
@@ -284,18 +309,16 @@ def scan_streams(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: boo
                                                       jnp.where(pre_all, t_preall + t["tRP"], s["t_end"])))))
         end = keep(jnp.where(valid, end, s["t_end"]))
 
-        # the bank's earliest precharge: tRAS after its ACT, tRTP after a
-        # read, tWL + tBL + tWR after a write (the latest of them: a new ACT
-        # comes after every earlier column's precharge constraint)
-        pre_act = t_act + t["tRAS"]
-        pre_col = t_last + jnp.where(write, wr_pre, t["tRTP_S"])
-        act_ok_col = jnp.maximum(jnp.where(need, pre_act + t["tRP"], act_ok_b), pre_col + t["tRP"])
-        pre_col = jnp.maximum(jnp.where(need, pre_act, NEVER), pre_col)
-        all_pre = t_actall + t["tRAS"]
+        # the bank's earliest precharge after this record (a running max:
+        # see the docstring)
+        pre_col = jnp.maximum(jnp.maximum(pre_b, jnp.where(need, t_act + t["tRAS"], NEVER)),
+                              t_last + jnp.where(write, wr_pre, t["tRTP_S"]))
         new = dict(s)
-        new["pre_open"] = jnp.where(act_all, all_pre, jnp.where(pre_all, NEVER,
-                                                                 jnp.where(is_col, jnp.maximum(pre_open, pre_col),
-                                                                           pre_open)))
+        pre_open = jnp.where(is_col & (is_open | need), jnp.maximum(pre_open, pre_col), pre_open)
+        if "act_all" in features:     # every bank opens: pre_ok = max(pre_ok, t_actall + tRAS)
+            pre_open = jnp.where(act_all, jnp.maximum(_rows(jnp.maximum, s["pre_ok"]), t_actall + t["tRAS"]),
+                                 pre_open)
+        new["pre_open"] = jnp.where(pre_all, NEVER, pre_open)
         rd_col, wr_col = is_col & ~write, is_col & write
         side_new = jnp.where(side, jnp.where(fixed, s0 + n - side_gap, side_last), s["last_side"])
         new["last_act"] = jnp.where(need, jnp.maximum(s["last_act"], t_act), s["last_act"])
@@ -319,25 +342,53 @@ def scan_streams(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: boo
         new["n_ref"] = s["n_ref"] + do_ref.astype(f32)
         new["n_pre"] = s["n_pre"] + (need & is_open).astype(f32)
         new.update(u_bank=bank, u_row=x["row"], u_col=is_col, u_need=need, u_side=side, u_act_all=act_all,
-                   u_all=act_all | pre_all, u_all_row=jnp.where(act_all, x["row"], -1),
-                   u_all_act_ok=jnp.where(act_all, all_pre + t["tRP"], t_preall + t["tRP"]),
-                   u_all_t_act=t_actall, u_t_act=t_act, u_act_ok=act_ok_col, u_r_end=r_end)
-        return new, new["t_end"]
+                   u_pre_all=pre_all, u_t_all=jnp.where(act_all, t_actall, t_preall), u_t_act=t_act,
+                   u_pre=pre_col, u_r_end=r_end)
+        # the end time and the timing-dependent command counts (implicit ACT,
+        # REF, implicit PRE) as bits of one row
+        ys = jnp.concatenate([new["t_end"], jnp.where(need, 1.0, 0.0) + jnp.where(do_ref, 2.0, 0.0)
+                              + jnp.where(need & is_open, 4.0, 0.0)])
+        # after the last record of a stream the lane starts over from the
+        # initial state (the bank tables through `apply`, from u_reset)
+        last = flag(LAST)
+        new = {k: v if k in TABLES else jnp.where(last, initial[k], v) for k, v in new.items()}
+        new["u_reset"] = last
+        return new, ys
 
-    recT = {k: jnp.asarray(v).T for k, v in rec.items()}                 # [R, N]
-    xs = jax.tree.map(lambda v: v[:, None, :], _record_facts(recT))       # [R, 1, N]
+    R = rec["op"].shape[1]
+    sid = rec["sid"] if "sid" in rec else jnp.broadcast_to(jnp.arange(N, dtype=i32)[:, None], (N, R))
+    n_streams = N if n_streams is None else n_streams
+    recT = {k: jnp.asarray(v).T for k, v in rec.items() if k != "sid"}   # [R, N]
+    sidT = jnp.asarray(sid).T
+    start = sidT != jnp.concatenate([jnp.full((1, N), -2, i32), sidT[:-1]])
+    facts = _record_facts(recT)
+    last = sidT != jnp.concatenate([sidT[1:], jnp.full((1, N), -2, i32)])
+    facts["bits"] = facts["bits"] | jnp.where(last, 1 << LAST, 0)
+    xs = jax.tree.map(lambda v: v[:, None, :], facts)                  # [R, 1, N]
     # no unrolling: an unrolled body would fuse one record's times into the
     # next record's [banks, N] updates again (see `apply`)
-    out, ends = jax.lax.scan(step, state, xs)
-    out = jax.tree.map(lambda v: v[0], out)
-    ends = ends[:, 0, :]                                                 # [R, N]
-    # the time a record adds is its end minus the latest earlier end
-    delta = ends - jnp.concatenate([jnp.zeros((1, N), f32), ends[:-1]])
+    _, ys = jax.lax.scan(step, state, xs)                               # [R, 2, N]
+    ends, dyn = ys[:, 0, :], ys[:, 1, :].astype(i32)
+    # the time a record adds is its end minus the latest earlier end (0 at
+    # the start of a stream)
+    delta = ends - jnp.where(start, 0.0, jnp.concatenate([jnp.zeros((1, N), f32), ends[:-1]]))
     bucket = _bucket_of(recT)
-    buckets = jnp.stack([jnp.sum(jnp.where(bucket == k, delta, 0.0), axis=0) for k in range(5)], axis=-1)
-    counts = _static_counts(recT, n_bg) + jnp.stack(
-        [out["n_act"], z := jnp.zeros(N, f32), z, z, out["n_ref"], z, z, out["n_pre"]], axis=-1)
-    return {"buckets": buckets, "end": out["t_end"], "counts": counts}
+    seg = jnp.where(sidT >= 0, sidT, n_streams).ravel()              # padding -> a dropped segment
+    per_record = jnp.concatenate(
+        [jnp.stack([jnp.where(bucket == k, delta, 0.0) for k in range(5)], axis=-1),
+         _record_counts(recT, n_bg).at[..., jnp.array([0, 4, 7])].add(
+             jnp.stack([(dyn >> k) & 1 for k in range(3)], axis=-1).astype(f32))],
+        axis=-1)                                                       # [R, N, 13]
+    sums = jax.ops.segment_sum(per_record.reshape(-1, 13), seg, num_segments=n_streams + 1)[:n_streams]
+    end = jax.ops.segment_max(ends.ravel(), seg, num_segments=n_streams + 1)[:n_streams]
+    return {"buckets": sums[:, :5], "end": jnp.maximum(end, 0.0), "counts": sums[:, 5:]}
+
+
+def scan_streams(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
+                 features: tuple[str, ...] = ALL_FEATURES) -> dict:
+    """`scan_lanes` with one stream per lane: rec SCAN_FIELDS arrays [N, R],
+    t leaves scalars or [N]; returns buckets [N, 5], end [N], counts [N, 8]."""
+    return scan_lanes(rec, t, banks, banks_per_bg, refresh, features)
 
 
 def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
@@ -400,10 +451,16 @@ def _bucket(n: int, coarse: bool = False) -> int:
     different programs share compiled scans; `coarse` (the tuner's small
     batches): to a power of four up to COARSE_UNTIL records, since a compile
     costs seconds and scanning up to 4x padding of a short stream
-    milliseconds."""
-    p2 = max(64, 1 << (max(int(n), 1) - 1).bit_length())
+    milliseconds.  Beyond MAX_STEPS (one stream longer than a lane block),
+    to a multiple of an eighth of a power of two: there the padding is
+    scanned, not compiled."""
+    n = max(int(n), 1)
+    p2 = max(64, 1 << (n - 1).bit_length())
     if coarse and p2 <= COARSE_UNTIL:
         return p2 if p2.bit_length() % 2 == 1 else 2 * p2      # 64 * 4^k
+    if n > MAX_STEPS:
+        step = p2 // 16
+        return -(-n // step) * step
     return p2
 
 
@@ -621,33 +678,48 @@ def cycles_pooled(program: Program, backend: Backend) -> CycleReport:
     return report_at(cycles_batch([program], backend), 0)
 
 
-@partial(jax.jit, static_argnames=("geo",))
-def _scan_block(streams: dict, t: dict, geo: tuple) -> dict:
-    N = streams["op"].shape[0]
-    return _scan_chunked(streams, {k: jnp.broadcast_to(v, (N,)) for k, v in t.items()}, geo)
+@partial(jax.jit, static_argnames=("geo", "n_streams"))
+def _scan_block(lanes: dict, t: dict, geo: tuple, n_streams: int) -> dict:
+    banks, per_bg, refresh, features = geo
+    return scan_lanes(lanes, t, banks, per_bg, refresh, features, n_streams=n_streams)
 
 
 _combine_batch = jax.jit(_combine_programs)
+LANE_SIZES = (16, 32, 64, 128, 256)
+MAX_STEPS = 8192
+"""Longest scan of a lane block (unless one stream is longer): bounds the
+per-record arrays of a block (records x 13 floats for the sums)."""
 
 
-def _stream_blocks(lengths: np.ndarray, coarse: bool, block: int) -> list[np.ndarray]:
-    """Indices (into `lengths`, non-empty streams only) of the streams
-    scanned together: sorted by length, at most `block` per scan, all within
-    one padded length (`_bucket`).  A small set is one scan (a compile of
-    another shape costs seconds, scanning padding records microseconds)."""
-    order = np.argsort(lengths, kind="stable")
-    order = order[lengths[order] > 0]
-    if coarse and len(order) <= block:
-        return [order] if len(order) else []
-    out, start = [], 0
-    while start < len(order):
-        limit = _bucket(lengths[order[start]], coarse)
-        stop = start
-        while stop < len(order) and stop - start < block and lengths[order[stop]] <= limit:
-            stop += 1
-        out.append(order[start:stop])
-        start = stop
-    return out
+def _pack_lanes(lengths: np.ndarray, coarse: bool, lanes: int = STREAM_BLOCK) -> list[tuple[int, int, list]]:
+    """Blocks of lanes for the streams of the given lengths (index into
+    `lengths`; empty streams are left out): [(N lanes, T steps, [[stream,
+    ...] per lane])].  A lane runs its streams back to back, so a block's
+    scan is T >= the longest stream steps of N lanes; streams are dealt
+    longest first to the least-loaded lane (LPT), and N is about total /
+    longest (more lanes than that add per-step work without shortening the
+    scan).  T is padded to a power of two (four if `coarse`), N to
+    LANE_SIZES: blocks share compiled scans."""
+    order = [int(k) for k in np.argsort(-lengths, kind="stable") if lengths[k] > 0]
+    blocks = []
+    while order:
+        L0, M = int(lengths[order[0]]), int(sum(int(lengths[k]) for k in order))
+        n = _batch_size(min(lanes, -(-M // L0)), LANE_SIZES)
+        T = _bucket(max(L0, min(-(-M // n), MAX_STEPS)), coarse)
+        load = [(0, j) for j in range(n)]
+        assign: list[list] = [[] for _ in range(n)]
+        rest = []
+        for k in order:
+            used, j = heapq.heappop(load)
+            if used + lengths[k] <= T:
+                assign[j].append(k)
+                used += int(lengths[k])
+            else:
+                rest.append(k)
+            heapq.heappush(load, (used, j))
+        blocks.append((n, T, assign))
+        order = rest
+    return blocks
 
 
 def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = True,
@@ -656,10 +728,9 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
     [len(programs)] axis in the input order.
 
     The record streams of all programs (one per group, and one per group for
-    the resident placement) are pooled, sorted by length and scanned in
-    blocks of up to `batch` streams of similar length (padded to a power of
-    two, so blocks share compiled scans); the per-program reports are then
-    combined in one vmapped call.
+    the resident placement) are pooled and packed into lanes of at most
+    `batch` lanes per scan (`_pack_lanes`, `scan_lanes`); the per-program
+    reports are then combined in one vmapped call.
 
     coarse: pad lengths to powers of four (up to COARSE_UNTIL): fewer
     compiles, up to 4x the scanning.  Default: for a small set (at most
@@ -674,22 +745,27 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
     lengths = np.array([int((arrs[i][kind]["n"][s] > 0).sum()) for i, kind, s in who], np.int64)
     buckets, counts = np.zeros((P, S, 5), np.float32), np.zeros((P, S, 8), np.float32)
     end, resident = np.zeros((P, S), np.float32), np.zeros((P, S), np.float32)
-    for idx in _stream_blocks(lengths, coarse, batch):
-        R = _bucket(int(lengths[idx].max()), coarse)
-        N = _batch_size(len(idx), (16, 32, 64, 128, 256))
-        block = {f: np.zeros((N, R), np.int32) for f in SCAN_FIELDS}
-        for j, k in enumerate(idx):
-            i, kind, s = who[k]
-            L = lengths[k]                                  # live records come first (`_compact`)
-            for f in SCAN_FIELDS:
-                block[f][j, :L] = arrs[i][kind][f][s, :L]
-        out = jax.tree.map(np.asarray, _scan_block(block, t, geo))
-        for j, k in enumerate(idx):
+    for n, T, assign in _pack_lanes(lengths, coarse, batch):
+        block = {f: np.zeros((n, T), np.int32) for f in SCAN_FIELDS}
+        block["sid"] = np.full((n, T), -1, np.int32)
+        ids = [k for lane in assign for k in lane]
+        local = {k: m for m, k in enumerate(ids)}
+        for j, lane in enumerate(assign):
+            off = 0
+            for k in lane:
+                i, kind, s = who[k]
+                L = int(lengths[k])                          # live records come first (`_compact`)
+                for f in SCAN_FIELDS:
+                    block[f][j, off:off + L] = arrs[i][kind][f][s, :L]
+                block["sid"][j, off:off + L] = local[k]
+                off += L
+        out = jax.tree.map(np.asarray, _scan_block(block, t, geo, _batch_size(len(ids), LANE_SIZES)))
+        for m, k in enumerate(ids):
             i, kind, s = who[k]
             if kind == "rec":
-                buckets[i, s], end[i, s], counts[i, s] = out["buckets"][j], out["end"][j], out["counts"][j]
+                buckets[i, s], end[i, s], counts[i, s] = out["buckets"][m], out["end"][m], out["counts"][m]
             else:
-                resident[i, s] = out["buckets"][j, 4]
+                resident[i, s] = out["buckets"][m, 4]
     scal = {k: np.stack([a[k] for a in arrs]) for k in SCALARS}
     parts = []
     for lo in range(0, P, 256):                              # combine in padded chunks

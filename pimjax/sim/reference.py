@@ -92,7 +92,8 @@ def simulate(records: list[dict], t: dict, banks: int, banks_per_bg: int, refres
             b = min(max(r["bank"], 0), banks - 1)
             bank = ch.banks[b]
             bg = b // banks_per_bg
-            need = bank.open_row != r["row"]
+            # a column with row < 0 (a buffer access, e.g. Newton GWRITE) opens no row
+            need = r["row"] >= 0 and bank.open_row != r["row"]
             if need:
                 if bank.open_row >= 0:
                     ready = bank.earliest_precharge(t) + t["tRP"]

@@ -11,7 +11,7 @@ write      column writes (WR->RD and RD->WR turnaround apply)
 allbank    an all-bank / PIM column command: consecutive ones are tCCD_AB
            apart and it does not use the external data bus
 data_bus   occupies the group's data bus (host reads / writes)
-act_all    ACTAB / G_ACT: opens `row` in every bank (tRC between them)
+act_all    ACTAB / G_ACT: opens `row` (>= 0) in every bank (tRC between them)
 pre_all    PREA: closes every bank
 fixed      a fixed latency (cycles in `n`), e.g. AttAcc SFM
 side       a data-movement command on a separate datapath (AttAcc WRGB /
@@ -43,7 +43,9 @@ Semantics of one record (all times in command-clock cycles, in order):
    deadline, all banks are precharged at max(deadline, every bank's
    earliest precharge) and are unavailable for tRP + tRFC; deadlines that
    passed while the group was idle are skipped.
-2. row: a column record to a bank whose open row differs precharges it at
+2. row: a column record to a bank whose open row differs (and a row >= 0:
+   a record with row < 0, a buffer access such as Newton's GWRITE, issues
+   on the bank as it is) precharges it at
    max(tRAS after its ACT, tRTP after its last read, tWL + tBL + tWR after
    its last write) and activates `row` tRP later, also respecting tRRD_L /
    tRRD_S after the last ACT in the bank group / group and tFAW after the
