@@ -470,6 +470,11 @@ def _compact(rec: dict) -> dict:
     scan.  Streams are re-padded to their longest (at least one record)."""
     live = rec["n"] > 0
     counts = live.sum(axis=1)
+    if live.shape[0] == 1 or (counts == counts[0]).all() and live[:, :counts[0]].all():
+        if live[:, :counts[0]].all():                       # already compact: a slice
+            return {k: v[:, :max(1, int(counts[0]))] for k, v in rec.items()}
+        if live.shape[0] == 1:
+            return {k: v[:, live[0]] if counts[0] else v[:, :1] for k, v in rec.items()}
     R = max(1, int(counts.max()))
     out = {}
     for k, v in rec.items():
