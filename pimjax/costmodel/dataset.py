@@ -147,7 +147,7 @@ class Labeller:
     """Pools lowered programs across cases and simulates them in full
     batches (`simulate`); `flush` returns the (tag, 5-vector) of each."""
 
-    def __init__(self, backend: Backend, max_records: int = 3_000_000):
+    def __init__(self, backend: Backend, max_records: int = 8_000_000):
         self.backend = backend
         self.max_records = max_records
         self.pending: list = []

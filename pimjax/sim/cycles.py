@@ -692,8 +692,10 @@ def _scan_block(lanes: dict, t: dict, geo: tuple, n_streams: int) -> dict:
 _combine_batch = jax.jit(_combine_programs)
 LANE_SIZES = (16, 32, 64, 128, 256)
 MAX_STEPS = 8192
-"""Longest scan of a lane block (unless one stream is longer): bounds the
-per-record arrays of a block (records x 13 floats for the sums)."""
+"""Longest scan of a lane block unless one stream is longer."""
+MAX_BLOCK = 1 << 22
+"""Lanes x steps of a block, at most (unless one stream is longer): bounds
+its per-record arrays (13 floats of sums per record, 4 of inputs)."""
 
 
 def _pack_lanes(lengths: np.ndarray, coarse: bool, lanes: int = STREAM_BLOCK) -> list[tuple[int, int, list]]:
@@ -709,7 +711,7 @@ def _pack_lanes(lengths: np.ndarray, coarse: bool, lanes: int = STREAM_BLOCK) ->
     blocks = []
     while order:
         L0, M = int(lengths[order[0]]), int(sum(int(lengths[k]) for k in order))
-        n = _batch_size(min(lanes, -(-M // L0)), LANE_SIZES)
+        n = _batch_size(min(lanes, -(-M // L0), max(1, MAX_BLOCK // L0)), LANE_SIZES)
         T = _bucket(max(L0, min(-(-M // n), MAX_STEPS)), coarse)
         load = [(0, j) for j in range(n)]
         assign: list[list] = [[] for _ in range(n)]
