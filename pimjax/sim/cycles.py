@@ -1,13 +1,15 @@
 """`cycles`: the time interpreter of PIM command programs.
 
-A `jax.lax.scan` over the command records of each group (groups `vmap`-ped)
-carrying per-bank state (open row, ACT time, last read / write, precharge
-done), per-bank-group and per-group command state, the tFAW window of four
-activations and the refresh deadline; the semantics are in `timing.py` and
-are mirrored, slowly and obviously, by `reference.py`.  Timing parameters
-are array leaves of `Timing`, so the scan `vmap`s over batches of programs
-(padded to one length) and of timing variants; one compile per program
-shape.
+A `jax.lax.scan` over the command records of each group's stream
+(`scan_lanes`: many streams side by side as the lanes of one scan, several
+back to back in a lane) carrying per-bank state (open row, ACT time,
+earliest precharge, ready time), per-bank-group and per-group command
+state, the tFAW window of four activations and the refresh deadline; the
+semantics are in `timing.py` and are mirrored, slowly and obviously, by
+`reference.py`.  Timing parameters are array leaves of `Timing` and may
+differ per lane, which is how `sweep` times many variants in one scan.
+`cycles_batch` pools the streams of many programs into lanes
+(`_pack_lanes`); compiles are per (lanes, length) bucket.
 
 The per-group results combine into the program's time as
 
@@ -489,9 +491,9 @@ def pad_arrays(arrs: list[dict], coarse: bool = False) -> dict:
     """Stack program arrays, padding record streams (and missing streams)
     with NOP records, which take no time, to one [S, R] (R a power of two)."""
     out = {}
-    # One length for both streams, so `_time` scans them as one vmapped scan
-    # (an XLA compile of the scan costs seconds; two scan bodies cost twice
-    # that, and two independent length buckets multiply the compiled shapes).
+    # One length for both streams, so `_scan_programs` scans them as lanes of
+    # one scan (an XLA compile of the scan costs seconds; two scan bodies
+    # cost twice that, and two length buckets multiply the compiled shapes).
     # Without any resident placement in the batch the resident stream is
     # empty ([.., 0]) and not scanned at all.
     any_res = any(bool((a["res"]["n"] > 0).any()) for a in arrs)
