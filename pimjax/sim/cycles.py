@@ -182,7 +182,6 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
         last_act=never(), last_col=never(), last_col_bg=jnp.full((1, N), -1, i32), last_allbank=no,
         last_rd=never(), last_wr=never(), last_wr_bg=jnp.full((1, N), -1, i32), last_side=never(),
         t_issue=never(), t_bar=never(), t_end=zero, next_ref=jnp.where(t["tREF0"] > 0, t["tREF0"], t["tREFI"]),
-        n_act=zero, n_ref=zero, n_pre=zero,
         # the previous record's bank-state updates, for `apply` (a NOP to start)
         u_bank=jnp.zeros((1, N), i32), u_row=jnp.zeros((1, N), i32), u_col=no, u_need=no, u_side=no,
         u_act_all=no, u_pre_all=no, u_t_all=zero, u_t_act=zero, u_pre=zero, u_r_end=never(), u_reset=no)
@@ -340,12 +339,12 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
                                      s["t_bar"])
         new["t_end"] = jnp.maximum(s["t_end"], end)
         new["next_ref"] = next_ref
-        new["n_act"] = s["n_act"] + need.astype(f32)
-        new["n_ref"] = s["n_ref"] + do_ref.astype(f32)
-        new["n_pre"] = s["n_pre"] + (need & is_open).astype(f32)
-        new.update(u_bank=bank, u_row=x["row"], u_col=is_col, u_need=need, u_side=side, u_act_all=act_all,
-                   u_pre_all=pre_all, u_t_all=jnp.where(act_all, t_actall, t_preall), u_t_act=t_act,
-                   u_pre=pre_col, u_r_end=r_end)
+        new.update(u_bank=bank, u_row=x["row"], u_col=is_col, u_need=need, u_t_act=t_act, u_pre=pre_col,
+                   u_r_end=r_end)
+        if "side" in features:
+            new["u_side"] = side
+        if "act_all" in features or "pre_all" in features:
+            new.update(u_act_all=act_all, u_pre_all=pre_all, u_t_all=jnp.where(act_all, t_actall, t_preall))
         # the end time and the timing-dependent command counts (implicit ACT,
         # REF, implicit PRE) as bits of one row
         ys = jnp.concatenate([new["t_end"], jnp.where(need, 1.0, 0.0) + jnp.where(do_ref, 2.0, 0.0)
@@ -353,7 +352,9 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
         # after the last record of a stream the lane starts over from the
         # initial state (the bank tables through `apply`, from u_reset)
         last = flag(LAST)
-        new = {k: v if k in TABLES else jnp.where(last, initial[k], v) for k, v in new.items()}
+        # (rows this step never changes -- those of timing features the
+        # records do not use -- stay loop-invariant, which XLA hoists)
+        new = {k: v if k in TABLES or v is s[k] else jnp.where(last, initial[k], v) for k, v in new.items()}
         new["u_reset"] = last
         return new, ys
 
