@@ -235,7 +235,6 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
         # (a) the state of the record's bank / bank group
         row_b, pre_b, ready_b, t_act_b, bg_act_b = (at(s["open_row"], bank), at(s["pre_ok"], bank),
                                                     at(s["t_ready"], bank), at(s["t_act"], bank), at(s["bg_act"], bg))
-        opened = s["open_row"] >= 0
         pre_open = s["pre_open"]
 
         # (b) this record's times
@@ -264,6 +263,7 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
         # explicit all-bank ACT (ACTAB / G_ACT) and PREA
         t_actall = t_preall = zero
         if "act_all" in features:
+            opened = s["open_row"] >= 0
             ready_all = jnp.where(do_ref, jnp.maximum(_rows(jnp.maximum, s["t_ready"]), r_end),
                                   _rows(jnp.maximum, jnp.where(opened, s["pre_ok"] + t["tRP"], s["t_ready"])))
             t_actall = jnp.maximum(ready_all, jnp.maximum(floor_t, s["last_col"]))
@@ -544,7 +544,7 @@ def _scan_programs(arr: dict, t: dict, geo: tuple):
     leaves, scalars or [P].  Returns the scan outputs with [P, S] leading
     axes and the resident-placement time per stream [P, S]."""
     banks, per_bg, refresh, features = geo
-    P, S, R = arr["rec"]["op"].shape
+    P, S = arr["rec"]["op"].shape[:2]
     R_res = arr["res"]["op"].shape[2]
     t_stream = {k: jnp.repeat(jnp.broadcast_to(jnp.asarray(v, jnp.float32), (P,)), S) for k, v in t.items()}
 
@@ -556,14 +556,11 @@ def _scan_programs(arr: dict, t: dict, geo: tuple):
 
     if R_res == 0:                          # no resident placement in the batch (pad_arrays)
         out, resident = scan(flat(arr["rec"]), t_stream), jnp.zeros((P * S,), jnp.float32)
-    elif R_res == R:                        # one scan over the streams of both
+    else:                                   # pad_arrays gave both one length: one scan
         both = scan({f: jnp.concatenate([flat(arr["rec"])[f], flat(arr["res"])[f]]) for f in SCAN_FIELDS},
                     {k: jnp.concatenate([v, v]) for k, v in t_stream.items()})
         out = jax.tree.map(lambda x: x[:P * S], both)
         resident = both["buckets"][P * S:, 4]
-    else:
-        out = scan(flat(arr["rec"]), t_stream)
-        resident = scan(flat(arr["res"]), t_stream)["buckets"][:, 4]
     out = jax.tree.map(lambda x: x.reshape((P, S) + x.shape[1:]), out)
     return out, resident.reshape(P, S)
 
