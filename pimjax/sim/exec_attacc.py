@@ -5,17 +5,21 @@ else: a unit that reads a column no host-write record filled gets NaN), the
 GEMV buffers [units, entries, 16] (NaN until WRGB / MVGB writes them), the
 accumulators [units, 16], the softmax buffer [rows, 16] with a written
 mask, and the host's read-back rows [rows, 16] (NaN until RDACC reads
-them).  A `lax.scan` runs the expanded commands of the shared stream;
-groups are `vmap`-ped.  Nothing reaches the host except what RDACC records
-read; the host merge (a segment sum over the read-back map, then the op's
-epilogue) runs in float32.
+them).  Nothing reaches the host except what RDACC records read; the host
+merge (a segment sum over the read-back map, then the op's epilogue) runs
+in float32.
 
-Bank memory is kept as the list of written columns ("slots"): a MAC step
-carries, per unit, the slot of the column it reads (or the NaN slot), which
-the record fields and the level's addressing determine.  Program shapes are
-padded to power-of-two buckets and several programs of one op can run in
-one call (`execute_batch`), so a sweep over drafts compiles a few times,
-not once per draft.
+Bank memory is kept as the list of written columns ("slots"), each a
+16-wide row of one value buffer (`PREFIX`): a MAC step reads, per unit,
+the slot its record fields and the level's addressing name (or the NaN
+slot).  The expanded commands of the shared stream run in a `fori_loop`
+over segments (`_segments`): a run of up to RUN MAC steps is one iteration
+whose column reads, products and adder trees are one batched gather and
+multiply, with only the FP16 accumulation in command order; every other
+command is an iteration of its own.  Groups are `vmap`-ped.  Program shapes
+are padded to power-of-two buckets and several programs of one op can run
+in one call (`execute_batch`), so a sweep over drafts compiles a few
+times, not once per draft.
 """
 from __future__ import annotations
 
@@ -31,13 +35,30 @@ from .execute import expand_runs, finish, register
 
 _MAC_OPS = (Op.MACAB, Op.MACSB, Op.MACPB, Op.MACBK)
 K_NONE, K_MAC, K_WRGB, K_MVGB, K_MVSB, K_SFM, K_RDACC = range(7)
+K_TREE = 7                            # segment kind: a run of adder-tree-mode MACs (K_MAC: mac mode)
 CHUNK = 16                            # programs per interpreter call
+RUN = 32                              # MAC steps one interpreter iteration runs
 NAN_CODE, ZERO_CODE = -2, -1          # memory / host codes besides flat operand indices
 ONE_CODE = -3
+# The interpreter's value buffer: a row of 16 ones, of NaNs and of zeros
+# (the codes -3, -2, -1), the operands flattened (code c at PREFIX + c),
+# zeros up to the padded length V, then the "side rows" of bank columns
+# whose 16 lanes are not one of those rows nor 16 consecutive operand
+# values (they are gathered element by element when the buffer is packed).
+# A bank column is then one 16-wide slice of the buffer at its row base.
+PREFIX = 3 * LANES
+NAN_BASE = (NAN_CODE - ONE_CODE) * LANES
 
 
 def _bucket(n: int, lo: int = 8) -> int:
     return max(lo, 1 << max(0, int(n) - 1).bit_length())
+
+
+def _fine_bucket(n: int) -> int:
+    """n rounded up to 1/16 power-of-two steps (at most 1/16 padding: the
+    operand vector of a big program is hundreds of MB)."""
+    step = max(1, _bucket(n, 16) >> 4)
+    return -(-max(n, 1) // step) * step
 
 
 def _prepare(program: Program) -> dict:
@@ -73,7 +94,9 @@ def _prepare(program: Program) -> dict:
     slot_map[uniq] = np.arange(nslot)
     owner = np.full(64 * R * 32, -1, np.int64)                           # column -> layout that wrote it
     owner[wkeys] = cols["src"]
-    code = np.full((G, nslot + 1, LANES), NAN_CODE, np.int64)
+    if offs[-1] >= 2**31 - PREFIX:
+        raise ValueError(f"attacc value interpreter: operands of {offs[-1]} values exceed int32 codes")
+    code = np.full((G, nslot + 1, LANES), NAN_CODE, np.int32)
     code[:, :nslot, :] = ZERO_CODE                                       # written padding is zero
     from ..lower.layout import global_index
     for lid in np.unique(cols["src"]):
@@ -87,6 +110,8 @@ def _prepare(program: Program) -> dict:
         lane = np.broadcast_to(pos[None, :, 3], sl.shape)
         vals = np.where(valid, flat + offs[lay.operand], ZERO_CODE)      # [G, C, N]
         code[:, sl[ok], lane[ok]] = vals[:, ok]
+
+    base, side = _slot_rows(code)
 
     # 2. the kernel's expanded commands
     kinds = {int(o): K_MAC for o in _MAC_OPS}
@@ -109,17 +134,19 @@ def _prepare(program: Program) -> dict:
     rsrc, rdst = meta["route_src"], meta["route_dst"]
     steps, slot, on, rsrc, rdst = _merge_unit_commands(steps, slot, on, rsrc, rdst, t)
     steps["on"] = on
+    segs = _segments(steps["kind"], steps["mode"])
 
     # 3. host data rows (WRGB): codes into the operand values
     hidx = program.host_data[0]
     k = meta["host_data_operands"][0]
     hcode = np.where(hidx >= 0, hidx + (offs[k] if k is not None else 0),
                      np.where(hidx == HOST_ONE, ONE_CODE, ZERO_CODE))
+    hidx = _element_index(hcode).astype(np.int32)
     sfm = meta["sfm"]
     S = int(meta["sb_rows"])
     masks = np.stack([np.pad(m, ((0, max(0, S - m.shape[0])), (0, 0)))[:S] for m, _ in sfm]) if sfm else \
         np.zeros((0, S, LANES), bool)
-    prep = dict(code=code, slot=slot, steps=steps, hcode=hcode, rsrc=rsrc, rdst=rdst,
+    prep = dict(base=base, side=side, slot=slot, steps=steps, segs=segs, hidx=hidx, rsrc=rsrc, rdst=rdst,
                 masks=masks, scales=np.array([s for _, s in sfm], np.float32), rb=meta["readback_map"],
                 G=G, C=C, S=S, E=int(meta["gb_entries"]), size=int(np.prod(program.layouts[
                     program.readback.layout].shape, dtype=np.int64)), offs=offs)
@@ -174,6 +201,49 @@ def _merge_unit_commands(steps, slot, on, rsrc, rdst, t):
     return steps, slot[keep], on[keep], rsrc, rdst
 
 
+def _element_index(code: np.ndarray) -> np.ndarray:
+    """Buffer index of each code (operand element or constant)."""
+    code = np.asarray(code, np.int64)
+    return np.where(code >= 0, PREFIX + code, (code - ONE_CODE) * LANES)
+
+
+def _slot_rows(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row bases of bank columns.
+
+    code: [G, slots, 16] lane codes.  Returns base [G, slots] int64: the
+    buffer index of the column's 16 values when they are 16 consecutive
+    operand values or one constant, else -1 - r for side row r; and the side
+    rows' codes [n, 16].  (All columns of the attention step are regular.)"""
+    first = code[..., :1].astype(np.int64)
+    contiguous = (code >= 0).all(-1) & (code == first + np.arange(LANES)).all(-1)
+    constant = (code < 0).all(-1) & (code == first).all(-1)
+    base = np.where(contiguous | constant, _element_index(first[..., 0]), 0)
+    irregular = ~(contiguous | constant)
+    base[irregular] = -1 - np.arange(int(irregular.sum()))
+    return base, code[irregular].astype(np.int64)
+
+
+def _segments(kind: np.ndarray, mode: np.ndarray) -> dict:
+    """Interpreter iterations: every non-MAC step alone, MAC steps in runs of
+    at most RUN consecutive steps of one mode.
+
+    A run reads the GEMV buffers but does not write them, so its products
+    and adder-tree sums are independent of each other and run as one
+    [RUN, units, 16] batch; only the accumulator's FP16 additions stay in
+    command order.  Returns kind / start / len arrays [n_segments]."""
+    T = len(kind)
+    mac = kind == K_MAC
+    idx = np.arange(T)
+    brk = np.ones(T, bool)
+    brk[1:] = ~mac[1:] | ~mac[:-1] | (mode[1:] != mode[:-1])
+    first = np.maximum.accumulate(np.where(brk, idx, 0))        # start of each step's maximal run
+    brk |= mac & ((idx - first) % RUN == 0)
+    start = np.flatnonzero(brk)
+    length = np.diff(np.append(start, T))
+    seg_kind = np.where(mac[start], np.where(mode[start] == TREE, K_TREE, K_MAC), kind[start])
+    return dict(kind=seg_kind.astype(np.int32), start=start.astype(np.int32), len=length.astype(np.int32))
+
+
 def _pad_to(x: np.ndarray, shape: tuple, fill) -> np.ndarray:
     pads = [(0, n - s) for s, n in zip(x.shape, shape)]
     return np.pad(x, pads, constant_values=fill)
@@ -182,15 +252,17 @@ def _pad_to(x: np.ndarray, shape: tuple, fill) -> np.ndarray:
 def _dims(preps: list[dict]) -> dict:
     """Power-of-two bucket of every table dimension (max over the programs)."""
     return dict(G=_bucket(max(p["G"] for p in preps), 1), C=_bucket(max(p["C"] for p in preps), 1),
-                NS=_bucket(max(p["code"].shape[1] for p in preps)),
-                T=_bucket(max(len(p["steps"]["kind"]) for p in preps), 16),
-                NH=_bucket(max(max(1, p["hcode"].shape[1]) for p in preps)),
+                NS=_bucket(max(p["base"].shape[1] for p in preps)),
+                SIDE=_bucket(sum(p["side"].shape[0] for p in preps), 1),
+                T=_bucket(max(len(p["steps"]["kind"]) for p in preps) + RUN, 16),
+                NSEG=_bucket(max(len(p["segs"]["kind"]) for p in preps), 16),
+                NH=_bucket(max(max(1, p["hidx"].shape[1]) for p in preps)),
                 NR=_bucket(max(max(1, p["rsrc"].shape[0]) for p in preps)),
                 S=_bucket(max(p["S"] for p in preps)),
                 K=_bucket(max(max(1, p["masks"].shape[0]) for p in preps), 1),
                 H=_bucket(max(max(1, p["rb"].shape[1]) for p in preps)),
                 E=max(p["E"] for p in preps), size=_bucket(max(p["size"] for p in preps)),
-                V=_bucket(max(int(p["offs"][-1]) for p in preps)))
+                V=_fine_bucket(max(int(p["offs"][-1]) for p in preps)))
 
 
 def batch_dims(programs: list[Program], *more: dict) -> dict:
@@ -210,16 +282,21 @@ def _stack(preps: list[dict], dims: dict | None = None) -> tuple[dict, dict]:
         if any(dims[k] < v for k, v in need.items()):
             raise ValueError(f"execute_batch dims {dims} are smaller than the programs need ({need})")
         need = dict(dims)
-    G, C, NS, T, NH, NR, S, K, H = (need[k] for k in ("G", "C", "NS", "T", "NH", "NR", "S", "K", "H"))
-    out: dict = {k: [] for k in ("code", "slot", "hcode", "rsrc", "rdst", "masks", "scales", "rb", "nslot")}
+    G, C, NS, T, NH, NR, S, K, H, NSEG = (need[k] for k in ("G", "C", "NS", "T", "NH", "NR", "S", "K", "H",
+                                                             "NSEG"))
+    out: dict = {k: [] for k in ("base", "slot", "hidx", "rsrc", "rdst", "masks", "scales", "rb", "nslot")}
     out["steps"] = {k: [] for k in preps[0]["steps"] if k != "on"}
+    out["segs"] = {k: [] for k in preps[0]["segs"]}
     out["on"] = []
+    side_rows = 0
     for p in preps:
-        ns = p["code"].shape[1] - 1
-        code = p["code"]
+        ns = p["base"].shape[1] - 1
+        # side rows follow the padded operands, the batch's programs one after another
+        base = np.where(p["base"] >= 0, p["base"], PREFIX + need["V"] + LANES * (side_rows - 1 - p["base"]))
+        side_rows += p["side"].shape[0]
         # move the program's NaN slot to the padded table's last row
-        code = np.concatenate([code[:, :ns], np.full((code.shape[0], NS - ns, LANES), NAN_CODE)], 1)
-        out["code"].append(_pad_to(code, (G, NS, LANES), NAN_CODE))
+        base = np.concatenate([base[:, :ns], np.full((base.shape[0], NS - ns), NAN_BASE)], 1)
+        out["base"].append(_pad_to(base, (G, NS), NAN_BASE).astype(np.int32))
         slot = np.where(p["slot"] >= ns, NS - 1, p["slot"])
         out["slot"].append(_pad_to(slot, (T, C), NS - 1))
         for k, v in p["steps"].items():
@@ -227,16 +304,19 @@ def _stack(preps: list[dict], dims: dict | None = None) -> tuple[dict, dict]:
                 out["on"].append(_pad_to(v, (T, C), False))
             else:
                 out["steps"][k].append(_pad_to(np.asarray(v), (T,), K_NONE if k == "kind" else 0))
-        out["hcode"].append(_pad_to(p["hcode"], (G, NH, LANES), ZERO_CODE))
+        for k, v in p["segs"].items():
+            out["segs"][k].append(_pad_to(v, (NSEG,), K_NONE if k == "kind" else 0))
+        out["hidx"].append(_pad_to(p["hidx"], (G, NH, LANES), int(_element_index(ZERO_CODE))))
         out["rsrc"].append(_pad_to(p["rsrc"].reshape(-1, p["C"]), (NR, C), -1))
         out["rdst"].append(_pad_to(p["rdst"].reshape(-1, p["C"]), (NR, C), -1))
         out["masks"].append(_pad_to(p["masks"], (K, S, LANES), False))
         out["scales"].append(_pad_to(p["scales"], (K,), 1.0))
         out["rb"].append(_pad_to(p["rb"], (G, H, LANES), -1))
-    arrays = {k: np.stack(v) for k, v in out.items() if k not in ("steps", "nslot", "on")}
+    arrays = {k: np.stack(v) for k, v in out.items() if k not in ("steps", "segs", "nslot", "on")}
     arrays["on"] = np.stack(out["on"])
     arrays["steps"] = {k: np.stack(v).astype(np.int32) for k, v in out["steps"].items()}
-    arrays["n_steps"] = np.array([len(p["steps"]["kind"]) for p in preps], np.int32)
+    arrays["segs"] = {k: np.stack(v) for k, v in out["segs"].items()}
+    arrays["n_segs"] = np.array([len(p["segs"]["kind"]) for p in preps], np.int32)
     return arrays, need
 
 
@@ -252,110 +332,150 @@ def _tree_sum(p, rnd):
 @partial(jax.jit, static_argnames=("C", "E", "S", "H", "size"))
 def _run_many(tabs, vals, fp16, C: int, E: int, S: int, H: int, size: int):
     """[P, size] merged results of P stacked programs (lax.map: one at a time)."""
-    return jax.lax.map(lambda a: _run(a[0], vals, a[0]["n_steps"], a[1], C, E, S, H, size), (tabs, fp16))
+    return jax.lax.map(lambda a: _run(a[0], vals, a[0]["n_segs"], a[1], C, E, S, H, size), (tabs, fp16))
 
 
-def _run(t, vals, n_steps, fp16, C: int, E: int, S: int, H: int, size: int):
+def _run(t, vals, n_segs, fp16, C: int, E: int, S: int, H: int, size: int):
     """[size] float32 merged result of one (padded) program.
 
-    The expanded commands run in a `fori_loop` of `n_steps` iterations (the
-    stream is shared by the groups, so the command kind is not batched by
-    the group `vmap` and `lax.switch` executes only its branch).
-    Arithmetic is float32; with `fp16` set every value entering the banks
-    or buffers and the result of every product, adder-tree level,
+    The program's segments (`_segments`) run in a `fori_loop` of `n_segs`
+    iterations (the stream is shared by the groups, so the segment kind is
+    not batched by the group `vmap` and `lax.switch` executes only its
+    branch).  Arithmetic is float32; with `fp16` set every value entering
+    the banks or buffers and the result of every product, adder-tree level,
     accumulation and softmax is rounded to FP16 (round to nearest even),
     i.e. FP16 arithmetic, so both modes share one compiled program."""
-    units = jnp.arange(C)
     lane_ids, hrow_ids, row_ids = jnp.arange(LANES), jnp.arange(H), jnp.arange(S)
+    units = jnp.arange(C)
     f32 = jnp.float32
     nan = jnp.full((), jnp.nan, f32)
-    rsrc, rdst, masks, scales, xs = t["rsrc"], t["rdst"], t["masks"], t["scales"], t["steps"]
+    rsrc, rdst, masks, scales, xs, segs = t["rsrc"], t["rdst"], t["masks"], t["scales"], t["steps"], t["segs"]
 
     def rnd(x):
         return jnp.where(fp16, x.astype(jnp.float16).astype(f32), x)
 
-    v = rnd(vals)
+    # values are rounded as the host's writes round them, after the gather
+    # (rounding is elementwise, so it commutes with it; only what is read is rounded)
+    def columns(base):
+        """[..., 16] the bank columns at buffer row bases [...] (16-wide slices)."""
+        dn = jax.lax.GatherDimensionNumbers(offset_dims=(base.ndim,), collapsed_slice_dims=(),
+                                            start_index_map=(0,))
+        return rnd(jax.lax.gather(vals, base[..., None], dn, slice_sizes=(LANES,), mode="clip"))
 
-    def decode(code):
-        return jnp.where(code >= 0, v[jnp.clip(code, 0, v.shape[0] - 1)],
-                         jnp.where(code == ZERO_CODE, 0.0, jnp.where(code == ONE_CODE, 1.0, nan)))
+    def rows(a, start):
+        """The RUN steps of a MAC run: rows start .. start + RUN - 1 of a step table."""
+        return jax.lax.dynamic_slice_in_dim(a, start, RUN, 0)
 
-    def k_none(c, x, mem, hst):
-        return c
+    # Each piece of state is updated by its own `cond` / `switch` on the
+    # segment kind, from the state before the step (one kind acts per step).
+    # A single switch over the whole state made XLA copy every untouched
+    # piece (1.9 MB per group batch) in every branch: 0.15 ms per step.
 
-    def k_mac(c, x, mem, hst):
-        gb, acc, sb, sbw, hb = c
-        on = x["on"]
-        col = mem[x["slot"]]                                              # [C, 16] the columns read
-        rs = x["rs"]
-        e_tree = jnp.clip(x["arg"] + x["u"] % rs, 0, E - 1)
-        slot = jnp.clip(x["u"] // rs, 0, LANES - 1)
-        dot = _tree_sum(rnd(col * gb[:, e_tree]), rnd)                    # [C] the adder tree
-        acc_tree = jnp.where(lane_ids == slot, rnd(acc + dot[:, None]), acc)
-        s_ = x["arg"] * LANES + x["u"]
-        scal = gb[:, jnp.clip(s_ // LANES, 0, E - 1), s_ % LANES]
-        acc_mac = rnd(acc + rnd(col * scal[:, None]))
-        acc = jnp.where(on[:, None], jnp.where(x["mode"] == TREE, acc_tree, acc_mac), acc)
-        return gb, acc, sb, sbw, hb
+    def mac_run(acc, gb, start, n, base, tree: bool):
+        """[C, 16] accumulators after RUN MAC steps: products and adder trees
+        batched, the FP16 accumulation in command order."""
+        on = rows(t["on"], start) & (jnp.arange(RUN) < n)[:, None]          # [RUN, C]
+        col = columns(base[rows(t["slot"], start)])                         # [RUN, C, 16] the columns read
+        u, rs, arg = rows(xs["u"], start), rows(xs["rs"], start), rows(xs["arg"], start)
+        if tree:
+            e_tree = jnp.clip(arg + u % rs, 0, E - 1)
+            slot = jnp.clip(u // rs, 0, LANES - 1)
+            w = jnp.swapaxes(gb[:, e_tree], 0, 1)                           # [RUN, C, 16]
+            dot = _tree_sum(rnd(col * w), rnd)                              # [RUN, C] the adder trees
+            for r in range(RUN):
+                hit = on[r][:, None] & (lane_ids == slot[r])[None, :]
+                acc = jnp.where(hit, rnd(acc + dot[r][:, None]), acc)
+        else:
+            s_ = arg * LANES + u
+            scal = gb[:, jnp.clip(s_ // LANES, 0, E - 1), s_ % LANES].T      # [RUN, C]
+            prod = rnd(col * scal[:, :, None])                              # [RUN, C, 16]
+            for r in range(RUN):
+                acc = jnp.where(on[r][:, None], rnd(acc + prod[r]), acc)
+        return acc
 
-    def k_load(c, x, mem, hst):
-        gb, acc, sb, sbw, hb = c
+    def route(x):
         r = jnp.clip(x["route"], 0, rsrc.shape[0] - 1)
-        src, dst = rsrc[r], jnp.clip(rdst[r], 0, E - 1)
+        return rsrc[r], rdst[r]
+
+    def load(gb, x, sb, sbw, hst):
+        """WRGB / MVGB: [C, E, 16] buffers with the routed rows written."""
+        src, dst = route(x)
+        dst = jnp.clip(dst, 0, E - 1)
         from_host = hst[jnp.clip(src, 0, hst.shape[0] - 1)]
         srow = jnp.clip(src, 0, S - 1)
         from_sb = jnp.where(sbw[srow][:, None], sb[srow], nan)
         val = jnp.where(x["kind"] == K_WRGB, from_host, from_sb)          # [C, 16]
-        gb = gb.at[units, dst].set(jnp.where((src >= 0)[:, None], val, gb[units, dst]))
-        return gb, acc, sb, sbw, hb
+        return gb.at[units, dst].set(jnp.where((src >= 0)[:, None], val, gb[units, dst]))
 
-    def k_mvsb(c, x, mem, hst):
-        gb, acc, sb, sbw, hb = c
-        r = jnp.clip(x["route"], 0, rsrc.shape[0] - 1)
-        src, dst = rsrc[r], rdst[r]
+    def drain(acc, x):
+        """MVSB: the drained units' accumulators restart from zero."""
+        return jnp.where((route(x)[1] >= 0)[:, None], 0.0, acc)
+
+    def mvsb(sb, sbw, x, acc):
+        """MVSB: the adder tree sums the command's units into the channel
+        accumulator rows; the first MVSB of a row overwrites it."""
+        src, dst = route(x)
         drained = dst >= 0
         drow = jnp.where(drained, jnp.clip(dst, 0, S - 1), S)
-        # the adder tree sums the command's units, the channel accumulator adds the row
         contrib = jax.ops.segment_sum(jnp.where(drained[:, None], acc, 0.0), drow, num_segments=S + 1)[:S]
         hit = jax.ops.segment_sum(drained.astype(jnp.int32), drow, num_segments=S + 1)[:S] > 0
         first = jax.ops.segment_sum((drained & (src == 1)).astype(jnp.int32), drow,
-                                    num_segments=S + 1)[:S] > 0            # the first MVSB overwrites
+                                    num_segments=S + 1)[:S] > 0
         old = jnp.where(sbw[:, None] & ~first[:, None], sb, 0.0)
-        sb = jnp.where(hit[:, None], rnd(old + rnd(contrib)), sb)
-        return gb, jnp.where(drained[:, None], 0.0, acc), sb, sbw | hit, hb
+        return jnp.where(hit[:, None], rnd(old + rnd(contrib)), sb), sbw | hit
 
-    def k_sfm(c, x, mem, hst):
-        gb, acc, sb, sbw, hb = c
+    def sfm(sb, sbw, x, acc):
+        """SFM: softmax over the masked rows (float32 inside the unit)."""
         ki = jnp.clip(x["sfm"], 0, masks.shape[0] - 1)
         mk = masks[ki]
-        z = jnp.where(mk, sb * scales[ki], -jnp.inf)                      # float32 inside the unit
+        z = jnp.where(mk, sb * scales[ki], -jnp.inf)
         zmax = jnp.max(z)
         ex = jnp.where(mk, jnp.exp(z - jnp.where(jnp.isfinite(zmax), zmax, 0.0)), 0.0)
         p = ex / jnp.maximum(jnp.sum(ex), jnp.finfo(f32).tiny)
-        return gb, acc, jnp.where(mk, rnd(p), sb), sbw, hb
+        return jnp.where(mk, rnd(p), sb), sbw
 
-    def k_rdacc(c, x, mem, hst):
-        gb, acc, sb, sbw, hb = c
-        row = jnp.clip(x["sbrow"], 0, S - 1)
-        hb = jnp.where((hrow_ids == x["hrow"])[:, None], jnp.where(sbw[row], sb[row], nan)[None, :], hb)
-        return gb, acc, sb, sbw & (row_ids != row), hb
+    def rdacc_row(x):
+        return jnp.clip(x["sbrow"], 0, S - 1)
 
-    # branch index = kind (K_NONE, K_MAC, K_WRGB, K_MVGB, K_MVSB, K_SFM, K_RDACC)
-    branches = (k_none, k_mac, k_load, k_load, k_mvsb, k_sfm, k_rdacc)
+    def rdacc_sb(sb, sbw, x, acc):
+        """RDACC: a row read by the host is free again."""
+        return sb, sbw & (row_ids != rdacc_row(x))
 
-    def run_group(code, hcode):
-        mem, hst = decode(code), decode(hcode)
+    def rdacc_host(hb, x, sb, sbw):
+        """RDACC: the host's read-back row receives the accumulator row."""
+        row = rdacc_row(x)
+        return jnp.where((hrow_ids == x["hrow"])[:, None], jnp.where(sbw[row], sb[row], nan)[None, :], hb)
+
+    def keep(v, *_):
+        return v
+
+    # per segment kind (K_NONE, K_MAC, K_WRGB, K_MVGB, K_MVSB, K_SFM, K_RDACC, K_TREE): the branch
+    # updating the accumulators and the one updating the accumulator rows
+    acc_branch = jnp.array([0, 1, 0, 0, 3, 0, 0, 2], jnp.int32)
+    sb_branch = jnp.array([0, 0, 0, 0, 1, 2, 3, 0], jnp.int32)
+
+    def run_group(base, hidx):
+        hst = rnd(vals[hidx])
         init = (jnp.full((C, E, LANES), jnp.nan, f32), jnp.zeros((C, LANES), f32),
                 jnp.zeros((S, LANES), f32), jnp.zeros(S, bool), jnp.full((H, LANES), jnp.nan, f32))
 
         def body(i, c):
-            x = {k: a[i] for k, a in xs.items()}
-            x["slot"], x["on"] = t["slot"][i], t["on"][i]
-            return jax.lax.switch(x["kind"], [lambda c_, x_, f=f: f(c_, x_, mem, hst) for f in branches], c, x)
+            gb, acc, sb, sbw, hb = c
+            kind, start, n = segs["kind"][i], segs["start"][i], segs["len"][i]
+            x = {k: a[start] for k, a in xs.items()}                    # a one-step segment's fields
+            gb2 = jax.lax.cond((kind == K_WRGB) | (kind == K_MVGB), load, keep, gb, x, sb, sbw, hst)
+            acc2 = jax.lax.switch(acc_branch[kind], [
+                keep, lambda a_: mac_run(a_, gb, start, n, base, tree=False),
+                lambda a_: mac_run(a_, gb, start, n, base, tree=True), lambda a_: drain(a_, x)], acc)
+            sb2, sbw2 = jax.lax.switch(sb_branch[kind], [
+                lambda b_, w_: (b_, w_), lambda b_, w_: mvsb(b_, w_, x, acc),
+                lambda b_, w_: sfm(b_, w_, x, acc), lambda b_, w_: rdacc_sb(b_, w_, x, acc)], sb, sbw)
+            hb2 = jax.lax.cond(kind == K_RDACC, rdacc_host, keep, hb, x, sb, sbw)
+            return gb2, acc2, sb2, sbw2, hb2
 
-        return jax.lax.fori_loop(0, n_steps, body, init)[4]
+        return jax.lax.fori_loop(0, n_segs, body, init)[4]
 
-    hb = jax.vmap(run_group)(t["code"], t["hcode"])                      # [G, H, 16]
+    hb = jax.vmap(run_group)(t["base"], t["hidx"])                      # [G, H, 16]
     flat = t["rb"].reshape(-1)
     seg = jnp.where(flat >= 0, flat, size)
     acc = jax.ops.segment_sum(hb.reshape(-1), seg, num_segments=size + 1)[:size]
@@ -363,8 +483,37 @@ def _run(t, vals, n_steps, fp16, C: int, E: int, S: int, H: int, size: int):
     return jnp.where(count > 0, acc, jnp.nan)
 
 
-def _values(program: Program, arrays) -> jax.Array:
-    return jnp.concatenate([jnp.ravel(jnp.asarray(a)).astype(jnp.float32) for a in arrays])
+def _aligned_empty(n: int) -> np.ndarray:
+    """[n] float32, uninitialised, its data 64-byte aligned (so that
+    `jax.device_put(..., may_alias=True)` on the CPU shares it, not copies)."""
+    raw = np.empty(n + 16, np.float32)
+    skip = (-raw.ctypes.data % 64) // 4
+    return raw[skip:skip + n]
+
+
+def _values(arrays, preps: list[dict], d: dict) -> jax.Array:
+    """[PREFIX + V + 16 * SIDE] float32: the interpreter's value buffer (see
+    PREFIX): constant rows, the operands flattened, zeros up to the padded
+    length V, the side rows of the batch's programs.
+
+    Packed in numpy into an aligned buffer the device array then shares:
+    one copy of the operands (670 MB for the batch-8 attention step).
+    XLA:CPU's concatenate of that much took 4 s, and a device copy of a
+    numpy operand costs a fresh allocation each call."""
+    V = d["V"]
+    out = _aligned_empty(PREFIX + V + LANES * d["SIDE"])
+    out[:PREFIX] = np.repeat(np.array([1.0, np.nan, 0.0], np.float32), LANES)
+    o = PREFIX
+    for a in arrays:
+        flat = np.ravel(np.asarray(a))
+        out[o:o + flat.size] = flat
+        o += flat.size
+    out[o:] = 0.0
+    side = [p["side"] for p in preps if p["side"].size]
+    if side:
+        idx = _element_index(np.concatenate(side)).ravel()
+        out[PREFIX + V:PREFIX + V + idx.size] = out[idx]
+    return jax.device_put(out, may_alias=True)
 
 
 def execute_batch(programs: list[Program], *arrays, arithmetic="backend", dims: dict | None = None) -> list:
@@ -399,15 +548,14 @@ def execute_batch(programs: list[Program], *arrays, arithmetic="backend", dims: 
         # fixed chunks of CHUNK programs (the last padded with empty ones) so that
         # every call with the same dims reuses one compiled interpreter
         tabs = jax.tree.map(lambda a: np.concatenate([a, np.repeat(a[-1:], pad, 0)]) if pad else a, tabs)
-        tabs["n_steps"][P:] = 0
+        tabs["n_segs"][P:] = 0
         chunks = [jax.tree.map(lambda a: jnp.asarray(a[c0:c0 + chunk_size]), tabs)
                   for c0 in range(0, P + pad, chunk_size)]
         if P == 1:
             programs[0].meta[key] = (chunks, d)
     else:
         chunks, d = cached
-    vals = _values(programs[0], arrays)
-    vals = jnp.pad(vals, (0, d["V"] - vals.shape[0]))
+    vals = _values(arrays, preps, d)
     fp16 = np.concatenate([np.array([m == "backend" for m in modes]), np.zeros(pad, bool)])
     merged = []
     for k, chunk in enumerate(chunks):
@@ -416,7 +564,6 @@ def execute_batch(programs: list[Program], *arrays, arithmetic="backend", dims: 
                                 d["C"], d["E"], d["S"], d["H"], d["size"]))
     merged = jnp.concatenate(merged)[:P, :size]
     out = []
-    arrays = [jnp.asarray(a) for a in arrays]
     for p, acc in zip(programs, merged):
         lay = p.layouts[p.readback.layout]
         out.append(finish(p.op, acc.reshape(lay.shape), arrays, p.readback.epilogue_on_host,
