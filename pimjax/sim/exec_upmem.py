@@ -50,7 +50,7 @@ from ..lower.program import Op, Program, TensorLayout
 from ..lower.upmem import Exec, Xfer, mram_address
 from ..trace import evaluate as trace_eval
 from ..trace.ir import Arg, Const, Prim
-from .execute import layout_values, register
+from .execute import register
 
 
 def _words(layout: TensorLayout, local: np.ndarray) -> np.ndarray:

@@ -24,8 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..lower.layout import global_index
-from ..lower.program import Op, Program, TensorLayout
+from ..lower.program import Program
 from ..trace import evaluate as trace_eval
 
 EXECUTORS: dict[str, Callable] = {}
@@ -66,16 +65,6 @@ def execute(program: Program, *arrays, arithmetic: str = "backend"):
 # --------------------------------------------------------------------------
 # shared helpers
 # --------------------------------------------------------------------------
-def layout_values(layout: TensorLayout, array, dtype) -> np.ndarray:
-    """[G, C, prod(box)] values of a layout's local boxes (0 where invalid).
-
-    numpy on the host side: the shapes differ per draft, and eager jax ops
-    would compile for every new shape."""
-    flat, valid = global_index(layout)
-    vals = np.ravel(np.asarray(array)).astype(dtype)[flat]
-    return np.where(valid, vals, np.zeros((), dtype))
-
-
 def expand_runs(records, mask: np.ndarray) -> dict[str, np.ndarray]:
     """Expand the records selected by `mask` (stream 0) into one entry per
     column: fields plus `t` (column offset within its record)."""
