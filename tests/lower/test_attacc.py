@@ -30,13 +30,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 from jax import lax
 
 import pimjax
 from pimjax.errors import PimCompileError
 from pimjax.hw import get_backend, stack_variants
 from pimjax.lower import lower
-from pimjax.lower.attacc import lower_attention, reference_program
+from pimjax.lower.attacc import TREE, lower_attention, reference_program
 from pimjax.lower.patterns import match_attention
 from pimjax.lower.program import Op
 from pimjax.partition import drafts
@@ -45,6 +46,7 @@ from pimjax.partition.dimsets import dimension_sets
 from pimjax.partition.verify import matrix_and_vector
 from pimjax.sim import execute
 from pimjax.sim.cycles import cycles, sweep
+from pimjax.sim import exec_attacc as EA
 from pimjax.sim.exec_attacc import batch_dims, execute_batch
 
 U16 = 2.0 ** -11                    # FP16 unit roundoff
@@ -389,3 +391,60 @@ def test_reference_rows_within_ten_percent():
     theirs = np.array([float(r["cycles"]) for r in rows])
     err = np.abs(ours - theirs) / theirs
     assert np.all(err < 0.10), dict(zip([r["shape"] for r in rows], np.round(err, 3)))
+
+
+# --------------------------------------------------------------------------
+# the interpreter's own structure: MAC-run segments and the value buffer
+# --------------------------------------------------------------------------
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 1)), min_size=1, max_size=200))
+def test_segments_cover_the_steps_in_order(steps):
+    """Every step is in exactly one segment, in order; a MAC segment is at
+    most RUN steps of one mode (its kind says which), anything else is one
+    step of its own kind."""
+    kind = np.array([k for k, _ in steps], np.int32)
+    mode = np.array([m for _, m in steps], np.int32)
+    seg = EA._segments(kind, mode)
+    ends = seg["start"] + seg["len"]
+    assert seg["start"][0] == 0 and ends[-1] == len(kind) and np.all(ends[:-1] == seg["start"][1:])
+    for k, s, n in zip(seg["kind"], seg["start"], seg["len"]):
+        part_kind, part_mode = kind[s:s + n], mode[s:s + n]
+        if k in (EA.K_MAC, EA.K_TREE):
+            assert 1 <= n <= EA.RUN and np.all(part_kind == EA.K_MAC)
+            assert np.all(part_mode == part_mode[0]) and (k == EA.K_TREE) == (part_mode[0] == TREE)
+        else:
+            assert n == 1 and part_kind[0] == k
+    # runs are maximal: a MAC segment shorter than RUN ends where the run ends
+    for k, s, n in zip(seg["kind"], seg["start"], seg["len"]):
+        if k in (EA.K_MAC, EA.K_TREE) and n < EA.RUN and s + n < len(kind):
+            assert kind[s + n] != EA.K_MAC or mode[s + n] != mode[s]
+
+
+def test_side_rows_give_the_row_gathers_values(monkeypatch):
+    """Bank columns whose lanes are not one 16-wide slice of the value buffer
+    (padding lanes, e.g.) are copied into side rows when the buffer is
+    packed; the others are read as slices.  Forcing every column down the
+    side path must leave the results bit for bit unchanged, and right."""
+    g, arrays, shapes, ops = _attention_case()
+    gg, garrays, gshapes = _graph(*OPS["gemv"][:1], *OPS["gemv"][1])
+    cases = [(g, lambda: lower_attention(ops, baseline(ops[0], BE), BE, shapes), arrays),
+             (gg, lambda: lower(gg.ops[0], baseline(gg.ops[0], BE), BE, gshapes), garrays)]
+    want, natural = [], []
+    for _, make, a in cases:
+        prog = make()
+        want.append([np.asarray(execute(prog, *a, arithmetic=m)) for m in ("wide", "backend")])
+        natural.append(EA._prepare(prog)["side"].shape[0])
+
+    def all_side(code):
+        n = code.shape[0] * code.shape[1]
+        return -1 - np.arange(n).reshape(code.shape[:2]), code.reshape(n, -1).astype(np.int64)
+
+    monkeypatch.setattr(EA, "_slot_rows", all_side)
+    for (graph, make, a), w, n_nat in zip(cases, want, natural):
+        prog = make()                                    # fresh: no cached tables
+        got = [np.asarray(execute(prog, *a, arithmetic=m)) for m in ("wide", "backend")]
+        assert EA._prepare(prog)["side"].shape[0] == EA._prepare(prog)["base"].size > n_nat
+        ref = np.asarray(graph.evaluate(*a))
+        np.testing.assert_allclose(got[0], ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+        for x, y in zip(got, w):
+            np.testing.assert_array_equal(x, y)
