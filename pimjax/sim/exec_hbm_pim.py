@@ -43,7 +43,11 @@ def _write_plan(program: Program, rows: np.ndarray, cols: dict, shape: tuple) ->
         prow = np.searchsorted(rows, pos[None, :, 1])
         code[:, bank, prow, pos[None, :, 2], pos[None, :, 3]] = np.where(valid, flat, -1)
         dst = where[:G, bank_c, row_c, col_c].ravel()                    # [G, n, 16] lanes of the columns
-        plan.append((lay.operand, dst, code[:, bank_c, row_c, col_c].ravel()))
+        code = code[:, bank_c, row_c, col_c].ravel()
+        # int32 where it fits: the plan of a 4096 x 4096 GEMV is 2 x 16.8 M entries
+        small = where.size < 2**31 and code.max(initial=0) < 2**31
+        plan.append((lay.operand, dst.astype(np.int32) if small else dst,
+                     code.astype(np.int32) if small else code))
     return plan
 
 
