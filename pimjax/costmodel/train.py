@@ -36,7 +36,7 @@ def _jax_cache(cache: str) -> None:
 
 
 def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: int, seconds: float,
-                  model_top: list[int], seed: int, console=None) -> dict:
+                  model_top: list[int], seed: int, members: int = 1, console=None) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..hw.presets import get_backend
@@ -60,7 +60,7 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
         X, y, g, keys = ds.featurise(recs, backend)
         summary["round1_rows"] = int(len(y))
 
-        model = CostModel(seed=seed, steps=steps1, seconds=seconds)
+        model = CostModel(seed=seed, steps=steps1, seconds=seconds, members=members)
         fits, fit_seconds, label_seconds = [], 0.0, summary["round1_seconds"]
         for r, top in enumerate(model_top, start=2):
             fit = bar.add_task(f"{name}: fit round {r - 1}", total=steps1, msg="")
@@ -123,6 +123,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model-top", default="10,10",
                     help="drafts per training shape labelled in each model-driven round (comma list)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--members", type=int, default=1, help="ensemble members (their log-cycles averaged)")
     args = ap.parse_args(argv)
     from rich.console import Console
     from rich.table import Table
@@ -137,7 +138,7 @@ def main(argv=None) -> int:
     for name in names:
         s = train_backend(name, cache=args.cache, out_dir=args.out, steps1=args.steps1, steps2=args.steps2,
                           seconds=args.seconds, model_top=[int(v) for v in args.model_top.split(",") if v],
-                          seed=args.seed, console=console)
+                          seed=args.seed, members=args.members, console=console)
         rows.append(s)
         console.print(f"{name}: {s['rows']} labelled drafts over {s['groups']} shapes; labelling "
                       f"{s['label_seconds']:.0f} s, training {s['train_seconds']:.1f} s, "
