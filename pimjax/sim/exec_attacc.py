@@ -134,7 +134,7 @@ def _prepare(program: Program) -> dict:
     rsrc, rdst = meta["route_src"], meta["route_dst"]
     steps, slot, on, rsrc, rdst = _merge_unit_commands(steps, slot, on, rsrc, rdst, t)
     steps["on"] = on
-    segs = _segments(steps["kind"], steps["mode"])
+    segs = _segments(steps["kind"], steps["mode"], steps["sbrow"], steps["hrow"])
 
     # 3. host data rows (WRGB): codes into the operand values
     hidx = program.host_data[0]
@@ -223,14 +223,18 @@ def _slot_rows(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return base, code[irregular].astype(np.int64)
 
 
-def _segments(kind: np.ndarray, mode: np.ndarray) -> dict:
-    """Interpreter iterations: every non-MAC step alone, MAC steps in runs of
-    at most RUN consecutive steps of one mode.
+def _segments(kind: np.ndarray, mode: np.ndarray, sbrow: np.ndarray, hrow: np.ndarray) -> dict:
+    """Interpreter iterations: MAC steps in runs of at most RUN consecutive
+    steps of one mode, RDACC steps in runs of at most RUN consecutive reads
+    of distinct accumulator rows into distinct host rows, every other step
+    alone.
 
-    A run reads the GEMV buffers but does not write them, so its products
-    and adder-tree sums are independent of each other and run as one
-    [RUN, units, 16] batch; only the accumulator's FP16 additions stay in
-    command order.  Returns kind / start / len arrays [n_segments]."""
+    A MAC run reads the GEMV buffers but does not write them, so its
+    products and adder-tree sums are independent of each other and run as
+    one [RUN, units, 16] batch; only the accumulator's FP16 additions stay
+    in command order.  The reads of an RDACC run commute (a row read twice
+    would read NaN the second time, so it starts a new run).  Returns kind /
+    start / len arrays [n_segments]."""
     T = len(kind)
     mac = kind == K_MAC
     idx = np.arange(T)
@@ -238,6 +242,16 @@ def _segments(kind: np.ndarray, mode: np.ndarray) -> dict:
     brk[1:] = ~mac[1:] | ~mac[:-1] | (mode[1:] != mode[:-1])
     first = np.maximum.accumulate(np.where(brk, idx, 0))        # start of each step's maximal run
     brk |= mac & ((idx - first) % RUN == 0)
+    rd = kind == K_RDACC
+    seen: tuple[set, set] = (set(), set())
+    for i in np.flatnonzero(rd):                    # a few hundred reads: a plain loop
+        s_, h_ = int(sbrow[i]), int(hrow[i])
+        if i > 0 and rd[i - 1] and len(seen[0]) < RUN and s_ not in seen[0] and h_ not in seen[1]:
+            brk[i] = False
+        else:
+            seen = (set(), set())
+        seen[0].add(s_)
+        seen[1].add(h_)
     start = np.flatnonzero(brk)
     length = np.diff(np.append(start, T))
     seg_kind = np.where(mac[start], np.where(mode[start] == TREE, K_TREE, K_MAC), kind[start])
@@ -345,7 +359,7 @@ def _run(t, vals, n_segs, fp16, C: int, E: int, S: int, H: int, size: int):
     the banks or buffers and the result of every product, adder-tree level,
     accumulation and softmax is rounded to FP16 (round to nearest even),
     i.e. FP16 arithmetic, so both modes share one compiled program."""
-    lane_ids, hrow_ids, row_ids = jnp.arange(LANES), jnp.arange(H), jnp.arange(S)
+    lane_ids = jnp.arange(LANES)
     units = jnp.arange(C)
     f32 = jnp.float32
     nan = jnp.full((), jnp.nan, f32)
@@ -434,17 +448,23 @@ def _run(t, vals, n_segs, fp16, C: int, E: int, S: int, H: int, size: int):
         p = ex / jnp.maximum(jnp.sum(ex), jnp.finfo(f32).tiny)
         return jnp.where(mk, rnd(p), sb), sbw
 
-    def rdacc_row(x):
-        return jnp.clip(x["sbrow"], 0, S - 1)
+    def rdacc_rows(start, n):
+        """[RUN] accumulator rows read and host rows written by an RDACC run
+        (rows past the run: S / H, dropped by the scatters)."""
+        on = jnp.arange(RUN) < n
+        srow = jnp.clip(rows(xs["sbrow"], start), 0, S - 1)
+        hrow = rows(xs["hrow"], start)
+        return srow, jnp.where(on, srow, S), jnp.where(on & (hrow >= 0) & (hrow < H), hrow, H)
 
-    def rdacc_sb(sb, sbw, x, acc):
-        """RDACC: a row read by the host is free again."""
-        return sb, sbw & (row_ids != rdacc_row(x))
+    def rdacc_sb(sb, sbw, start, n):
+        """RDACC: the rows read by the host are free again."""
+        _, read, _ = rdacc_rows(start, n)
+        return sb, sbw & ~jnp.zeros(S, bool).at[read].set(True, mode="drop")
 
-    def rdacc_host(hb, x, sb, sbw):
-        """RDACC: the host's read-back row receives the accumulator row."""
-        row = rdacc_row(x)
-        return jnp.where((hrow_ids == x["hrow"])[:, None], jnp.where(sbw[row], sb[row], nan)[None, :], hb)
+    def rdacc_host(hb, start, n, sb, sbw):
+        """RDACC: the host's read-back rows receive the accumulator rows."""
+        srow, _, hrow = rdacc_rows(start, n)
+        return hb.at[hrow].set(jnp.where(sbw[srow][:, None], sb[srow], nan), mode="drop")
 
     def keep(v, *_):
         return v
@@ -469,8 +489,8 @@ def _run(t, vals, n_segs, fp16, C: int, E: int, S: int, H: int, size: int):
                 lambda a_: mac_run(a_, gb, start, n, base, tree=True), lambda a_: drain(a_, x)], acc)
             sb2, sbw2 = jax.lax.switch(sb_branch[kind], [
                 lambda b_, w_: (b_, w_), lambda b_, w_: mvsb(b_, w_, x, acc),
-                lambda b_, w_: sfm(b_, w_, x, acc), lambda b_, w_: rdacc_sb(b_, w_, x, acc)], sb, sbw)
-            hb2 = jax.lax.cond(kind == K_RDACC, rdacc_host, keep, hb, x, sb, sbw)
+                lambda b_, w_: sfm(b_, w_, x, acc), lambda b_, w_: rdacc_sb(b_, w_, start, n)], sb, sbw)
+            hb2 = jax.lax.cond(kind == K_RDACC, rdacc_host, keep, hb, start, n, sb, sbw)
             return gb2, acc2, sb2, sbw2, hb2
 
         return jax.lax.fori_loop(0, n_segs, body, init)[4]

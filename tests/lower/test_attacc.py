@@ -396,28 +396,34 @@ def test_reference_rows_within_ten_percent():
 # --------------------------------------------------------------------------
 # the interpreter's own structure: MAC-run segments and the value buffer
 # --------------------------------------------------------------------------
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 1)), min_size=1, max_size=200))
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 1), st.integers(0, 40), st.integers(0, 40)),
+                min_size=1, max_size=200))
 def test_segments_cover_the_steps_in_order(steps):
     """Every step is in exactly one segment, in order; a MAC segment is at
-    most RUN steps of one mode (its kind says which), anything else is one
-    step of its own kind."""
-    kind = np.array([k for k, _ in steps], np.int32)
-    mode = np.array([m for _, m in steps], np.int32)
-    seg = EA._segments(kind, mode)
+    most RUN steps of one mode (its kind says which), an RDACC segment at
+    most RUN reads of distinct accumulator rows into distinct host rows,
+    anything else one step of its own kind; runs are cut only when they
+    must be."""
+    kind, mode, sbrow, hrow = (np.array(c, np.int32) for c in zip(*steps))
+    seg = EA._segments(kind, mode, sbrow, hrow)
     ends = seg["start"] + seg["len"]
     assert seg["start"][0] == 0 and ends[-1] == len(kind) and np.all(ends[:-1] == seg["start"][1:])
     for k, s, n in zip(seg["kind"], seg["start"], seg["len"]):
-        part_kind, part_mode = kind[s:s + n], mode[s:s + n]
+        part = slice(s, s + n)
+        nxt = s + n if s + n < len(kind) else None
         if k in (EA.K_MAC, EA.K_TREE):
-            assert 1 <= n <= EA.RUN and np.all(part_kind == EA.K_MAC)
-            assert np.all(part_mode == part_mode[0]) and (k == EA.K_TREE) == (part_mode[0] == TREE)
+            assert 1 <= n <= EA.RUN and np.all(kind[part] == EA.K_MAC)
+            assert np.all(mode[part] == mode[s]) and (k == EA.K_TREE) == (mode[s] == TREE)
+            if n < EA.RUN and nxt is not None:
+                assert kind[nxt] != EA.K_MAC or mode[nxt] != mode[s]
+        elif k == EA.K_RDACC:
+            assert 1 <= n <= EA.RUN and np.all(kind[part] == EA.K_RDACC)
+            assert len(set(sbrow[part])) == n and len(set(hrow[part])) == n
+            if n < EA.RUN and nxt is not None:
+                assert kind[nxt] != EA.K_RDACC or sbrow[nxt] in sbrow[part] or hrow[nxt] in hrow[part]
         else:
-            assert n == 1 and part_kind[0] == k
-    # runs are maximal: a MAC segment shorter than RUN ends where the run ends
-    for k, s, n in zip(seg["kind"], seg["start"], seg["len"]):
-        if k in (EA.K_MAC, EA.K_TREE) and n < EA.RUN and s + n < len(kind):
-            assert kind[s + n] != EA.K_MAC or mode[s + n] != mode[s]
+            assert n == 1 and kind[s] == k
 
 
 def test_side_rows_give_the_row_gathers_values(monkeypatch):
