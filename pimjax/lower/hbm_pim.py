@@ -187,6 +187,22 @@ def _runs(flat: np.ndarray, cols: int = 32) -> tuple[np.ndarray, np.ndarray, np.
     return first // cols, first % cols, n
 
 
+def _unique_columns(flat) -> np.ndarray:
+    """Sorted distinct column indices, as `np.unique`, but fast on what the
+    lowering passes: ranges that are already strictly increasing (returned
+    as they are) and bounded non-negative indices (a mask).  `np.unique`
+    took 20 ms a call, half the lowering time of a GEMV 4096² draft."""
+    flat = np.asarray(flat, np.int64)
+    if flat.size < 2 or bool(np.all(flat[1:] > flat[:-1])):
+        return flat
+    lo, hi = int(flat.min()), int(flat.max())
+    if lo >= 0 and hi < 4 * flat.size + (1 << 16):
+        seen = np.zeros(hi + 1, bool)
+        seen[flat] = True
+        return np.flatnonzero(seen)
+    return np.unique(flat)
+
+
 def _host_columns(b: RecordBuilder, op: Op, phase: Phase, layout_id: int, region: dict[int, np.ndarray],
                   cores: int, resident: bool = False) -> None:
     """Host column transfers (single-bank) of a region of every core.
@@ -199,7 +215,7 @@ def _host_columns(b: RecordBuilder, op: Op, phase: Phase, layout_id: int, region
     round-robin over the banks."""
     targets = []
     for bank_sel, flat in region.items():
-        flat = np.unique(flat)
+        flat = _unique_columns(flat)
         for core in range(cores):
             targets.append((2 * core + int(bank_sel), core, flat))
     if not targets:
@@ -239,7 +255,7 @@ def _rearrange(b: RecordBuilder, layout_id: int, region: dict[int, np.ndarray], 
 def _readback(b: RecordBuilder, layout_id: int, layout: TensorLayout, cores: int) -> None:
     """Host reads of the result region, one SB RD per used column per core."""
     pos = layout.positions
-    region = {int(p): np.unique(pos[pos[:, 0] == p, 1] * 32 + pos[pos[:, 0] == p, 2])
+    region = {int(p): _unique_columns(pos[pos[:, 0] == p, 1] * 32 + pos[pos[:, 0] == p, 2])
               for p in np.unique(pos[:, 0])}
     _host_columns(b, Op.RD, Phase.READBACK, layout_id, region, cores)
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from pimjax.hw import get_backend
 from pimjax.lower import lower
+from pimjax.lower.hbm_pim import _unique_columns
 from pimjax.lower.program import Op
 from pimjax.partition import drafts
 from pimjax.partition.baselines import baseline
@@ -185,3 +187,15 @@ def test_data_block_layout_matches_dataflow():
     t_in = 2048 // (d.ki * 16)
     assert np.any(np.diff(off) == (t_in // 2) * bursts)       # jumps over the other tiles
     assert sorted(on) == sorted(off)                          # same blocks, other order
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    st.lists(st.integers(0, 3000), max_size=300),                       # bounded: the mask path
+    st.lists(st.integers(-5, 10**9), max_size=50),                      # sparse / negative: np.unique
+    st.builds(lambda a, n, k: list(range(a, a + n * k, k)),             # increasing ranges: as they are
+              st.integers(0, 10**6), st.integers(0, 200), st.integers(1, 40))))
+def test_unique_columns_equals_np_unique(values):
+    got = _unique_columns(np.array(values, np.int64))
+    want = np.unique(np.array(values, np.int64))
+    assert got.dtype == want.dtype and np.array_equal(got, want)
