@@ -387,18 +387,11 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
     return {"buckets": sums[:, :5], "end": jnp.maximum(end, 0.0), "counts": sums[:, 5:]}
 
 
-def scan_streams(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
-                 features: tuple[str, ...] = ALL_FEATURES) -> dict:
-    """`scan_lanes` with one stream per lane: rec SCAN_FIELDS arrays [N, R],
-    t leaves scalars or [N]; returns buckets [N, 5], end [N], counts [N, 8]."""
-    return scan_lanes(rec, t, banks, banks_per_bg, refresh, features)
-
-
 def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
                 features: tuple[str, ...] = ALL_FEATURES) -> dict:
-    """`scan_streams` of one stream: rec SCAN_FIELDS arrays [R], t scalars.
+    """`scan_lanes` of one stream: rec SCAN_FIELDS arrays [R], t scalars.
     Returns buckets [5], end [] and counts [8]."""
-    out = scan_streams({k: jnp.asarray(v)[None] for k, v in rec.items()}, t, banks, banks_per_bg,
+    out = scan_lanes({k: jnp.asarray(v)[None] for k, v in rec.items()}, t, banks, banks_per_bg,
                        refresh, features)
     return jax.tree.map(lambda v: v[0], out)
 
@@ -455,7 +448,7 @@ def _bucket(n: int, coarse: bool = False) -> int:
     batches): to a power of four up to COARSE_UNTIL records, since a compile
     costs seconds and scanning up to 4x padding of a short stream
     milliseconds.  Beyond MAX_STEPS (one stream longer than a lane block),
-    to a multiple of an eighth of a power of two: there the padding is
+    to a multiple of a sixteenth of a power of two: there the padding is
     scanned, not compiled."""
     n = max(int(n), 1)
     p2 = max(64, 1 << (n - 1).bit_length())
@@ -473,11 +466,10 @@ def _compact(rec: dict) -> dict:
     scan.  Streams are re-padded to their longest (at least one record)."""
     live = rec["n"] > 0
     counts = live.sum(axis=1)
-    if live.shape[0] == 1 or (counts == counts[0]).all() and live[:, :counts[0]].all():
-        if live[:, :counts[0]].all():                       # already compact: a slice
-            return {k: v[:, :max(1, int(counts[0]))] for k, v in rec.items()}
-        if live.shape[0] == 1:
-            return {k: v[:, live[0]] if counts[0] else v[:, :1] for k, v in rec.items()}
+    if (counts == counts[0]).all() and live[:, :counts[0]].all():     # already compact: a slice
+        return {k: v[:, :max(1, int(counts[0]))] for k, v in rec.items()}
+    if live.shape[0] == 1:                                              # one stream: a mask
+        return {k: v[:, live[0]] for k, v in rec.items()}
     R = max(1, int(counts.max()))
     out = {}
     for k, v in rec.items():
@@ -520,19 +512,19 @@ step of fewer pays a fixed per-fusion cost for little work."""
 
 
 def _scan_chunked(streams: dict, t: dict, geo: tuple) -> dict:
-    """`scan_streams` of [N, R] streams (t leaves [N]) in blocks of at most
+    """`scan_lanes` of [N, R] streams, one per lane (t leaves [N]), in blocks of at most
     STREAM_BLOCK streams, one after another (`lax.map`)."""
     banks, per_bg, refresh, features = geo
     N = streams["op"].shape[0]
     if N <= STREAM_BLOCK:
-        return scan_streams(streams, t, banks, per_bg, refresh, features)
+        return scan_lanes(streams, t, banks, per_bg, refresh, features)
     C = -(-N // STREAM_BLOCK)
     pad = C * STREAM_BLOCK - N                              # NOP streams (n = 0), timing of the last
 
     def blocks(x, mode):
         x = jnp.pad(x, ((0, pad),) + ((0, 0),) * (x.ndim - 1), mode=mode)
         return x.reshape((C, STREAM_BLOCK) + x.shape[1:])
-    out = jax.lax.map(lambda b: scan_streams(b[0], b[1], banks, per_bg, refresh, features),
+    out = jax.lax.map(lambda b: scan_lanes(b[0], b[1], banks, per_bg, refresh, features),
                       ({f: blocks(v, "constant") for f, v in streams.items()},
                        {k: blocks(v, "edge") for k, v in t.items()}))
     return jax.tree.map(lambda x: x.reshape((C * STREAM_BLOCK,) + x.shape[2:])[:N], out)

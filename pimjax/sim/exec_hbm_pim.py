@@ -30,7 +30,7 @@ def _write_plan(program: Program, rows: np.ndarray, cols: dict, shape: tuple) ->
     code the operand's flat element there or -1 (padding, written as 0).
     Value-independent, so computed once per program (`program.meta`)."""
     G, C = program.groups, program.cores
-    where = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    size = int(np.prod(shape))
     plan = []
     for lid in np.unique(cols["src"]):
         m = cols["src"] == lid
@@ -42,10 +42,12 @@ def _write_plan(program: Program, rows: np.ndarray, cols: dict, shape: tuple) ->
         bank = 2 * np.arange(C)[:, None] + pos[None, :, 0]                # [C, N]
         prow = np.searchsorted(rows, pos[None, :, 1])
         code[:, bank, prow, pos[None, :, 2], pos[None, :, 3]] = np.where(valid, flat, -1)
-        dst = where[:G, bank_c, row_c, col_c].ravel()                    # [G, n, 16] lanes of the columns
+        dst = np.ravel_multi_index((np.arange(G)[:, None, None], bank_c[None, :, None], row_c[None, :, None],
+                                    col_c[None, :, None], np.arange(16)[None, None, :]),
+                                   shape).ravel()                        # [G, n, 16] lanes of the columns
         code = code[:, bank_c, row_c, col_c].ravel()
         # int32 where it fits: the plan of a 4096 x 4096 GEMV is 2 x 16.8 M entries
-        small = where.size < 2**31 and code.max(initial=0) < 2**31
+        small = size < 2**31 and code.max(initial=0) < 2**31
         plan.append((lay.operand, dst.astype(np.int32) if small else dst,
                      code.astype(np.int32) if small else code))
     return plan
