@@ -362,6 +362,44 @@ def generate(backend: Backend, cases: list[tuple[str, tuple]], plan: Plan, *, se
     return out
 
 
+def relabel(backend: Backend, path: str, progress=None) -> tuple[int, int]:
+    """Simulate every record of the file `path` again with the current
+    lowering and cycle model and rewrite the file (atomically; the drafts and
+    their order stay, only `cycles` / `phases` change).  For a change of the
+    time model: the drafts were chosen by an earlier model, but they are
+    still a valid sample of the space, and their labels must agree with what
+    `sim.cycles` says now.  Returns (records, labels that changed by more
+    than one cycle)."""
+    recs = read_records(path)
+    by_case: dict[str, list[int]] = {}
+    for k, r in enumerate(recs):
+        if r["backend"] == backend.name:
+            by_case.setdefault(_case_key(r["backend"], r["kernel"], r["shape"]), []).append(k)
+    from ..partition.generate import lane_candidates
+    labeller = Labeller(backend)
+    for ci, ks in enumerate(by_case.values()):
+        r0 = recs[ks[0]]
+        case = make_case(backend, r0["kernel"], r0["shape"])
+        table = table_from_rows([recs[k]["row"] for k in ks], lane_candidates(case.op, backend))
+        for j, k in enumerate(ks):
+            labeller.add(k, _try_lower(case, table[j], backend))
+        if progress is not None:
+            progress(ci + 1, len(by_case), f"{r0['kernel']} {r0['shape']}")
+    changed = 0
+    for k, v in labeller.flush():
+        ok = bool(np.isfinite(v[0]))
+        old = recs[k].get("cycles")
+        new = float(v[0]) if ok else None
+        changed += (old is None) != (new is None) or (new is not None and abs(new - old) > 1.0)
+        recs[k] = dict(recs[k], cycles=new, phases=[float(x) for x in v[1:]] if ok else None)
+    tmp = path + ".tmp"
+    if os.path.exists(tmp):
+        os.remove(tmp)
+    append_records(tmp, recs)
+    os.replace(tmp, path)
+    return len(recs), int(changed)
+
+
 def _write(done: list, path: str) -> list[dict]:
     recs = []
     for meta, v in done:

@@ -124,6 +124,8 @@ def main(argv=None) -> int:
                     help="drafts per training shape labelled in each model-driven round (comma list)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--members", type=int, default=1, help="ensemble members (their log-cycles averaged)")
+    ap.add_argument("--relabel", action="store_true",
+                    help="first simulate every cached record again (after a change of the time model)")
     args = ap.parse_args(argv)
     from rich.console import Console
     from rich.table import Table
@@ -136,6 +138,12 @@ def main(argv=None) -> int:
         return 2
     rows = []
     for name in names:
+        if args.relabel:
+            from ..hw import get_backend
+            from .dataset import records_path, relabel
+            t0 = time.time()
+            n, changed = relabel(get_backend(name), records_path(name, args.cache))
+            console.print(f"{name}: relabelled {n} records in {time.time() - t0:.0f} s, {changed} labels changed")
         s = train_backend(name, cache=args.cache, out_dir=args.out, steps1=args.steps1, steps2=args.steps2,
                           seconds=args.seconds, model_top=[int(v) for v in args.model_top.split(",") if v],
                           seed=args.seed, members=args.members, console=console)

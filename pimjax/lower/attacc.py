@@ -69,7 +69,7 @@ from ..partition.draft import Draft
 from ..partition.verify import matrix_and_vector
 from ..trace.ir import Access, Acc, Arg, Const, LoopVar, PimOp, Prim
 from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
-from .program import Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, stack_streams
+from .program import Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, stack_streams, streamed
 from .tiles import CoreTiles, core_tiles
 
 LANES = 16
@@ -421,8 +421,9 @@ def _matrix_positions(gp: _Gemv, geo: Geometry, row_base: int) -> np.ndarray:
 
 def _placement(em: _Emitter, geo: Geometry, layout_id: int, v_total: int, row_base: int,
                cores: int, resident: bool) -> None:
-    """Host writes (WR_S runs, one per bank row) of the virtual columns
-    0 .. v_total-1 of every core, interleaved over bank groups."""
+    """Host writes (runs, one per bank row) of the virtual columns
+    0 .. v_total-1 of every core, interleaved over bank groups (streamed
+    WR_S when the banks span two bank groups or more: `program.streamed`)."""
     v = np.arange(v_total)
     bic, row, col = geo.address(v)
     row = row + row_base
@@ -438,12 +439,13 @@ def _placement(em: _Emitter, geo: Geometry, layout_id: int, v_total: int, row_ba
         for r in runs:
             per_bank.setdefault(int(geo.core_base(c)) + r[0], []).append((c,) + r[1:])
     banks = sorted(per_bank, key=lambda bk: (bk % 4, bk // 4))   # alternate bank groups
+    code = streamed(Op.WR, banks, 4)                               # attacc.md: 4 banks per bank group
     longest = max((len(x) for x in per_bank.values()), default=0)
     for k in range(longest):
         for bk in banks:
             if k < len(per_bank[bk]):
                 c, rw, cl, n = per_bank[bk][k]
-                em.b.add(Op.WR_S, bank=bk, row=rw, col=cl, n=n, phase=Phase.REARRANGE, src=layout_id,
+                em.b.add(code, bank=bk, row=rw, col=cl, n=n, phase=Phase.REARRANGE, src=layout_id,
                          core=c, resident=int(resident))
 
 

@@ -40,7 +40,7 @@ from ..trace.affine import AffineExpr
 from ..trace.ir import Acc, Arg, Const, PimOp, Prim
 from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
 from .program import (LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, chunk, concat,
-                      select_slots, stack_streams)
+                      select_slots, stack_streams, streamed)
 from .tiles import CoreTiles, core_tiles
 
 # rows of the mode / configuration frame (hbm-pim.md)
@@ -160,16 +160,19 @@ def _column_runs(bank: int, flat_cols: np.ndarray, cols: int = 32):
     return runs
 
 
-def _bank_order(banks: list[int], banks_per_bg: int = 4) -> list[int]:
+BANKS_PER_BG = 4      # HBM2 pseudo channel: 4 bank groups of 4 banks (hbm-pim.md)
+
+
+def _bank_order(banks: list[int], banks_per_bg: int = BANKS_PER_BG) -> list[int]:
     """Banks ordered so that consecutive ones alternate bank groups."""
     return sorted(banks, key=lambda b: ((b % banks_per_bg), b // banks_per_bg))
 
 
 # Up to this many columns per group a host transfer is emitted column by
 # column in the controller's interleaved order (exact, row activations
-# exposed); larger transfers use streamed runs (repeat compression: one
-# record per bank row, columns tCCD_S apart, activations overlap the
-# previous run).
+# exposed); larger transfers use runs (repeat compression: one record per
+# bank row; streamed, columns tCCD_S apart, when the banks span two bank
+# groups or more -- `program.streamed`).
 INTERLEAVE_LIMIT = 4096
 
 
@@ -209,10 +212,11 @@ def _host_columns(b: RecordBuilder, op: Op, phase: Phase, layout_id: int, region
 
     region: bank parity -> flat column indices (row * 32 + col).  Like a
     memory controller the host interleaves the banks, in an order that
-    alternates bank groups, so a stream runs at tCCD_S (the link bandwidth).
-    Small transfers are emitted column by column in that order; larger ones
-    (repeat compression) as one streamed run per bank row, the runs
-    round-robin over the banks."""
+    alternates bank groups, so a stream over two bank groups or more runs at
+    tCCD_S (the link bandwidth), one inside a bank group at tCCD_L.  Small
+    transfers are emitted column by column in that order; larger ones
+    (repeat compression) as one run per bank row, the runs round-robin over
+    the banks."""
     targets = []
     for bank_sel, flat in region.items():
         flat = _unique_columns(flat)
@@ -224,7 +228,7 @@ def _host_columns(b: RecordBuilder, op: Op, phase: Phase, layout_id: int, region
     targets.sort(key=lambda t: order.index(t[0]))
     total = sum(len(t[2]) for t in targets)
     per_column = total <= INTERLEAVE_LIMIT
-    code = op if per_column else {Op.RD: Op.RD_S, Op.WR: Op.WR_S}[op]
+    code = op if per_column else streamed(op, [t[0] for t in targets], BANKS_PER_BG)
     cols = {k: [] for k in ("bank", "core", "row", "col", "n", "i", "t")}
     for t, (bank, core, flat) in enumerate(targets):
         if per_column:

@@ -99,7 +99,7 @@ from ..partition.verify import matrix_and_vector
 from ..trace.affine import AffineExpr
 from ..trace.ir import Arg, PimOp, Prim
 from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
-from .program import Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, chunk, stack_streams
+from .program import Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, chunk, stack_streams, streamed
 from .tiles import CoreTiles, core_tiles
 
 LANES = 16                 # bf16 multipliers per bank (PIMFlow §2.1 / Table 1)
@@ -481,9 +481,10 @@ def _bank_order(banks, per_bg: int):
 
 
 # Up to this many columns per group the host writes column by column in the
-# controller's bank-group-interleaved order; larger placements use streamed
-# runs (WR_S: one record per bank row, columns tCCD_S apart) — the policy of
-# the HBM-PIM lowering, so both backends time bulk placement alike.
+# controller's bank-group-interleaved order; larger placements use runs (one
+# record per bank row; streamed WR_S, columns tCCD_S apart, when the banks
+# span two bank groups or more: `program.streamed`) — the policy of the
+# HBM-PIM lowering, so both backends time bulk placement alike.
 INTERLEAVE_LIMIT = 4096
 
 
@@ -505,7 +506,7 @@ def _rearrange(b: RecordBuilder, reads: dict, cols: int, per_bg: int, resident: 
             brk = np.nonzero((np.diff(x) != 1) | (x[1:] // cols != x[:-1] // cols))[0] + 1
             starts = np.concatenate([[0], brk])
             units.append((c, x[starts], np.diff(np.concatenate([starts, [len(x)]]))))
-        op = Op.WR_S
+        op = streamed(Op.WR, order, per_bg)
     bank = np.concatenate([np.full(len(u[1]), u[0]) for u in units])
     flat = np.concatenate([u[1] for u in units])
     cnt = np.concatenate([u[2] for u in units])

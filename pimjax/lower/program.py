@@ -187,6 +187,21 @@ def chunk(op, count: int | None = None, **fields) -> dict[str, np.ndarray]:
     return out
 
 
+def streamed(op: Op, banks, banks_per_bg: int) -> Op:
+    """The opcode of a bulk host transfer (runs of columns, one record per
+    bank row) to `banks`: the streamed RD_S / WR_S, whose columns are timed
+    tCCD_S apart, only when the banks span at least two bank groups -- the
+    controller then alternates bank groups, and tCCD_L <= 2 tCCD_S on every
+    preset, so the stream runs at tCCD_S.  Inside one bank group every
+    column waits tCCD_L for the previous one whatever the order, so the
+    runs are plain RD / WR records (tCCD_L apart), as a column-by-column
+    transfer to the same banks is timed."""
+    groups = {int(b) // banks_per_bg for b in banks}
+    if len(groups) < 2:
+        return op
+    return {Op.RD: Op.RD_S, Op.WR: Op.WR_S}[op]
+
+
 def concat(*chunks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Records of several chunks (or RecordBuilder.build() dicts), in order."""
     parts = [c for c in chunks if c is not None]

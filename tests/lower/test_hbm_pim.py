@@ -199,3 +199,46 @@ def test_unique_columns_equals_np_unique(values):
     got = _unique_columns(np.array(values, np.int64))
     want = np.unique(np.array(values, np.int64))
     assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def _host_write_time(cores: int, columns: int) -> tuple[float, set]:
+    """(cycles, opcodes) of the host writing `columns` columns into each of
+    the two banks of `cores` PIM units (one pseudo-channel, refresh off)."""
+    from pimjax.lower.hbm_pim import _host_columns
+    from pimjax.lower.program import Phase, RecordBuilder
+    from pimjax.sim.cycles import _timing_vector, scan_stream
+    be = get_backend("hbm-pim")
+    b = RecordBuilder()
+    flat = np.arange(columns)
+    _host_columns(b, Op.WR, Phase.REARRANGE, 0, {0: flat, 1: flat}, cores)
+    rec = b.build()
+    arr = {f: np.asarray(rec[f], np.int32) for f in ("op", "bank", "row", "n", "phase", "resident")}
+    arr["pre"] = np.zeros_like(arr["op"])
+    arr["sync"] = np.zeros_like(arr["op"])
+    out = scan_stream(arr, _timing_vector(be.timing), be.group.banks, be.group.banks_per_bank_group, False)
+    return float(out["end"]), set(np.unique(arr["op"]).tolist())
+
+
+@pytest.mark.parametrize("cores", [1, 2, 4])
+def test_bulk_host_writes_are_timed_like_column_by_column_ones(cores):
+    """A transfer above INTERLEAVE_LIMIT columns is emitted as runs (one
+    record per bank row); it must cost per column what the column-by-column
+    emission of the same banks costs, up to the row activations the runs
+    hide: tCCD_L apart inside one bank group (cores 0-1 use banks 0-3),
+    between tCCD_S and tCCD_L when the banks span bank groups."""
+    from pimjax.lower.hbm_pim import INTERLEAVE_LIMIT
+    t = get_backend("hbm-pim").timing
+    small = INTERLEAVE_LIMIT // (2 * cores)                 # column by column
+    large = 2 * small + 64                                  # runs
+    t_small, ops_small = _host_write_time(cores, small)
+    t_large, ops_large = _host_write_time(cores, large)
+    per_small, per_large = t_small / (2 * cores * small), t_large / (2 * cores * large)
+    assert ops_small == {int(Op.WR)}
+    if cores <= 2:                                          # one bank group
+        assert ops_large == {int(Op.WR)}
+        assert t.tCCD_L <= per_large <= per_small
+    else:
+        assert ops_large == {int(Op.WR_S)}
+        assert t.tCCD_S <= per_large < t.tCCD_L
+        assert t.tCCD_S <= per_small
+    assert per_large <= per_small <= 1.25 * per_large       # no jump at the limit
