@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     from rich.table import Table
 
     from pimjax.costmodel.evaluate import default_cases, evaluate_case, supported, table2
-    from pimjax.costmodel.model import CostModel, load_default
+    from pimjax.costmodel.predictor import Predictor, load_default
     from pimjax.hw.presets import get_backend
 
     console = Console(width=max(120, Console().width))
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
             continue
         if b not in models:
             backends[b] = get_backend(b)
-            models[b] = CostModel.load(os.path.join(args.weights, f"{b}.msgpack")) if args.weights \
+            models[b] = Predictor.load(os.path.join(args.weights, f"{b}.msgpack")) if args.weights \
                 else load_default(b)
         r = evaluate_case(models[b], backends[b], k, c["shape"], top_k=args.top_k, cache_dir=args.cache)
         results.append(r)

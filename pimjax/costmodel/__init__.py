@@ -4,13 +4,15 @@ Public names (imported lazily, so `import pimjax` does not pull in Flax):
 
     features(op, draft, backend, shapes=None) -> np.ndarray[F]
     features_table(op, table, backend, shapes=None) -> np.ndarray[n, F]
-    CostModel            update / predict / save / load
-    load_default(name)   the shipped weights of a preset
+    CostModel            update / predict / save / load (training: Flax NNX + optax)
+    Predictor            predict / load (inference only: numpy)
+    load_default(name)   the shipped weights of a preset, as a Predictor
 """
 from importlib import import_module
 
 _EXPORTS = {"features": ".features", "features_table": ".features", "F": ".features",
-            "FEATURE_NAMES": ".features", "CostModel": ".model", "load_default": ".model"}
+            "FEATURE_NAMES": ".features", "CostModel": ".model", "Predictor": ".predictor",
+            "load_default": ".predictor"}
 
 __all__ = sorted(_EXPORTS)
 

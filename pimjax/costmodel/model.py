@@ -26,9 +26,7 @@ same arithmetic as the JAX forward used in training.
 from __future__ import annotations
 
 import json
-import math
 import time
-from importlib import resources
 from functools import partial
 
 import jax
@@ -38,8 +36,7 @@ import optax
 from flax import nnx, serialization
 
 from .features import F, FEATURE_NAMES
-
-FORMAT_VERSION = 1
+from .predictor import FORMAT_VERSION, check_meta, forward, load_default, member_arrays, weights_path  # noqa: F401
 
 
 class MLP(nnx.Module):
@@ -68,12 +65,6 @@ class Ensemble(nnx.Module):
 
 
 PHASES = 4          # rearrangement, compute, readback, merge (sim.report.PHASES)
-
-
-def _gelu_np(x: np.ndarray) -> np.ndarray:
-    # jax.nn.gelu(approximate=True): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-    c = np.float32(math.sqrt(2.0 / math.pi))
-    return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(c * (x + np.float32(0.044715) * x * x * x)))
 
 
 class CostModel:
@@ -177,26 +168,8 @@ class CostModel:
         if X.shape[1] != self.n_features:
             raise ValueError(f"features must have {self.n_features} columns, got {X.shape[1]}")
         if self._np_params is None:
-            pure = nnx.to_pure_dict(nnx.state(self.net, nnx.Param))
-            self._np_params = []
-            for k in range(self.hp["members"]):
-                mk = pure["members"][k]
-                layers = [(np.asarray(mk["layers"][i]["kernel"], np.float32),
-                           np.asarray(mk["layers"][i]["bias"], np.float32)) for i in range(len(self.hidden))]
-                out = (np.asarray(mk["out"]["kernel"], np.float32), np.asarray(mk["out"]["bias"], np.float32))
-                self._np_params.append((layers, out))
-        x = (X - self.x_mean) / self.x_scale
-        logs = []
-        for layers, (wo, bo) in self._np_params:
-            h = x
-            for w, b in layers:
-                h = _gelu_np(h @ w + b)
-            z = (h @ wo + bo).astype(np.float64) * self.y_scale + self.y_mean     # log-cycles [n, heads]
-            if z.shape[1] > 1:                  # total = sum of the phases
-                zm = z.max(axis=1, keepdims=True)
-                z = zm + np.log(np.exp(z - zm).sum(axis=1, keepdims=True))
-            logs.append(z[:, 0])
-        return np.exp(np.mean(logs, axis=0))
+            self._np_params = member_arrays(nnx.to_pure_dict(nnx.state(self.net, nnx.Param)), len(self.hidden))
+        return forward(self._np_params, (X - self.x_mean) / self.x_scale, self.y_mean, self.y_scale)
 
     def save(self, path: str) -> None:
         """Write the model to `path` (msgpack; see module docstring)."""
@@ -224,11 +197,7 @@ class CostModel:
     def _from_bytes(cls, data: bytes, where: str = "<bytes>") -> "CostModel":
         blob = serialization.msgpack_restore(data)
         meta = json.loads(blob["meta"])
-        if meta.get("format") != FORMAT_VERSION:
-            raise ValueError(f"{where}: cost model format {meta.get('format')} != {FORMAT_VERSION}")
-        if meta.get("feature_names") is not None and tuple(meta["feature_names"]) != FEATURE_NAMES:
-            raise ValueError(f"{where}: the model was trained on other features; retrain "
-                             "(python -m pimjax.costmodel.train)")
+        check_meta(meta, where)
         hp = dict(meta["hp"])
         model = cls(meta["n_features"], tuple(meta["hidden"]), **hp, _abstract=True,
                     meta={k: v for k, v in meta.items() if k not in
@@ -317,20 +286,3 @@ class CostModel:
         return {"steps": done, "seconds": round(time.time() - t0, 2), "rows": int(len(y)), "groups": int(G),
                 "loss_first": first, "loss_last": last, "loss": float(tail[:, 0].mean()),
                 "mse": float(tail[:, 1].mean()), "rank": float(tail[:, 2].mean())}
-
-
-def weights_path(backend_name: str) -> str:
-    return str(resources.files("pimjax.costmodel") / "weights" / f"{backend_name}.msgpack")
-
-
-def load_default(backend_name: str) -> CostModel:
-    """The shipped model of a preset ("hbm-pim", "attacc", "newton", "upmem").
-
-    >>> model = load_default("hbm-pim")                                  # doctest: +SKIP
-    >>> model.predict(features_table(op, drafts(op, backend), backend))  # doctest: +SKIP
-    """
-    ref = resources.files("pimjax.costmodel") / "weights" / f"{backend_name}.msgpack"
-    if not ref.is_file():
-        raise FileNotFoundError(f"no shipped cost model for backend {backend_name!r} ({ref}); "
-                                "run `python -m pimjax.costmodel.train --backend NAME`")
-    return CostModel._from_bytes(ref.read_bytes(), str(ref))

@@ -173,7 +173,7 @@ class Tuner:
         if self._model is not None:
             return self._model
         if backend.name not in self._models:
-            from .model import load_default
+            from .predictor import load_default
             self._models[backend.name] = load_default(backend.name)
         return self._models[backend.name]
 

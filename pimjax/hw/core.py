@@ -140,7 +140,11 @@ class HostModel(_Replace):
         """Roofline time in ns for `bytes_moved` bytes and `flops` FLOPs."""
         t_mem = bytes_moved / (self.mem_bandwidth * self.bandwidth_efficiency) * 1e9
         t_cmp = flops / (self.peak_flops * self.flops_efficiency) * 1e9
-        return jax.numpy.maximum(t_mem, t_cmp) + self.launch_overhead_ns
+        if any(isinstance(v, jax.core.Tracer) for v in (t_mem, t_cmp, self.launch_overhead_ns)):
+            return jax.numpy.maximum(t_mem, t_cmp) + self.launch_overhead_ns     # inside jit / vmap
+        # concrete numbers stay numpy: a jnp op outside jit is a dispatch, and its
+        # first use an XLA compile (0.2-0.4 s of a cold pim_jit compile)
+        return np.maximum(t_mem, t_cmp) + self.launch_overhead_ns
 
 
 @pytree_dataclass(static=("n_devices", "groups_per_device"))

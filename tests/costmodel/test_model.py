@@ -81,6 +81,25 @@ def test_save_load_round_trip(tmp_path):
     m2.update(X, y, g, steps=10)
 
 
+@pytest.mark.parametrize("heads,members", [("total", 1), ("phases", 2)])
+def test_numpy_predictor_reads_the_saved_model(tmp_path, heads, members):
+    """What the tuner loads (msgpack + numpy, no Flax) predicts what the
+    trained CostModel predicts, bit for bit."""
+    from pimjax.costmodel.predictor import Predictor
+    X, y, g = _synthetic(n_feat=F, n_groups=6, per=8)
+    phases = np.abs(np.random.default_rng(3).standard_normal((len(y), 4))) * y[:, None] + 1.0
+    m = CostModel(hidden=(16, 8), steps=30, seed=4, heads=heads, members=members)
+    m.update(X, y, g, phases=phases)
+    path = tmp_path / "m.msgpack"
+    m.save(str(path))
+    p = Predictor.load(str(path))
+    assert p.fitted and p.n_features == F and len(p.members) == members
+    np.testing.assert_array_equal(p.predict(X), m.predict(X))
+    np.testing.assert_array_equal(p.predict(X[0]), m.predict(X[:1]))
+    with pytest.raises(ValueError, match="columns"):
+        p.predict(X[:, :5])
+
+
 def test_load_rejects_other_features(tmp_path):
     from flax import serialization
     m = CostModel(hidden=(8,), steps=5)
@@ -93,6 +112,9 @@ def test_load_rejects_other_features(tmp_path):
     path.write_bytes(serialization.msgpack_serialize(blob))
     with pytest.raises(ValueError, match="other features"):
         CostModel.load(str(path))
+    from pimjax.costmodel.predictor import Predictor
+    with pytest.raises(ValueError, match="other features"):
+        Predictor.load(str(path))
 
 
 def test_bad_inputs():

@@ -11,7 +11,7 @@ import pytest
 from pimjax.costmodel.dataset import held_out, simulate
 from pimjax.costmodel.features import F, features_table
 from pimjax.costmodel.kernels import case_drafts, lower_case, make_case
-from pimjax.costmodel.model import load_default
+from pimjax.costmodel.predictor import load_default
 from pimjax.hw.presets import get_backend
 
 

@@ -1,0 +1,166 @@
+"""Inference of a trained cost model in numpy: what the tuner loads.
+
+`model.CostModel` trains with Flax NNX and optax; at compile time the tuner
+only needs the forward pass of the saved weights.  `Predictor` reads the
+same msgpack file (`CostModel.save`) with `msgpack` alone and runs the MLP
+with numpy, so choosing a draft neither imports Flax (0.6 s) nor builds an
+NNX module nor compiles anything.  `CostModel.predict` calls the same
+`forward`, so both give the same numbers bit for bit.
+
+File layout (flax.serialization's msgpack: an ndarray is msgpack ext type 1
+holding the packed tuple (shape, dtype name, C-order bytes); maps may have
+integer keys):
+
+    {"params": {"members": {k: {"layers": {i: {"kernel": [a, b], "bias": [b]}},
+                                "out": {"kernel": [h, heads], "bias": [heads]}}}},
+     "norm": {"x_mean": [F], "x_scale": [F], "y": [2] (mean, scale of log-cycles)},
+     "meta": JSON string (format, n_features, hidden, hp, feature_names, ...)}
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from importlib import resources
+
+import msgpack
+import numpy as np
+
+from .features import FEATURE_NAMES
+
+FORMAT_VERSION = 1
+_EXT_NDARRAY = 1          # flax.serialization._MsgpackExtType.ndarray
+_EXT_NPSCALAR = 3
+
+
+def _ext_hook(code: int, data: bytes):
+    """Decode flax's ndarray / numpy-scalar ext types (never pickle)."""
+    if code in (_EXT_NDARRAY, _EXT_NPSCALAR):
+        shape, dtype, buf = msgpack.unpackb(data, raw=False)
+        arr = np.frombuffer(buf, dtype=np.dtype(dtype)).reshape(shape)
+        return arr[()] if code == _EXT_NPSCALAR else arr
+    return msgpack.ExtType(code, data)
+
+
+def read_blob(data: bytes) -> dict:
+    """The saved pytree of a cost-model file (numpy leaves)."""
+    return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """jax.nn.gelu(approximate=True) in float32:
+    0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    c = np.float32(math.sqrt(2.0 / math.pi))
+    return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(c * (x + np.float32(0.044715) * x * x * x)))
+
+
+Layer = tuple[np.ndarray, np.ndarray]          # (kernel [a, b], bias [b]) float32
+
+
+def forward(members: list[tuple[list[Layer], Layer]], x: np.ndarray, y_mean: float, y_scale: float) -> np.ndarray:
+    """[n] predicted cycles of standardised features x [n, F].
+
+    members: per ensemble member its hidden layers and output layer; each
+    member gives log-cycles (a multi-head member: log of the sum of its
+    phase heads), the members' log-cycles are averaged."""
+    logs = []
+    for layers, (wo, bo) in members:
+        h = x
+        for w, b in layers:
+            h = gelu(h @ w + b)
+        z = (h @ wo + bo).astype(np.float64) * y_scale + y_mean          # log-cycles [n, heads]
+        if z.shape[1] > 1:                                               # total = sum of the phases
+            zm = z.max(axis=1, keepdims=True)
+            z = zm + np.log(np.exp(z - zm).sum(axis=1, keepdims=True))
+        logs.append(z[:, 0])
+    return np.exp(np.mean(logs, axis=0))
+
+
+def member_arrays(params: dict, n_hidden: int) -> list[tuple[list[Layer], Layer]]:
+    """The `forward` weights of a pure parameter dict
+    ({"members": {k: {"layers": {i: ...}, "out": ...}}}, int or str keys)."""
+    def get(d, i):
+        return d[i] if i in d else d[str(i)]
+
+    members = params["members"]
+    out = []
+    for k in range(len(members)):
+        mk = get(members, k)
+        layers = [(np.asarray(get(mk["layers"], i)["kernel"], np.float32),
+                   np.asarray(get(mk["layers"], i)["bias"], np.float32)) for i in range(n_hidden)]
+        out.append((layers, (np.asarray(mk["out"]["kernel"], np.float32), np.asarray(mk["out"]["bias"], np.float32))))
+    return out
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """A trained cost model, inference only (numpy).
+
+    members: `forward` weights; x_mean / x_scale: [F] feature
+    standardisation; y_mean / y_scale: of the log-cycles; meta: the file's
+    metadata (backend, training summary, ...)."""
+    members: tuple
+    x_mean: np.ndarray
+    x_scale: np.ndarray
+    y_mean: float
+    y_scale: float
+    n_features: int
+    meta: dict
+
+    @property
+    def fitted(self) -> bool:
+        return bool(self.meta.get("fitted", False))
+
+    def predict(self, features) -> np.ndarray:
+        """[n] predicted cycles of feature rows [n, F] (`features.features_table`)."""
+        X = np.asarray(features, np.float32)
+        if X.ndim == 1:
+            X = X[None, :]
+        if X.shape[1] != self.n_features:
+            raise ValueError(f"features must have {self.n_features} columns, got {X.shape[1]}")
+        return forward(list(self.members), (X - self.x_mean) / self.x_scale, self.y_mean, self.y_scale)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str = "<bytes>") -> "Predictor":
+        """A Predictor of a file written by `CostModel.save`."""
+        blob = read_blob(data)
+        meta = json.loads(blob["meta"])
+        check_meta(meta, where)
+        y = np.asarray(blob["norm"]["y"], np.float64)
+        return cls(members=tuple(member_arrays(blob["params"], len(meta["hidden"]))),
+                   x_mean=np.asarray(blob["norm"]["x_mean"], np.float32),
+                   x_scale=np.asarray(blob["norm"]["x_scale"], np.float32),
+                   y_mean=float(y[0]), y_scale=float(y[1]), n_features=int(meta["n_features"]), meta=meta)
+
+    @classmethod
+    def load(cls, path: str) -> "Predictor":
+        with open(path, "rb") as f:
+            return cls.from_bytes(f.read(), path)
+
+
+def check_meta(meta: dict, where: str) -> None:
+    """Refuse files of another format or trained on other features."""
+    if meta.get("format") != FORMAT_VERSION:
+        raise ValueError(f"{where}: cost model format {meta.get('format')} != {FORMAT_VERSION}")
+    if meta.get("feature_names") is not None and tuple(meta["feature_names"]) != FEATURE_NAMES:
+        raise ValueError(f"{where}: the model was trained on other features; retrain "
+                         "(python -m pimjax.costmodel.train)")
+
+
+def weights_path(backend_name: str) -> str:
+    """Path of the shipped weights of a preset."""
+    return str(resources.files("pimjax.costmodel") / "weights" / f"{backend_name}.msgpack")
+
+
+def load_default(backend_name: str) -> Predictor:
+    """The shipped model of a preset ("hbm-pim", "attacc", "newton", "upmem"),
+    inference only.
+
+    >>> model = load_default("hbm-pim")                                  # doctest: +SKIP
+    >>> model.predict(features_table(op, drafts(op, backend), backend))  # doctest: +SKIP
+    """
+    ref = resources.files("pimjax.costmodel") / "weights" / f"{backend_name}.msgpack"
+    if not ref.is_file():
+        raise FileNotFoundError(f"no shipped cost model for backend {backend_name!r} ({ref}); "
+                                "run `python -m pimjax.costmodel.train --backend NAME`")
+    return Predictor.from_bytes(ref.read_bytes(), str(ref))
