@@ -12,6 +12,9 @@ Per backend:
    `pimjax/costmodel/weights/<backend>.msgpack` plus a `.json` summary.
 
 Re-running reuses the cached labels, so only training time is paid.
+After a change of the lowering or the time model, `--relabel` first
+simulates every cached record again (`dataset.relabel`: same drafts, new
+labels).
 Training stops at a fixed number of steps (deterministic), or earlier at
 --seconds of training per backend.
 """
