@@ -39,7 +39,7 @@ def _jax_cache(cache: str) -> None:
 
 
 def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: int, seconds: float,
-                  model_top: list[int], seed: int, members: int = 1, console=None) -> dict:
+                  model_top: list[int], seed: int, members: int = 1, console=None, **hp) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..hw.presets import get_backend
@@ -63,7 +63,7 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
         X, y, g, keys = ds.featurise(recs, backend)
         summary["round1_rows"] = int(len(y))
 
-        model = CostModel(seed=seed, steps=steps1, seconds=seconds, members=members)
+        model = CostModel(seed=seed, steps=steps1, seconds=seconds, members=members, **hp)
         fits, fit_seconds, label_seconds = [], 0.0, summary["round1_seconds"]
         for r, top in enumerate(model_top, start=2):
             fit = bar.add_task(f"{name}: fit round {r - 1}", total=steps1, msg="")
@@ -127,6 +127,9 @@ def main(argv=None) -> int:
                     help="drafts per training shape labelled in each model-driven round (comma list)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--members", type=int, default=1, help="ensemble members (their log-cycles averaged)")
+    ap.add_argument("--margin", type=float, default=None,
+                    help="ranking pairs: only drafts more than this apart in log-cycles (model default 0.01)")
+    ap.add_argument("--tau", type=float, default=None, help="ranking hinge scale in log-cycles (default 0.02)")
     ap.add_argument("--relabel", action="store_true",
                     help="first simulate every cached record again (after a change of the time model)")
     args = ap.parse_args(argv)
@@ -149,7 +152,8 @@ def main(argv=None) -> int:
             console.print(f"{name}: relabelled {n} records in {time.time() - t0:.0f} s, {changed} labels changed")
         s = train_backend(name, cache=args.cache, out_dir=args.out, steps1=args.steps1, steps2=args.steps2,
                           seconds=args.seconds, model_top=[int(v) for v in args.model_top.split(",") if v],
-                          seed=args.seed, members=args.members, console=console)
+                          seed=args.seed, members=args.members, console=console,
+                          **{k: v for k, v in (("margin", args.margin), ("tau", args.tau)) if v is not None})
         rows.append(s)
         console.print(f"{name}: {s['rows']} labelled drafts over {s['groups']} shapes; labelling "
                       f"{s['label_seconds']:.0f} s, training {s['train_seconds']:.1f} s, "

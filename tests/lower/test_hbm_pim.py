@@ -242,3 +242,14 @@ def test_bulk_host_writes_are_timed_like_column_by_column_ones(cores):
         assert t.tCCD_S <= per_large < t.tCCD_L
         assert t.tCCD_S <= per_small
     assert per_large <= per_small <= 1.25 * per_large       # no jump at the limit
+
+
+def test_streamed_needs_two_bank_groups():
+    """`program.streamed`: RD_S / WR_S only when the banks span two bank
+    groups (4 banks per group here), the plain opcode otherwise."""
+    from pimjax.lower.program import streamed
+    assert streamed(Op.WR, [0, 1, 2, 3], 4) == Op.WR
+    assert streamed(Op.RD, [5], 4) == Op.RD
+    assert streamed(Op.WR, [0, 4], 4) == Op.WR_S
+    assert streamed(Op.RD, [3, 4], 4) == Op.RD_S
+    assert streamed(Op.WR, [0, 8], 8) == Op.WR_S and streamed(Op.WR, [0, 7], 8) == Op.WR
