@@ -1,11 +1,13 @@
 """Test configuration: strict dtype promotion and rank promotion errors, so
 silent broadcasting or dtype widening in pimjax fails loudly."""
+import gc
 import os
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ["PIMJAX_XLA_CACHE"] = "0"     # see the note below
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
@@ -17,3 +19,17 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 
 settings.register_profile("ci", deadline=None, print_blob=True)
 settings.load_profile("ci")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_executables():
+    """Drop jax's compilation caches after every test module.  XLA:CPU maps
+    about six memory regions per compiled executable and keeps them while
+    the executable lives; one process running the whole suite compiles
+    enough to pass the kernel's vm.max_map_count (65 530 here) and then
+    segfaults inside the next compile (seen 2026-11-22: four single-process
+    runs died in `backend_compile_and_load`, at 15 000 maps after the sim
+    tests alone).  Freed executables unmap their regions."""
+    yield
+    jax.clear_caches()
+    gc.collect()
