@@ -36,7 +36,8 @@ import optax
 from flax import nnx, serialization
 
 from .features import F, FEATURE_NAMES
-from .predictor import FORMAT_VERSION, check_meta, forward, load_default, member_arrays, weights_path  # noqa: F401
+from .predictor import (FORMAT_VERSION, check_meta, feature_rows, forward, load_default,  # noqa: F401
+                        member_arrays, weights_path)
 
 
 class MLP(nnx.Module):
@@ -162,11 +163,7 @@ class CostModel:
 
     def predict(self, features) -> np.ndarray:
         """[n] predicted cycles of feature rows [n, F] (numpy forward)."""
-        X = np.asarray(features, np.float32)
-        if X.ndim == 1:
-            X = X[None, :]
-        if X.shape[1] != self.n_features:
-            raise ValueError(f"features must have {self.n_features} columns, got {X.shape[1]}")
+        X = feature_rows(features, self.n_features)
         if self._np_params is None:
             self._np_params = member_arrays(nnx.to_pure_dict(nnx.state(self.net, nnx.Param)), len(self.hidden))
         return forward(self._np_params, (X - self.x_mean) / self.x_scale, self.y_mean, self.y_scale)

@@ -76,6 +76,17 @@ def forward(members: list[tuple[list[Layer], Layer]], x: np.ndarray, y_mean: flo
     return np.exp(np.mean(logs, axis=0))
 
 
+def feature_rows(features, n_features: int) -> np.ndarray:
+    """Feature rows as float32 [n, F] (one row [F] becomes [1, F]); a
+    ValueError when the width is not `n_features`."""
+    X = np.asarray(features, np.float32)
+    if X.ndim == 1:
+        X = X[None, :]
+    if X.shape[1] != n_features:
+        raise ValueError(f"features must have {n_features} columns, got {X.shape[1]}")
+    return X
+
+
 def member_arrays(params: dict, n_hidden: int) -> list[tuple[list[Layer], Layer]]:
     """The `forward` weights of a pure parameter dict
     ({"members": {k: {"layers": {i: ...}, "out": ...}}}, int or str keys)."""
@@ -113,11 +124,7 @@ class Predictor:
 
     def predict(self, features) -> np.ndarray:
         """[n] predicted cycles of feature rows [n, F] (`features.features_table`)."""
-        X = np.asarray(features, np.float32)
-        if X.ndim == 1:
-            X = X[None, :]
-        if X.shape[1] != self.n_features:
-            raise ValueError(f"features must have {self.n_features} columns, got {X.shape[1]}")
+        X = feature_rows(features, self.n_features)
         return forward(list(self.members), (X - self.x_mean) / self.x_scale, self.y_mean, self.y_scale)
 
     @classmethod
