@@ -36,8 +36,7 @@ import optax
 from flax import nnx, serialization
 
 from .features import F, FEATURE_NAMES
-from .predictor import (FORMAT_VERSION, check_meta, feature_rows, forward, load_default,  # noqa: F401
-                        member_arrays, weights_path)
+from .predictor import FORMAT_VERSION, check_meta, feature_rows, forward, member_arrays
 
 
 class MLP(nnx.Module):

@@ -154,9 +154,13 @@ def check_meta(meta: dict, where: str) -> None:
                          "(python -m pimjax.costmodel.train)")
 
 
+def _weights_ref(backend_name: str):
+    return resources.files("pimjax.costmodel") / "weights" / f"{backend_name}.msgpack"
+
+
 def weights_path(backend_name: str) -> str:
     """Path of the shipped weights of a preset."""
-    return str(resources.files("pimjax.costmodel") / "weights" / f"{backend_name}.msgpack")
+    return str(_weights_ref(backend_name))
 
 
 def load_default(backend_name: str) -> Predictor:
@@ -166,7 +170,7 @@ def load_default(backend_name: str) -> Predictor:
     >>> model = load_default("hbm-pim")                                  # doctest: +SKIP
     >>> model.predict(features_table(op, drafts(op, backend), backend))  # doctest: +SKIP
     """
-    ref = resources.files("pimjax.costmodel") / "weights" / f"{backend_name}.msgpack"
+    ref = _weights_ref(backend_name)
     if not ref.is_file():
         raise FileNotFoundError(f"no shipped cost model for backend {backend_name!r} ({ref}); "
                                 "run `python -m pimjax.costmodel.train --backend NAME`")

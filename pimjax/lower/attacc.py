@@ -69,10 +69,12 @@ from ..partition.draft import Draft
 from ..partition.verify import matrix_and_vector
 from ..trace.ir import Access, Acc, Arg, Const, LoopVar, PimOp, Prim
 from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
-from .program import Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, stack_streams, streamed
+from .program import (Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, bank_order,
+                      stack_streams, streamed)
 from .tiles import CoreTiles, core_tiles
 
 LANES = 16
+BANKS_PER_BG = 4           # attacc.md: 4 banks per bank group
 TREE, MACMODE = 0, 1            # MAC aux: adder-tree / mac mode
 # assumption: a softmax buffer of 8192 FP16 (512 rows of 16) per channel.  attacc.md implies
 # L FP16 per head (the trace generator's maxlen 4096) and the reference pipelines two heads.
@@ -438,8 +440,8 @@ def _placement(em: _Emitter, geo: Geometry, layout_id: int, v_total: int, row_ba
     for c in range(cores):
         for r in runs:
             per_bank.setdefault(int(geo.core_base(c)) + r[0], []).append((c,) + r[1:])
-    banks = sorted(per_bank, key=lambda bk: (bk % 4, bk // 4))   # alternate bank groups
-    code = streamed(Op.WR, banks, 4)                               # attacc.md: 4 banks per bank group
+    banks = bank_order(per_bank, BANKS_PER_BG)
+    code = streamed(Op.WR, banks, BANKS_PER_BG)
     longest = max((len(x) for x in per_bank.values()), default=0)
     for k in range(longest):
         for bk in banks:

@@ -40,7 +40,7 @@ from ..trace.affine import AffineExpr
 from ..trace.ir import Acc, Arg, Const, PimOp, Prim
 from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
 from .program import (LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, chunk, concat,
-                      select_slots, stack_streams, streamed)
+                      bank_order, select_slots, stack_streams, streamed)
 from .tiles import CoreTiles, core_tiles
 
 # rows of the mode / configuration frame (hbm-pim.md)
@@ -163,11 +163,6 @@ def _column_runs(bank: int, flat_cols: np.ndarray, cols: int = 32):
 BANKS_PER_BG = 4      # HBM2 pseudo channel: 4 bank groups of 4 banks (hbm-pim.md)
 
 
-def _bank_order(banks: list[int], banks_per_bg: int = BANKS_PER_BG) -> list[int]:
-    """Banks ordered so that consecutive ones alternate bank groups."""
-    return sorted(banks, key=lambda b: ((b % banks_per_bg), b // banks_per_bg))
-
-
 # Up to this many columns per group a host transfer is emitted column by
 # column in the controller's interleaved order (exact, row activations
 # exposed); larger transfers use runs (repeat compression: one record per
@@ -224,7 +219,7 @@ def _host_columns(b: RecordBuilder, op: Op, phase: Phase, layout_id: int, region
             targets.append((2 * core + int(bank_sel), core, flat))
     if not targets:
         return
-    order = _bank_order([t[0] for t in targets])
+    order = bank_order([t[0] for t in targets], BANKS_PER_BG)
     targets.sort(key=lambda t: order.index(t[0]))
     total = sum(len(t[2]) for t in targets)
     per_column = total <= INTERLEAVE_LIMIT

@@ -99,7 +99,8 @@ from ..partition.verify import matrix_and_vector
 from ..trace.affine import AffineExpr
 from ..trace.ir import Arg, PimOp, Prim
 from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
-from .program import Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, chunk, stack_streams, streamed
+from .program import (Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, bank_order, chunk,
+                      stack_streams, streamed)
 from .tiles import CoreTiles, core_tiles
 
 LANES = 16                 # bf16 multipliers per bank (PIMFlow §2.1 / Table 1)
@@ -474,12 +475,6 @@ def _runs(base: int, ncols: int, cols: int):
     return out
 
 
-def _bank_order(banks, per_bg: int):
-    """Banks ordered so consecutive ones alternate bank groups (a host write
-    stream then runs at tCCD_S, the link rate, rather than tCCD_L)."""
-    return sorted(banks, key=lambda b: (b % per_bg, b // per_bg))
-
-
 # Up to this many columns per group the host writes column by column in the
 # controller's bank-group-interleaved order; larger placements use runs (one
 # record per bank row; streamed WR_S, columns tCCD_S apart, when the banks
@@ -492,7 +487,7 @@ def _rearrange(b: RecordBuilder, reads: dict, cols: int, per_bg: int, resident: 
     """Host writes of every bank column the kernel reads (padding included:
     zeros instead of boundary checks), the banks taken in turn in an order
     that alternates bank groups.  Returns the columns written."""
-    order = _bank_order(list(reads), per_bg)
+    order = bank_order(list(reads), per_bg)
     lists = [np.asarray(reads[c], np.int64) for c in order]
     n = sum(len(x) for x in lists)
     if n == 0:

@@ -187,6 +187,14 @@ def chunk(op, count: int | None = None, **fields) -> dict[str, np.ndarray]:
     return out
 
 
+def bank_order(banks, banks_per_bg: int) -> list:
+    """Banks ordered so that consecutive ones alternate bank groups (bank b
+    is in group b // banks_per_bg): the order a memory controller
+    interleaves a host transfer in, so its columns need only tCCD_S apart
+    (see `streamed`)."""
+    return sorted(banks, key=lambda b: (b % banks_per_bg, b // banks_per_bg))
+
+
 def streamed(op: Op, banks, banks_per_bg: int) -> Op:
     """The opcode of a bulk host transfer (runs of columns, one record per
     bank row) to `banks`: the streamed RD_S / WR_S, whose columns are timed
