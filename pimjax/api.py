@@ -421,9 +421,18 @@ class Compiled:
     def __call__(self, *args):
         leaves = self._check(args)
         graph = self.graph
-        env = {vid: jnp.asarray(leaf, graph.values[vid].dtype) for vid, leaf in zip(graph.inputs, leaves)}
+        # numpy arguments stay numpy until a host op needs them: the PIM
+        # executors read operands on the host side (a gather into bank
+        # memory), so copying a 64 MB weight matrix into a jax array first
+        # (3 ms) would be pure overhead
+        env = {vid: _argument(leaf, graph.values[vid].dtype) for vid, leaf in zip(graph.inputs, leaves)}
         for vid, c in graph.constants.items():
             env[vid] = jnp.asarray(c)
+
+        def on_device(vid):
+            if not isinstance(env[vid], jax.Array):
+                env[vid] = jnp.asarray(env[vid])       # once per value, shared by later host ops
+            return env[vid]
         for p in sorted(self.lowered.plans, key=lambda q: q.index):
             if p.placement == "fused":          # computed by its block's program
                 continue
@@ -434,10 +443,10 @@ class Compiled:
                 info = graph.values[fused.result.value]
                 env[fused.result.value] = jnp.asarray(out).astype(info.dtype).reshape(info.shape)
             else:
-                operands = [env[a.value] for a in p.op.operands]
+                operands = [on_device(a.value) for a in p.op.operands]
                 for r, val in zip(p.op.results, evaluate_op(graph, p.op, operands)):
                     env[r.value] = val
-        outs = [env[v] for v in graph.outputs]
+        outs = [on_device(v) for v in graph.outputs]
         if graph.out_tree is None:
             return outs[0] if len(outs) == 1 else tuple(outs)
         return jax.tree_util.tree_unflatten(graph.out_tree, outs)
@@ -452,6 +461,15 @@ class Compiled:
     def cost_analysis(self) -> dict:
         """Simulated figures; see `Report.to_dict()` for the keys and units."""
         return self.report().to_dict()
+
+
+def _argument(leaf, dtype):
+    """An argument leaf as the compiled input's dtype: jax arrays as jax
+    arrays, anything else as a numpy array (no copy when the dtype already
+    matches)."""
+    if isinstance(leaf, jax.Array):
+        return leaf if leaf.dtype == dtype else leaf.astype(dtype)
+    return np.asarray(leaf, dtype)
 
 
 def baseline_report(plan_: OpPlan, backend: Backend, shapes: dict):
