@@ -113,6 +113,23 @@ def test_staged_api_and_cost_analysis():
     assert "hbm-pim" in str(compiled.report())
 
 
+def test_numpy_and_jax_arguments_give_the_same_jax_arrays():
+    """numpy arguments reach the PIM executor as numpy (no device copy); the
+    results are jax arrays either way, also an argument returned as is and a
+    float64 argument cast to the compiled float32."""
+    W = np.random.default_rng(2).standard_normal((64, 128))
+    x = np.random.default_rng(3).standard_normal(128).astype(np.float32)
+    f = pim_jit(lambda W, x: (jnp.tanh(W @ x), x), backend="hbm-pim", tuner=tuner(),
+                placement="prefer_pim", channels=4)
+    y_np, x_np = f(W, x)
+    y_jax, x_jax = f(jnp.asarray(W, jnp.float32), jnp.asarray(x))
+    for out in (y_np, x_np, y_jax, x_jax):
+        assert isinstance(out, jax.Array) and out.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(y_np), np.asarray(y_jax))
+    np.testing.assert_array_equal(np.asarray(x_np), x)
+    _close(y_np, jnp.tanh(jnp.asarray(W, jnp.float32) @ x), TOL["hbm-pim"])
+
+
 def test_wrong_shapes_raise_a_per_argument_type_error():
     W = np.ones((64, 32), np.float32)
     x = np.ones(32, np.float32)
