@@ -32,6 +32,7 @@ import numpy as np
 
 from ..hw.core import Backend, Timing
 from ..lower.program import Phase, Program, Records
+from .padding import fine, pow2
 from .report import BOUNDS, CycleReport
 from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, N_FLAGS, PRE_ALL,
                      SIDE, STAGGER, STREAM, WAIT, WRITE)
@@ -450,14 +451,10 @@ def _bucket(n: int, coarse: bool = False) -> int:
     milliseconds.  Beyond MAX_STEPS (one stream longer than a lane block),
     to a multiple of a sixteenth of a power of two: there the padding is
     scanned, not compiled."""
-    n = max(int(n), 1)
-    p2 = max(64, 1 << (n - 1).bit_length())
+    p2 = pow2(n, 64)
     if coarse and p2 <= COARSE_UNTIL:
         return p2 if p2.bit_length() % 2 == 1 else 2 * p2      # 64 * 4^k
-    if n > MAX_STEPS:
-        step = p2 // 16
-        return -(-n // step) * step
-    return p2
+    return fine(n) if n > MAX_STEPS else p2
 
 
 def _compact(rec: dict) -> dict:

@@ -32,6 +32,7 @@ import numpy as np
 from ..lower.attacc import HOST_ONE, LANES, TREE, Geometry
 from ..lower.program import Op, Program
 from .execute import expand_runs, finish, register
+from .padding import fine, pow2
 
 _MAC_OPS = (Op.MACAB, Op.MACSB, Op.MACPB, Op.MACBK)
 K_NONE, K_MAC, K_WRGB, K_MVGB, K_MVSB, K_SFM, K_RDACC = range(7)
@@ -51,14 +52,8 @@ NAN_BASE = (NAN_CODE - ONE_CODE) * LANES
 
 
 def _bucket(n: int, lo: int = 8) -> int:
-    return max(lo, 1 << max(0, int(n) - 1).bit_length())
-
-
-def _fine_bucket(n: int) -> int:
-    """n rounded up to 1/16 power-of-two steps (at most 1/16 padding: the
-    operand vector of a big program is hundreds of MB)."""
-    step = max(1, _bucket(n, 16) >> 4)
-    return -(-max(n, 1) // step) * step
+    """Padded table size: a power of two, at least `lo` (8 by default)."""
+    return pow2(n, lo)
 
 
 def _prepare(program: Program) -> dict:
@@ -276,7 +271,7 @@ def _dims(preps: list[dict]) -> dict:
                 K=_bucket(max(max(1, p["masks"].shape[0]) for p in preps), 1),
                 H=_bucket(max(max(1, p["rb"].shape[1]) for p in preps)),
                 E=max(p["E"] for p in preps), size=_bucket(max(p["size"] for p in preps)),
-                V=_fine_bucket(max(int(p["offs"][-1]) for p in preps)))
+                V=fine(max(int(p["offs"][-1]) for p in preps)))
 
 
 def batch_dims(programs: list[Program], *more: dict) -> dict:

@@ -17,6 +17,7 @@ from ..lower.hbm_pim import GRF_B, N_REGS, SRF, Crf
 from ..lower.program import Op, Phase, Program
 from ..lower.layout import global_index
 from .execute import expand_runs, host_merge, register
+from .padding import pow2
 
 _DTYPES = {"backend": np.float16, "wide": np.float32}
 
@@ -72,7 +73,7 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     # 1. host writes of layouts into the banks (rearrangement), into memory
     # padded to powers of two (few distinct shapes, few compiles; the padding
     # computes on NaNs nobody reads)
-    Gp, Cp, Rp = _bucket(G, 1), _bucket(C, 1), _bucket(len(rows), 1)
+    Gp, Cp, Rp = pow2(G), pow2(C), pow2(len(rows))
     shape = (Gp, 2 * Cp, Rp, 32, 16)
     plan = program.meta.get("_hbm_write_plan")
     if plan is None:
@@ -101,7 +102,7 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     # pad the step stream to a power of two with no-op steps (one compile
     # per length bucket instead of one per program)
     n_steps = len(dst)
-    pad = _bucket(n_steps) - n_steps
+    pad = pow2(n_steps, 16) - n_steps
     padded = lambda a, v=0: np.concatenate([np.asarray(a), np.full(pad, v, np.asarray(a).dtype)])  # noqa: E731
     xs = dict(code=jnp.asarray(padded(steps["aux"], Crf.MODE), jnp.int32),
               store=jnp.asarray(padded(steps["op"] == Op.PIM_WR, False)),
@@ -152,11 +153,6 @@ def _srf_values(program: Program, arrays, dtype):
     for slot, (kind, v) in enumerate(program.meta.get("srf", ())):
         srf[slot] = v if kind == "const" else np.ravel(np.asarray(arrays[v]))[0]
     return srf
-
-
-def _bucket(n: int, least: int = 16) -> int:
-    """The next power of two >= n (at least `least`)."""
-    return max(least, 1 << (max(n, 1) - 1).bit_length())
 
 
 @partial(jax.jit, static_argnames=("C", "dtype"))

@@ -45,6 +45,7 @@ import numpy as np
 from ..lower.layout import global_index
 from ..lower.program import Op, Program
 from .execute import finish, register
+from .padding import pow2
 
 _DTYPES = {"backend": jnp.bfloat16, "wide": jnp.float32}
 _FIELDS = ("op", "bank", "row", "col", "n", "reg", "arg", "aux", "core", "src")
@@ -152,12 +153,6 @@ def _resolve(rec, s: int, C: int, L: int, Q: int, buf_cols: int) -> dict:
                 target=target, delivered=delivered, written=written)
 
 
-def _pow2(n: int, floor: int = 1 << 12) -> int:
-    """Padded length (a power of two, at least `floor`) so that programs of
-    similar size share one compile of the arithmetic."""
-    return max(floor, 1 << max(0, int(n - 1).bit_length()))
-
-
 def _index_image(program: Program, written_per_stream, rows: int) -> np.ndarray:
     """[G, C, rows, 32, 16] flat index into the matrix operand of every bank
     lane: -2 where the host never wrote (NaN), -1 on written padding (zero)."""
@@ -238,7 +233,7 @@ def execute_newton(program: Program, arrays, arithmetic: str):
     NS0 = G * QCL + 1
     P0 = int(G * C * program.layouts[program.readback.layout].size)
     # one padded length for all index spaces: a single compile serves many programs
-    B = _pow2(max(E, NS0, P0, k0))
+    B = pow2(max(E, NS0, P0, k0), 1 << 12)      # programs of similar size share a compile
 
     def cat(i, fill, tail=()):
         out = np.full((B,) + tail, fill, np.int32)
