@@ -82,8 +82,9 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
         plan = program.meta["_hbm_write_plan"] = _write_plan(program, rows, cols, shape)
     mem = np.full(shape, np.nan, dtype)
     flat_mem = mem.reshape(-1)
+    values = _OperandValues(arrays, dtype)
     for operand, dst, code in plan:
-        vals = np.ravel(np.asarray(arrays[operand])).astype(dtype)
+        vals = values[operand]
         flat_mem[dst] = np.where(code >= 0, vals[np.maximum(code, 0)], np.zeros((), dtype))
 
     # 2. the kernel: all-bank commands in order
@@ -96,9 +97,9 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     dst = np.where(mac, GRF_B + L % ko, steps["reg"] + steps["t"] * steps["reg_step"])
     ra = np.where(mac, steps["arg"] + L // ko, steps["arg"])
     hrow = np.where(steps["aux"] == Crf.HOST_REG, steps["arg"] + steps["t"], 0)
-    host = _host_values(program, arrays, dtype)                          # [G, rows, 16]
+    host = _host_values(program, values, dtype)                          # [G, rows, 16]
     hv = host[:, hrow] if host.shape[1] else np.zeros((G, len(hrow), 16), dtype)
-    srf = _srf_values(program, arrays, dtype)
+    srf = _srf_values(program, values, dtype)
     # pad the step stream to a power of two with no-op steps (one compile
     # per length bucket instead of one per program)
     n_steps = len(dst)
@@ -137,21 +138,35 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     return host_merge(program, vals.reshape(-1), valid.reshape(-1), flat.reshape(-1), arrays)
 
 
-def _host_values(program: Program, arrays, dtype):
+class _OperandValues(dict):
+    """operand index -> its values flattened in the backend's dtype,
+    converted on first use (an operand several layouts or the host-data
+    rows read is converted once)."""
+
+    def __init__(self, arrays, dtype):
+        super().__init__()
+        self.arrays, self.dtype = arrays, dtype
+
+    def __missing__(self, k):
+        self[k] = np.ravel(np.asarray(self.arrays[k])).astype(self.dtype)
+        return self[k]
+
+
+def _host_values(program: Program, values: _OperandValues, dtype):
     """Values of host-data table 0 ([G, rows, 16]; -1 -> 0)."""
     if not program.host_data or program.host_data[0].shape[1] == 0:
         return np.zeros((program.groups, 0, 16), dtype)
     idx = program.host_data[0]
     k = program.meta["host_data_operands"][0]
-    vals = np.ravel(np.asarray(arrays[k])).astype(dtype)[np.maximum(idx, 0)]
+    vals = values[k][np.maximum(idx, 0)]
     return np.where(idx >= 0, vals, np.zeros((), dtype))
 
 
-def _srf_values(program: Program, arrays, dtype):
+def _srf_values(program: Program, values: _OperandValues, dtype):
     """The 16 SRF scalars: constants and 0-d operands of the body."""
     srf = np.zeros(16, dtype)
     for slot, (kind, v) in enumerate(program.meta.get("srf", ())):
-        srf[slot] = v if kind == "const" else np.ravel(np.asarray(arrays[v]))[0]
+        srf[slot] = v if kind == "const" else values[v][0]
     return srf
 
 
