@@ -27,6 +27,7 @@ import dataclasses
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,7 +146,11 @@ def _slim(program):
 
 class Labeller:
     """Pools lowered programs across cases and simulates them in full
-    batches (`simulate`); `flush` returns the (tag, 5-vector) of each."""
+    batches (`simulate`); `flush` returns the (tag, 5-vector) of each.
+
+    A full batch is simulated on a worker thread while the caller lowers
+    the next one (the scan runs in XLA, which releases the GIL): at most one
+    batch simulates while the next fills."""
 
     def __init__(self, backend: Backend, max_records: int = 8_000_000):
         self.backend = backend
@@ -154,6 +159,8 @@ class Labeller:
         self.tags: list = []
         self.records = 0
         self.done: list = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._running: tuple | None = None          # (tags, future) of the batch on the worker
 
     def add(self, tag, program) -> None:
         """Queue one program (None: it failed to lower; labelled NaN)."""
@@ -166,13 +173,28 @@ class Labeller:
         if self.records >= self.max_records:
             self._run()
 
+    def _collect(self) -> None:
+        """Wait for the batch on the worker, if any, and keep its labels."""
+        if self._running is not None:
+            tags, future = self._running
+            self._running = None
+            self.done += list(zip(tags, future.result()))
+
     def _run(self) -> None:
-        vals = simulate(self.pending, self.backend)
-        self.done += list(zip(self.tags, vals))
+        self._collect()
+        if not self.pending:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="labeller")
+        self._running = (self.tags, self._pool.submit(simulate, self.pending, self.backend))
         self.pending, self.tags, self.records = [], [], 0
 
     def flush(self) -> list:
         self._run()
+        self._collect()
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         out, self.done = self.done, []
         return out
 

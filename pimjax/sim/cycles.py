@@ -24,6 +24,8 @@ The per-group results combine into the program's time as
 from __future__ import annotations
 
 import heapq
+import os
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 import jax
@@ -718,8 +720,31 @@ def _pack_lanes(lengths: np.ndarray, coarse: bool, lanes: int = STREAM_BLOCK) ->
     return blocks
 
 
+SCAN_THREADS = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                           else (os.cpu_count() or 1)))
+"""Lane blocks scanned at once.  One XLA:CPU scan keeps one core busy (its
+steps are a chain of small fusions); jax releases the GIL while it runs, so
+two blocks on two threads take 1.2-1.8x less wall time than one after the
+other (benchmarks/README.md)."""
+
+
+def _split_blocks(blocks: list, parts: int) -> list:
+    """Each block of n >= 32 lanes as up to `parts` blocks of n / k lanes
+    (k <= parts a power of two, n / k >= 16) and the same length: the same
+    lanes, scanned by k threads instead of one."""
+    out = []
+    for n, T, assign in blocks:
+        k = 1
+        while 2 * k <= parts and n // (2 * k) >= LANE_SIZES[0]:       # lane counts stay powers of two
+            k *= 2
+        m = n // k
+        out += [(m, T, part) for part in (assign[j * m:(j + 1) * m] for j in range(k)) if any(part)]
+    return out
+
+
 def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = True,
-                 batch: int = STREAM_BLOCK, coarse: bool | None = None) -> CycleReport:
+                 batch: int = STREAM_BLOCK, coarse: bool | None = None,
+                 threads: int | None = None) -> CycleReport:
     """CycleReports of many programs at once; every field has a leading
     [len(programs)] axis in the input order.
 
@@ -730,7 +755,9 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
 
     coarse: pad lengths to powers of four (up to COARSE_UNTIL): fewer
     compiles, up to 4x the scanning.  Default: for a small set (at most
-    SMALL_BATCH programs, e.g. the tuner's top-k)."""
+    SMALL_BATCH programs, e.g. the tuner's top-k).
+    threads: lane blocks scanned concurrently (default SCAN_THREADS); the
+    numbers do not depend on it."""
     arrs = [program_arrays(p) for p in programs]
     coarse = len(programs) <= SMALL_BATCH if coarse is None else coarse
     t = _timing_vector(backend.timing)
@@ -741,7 +768,9 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
     lengths = np.array([int((arrs[i][kind]["n"][s] > 0).sum()) for i, kind, s in who], np.int64)
     buckets, counts = np.zeros((P, S, 5), np.float32), np.zeros((P, S, 8), np.float32)
     end, resident = np.zeros((P, S), np.float32), np.zeros((P, S), np.float32)
-    for n, T, assign in _pack_lanes(lengths, coarse, batch):
+    threads = SCAN_THREADS if threads is None else max(1, int(threads))
+
+    def block_inputs(n, T, assign):
         block = {f: np.zeros((n, T), np.int32) for f in SCAN_FIELDS}
         block["sid"] = np.full((n, T), -1, np.int32)
         ids = [k for lane in assign for k in lane]
@@ -755,7 +784,21 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
                     block[f][j, off:off + L] = arrs[i][kind][f][s, :L]
                 block["sid"][j, off:off + L] = local[k]
                 off += L
-        out = jax.tree.map(np.asarray, _scan_block(block, t, geo, _batch_size(len(ids), LANE_SIZES)))
+        return block, ids
+
+    def scan(spec):
+        block, ids = block_inputs(*spec)
+        return ids, jax.tree.map(np.asarray, _scan_block(block, t, geo, _batch_size(len(ids), LANE_SIZES)))
+
+    blocks = _pack_lanes(lengths, coarse, batch)
+    if threads > 1:
+        blocks = _split_blocks(blocks, threads)
+    if threads > 1 and len(blocks) > 1:
+        with ThreadPoolExecutor(threads) as pool:
+            results = list(pool.map(scan, blocks))
+    else:
+        results = [scan(b) for b in blocks]
+    for ids, out in results:
         for m, k in enumerate(ids):
             i, kind, s = who[k]
             if kind == "rec":

@@ -2,7 +2,7 @@
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from pimjax.sim.cycles import LANE_SIZES, MAX_BLOCK, MAX_STEPS, _pack_lanes
+from pimjax.sim.cycles import LANE_SIZES, MAX_BLOCK, MAX_STEPS, _pack_lanes, _split_blocks
 
 
 @settings(max_examples=200, deadline=None)
@@ -33,3 +33,20 @@ def test_long_stream_bounds_the_scan_not_the_sum():
     assert len(blocks) == 1
     n, T, assign = blocks[0]
     assert 20_000 <= T <= 20_000 * 9 // 8 and n <= 32
+
+
+@settings(max_examples=100, deadline=None)
+@given(lengths=st.lists(st.integers(0, 5_000), min_size=1, max_size=600), parts=st.sampled_from([1, 2, 3, 4]))
+def test_split_blocks_keep_every_stream_and_the_length(lengths, parts):
+    """Splitting blocks over threads: the same streams, each once, in
+    blocks of the same length T, never below the smallest lane count."""
+    lengths = np.asarray(lengths, np.int64)
+    blocks = _pack_lanes(lengths, coarse=False)
+    split = _split_blocks(blocks, parts)
+    key = lambda bl: sorted(k for _, _, assign in bl for lane in assign for k in lane)   # noqa: E731
+    assert key(split) == key(blocks)
+    assert {T for _, T, _ in split} <= {T for _, T, _ in blocks}
+    for n, T, assign in split:
+        assert n in LANE_SIZES and len(assign) <= n and any(assign)
+    assert all(sum(1 for m, T2, _ in split if T2 == T) <= parts * sum(1 for _, T3, _ in blocks if T3 == T)
+               for _, T, _ in blocks)

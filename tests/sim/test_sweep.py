@@ -33,6 +33,17 @@ def test_batch_equals_single():
     np.testing.assert_array_equal(np.asarray(batch.compute), np.asarray([s.compute for s in single]))
 
 
+def test_batch_on_threads_equals_one_thread():
+    """Blocks scanned on two threads (several blocks: at most 16 lanes
+    each) give the numbers of one thread and of `cycles`."""
+    be, progs = _programs()
+    one = cycles_batch(progs, be, batch=16, threads=1)
+    two = cycles_batch(progs, be, batch=16, threads=2)
+    for field in ("total_cycles", "rearrangement", "compute", "readback", "energy_pj"):
+        np.testing.assert_array_equal(np.asarray(getattr(one, field)), np.asarray(getattr(two, field)))
+    np.testing.assert_array_equal(np.asarray(two.total_cycles), [float(cycles(p, be).total_cycles) for p in progs])
+
+
 def test_batch_with_resident_operands_equals_single():
     """Resident placement is scanned as extra streams of the same batched
     scan; mixed with programs without any, the figures stay those of
