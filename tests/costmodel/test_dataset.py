@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 
-from pimjax.costmodel.dataset import append_records, read_records, relabel, row_of, simulate
+from pimjax.costmodel.dataset import Labeller, append_records, read_records, relabel, row_of, simulate
 from pimjax.costmodel.kernels import case_drafts, lower_case, make_case
 from pimjax.hw.presets import get_backend
 
@@ -27,3 +27,23 @@ def test_relabel_rewrites_stale_labels(tmp_path):
     assert [json.dumps(r["row"], sort_keys=True) for r in out] == [json.dumps(r["row"], sort_keys=True) for r in recs]
     np.testing.assert_allclose([r["cycles"] for r in out], truth[:, 0])
     np.testing.assert_allclose([r["phases"] for r in out], truth[:, 1:])
+
+
+def test_labeller_batches_on_its_worker_give_simulate_labels():
+    """Every program its own batch (max_records 1), simulated on the worker
+    thread while the next is queued, plus a failed lowering: the labels of
+    one `simulate` call, each under its own tag."""
+    be = get_backend("hbm-pim")
+    case = make_case(be, "va", (1000,))
+    table = case_drafts(case, be)
+    progs = [lower_case(case, table[i], be) for i in range(0, len(table), max(1, len(table) // 5))]
+    truth = simulate(progs, be)
+    lab = Labeller(be, max_records=1)
+    for k, p in enumerate(progs):
+        lab.add(("draft", k), p)
+    lab.add("failed", None)
+    got = dict(lab.flush())
+    assert set(got) == {("draft", k) for k in range(len(progs))} | {"failed"}
+    assert np.isnan(got.pop("failed")).all()
+    np.testing.assert_array_equal(np.stack([got[("draft", k)] for k in range(len(progs))]), truth)
+    assert lab.flush() == []
