@@ -189,6 +189,14 @@ class Labeller:
         self._running = (self.tags, self._pool.submit(simulate, self.pending, self.backend))
         self.pending, self.tags, self.records = [], [], 0
 
+    def ready(self) -> list:
+        """The (tag, 5-vector) labels finished so far, without waiting for
+        the batch on the worker."""
+        if self._running is not None and self._running[1].done():
+            self._collect()
+        out, self.done = self.done, []
+        return out
+
     def flush(self) -> list:
         self._run()
         self._collect()
@@ -376,8 +384,7 @@ def generate(backend: Backend, cases: list[tuple[str, tuple]], plan: Plan, *, se
                     "source": src}
             labeller.add(meta, _try_lower(case, table[i], backend))
         out += old
-        if labeller.records == 0 or ci == len(cases) - 1:   # the pool was just simulated
-            out += _write(labeller.flush(), path)
+        out += _write(labeller.ready(), path)       # batches done so far; the worker runs on
         if progress is not None:
             progress(ci + 1, len(cases), f"{kernel} {list(shape)}: {n} drafts, +{len(new_idx)} queued")
     out += _write(labeller.flush(), path)

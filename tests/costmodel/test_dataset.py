@@ -39,10 +39,15 @@ def test_labeller_batches_on_its_worker_give_simulate_labels():
     progs = [lower_case(case, table[i], be) for i in range(0, len(table), max(1, len(table) // 5))]
     truth = simulate(progs, be)
     lab = Labeller(be, max_records=1)
+    early = []
     for k, p in enumerate(progs):
         lab.add(("draft", k), p)
+        early += lab.ready()                 # whatever is done, never waiting
     lab.add("failed", None)
-    got = dict(lab.flush())
+    labels = early + lab.flush()
+    tags = [tag for tag, _ in labels]
+    assert len(tags) == len(set(tags)) == len(progs) + 1         # every tag once, early or at the flush
+    got = dict(labels)
     assert set(got) == {("draft", k) for k in range(len(progs))} | {"failed"}
     assert np.isnan(got.pop("failed")).all()
     np.testing.assert_array_equal(np.stack([got[("draft", k)] for k in range(len(progs))]), truth)
