@@ -20,6 +20,7 @@ Every dtype change is explicit, so the evaluator works under
 from __future__ import annotations
 
 import string
+from functools import partial
 
 import jax
 import jax.extend.core as jcore
@@ -257,8 +258,14 @@ def _einsum_fast_path(op: PimOp, operands):
     if arrays[0].dtype != arrays[1].dtype:
         return None
     out = "".join(letter[v] for v in op.output_vars)
-    return jnp.einsum(f"{specs[0]},{specs[1]}->{out}", *arrays,
-                      preferred_element_type=arrays[0].dtype)
+    return _einsum2(*arrays, spec=f"{specs[0]},{specs[1]}->{out}")
+
+
+@partial(jax.jit, static_argnames=("spec",))
+def _einsum2(a, b, spec: str):
+    """jnp.einsum of two operands under jit: its contraction path (opt_einsum,
+    ~0.2 ms) is found once per (spec, shapes) at trace time, not per call."""
+    return jnp.einsum(spec, a, b, preferred_element_type=a.dtype)
 
 
 # --------------------------------------------------------------------------
