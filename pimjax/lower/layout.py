@@ -45,14 +45,17 @@ def global_index(layout: TensorLayout) -> tuple[np.ndarray, np.ndarray]:
     for expr, lo, hi in layout.bands:
         val, _ = expr.evaluate(env)
         valid &= (val >= lo.reshape((G, C) + (1,) * nv)) & (val < hi.reshape((G, C) + (1,) * nv))
-    flat = np.zeros((G, C) + layout.box, np.int64)
+    # each index stays at its own broadcastable shape (e.g. [G, C, n, 1] for
+    # a row index) until the sum: clipping and scaling full-size copies cost
+    # seconds for a 64 M-element matrix
+    flat = np.zeros((), np.int64)
     stride = 1
     for expr, size in reversed(list(zip(layout.index_map, layout.shape))):
         idx, ok = expr.evaluate(env)
-        idx = np.broadcast_to(idx, valid.shape)
+        idx = np.asarray(idx, np.int64)
         valid &= (idx >= 0) & (idx < size)
         if ok is not None:
-            valid &= np.broadcast_to(ok, valid.shape)
+            valid &= ok
         flat = flat + np.clip(idx, 0, size - 1) * stride
         stride *= size
     flat = np.where(valid, flat, 0)
