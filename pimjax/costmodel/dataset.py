@@ -198,13 +198,14 @@ class Labeller:
         return out
 
     def flush(self) -> list:
+        """Simulate what is pending, wait for it, and return every label not
+        returned yet."""
         self._run()
         self._collect()
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
-        out, self.done = self.done, []
-        return out
+        return self.ready()
 
 
 def label(case: Case, table: DraftTable, idx, backend: Backend) -> np.ndarray:
@@ -435,7 +436,8 @@ def _write(done: list, path: str) -> list[dict]:
         ok = bool(np.isfinite(v[0]))
         recs.append(dict(meta, cycles=float(v[0]) if ok else None,
                          phases=[float(x) for x in v[1:]] if ok else None))
-    append_records(path, recs)
+    if recs:                 # `generate` calls this after every case, mostly with nothing new
+        append_records(path, recs)
     return recs
 
 
