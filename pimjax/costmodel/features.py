@@ -22,7 +22,10 @@ Feature groups (all sizes log2(1 + x) unless noted):
             tiles sorted (draft-level) and padded to `SLOTS`.
 * tiling  — groups / cores used (and fractions of the mesh), worst-core
             loop lengths (outputs, reduction, elements, lane variable),
-            lane utilisation, footprint per core, capacity share.
+            lane utilisation, footprint per core, capacity share; per
+            operand the host-contiguous runs of a core's tile (`_runs`:
+            how many separate pieces a transfer of it moves) and the
+            shortest run in bytes.
 * knobs   — one-hots of reduction, dataflow, ki, ko, granularity,
             irregular, tasklets, wram_tile, buffers; lane flags.
 * hw      — lanes, mesh, registers, buffers, bank geometry, timing (tCK
@@ -64,7 +67,8 @@ _TILING = ["groups_used", "cores_used", "total_cores", "groups_frac", "cores_fra
            "core_outputs", "core_reduction", "core_elements", "lane_len", "lane_util", "lane_cols",
            "footprint", "footprint_bytes", "capacity_frac", "waste_total", "red_split", "red_split_groups",
            "in0_core", "in1_core", "in2_core", "in0_copies", "in1_copies", "in2_copies",
-           "in0_core_copies", "in1_core_copies", "in2_core_copies"]
+           "in0_core_copies", "in1_core_copies", "in2_core_copies",
+           "in0_runs", "in1_runs", "in2_runs", "out_runs", "min_run_bytes"]
 _KNOBS = (["red_complete", "red_host", "red_group", "df_os", "df_is"]
           + [f"ki_{k}" for k in KI_KO] + [f"ko_{k}" for k in KI_KO]
           + ["gran_broadcast", "gran_core", "irr_expand", "irr_keep"]
@@ -221,6 +225,25 @@ def _expr_extent(expr, lens: dict, size: int, n: int) -> np.ndarray:
     return np.minimum(span + 1, size)
 
 
+def _runs(acc, lens: dict, shape, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """([n] runs, [n] elements per run) of one core's tile of an operand in
+    its row-major host tensor: a run is a maximal host-contiguous piece (the
+    trailing dimensions the tile covers whole, times the extent in the first
+    one it cuts).  A tile cut in its last dimension moves as many pieces as
+    it has rows, and every piece is a transfer call (UPMEM) or a partial
+    column (DRAM PIM) of its own."""
+    ext = [_expr_extent(e, lens, size, n) for e, size in zip(acc.index_map, shape)]
+    run = np.ones(n, np.int64)
+    whole = np.ones(n, bool)                   # every dimension after this one is covered whole
+    for e, size in zip(reversed(ext), reversed(list(shape))):
+        run = np.where(whole, run * e, run)
+        whole = whole & (e >= size)
+    total = np.ones(n, np.int64)
+    for e in ext:
+        total = total * e
+    return _cdiv(total, np.maximum(run, 1)), run
+
+
 def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None = None) -> np.ndarray:
     """[n, F] float32 features of every draft of `table` (see module docstring).
 
@@ -307,7 +330,7 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
         if info.set_red[si]:
             red_split = red_split * np.minimum(tiles[:, si], used_tiles[:, si])
             red_split_g = red_split_g * G[:, si]
-    in_core, in_copies, in_core_copies = [], [], []
+    in_core, in_copies, in_core_copies, in_runs = [], [], [], []
     for acc in info.inputs:
         shp = shapes[acc.value]
         fp = np.ones(n, np.int64)
@@ -321,15 +344,21 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
         in_core.append(fp)
         in_copies.append(dg * dc)               # distinct tiles of this input
         in_core_copies.append(dc)               # distinct tiles within one group
+        in_runs.append(_runs(acc, lens, shp, n))
     while len(in_core) < 3:
         in_core.append(np.zeros(n, np.int64))
         in_copies.append(np.zeros(n, np.int64))
         in_core_copies.append(np.zeros(n, np.int64))
+        in_runs.append((np.zeros(n, np.int64), np.zeros(n, np.int64)))
+    out_runs = _runs(op_.result, lens, shapes[op_.result.value], n)
+    run_elems = [r[1] for r in in_runs if r[1].any()] + [out_runs[1]]
+    min_run_bytes = np.minimum.reduce(run_elems) * eb
     cols += [_l2(g_used), _l2(c_used), _l2(total), g_used / backend.n_groups,
              c_used / backend.cores_per_group, total / backend.n_cores, _l2(outs), _l2(redl), _l2(elems),
              _l2(lane_len), lane_util, _l2(lane_cols), _l2(foot), _l2(foot * eb), foot * eb / cap,
              np.log2(np.maximum(waste, 1.0)), _l2(red_split), _l2(red_split_g)]
     cols += [_l2(x) for x in in_core] + [_l2(x) for x in in_copies] + [_l2(x) for x in in_core_copies]
+    cols += [_l2(r[0]) for r in in_runs] + [_l2(out_runs[0]), _l2(min_run_bytes)]
 
     # ---- knobs -------------------------------------------------------------------
     red_k, df, ki, ko = (np.asarray(table.column(c)) for c in ("reduction", "dataflow", "ki", "ko"))

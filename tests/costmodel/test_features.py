@@ -2,6 +2,8 @@
 numbers from `features` (one Draft) and `features_table` (columns)."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pimjax.costmodel.dataset import row_of, table_from_rows
 from pimjax.costmodel.features import F, FEATURE_NAMES, features, features_table
@@ -77,3 +79,29 @@ def test_empty_table():
     case = make_case(be, "va", (64,))
     table = case_drafts(case, be).take(np.zeros(0, np.int64))
     assert features_table(case.op, table, be).shape == (0, F)
+
+
+def _brute_runs(box, shape):
+    """Maximal host-contiguous runs of a tile box[k] x ... anchored at the
+    origin of a row-major tensor `shape`: (runs, elements in the first)."""
+    idx = np.stack(np.meshgrid(*[np.arange(b) for b in box], indexing="ij"), -1).reshape(-1, len(box))
+    lin = np.sort(np.ravel_multi_index(idx.T, shape))
+    breaks = np.flatnonzero(np.diff(lin) != 1)
+    first = (breaks[0] + 1) if breaks.size else lin.size
+    return breaks.size + 1, first
+
+
+@given(shape=st.lists(st.integers(1, 9), min_size=1, max_size=3).map(tuple), data=st.data())
+@settings(max_examples=60, deadline=None)
+def test_runs_match_a_brute_force_count(shape, data):
+    """`_runs` (closed form over the index map) counts the host-contiguous
+    pieces of a core's tile like enumerating its elements does."""
+    from pimjax.costmodel.features import _runs
+    from pimjax.kernels import kernel_op
+    op, _ = kernel_op("va", list(shape))
+    acc = op.operands[0]
+    box = tuple(data.draw(st.integers(1, s)) for s in shape)
+    # each index-map dimension of an elementwise op is one loop variable
+    lens = {e.terms[0][0]: np.array([b]) for e, b in zip(acc.index_map, box)}
+    runs, run = _runs(acc, lens, shape, 1)
+    assert (int(runs[0]), int(run[0])) == _brute_runs(box, shape)
