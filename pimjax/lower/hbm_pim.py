@@ -40,7 +40,7 @@ from ..trace.affine import AffineExpr
 from ..trace.ir import Acc, Arg, Const, PimOp, Prim
 from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
 from .program import (LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, chunk, concat,
-                      bank_order, select_slots, stack_streams, streamed)
+                      bank_order_key, select_slots, stack_streams, streamed)
 from .tiles import CoreTiles, core_tiles
 
 # rows of the mode / configuration frame (hbm-pim.md)
@@ -219,8 +219,8 @@ def _host_columns(b: RecordBuilder, op: Op, phase: Phase, layout_id: int, region
             targets.append((2 * core + int(bank_sel), core, flat))
     if not targets:
         return
-    order = bank_order([t[0] for t in targets], BANKS_PER_BG)
-    targets.sort(key=lambda t: order.index(t[0]))
+    # in bank_order (the target banks are distinct, so this is the same order)
+    targets.sort(key=lambda t: bank_order_key(t[0], BANKS_PER_BG))
     total = sum(len(t[2]) for t in targets)
     per_column = total <= INTERLEAVE_LIMIT
     code = op if per_column else streamed(op, [t[0] for t in targets], BANKS_PER_BG)

@@ -190,12 +190,18 @@ def chunk(op, count: int | None = None, **fields) -> dict[str, np.ndarray]:
     return out
 
 
+def bank_order_key(bank: int, banks_per_bg: int) -> tuple[int, int]:
+    """Sort key of `bank_order`: the bank's place within its bank group
+    first, then the group."""
+    return bank % banks_per_bg, bank // banks_per_bg
+
+
 def bank_order(banks, banks_per_bg: int) -> list:
     """Banks ordered so that consecutive ones alternate bank groups (bank b
     is in group b // banks_per_bg): the order a memory controller
     interleaves a host transfer in, so its columns need only tCCD_S apart
     (see `streamed`)."""
-    return sorted(banks, key=lambda b: (b % banks_per_bg, b // banks_per_bg))
+    return sorted(banks, key=lambda b: bank_order_key(b, banks_per_bg))
 
 
 def streamed(op: Op, banks, banks_per_bg: int) -> Op:
