@@ -96,6 +96,23 @@ def _arg_leaf_ids(fn, args, graph: PimGraph) -> dict:
     return out
 
 
+def _positional(fn, args: tuple, kwargs: dict) -> tuple:
+    """`args` with `kwargs` bound to their parameters' positions (the graph's
+    inputs are the positional leaves; `resident` names map to positions).
+    Keyword-only parameters cannot be inputs: a TypeError says so."""
+    if not kwargs:
+        return args
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except ValueError as err:
+        raise TypeError(f"keyword arguments need a function with a signature: {err}") from None
+    if bound.kwargs:
+        raise TypeError(f"argument(s) {', '.join(sorted(bound.kwargs))} cannot be passed by position "
+                        "(keyword-only, or after a skipped default); pim_jit's inputs are positional — "
+                        "close over constants instead")
+    return tuple(bound.args)
+
+
 def _shapes(graph: PimGraph) -> dict:
     return {i: v.shape for i, v in enumerate(graph.values)}
 
@@ -139,7 +156,8 @@ class PimFunction:
         self.placement = placement
         self.fn = fn
         self.backend = backend if isinstance(backend, Backend) else get_backend(backend, **backend_options)
-        self.resident = tuple(resident)
+        # one name or position, or a sequence of them ("W" is one name, not "W"'s letters)
+        self.resident = (resident,) if isinstance(resident, (str, int)) else tuple(resident)
         if tuner is None or isinstance(tuner, str):
             tuner = Tuner(mode=tuner or "predict", cache=cache)
         self.tuner = tuner
@@ -152,18 +170,20 @@ class PimFunction:
 
     def _signature(self, args) -> tuple:
         leaves, tree = jax.tree_util.tree_flatten(args)
-        return (tree, tuple((tuple(np.shape(x)), str(jnp.asarray(x).dtype) if not hasattr(x, "dtype")
-                             else str(x.dtype)) for x in leaves))
+        return (tree, tuple(_leaf_signature(x) for x in leaves))
 
-    def trace(self, *args) -> "Traced":
-        """Trace for these argument shapes (arrays or ShapeDtypeStructs)."""
+    def trace(self, *args, **kwargs) -> "Traced":
+        """Trace for these argument shapes (arrays or ShapeDtypeStructs);
+        keyword arguments are bound to their positions."""
+        args = _positional(self.fn, args, kwargs)
         return Traced(self, make_graph(self.fn, *args), args)
 
-    def lower(self, *args) -> "Lowered":
+    def lower(self, *args, **kwargs) -> "Lowered":
         """Shortcut for `trace(*args).lower()`, as in JAX."""
-        return self.trace(*args).lower()
+        return self.trace(*args, **kwargs).lower()
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        args = _positional(self.fn, args, kwargs)
         sig = self._signature(args)
         compiled = self._compiled.get(sig)
         if compiled is None:
@@ -203,6 +223,7 @@ class Traced:
     def __init__(self, owner: PimFunction, graph: PimGraph, args):
         self.owner, self.graph = owner, graph
         self._args = args
+        self.in_tree = jax.tree_util.tree_structure(args)
         self.in_avals = [(v.shape, v.dtype) for v in (graph.values[i] for i in graph.inputs)]
 
     def as_text(self) -> str:
@@ -261,6 +282,8 @@ def _plan_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids,
         choice, why = None, f"cannot lower the attention block: {err}"
     else:
         why = "no draft of the attention block fits"
+    if choice is None and placement == "pim":
+        _refuse(score, backend, why)
     if choice is None or (placement == "auto" and float(choice.report.total_ns) >= h_ns):
         if choice is not None:
             why = (f"{backend.system.host.name} roofline {h_ns:,.0f} ns beats the attention block on "
@@ -301,8 +324,8 @@ def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = fr
                 _refuse(op, backend, why)
             plans.append(OpPlan(i, op, "host", why, h_ns))
             continue
-        dtype = next((dtypes[a.value] for a in op.operands if a.index_map), dtypes[op.result.value])
-        ok, why = _support(op, backend, dtype)
+        data = [dtypes[a.value] for a in op.operands if a.index_map] + [dtypes[op.result.value]]
+        ok, why = op_support(op, backend, dtype=data)
         if not ok:
             if placement == "pim":
                 _refuse(op, backend, why)
@@ -312,11 +335,13 @@ def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = fr
         opts = {"resident": res, "result_dtype": dtypes[op.result.value]}
         try:
             choice = tuner.choose(op, backend, shapes, dtypes, **opts)
+            why = "no draft fits the backend's resources"
         except PimCompileError as err:
-            plans.append(OpPlan(i, op, "host", f"cannot lower: {err}", h_ns))
-            continue
+            choice, why = None, f"cannot lower: {err}"
         if choice is None:
-            plans.append(OpPlan(i, op, "host", "no draft fits the backend's resources", h_ns))
+            if placement == "pim":
+                _refuse(op, backend, why)
+            plans.append(OpPlan(i, op, "host", why, h_ns))
             continue
         pim_ns = float(choice.report.total_ns)
         if placement != "auto":
@@ -341,13 +366,6 @@ def _refuse(op: PimOp, backend: Backend, why: str):
     raise PimCompileError(f"{prim} at {op.source or '?'} cannot run on {backend.name}: {why}")
 
 
-def _support(op: PimOp, backend: Backend, dtype) -> tuple[bool, str]:
-    try:
-        return op_support(op, backend, dtype=dtype)
-    except TypeError:                      # op_support without a dtype argument
-        return op_support(op, backend)
-
-
 class Lowered:
     """Chosen drafts and programs; predicted cost (see module docstring)."""
 
@@ -368,6 +386,8 @@ class Lowered:
             if p.placement == "pim":
                 lines.append(f"    -> PIM ({self.backend.name}): {describe_draft(p.draft_op, p.draft)}")
                 lines.append("       " + p.program.as_text(max_lines=8).replace("\n", "\n       "))
+            elif p.placement == "fused":
+                lines.append(f"    -> fused: {p.reason}")
             else:
                 lines.append(f"    -> host: {p.reason}")
         return "\n".join(lines)
@@ -376,13 +396,14 @@ class Lowered:
         """Predicted figures (cost model), keys:
 
         predicted_cycles: sum over PIM ops of the predicted cycles of their
-            chosen drafts (PIM command clock, `clock_ghz`);
+            chosen drafts (PIM command clock, `clock_ghz`); NaN when an op's
+            draft has no prediction (the exhaustive tuner predicts nothing);
         predicted_ns: the same in ns; host_ns: host-roofline time of the ops
             kept on the host; clock_ghz: 1 / tCK; ops: per-op dicts
             {index, name, placement, predicted_cycles, host_ns}."""
         tck = float(self.backend.timing.tCK)
         pim = [p for p in self.plans if p.placement == "pim"]
-        pred = float(np.nansum([p.predicted_cycles for p in pim]))
+        pred = float(sum(p.predicted_cycles for p in pim))
         return {"predicted_cycles": pred, "predicted_ns": pred * tck,
                 "host_ns": float(sum(p.host_ns for p in self.plans if p.placement == "host")),
                 "clock_ghz": 1.0 / tck,
@@ -403,23 +424,31 @@ class Compiled:
         self._report = None
 
     def _check(self, args):
+        """The argument leaves, or a TypeError naming every argument whose
+        shape or dtype differs from the compiled ones (as a jax `Compiled`
+        does; dtypes compared after jax's canonicalisation, so a float64
+        numpy array passes for float32 when x64 is off)."""
         leaves, tree = jax.tree_util.tree_flatten(args)
         ins = self.graph.inputs
         if len(leaves) != len(ins):
             raise TypeError(f"compiled for {len(ins)} array arguments, got {len(leaves)}")
+        expected = self.lowered.traced.in_tree
+        if expected is not None and tree != expected:
+            raise TypeError(f"compiled for arguments of structure {expected}, got {tree}")
         bad = []
         for vid, leaf in zip(ins, leaves):
             info = self.graph.values[vid]
             shape = tuple(np.shape(leaf))
-            if shape != tuple(info.shape):
-                bad.append(f"argument {info.name}: compiled for shape {tuple(info.shape)} "
-                           f"{info.dtype}, got {shape}")
+            dtype = jax.dtypes.canonicalize_dtype(_leaf_signature(leaf)[1])
+            if shape != tuple(info.shape) or dtype != np.dtype(info.dtype):
+                bad.append(f"argument {info.name}: compiled for {info.dtype}{list(info.shape)}, "
+                           f"got {dtype}{list(shape)}")
         if bad:
             raise TypeError("; ".join(bad))
         return leaves
 
-    def __call__(self, *args):
-        leaves = self._check(args)
+    def __call__(self, *args, **kwargs):
+        leaves = self._check(_positional(self.lowered.traced.owner.fn, args, kwargs))
         graph = self.graph
         # numpy arguments stay numpy until a host op needs them: the PIM
         # executors read operands on the host side (a gather into bank
@@ -461,6 +490,17 @@ class Compiled:
     def cost_analysis(self) -> dict:
         """Simulated figures; see `Report.to_dict()` for the keys and units."""
         return self.report().to_dict()
+
+
+def _leaf_signature(x) -> tuple:
+    """(shape, dtype, weak) of an argument leaf: what its trace depends on.
+    Weak types matter as in jax: `f(x16, 2.0)` promotes to float16,
+    `f(x16, np.float32(2))` to float32, so they are different compiles."""
+    if isinstance(x, (bool, int, float, complex)):           # Python scalars are weakly typed
+        return ((), str(jnp.asarray(x).dtype), True)
+    if hasattr(x, "dtype"):
+        return (tuple(np.shape(x)), str(x.dtype), bool(getattr(x, "weak_type", False)))
+    return (tuple(np.shape(x)), str(jnp.asarray(x).dtype), False)
 
 
 def _argument(leaf, dtype):

@@ -108,7 +108,9 @@ class Report:
         with cycles / ns and the breakdown in cycles (rearrangement_cycles,
         compute_cycles, readback_cycles, merge_cycles), energy_pj, gpu_ns,
         baseline_ns (baseline mapping), speedup_gpu, speedup_baseline,
-        placement, reason, draft."""
+        placement, reason, draft.  A figure that does not exist (the
+        baseline of a host op, the speedup of an op fused into a block's
+        program) is None, so the dict is strict JSON."""
         ops = []
         for o in self.ops:
             d = {k: getattr(o, k) for k in ("index", "name", "placement", "reason", "draft", "cycles", "ns",
@@ -118,10 +120,10 @@ class Report:
                 d[f"{k}_cycles"] = getattr(o, k if k != "resident" else "resident_cycles")
             d["speedup_gpu"] = o.speedup_gpu
             d["speedup_baseline"] = o.speedup_baseline
-            ops.append(d)
+            ops.append({k: _none_if_nan(v) for k, v in d.items()})
         return {"backend": self.backend, "host": self.host, "clock_ghz": self.clock_ghz,
                 "total_ns": self.total_ns, "gpu_ns": self.gpu_ns,
-                "speedup_gpu": self.gpu_ns / self.total_ns if self.total_ns else float("nan"),
+                "speedup_gpu": self.gpu_ns / self.total_ns if self.total_ns else None,
                 "resident_ns": self.resident_ns, "energy_pj": self.energy_pj, "ops": ops}
 
     def table(self):
@@ -139,7 +141,7 @@ class Report:
             t.add_row(str(o.index), o.name, o.placement, o.draft if o.placement == "pim" else o.reason,
                       f"{o.cycles:,.0f}" if o.placement == "pim" else "", f"{o.ns:,.0f}", pct,
                       f"{o.energy_pj / 1e3:,.1f}" if o.energy_pj else "",
-                      f"{o.speedup_gpu:.2f}x", "" if np.isnan(o.speedup_baseline) else f"{o.speedup_baseline:.2f}x")
+                      _times(o.speedup_gpu), _times(o.speedup_baseline))
         t.caption = (f"total {self.total_ns:,.0f} ns vs GPU-only {self.gpu_ns:,.0f} ns "
                      f"({self.gpu_ns / self.total_ns if self.total_ns else float('nan'):.2f}x); "
                      f"resident placement {self.resident_ns:,.0f} ns once")
@@ -150,6 +152,15 @@ class Report:
         buf = io.StringIO()
         Console(file=buf, width=160, force_terminal=False).print(self.table())
         return buf.getvalue()
+
+
+def _none_if_nan(v):
+    return None if isinstance(v, float) and np.isnan(v) else v
+
+
+def _times(x: float) -> str:
+    """A speedup for the table ("" when it does not exist)."""
+    return "" if np.isnan(x) else f"{x:.2f}x"
 
 
 def build_report(compiled) -> Report:

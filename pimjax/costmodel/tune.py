@@ -20,6 +20,7 @@ reported with a warning and rebuilt, never a crash).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -64,11 +65,30 @@ def cache_key(op: PimOp, shapes: dict, backend: Backend, dtypes: dict | None = N
         "op": op_signature(op),
         "shapes": [list(shapes[v]) for v in vids],
         "dtypes": [str((dtypes or {}).get(v, "")) for v in vids],
-        "backend": [backend.name, backend.variant, backend.n_groups, backend.cores_per_group,
-                    backend.core.lanes, backend.core.dtype],
+        "backend": backend_fingerprint(backend),
         "options": sorted((k, repr(v)) for k, v in (options or {}).items()),
     }, sort_keys=True)
     return hashlib.sha1(blob.encode()).hexdigest()
+
+
+def backend_fingerprint(backend: Backend) -> str:
+    """sha1 of every field of `backend` (timings, geometry, link, host):
+    a swept or edited hardware is another cache entry.  Canonical across
+    processes (sets sorted, arrays as lists), so a JSON cache file keeps
+    its hits."""
+    def canon(x):
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            return {f.name: canon(getattr(x, f.name)) for f in dataclasses.fields(x)}
+        if isinstance(x, (set, frozenset)):
+            return sorted(canon(v) for v in x)
+        if isinstance(x, (list, tuple)):
+            return [canon(v) for v in x]
+        if isinstance(x, dict):
+            return {str(k): canon(v) for k, v in sorted(x.items())}
+        if isinstance(x, (str, bool, int, float)) or x is None:
+            return x
+        return np.asarray(x).tolist()
+    return hashlib.sha1(json.dumps(canon(backend), sort_keys=True).encode()).hexdigest()
 
 
 def draft_to_dict(d: Draft) -> dict:
@@ -182,6 +202,11 @@ class Tuner:
         from .features import features_table
         return np.asarray(self.model_for(backend).predict(features_table(op, table, backend, shapes)))
 
+    def _predict_one(self, op: PimOp, draft, backend: Backend, shapes: dict) -> float:
+        """Predicted cycles of one draft outside the table (the baseline)."""
+        from .features import features
+        return float(np.asarray(self.model_for(backend).predict(features(op, draft, backend, shapes)[None]))[0])
+
     # -- choosing --------------------------------------------------------------
     def choose(self, op: PimOp, backend: Backend, shapes: dict, dtypes: dict | None = None,
                lower_fn=None, keep=None, tag: str = "", **lower_options) -> Choice | None:
@@ -194,7 +219,8 @@ class Tuner:
         self._lower = lower_fn or lower
         key = cache_key(op, shapes, backend, dtypes, {**lower_options, "#tag": tag})
         hit = self.cache.get(key)
-        if hit is not None:
+        # an exhaustive tuner trusts only exhaustive entries; the others take any
+        if hit is not None and (self.mode != "exhaustive" or hit.get("mode") == "exhaustive"):
             draft = draft_from_dict(hit["draft"])
             program = self._lower(op, draft, backend, shapes, **lower_options)
             return Choice(draft, program, cycles_pooled(program, backend), hit.get("predicted", float("nan")),
@@ -253,7 +279,7 @@ class Tuner:
                 pass
             else:
                 drafts.append(base)
-                predicted.append(float("nan"))
+                predicted.append(self._predict_one(op, base, backend, shapes))
         programs, totals, report = self._simulate(op, drafts, backend, shapes, lower_options, programs)
         choice = self._pick(drafts, programs, totals, report, predicted, "predict", len(drafts), len(table))
         # the baseline's report from the same batch: the api's speedup over the

@@ -432,7 +432,8 @@ def newton(*, channels: int = 16, buffers: int = 4, clock: str = "pimflow",
         n_output_regs=buffers,            # PIMFlow §2.1: result latches; assumption: one per global buffer
                                           #   (GWRITE_4 + COMP produce 4 partial dot products per bank)
         reg_bytes=4,                      # assumption: FP32 accumulating latch (no source gives the width)
-        ops=frozenset({"mac", "gemv"}),   # PIMFlow §2.1: matrix-vector MAC only; "other operations are not supported"
+        ops=frozenset({"mac"}),           # PIMFlow §2.1: matrix-vector MAC only; "other operations are not supported"
+                                          #   (no "gemv": sums as a GEMV with a ones vector are AttAcc's, not lowered here)
         rows=16384,                       # assumption: no paper gives it; matches the 1<<14 rows of the GDDR6_8Gb_x16
                                           #   org in PIMFlow's Ramulator fork
         cols=32,                          # PIMFlow Table 1: 32 column I/Os per row

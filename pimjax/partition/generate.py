@@ -325,7 +325,7 @@ def _expand_knobs(op, sets, backend, rows: _Rows, lane_vars, knobs: bool, shapes
             per_core = kcol["granularity"] == encode("core", "granularity")
             valid &= ~per_core | r(uneven & (rows.cores.prod(axis=1) > 1))
         valid &= (kcol["irregular"] == encode("expand", "irregular")) | r(complex_split)
-    if contraction and _register_simd(backend) and not group.per_core_commands:
+    if contraction and _register_simd(backend) and not group.per_core_commands and len(op.body_operands) > 1:
         # input registers are written by group broadcast: every core of a
         # group must need the same register operand (no core split of its sets)
         _, vec = matrix_and_vector(op, shapes or infer_shapes(op))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import jax.numpy as jnp
 import numpy as np
 
 from ..hw.core import Backend
@@ -43,6 +44,11 @@ def _body_ops(op: PimOp) -> set[str]:
     return need
 
 
+def _is_float(dtype) -> bool:
+    """Floating dtype, bfloat16 included (numpy calls ml_dtypes' bfloat16 kind "V")."""
+    return bool(jnp.issubdtype(dtype, jnp.floating))
+
+
 def _is_relu(expr) -> bool:
     return (isinstance(expr, Prim) and expr.name == "max"
             and any(getattr(a, "value", None) == 0 for a in expr.args))
@@ -74,11 +80,16 @@ def _float_evidence(op: PimOp) -> str | None:
 def op_support(op: PimOp, backend: Backend, dtype=None) -> tuple[bool, str]:
     """(True, reason-or-"") when `backend` can run `op` on PIM, else (False, reason).
 
-    dtype: the data type of the op's operands, when the caller knows it.  A
-    backend whose cores compute only integers (UPMEM: no FPU) runs an op only
-    on integer data: a floating `dtype`, or floating constants / converts in
-    the op's body when `dtype` is None, make it unsupported (host fallback);
-    pass an integer `dtype` to say float-typed values are integers.
+    dtype: the data type of the op's operands and result (one dtype or a
+    sequence of them), when the caller knows it.  A backend whose cores
+    compute only integers (UPMEM: no FPU) runs an op only on integer data: a
+    floating `dtype`, or floating constants / converts in the op's body when
+    `dtype` is None, make it unsupported (host fallback); pass an integer
+    `dtype` to say float-typed values are integers.  A backend whose cores
+    compute in a floating type (fp16, bf16) runs no integer data (booleans,
+    0 / 1, are exact): fp16 holds integers exactly only up to 2048 and
+    overflows above 65504, so an int32 GEMV would come back rounded or NaN.  An op with no loop
+    variables (one scalar) has nothing to spread over cores: host.
 
     >>> op_support(op, get_backend("upmem"), dtype="float32")   # doctest: +SKIP
     (False, 'upmem cores compute integers only (no FPU): float32 data stays on the host ...')
@@ -86,6 +97,8 @@ def op_support(op: PimOp, backend: Backend, dtype=None) -> tuple[bool, str]:
     if op.kind in ("host", "layout"):
         why = op.host.reason if op.host is not None else "data movement stays on the host"
         return False, f"{op.kind} op: {why}"
+    if not op.loop_vars:
+        return False, "a scalar (0-d) op: nothing to spread over PIM cores"
     dtypes_int = backend.core.dtype.startswith("int")
     if op.kind == "elementwise" and op.body is not None and _is_relu(op.body):
         need = {"relu"}
@@ -97,15 +110,21 @@ def op_support(op: PimOp, backend: Backend, dtype=None) -> tuple[bool, str]:
     missing = sorted(need - ops)
     if missing:
         return False, f"{backend.name} cores have no {', '.join(missing)}"
+    given = [] if dtype is None else [np.dtype(d) for d in
+                                      (dtype if isinstance(dtype, (list, tuple)) else [dtype])]
     if dtypes_int:
-        kind = None if dtype is None else np.dtype(dtype).kind
-        if kind == "f" or (dtype is None and _float_evidence(op)):
-            what = str(np.dtype(dtype)) if dtype is not None else _float_evidence(op)
+        floats = [d for d in given if _is_float(d)]
+        if floats or (not given and _float_evidence(op)):
+            what = str(floats[0]) if floats else _float_evidence(op)
             return False, (f"{backend.name} cores compute integers only (no FPU): {what} data stays on the "
                            "host (pass an integer dtype if the values are integers)")
-        if kind is None:
+        if not given:
             return True, "integer arithmetic (no floating type in the op; pass dtype to check the data)"
         return True, "integer arithmetic"
+    exact = [d for d in given if not _is_float(d) and d != np.dtype(bool)]   # 0 / 1 are exact
+    if exact:
+        return False, (f"{backend.name} cores compute in {backend.core.dtype}: {exact[0]} data stays on the "
+                       "host (it would come back rounded, or as NaN where it overflows)")
     return True, ""
 
 

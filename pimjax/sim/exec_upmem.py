@@ -50,7 +50,7 @@ from ..lower.program import Op, Program, TensorLayout
 from ..lower.upmem import Exec, Xfer, mram_address
 from ..trace import evaluate as trace_eval
 from ..trace.ir import Arg, Const, Prim
-from .execute import register
+from .execute import epilogue_value, register
 
 
 def _words(layout: TensorLayout, local: np.ndarray) -> np.ndarray:
@@ -167,6 +167,7 @@ def execute_upmem(program: Program, arrays, arithmetic: str):
     op = program.op
     meta = program.meta
     dtype = np.int32 if arithmetic == "backend" else np.float32
+    given = arrays                       # the epilogue reads the operands in their own dtypes
     arrays = _convert_inputs(arrays, arithmetic)
     G, C = program.groups, program.cores
     D = G * C
@@ -344,7 +345,7 @@ def execute_upmem(program: Program, arrays, arithmetic: str):
     bad_m = np.zeros(size + 1, bool)
     np.logical_or.at(bad_m, segm, ~host_ok.reshape(-1) & valid)
     merged_ok = ~bad_m[:size] & (np.bincount(segm, minlength=size + 1)[:size] > 0)
-    return _finish(program, merged.reshape(res.shape), merged_ok.reshape(res.shape), arrays, dtype,
+    return _finish(program, merged.reshape(res.shape), merged_ok.reshape(res.shape), given, dtype,
                    arithmetic)
 
 
@@ -357,10 +358,7 @@ def _finish(program: Program, acc, acc_ok, operands, dtype, arithmetic: str):
     out_vars = op.output_vars
     value = jnp.asarray(acc)
     if op.epilogue is not None:
-        ops_j = [jnp.asarray(a) for a in operands]
-        gathered = trace_eval._Gathered(op, ops_j, out_vars, ext)
-        value = trace_eval._broadcast_full(trace_eval.eval_expr(op.epilogue, gathered, value).astype(dtype),
-                                           out_vars, ext)
+        value = epilogue_value(op, value, operands).astype(dtype)
     shape = tuple(program.meta["result_shape"])
     if arithmetic == "wide":
         value = jnp.where(jnp.asarray(acc_ok), value, jnp.nan)

@@ -13,8 +13,9 @@ the expanded column commands of a group (`vmap`-ped over groups); host
 writes and read-backs are vectorised scatters / gathers.  Arithmetic is the
 backend's ("backend": fp16 on hbm-pim and attacc, bf16 on newton, int32 on
 upmem) or float32 ("wide", to check a program's structure exactly).  The
-host merge (lane / slot / core partials, then the op's epilogue) runs in
-float32 in both modes.
+host merge of lane / slot / core partials runs in float32 in both modes;
+the op's epilogue then runs as jax runs it after the reduction: on the
+merged value rounded to the reduction's dtype, with the operands' dtypes.
 """
 from __future__ import annotations
 
@@ -111,9 +112,21 @@ def finish(op, acc, operands: list, epilogue: bool, shape: tuple, dtype) -> jax.
     out_vars = op.output_vars
     value = acc.astype(jnp.float32)
     if epilogue and op.epilogue is not None:
-        ops32 = [a.astype(jnp.float32) if jnp.issubdtype(a.dtype, jnp.floating) else a for a in operands]
-        gathered = trace_eval._Gathered(op, ops32, out_vars, ext)
-        value = trace_eval._broadcast_full(trace_eval.eval_expr(op.epilogue, gathered, value),
-                                           out_vars, ext)
+        value = epilogue_value(op, value, operands)
     return trace_eval._write(value.astype(dtype), op.result.index_map, out_vars, ext, tuple(shape),
                              dtype, op.fill)
+
+
+def epilogue_value(op, acc, operands: list) -> jax.Array:
+    """`op.epilogue` over the output variables with `Acc` = the merged
+    accumulator rounded to the dtype the op's reduction has in jax (the
+    body's dtype), and the operands in their own dtypes: the host finishes
+    the op with jax's arithmetic, as `jax.jit` would after the reduction
+    (float16 `W @ x + b` adds `b` in float16).
+
+    acc: [output vars' extents] accumulator (float32 or int32)."""
+    arg_dtypes = tuple(np.dtype(a.dtype) for a in operands)
+    acc = jnp.asarray(acc).astype(trace_eval.expr_dtype(op.body, arg_dtypes))
+    gathered = trace_eval._Gathered(op, [jnp.asarray(a) for a in operands], op.output_vars, op.extents)
+    return trace_eval._broadcast_full(trace_eval.eval_expr(op.epilogue, gathered, acc),
+                                      op.output_vars, op.extents)

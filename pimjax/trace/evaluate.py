@@ -19,6 +19,7 @@ Every dtype change is explicit, so the evaluator works under
 """
 from __future__ import annotations
 
+import functools
 import string
 from functools import partial
 
@@ -201,6 +202,39 @@ def eval_expr(expr: Expr, gathered: _Gathered, acc):
         args = [a if a.shape == shape else jnp.broadcast_to(a, shape) for a in args]
         params = {**PARAM_DEFAULTS.get(expr.name, {}), **dict(expr.params)}
         return primitive(expr.name).bind(*args, **params)
+    raise TypeError(f"unknown body expression {expr!r}")
+
+
+def expr_dtype(expr: Expr, arg_dtypes: tuple, acc_dtype=None) -> np.dtype:
+    """The dtype `eval_expr` gives `expr` when operand k has dtype
+    `arg_dtypes[k]` and `Acc` has `acc_dtype` (jax's rules, via
+    `jax.eval_shape` of each primitive on 0-d values; nothing is computed).
+
+    Example:
+        >>> expr_dtype(Prim("add", (Arg(0), Arg(1))), ("float16", "float16"))   # doctest: +SKIP
+        dtype('float16')
+    """
+    return _expr_dtype(expr, tuple(str(np.dtype(d)) for d in arg_dtypes),
+                       None if acc_dtype is None else str(np.dtype(acc_dtype)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _expr_dtype(expr: Expr, arg_dtypes: tuple, acc_dtype) -> np.dtype:
+    if isinstance(expr, Arg):
+        return np.dtype(arg_dtypes[expr.index])
+    if isinstance(expr, InBounds):
+        return np.dtype(bool)
+    if isinstance(expr, Const):
+        return np.dtype(expr.dtype)
+    if isinstance(expr, Acc):
+        if acc_dtype is None:
+            raise ValueError("Acc outside an epilogue")
+        return np.dtype(acc_dtype)
+    if isinstance(expr, Prim):
+        specs = [jax.ShapeDtypeStruct((), _expr_dtype(a, arg_dtypes, acc_dtype)) for a in expr.args]
+        params = {**PARAM_DEFAULTS.get(expr.name, {}), **dict(expr.params)}
+        out = jax.eval_shape(lambda *xs: primitive(expr.name).bind(*xs, **params), *specs)
+        return np.dtype(out.dtype)
     raise TypeError(f"unknown body expression {expr!r}")
 
 
