@@ -199,3 +199,45 @@ def test_an_exhaustive_tuner_does_not_reuse_predicted_choices(tmp_path):
         assert not ex.plans[0].choice.cached
         again = pim_jit(lambda W, x: W @ x, tuner=tuner(cache=path), **kw).lower(W, x)
     assert again.plans[0].choice.cached and again.plans[0].choice.mode == "exhaustive"
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+def test_half_precision_attention_is_one_attacc_program(dtype):
+    """jax's fp16 / bf16 softmax sums a float32 copy of exp(s - m) (a convert
+    op between exp and sum): the block still matches, as seven ops."""
+    from pimjax.lower.patterns import match_attention
+    rng = np.random.default_rng(6)
+    q, K, V = (jnp.asarray(rng.standard_normal(s), dtype) for s in ((4, 32), (4, 64, 32), (4, 64, 32)))
+
+    def attn(q, K, V):
+        s = jnp.einsum("hd,hnd->hn", q, K) / jnp.sqrt(jnp.asarray(32, q.dtype))
+        return jnp.einsum("hn,hnd->hd", jax.nn.softmax(s, axis=-1), V)
+    graph = make_graph(attn, q, K, V)
+    assert match_attention(graph) == [tuple(range(7))]
+    assert graph.ops[3].kind == "elementwise"                    # the convert
+    compiled = pim_jit(attn, backend="attacc", tuner=tuner(), placement="prefer_pim",
+                       channels=2).lower(q, K, V).compile()
+    assert [o.placement for o in compiled.report().ops] == ["fused"] * 6 + ["pim"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got, want = compiled(q, K, V), jax.jit(attn)(q, K, V)
+    assert got.dtype == want.dtype == dtype
+    _close(got, want, 2 * TOL["attacc"])
+
+
+def test_a_convert_with_another_reader_breaks_the_attention_block():
+    """The float32 copy of e feeding anything besides the sum is not the
+    softmax pattern: no block (the ops run one by one)."""
+    from pimjax.lower.patterns import match_attention
+    sd = lambda *s: jax.ShapeDtypeStruct(s, jnp.float16)        # noqa: E731
+
+    def attn(q, K, V, leak):
+        s = jnp.einsum("hd,hnd->hn", q, K)
+        e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+        e32 = e.astype(jnp.float32)
+        p = e / jnp.sum(e32, axis=-1, keepdims=True).astype(jnp.float16)
+        o = jnp.einsum("hn,hnd->hd", p, V)
+        return (o, e32) if leak else o
+    args = sd(4, 32), sd(4, 64, 32), sd(4, 64, 32)
+    assert match_attention(make_graph(lambda q, K, V: attn(q, K, V, False), *args)) == [tuple(range(7))]
+    assert match_attention(make_graph(lambda q, K, V: attn(q, K, V, True), *args)) == []

@@ -825,9 +825,9 @@ class _Attention:
 
 
 def _attention_parts(block_ops) -> _Attention:
-    if len(block_ops) != 6:
-        raise PimCompileError("attacc attention: a block is (score, max, exp, sum, div, context)")
-    S, _, _, _, D, X = block_ops
+    if len(block_ops) not in (6, 7):
+        raise PimCompileError("attacc attention: a block is (score, max, exp, [convert,] sum, div, context)")
+    S, D, X = block_ops[0], block_ops[-2], block_ops[-1]
     if X.epilogue is not None:
         raise PimCompileError("attacc attention: an epilogue after the context product stays on the host")
     a, b = _two_operands(S)

@@ -14,7 +14,7 @@ block as one program per head group (`lower.attacc.lower_attention`).
 """
 from __future__ import annotations
 
-from ..trace.ir import Arg, PimGraph, PimOp, Prim
+from ..trace.ir import Acc, Arg, PimGraph, PimOp, Prim
 
 ATTENTION_ROLES = ("score", "max", "exp", "sum", "div", "context")
 
@@ -54,7 +54,9 @@ def _max_epilogue_ok(op: PimOp) -> bool:
 
 def match_attention(graph: PimGraph) -> list[tuple[int, ...]]:
     """Blocks of op indices (score, max, exp, sum, div, context), in graph
-    order, for every attention pattern whose intermediates have no other use.
+    order, for every attention pattern whose intermediates have no other use
+    (fp16 / bf16: (score, max, exp, convert, sum, div, context), jax's float32
+    accumulation of the softmax sum).
 
     >>> import jax, jax.numpy as jnp, pimjax
     >>> f = lambda q, K, V: jax.nn.softmax(q @ K.T) @ V
@@ -83,8 +85,13 @@ def match_attention(graph: PimGraph) -> list[tuple[int, ...]]:
             continue
         i_exp, i_sum = producer[num], producer[den]
         e_op, z_op = graph.ops[i_exp], graph.ops[i_sum]
-        if not (z_op.kind == "reduction" and z_op.combiner == "add" and z_op.epilogue is None
-                and _arg_value(z_op, z_op.body) == num):
+        if not (z_op.kind == "reduction" and z_op.combiner == "add" and _only_converts(z_op.epilogue)):
+            continue
+        summed = _arg_value(z_op, z_op.body)
+        # fp16 / bf16 softmax: jax sums a float32 copy of e (a convert op
+        # between exp and sum) and converts the sum back (the epilogue)
+        i_cvt = _convert_of(graph, producer, summed, num)
+        if summed != num and i_cvt is None:
             continue
         if not (e_op.kind == "elementwise" and _is_prim(e_op.body, "exp", 1)
                 and _is_prim(_strip(e_op.body).args[0], "sub", 2)):
@@ -100,7 +107,7 @@ def match_attention(graph: PimGraph) -> list[tuple[int, ...]]:
         if not (s_op.kind == "contraction" and len(s_op.reduction_vars) == 1):
             continue
         # the reductions run over the last dim of s (the sequence)
-        if _last_var(m_op, s_v) not in m_op.reduction_vars or _last_var(z_op, num) not in z_op.reduction_vars:
+        if _last_var(m_op, s_v) not in m_op.reduction_vars or _last_var(z_op, summed) not in z_op.reduction_vars:
             continue
         p_v = op.result.value
         ctx = [c for c in consumers.get(p_v, ())]
@@ -110,12 +117,32 @@ def match_attention(graph: PimGraph) -> list[tuple[int, ...]]:
         c_op = graph.ops[i_ctx]
         if len(c_op.reduction_vars) != 1 or _last_var(c_op, p_v) not in c_op.reduction_vars:
             continue
-        block = (i_score, i_max, i_exp, i_sum, i_div, i_ctx)
+        cvt = () if i_cvt is None else (i_cvt,)
+        block = (i_score, i_max, i_exp) + cvt + (i_sum, i_div, i_ctx)
         inner = set(block)
         if not (only_used_by(s_v, {i_max, i_exp}) and only_used_by(m_v, {i_exp})
-                and only_used_by(num, {i_sum, i_div}) and only_used_by(den, {i_div})
-                and only_used_by(p_v, {i_ctx})):
+                and only_used_by(num, {(i_cvt if cvt else i_sum), i_div}) and only_used_by(den, {i_div})
+                and (not cvt or only_used_by(summed, {i_sum})) and only_used_by(p_v, {i_ctx})):
             continue
-        if len(inner) == 6:
+        if len(inner) == len(block):
             blocks.append(block)
     return sorted(blocks)
+
+
+def _only_converts(expr) -> bool:
+    """None, or dtype conversions of `Acc` (the sum converted back to fp16)."""
+    return expr is None or isinstance(_strip(expr), Acc)
+
+
+def _convert_of(graph: PimGraph, producer: dict, value: int | None, source: int) -> int | None:
+    """Index of the elementwise op that makes `value` as a pure dtype
+    conversion of `source` read element for element, else None."""
+    i = producer.get(value)
+    if i is None:
+        return None
+    op = graph.ops[i]
+    if not (op.kind == "elementwise" and op.epilogue is None and isinstance(op.body, Prim)
+            and isinstance(_strip(op.body), Arg) and _arg_value(op, op.body) == source):
+        return None
+    read = op.operands[_strip(op.body).index].index_map
+    return i if read == op.result.index_map else None
