@@ -332,8 +332,14 @@ class Timing(_Replace):
     tREF0: Any = 0.0
 
     def __post_init__(self):
-        check_positive(self, "tCK", "tBL", "dpu_clock_ghz", "dma_bytes_per_cycle")
+        check_positive(self, "tCK", "tBL", "dpu_clock_ghz", "dma_bytes_per_cycle", "tREFI")
         check_non_negative(self, *(f.name for f in fields(self)))
+        # a refresh must end before the next is due (tREFI 0 used to switch refresh
+        # off through a NaN deadline; `refresh=False` is the way to do that)
+        refi, rfc = _concrete(self.tREFI), _concrete(self.tRFC)
+        if refi is not None and rfc is not None and not np.all(refi > rfc):
+            raise ValueError(f"Timing.tREFI ({self.tREFI!r}) must exceed tRFC ({self.tRFC!r}): "
+                             "refresh would leave the banks no time (pass refresh=False to time without it)")
 
 
 @pytree_dataclass()

@@ -638,6 +638,7 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
         >>> rep = cycles(program, get_backend("hbm-pim"))      # doctest: +SKIP
         >>> rep.total_cycles, rep.breakdown()                   # doctest: +SKIP
     """
+    _check_programs([program], backend)
     if backend.core.programmable:   # DPUs run their own instruction streams: UPMEM's time model
         from .cycles_upmem import cycles_upmem
         return cycles_upmem(program, backend, include_resident=include_resident)
@@ -648,6 +649,23 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
     rep = _time_batch(pad_arrays([arr]), _timing_vector(backend.timing), backend.energy, backend.system.host,
                       _geo(backend, refresh, [arr]))
     return report_at(rep, 0)
+
+
+def _check_programs(programs, backend: Backend) -> None:
+    """A program's records are one backend's commands (a timing class per
+    opcode of that backend): timing them on another backend gives numbers
+    that mean nothing, so it is an error."""
+    if not len(programs):
+        raise ValueError("no programs to time")
+    wrong = sorted({p.backend_name for p in programs} - {backend.name})
+    if wrong:
+        raise ValueError(f"program(s) lowered for {', '.join(wrong)} cannot be timed on {backend.name}; "
+                         f"lower them for {backend.name} first")
+
+
+def _own_model(backend: Backend) -> bool:
+    """UPMEM (and any registered backend) has its own time model, not the DRAM scan."""
+    return backend.core.programmable or backend.name in CYCLE_MODELS
 
 
 SMALL_BATCH = 64
@@ -669,7 +687,7 @@ def cycles_pooled(program: Program, backend: Backend) -> CycleReport:
     """`cycles(program, backend)` through the batched scan, so it reuses the
     XLA compilations of the tuner's batches (a cold compile of the scan
     costs seconds); the same numbers."""
-    if backend.core.programmable or backend.name in CYCLE_MODELS:
+    if _own_model(backend):
         return cycles(program, backend)
     return report_at(cycles_batch([program], backend), 0)
 
@@ -758,6 +776,10 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
     SMALL_BATCH programs, e.g. the tuner's top-k).
     threads: lane blocks scanned concurrently (default SCAN_THREADS); the
     numbers do not depend on it."""
+    _check_programs(programs, backend)
+    if _own_model(backend):          # UPMEM's DPU model: one report per program, stacked
+        reps = [cycles(p, backend, refresh=refresh) for p in programs]
+        return jax.tree.map(lambda *xs: jnp.stack(xs), *reps)
     arrs = [program_arrays(p) for p in programs]
     coarse = len(programs) <= SMALL_BATCH if coarse is None else coarse
     t = _timing_vector(backend.timing)
@@ -828,9 +850,17 @@ def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bo
               sharded over its devices (multi-device / multi-host JAX).
     """
     progs = programs if isinstance(programs, (list, tuple)) else [programs]
+    _check_programs(progs, backend)
+    if _own_model(backend):
+        raise ValueError(f"{backend.name} has its own time model, whose variants are whole backends: use "
+                         "pimjax.sim.cycles_upmem.sweep_upmem(program, stack_variants([backend, ...]))")
+    t = _timing_vector(timings)
+    shapes = {np.shape(v)[:1] for v in t.values()}
+    if len(shapes) != 1 or () in shapes:
+        raise ValueError("timings: every leaf needs the same leading [T] axis of variants "
+                         f"(pimjax.hw.stack_variants); got leading shapes {sorted(shapes)}")
     arrs = [program_arrays(p) for p in progs]
     arr = pad_arrays(arrs)
-    t = _timing_vector(timings)
     if mesh is not None:
         from jax.sharding import NamedSharding, PartitionSpec
         axis = mesh.axis_names[0]
