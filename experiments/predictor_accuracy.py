@@ -18,7 +18,10 @@ shipped model (or --weights DIR) ranks them.  Columns, per backend x kernel:
 (kernel one of gemv, red, va, relu, mmtv, attn).  Writes
 experiments/out/predictor_accuracy.{csv,json}.  Exits 1 when #Best falls under
 90 % of the cases or the misses' mean relative performance under 98 %
-(over all cases; --criterion top-k judges the tuner's top-k view instead).
+(over all cases; --criterion top-k judges the tuner's top-k view instead),
+also when a case cannot be evaluated; exits 2 when no case was.  Bad
+entries in FILE (unknown backend or kernel, a shape of the wrong rank) are
+all reported before any simulation starts.
 """
 from __future__ import annotations
 
@@ -46,28 +49,43 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(HERE, "out"))
     args = ap.parse_args(argv)
 
-    import jax
-    os.makedirs(args.cache, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", os.path.join(args.cache, "jax_cache"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     from rich.console import Console
     from rich.table import Table
 
-    from pimjax.costmodel.evaluate import default_cases, evaluate_case, supported, table2
+    from pimjax.costmodel.evaluate import check_case, default_cases, evaluate_case, supported, table2
     from pimjax.costmodel.predictor import Predictor, load_default
     from pimjax.hw.presets import get_backend
 
     console = Console(width=max(120, Console().width))
+    if args.top_k < 1:
+        ap.error("--top-k must be at least 1")
+    if args.weights and not os.path.isdir(args.weights):
+        ap.error(f"--weights {args.weights}: not a directory of <backend>.msgpack files")
     if args.cases:
         with open(args.cases) as f:
             cases = json.load(f)
+        if not isinstance(cases, list):
+            ap.error(f"--cases {args.cases}: expected a JSON list of {{backend, kernel, shape}}")
+        bad = []
+        for i, c in enumerate(cases):
+            try:
+                cases[i] = check_case(c)
+            except ValueError as err:
+                bad.append(f"case {i + 1} ({json.dumps(c)}): {err}")
+        if bad:                               # every bad case at once, before minutes of simulation
+            ap.error("\n  " + "\n  ".join(bad))
     else:
         cases = default_cases()
     if args.backend != "all":
         cases = [c for c in cases if c["backend"] in args.backend.split(",")]
     if args.kernel != "all":
         cases = [c for c in cases if c["kernel"] in args.kernel.split(",")]
-    models, backends, results = {}, {}, []
+    if cases:                                 # the scans' XLA compiles, kept beside the labels
+        import jax
+        os.makedirs(args.cache, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", os.path.join(args.cache, "jax_cache"))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    models, backends, results, errors = {}, {}, [], []
     t_all = time.time()
     for i, c in enumerate(cases):
         b, k = c["backend"], c["kernel"]
@@ -78,8 +96,16 @@ def main(argv=None) -> int:
             backends[b] = get_backend(b)
             models[b] = Predictor.load(os.path.join(args.weights, f"{b}.msgpack")) if args.weights \
                 else load_default(b)
-        r = evaluate_case(models[b], backends[b], k, c["shape"], top_k=args.top_k, cache_dir=args.cache)
+        try:
+            r = evaluate_case(models[b], backends[b], k, c["shape"], top_k=args.top_k, cache_dir=args.cache)
+        except Exception as err:  # noqa: BLE001 - one case that cannot be built is reported, the rest run
+            errors.append(f"{b} {k} {c['shape']}: {type(err).__name__}: {err}")
+            console.print(f"[red][{i + 1}/{len(cases)}] {errors[-1]}")
+            continue
         results.append(r)
+        if not r.lowered:
+            console.print(f"[yellow][{i + 1}/{len(cases)}] {b} {k} {c['shape']}: no draft lowers; not counted")
+            continue
         mark = "best" if r.best else f"{r.rel:.3f}"
         console.print(f"[{i + 1}/{len(cases)}] {b:8s} {k:5s} {str(r.shape):22s} {r.drafts:6d} drafts "
                       f"({r.lowered} lowered)  top-1 {mark:>6s}  top-{args.top_k} "
@@ -102,8 +128,11 @@ def main(argv=None) -> int:
         w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["backend"])
         w.writeheader()
         w.writerows(rows)
+    if errors:
+        console.print(f"[red]{len(errors)} case(s) could not be evaluated:\n  " + "\n  ".join(errors))
     if not rows:
-        return 0
+        console.print("[red]no case was evaluated: nothing to judge")
+        return 2
     overall = rows[-1]
     if args.criterion == "top-1":
         frac, sub = overall["best_frac"], overall["subopt"]
@@ -112,7 +141,7 @@ def main(argv=None) -> int:
     ok = frac >= 0.90 and sub >= 0.98
     console.print(f"{args.criterion}: #Best {frac:.1%} (target >= 90 %), misses at {sub:.2%} of optimal "
                   f"(target >= 98 %): {'PASS' if ok else 'FAIL'}")
-    return 0 if ok else 1
+    return 0 if ok and not errors else 1
 
 
 if __name__ == "__main__":

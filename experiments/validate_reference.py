@@ -12,7 +12,9 @@ Kernels: `gemv` (shape `MxN`: M outputs x N inputs), elementwise `add`,
 `mul`, `relu` (shape = element count), `attention` (`h{heads}_d{dim}_L{len}`,
 AttAcc).  Metrics: `pim` (frame + kernel, operands resident), `readback`
 (the host reading the partial results), `nonpim` (the host streaming all
-operands from the same memory, no PIM).
+operands from the same memory, no PIM).  A row that cannot be computed (a
+bad field, an unknown kernel) is reported with its line and counts as a
+failure; an empty file or a missing column exits with status 2.
 """
 from __future__ import annotations
 
@@ -64,35 +66,62 @@ def backend_for(row: dict):
     channels = int(row["channels"])
     if name == "hbm-pim":
         return get_backend("hbm-pim", channels=channels)
-    if name == "attacc":
-        return get_backend("attacc", variant=row["variant"], channels=channels)
-    raise ValueError(f"no reference configuration for backend {name!r}")
+    raise ValueError(f"no reference configuration for backend {name!r}; expected hbm-pim or attacc")
+
+
+COLUMNS = ("backend", "variant", "kernel", "shape", "channels", "refresh", "metric", "cycles")
+METRICS = ("pim", "readback", "nonpim")
+REFRESH = {"yes": True, "true": True, "1": True, "on": True, "no": False, "false": False, "0": False, "off": False}
+
+
+def check_row(row: dict) -> dict:
+    """The row with its fields stripped and checked (ValueError naming the
+    field otherwise): every column present, a known metric and refresh
+    value, a positive channel count and reference cycle count."""
+    missing = [c for c in COLUMNS if not (row.get(c) or "").strip()]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)}")
+    row = {k.strip(): (v or "").strip() for k, v in row.items() if k}
+    if row["metric"] not in METRICS:
+        raise ValueError(f"metric {row['metric']!r} not in {METRICS}")
+    if row["refresh"].lower() not in REFRESH:
+        raise ValueError(f"refresh {row['refresh']!r} not one of {sorted(REFRESH)}")
+    if not row["channels"].isdigit() or int(row["channels"]) < 1:
+        raise ValueError(f"channels {row['channels']!r} is not a positive integer")
+    try:
+        theirs = float(row["cycles"])
+    except ValueError:
+        raise ValueError(f"cycles {row['cycles']!r} is not a number") from None
+    if not theirs > 0:
+        raise ValueError(f"cycles {row['cycles']!r} must be positive")
+    if row["backend"] == "hbm-pim" and row["variant"] != "default":
+        raise ValueError(f"hbm-pim has one variant, 'default'; got {row['variant']!r}")
+    return row
 
 
 def our_cycles(row: dict) -> float:
     """Our cycles for one CSV row (in the reference's clock)."""
-    refresh = row["refresh"].strip().lower() in ("yes", "true", "1", "on")
+    row = check_row(row)
+    refresh = REFRESH[row["refresh"].lower()]
+    metric = row["metric"]
     if row["backend"] == "attacc":             # AttAcc builds its simulator's own sequences
         from pimjax.lower import attacc
         program, be = attacc.reference_program(row)
+        if metric == "nonpim":                 # the host streams the same operands, no PIM
+            return float(cycles(host_stream_program(program.op, be), be, refresh=refresh).total_cycles)
         rep = cycles(program, be, refresh=refresh)
-        return float({"pim": rep.kernel_cycles, "readback": rep.readback,
-                      "nonpim": rep.total_cycles}[row["metric"]])
+        return float(rep.kernel_cycles if metric == "pim" else rep.readback)
     be = backend_for(row)
     op, graph = kernel_op(row["kernel"], row["shape"])
     shapes = {i: v.shape for i, v in enumerate(graph.values)}
-    if row["metric"] == "nonpim":
+    if metric == "nonpim":
         rep = cycles(host_stream_program(op, be, shapes), be, refresh=refresh)
         return float(rep.total_cycles)
     draft = baseline(op, be)
     resident = tuple(k for k in range(len(op.operands)) if op.operands[k].index_map)
     program = lower(op, draft, be, shapes, resident=resident)
     rep = cycles(program, be, refresh=refresh)
-    if row["metric"] == "pim":
-        return float(rep.kernel_cycles)
-    if row["metric"] == "readback":
-        return float(rep.readback)
-    raise ValueError(f"unknown metric {row['metric']!r}")
+    return float(rep.kernel_cycles if metric == "pim" else rep.readback)
 
 
 def main(argv=None) -> int:
@@ -100,24 +129,44 @@ def main(argv=None) -> int:
     ap.add_argument("--csv", required=True, help="reference CSV (see ../shared/reference/*.csv)")
     ap.add_argument("--tolerance", type=float, default=0.10, help="max relative error per row")
     args = ap.parse_args(argv)
-    with open(args.csv) as f:
-        rows = list(csv.DictReader(f))
+    if not 0 <= args.tolerance < 1:
+        ap.error(f"--tolerance {args.tolerance} is a relative error: 0 <= tolerance < 1")
+    with open(args.csv, newline="") as f:
+        reader = csv.DictReader(f, skipinitialspace=True)
+        header = [c.strip() for c in (reader.fieldnames or [])]
+        rows = list(reader)
+    absent = [c for c in COLUMNS if c not in header]
+    if absent:
+        print(f"{args.csv}: no column(s) {', '.join(absent)}; the header must name {','.join(COLUMNS)}",
+              file=sys.stderr)
+        return 2
+    if not rows:
+        print(f"{args.csv}: no rows to validate", file=sys.stderr)
+        return 2
     print(f"{'backend':8} {'variant':10} {'kernel':10} {'shape':18} {'ch':>3} {'ref':>4} "
           f"{'metric':9} {'theirs':>9} {'ours':>9} {'error':>7}")
     worst = 0.0
-    failed = 0
-    for row in rows:
+    failed = errors = 0
+    for line, row in enumerate(rows, start=2):          # line 1 is the header
+        row = {(k or "").strip(): (v or "").strip() if isinstance(v, str) else v for k, v in row.items()}
+        label = (f"{row.get('backend', ''):8} {row.get('variant', ''):10} {row.get('kernel', ''):10} "
+                 f"{row.get('shape', ''):18} {row.get('channels', ''):>3} {row.get('refresh', ''):>4} "
+                 f"{row.get('metric', ''):9}")
+        try:
+            ours = our_cycles(row)
+        except Exception as err:  # noqa: BLE001 - one bad row is reported, the others still run
+            errors += 1
+            print(f"{label} line {line}: {type(err).__name__}: {err}")
+            continue
         theirs = float(row["cycles"])
-        ours = our_cycles(row)
         err = (ours - theirs) / theirs
         worst = max(worst, abs(err))
         bad = abs(err) > args.tolerance
         failed += bad
-        print(f"{row['backend']:8} {row['variant']:10} {row['kernel']:10} {row['shape']:18} "
-              f"{row['channels']:>3} {row['refresh']:>4} {row['metric']:9} {theirs:9.0f} {ours:9.0f} "
-              f"{err:+7.1%}{'  <-- outside tolerance' if bad else ''}")
-    print(f"\n{len(rows)} rows, worst |error| {worst:.1%}, {failed} outside ±{args.tolerance:.0%}")
-    return 1 if failed else 0
+        print(f"{label} {theirs:9.0f} {ours:9.0f} {err:+7.1%}{'  <-- outside tolerance' if bad else ''}")
+    print(f"\n{len(rows)} rows, worst |error| {worst:.1%}, {failed} outside ±{args.tolerance:.0%}"
+          + (f", {errors} could not be computed" if errors else ""))
+    return 1 if failed or errors else 0
 
 
 if __name__ == "__main__":

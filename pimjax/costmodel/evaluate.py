@@ -163,5 +163,32 @@ def table2(results: list[CaseResult]) -> list[dict]:
     return rows
 
 
+RANKS = {"gemv": (2,), "mmtv": (4,), "attn": (4,), "va": (1, 2), "relu": (1, 2), "red": (1, 2),
+         "gemm": (3,), "conv": (5,)}
+
+
+def check_case(case) -> dict:
+    """A `--cases` entry checked before any work: a dict with a known
+    backend and kernel and a shape of the kernel's rank, positive sizes
+    (ValueError saying what is wrong otherwise)."""
+    if not isinstance(case, dict):
+        raise ValueError(f"a case is an object {{backend, kernel, shape}}, got {case!r}")
+    missing = [k for k in ("backend", "kernel", "shape") if k not in case]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)}")
+    b, k, shape = case["backend"], case["kernel"], case["shape"]
+    if b not in SUPPORTED:
+        raise ValueError(f"unknown backend {b!r}; expected one of {sorted(SUPPORTED)}")
+    if k not in RANKS:
+        raise ValueError(f"unknown kernel {k!r}; expected one of {sorted(RANKS)}")
+    if not (isinstance(shape, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in shape)):
+        raise ValueError(f"shape must be a list of integers, got {shape!r}")
+    if len(shape) not in RANKS[k]:
+        raise ValueError(f"{k} takes a shape of {' or '.join(map(str, RANKS[k]))} sizes, got {shape}")
+    if min(shape) < 1:
+        raise ValueError(f"sizes must be positive, got {shape}")
+    return {"backend": b, "kernel": k, "shape": shape}
+
+
 def supported(backend: str, kernel: str) -> bool:
     return kernel in SUPPORTED.get(backend, ())
