@@ -1,4 +1,5 @@
 """Presets construct, validate and carry the organisation of their sources."""
+import numpy as np
 import pytest
 
 from pimjax.hw import Backend, HostModel, get_backend, list_backends, rtx2060, xeon_gold_5220r
@@ -77,7 +78,7 @@ def test_hbm_pim_channels_split_into_stacks(channels, expected):
     assert (s.n_devices, s.groups_per_device) == expected
 
 
-@pytest.mark.parametrize("channels", [24, 0, -16, 17, 2.5])
+@pytest.mark.parametrize("channels", [24, 0, -16, 17, 2.5, True])
 def test_hbm_pim_bad_channels_rejected(channels):
     with pytest.raises(ValueError, match="channels"):
         get_backend("hbm-pim", channels=channels)
@@ -157,7 +158,8 @@ def test_newton_aim_clock_keeps_latencies_in_ns():
 
 
 @pytest.mark.parametrize("options,match", [({"buffers": 3}, "buffers"), ({"clock": "fast"}, "clock"),
-                                           ({"channels": 3}, "channels")])
+                                           ({"channels": 3}, "channels"), ({"buffers": 4.0}, "buffers"),
+                                           ({"buffers": True}, "buffers")])
 def test_newton_bad_options(options, match):
     with pytest.raises(ValueError, match=match):
         get_backend("newton", **options)
@@ -179,7 +181,13 @@ def test_upmem_organisation():
     assert get_backend("upmem", dpus=2560).n_cores == 2560
 
 
-@pytest.mark.parametrize("dpus", [0, 100, 2048 + 64 * 9, 4096, "2048"])
+def test_numpy_integers_are_integer_options():
+    """Sizes from a numpy sweep grid are ints too."""
+    assert get_backend("hbm-pim", channels=np.int64(16)).n_groups == 16
+    assert get_backend("upmem", dpus=np.int32(128)).n_cores == 128
+
+
+@pytest.mark.parametrize("dpus", [0, 100, 2048 + 64 * 9, 4096, "2048", True])
 def test_upmem_bad_dpus(dpus):
     with pytest.raises(ValueError, match="dpus"):
         get_backend("upmem", dpus=dpus)
