@@ -16,12 +16,16 @@ Stages (as `jax.jit(f).trace(...).lower().compile()`):
 
 Placement: an op goes to PIM only where its simulated time on PIM (the
 tuner's choice, data rearrangement included) beats the host roofline; ops
-the backend cannot run stay on the host, and the report says why.
+the backend cannot run stay on the host, and the report says why (a body
+the cores lack, data their arithmetic cannot hold exactly -- integers on
+fp16 / bf16 units, floats on UPMEM --, a 0-d op, a draft space that does
+not lower).  `placement="pim"` turns each of those into a PimCompileError.
 `resident` names arguments (weights) whose rearrangement is paid once
 (DCC's `pre_load`): it is reported separately and excluded from the
-steady-state time.  Calling a `Compiled` with other shapes raises a
-per-argument `TypeError`; calling the `PimFunction` compiles for new
-shapes (cached).
+steady-state time.  Calling a `Compiled` with other shapes, dtypes or
+argument structure raises a per-argument `TypeError`; calling the
+`PimFunction` compiles for new shapes (cached by shape, dtype and weak
+type, as jax does).  Keyword arguments are bound to their positions.
 """
 from __future__ import annotations
 
