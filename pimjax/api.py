@@ -48,6 +48,7 @@ from .partition.verify import op_support
 from .sim.cycles import cycles_pooled
 from .sim.execute import execute
 from .sim.host import host_time
+from .trace.builder import dtype_name
 from .trace.evaluate import evaluate_op
 from .trace.frontend import make_graph
 from .trace.ir import PimGraph, PimOp
@@ -443,8 +444,8 @@ class Compiled:
         for vid, leaf in zip(ins, leaves):
             info = self.graph.values[vid]
             shape = tuple(np.shape(leaf))
-            dtype = jax.dtypes.canonicalize_dtype(_leaf_signature(leaf)[1])
-            if shape != tuple(info.shape) or dtype != np.dtype(info.dtype):
+            dtype = _canonical_dtype(leaf)
+            if shape != tuple(info.shape) or dtype != info.dtype:
                 bad.append(f"argument {info.name}: compiled for {info.dtype}{list(info.shape)}, "
                            f"got {dtype}{list(shape)}")
         if bad:
@@ -507,12 +508,23 @@ def _leaf_signature(x) -> tuple:
     return (tuple(np.shape(x)), str(jnp.asarray(x).dtype), False)
 
 
+def _canonical_dtype(leaf) -> str:
+    """The dtype name jax gives an argument leaf (float64 -> float32 with x64
+    off; PRNG key dtypes by name)."""
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is None:
+        dtype = jnp.asarray(leaf).dtype
+    if jnp.issubdtype(dtype, jax.dtypes.extended):
+        return dtype_name(dtype)
+    return dtype_name(jax.dtypes.canonicalize_dtype(dtype))
+
+
 def _argument(leaf, dtype):
     """An argument leaf as the compiled input's dtype: jax arrays as jax
     arrays, anything else as a numpy array (no copy when the dtype already
     matches)."""
     if isinstance(leaf, jax.Array):
-        return leaf if leaf.dtype == dtype else leaf.astype(dtype)
+        return leaf if dtype_name(leaf.dtype) == dtype else leaf.astype(dtype)
     return np.asarray(leaf, dtype)
 
 

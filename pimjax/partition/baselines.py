@@ -33,9 +33,12 @@ def register_baseline(name: str):
 
 
 def baseline(op: PimOp, backend: Backend) -> Draft | None:
-    """The backend's default mapping of `op` as a Draft (None if it has none)."""
+    """The backend's default mapping of `op` as a Draft (None if it has none;
+    a contraction of one tensor, `ones @ x`, has none: no vector operand)."""
     fn = BASELINES.get(backend.name)
-    return None if fn is None else fn(op, backend)
+    if fn is None or (op.kind == "contraction" and len(op.body_operands) < 2):
+        return None
+    return fn(op, backend)
 
 
 def _largest_pow2_at_most(n: int, cap: int) -> int:

@@ -176,8 +176,14 @@ def matrix_and_vector(op: PimOp, shapes: dict) -> tuple[int, int]:
     """(M, v) operand indices of a contraction `sum M * v`: M, the larger
     operand, stays in the banks; v is fed to the units (registers, GEMV or
     global buffers) — Newton's "one large operand with low reuse and one small
-    operand"."""
-    a, b = sorted(op.body_operands)[:2]
+    operand".  A contraction whose body reads one tensor (the other factor
+    folded to a constant, e.g. `ones @ x`) has no vector to feed the units:
+    PimCompileError (the op stays on the host)."""
+    if len(op.body_operands) < 2:
+        from ..errors import PimCompileError
+        raise PimCompileError(f"{op.name}: a contraction of one tensor (the other factor is a constant) "
+                              "has no vector operand for the PIM units")
+    a, b = op.body_operands[:2]
     size = lambda k: int(np.prod(shapes[op.operands[k].value], dtype=np.int64))  # noqa: E731
     return (a, b) if size(a) >= size(b) else (b, a)
 

@@ -20,6 +20,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+import jax
+import jax.numpy  # noqa: F401  (jax.numpy.issubdtype)
 import numpy as np
 
 from .affine import AffineExpr
@@ -36,11 +38,25 @@ class Ref:
     vid: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Lit:
-    """A scalar literal (python scalar + dtype name)."""
+    """A scalar literal (python scalar + dtype name).  Literals are equal
+    when their bits are: -0.0 is not 0.0 (1 / -0.0 is -inf), and a NaN
+    equals itself, so memo tables keyed by literals stay right."""
     value: Any
     dtype: str
+
+    def _key(self) -> tuple:
+        try:
+            return (self.dtype, np.asarray(self.value, dtype=np.dtype(self.dtype)).tobytes())
+        except (TypeError, ValueError):
+            return (self.dtype, repr(self.value))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Lit) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
 
 @dataclass(frozen=True)
@@ -98,7 +114,10 @@ def dtype_name(dtype) -> str:
     """'float32' etc.; cached because str(np.dtype) is slow on the hot path."""
     name = _DTYPE_NAMES.get(dtype)
     if name is None:
-        name = _DTYPE_NAMES[dtype] = str(np.dtype(dtype))
+        # jax's extended dtypes (PRNG keys, `key<fry>`) are no numpy dtype:
+        # their values only flow between host ops, by name
+        extended = jax.numpy.issubdtype(dtype, jax.dtypes.extended)
+        name = _DTYPE_NAMES[dtype] = str(dtype) if extended else str(np.dtype(dtype))
     return name
 
 
@@ -148,7 +167,7 @@ class Builder:
         self.constants: dict[int, np.ndarray] = {}
         self.effectful: set[int] = set()        # op indices never removed as dead
         self._views: dict[View, int] = {}
-        self._literals: dict[tuple, int] = {}
+        self._literals: dict[Lit, int] = {}
         self._const_ids: dict[int, tuple] = {}
         # where the eqn being translated comes from: a str or a lazily
         # resolved object with `resolve() -> "file:line"` (see frontend.py)
@@ -184,11 +203,10 @@ class Builder:
         if isinstance(atom, Ref):
             return atom.vid
         if isinstance(atom, Lit):
-            key = (atom.value, atom.dtype)
-            vid = self._literals.get(key)
+            vid = self._literals.get(atom)
             if vid is None:
                 vid = self.constant(np.asarray(atom.value, dtype=np.dtype(atom.dtype)))
-                self._literals[key] = vid
+                self._literals[atom] = vid
             return vid
         return self.materialize(atom)
 

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .affine import AffineExpr
+from .builder import dtype_name
 from .ir import Acc, Arg, Const, Expr, InBounds, PimGraph, PimOp, Prim
 
 # Primitives whose impl needs a parameter a hand-built body may omit.
@@ -69,7 +70,7 @@ def evaluate_graph(graph: PimGraph, *args, jit: bool = True):
         arr = jnp.asarray(leaf)
         if arr.shape != info.shape:
             raise TypeError(f"argument {info.name}: expected shape {info.shape}, got {arr.shape}")
-        arrays.append(arr if arr.dtype == info.dtype else arr.astype(info.dtype))
+        arrays.append(arr if dtype_name(arr.dtype) == info.dtype else arr.astype(info.dtype))
     run = jax.jit(lambda xs: _run(graph, xs)) if jit else (lambda xs: _run(graph, xs))
     outs = run(arrays)
     if graph.out_tree is None:
@@ -85,7 +86,7 @@ def _run(graph: PimGraph, arrays: list) -> list:
         outs = evaluate_op(graph, op, [env[a.value] for a in op.operands])
         for r, val in zip(op.results, outs):
             info = graph.values[r.value]
-            if val.shape != info.shape or val.dtype != info.dtype:
+            if val.shape != info.shape or dtype_name(val.dtype) != info.dtype:
                 raise AssertionError(f"op {op.name} ({op.source}) produced "
                                      f"{val.dtype}{list(val.shape)} for {info.name}: "
                                      f"{info.dtype}{list(info.shape)}")

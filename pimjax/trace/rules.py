@@ -17,7 +17,7 @@ import numpy as np
 from .affine import AffineExpr
 from .builder import (PH_EXPRS, ZERO, Atom, Builder, Lit, Operands, Ref, View, compose,
                       dtype_name, fresh_names, identity_map, loop_vars, pool_names)
-from .ir import Access, Expr, HostCall, InBounds, PimOp, Prim
+from .ir import Access, Arg, Expr, HostCall, InBounds, PimOp, Prim
 
 Rule = Callable[[Builder, object, list], list]
 TRACE_RULES: dict[str, Rule] = {}
@@ -394,6 +394,38 @@ def pad_rule(b: Builder, eqn, atoms: list) -> list:
                    _dtype(out))]
 
 
+def _bounded_read(b: Builder, ops: Operands, atom: Atom, index_map: tuple) -> Arg:
+    """Read `atom` through `index_map` so that the read's in-bounds mask
+    (`InBounds`, and the 0 an out-of-bounds gather reads) is `atom`'s own:
+    a literal, or a view that broadcasts, slices or offsets its base, is
+    materialised first -- read through its base, a broadcast dimension is
+    in bounds everywhere and a slice's neighbours are in bounds too, so a
+    pad or a concatenation would show base data where it has other values.
+    A view that only permutes its whole base reads through it."""
+    if isinstance(atom, Lit) or (isinstance(atom, View) and not _whole_permutation(b, atom)):
+        atom = Ref(b.value_of(atom))
+    return ops.read(atom, index_map)
+
+
+def _whole_permutation(b: Builder, view: View) -> bool:
+    """`view` is its base with the dimensions permuted (same extents)."""
+    if not isinstance(view.base, Ref):
+        return False
+    base_shape = b.values[view.base.vid].shape
+    if len(view.exprs) != len(view.shape) or len(base_shape) != len(view.shape):
+        return False
+    dims = []
+    for e, extent in zip(view.exprs, base_shape):
+        v = e.single_var
+        if v is None or e != AffineExpr.var(v) or not v.startswith("@"):
+            return False
+        d = int(v[1:])
+        if view.shape[d] != extent:
+            return False
+        dims.append(d)
+    return sorted(dims) == list(range(len(view.shape)))
+
+
 def pad_op(b: Builder, x: Atom, pad_value: Atom, config, out_shape, dtype: str) -> Ref:
     """Gather-with-fill pad: out[i] = x[(i - lo) / (interior + 1)] where in
     bounds and exact, else `pad_value`."""
@@ -406,9 +438,9 @@ def pad_op(b: Builder, x: Atom, pad_value: Atom, config, out_shape, dtype: str) 
         else:
             imap.append(AffineExpr(((n, 1),), -lo))
     ops = Operands(b)
-    arg = ops.read(x, tuple(imap))
-    if isinstance(pad_value, Lit) and pad_value.value == 0:
-        body = arg      # out-of-bounds gathers read 0 already
+    arg = _bounded_read(b, ops, x, tuple(imap))
+    if isinstance(pad_value, Lit) and pad_value.value == 0 and not np.signbit(pad_value.value):
+        body = arg      # out-of-bounds gathers read (+)0 already
     else:
         body = Prim("select_n", (InBounds(arg.index), ops.read(pad_value, ()), arg))
     return _emit(b, "pad", "layout", names, out_shape, ops, out_shape, dtype,
@@ -428,7 +460,7 @@ def concatenate_rule(b: Builder, eqn, atoms: list) -> list:
     for atom, v in zip(atoms, eqn.invars):
         imap = list(ids)
         imap[dim] = AffineExpr(((names[dim], 1),), -offset)
-        args.append(ops.read(atom, tuple(imap)))
+        args.append(_bounded_read(b, ops, atom, tuple(imap)))
         offset += _shape(v)[dim]
     body = args[-1]
     for arg in reversed(args[:-1]):

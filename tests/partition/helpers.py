@@ -1,5 +1,7 @@
 """Hand-built PimOps and small test backends for the partitioner tests
 (independent of the jaxpr frontend and the presets)."""
+import dataclasses
+
 from pimjax.hw.core import Backend, Core, Energy, Group, HostModel, System, Timing
 from pimjax.trace.affine import AffineExpr as A
 from pimjax.trace.ir import Access, Arg, LoopVar, PimOp, Prim
@@ -52,7 +54,8 @@ def rowsum(M, N):
 def backend(groups=4, cores=4, lanes=16, regs=8, accumulator=False, broadcast=True,
             rows=16384, tasklets=1, scratchpad=0, dtype="float16", name="test"):
     host = HostModel("host", 1e12, 1e11, 1.0, 1.0, 0.0, 0)
-    t = Timing(*([1.0] * 23))
+    names = [f.name for f in dataclasses.fields(Timing)][:23]
+    t = Timing(**{**dict.fromkeys(names, 1.0), "tREFI": 1000.0})   # unit timings; a refresh fits its interval
     units = ("accumulator",) if accumulator else ()
     return Backend(name, "default", System(host, 1, groups, 16.0),
                    Group(cores, units, broadcast, bank_groups=1, banks_per_bank_group=cores),
