@@ -129,15 +129,29 @@ class Predictor:
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str = "<bytes>") -> "Predictor":
-        """A Predictor of a file written by `CostModel.save`."""
-        blob = read_blob(data)
-        meta = json.loads(blob["meta"])
+        """A Predictor of a file written by `CostModel.save` (ValueError naming
+        `where` for anything else: a truncated or foreign file, a header that
+        disagrees with the arrays)."""
+        try:
+            blob = read_blob(data)
+            meta = json.loads(blob["meta"])
+        except Exception as err:  # noqa: BLE001 - msgpack / json / key errors of a foreign file
+            raise ValueError(f"{where}: not a pimjax cost model ({type(err).__name__}: {err})") from None
         check_meta(meta, where)
-        y = np.asarray(blob["norm"]["y"], np.float64)
-        return cls(members=tuple(member_arrays(blob["params"], len(meta["hidden"]))),
-                   x_mean=np.asarray(blob["norm"]["x_mean"], np.float32),
-                   x_scale=np.asarray(blob["norm"]["x_scale"], np.float32),
-                   y_mean=float(y[0]), y_scale=float(y[1]), n_features=int(meta["n_features"]), meta=meta)
+        try:
+            y = np.asarray(blob["norm"]["y"], np.float64)
+            model = cls(members=tuple(member_arrays(blob["params"], len(meta["hidden"]))),
+                        x_mean=np.asarray(blob["norm"]["x_mean"], np.float32),
+                        x_scale=np.asarray(blob["norm"]["x_scale"], np.float32),
+                        y_mean=float(y[0]), y_scale=float(y[1]), n_features=int(meta["n_features"]), meta=meta)
+        except Exception as err:  # noqa: BLE001
+            raise ValueError(f"{where}: a damaged cost model ({type(err).__name__}: {err})") from None
+        widths = [w.shape[1] for w, _ in model.members[0][0]] if model.members else []
+        if (model.x_mean.shape != (model.n_features,) or model.x_scale.shape != (model.n_features,)
+                or widths != list(meta["hidden"]) or not np.all(model.x_scale > 0)):
+            raise ValueError(f"{where}: header and arrays disagree (features {model.n_features}, "
+                             f"hidden {meta['hidden']}; arrays: x_mean {model.x_mean.shape}, layers {widths})")
+        return model
 
     @classmethod
     def load(cls, path: str) -> "Predictor":

@@ -11,8 +11,10 @@ Modes:
   population of drafts mutated one column at a time, the cost model ranking
   candidates, each round's best simulated; for the first 40 % of the trials
   the parents are drawn equally from drafts with and without a partial
-  (rfactor) reduction and ε decays linearly from 0.5 to 0.05 (ε-greedy:
-  that share of each round is drawn uniformly from the whole space).
+  (rfactor) reduction, so are the uniform draws and the drafts each round
+  measures (the best predicted of each strategy in turn), and ε decays
+  linearly from 0.5 to 0.05 (ε-greedy: that share of each round's
+  candidates is drawn at random).
 
 Results are cached by (op signature, shapes, dtypes, backend, options) in
 memory and, when a path is given, in a JSON file (a corrupted file is
@@ -22,8 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
+import threading
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
@@ -63,7 +67,7 @@ def cache_key(op: PimOp, shapes: dict, backend: Backend, dtypes: dict | None = N
     vids = [a.value for a in op.operands] + [r.value for r in op.results]
     blob = json.dumps({
         "op": op_signature(op),
-        "shapes": [list(shapes[v]) for v in vids],
+        "shapes": [[int(d) for d in shapes[v]] for v in vids],
         "dtypes": [str((dtypes or {}).get(v, "")) for v in vids],
         "backend": backend_fingerprint(backend),
         "options": sorted((k, repr(v)) for k, v in (options or {}).items()),
@@ -105,35 +109,82 @@ def draft_from_dict(d: dict) -> Draft:
 
 class TuneCache:
     """Chosen drafts by cache key: in memory, and in a JSON file when `path`
-    is given (written after every new entry)."""
+    is given (written after every new entry).
+
+    Several tuners may share one file (threads or processes): a write locks
+    the file (`fcntl.flock` on `<path>.lock`), merges the entries already on
+    disk with this cache's, and replaces the file through its own temporary
+    file.  An entry that cannot be read (another pimjax version's draft) is
+    dropped alone, with a warning; a file that cannot be written warns and
+    the cache carries on in memory."""
 
     def __init__(self, path: str | None = None):
         self.path = path
         self.entries: dict[str, dict] = {}
+        self._lock = threading.Lock()
         if path and os.path.exists(path):
+            self.entries = self._read(warn=True)
+
+    def _read(self, warn: bool) -> dict:
+        """The valid entries of the file ({} when it is absent or unreadable)."""
+        def say(msg):
+            if warn:
+                warnings.warn(f"pimjax tuning cache {self.path}: {msg}", RuntimeWarning, stacklevel=3)
+        try:
+            with open(self.path) as f:
+                data = json.load(f)
+            if not isinstance(data, dict):
+                raise ValueError("top level is not an object")
+        except FileNotFoundError:
+            return {}
+        except Exception as err:  # noqa: BLE001 - any corruption means: start over
+            say(f"unreadable ({err}); recompiling and rewriting it")
+            return {}
+        good = {}
+        for k, v in data.items():
             try:
-                with open(path) as f:
-                    data = json.load(f)
-                if not isinstance(data, dict):
-                    raise ValueError("top level is not an object")
-                for k, v in data.items():
-                    draft_from_dict(v["draft"])       # validate every entry
-                self.entries = data
-            except Exception as err:  # noqa: BLE001 - any corruption means: start over
-                warnings.warn(f"pimjax tuning cache {path} is unreadable ({err}); "
-                              "recompiling and rewriting it", RuntimeWarning, stacklevel=2)
-                self.entries = {}
+                draft_from_dict(v["draft"])
+                good[k] = v
+            except Exception:  # noqa: BLE001 - one stale entry is dropped, not the file
+                pass
+        if len(good) < len(data):
+            say(f"dropped {len(data) - len(good)} of {len(data)} entries it cannot read (another version?)")
+        return good
 
     def get(self, key: str) -> dict | None:
         return self.entries.get(key)
 
+    def drop(self, key: str) -> None:
+        """Forget an entry that turned out stale (it is re-tuned and re-put)."""
+        self.entries.pop(key, None)
+
     def put(self, key: str, record: dict) -> None:
-        self.entries[key] = record
-        if self.path:
-            tmp = f"{self.path}.tmp"
-            with open(tmp, "w") as f:
-                json.dump(self.entries, f, indent=1, sort_keys=True)
-            os.replace(tmp, self.path)
+        with self._lock:
+            self.entries[key] = record
+            if self.path:
+                try:
+                    self._write()
+                except OSError as err:
+                    warnings.warn(f"pimjax tuning cache {self.path} cannot be written ({err}); "
+                                  "keeping it in memory", RuntimeWarning, stacklevel=2)
+
+    def _write(self) -> None:
+        import fcntl
+        import tempfile
+        folder = os.path.dirname(os.path.abspath(self.path))
+        with open(f"{self.path}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            merged = {**self._read(warn=False), **self.entries}
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(self.path) + ".", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump(merged, f, indent=1, sort_keys=True, allow_nan=False)
+                os.replace(tmp, self.path)
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+        self.entries = merged
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -182,6 +233,9 @@ class Tuner:
                  include_baseline: bool = True):
         if mode not in ("predict", "exhaustive", "evolutionary"):
             raise ValueError(f"tuner mode {mode!r} not in ('predict', 'exhaustive', 'evolutionary')")
+        for name, value in (("top_k", top_k), ("trials", trials), ("threshold", threshold)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"Tuner {name} must be a positive int, got {value!r}")
         self.mode, self.top_k, self.trials, self.threshold = mode, top_k, trials, threshold
         self.seed, self.balanced, self.include_baseline = seed, balanced, include_baseline
         self._models: dict[str, Any] = {}
@@ -191,6 +245,11 @@ class Tuner:
     # -- model ---------------------------------------------------------------
     def model_for(self, backend: Backend):
         if self._model is not None:
+            trained = getattr(self._model, "meta", {}).get("backend")
+            if trained not in (None, backend.name) and not getattr(self, "_warned", False):
+                self._warned = True
+                warnings.warn(f"the tuner's cost model was trained for {trained}, not {backend.name}: its "
+                              "ranking of these drafts means little", RuntimeWarning, stacklevel=3)
             return self._model
         if backend.name not in self._models:
             from .predictor import load_default
@@ -216,15 +275,30 @@ class Tuner:
         `lower` (e.g. a multi-op block lowered from the drafts of its first
         op); keep(table) -> bool mask restricts the drafts it accepts; tag
         distinguishes such uses in the cache."""
-        self._lower = lower_fn or lower
+        previous = getattr(self, "_lower", lower)
+        self._lower = lower_fn or lower            # for this call only (restored below)
+        try:
+            return self._choose(op, backend, shapes, dtypes, keep, tag, lower_options)
+        finally:
+            self._lower = previous
+
+    def _choose(self, op, backend, shapes, dtypes, keep, tag, lower_options) -> Choice | None:
         key = cache_key(op, shapes, backend, dtypes, {**lower_options, "#tag": tag})
         hit = self.cache.get(key)
         # an exhaustive tuner trusts only exhaustive entries; the others take any
         if hit is not None and (self.mode != "exhaustive" or hit.get("mode") == "exhaustive"):
-            draft = draft_from_dict(hit["draft"])
-            program = self._lower(op, draft, backend, shapes, **lower_options)
-            return Choice(draft, program, cycles_pooled(program, backend), hit.get("predicted", float("nan")),
-                          0, hit.get("space", 0), hit.get("mode", self.mode), cached=True)
+            try:
+                draft = draft_from_dict(hit["draft"])
+                program = self._lower(op, draft, backend, shapes, **lower_options)
+            except Exception as err:  # noqa: BLE001 - a stale entry (another version's draft): re-tune
+                warnings.warn(f"tuning cache entry for {op.name} no longer lowers ({type(err).__name__}: "
+                              f"{err}); tuning again", RuntimeWarning, stacklevel=3)
+                self.cache.drop(key)
+            else:
+                predicted = hit.get("predicted")
+                return Choice(draft, program, cycles_pooled(program, backend),
+                              float("nan") if predicted is None else predicted,
+                              0, hit.get("space", 0), hit.get("mode", self.mode), cached=True)
         table = make_drafts(op, backend, shapes=shapes)
         if keep is not None and len(table):
             table = table.take(np.flatnonzero(keep(table)))
@@ -236,7 +310,9 @@ class Tuner:
             choice = self.evolutionary(op, table, backend, shapes, lower_options)
         else:
             choice = self._top_k(op, table, backend, shapes, lower_options)
-        self.cache.put(key, {"draft": draft_to_dict(choice.draft), "predicted": choice.predicted_cycles,
+        predicted = choice.predicted_cycles          # NaN (no prediction) is stored as null: strict JSON
+        self.cache.put(key, {"draft": draft_to_dict(choice.draft),
+                             "predicted": None if np.isnan(predicted) else predicted,
                              "cycles": float(choice.report.total_cycles), "space": choice.space,
                              "mode": choice.mode})
         return choice
@@ -308,7 +384,9 @@ class Tuner:
         changes one column (one set's groups / cores / mapping, or one knob)
         by jumping to a draft that agrees on every other column."""
         lower_options = lower_options or {}
-        trials = trials or self.trials
+        trials = self.trials if trials is None else trials
+        if not isinstance(trials, (int, np.integer)) or isinstance(trials, bool) or trials < 1:
+            raise ValueError(f"evolutionary search needs trials >= 1, got {trials!r}")
         balanced = self.balanced if balanced is None else balanced
         rng = np.random.default_rng(self.seed)
         n = len(table)
@@ -316,9 +394,10 @@ class Tuner:
         genes = _gene_matrix(table)
         neighbours = _neighbour_index(genes)
         rfactor = np.asarray(table.reduction) != 0              # "complete" is code 0
+        classes = (np.flatnonzero(rfactor), np.flatnonzero(~rfactor))
         measured: dict[int, float] = {}
         history = []
-        explore_until = int(0.4 * trials)
+        explore_until = int(0.4 * min(trials, n))      # ε reaches 0.05 within the trials that can run
         programs: dict[int, Any] = {}
         reports: dict[int, Any] = {}
         while len(measured) < min(trials, n):
@@ -326,10 +405,14 @@ class Tuner:
             early = done < explore_until
             eps = 0.5 - (0.5 - 0.05) * done / max(1, explore_until) if (balanced and early) else 0.05
             parents = self._parents(measured, rfactor, rng, balanced and early)
+            split = balanced and early and rfactor.any() and (~rfactor).any()
             cands = set()
             for _ in range(4 * per_round):
                 if not parents or rng.random() < eps:
-                    cands.add(int(rng.integers(n)))
+                    # early, a uniform draw picks the reduction strategy first (a
+                    # space with few rfactor drafts would otherwise start without any)
+                    pool = classes[int(rng.integers(2))] if split else None
+                    cands.add(int(pool[int(rng.integers(len(pool)))]) if split else int(rng.integers(n)))
                 else:
                     p = parents[int(rng.integers(len(parents)))]
                     col = int(rng.integers(genes.shape[1]))
@@ -338,7 +421,12 @@ class Tuner:
             cands = [c for c in cands if c not in measured]
             if not cands:
                 cands = [int(c) for c in rng.permutation(n) if int(c) not in measured][:per_round]
-            cands = sorted(cands, key=lambda c: pred[c])[: min(per_round, trials - done)]
+            take = min(per_round, trials - done)
+            cands = sorted(cands, key=lambda c: pred[c])
+            if split:      # the round measures the best predicted of each strategy alike
+                by_class = [[c for c in cands if rfactor[c]], [c for c in cands if not rfactor[c]]]
+                cands = [c for pair in itertools.zip_longest(*by_class) for c in pair if c is not None]
+            cands = cands[:take]
             progs, totals, report = self._simulate(op, [table[c] for c in cands], backend, shapes,
                                                    lower_options)
             for j, (c, p, t) in enumerate(zip(cands, progs, totals)):
