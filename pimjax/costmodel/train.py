@@ -119,7 +119,9 @@ def main(argv=None) -> int:
     ap.add_argument("--backend", default="all", help="hbm-pim | attacc | newton | upmem | all")
     ap.add_argument("--cache", default=os.environ.get("PIMJAX_COSTMODEL_CACHE", "/tmp/costmodel"),
                     help="labelled records (JSON lines) and the XLA compile cache")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "weights"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "weights"),
+                    help="directory for <backend>.msgpack/.json (default: the package's shipped weights, "
+                         "which `make train` reproduces; give another directory to keep them)")
     ap.add_argument("--steps1", type=int, default=2000, help="Adam steps before each model-driven round")
     ap.add_argument("--steps2", type=int, default=5000, help="Adam steps of the final fit")
     ap.add_argument("--seconds", type=float, default=60.0, help="training time cap per backend")
