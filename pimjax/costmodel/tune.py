@@ -285,8 +285,7 @@ class Tuner:
     def _choose(self, op, backend, shapes, dtypes, keep, tag, lower_options) -> Choice | None:
         key = cache_key(op, shapes, backend, dtypes, {**lower_options, "#tag": tag})
         hit = self.cache.get(key)
-        # an exhaustive tuner trusts only exhaustive entries; the others take any
-        if hit is not None and (self.mode != "exhaustive" or hit.get("mode") == "exhaustive"):
+        if hit is not None and self._trusts(hit):
             try:
                 draft = draft_from_dict(hit["draft"])
                 program = self._lower(op, draft, backend, shapes, **lower_options)
@@ -311,11 +310,28 @@ class Tuner:
         else:
             choice = self._top_k(op, table, backend, shapes, lower_options)
         predicted = choice.predicted_cycles          # NaN (no prediction) is stored as null: strict JSON
-        self.cache.put(key, {"draft": draft_to_dict(choice.draft),
+        self.cache.put(key, {"draft": draft_to_dict(choice.draft), "simulated": int(choice.simulated),
                              "predicted": None if np.isnan(predicted) else predicted,
                              "cycles": float(choice.report.total_cycles), "space": choice.space,
                              "mode": choice.mode})
         return choice
+
+    def _trusts(self, hit: dict) -> bool:
+        """Whether a cached choice is at least as searched as this tuner would
+        search: an exhaustive one always; otherwise one of the same mode that
+        simulated as many drafts as this tuner's top_k / trials (capped by
+        the space).  A 1-trial evolutionary pick in a shared file does not
+        answer a default tuner, nor a predicted one an exhaustive tuner."""
+        mode, space = hit.get("mode"), int(hit.get("space", 0))
+        if mode == "exhaustive":
+            return True
+        own = self.mode
+        if own == "predict" and space > self.threshold:      # predict mode searches large spaces
+            own = "evolutionary"
+        if own == "exhaustive" or mode != own:
+            return False
+        effort = self.top_k if own == "predict" else self.trials
+        return int(hit.get("simulated", 0)) >= min(effort, space)
 
     def _simulate(self, op, drafts, backend, shapes, lower_options, programs=None):
         """Lower and simulate `drafts` (batched; `programs`: already lowered):

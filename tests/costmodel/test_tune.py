@@ -142,3 +142,18 @@ def test_model_files_are_checked(tmp_path):
     bad.write_bytes(b"\x93\x01\x02")
     with pytest.raises(ValueError, match="bad.msgpack: not a pimjax cost model"):
         Predictor.load(str(bad))
+
+
+def test_a_shared_cache_answers_only_tuners_that_would_search_no_more(tmp_path):
+    """A 1-trial evolutionary pick does not answer a default tuner, a top-2
+    pick does not answer a top-8 tuner; the same settings and exhaustive
+    entries do."""
+    path = str(tmp_path / "tune.json")
+    quick = Tuner(mode="evolutionary", model=Flat(), trials=1, cache=path).choose(OP, BE, SHAPES)
+    assert quick.simulated == 1
+    assert not Tuner(model=Flat(), top_k=2, cache=path, include_baseline=False).choose(OP, BE, SHAPES).cached
+    assert Tuner(model=Flat(), top_k=2, cache=path, include_baseline=False).choose(OP, BE, SHAPES).cached
+    assert not Tuner(model=Flat(), top_k=8, cache=path, include_baseline=False).choose(OP, BE, SHAPES).cached
+    assert not Tuner(mode="exhaustive", cache=path).choose(OP, BE, SHAPES).cached
+    for t in (Tuner(model=Flat(), top_k=8, cache=path), Tuner(mode="evolutionary", model=Flat(), trials=64, cache=path)):
+        assert t.choose(OP, BE, SHAPES).cached                        # the exhaustive entry answers all
