@@ -58,7 +58,7 @@ class MemoTuner(Tuner):
             self.shared["pred"] = super().predict(op, table, backend, shapes)
         return self.shared["pred"]
 
-    def _simulate(self, op, drafts, backend, shapes, lower_options, programs=None):
+    def _simulate(self, op, drafts, backend, shapes, lower_options, programs=None, lower_fn=lower):
         # drafts simulated before are not lowered again; the caller's
         # `programs` are not used, so lowering is timed here for every run
         todo, programs = [], []
@@ -67,7 +67,7 @@ class MemoTuner(Tuner):
             if d in self.memo or d in todo:
                 continue
             try:
-                programs.append(lower(op, d, backend, shapes, **lower_options))
+                programs.append(lower_fn(op, d, backend, shapes, **lower_options))
                 todo.append(d)
             except PimCompileError:
                 self.memo[d] = math.inf

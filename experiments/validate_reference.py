@@ -74,14 +74,20 @@ METRICS = ("pim", "readback", "nonpim")
 REFRESH = {"yes": True, "true": True, "1": True, "on": True, "no": False, "false": False, "0": False, "off": False}
 
 
+def _stripped(row: dict) -> dict:
+    """A csv row with its names and values stripped (a short row reads None)."""
+    return {(k or "").strip(): (v or "").strip() if isinstance(v, str) or v is None else v
+            for k, v in row.items()}
+
+
 def check_row(row: dict) -> dict:
     """The row with its fields stripped and checked (ValueError naming the
     field otherwise): every column present, a known metric and refresh
     value, a positive channel count and reference cycle count."""
-    missing = [c for c in COLUMNS if not (row.get(c) or "").strip()]
+    row = _stripped(row)
+    missing = [c for c in COLUMNS if not row.get(c)]
     if missing:
         raise ValueError(f"missing {', '.join(missing)}")
-    row = {k.strip(): (v or "").strip() for k, v in row.items() if k}
     if row["metric"] not in METRICS:
         raise ValueError(f"metric {row['metric']!r} not in {METRICS}")
     if row["refresh"].lower() not in REFRESH:
@@ -148,7 +154,7 @@ def main(argv=None) -> int:
     worst = 0.0
     failed = errors = 0
     for line, row in enumerate(rows, start=2):          # line 1 is the header
-        row = {(k or "").strip(): (v or "").strip() if isinstance(v, str) else v for k, v in row.items()}
+        row = _stripped(row)
         label = (f"{row.get('backend', ''):8} {row.get('variant', ''):10} {row.get('kernel', ''):10} "
                  f"{row.get('shape', ''):18} {row.get('channels', ''):>3} {row.get('refresh', ''):>4} "
                  f"{row.get('metric', ''):9}")

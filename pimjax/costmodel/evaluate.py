@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..hw.core import Backend
+from ..hw.core import Backend, is_int
 from ..partition import DraftTable
 from .dataset import CACHE_DIR, ROW_COLUMNS, Labeller, _try_lower
 from .features import features_table
@@ -181,7 +181,7 @@ def check_case(case) -> dict:
         raise ValueError(f"unknown backend {b!r}; expected one of {sorted(SUPPORTED)}")
     if k not in RANKS:
         raise ValueError(f"unknown kernel {k!r}; expected one of {sorted(RANKS)}")
-    if not (isinstance(shape, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in shape)):
+    if not (isinstance(shape, list) and all(is_int(v) for v in shape)):
         raise ValueError(f"shape must be a list of integers, got {shape!r}")
     if len(shape) not in RANKS[k]:
         raise ValueError(f"{k} takes a shape of {' or '.join(map(str, RANKS[k]))} sizes, got {shape}")

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import PimCompileError
-from ..hw.core import Backend
+from ..hw.core import Backend, is_int
 from ..lower import lower
 from ..partition import drafts as make_drafts
 from ..partition.baselines import baseline
@@ -122,7 +122,7 @@ class TuneCache:
         self.path = path
         self.entries: dict[str, dict] = {}
         self._lock = threading.Lock()
-        if path and os.path.exists(path):
+        if path:
             self.entries = self._read(warn=True)
 
     def _read(self, warn: bool) -> dict:
@@ -234,7 +234,7 @@ class Tuner:
         if mode not in ("predict", "exhaustive", "evolutionary"):
             raise ValueError(f"tuner mode {mode!r} not in ('predict', 'exhaustive', 'evolutionary')")
         for name, value in (("top_k", top_k), ("trials", trials), ("threshold", threshold)):
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(f"Tuner {name} must be a positive int, got {value!r}")
         self.mode, self.top_k, self.trials, self.threshold = mode, top_k, trials, threshold
         self.seed, self.balanced, self.include_baseline = seed, balanced, include_baseline
@@ -275,20 +275,13 @@ class Tuner:
         `lower` (e.g. a multi-op block lowered from the drafts of its first
         op); keep(table) -> bool mask restricts the drafts it accepts; tag
         distinguishes such uses in the cache."""
-        previous = getattr(self, "_lower", lower)
-        self._lower = lower_fn or lower            # for this call only (restored below)
-        try:
-            return self._choose(op, backend, shapes, dtypes, keep, tag, lower_options)
-        finally:
-            self._lower = previous
-
-    def _choose(self, op, backend, shapes, dtypes, keep, tag, lower_options) -> Choice | None:
+        lower_fn = lower_fn or lower
         key = cache_key(op, shapes, backend, dtypes, {**lower_options, "#tag": tag})
         hit = self.cache.get(key)
         if hit is not None and self._trusts(hit):
             try:
                 draft = draft_from_dict(hit["draft"])
-                program = self._lower(op, draft, backend, shapes, **lower_options)
+                program = lower_fn(op, draft, backend, shapes, **lower_options)
             except Exception as err:  # noqa: BLE001 - a stale entry (another version's draft): re-tune
                 warnings.warn(f"tuning cache entry for {op.name} no longer lowers ({type(err).__name__}: "
                               f"{err}); tuning again", RuntimeWarning, stacklevel=3)
@@ -304,11 +297,11 @@ class Tuner:
         if len(table) == 0:
             return None
         if self.mode == "exhaustive":
-            choice = self._exhaustive(op, table, backend, shapes, lower_options)
+            choice = self._exhaustive(op, table, backend, shapes, lower_options, lower_fn)
         elif self.mode == "evolutionary" or len(table) > self.threshold:
-            choice = self.evolutionary(op, table, backend, shapes, lower_options)
+            choice = self.evolutionary(op, table, backend, shapes, lower_options, lower_fn=lower_fn)
         else:
-            choice = self._top_k(op, table, backend, shapes, lower_options)
+            choice = self._top_k(op, table, backend, shapes, lower_options, lower_fn)
         predicted = choice.predicted_cycles          # NaN (no prediction) is stored as null: strict JSON
         self.cache.put(key, {"draft": draft_to_dict(choice.draft), "simulated": int(choice.simulated),
                              "predicted": None if np.isnan(predicted) else predicted,
@@ -333,11 +326,11 @@ class Tuner:
         effort = self.top_k if own == "predict" else self.trials
         return int(hit.get("simulated", 0)) >= min(effort, space)
 
-    def _simulate(self, op, drafts, backend, shapes, lower_options, programs=None):
-        """Lower and simulate `drafts` (batched; `programs`: already lowered):
-        (programs, totals [len(drafts)], report(i) -> CycleReport of programs[i])."""
+    def _simulate(self, op, drafts, backend, shapes, lower_options, programs=None, lower_fn=lower):
+        """Lower (with `lower_fn`) and simulate `drafts` (batched; `programs`:
+        already lowered): (programs, totals [len(drafts)], report(i) ->
+        CycleReport of programs[i])."""
         if programs is None:
-            lower_fn = getattr(self, "_lower", lower)
             programs = [lower_fn(op, d, backend, shapes, **lower_options) for d in drafts]
         if backend.core.programmable:
             reports = [cycles(p, backend) for p in programs]
@@ -355,11 +348,10 @@ class Tuner:
                       float(predicted[best]) if predicted is not None else float("nan"),
                       simulated, space, mode)
 
-    def _top_k(self, op, table, backend, shapes, lower_options) -> Choice:
+    def _top_k(self, op, table, backend, shapes, lower_options, lower_fn=lower) -> Choice:
         pred = self.predict(op, table, backend, shapes)
         idx = np.argsort(pred, kind="stable")[: self.top_k]
         drafts, predicted = [table[int(i)] for i in idx], [float(pred[i]) for i in idx]
-        lower_fn = getattr(self, "_lower", lower)
         programs = [lower_fn(op, d, backend, shapes, **lower_options) for d in drafts]
         base = baseline(op, backend) if self.include_baseline else None
         if base is not None and base not in drafts:
@@ -378,12 +370,12 @@ class Tuner:
         # baseline mapping needs it, and timing it alone would compile another scan
         return choice if base not in drafts else replace(choice, baseline=report(drafts.index(base)))
 
-    def _exhaustive(self, op, table, backend, shapes, lower_options) -> Choice:
+    def _exhaustive(self, op, table, backend, shapes, lower_options, lower_fn=lower) -> Choice:
         idx = np.arange(len(table))
         drafts, programs, totals, reports = [], [], [], []
         for chunk in np.array_split(idx, max(1, len(idx) // 256)):
             ds = [table[int(i)] for i in chunk]
-            p, t, r = self._simulate(op, ds, backend, shapes, lower_options)
+            p, t, r = self._simulate(op, ds, backend, shapes, lower_options, lower_fn=lower_fn)
             drafts += ds
             programs += p
             totals.append(t)
@@ -393,15 +385,16 @@ class Tuner:
 
     # -- ATiM's balanced evolutionary search --------------------------------------
     def evolutionary(self, op, table, backend, shapes, lower_options=None, trials: int | None = None,
-                     balanced: bool | None = None, per_round: int = 8) -> Choice:
-        """Best draft found within `trials` simulations (see module docstring).
+                     balanced: bool | None = None, per_round: int = 8, lower_fn=lower) -> Choice:
+        """Best draft found within `trials` simulations (see module docstring),
+        drafts lowered with `lower_fn`.
 
         The genome of a draft is its row of the DraftTable; a mutation
         changes one column (one set's groups / cores / mapping, or one knob)
         by jumping to a draft that agrees on every other column."""
         lower_options = lower_options or {}
         trials = self.trials if trials is None else trials
-        if not isinstance(trials, (int, np.integer)) or isinstance(trials, bool) or trials < 1:
+        if not is_int(trials) or trials < 1:
             raise ValueError(f"evolutionary search needs trials >= 1, got {trials!r}")
         balanced = self.balanced if balanced is None else balanced
         rng = np.random.default_rng(self.seed)
@@ -425,10 +418,11 @@ class Tuner:
             cands = set()
             for _ in range(4 * per_round):
                 if not parents or rng.random() < eps:
-                    # early, a uniform draw picks the reduction strategy first (a
-                    # space with few rfactor drafts would otherwise start without any)
-                    pool = classes[int(rng.integers(2))] if split else None
-                    cands.add(int(pool[int(rng.integers(len(pool)))]) if split else int(rng.integers(n)))
+                    if split:      # early, the strategy first: a space with few rfactor drafts
+                        pool = classes[int(rng.integers(2))]       # would otherwise start without any
+                        cands.add(int(pool[int(rng.integers(len(pool)))]))
+                    else:
+                        cands.add(int(rng.integers(n)))
                 else:
                     p = parents[int(rng.integers(len(parents)))]
                     col = int(rng.integers(genes.shape[1]))
@@ -444,7 +438,7 @@ class Tuner:
                 cands = [c for pair in itertools.zip_longest(*by_class) for c in pair if c is not None]
             cands = cands[:take]
             progs, totals, report = self._simulate(op, [table[c] for c in cands], backend, shapes,
-                                                   lower_options)
+                                                   lower_options, lower_fn=lower_fn)
             for j, (c, p, t) in enumerate(zip(cands, progs, totals)):
                 measured[c] = float(t)
                 programs[c] = p

@@ -79,6 +79,11 @@ def _concrete(x) -> np.ndarray | None:
         return None
 
 
+def is_int(x) -> bool:
+    """An integer setting: Python or numpy ints, not bools (True is not 1 channel)."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
 def check_positive(obj, *names: str) -> None:
     for n in names:
         v = _concrete(getattr(obj, n))

@@ -30,9 +30,7 @@ import inspect
 import math
 from typing import Callable
 
-import numpy as np
-
-from .core import Backend, Core, Energy, Group, HostModel, System, Timing
+from .core import Backend, Core, Energy, Group, HostModel, System, Timing, is_int
 from .host import a100, rtx2060, xeon_gold_5220r
 
 _PRESETS: dict[str, Callable[..., Backend]] = {}
@@ -71,14 +69,9 @@ def get_backend(name: str, **options) -> Backend:
     return builder(**options)
 
 
-def _is_int(x) -> bool:
-    """An integer option value: Python or numpy ints, not bools (True is not 1 channel)."""
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-
-
 def _split_groups(name: str, channels: int, per_device: int) -> tuple[int, int]:
     """(n_devices, groups_per_device) for `channels` groups, `per_device` per device."""
-    if not _is_int(channels) or channels < 1:
+    if not is_int(channels) or channels < 1:
         raise ValueError(f"{name} option channels must be a positive int, got {channels!r}")
     channels = int(channels)
     if channels <= per_device:
@@ -302,7 +295,7 @@ def attacc(*, variant: str = "bank-pc", stacks: int | None = None, channels: int
     if variant not in ATTACC_VARIANTS:
         raise ValueError(f"attacc option variant={variant!r}: valid variants are {list(ATTACC_VARIANTS)}")
     _check_host("attacc", host)
-    if stacks is not None and (not _is_int(stacks) or stacks < 1):
+    if stacks is not None and (not is_int(stacks) or stacks < 1):
         raise ValueError(f"attacc option stacks must be a positive int, got {stacks!r}")
     if channels is None:
         channels = ATTACC_CHANNELS_PER_STACK * (1 if stacks is None else stacks)
@@ -424,7 +417,7 @@ def newton(*, channels: int = 16, buffers: int = 4, clock: str = "pimflow",
         (tCK = 0.5 ns, AiM ISSCC'22 16 Gb/s/pin; reproduces its 1 TFLOPS per chip).
     host: HostModel override (default: PIMFlow's RTX 2060, `rtx2060()`).
     """
-    if not _is_int(buffers) or buffers not in NEWTON_BUFFER_BYTES:
+    if not is_int(buffers) or buffers not in NEWTON_BUFFER_BYTES:
         raise ValueError(f"newton option buffers={buffers!r}: valid values are {sorted(NEWTON_BUFFER_BYTES)}")
     if clock not in ("pimflow", "aim"):
         raise ValueError(f"newton option clock={clock!r}: valid clocks are ['aim', 'pimflow']")
@@ -528,7 +521,7 @@ def upmem(*, dpus: int = 2048, host: HostModel | None = None) -> Backend:
         at most 2560.
     host: HostModel override (default: ATiM's dual Xeon Gold 5220R, `xeon_gold_5220r()`).
     """
-    if not _is_int(dpus) or dpus < UPMEM_DPUS_PER_RANK or dpus > UPMEM_MAX_DPUS \
+    if not is_int(dpus) or dpus < UPMEM_DPUS_PER_RANK or dpus > UPMEM_MAX_DPUS \
             or dpus % UPMEM_DPUS_PER_RANK:
         raise ValueError(f"upmem option dpus={dpus!r} must be a multiple of {UPMEM_DPUS_PER_RANK} "
                          f"(DPUs per rank) between {UPMEM_DPUS_PER_RANK} and {UPMEM_MAX_DPUS}")

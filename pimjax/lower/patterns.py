@@ -90,7 +90,7 @@ def match_attention(graph: PimGraph) -> list[tuple[int, ...]]:
         summed = _arg_value(z_op, z_op.body)
         # fp16 / bf16 softmax: jax sums a float32 copy of e (a convert op
         # between exp and sum) and converts the sum back (the epilogue)
-        i_cvt = _convert_of(graph, producer, summed, num)
+        i_cvt = None if summed == num else _convert_of(graph, producer, summed, num)
         if summed != num and i_cvt is None:
             continue
         if not (e_op.kind == "elementwise" and _is_prim(e_op.body, "exp", 1)

@@ -88,8 +88,9 @@ def op_support(op: PimOp, backend: Backend, dtype=None) -> tuple[bool, str]:
     `dtype` to say float-typed values are integers.  A backend whose cores
     compute in a floating type (fp16, bf16) runs no integer data (booleans,
     0 / 1, are exact): fp16 holds integers exactly only up to 2048 and
-    overflows above 65504, so an int32 GEMV would come back rounded or NaN.  An op with no loop
-    variables (one scalar) has nothing to spread over cores: host.
+    overflows above 65504, so an int32 GEMV would come back rounded or NaN.
+    An op with no loop variables (one scalar) has nothing to spread over
+    cores: host.
 
     >>> op_support(op, get_backend("upmem"), dtype="float32")   # doctest: +SKIP
     (False, 'upmem cores compute integers only (no FPU): float32 data stays on the host ...')

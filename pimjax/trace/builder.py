@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jax
-import jax.numpy  # noqa: F401  (jax.numpy.issubdtype)
 import numpy as np
 
 from .affine import AffineExpr
@@ -116,7 +115,7 @@ def dtype_name(dtype) -> str:
     if name is None:
         # jax's extended dtypes (PRNG keys, `key<fry>`) are no numpy dtype:
         # their values only flow between host ops, by name
-        extended = jax.numpy.issubdtype(dtype, jax.dtypes.extended)
+        extended = jax.dtypes.issubdtype(dtype, jax.dtypes.extended)
         name = _DTYPE_NAMES[dtype] = str(dtype) if extended else str(np.dtype(dtype))
     return name
 

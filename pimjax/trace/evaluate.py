@@ -19,9 +19,8 @@ Every dtype change is explicit, so the evaluator works under
 """
 from __future__ import annotations
 
-import functools
 import string
-from functools import partial
+from functools import lru_cache, partial
 
 import jax
 import jax.extend.core as jcore
@@ -219,24 +218,23 @@ def expr_dtype(expr: Expr, arg_dtypes: tuple, acc_dtype=None) -> np.dtype:
                        None if acc_dtype is None else str(np.dtype(acc_dtype)))
 
 
-@functools.lru_cache(maxsize=4096)
+class _ScalarReads:
+    """`_Gathered` stand-in for `expr_dtype`: operand k read as one 0-d value."""
+    domain = ()
+
+    def __init__(self, values):
+        self.values = values
+
+    def get(self, k):
+        return self.values[k], None
+
+
+@lru_cache(maxsize=4096)
 def _expr_dtype(expr: Expr, arg_dtypes: tuple, acc_dtype) -> np.dtype:
-    if isinstance(expr, Arg):
-        return np.dtype(arg_dtypes[expr.index])
-    if isinstance(expr, InBounds):
-        return np.dtype(bool)
-    if isinstance(expr, Const):
-        return np.dtype(expr.dtype)
-    if isinstance(expr, Acc):
-        if acc_dtype is None:
-            raise ValueError("Acc outside an epilogue")
-        return np.dtype(acc_dtype)
-    if isinstance(expr, Prim):
-        specs = [jax.ShapeDtypeStruct((), _expr_dtype(a, arg_dtypes, acc_dtype)) for a in expr.args]
-        params = {**PARAM_DEFAULTS.get(expr.name, {}), **dict(expr.params)}
-        out = jax.eval_shape(lambda *xs: primitive(expr.name).bind(*xs, **params), *specs)
-        return np.dtype(out.dtype)
-    raise TypeError(f"unknown body expression {expr!r}")
+    specs = [jax.ShapeDtypeStruct((), d) for d in arg_dtypes]
+    acc = None if acc_dtype is None else jax.ShapeDtypeStruct((), acc_dtype)
+    out = jax.eval_shape(lambda xs, a: eval_expr(expr, _ScalarReads(xs), a), specs, acc)
+    return np.dtype(out.dtype)
 
 
 def _broadcast_full(value, domain, ext):
