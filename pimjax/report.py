@@ -7,7 +7,16 @@ Totals: PIM ops at their simulated time plus host ops at their roofline
 time, against the GPU-only time of every op.  `print(report)` renders a
 rich table; `report.to_dict()` gives plain numbers for notebooks.
 
-Units: cycles of the PIM command clock (`clock_ghz` = 1 / tCK), ns, pJ.
+Derived figures (DESIGN.md "every report ... gives derived figures"): per
+PIM op the bytes moved over the host link each way, the operand bytes (every
+operand read once and the result written once, at the backend's element
+size), the effective bandwidth operand bytes / total ns, the internal
+bandwidth operand bytes / compute ns as a percentage of the backend's peak
+(`hw.derived_peaks`: what the PIM units can consume), and the link bandwidth
+achieved during rearrangement and read-back as a percentage of the peak.
+
+Units: cycles of the PIM command clock (`clock_ghz` = 1 / tCK), ns, pJ,
+bytes, GB/s (= bytes / ns).
 """
 from __future__ import annotations
 
@@ -16,7 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .hw.peaks import derived_peaks
 from .partition.dimsets import dimension_sets
+from .sim.host import op_bytes
 from .partition.draft import Draft
 from .trace.ir import PimOp
 
@@ -66,6 +77,12 @@ class OpReport:
     bound: str = ""
     simulated_drafts: int = 0
     space: int = 0
+    operand_bytes: int = 0             # operands read once + the result written once (PIM elements)
+    to_pim_bytes: int = 0              # host -> PIM per call (rearrangement + register writes)
+    from_pim_bytes: int = 0            # PIM -> host per call (read-back)
+    internal_peak_GBps: float = float("nan")
+    to_pim_peak_GBps: float = float("nan")     # hw.derived_peaks: external / readback bandwidth
+    from_pim_peak_GBps: float = float("nan")
 
     @property
     def speedup_gpu(self) -> float:
@@ -74,6 +91,37 @@ class OpReport:
     @property
     def speedup_baseline(self) -> float:
         return self.baseline_ns / self.ns if self.ns and self.placement == "pim" else float("nan")
+
+    @property
+    def effective_GBps(self) -> float:
+        """Operand bytes over the op's end-to-end time (GB/s), PIM ops."""
+        return self.operand_bytes / self.ns if self.ns and self.placement == "pim" else float("nan")
+
+    @property
+    def internal_pct(self) -> float:
+        """Operand bytes over the compute phase, % of the PIM units' peak bandwidth."""
+        ns = self.compute * self.ns / self.cycles if self.cycles else 0.0
+        if not ns or self.placement != "pim":
+            return float("nan")
+        return 100.0 * self.operand_bytes / ns / self.internal_peak_GBps
+
+    def _link_ns(self) -> float:
+        return (self.rearrangement + self.readback) * self.ns / self.cycles if self.cycles else 0.0
+
+    @property
+    def link_GBps(self) -> float:
+        """Host-link bytes (both ways) over rearrangement + read-back time (GB/s)."""
+        ns, moved = self._link_ns(), self.to_pim_bytes + self.from_pim_bytes
+        return moved / ns if ns and moved and self.placement == "pim" else float("nan")
+
+    @property
+    def link_pct(self) -> float:
+        """The link time at peak (bytes each way over its peak bandwidth, every
+        group's link at once) as a % of the simulated rearrangement + read-back."""
+        if np.isnan(self.link_GBps):
+            return float("nan")
+        at_peak = self.to_pim_bytes / self.to_pim_peak_GBps + self.from_pim_bytes / self.from_pim_peak_GBps
+        return 100.0 * at_peak / self._link_ns()
 
 
 @dataclass
@@ -108,7 +156,10 @@ class Report:
         with cycles / ns and the breakdown in cycles (rearrangement_cycles,
         compute_cycles, readback_cycles, merge_cycles), energy_pj, gpu_ns,
         baseline_ns (baseline mapping), speedup_gpu, speedup_baseline,
-        placement, reason, draft.  A figure that does not exist (the
+        placement, reason, draft; the derived figures operand_bytes,
+        to_pim_bytes, from_pim_bytes (bytes), effective_GBps, link_GBps
+        (GB/s), internal_pct and link_pct (% of peak; module docstring).
+        A figure that does not exist (the
         baseline of a host op, the speedup of an op fused into a block's
         program) is None, so the dict is strict JSON."""
         ops = []
@@ -120,6 +171,9 @@ class Report:
                 d[f"{k}_cycles"] = getattr(o, k if k != "resident" else "resident_cycles")
             d["speedup_gpu"] = o.speedup_gpu
             d["speedup_baseline"] = o.speedup_baseline
+            for k in ("operand_bytes", "to_pim_bytes", "from_pim_bytes", "effective_GBps", "internal_pct",
+                      "link_GBps", "link_pct"):
+                d[k] = getattr(o, k)
             ops.append({k: _none_if_nan(v) for k, v in d.items()})
         return {"backend": self.backend, "host": self.host, "clock_ghz": self.clock_ghz,
                 "total_ns": self.total_ns, "gpu_ns": self.gpu_ns,
@@ -130,9 +184,9 @@ class Report:
         from rich.table import Table
         t = Table(title=f"pimjax on {self.backend} (host {self.host}, {self.clock_ghz:.3g} GHz PIM clock)")
         for col in ("#", "op", "on", "draft / reason", "cycles", "ns", "rearr/comp/rb/merge %",
-                    "energy nJ", "vs GPU", "vs baseline"):
-            t.add_column(col, justify="right" if col in ("#", "cycles", "ns", "energy nJ", "vs GPU",
-                                                        "vs baseline") else "left")
+                    "GB/s (int %peak)", "energy nJ", "vs GPU", "vs baseline"):
+            t.add_column(col, justify="right" if col in ("#", "cycles", "ns", "GB/s (int %peak)", "energy nJ",
+                                                        "vs GPU", "vs baseline") else "left")
         for o in self.ops:
             pct = ""
             if o.placement == "pim" and o.cycles:
@@ -140,7 +194,7 @@ class Report:
                 pct = "/".join(f"{100 * p / o.cycles:.0f}" for p in parts)
             t.add_row(str(o.index), o.name, o.placement, o.draft if o.placement == "pim" else o.reason,
                       f"{o.cycles:,.0f}" if o.placement == "pim" else "", f"{o.ns:,.0f}", pct,
-                      f"{o.energy_pj / 1e3:,.1f}" if o.energy_pj else "",
+                      _bandwidth(o), f"{o.energy_pj / 1e3:,.1f}" if o.energy_pj else "",
                       _times(o.speedup_gpu), _times(o.speedup_baseline))
         t.caption = (f"total {self.total_ns:,.0f} ns vs GPU-only {self.gpu_ns:,.0f} ns "
                      f"({self.gpu_ns / self.total_ns if self.total_ns else float('nan'):.2f}x); "
@@ -158,9 +212,34 @@ def _none_if_nan(v):
     return None if isinstance(v, float) and np.isnan(v) else v
 
 
+def _bandwidth(o: OpReport) -> str:
+    """Effective GB/s and the compute phase's share of the internal peak ("" off PIM)."""
+    if np.isnan(o.effective_GBps):
+        return ""
+    pct = "" if np.isnan(o.internal_pct) else f" ({o.internal_pct:.0f}%)"
+    return f"{o.effective_GBps:,.1f}{pct}"
+
+
 def _times(x: float) -> str:
     """A speedup for the table ("" when it does not exist)."""
     return "" if np.isnan(x) else f"{x:.2f}x"
+
+
+def link_bytes(program) -> tuple[int, int]:
+    """(host -> PIM, PIM -> host) bytes of one call of `program`: rearrangement
+    and register writes (resident placement excluded), and the read-back."""
+    st = program.stats
+    to_pim = int(st.get("rearrange_bytes", 0)) + int(st.get("register_bytes", 0))
+    return to_pim, int(st.get("d2h_bytes", st.get("readback_bytes", 0)))
+
+
+def _data_op(plan) -> PimOp:
+    """The op whose operands and result a plan's program reads and writes
+    (an attention block: q, K, V and the context)."""
+    if not plan.block:
+        return plan.op
+    from .lower.attacc import _attention_parts
+    return _attention_parts(plan.choice.program.meta["block_ops"]).fused
 
 
 def build_report(compiled) -> Report:
@@ -171,6 +250,7 @@ def build_report(compiled) -> Report:
     tck = float(be.timing.tCK)
     rep = Report(be.name, be.system.host.name, 1.0 / tck)
     shapes = _shapes(compiled.graph)
+    peaks = derived_peaks(be)
     for p in lowered.plans:
         o = OpReport(p.index, "attention" if p.block else p.op.name, p.placement, p.reason, gpu_ns=p.host_ns)
         if p.placement == "pim":
@@ -184,6 +264,11 @@ def build_report(compiled) -> Report:
             o.energy_pj = float(r.energy_pj)
             o.bound = r.bound_name()
             o.simulated_drafts, o.space = p.choice.simulated, p.choice.space
+            o.operand_bytes = op_bytes(_data_op(p), shapes, be.core.elem_bytes)
+            o.to_pim_bytes, o.from_pim_bytes = link_bytes(p.choice.program)
+            o.internal_peak_GBps = float(peaks["internal_bandwidth_GBps"])
+            o.to_pim_peak_GBps = float(peaks["external_bandwidth_GBps"])
+            o.from_pim_peak_GBps = float(peaks["readback_bandwidth_GBps"])
             base = baseline_report(p, be, shapes)
             if base is not None:
                 o.baseline_ns = float(base.total_ns)

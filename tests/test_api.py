@@ -245,3 +245,44 @@ def test_attention_block_is_one_attacc_program():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _close(compiled(q, K, V), attn(q, K, V), TOL["attacc"])
+
+
+def test_report_derived_figures_follow_the_program_and_the_peaks():
+    """Bytes each way are the program's per-call transfers (resident placement
+    excluded, UPMEM too), operand bytes every operand once plus the result at
+    the backend's element size, and the bandwidths follow from the times."""
+    from pimjax.hw import derived_peaks
+    rng = np.random.default_rng(1)
+    W = rng.standard_normal((512, 256)).astype(np.float32)
+    x = rng.standard_normal(256).astype(np.float32)
+    kw = dict(backend="hbm-pim", tuner=tuner(), placement="prefer_pim", channels=4)
+    c = pim_jit(lambda W, x: W @ x, **kw).lower(W, x).compile()
+    o = c.report().ops[0]
+    st = c.lowered.plans[0].choice.program.stats
+    assert o.operand_bytes == 2 * (512 * 256 + 256 + 512)
+    assert o.to_pim_bytes == st["rearrange_bytes"] + st["register_bytes"] > 512 * 256 * 2
+    assert o.from_pim_bytes == st["readback_bytes"] > 0
+    peaks = derived_peaks(get_backend("hbm-pim", channels=4))
+    ns_per_cycle = o.ns / o.cycles
+    assert o.effective_GBps == pytest.approx(o.operand_bytes / o.ns)
+    assert o.internal_pct == pytest.approx(100 * o.operand_bytes / (o.compute * ns_per_cycle)
+                                           / peaks["internal_bandwidth_GBps"])
+    link_ns = (o.rearrangement + o.readback) * ns_per_cycle
+    assert o.link_GBps == pytest.approx((o.to_pim_bytes + o.from_pim_bytes) / link_ns)
+    at_peak = (o.to_pim_bytes / peaks["external_bandwidth_GBps"]
+               + o.from_pim_bytes / peaks["readback_bandwidth_GBps"])
+    assert o.link_pct == pytest.approx(100 * at_peak / link_ns) and 0 < o.link_pct <= 100
+    d = c.report().to_dict()["ops"][0]
+    assert d["operand_bytes"] == o.operand_bytes and d["internal_pct"] == pytest.approx(o.internal_pct)
+
+    # UPMEM: a resident matrix leaves the per-call host -> DPU bytes
+    Wi = rng.integers(-50, 50, (256, 128)).astype(np.int32)
+    xi = rng.integers(-50, 50, 128).astype(np.int32)
+    kw = dict(backend="upmem", tuner=tuner(), placement="prefer_pim", dpus=64)
+    moving = pim_jit(lambda W, x: W @ x, **kw).lower(Wi, xi).compile()
+    kept = pim_jit(lambda W, x: W @ x, resident=("W",), **kw).lower(Wi, xi).compile()
+    pm, pk = (c.lowered.plans[0].choice.program for c in (moving, kept))
+    assert pm.draft == pk.draft
+    assert pk.stats["resident_bytes"] >= 4 * 256 * 128 and pm.stats["resident_bytes"] == 0
+    assert pk.stats["rearrange_bytes"] + pk.stats["resident_bytes"] == pk.stats["h2d_bytes"]
+    assert moving.report().ops[0].to_pim_bytes - kept.report().ops[0].to_pim_bytes == pk.stats["resident_bytes"]

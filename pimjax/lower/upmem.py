@@ -759,8 +759,12 @@ def _stats(ctx: _Ctx, rec: Records, h2d: int, res_b: int, d2h: int, partials: bo
     G, C = ctx.tiles.groups, ctx.tiles.cores
     dpus = G * C
 
-    def xbytes(code):
+    resident = np.asarray(rec.resident)[0] == 1
+
+    def xbytes(code, which=None):
         m = op_ == code
+        if which is not None:                  # only the resident (True) / per-call (False) records
+            m &= resident == which
         # parallel / broadcast records stand for every DPU; serial ones for one DPU per rank
         per = np.where(core[m] >= 0, G, dpus)
         return int((n[m] * aux[m] * per).sum())
@@ -781,7 +785,7 @@ def _stats(ctx: _Ctx, rec: Records, h2d: int, res_b: int, d2h: int, partials: bo
             "dma_bytes": int(n[(op_ == Op.DMA_RD) | (op_ == Op.DMA_WR)].sum()),
             "dma_records": int(((op_ == Op.DMA_RD) | (op_ == Op.DMA_WR)).sum()),
             "dpus": dpus,
-            "rearrange_bytes": xbytes(Op.XFER_H2D),
+            "rearrange_bytes": xbytes(Op.XFER_H2D, False), "resident_bytes": xbytes(Op.XFER_H2D, True),
             "readback_bytes": d2h_total if (partials or ctx.op.epilogue is not None) else 0,
             "result_bytes": out_elems * ctx.eb if (partials or ctx.op.epilogue is not None) else 0,
             "merge_flops": merge_flops}
