@@ -253,3 +253,31 @@ def test_streamed_needs_two_bank_groups():
     assert streamed(Op.WR, [0, 4], 4) == Op.WR_S
     assert streamed(Op.RD, [3, 4], 4) == Op.RD_S
     assert streamed(Op.WR, [0, 8], 8) == Op.WR_S and streamed(Op.WR, [0, 7], 8) == Op.WR
+
+
+def test_baseline_spreads_the_large_set_whatever_its_position():
+    """The baseline fills every unit: an elementwise op of shape [1, n] or
+    [2, n/2] is mapped like the vector of n (same cycles), a reduction to one
+    value spreads its reduced set with host-merged partials, and a GEMM keeps
+    the sets the input vector depends on whole inside a group's cores (group
+    broadcast of the input registers) — and still computes the product."""
+    from pimjax.kernels import kernel_op
+    be = get_backend("hbm-pim")
+    units = be.n_groups * be.cores_per_group
+    times = []
+    for shape in ([1 << 16], [1, 1 << 16], [2, 1 << 15]):
+        op, shapes = kernel_op("va", shape)
+        d = baseline(op, be)
+        assert np.prod([[p.groups, p.cores] for p in d.parts]) == units
+        times.append(float(cycles(lower(op, d, be, shapes), be).total_cycles))
+    assert times[0] == times[1] == times[2]
+    op, shapes = kernel_op("red", [1, 4096])
+    d = baseline(op, be)
+    assert d.reduction == "host" and np.prod([[p.groups, p.cores] for p in d.parts]) == units
+    for name, fn, make in CORPUS:
+        if name != "gemm":
+            continue
+        for op, shapes, operands in graph_ops(fn, make()):
+            d = baseline(op, BACKEND)
+            assert d.parts[0].groups * d.parts[0].cores > 1 and d.parts[1].cores == 1
+            _check_op(op, shapes, operands, reference_output(op, operands), d)
