@@ -84,6 +84,11 @@ def is_int(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
+def _numeric(v: np.ndarray) -> bool:
+    """Whether a concrete value can be compared (not an object / string array)."""
+    return v.dtype.kind in "biuf"
+
+
 def check_positive(obj, *names: str) -> None:
     for n in names:
         v = _concrete(getattr(obj, n))
@@ -98,11 +103,45 @@ def check_non_negative(obj, *names: str) -> None:
             raise ValueError(f"{type(obj).__name__}.{n} must be non-negative, got {getattr(obj, n)!r}")
 
 
+def check_finite(obj, *names: str) -> None:
+    """Reject inf / NaN: an infinite time or bandwidth turns a sweep's
+    arithmetic into inf - inf = NaN instead of an error."""
+    for n in names:
+        v = _concrete(getattr(obj, n))
+        if v is not None and (not _numeric(v) or not np.all(np.isfinite(v))):
+            raise ValueError(f"{type(obj).__name__}.{n} must be a finite number, got {getattr(obj, n)!r}")
+
+
+def check_int(obj, *names: str) -> None:
+    """Static counts and sizes are ints: they are shapes and loop bounds of
+    programs, and 32.5 columns is not a smaller 32."""
+    for n in names:
+        v = getattr(obj, n)
+        if not is_int(v):
+            raise ValueError(f"{type(obj).__name__}.{n} must be an int, got {v!r}")
+
+
+def check_bool(obj, *names: str) -> None:
+    for n in names:
+        v = getattr(obj, n)
+        if not isinstance(v, (bool, np.bool_)):
+            raise ValueError(f"{type(obj).__name__}.{n} must be a bool, got {v!r}")
+
+
+def check_type(obj, name: str, cls: type) -> None:
+    """A level of the hierarchy is an instance of its class (a Timing where a
+    Timing goes: `replace(timing=None)` would fail far away, in a scan)."""
+    v = getattr(obj, name)
+    if not isinstance(v, cls):
+        raise ValueError(f"{type(obj).__name__}.{name} must be a {cls.__name__}, got {type(v).__name__}")
+
+
 def check_power_of_two(obj, *names: str) -> None:
     for n in names:
-        v = int(getattr(obj, n))
-        if v < 1 or v & (v - 1):
-            raise ValueError(f"{type(obj).__name__}.{n} must be a power of two, got {v}")
+        v = getattr(obj, n)
+        # int(32.5) would be 32: a non-integer is refused, not truncated
+        if not is_int(v) or v < 1 or v & (v - 1):
+            raise ValueError(f"{type(obj).__name__}.{n} must be a power of two, got {v!r}")
 
 
 class _Replace:
@@ -134,6 +173,8 @@ class HostModel(_Replace):
     staging_buffer_bytes: int = 0
 
     def __post_init__(self):
+        check_int(self, "staging_buffer_bytes")
+        check_finite(self, *self._dynamic_fields)
         check_positive(self, "peak_flops", "mem_bandwidth", "flops_efficiency", "bandwidth_efficiency")
         check_non_negative(self, "launch_overhead_ns", "staging_buffer_bytes")
         for n in ("flops_efficiency", "bandwidth_efficiency"):
@@ -164,6 +205,15 @@ class System(_Replace):
     that after construction it is an independent leaf: `replace`-ing
     `link_bandwidth` alone does not change it.
     n_groups = n_devices * groups_per_device.
+
+    Who reads the two bandwidths: the UPMEM time model (`sim/cycles_upmem.py`)
+    and the cost-model features.  The DRAM cycle model of command-driven
+    backends (HBM-PIM, AttAcc, Newton) never does: it times host transfers
+    as DRAM column commands on the group's data bus, so their speed follows
+    `Timing` (tBL / tCCD_S / tCK); `derived_peaks` derives those backends'
+    external bandwidth the same way (`peaks.bus_bandwidth`).  Their presets
+    set the leaves to that value at the preset timing, and a
+    `Backend.replace(timing=...)` does not update them.
     """
     host: HostModel
     n_devices: int
@@ -174,6 +224,9 @@ class System(_Replace):
     def __post_init__(self):
         if self.readback_bandwidth is None:
             object.__setattr__(self, "readback_bandwidth", self.link_bandwidth)
+        check_type(self, "host", HostModel)
+        check_int(self, "n_devices", "groups_per_device")
+        check_finite(self, "link_bandwidth", "readback_bandwidth")
         check_positive(self, "n_devices", "groups_per_device", "link_bandwidth", "readback_bandwidth")
 
     @property
@@ -183,7 +236,7 @@ class System(_Replace):
 
 @pytree_dataclass(static=("cores_per_group", "units", "broadcast", "global_buffer_bytes",
                           "n_global_buffers", "bank_groups", "banks_per_bank_group",
-                          "per_core_commands"))
+                          "per_core_commands", "data_buses"))
 class Group(_Replace):
     """Group level (a channel / pseudo-channel / rank).
 
@@ -198,6 +251,9 @@ class Group(_Replace):
     (each buffer holds global_buffer_bytes // n_global_buffers bytes).
     bank_groups x banks_per_bank_group: the group's DRAM banks (all of them,
     whether or not every bank has its own PIM unit).
+    data_buses: independent host data buses of the group (2 on an AttAcc
+    HBM3 channel, one per pseudo-channel; 1 elsewhere): a command-driven
+    group moves data_buses x col_bytes per burst slot (`peaks.bus_bandwidth`).
     """
     cores_per_group: int
     units: tuple[str, ...] = ()
@@ -207,9 +263,14 @@ class Group(_Replace):
     bank_groups: int = 4
     banks_per_bank_group: int = 4
     per_core_commands: bool = True
+    data_buses: int = 1
 
     def __post_init__(self):
-        check_positive(self, "cores_per_group", "bank_groups", "banks_per_bank_group")
+        check_int(self, "cores_per_group", "global_buffer_bytes", "n_global_buffers", "bank_groups",
+                  "banks_per_bank_group", "data_buses")
+        check_bool(self, "broadcast", "per_core_commands")
+        object.__setattr__(self, "units", tuple(self.units))   # static aux data must hash
+        check_positive(self, "cores_per_group", "bank_groups", "banks_per_bank_group", "data_buses")
         check_non_negative(self, "global_buffer_bytes", "n_global_buffers")
         bad = set(self.units) - {"softmax", "accumulator", "global_buffer"}
         if bad:
@@ -270,10 +331,14 @@ class Core(_Replace):
                      "gemv", "softmax", "exp", "div", "neg", "abs", "cmp", "select"})
 
     def __post_init__(self):
+        check_int(self, "banks_per_core", "lanes", "n_input_regs", "n_output_regs", "reg_bytes", "rows",
+                  "cols", "col_bytes", "scratchpad_bytes", "tasklets", "pipeline_depth", "instruction_bytes",
+                  "pim_rows")
+        check_bool(self, "programmable")
         check_positive(self, "banks_per_core", "lanes", "rows", "cols", "col_bytes",
                        "tasklets", "pipeline_depth")
         check_non_negative(self, "n_input_regs", "n_output_regs", "reg_bytes", "scratchpad_bytes",
-                           "instruction_bytes")
+                           "instruction_bytes", "pim_rows")
         if self.dtype not in ("float16", "bfloat16", "float32", "int32", "int64"):
             raise ValueError(f"Core.dtype {self.dtype!r} is not a supported PIM data type")
         object.__setattr__(self, "ops", frozenset(self.ops))
@@ -337,7 +402,11 @@ class Timing(_Replace):
     tREF0: Any = 0.0
 
     def __post_init__(self):
-        check_positive(self, "tCK", "tBL", "dpu_clock_ghz", "dma_bytes_per_cycle", "tREFI")
+        check_finite(self, *(f.name for f in fields(self)))
+        # column spacings are divisors of every peak and the cadence of every
+        # MAC: at 0 a PIM kernel would be free (and derived_peaks divides by them)
+        check_positive(self, "tCK", "tBL", "tCCD_S", "tCCD_L", "tCCD_AB", "dpu_clock_ghz",
+                       "dma_bytes_per_cycle", "tREFI")
         check_non_negative(self, *(f.name for f in fields(self)))
         # a refresh must end before the next is due (tREFI 0 used to switch refresh
         # off through a NaN deadline; `refresh=False` is the way to do that)
@@ -359,6 +428,7 @@ class Energy(_Replace):
     refresh: Any = 0.0      # one refresh (per group)
 
     def __post_init__(self):
+        check_finite(self, *(f.name for f in fields(self)))
         check_non_negative(self, *(f.name for f in fields(self)))
 
 
@@ -379,6 +449,9 @@ class Backend(_Replace):
     notes: tuple[str, ...] = ()
 
     def __post_init__(self):
+        for n, cls in (("system", System), ("group", Group), ("core", Core), ("timing", Timing),
+                       ("energy", Energy)):
+            check_type(self, n, cls)
         # Cross-level consistency: the cores of a group own all its banks.
         if self.core.banks_per_core * self.group.cores_per_group != self.group.banks:
             raise ValueError(
@@ -423,3 +496,39 @@ def stack_variants(variants):
             raise ValueError(f"variant {i} differs from variant 0 in a static field "
                              "(counts / geometry / names); only leaves may vary in a sweep")
     return jax.tree.map(lambda *xs: jax.numpy.stack([jax.numpy.asarray(x) for x in xs]), *variants)
+
+
+def batch_size(batch, what: str = "batch") -> int:
+    """V, the leading axis every array leaf of `batch` shares (a pytree made by
+    `stack_variants`).  Raises ValueError, naming `what`, when a leaf has no
+    leading axis (an unstacked variant) or the leading sizes differ."""
+    shapes = {np.shape(x)[:1] for x in jax.tree.leaves(batch)}
+    if len(shapes) != 1 or () in shapes:
+        raise ValueError(f"{what}: every leaf needs the same leading [V] axis of variants "
+                         f"(pimjax.hw.stack_variants([...])); got leading shapes {sorted(shapes)}")
+    return int(shapes.pop()[0])
+
+
+def check_timing_batch(timings) -> Timing:
+    """`timings` if it is a batch of `Timing` variants (leaves with one leading
+    [T] axis), for a sweep of the DRAM cycle model; else a ValueError that
+    says what to pass instead.
+
+    A stacked whole `Backend` is refused: the DRAM model's sweep varies only
+    timing (System, Energy and host are those of its `backend` argument), so
+    taking `.timing` of it would silently drop the other variants.
+    """
+    if isinstance(timings, Timing):
+        batch_size(timings, "timings")
+        return timings
+    if isinstance(timings, Backend):
+        raise ValueError("timings must be a stacked Timing, got a Backend: pass "
+                         "stack_variants([b.timing for b in variants]) (this sweep varies timing only; "
+                         "UPMEM's sweep_upmem takes stacked whole backends)")
+    if isinstance(timings, (list, tuple)):
+        kinds = sorted({type(t).__name__ for t in timings})
+        raise ValueError(f"timings must be one Timing with a leading [T] axis, got a {type(timings).__name__} "
+                         f"of {len(timings)} {'/'.join(kinds) or 'items'}: stack them first, "
+                         "pimjax.hw.stack_variants(timings)")
+    raise ValueError(f"timings must be a Timing with a leading [T] axis (pimjax.hw.stack_variants), "
+                     f"got {type(timings).__name__}")

@@ -12,13 +12,15 @@ published numbers.
 | `pim_ops_per_s` | op/s | lane operations per second: MAC/s for command-driven cores, instructions/s for programmable ones |
 | `pim_flops` | FLOP/s | 2 x MAC/s (a MAC = 2 FLOP; integer ops on UPMEM are counted as FLOP) |
 | `internal_bandwidth_GBps` | GB/s | bank bytes the PIM units can consume: command-driven: n_cores x col_bytes / (tCCD_AB x tCK); programmable: n_cores x dma_bytes_per_cycle x dpu_clock_ghz (MRAM->WRAM DMA) |
-| `external_bandwidth_GBps` | GB/s | n_groups x System.link_bandwidth (host -> PIM) |
-| `readback_bandwidth_GBps` | GB/s | n_groups x System.readback_bandwidth (PIM -> host) |
+| `external_bandwidth_GBps` | GB/s | host -> PIM, n_groups x the per-group link: command-driven: `bus_bandwidth` = data_buses x col_bytes / (max(tBL, tCCD_S) x tCK), the bursts the DRAM cycle model times host writes with; programmable: System.link_bandwidth |
+| `readback_bandwidth_GBps` | GB/s | PIM -> host: command-driven: the same as external (reads use the same bus); programmable: n_groups x System.readback_bandwidth |
 | `internal_over_external` | ratio | internal / external bandwidth |
 | `capacity_bytes` | B | n_groups x banks per group x rows x cols x col_bytes |
 
 These are peaks (no row switches, refresh or command-bus limits); `sim.cycles` gives
-achieved figures.  Values are Python floats for concrete backends and arrays under
+achieved figures.  For command-driven backends the `System` bandwidth leaves are not
+read here (nor by the DRAM cycle model): they are the presets' values at the preset
+timing and go stale under `backend.replace(timing=...)`, while the bursts follow it.  Values are Python floats for concrete backends and arrays under
 `jax.vmap` / `jax.jit`.
 
 Example::
@@ -31,13 +33,15 @@ Example::
 from __future__ import annotations
 
 import jax
+import numpy as np
 
-from .core import Backend
+from .core import Backend, Timing
 
 
 def _num(x):
-    """float for concrete scalars; leaves tracers and arrays with a batch axis alone."""
-    if isinstance(x, jax.core.Tracer):
+    """float for concrete scalars; leaves tracers and arrays with a batch axis alone
+    (a stack of one variant keeps its [1] axis)."""
+    if isinstance(x, jax.core.Tracer) or np.ndim(x) != 0:
         return x
     try:
         return float(x)
@@ -45,9 +49,47 @@ def _num(x):
         return x
 
 
+def _maximum(a, b):
+    """Elementwise max of numbers, arrays or tracers (numpy unless tracing)."""
+    if isinstance(a, jax.core.Tracer) or isinstance(b, jax.core.Tracer):
+        return jax.numpy.maximum(a, b)
+    return np.maximum(a, b)
+
+
+def bus_bandwidth(col_bytes: int, data_buses: int, timing: Timing):
+    """Peak host<->group bandwidth of a command-driven group in bytes per ns (= GB/s).
+
+    One `col_bytes` burst per data bus every max(tBL, tCCD_S) command cycles of
+    tCK ns: tBL is the burst's occupancy of the bus, tCCD_S the spacing of the
+    streamed column commands the DRAM cycle model times host transfers with.
+    A float for concrete scalar timings, an array / tracer otherwise.
+
+    >>> from pimjax.hw import get_backend
+    >>> b = get_backend("hbm-pim")           # 32 B per 2 cycles of 1 ns
+    >>> bus_bandwidth(b.core.col_bytes, b.group.data_buses, b.timing)
+    16.0
+    """
+    spacing = _maximum(timing.tBL, timing.tCCD_S)
+    return _num(data_buses * col_bytes / (spacing * timing.tCK))
+
+
+def link_bandwidths(backend: Backend) -> tuple:
+    """(host -> group, group -> host) peak bandwidth of ONE group, bytes per ns.
+
+    Command-driven cores: `bus_bandwidth` of the backend's timing both ways
+    (host reads and writes are DRAM column commands on the same bus).
+    Programmable cores (UPMEM): `System.link_bandwidth` / `readback_bandwidth`,
+    the host<->DPU transfer rates the UPMEM time model uses.
+    """
+    if backend.core.programmable:
+        return backend.system.link_bandwidth, backend.system.readback_bandwidth
+    bw = bus_bandwidth(backend.core.col_bytes, backend.group.data_buses, backend.timing)
+    return bw, bw
+
+
 def derived_peaks(backend: Backend) -> dict:
     """Peak compute, bandwidth and capacity of `backend` (see the module docstring for keys)."""
-    t, c, g, s = backend.timing, backend.core, backend.group, backend.system
+    t, c, g = backend.timing, backend.core, backend.group
     n_groups = backend.n_groups
     n_cores = backend.n_cores
     if c.programmable:
@@ -61,7 +103,8 @@ def derived_peaks(backend: Backend) -> dict:
         ops_per_cycle_group = macs_per_cycle_group
         internal_gbps = n_cores * c.col_bytes / (t.tCCD_AB * t.tCK)
     macs_per_cycle = n_groups * macs_per_cycle_group
-    external = n_groups * s.link_bandwidth
+    to_pim, from_pim = link_bandwidths(backend)
+    external = n_groups * to_pim
     return {
         "n_groups": n_groups,
         "n_cores": n_cores,
@@ -72,7 +115,7 @@ def derived_peaks(backend: Backend) -> dict:
         "pim_flops": _num(2 * macs_per_cycle * clock_ghz * 1e9),
         "internal_bandwidth_GBps": _num(internal_gbps),
         "external_bandwidth_GBps": _num(external),
-        "readback_bandwidth_GBps": _num(n_groups * s.readback_bandwidth),
+        "readback_bandwidth_GBps": _num(n_groups * from_pim),
         "internal_over_external": _num(internal_gbps / external),
         "capacity_bytes": n_groups * g.banks * c.bank_bytes,
     }

@@ -32,6 +32,7 @@ from typing import Callable
 
 from .core import Backend, Core, Energy, Group, HostModel, System, Timing, is_int
 from .host import a100, rtx2060, xeon_gold_5220r
+from .peaks import bus_bandwidth
 
 _PRESETS: dict[str, Callable[..., Backend]] = {}
 
@@ -222,7 +223,9 @@ def hbm_pim(*, channels: int | None = None, config: str = "default",
         host=host if host is not None else a100("hbm-pim"),
         n_devices=n_devices,
         groups_per_device=per_device,
-        link_bandwidth=col_bytes / (timing.tBL * timing.tCK),  # hbm-pim.md: 32 B per 2-cycle burst = 16 GB/s per pCH
+        # hbm-pim.md: 32 B per 2-cycle burst = 16 GB/s per pCH.  The DRAM cycle model does not read
+        # it (host transfers are timed as column commands): peaks.bus_bandwidth follows the timing
+        link_bandwidth=bus_bandwidth(col_bytes, group.data_buses, timing),
     )
     energy = _dram_energy(row_bytes=32 * col_bytes, col_bytes=col_bytes, lanes=16,
                           unit_path_pj_per_bit=0.0,            # assumption: the unit sits at the bank I/O
@@ -328,13 +331,14 @@ def attacc(*, variant: str = "bank-pc", stacks: int | None = None, channels: int
         broadcast=True,                    # attacc.md: MACAB / MACSB / MACPB drive all units of the channel
         bank_groups=16,                    # attacc.md: 16 bank groups per channel (2 pCH x 2 SID x 4)
         banks_per_bank_group=4,            # attacc.md: 4 banks per bank group -> 64 banks per channel
+        data_buses=ATTACC_PCH_PER_CHANNEL,  # attacc.md: each pseudo-channel has its own 32 B data bus
     )
     system = System(
         host=host if host is not None else a100("hbm3"),  # dcc.md / AttAcc config.py: A100 with 5 HBM3 stacks
         n_devices=n_devices,
         groups_per_device=per_device,
         # attacc.md: 32 B / (2 x 0.769 ns) per pCH x 2 pCH = 41.6 GB/s per channel (665.6 GB/s per stack)
-        link_bandwidth=ATTACC_PCH_PER_CHANNEL * col_bytes / (timing.tBL * timing.tCK),
+        link_bandwidth=bus_bandwidth(col_bytes, group.data_buses, timing),
     )
     unit_path = {"bank": 0.0,                                         # AttAcc config.py, PIMType.BA
                  "bg": E_COL_TO_BGMUX,                                # PIMType.BG adds col->BG mux
@@ -454,7 +458,7 @@ def newton(*, channels: int = 16, buffers: int = 4, clock: str = "pimflow",
         n_devices=n_devices,
         groups_per_device=per_device,
         # one 32 B burst per tBL cycles on the channel: 14 GB/s at 875 MHz, 32 GB/s at AiM's 2 GHz
-        link_bandwidth=col_bytes / (timing.tBL * timing.tCK),
+        link_bandwidth=bus_bandwidth(col_bytes, group.data_buses, timing),
     )
     energy = _dram_energy(row_bytes=32 * col_bytes, col_bytes=col_bytes, lanes=16,
                           unit_path_pj_per_bit=0.0,

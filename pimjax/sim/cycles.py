@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..hw.core import Backend, Timing
+from ..hw.core import Backend, Timing, check_timing_batch
 from ..lower.program import Phase, Program, Records
 from .padding import fine, pow2
 from .report import BOUNDS, CycleReport
@@ -69,9 +69,12 @@ def _record_facts(rec: dict) -> dict:
                 n=rec["n"].astype(jnp.float32))
 
 
-def _record_counts(rec: dict, n_bg: int) -> jnp.ndarray:
+def _record_counts(rec: dict, banks: int) -> jnp.ndarray:
     """[R, N, 8] command counts of each of [R, N] records, the parts that do
-    not depend on timing (the scan adds implicit ACT / PRE and REF)."""
+    not depend on timing (the scan adds implicit ACT / PRE and REF).  ACT
+    and PRE count bank activations / precharges: an all-bank ACTAB, G_ACT
+    or PREA counts once per bank of the group (Energy.act / pre are per
+    bank)."""
     flags = jnp.asarray(CLASS_TABLE)[rec["op"]] == 1                 # [R, N, N_FLAGS]
     valid = rec["n"] > 0
     n = rec["n"].astype(jnp.float32)
@@ -79,14 +82,14 @@ def _record_counts(rec: dict, n_bg: int) -> jnp.ndarray:
     is_col, side = f(COLUMN) & valid, f(SIDE) & valid
     rd_col, wr_col = is_col & ~f(WRITE), is_col & f(WRITE)
     per_record = [
-        jnp.where(f(ACT_ALL) & valid, jnp.where(f(STAGGER), float(n_bg), 1.0), 0.0),  # 0 ACT
+        jnp.where(f(ACT_ALL) & valid, float(banks), 0.0),                            # 0 bank ACTs
         jnp.where(rd_col & ~f(ALLBANK), n, 0.0),                                    # 1 RD columns
         jnp.where(wr_col & ~f(ALLBANK), n, 0.0),                                    # 2 WR columns
         jnp.where(is_col & f(ALLBANK), n, 0.0),                                     # 3 PIM columns
         jnp.zeros_like(n),                                                          # 4 REF
         jnp.where(f(DATA_BUS) & valid, n, 0.0),                                     # 5 data-bus bursts
         jnp.where(valid & ~f(BARRIER), jnp.where(is_col | side, n, 1.0), 0.0),      # 6 commands
-        jnp.where(f(PRE_ALL) & valid, 1.0, 0.0)]                                    # 7 PRE
+        jnp.where(f(PRE_ALL) & valid, float(banks), 0.0)]                           # 7 bank PREs
     return jnp.stack(per_record, axis=-1)
 
 
@@ -184,7 +187,7 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
         pre_open=never(),
         last_act=never(), last_col=never(), last_col_bg=jnp.full((1, N), -1, i32), last_allbank=no,
         last_rd=never(), last_wr=never(), last_wr_bg=jnp.full((1, N), -1, i32), last_side=never(),
-        t_issue=never(), t_bar=never(), t_end=zero, next_ref=jnp.where(t["tREF0"] > 0, t["tREF0"], t["tREFI"]),
+        t_issue=never(), t_bar=never(), t_end=zero, ref_end=never(), next_ref=jnp.where(t["tREF0"] > 0, t["tREF0"], t["tREFI"]),
         # the previous record's bank-state updates, for `apply` (a NOP to start)
         u_bank=jnp.zeros((1, N), i32), u_row=jnp.zeros((1, N), i32), u_col=no, u_need=no, u_side=no,
         u_act_all=no, u_pre_all=no, u_t_all=zero, u_t_act=zero, u_pre=zero, u_r_end=never(), u_reset=no)
@@ -241,14 +244,20 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
         pre_open = s["pre_open"]
 
         # (b) this record's times
-        # 1. refresh at a record boundary: every bank closed and busy until r_end
-        floor_t, do_ref, r_end, next_ref = zero, no, never(), s["next_ref"]
+        # 1. refresh at a record boundary: every bank closed and busy until
+        # r_end, and -- commands issue in order -- nothing after it starts
+        # before r_end, whichever record it fell on (a barrier or a data
+        # movement record does not touch the banks itself)
+        floor_t, do_ref, r_end, next_ref, ref_end = zero, no, never(), s["next_ref"], s["ref_end"]
         if refresh:
             do_ref = valid & (s["t_end"] >= s["next_ref"])
-            r_end = jnp.maximum(s["next_ref"], pre_open) + t["tRP"] + t["tRFC"]
+            # the refresh precharges like a PREA (tRTP_L after an all-bank MAC)
+            after_mac = jnp.where(s["last_allbank"], s["last_col"] + t["tRTP_L"], NEVER)
+            r_end = jnp.maximum(jnp.maximum(s["next_ref"], pre_open), after_mac) + t["tRP"] + t["tRFC"]
             missed = jnp.floor((s["t_end"] - s["next_ref"]) / t["tREFI"])
             next_ref = jnp.where(do_ref, next_ref + t["tREFI"] * (1.0 + missed), next_ref)
-            floor_t = jnp.where(do_ref, r_end, floor_t)
+            ref_end = jnp.where(do_ref, r_end, ref_end)
+            floor_t = jnp.maximum(zero, ref_end)
             r_end = jnp.where(do_ref, r_end, NEVER)
         pre_open = jnp.where(do_ref, NEVER, pre_open)
         # a barrier (WAIT class or a host sync point): nothing of this record
@@ -260,7 +269,7 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
         need = is_col & (x["row"] >= 0) & (jnp.where(is_open, row_b, -1) != x["row"])
         ready_b = jnp.where(is_open, pre_b + t["tRP"], jnp.maximum(ready_b, r_end))
         ready_b = jnp.maximum(ready_b, floor_t)
-        t_act = keep(jnp.maximum(jnp.maximum(ready_b, bg_act_b + t["tRRD_L"]),
+        t_act = keep(jnp.maximum(jnp.maximum(jnp.maximum(ready_b, t_act_b + t["tRC"]), bg_act_b + t["tRRD_L"]),
                                  jnp.maximum(s["last_act"] + t["tRRD_S"], _rows(jnp.minimum, s["faw"]) + t["tFAW"])))
 
         # explicit all-bank ACT (ACTAB / G_ACT) and PREA
@@ -269,6 +278,7 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
             opened = s["open_row"] >= 0
             ready_all = jnp.where(do_ref, jnp.maximum(_rows(jnp.maximum, s["t_ready"]), r_end),
                                   _rows(jnp.maximum, jnp.where(opened, s["pre_ok"] + t["tRP"], s["t_ready"])))
+            ready_all = jnp.maximum(ready_all, _rows(jnp.maximum, s["t_act"]) + t["tRC"])   # ACT -> ACT: tRC
             t_actall = jnp.maximum(ready_all, jnp.maximum(floor_t, s["last_col"]))
             # staggered (per bank group, tFAW apart): the last group opens last
             t_actall = t_actall + jnp.where(flag(STAGGER), (n_bg - 1) * t["tFAW"], 0.0)
@@ -342,6 +352,8 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
                                      s["t_bar"])
         new["t_end"] = jnp.maximum(s["t_end"], end)
         new["next_ref"] = next_ref
+        if refresh:
+            new["ref_end"] = ref_end
         new.update(u_bank=bank, u_row=x["row"], u_col=is_col, u_need=need, u_t_act=t_act, u_pre=pre_col,
                    u_r_end=r_end)
         if "side" in features:
@@ -379,11 +391,15 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
     # the start of a stream)
     delta = ends - jnp.where(start, 0.0, jnp.concatenate([jnp.zeros((1, N), f32), ends[:-1]]))
     bucket = _bucket_of(recT)
+    # an all-bank column's implicit ACT / PRE opens / closes its row in every bank
+    per_bank = jnp.where(jnp.asarray(CLASS_TABLE)[recT["op"], ALLBANK] == 1, float(banks), 1.0)
+    one_row = jnp.ones_like(per_bank)
     seg = jnp.where(sidT >= 0, sidT, n_streams).ravel()              # padding -> a dropped segment
     per_record = jnp.concatenate(
         [jnp.stack([jnp.where(bucket == k, delta, 0.0) for k in range(5)], axis=-1),
-         _record_counts(recT, n_bg).at[..., jnp.array([0, 4, 7])].add(
-             jnp.stack([(dyn >> k) & 1 for k in range(3)], axis=-1).astype(f32))],
+         _record_counts(recT, banks).at[..., jnp.array([0, 4, 7])].add(
+             jnp.stack([(dyn >> k) & 1 for k in range(3)], axis=-1).astype(f32)
+             * jnp.stack([per_bank, one_row, per_bank], axis=-1))],
         axis=-1)                                                       # [R, N, 13]
     sums = jax.ops.segment_sum(per_record.reshape(-1, 13), seg, num_segments=n_streams + 1)[:n_streams]
     end = jax.ops.segment_max(ends.ravel(), seg, num_segments=n_streams + 1)[:n_streams]
@@ -593,7 +609,7 @@ def _combine(arr: dict, out: dict, resident, t: dict, e, host) -> CycleReport:
                       jnp.max(out["counts"][:, 3]) * t["tCCD_AB"] / safe,
                       jnp.max(out["counts"][:, 5]) * t["tBL"] / safe,
                       rearrangement / safe, merge / safe])
-    names = ("ACT", "RD", "WR", "PIM", "REF", "bursts", "commands", "PRE")
+    names = ("ACT", "RD", "WR", "PIM", "REF", "bursts", "commands", "PRE")   # ACT / PRE: per bank
     return CycleReport(total_cycles=total, total_ns=total * tck, rearrangement=rearrangement,
                        compute=k_comp[g], readback=readback, merge=merge,
                        resident_cycles=jnp.where(arr["parallel"], jnp.max(resident),
@@ -854,7 +870,7 @@ def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bo
     if _own_model(backend):
         raise ValueError(f"{backend.name} has its own time model, whose variants are whole backends: use "
                          "pimjax.sim.cycles_upmem.sweep_upmem(program, stack_variants([backend, ...]))")
-    t = _timing_vector(timings)
+    t = _timing_vector(check_timing_batch(timings))
     shapes = {np.shape(v)[:1] for v in t.values()}
     if len(shapes) != 1 or () in shapes:
         raise ValueError("timings: every leaf needs the same leading [T] axis of variants "
@@ -863,6 +879,9 @@ def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bo
     arr = pad_arrays(arrs)
     if mesh is not None:
         from jax.sharding import NamedSharding, PartitionSpec
+        if len(mesh.axis_names) != 1:
+            raise ValueError(f"sweep shards the variants over a mesh of one axis; got axes {mesh.axis_names} "
+                             "(jax.make_mesh((n,), ('variants',)))")
         axis = mesh.axis_names[0]
         n = len(mesh.devices.flat)
         T = next(iter(t.values())).shape[0]

@@ -62,7 +62,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..hw.core import Backend, Timing
+from ..hw.core import Backend, Timing, batch_size
 from ..lower.program import Op, Phase, Program
 from ..lower.upmem import Sync, Xfer
 from .report import CycleReport
@@ -247,6 +247,21 @@ def dispatch_interval(backend: Backend) -> int:
     return max(1, backend.core.pipeline_depth - 3)
 
 
+def _check(program: Program, backend, entry: str) -> None:
+    """The program is this backend's, and the backend is one this model times
+    (programmable cores): anything else gives numbers that mean nothing --
+    a DRAM command stream read as DPU records, or HBM's tCK and host link
+    put under a DPU pipeline.  Worded as `cycles._check_programs`."""
+    if not isinstance(backend, Backend):
+        raise ValueError(f"{entry} needs a Backend, got {type(backend).__name__}")
+    if program.backend_name != backend.name:
+        raise ValueError(f"program lowered for {program.backend_name} cannot be timed on {backend.name}; "
+                         f"lower it for {backend.name} first")
+    if not backend.core.programmable:
+        raise ValueError(f"{entry} times UPMEM (programmable DPU) backends, not {backend.name}, whose "
+                         "cores are driven by DRAM commands: use pimjax.sim.cycles.cycles / sweep")
+
+
 def cycles_upmem(program: Program, backend: Backend, *, include_resident: bool = False,
                  link: HostLink | None = None, **_ignored) -> CycleReport:
     """Time of an UPMEM `program` on `backend` (see module docstring).
@@ -258,8 +273,7 @@ def cycles_upmem(program: Program, backend: Backend, *, include_resident: bool =
         >>> rep = cycles_upmem(prog, get_backend("upmem"))       # doctest: +SKIP
         >>> rep.total_ns / 1e6                                    # ms  # doctest: +SKIP
     """
-    if program.backend_name != "upmem":
-        raise ValueError(f"cycles_upmem times upmem programs, got {program.backend_name!r}")
+    _check(program, backend, "cycles_upmem")
     arr = program_arrays(program, include_resident)
     return _report_jit(arr, _params(backend, link or DEFAULT_LINK), dispatch_interval(backend))
 
@@ -270,10 +284,16 @@ def sweep_upmem(program: Program, backends: Backend, *, link: HostLink | None = 
 
     backends: a Backend whose array leaves (Timing, System bandwidths, host
     roofline) have a leading [V] axis, e.g. `stack_variants([...])`; `link`
-    may be batched the same way.  Every field of the result is [V, ...]."""
+    may be batched the same way.  Every field of the result is [V, ...].
+
+    Raises ValueError when the program was lowered for another backend, the
+    backend is not an UPMEM one, or it is not a stacked batch (one Backend:
+    use `cycles_upmem`, or stack_variants([backend])).
+    """
+    _check(program, backends, "sweep_upmem")
+    V = batch_size(backends, "sweep_upmem backends (a single Backend is timed by cycles_upmem)")
     arr = program_arrays(program, include_resident)
     lk = link or DEFAULT_LINK
-    V = int(np.shape(backends.timing.tCK)[0])
     lk = jax.tree.map(lambda x: jnp.broadcast_to(jnp.asarray(x, jnp.float32), (V,)), lk)
     p = jax.vmap(_params)(backends, lk)
     return _report_sweep(arr, p, dispatch_interval(backends))

@@ -9,6 +9,7 @@ model are part of its definition (see `pimjax/hw/host.py`).
 """
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 from ..hw.core import HostModel
@@ -16,9 +17,14 @@ from ..trace.ir import PimOp, expr_prims
 
 
 def op_bytes(op: PimOp, shapes: dict, dtype_bytes: dict | int = 2) -> int:
-    """Bytes an op moves on the host: each distinct operand once + the result."""
+    """Bytes an op moves on the host: each distinct operand once + the result.
+
+    dtype_bytes: bytes per element, one number for every value or a dict by
+    value id (ids missing from it count 4 B).  The default 2 (FP16) is not
+    read from the graph (see `host_time`): pass the element size you mean.
+    """
     def nbytes(vid):
-        eb = dtype_bytes if isinstance(dtype_bytes, int) else dtype_bytes.get(vid, 4)
+        eb = dtype_bytes.get(vid, 4) if isinstance(dtype_bytes, dict) else dtype_bytes
         return int(np.prod(shapes[vid], dtype=np.int64)) * eb
     seen = {a.value for a in op.operands}
     return sum(nbytes(v) for v in seen) + sum(nbytes(r.value) for r in op.results)
@@ -40,11 +46,20 @@ def op_flops(op: PimOp) -> int:
 
 
 def host_time(op: PimOp, host: HostModel, shapes: dict | None = None,
-              dtype_bytes: dict | int = 2) -> float:
+              dtype_bytes: dict | int = 2):
     """Time of `op` on the host roofline in ns.
 
     shapes: value id -> shape (default: implied by the index maps);
-    dtype_bytes: bytes per element, one number or per value id.
+    dtype_bytes: bytes per element, one number or a dict by value id (ids
+    missing from a dict count 4 B).  The default 2 (FP16) is applied
+    whatever the graph's dtypes are -- a PimOp carries none, they live in
+    the PimGraph's values -- so an int32 / float32 op timed with the default
+    is charged half its bytes.  Pass the element size you mean
+    (`pimjax.api` passes the backend's `core.elem_bytes`).
+
+    Returns a float for a concrete host; under `jax.vmap` / `jax.jit` over
+    stacked hosts (`pimjax.hw.stack_variants`) the roofline's array, so a
+    sweep of host models is one vmapped call.
 
     Example:
         >>> host_time(graph.ops[0], a100(memory="hbm3"), shapes)   # doctest: +SKIP
@@ -53,4 +68,7 @@ def host_time(op: PimOp, host: HostModel, shapes: dict | None = None,
     if shapes is None:
         from ..partition.verify import infer_shapes
         shapes = infer_shapes(op)
-    return float(host.time_ns(op_bytes(op, shapes, dtype_bytes), op_flops(op)))
+    t = host.time_ns(op_bytes(op, shapes, dtype_bytes), op_flops(op))
+    if isinstance(t, jax.core.Tracer) or np.ndim(t) != 0:
+        return t                 # traced, or a concrete stack of hosts: one time per variant
+    return float(t)

@@ -49,6 +49,7 @@ class Channel:
     t_bar: float = NEVER                           # floor set by the last BARRIER
     t_end: float = 0.0
     next_ref: float = 0.0
+    ref_end: float = NEVER                         # end of the last refresh: a floor for every later record
 
 
 def simulate(records: list[dict], t: dict, banks: int, banks_per_bg: int, refresh: bool = True) -> dict:
@@ -72,15 +73,19 @@ def simulate(records: list[dict], t: dict, banks: int, banks_per_bg: int, refres
         floor_t = 0.0
         if refresh and ch.t_end >= ch.next_ref:
             open_banks = [bk for bk in ch.banks if bk.open_row >= 0]
-            start = max([ch.next_ref] + [bk.earliest_precharge(t) for bk in open_banks])
+            # precharged like a PREA: tRTP_L after an all-bank MAC
+            after_mac = ch.last_col + t["tRTP_L"] if ch.last_allbank else NEVER
+            start = max([ch.next_ref, after_mac] + [bk.earliest_precharge(t) for bk in open_banks])
             end_ref = start + t["tRP"] + t["tRFC"]
             for bk in ch.banks:
                 bk.open_row = -1
                 bk.t_ready = max(bk.t_ready, end_ref)
             missed = (ch.t_end - ch.next_ref) // t["tREFI"]
             ch.next_ref += t["tREFI"] * (1 + missed)
-            floor_t = end_ref
+            ch.ref_end = end_ref
             counts[4] += 1
+        # commands issue in order: nothing after a refresh starts before it ends
+        floor_t = max(floor_t, ch.ref_end)
         # a barrier (WAIT class or a host sync point) holds the whole record
         wait = bool(flags[WAIT]) or r.get("sync", 0) == 1
         if wait:
@@ -95,19 +100,20 @@ def simulate(records: list[dict], t: dict, banks: int, banks_per_bg: int, refres
             # a column with row < 0 (a buffer access, e.g. Newton GWRITE) opens no row
             need = r["row"] >= 0 and bank.open_row != r["row"]
             if need:
+                per_bank = banks if allbank else 1      # an all-bank column opens its row in every bank
                 if bank.open_row >= 0:
                     ready = bank.earliest_precharge(t) + t["tRP"]
-                    counts[7] += 1
+                    counts[7] += per_bank
                 else:
                     ready = bank.t_ready
                 ready = max(ready, floor_t)
-                t_act = max(ready, ch.bg_act[bg] + t["tRRD_L"], ch.last_act + t["tRRD_S"],
+                t_act = max(ready, bank.t_act + t["tRC"], ch.bg_act[bg] + t["tRRD_L"], ch.last_act + t["tRRD_S"],
                             min(ch.acts) + t["tFAW"])
                 bank.open_row, bank.t_act = r["row"], t_act
                 ch.bg_act[bg] = t_act
                 ch.last_act = max(ch.last_act, t_act)
                 ch.acts[ch.acts.index(min(ch.acts))] = t_act
-                counts[0] += 1
+                counts[0] += per_bank
             rcd = t["tRCDWR"] if write else t["tRCDRD"]
             col_ready = bank.t_act + rcd if need else max(bank.t_act + rcd, floor_t)
             # 3. the first column
@@ -173,14 +179,14 @@ def simulate(records: list[dict], t: dict, banks: int, banks_per_bg: int, refres
         elif flags[ACT_ALL]:
             ready = [bk.earliest_precharge(t) + t["tRP"] if bk.open_row >= 0 else bk.t_ready
                      for bk in ch.banks]
-            t_act = max(max(ready), floor_t, ch.last_col)
+            t_act = max(max(ready), max(bk.t_act for bk in ch.banks) + t["tRC"], floor_t, ch.last_col)
             n_bg = len(ch.bg_act)
             if flags[STAGGER]:          # one activation per bank group, tFAW apart
                 t_act += (n_bg - 1) * t["tFAW"]
             for bk in ch.banks:
                 bk.open_row, bk.t_act = r["row"], t_act
             end = t_act + t["tRCDRD"]
-            counts[0] += n_bg if flags[STAGGER] else 1
+            counts[0] += banks                  # bank activations (Energy.act is per bank)
         elif flags[PRE_ALL]:
             opened = [bk.earliest_precharge(t) for bk in ch.banks if bk.open_row >= 0]
             # an all-bank MAC needs tRTP_L before PREA (attacc.md MACAB -> PREA)
@@ -190,7 +196,7 @@ def simulate(records: list[dict], t: dict, banks: int, banks_per_bg: int, refres
                 bk.open_row = -1
                 bk.t_ready = t_pre + t["tRP"]
             end = t_pre + t["tRP"]
-            counts[7] += 1
+            counts[7] += banks
 
         # 4. attribute the added time to the record's bucket
         delta = max(end - ch.t_end, 0.0)

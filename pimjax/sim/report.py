@@ -31,7 +31,8 @@ class CycleReport:
     bound: index into BOUNDS of the busiest resource.
     utilisation: [len(BOUNDS)] busy fraction of each resource.
     energy_pj: energy in pJ from per-command energies.
-    counts: dict of per-command counts (ACT, RD, WR, PIM, REF, bytes...).
+    counts: dict of per-command counts (ACT, RD, WR, PIM, REF, bytes...);
+        ACT and PRE count banks (an all-bank activation of 16 banks is 16).
     """
     total_cycles: Any
     total_ns: Any

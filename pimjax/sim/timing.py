@@ -41,15 +41,19 @@ Semantics of one record (all times in command-clock cycles, in order):
 
 1. refresh: when the previous record ended at or after the refresh
    deadline, all banks are precharged at max(deadline, every bank's
-   earliest precharge) and are unavailable for tRP + tRFC; deadlines that
-   passed while the group was idle are skipped.
+   earliest precharge, tRTP_L after an all-bank MAC as for PREA) and are unavailable for tRP + tRFC; deadlines that
+   passed while the group was idle are skipped.  Commands issue in order,
+   so no later record -- whatever its class: a barrier or a data-movement
+   record the refresh fell on does not touch the banks -- starts before the
+   refresh ends.
 2. row: a column record to a bank whose open row differs (and a row >= 0:
    a record with row < 0, a buffer access such as Newton's GWRITE, issues
    on the bank as it is) precharges it at
    max(tRAS after its ACT, tRTP after its last read, tWL + tBL + tWR after
-   its last write) and activates `row` tRP later, also respecting tRRD_L /
-   tRRD_S after the last ACT in the bank group / group and tFAW after the
-   fourth-last ACT.  Row commands do not wait for earlier column commands
+   its last write) and activates `row` tRP later, also respecting tRC
+   after the bank's last ACT, tRRD_L / tRRD_S after the last ACT in the
+   bank group / group and tFAW after the fourth-last ACT (an all-bank ACT:
+   tRC after the latest ACT of any bank).  Row commands do not wait for earlier column commands
    to other banks (HBM's separate row bus; the controller looks ahead).
 3. column: the first column issues at the latest of: tRCD after the ACT;
    the previous record's last column + spacing (tCCD_AB between all-bank

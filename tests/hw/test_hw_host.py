@@ -91,3 +91,45 @@ def test_docstring_examples_run(module):
     import importlib
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_host_time_is_a_float_and_vmaps_over_stacked_hosts():
+    """sim.host.host_time used to float() the roofline, so it could not be
+    vmapped over stacked host variants (HostModel.time_ns could)."""
+    from pimjax.hw import stack_variants
+    from pimjax.sim.host import host_time
+    from tests.partition.helpers import gemv
+
+    M, K = 512, 256
+    op = gemv(M, K)
+    gpu = a100("hbm3")
+    hosts = [gpu, gpu.replace(mem_bandwidth=gpu.mem_bandwidth / 2), gpu.replace(launch_overhead_ns=1000.0)]
+
+    def roofline(h, eb):
+        nbytes = eb * (M * K + K + M)                   # matrix + vector read once, result written once
+        return max(nbytes / (h.mem_bandwidth * h.bandwidth_efficiency),
+                   2 * M * K / (h.peak_flops * h.flops_efficiency)) * 1e9 + h.launch_overhead_ns
+
+    one = host_time(op, gpu)
+    assert type(one) is float and one == pytest.approx(roofline(gpu, 2), rel=1e-6)
+    got = jax.vmap(lambda h: host_time(op, h, dtype_bytes=4))(stack_variants(hosts))
+    np.testing.assert_allclose(np.asarray(got), [roofline(h, 4) for h in hosts], rtol=1e-5)
+    # a concrete stack (no vmap) gives one time per variant
+    np.testing.assert_allclose(np.asarray(host_time(op, stack_variants(hosts))),
+                               [roofline(h, 2) for h in hosts], rtol=1e-5)
+
+
+def test_host_time_default_element_size_is_two_bytes_whatever_the_dtype():
+    """The documented default: dtype_bytes=2 is applied, not read from the graph."""
+    from pimjax.sim.host import host_time, op_bytes
+    from pimjax.partition.verify import infer_shapes
+    from tests.partition.helpers import gemv
+
+    op = gemv(64, 32)
+    shapes = infer_shapes(op)
+    assert op_bytes(op, shapes) == 2 * (64 * 32 + 32 + 64)
+    assert op_bytes(op, shapes, 4) == 4 * (64 * 32 + 32 + 64)
+    assert op_bytes(op, shapes, np.int64(4)) == 4 * (64 * 32 + 32 + 64)    # numpy ints are numbers too
+    assert op_bytes(op, shapes, {0: 4}) == 4 * (64 * 32 + 32 + 64)         # missing ids count 4 B
+    slow = xeon_gold_5220r()
+    assert host_time(op, slow) == host_time(op, slow, dtype_bytes=2)

@@ -1,8 +1,10 @@
 """Derived peaks against the published figures (backends.md), each expected value
 derived here from the documented organisation, not copied from derived_peaks."""
+import jax
+import numpy as np
 import pytest
 
-from pimjax.hw import derived_peaks, get_backend
+from pimjax.hw import derived_peaks, get_backend, stack_variants
 
 WITHIN_5 = dict(rel=0.05)
 
@@ -113,3 +115,88 @@ def test_attacc_energy_matches_attaccs_per_byte_table(level, pj_per_bit):
     # host path: cell + col->BGmux->GIO->TSV->interposer = AttAcc's GPU 'mem' minus nothing on the GPU side
     assert (e.act / c.cols + e.rd) / c.col_bytes + e.io_byte == pytest.approx(
         (0.11 + 0.44 + 1.01 + 1.23 + 0.5 + 0.3) * 8)
+
+
+# --------------------------------------------------------------------------
+# external bandwidth follows the timing of command-driven backends
+# --------------------------------------------------------------------------
+def _with_timing(b, **changes):
+    return b.replace(timing=b.timing.replace(**changes))
+
+
+def test_external_bandwidth_follows_tck_for_command_driven_backends():
+    """System.link_bandwidth is the preset's value at the preset tCK; the DRAM
+    model times host transfers as bursts of the (new) timing, and so must the
+    peak (it used to report 1024 GB/s at tCK = 2 ns)."""
+    b = get_backend("hbm-pim")
+    p = derived_peaks(_with_timing(b, tCK=2.0))
+    # 64 pCH x one 32 B burst per 2 cycles of 2 ns
+    assert p["external_bandwidth_GBps"] == pytest.approx(64 * 32 / (2 * 2.0))
+    assert p["readback_bandwidth_GBps"] == pytest.approx(64 * 32 / (2 * 2.0))
+    assert p["internal_over_external"] == pytest.approx((64 * 256 / 4 / 2.0) / (64 * 32 / 4.0))
+    # AttAcc: 2 pCH buses per channel, 16 channels; newton at AiM's clock with tCK doubled
+    a = derived_peaks(_with_timing(get_backend("attacc"), tCK=2 / 1.3))
+    assert a["external_bandwidth_GBps"] == pytest.approx(16 * 2 * 32 / (2 * 2 / 1.3))
+    assert a["external_bandwidth_GBps"] == pytest.approx(665.6 / 2, **WITHIN_5)
+    n = derived_peaks(_with_timing(get_backend("newton", clock="aim"), tCK=1.0))
+    assert n["external_bandwidth_GBps"] == pytest.approx(16 * 32 / 2.0)
+
+
+@pytest.mark.parametrize("changes,cycles_per_burst", [(dict(tBL=4.0), 4.0), (dict(tCCD_S=3.0), 3.0),
+                                                      (dict(tBL=1.0, tCCD_S=1.0), 1.0)])
+def test_external_bandwidth_is_one_burst_per_max_tbl_tccd_s(changes, cycles_per_burst):
+    b = get_backend("hbm-pim", channels=4)
+    p = derived_peaks(_with_timing(b, **changes))
+    assert p["external_bandwidth_GBps"] == pytest.approx(4 * 32 / (cycles_per_burst * 1.0))
+
+
+def test_upmem_external_bandwidth_is_the_system_leaf():
+    """UPMEM's time model reads System.link_bandwidth / readback_bandwidth:
+    so does the peak, and the DRAM command clock does not enter it."""
+    u = get_backend("upmem", dpus=128)
+    v = u.replace(system=u.system.replace(link_bandwidth=3.0, readback_bandwidth=1.5),
+                  timing=u.timing.replace(tCK=2.0))
+    p = derived_peaks(v)
+    assert p["external_bandwidth_GBps"] == pytest.approx(2 * 3.0)
+    assert p["readback_bandwidth_GBps"] == pytest.approx(2 * 1.5)
+
+
+def test_preset_link_leaves_equal_the_bus_bandwidth_at_their_timing():
+    from pimjax.hw.peaks import bus_bandwidth, link_bandwidths
+    for name, opts in [("hbm-pim", {}), ("hbm-pim", {"config": "ko"}), ("attacc", {}),
+                       ("attacc", {"variant": "buffer-npc"}), ("newton", {}), ("newton", {"clock": "aim"})]:
+        b = get_backend(name, **opts)
+        assert isinstance(b.system.link_bandwidth, float)          # presets keep Python floats
+        assert b.system.link_bandwidth == bus_bandwidth(b.core.col_bytes, b.group.data_buses, b.timing)
+        assert link_bandwidths(b) == (b.system.link_bandwidth, b.system.readback_bandwidth)
+
+
+def test_external_bandwidth_vmaps_over_tck_and_keeps_a_batch_of_one():
+    b = get_backend("hbm-pim", channels=4)
+    batch = stack_variants([_with_timing(b, tCK=t) for t in (1.0, 2.0, 4.0)])
+    got = jax.vmap(lambda x: derived_peaks(x)["external_bandwidth_GBps"])(batch)
+    np.testing.assert_allclose(np.asarray(got), [4 * 16 / t for t in (1.0, 2.0, 4.0)], rtol=1e-6)
+    one = derived_peaks(stack_variants([b]))
+    assert np.shape(one["external_bandwidth_GBps"]) == (1,)
+
+
+def test_external_bandwidth_bounds_the_dram_models_host_stream():
+    """The DRAM cycle model times a host stream with bursts of the backend's
+    timing: doubling tCK doubles its read-back time and halves the peak, and
+    the achieved bandwidth stays below the peak."""
+    from pimjax.lower.host_stream import host_stream_program
+    from pimjax.sim.cycles import cycles
+    from tests.partition.helpers import gemv
+
+    b = get_backend("hbm-pim", channels=4)
+    slow = _with_timing(b, tCK=2.0)
+    op = gemv(256, 256)
+    prog = host_stream_program(op, b)
+    read_bytes = 2 * (256 * 256 + 256)                     # FP16 matrix + vector, read once
+    ns = [float(cycles(prog, x).readback) * float(x.timing.tCK) for x in (b, slow)]
+    peaks = [derived_peaks(x)["readback_bandwidth_GBps"] for x in (b, slow)]
+    assert ns[1] == pytest.approx(2 * ns[0])
+    assert peaks[1] == pytest.approx(peaks[0] / 2)
+    for t, peak in zip(ns, peaks):
+        assert read_bytes / t <= peak
+        assert read_bytes / t > 0.5 * peak                 # a streamed read runs near the bus rate

@@ -134,3 +134,107 @@ def test_vmap_over_link_bandwidth_sweep():
 
 def test_core_static_fields_include_new_ones():
     assert "programmable" in Core._static_fields and "instruction_bytes" in Core._static_fields
+
+
+# --------------------------------------------------------------------------
+# validation gaps found by review: each case used to be accepted
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize("field", ["tRP", "tCK", "tREF0", "dma_latency_cycles"])
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_timing_must_be_finite(field, bad):
+    # an infinite time used to pass and turn a sweep's arithmetic into NaN
+    t = get_backend("hbm-pim").timing
+    with pytest.raises(ValueError, match=rf"Timing\.{field} must be"):
+        t.replace(**{field: bad})
+
+
+@pytest.mark.parametrize("changes", [dict(tCCD_AB=0.0), dict(tCCD_S=0.0, tCCD_L=0.0), dict(tCCD_L=0.0),
+                                     dict(tCCD_S=0.0)])
+def test_column_spacings_must_be_positive(changes):
+    # zero spacing made MACs free and derived_peaks divide by zero
+    t = get_backend("attacc").timing
+    with pytest.raises(ValueError, match=rf"Timing\.tCCD_\w+ must be positive"):
+        t.replace(**changes)
+
+
+def test_other_levels_refuse_non_finite_numbers():
+    b = get_backend("hbm-pim")
+    with pytest.raises(ValueError, match=r"System\.link_bandwidth must be a finite"):
+        b.system.replace(link_bandwidth=float("inf"))
+    with pytest.raises(ValueError, match=r"HostModel\.mem_bandwidth must be a finite"):
+        b.system.host.replace(mem_bandwidth=float("inf"))
+    with pytest.raises(ValueError, match=r"Energy\.act must be a finite"):
+        b.energy.replace(act=float("inf"))
+
+
+@pytest.mark.parametrize("level,bad", [("timing", None), ("timing", "energy"), ("energy", "timing"),
+                                       ("system", "group"), ("core", None), ("group", 3)])
+def test_backend_levels_must_be_of_their_class(level, bad):
+    b = get_backend("hbm-pim")
+    value = getattr(b, bad) if isinstance(bad, str) else bad
+    with pytest.raises(ValueError, match=rf"Backend\.{level} must be a"):
+        b.replace(**{level: value})
+
+
+def test_system_host_must_be_a_host_model():
+    s = get_backend("hbm-pim").system
+    with pytest.raises(ValueError, match=r"System\.host must be a HostModel"):
+        s.replace(host=None)
+
+
+def test_static_counts_must_be_ints():
+    b = get_backend("hbm-pim")
+    # int(32.5) == 32 used to make 32.5 columns a valid power of two
+    with pytest.raises(ValueError, match=r"Core\.cols must be an int, got 32\.5"):
+        b.core.replace(cols=32.5)
+    with pytest.raises(ValueError, match=r"Core\.col_bytes must be an int"):
+        b.core.replace(col_bytes=32.0)
+    with pytest.raises(ValueError, match=r"Core\.rows must be an int"):
+        b.core.replace(rows=16384.5)
+    with pytest.raises(ValueError, match=r"Core\.lanes must be an int"):
+        b.core.replace(lanes=True)
+    with pytest.raises(ValueError, match=r"Group\.cores_per_group must be an int"):
+        b.group.replace(cores_per_group=8.0)
+    with pytest.raises(ValueError, match=r"Group\.data_buses must be positive"):
+        b.group.replace(data_buses=0)
+    with pytest.raises(ValueError, match=r"System\.n_devices must be an int"):
+        b.system.replace(n_devices=4.0)
+    # numpy ints are ints
+    assert b.core.replace(cols=np.int64(32)).cols == 32
+
+
+def test_validation_checks_concrete_arrays_and_skips_tracers():
+    b = get_backend("hbm-pim")
+    t = b.timing
+    # stacked variants are checked elementwise ...
+    with pytest.raises(ValueError, match=r"Timing\.tRP must be a finite"):
+        t.replace(tRP=jnp.asarray([14.0, jnp.inf]))
+    with pytest.raises(ValueError, match=r"Timing\.tCCD_AB must be positive"):
+        stack_variants([t, t]).replace(tCCD_AB=jnp.asarray([4.0, 0.0]))
+    batch = stack_variants([b, b.replace(timing=t.replace(tRP=20.0))])
+    assert batch.timing.tRP.shape == (2,)
+    # ... and under vmap a replace with traced leaves still builds (nothing concrete to check)
+    doubled = jax.vmap(lambda x: x.replace(timing=x.timing.replace(tRP=x.timing.tRP * 2)).timing.tRP)(batch)
+    np.testing.assert_allclose(np.asarray(doubled), [28.0, 40.0])
+    jitted = jax.jit(lambda x: x.replace(tCK=x.tCK * 2).tCK)(t)
+    assert float(jitted) == 2.0
+
+
+def test_check_timing_batch_says_what_to_pass():
+    from pimjax.hw.core import batch_size, check_timing_batch
+    b = get_backend("hbm-pim")
+    ok = stack_variants([b.timing, b.timing.replace(tRP=20.0)])
+    assert check_timing_batch(ok) is ok and batch_size(ok) == 2
+    # a stacked whole backend (sweep used to fail with "float() argument ... 'System'")
+    with pytest.raises(ValueError, match="stacked Timing, got a Backend"):
+        check_timing_batch(stack_variants([b, b]))
+    # a list of Timings (sweep used to fail with an AttributeError)
+    with pytest.raises(ValueError, match=r"stack_variants\(timings\)"):
+        check_timing_batch([b.timing, b.timing])
+    with pytest.raises(ValueError, match="leading"):
+        check_timing_batch(b.timing)                      # one Timing, not a batch
+    with pytest.raises(ValueError, match="must be a Timing"):
+        check_timing_batch({"tCK": [1.0]})
+    # leaves stacked to different lengths
+    with pytest.raises(ValueError, match="leading"):
+        batch_size(ok.replace(tRP=jnp.asarray([1.0, 2.0, 3.0])), "timings")

@@ -61,7 +61,7 @@ def test_row_miss_costs_precharge_and_activate():
     end, counts = run([rd(0, 5), rd(0, 6)])
     t_rd1 = T["tRCDRD"]
     t_pre = max(0 + T["tRAS"], t_rd1 + T["tRTP_S"])
-    assert end == t_pre + T["tRP"] + T["tRCDRD"] + T["tCL"] + T["tBL"]
+    assert end == max(t_pre + T["tRP"], T["tRC"]) + T["tRCDRD"] + T["tCL"] + T["tBL"]
     assert counts[0] == 2 and counts[7] == 1
 
 
@@ -123,12 +123,73 @@ def test_sync_holds_row_commands_until_everything_ended():
 
 
 def test_vmap_over_timing_variants():
-    variants = stack_variants([BE.timing.replace(tRP=float(v)) for v in (10, 14, 20)])
+    variants = stack_variants([BE.timing.replace(tRP=float(v)) for v in (14, 20, 26)])
     t = _timing_vector(variants)
     recs = [rd(0, 5), rd(0, 6)]
     fields = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
     arr = {f: jnp.asarray([r.get(f, 0) for r in recs], jnp.int32) for f in fields}
     ends = jax.vmap(lambda tt: scan_stream(arr, tt, 16, 4, False)["end"])(t)
     t_pre = max(T["tRAS"], T["tRCDRD"] + T["tRTP_S"])
-    expect = [t_pre + v + T["tRCDRD"] + T["tCL"] + T["tBL"] for v in (10, 14, 20)]
+    expect = [max(t_pre + v, T["tRC"]) + T["tRCDRD"] + T["tCL"] + T["tBL"] for v in (14, 20, 26)]
+    assert len(set(expect)) == 3                     # tRC does not hide the tRP variants
     np.testing.assert_array_equal(np.asarray(ends), np.asarray(expect, np.float32))
+
+
+@pytest.mark.parametrize("middle", [[], [Op.BARRIER]])
+def test_refresh_on_a_barrier_still_blocks_the_banks(middle):
+    """The refresh deadline passes during the first MAC run; the next record
+    (a BARRIER that touches no bank, or the PREA itself) takes the refresh,
+    and the PREA and the second ACTAB wait until it ends: the program is
+    longer by the refresh's tRP + tRFC, with or without the barrier."""
+    be = get_backend("attacc")
+    timing = be.timing.replace(tREFI=1000.0, tREF0=100.0, tRFC=50.0)
+    t = {k: float(v) for k, v in _timing_vector(timing).items()}
+    recs = ([dict(op=int(Op.ACTAB), row=0, n=1), dict(op=int(Op.MACAB), row=0, n=32)]
+            + [dict(op=int(op), n=1) for op in middle]
+            + [dict(op=int(Op.PREA), n=1), dict(op=int(Op.ACTAB), row=1, n=1),
+               dict(op=int(Op.MACAB), row=1, n=32)])
+    fields = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
+    arr = {f: jnp.asarray([r.get(f, 0) if f != "phase" else int(Phase.COMPUTE) for r in recs], jnp.int32)
+           for f in fields}
+    geo = (be.group.banks, be.group.banks_per_bank_group)
+    off = scan_stream(arr, _timing_vector(timing), *geo, False)
+    on = scan_stream(arr, _timing_vector(timing), *geo, True)
+    first_end = t["tRCDRD"] + 32 * t["tCCD_AB"]
+    assert first_end >= 100 and float(on["counts"][4]) == 1
+    # refresh: all banks precharged at max(deadline, tRAS after the ACTAB, tRTP_L after the last MAC)
+    ref_start = max(100.0, t["tRAS"], t["tRCDRD"] + 31 * t["tCCD_AB"] + t["tRTP_L"])
+    ref_end = ref_start + t["tRP"] + t["tRFC"]
+    # after it: the PREA (banks already closed), tRP, the ACTAB, tRCD, 32 MACs
+    assert float(on["end"]) == ref_end + t["tRP"] + t["tRCDRD"] + 32 * t["tCCD_AB"]
+    assert float(on["end"]) > float(off["end"])
+
+
+def test_trc_spaces_two_activations_of_a_bank():
+    """ACT -> ACT of one bank waits tRC even when tRAS + tRP is shorter."""
+    timing = BE.timing.replace(tRC=float(T["tRAS"] + T["tRP"] + 40))
+    t = {k: float(v) for k, v in _timing_vector(timing).items()}
+    end, _ = run([rd(0, 5), rd(0, 6)], timing=timing)
+    t_pre = max(t["tRAS"], t["tRCDRD"] + t["tRTP_S"])
+    assert t_pre + t["tRP"] < t["tRC"]
+    assert end == t["tRC"] + t["tRCDRD"] + t["tCL"] + t["tBL"]
+    # ACTAB after ACTAB: tRC after the first
+    be = get_backend("attacc")
+    timing = be.timing.replace(tRC=200.0)
+    recs = [dict(op=int(Op.ACTAB), row=0, n=1), dict(op=int(Op.PREA), n=1), dict(op=int(Op.ACTAB), row=1, n=1)]
+    fields = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
+    arr = {f: jnp.asarray([r.get(f, 0) if f != "phase" else int(Phase.COMPUTE) for r in recs], jnp.int32)
+           for f in fields}
+    out = scan_stream(arr, _timing_vector(timing), be.group.banks, be.group.banks_per_bank_group, False)
+    assert float(out["end"]) == 200.0 + float(timing.tRCDRD)
+
+
+def test_all_bank_activations_count_and_cost_per_bank():
+    """ACTAB / PREA open / close every bank: counts and energy per bank."""
+    be = get_backend("attacc")
+    recs = [dict(op=int(Op.ACTAB), row=0, n=1), dict(op=int(Op.MACAB), row=0, n=4), dict(op=int(Op.PREA), n=1)]
+    fields = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
+    arr = {f: jnp.asarray([r.get(f, 0) if f != "phase" else int(Phase.COMPUTE) for r in recs], jnp.int32)
+           for f in fields}
+    out = scan_stream(arr, _timing_vector(be.timing), be.group.banks, be.group.banks_per_bank_group, False)
+    counts = np.asarray(out["counts"])
+    assert counts[0] == be.group.banks and counts[7] == be.group.banks and counts[3] == 4
