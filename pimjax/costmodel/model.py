@@ -35,6 +35,7 @@ import numpy as np
 import optax
 from flax import nnx, serialization
 
+from ..hw.core import is_int
 from .features import F, FEATURE_NAMES
 from .predictor import FORMAT_VERSION, check_meta, feature_rows, forward, member_arrays
 
@@ -67,13 +68,44 @@ class Ensemble(nnx.Module):
 PHASES = 4          # rearrangement, compute, readback, merge (sim.report.PHASES)
 
 
+def check_positive_int(name: str, value) -> int:
+    """`value` when it is an int >= 1, else ValueError naming `name`: a
+    length of 0 or -5 steps would train nothing and still mark the model
+    fitted (its weights then saved as if trained)."""
+    if not is_int(value) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def check_seconds(value) -> float | None:
+    """A training time cap in seconds: None (no cap) or a finite number > 0."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.number))
+                              or not np.isfinite(value) or value <= 0):
+        raise ValueError(f"seconds must be None or a positive number, got {value!r}")
+    return value
+
+
+def check_labels(labels) -> np.ndarray:
+    """Labels as float64 cycles, or ValueError unless every one is finite
+    and > 0: their log is the target, and clamping a 0 or a negative count
+    to 1e-9 cycles would teach the model a draft that takes no time."""
+    y = np.asarray(labels, np.float64)
+    bad = ~(np.isfinite(y) & (y > 0))
+    if bad.any():
+        raise ValueError(f"labels must be finite simulated cycles > 0; {int(bad.sum())} of {y.size} are not "
+                         f"(first: {y.reshape(-1)[np.argmax(bad.reshape(-1))]!r})")
+    return y
+
+
 class CostModel:
     """Predicts cycles of drafts from `features.features_table` rows.
 
     hidden: MLP widths.  rank_weight / tau / margin / temperature: the
     ranking term (see module docstring).  lr: Adam learning rate.
     steps / seconds: default training length of one `update` (whichever
-    ends first).  seed: parameter init and batch sampling.
+    ends first).  seed: parameter init and batch sampling.  steps,
+    members, batch_groups, per_group: ints >= 1; seed: int >= 0; seconds:
+    None or > 0 (ValueError otherwise, not a 0-step "fitted" model).
     """
 
     def __init__(self, n_features: int = F, hidden: tuple[int, ...] = (128, 128, 128), *, seed: int = 0,
@@ -84,6 +116,15 @@ class CostModel:
                  meta: dict | None = None, _abstract: bool = False):
         if heads not in ("total", "phases"):
             raise ValueError(f"heads must be 'total' or 'phases', got {heads!r}")
+        for name, value in (("steps", steps), ("members", members), ("batch_groups", batch_groups),
+                            ("per_group", per_group)):
+            check_positive_int(name, value)
+        if not is_int(seed) or seed < 0:           # numpy's default_rng refuses negative seeds
+            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        check_seconds(seconds)
+        if not tau > 0 or not margin >= 0:         # tau divides the ranking term
+            raise ValueError(f"the ranking term needs tau > 0 and margin >= 0, got tau={tau!r}, "
+                             f"margin={margin!r}")
         self.n_features = int(n_features)
         self.hidden = tuple(int(h) for h in hidden)
         self.hp = dict(seed=int(seed), rank_weight=float(rank_weight), tau=float(tau), margin=float(margin),
@@ -111,16 +152,21 @@ class CostModel:
                seconds: float | None = None, progress=None) -> dict:
         """Fit (first call: also the normalisation) or continue fitting.
 
-        features: [n, F]; labels: [n] simulated cycles (> 0); groups: [n]
-        ints (rows of one op and shape share a value) or None (one group).
+        features: [n, F]; labels: [n] simulated cycles (finite, > 0, else
+        ValueError); groups: [n] ints (rows of one op and shape share a
+        value) or None (one group); rows with a non-finite feature are
+        dropped.
         phases: optional [n, 4] cycles of the rearrangement / compute /
         readback / merge phases, an auxiliary target of a heads="phases"
         model (whose total is the sum of its phase predictions).
-        steps / seconds: override the default length.  progress(step,
+        steps / seconds: override the default length (None: the model's;
+        otherwise a positive int / number of seconds).  progress(step,
         steps, loss) is called now and then.  Returns a summary dict
         (steps, seconds, initial / final loss, mse, rank)."""
         X = np.asarray(features, np.float32)
-        y = np.log(np.maximum(np.asarray(labels, np.float64), 1e-9))
+        y = np.log(check_labels(labels))
+        steps = self.hp["steps"] if steps is None else check_positive_int("steps", steps)
+        seconds = self.hp["seconds"] if seconds is None else check_seconds(seconds)
         if X.ndim != 2 or X.shape[1] != self.n_features or X.shape[0] != y.shape[0]:
             raise ValueError(f"features must be [n, {self.n_features}] with n labels, got {X.shape} "
                              f"and {y.shape}")
@@ -135,7 +181,7 @@ class CostModel:
         X, y = X[ok], y[ok]
         g = np.zeros(len(y), np.int64) if groups is None else np.asarray(groups, np.int64)[ok]
         if len(y) == 0:
-            raise ValueError("update needs at least one finite label")
+            raise ValueError("update needs at least one row with finite features (and phases)")
         if not self.fitted:
             # float64 statistics and a relative threshold: a feature constant in
             # the training set (the backend's own hardware features) must get
@@ -153,8 +199,7 @@ class CostModel:
         # optax's schedules mix Python floats with int32 step counts, which the
         # tests' strict dtype promotion rejects: training runs under standard rules
         with jax.numpy_dtype_promotion("standard"):
-            summary = self._fit(Xn, yn, Pn, g, steps or self.hp["steps"],
-                                seconds if seconds is not None else self.hp["seconds"], progress)
+            summary = self._fit(Xn, yn, Pn, g, steps, seconds, progress)
         self.fitted = True
         self._np_params = None
         self.history.append(summary)

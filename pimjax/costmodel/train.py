@@ -31,6 +31,79 @@ import numpy as np
 BACKENDS = ("hbm-pim", "attacc", "newton", "upmem")
 
 
+def _arg(check):
+    """An argparse `type` from check(text) -> value (ValueError when bad):
+    a bad value is a usage error (exit 2, the message on stderr) before
+    anything is labelled or written; `--out` defaults to the shipped
+    weights, which a 0-step run must never replace."""
+    def parse(text: str):
+        try:
+            return check(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None    # argparse prints it as it is
+    return parse
+
+
+def _int_at_least(text: str, low: int) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an integer") from None
+    if v < low:
+        raise ValueError(f"{text!r} must be >= {low}")
+    return v
+
+
+def _number(text: str, allow_zero: bool) -> float:
+    v = float(text)                       # ValueError for 'abc'
+    if not np.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        raise ValueError(f"{text!r} must be a finite number {'>=' if allow_zero else '>'} 0")
+    return v
+
+
+def positive_int(text: str) -> int:
+    """An int >= 1 (steps, ensemble members, drafts per round)."""
+    return _int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """An int >= 0 (a seed: numpy's generators refuse negative ones)."""
+    return _int_at_least(text, 0)
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (seconds, the ranking hinge scale tau)."""
+    return _number(text, allow_zero=False)
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number >= 0 (the ranking margin, in log-cycles)."""
+    return _number(text, allow_zero=True)
+
+
+def model_top_list(text: str) -> list[int]:
+    """'10,10' -> [10, 10]: drafts per training shape of each model-driven
+    labelling round ('' for none)."""
+    items = [t.strip() for t in text.split(",")] if text.strip() else []
+    try:
+        return [positive_int(t) for t in items]
+    except ValueError as err:
+        raise ValueError(f"--model-top {text!r}: a comma list of ints >= 1 ({err})") from None
+
+
+def check_train_args(steps2, seconds, model_top) -> None:
+    """ValueError for the settings of `train_backend` that CostModel does
+    not check when it is built (steps1, seed, members and the ranking
+    hyper-parameters it does): they would fail only after minutes of
+    labelling, or train nothing and still save weights marked fitted."""
+    from .model import check_positive_int, check_seconds
+    check_positive_int("steps2", steps2)
+    for top in model_top:
+        check_positive_int("model_top entries", top)
+    if check_seconds(seconds) is None:          # the time cap is split between the fits
+        raise ValueError("seconds must be a positive number, got None")
+
+
 def _jax_cache(cache: str) -> None:
     import jax
     os.makedirs(cache, exist_ok=True)
@@ -46,6 +119,9 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
     from . import dataset as ds
     from .model import CostModel
 
+    check_train_args(steps2, seconds, model_top)
+    # built before any labelling, so a bad hyper-parameter fails in seconds, not after minutes
+    model = CostModel(seed=seed, steps=steps1, seconds=seconds, members=members, **hp)
     backend = get_backend(name)
     plan = ds.PLANS[name]
     cases = ds.training_cases(name, plan, seed=seed)
@@ -63,7 +139,6 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
         X, y, g, keys = ds.featurise(recs, backend)
         summary["round1_rows"] = int(len(y))
 
-        model = CostModel(seed=seed, steps=steps1, seconds=seconds, members=members, **hp)
         fits, fit_seconds, label_seconds = [], 0.0, summary["round1_seconds"]
         for r, top in enumerate(model_top, start=2):
             fit = bar.add_task(f"{name}: fit round {r - 1}", total=steps1, msg="")
@@ -122,16 +197,19 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "weights"),
                     help="directory for <backend>.msgpack/.json (default: the package's shipped weights, "
                          "which `make train` reproduces; give another directory to keep them)")
-    ap.add_argument("--steps1", type=int, default=2000, help="Adam steps before each model-driven round")
-    ap.add_argument("--steps2", type=int, default=5000, help="Adam steps of the final fit")
-    ap.add_argument("--seconds", type=float, default=60.0, help="training time cap per backend")
-    ap.add_argument("--model-top", default="10,10",
+    ap.add_argument("--steps1", type=_arg(positive_int), default=2000,
+                    help="Adam steps before each model-driven round")
+    ap.add_argument("--steps2", type=_arg(positive_int), default=5000, help="Adam steps of the final fit")
+    ap.add_argument("--seconds", type=_arg(positive_float), default=60.0, help="training time cap per backend")
+    ap.add_argument("--model-top", type=_arg(model_top_list), default=[10, 10],
                     help="drafts per training shape labelled in each model-driven round (comma list)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--members", type=int, default=1, help="ensemble members (their log-cycles averaged)")
-    ap.add_argument("--margin", type=float, default=None,
+    ap.add_argument("--seed", type=_arg(non_negative_int), default=0)
+    ap.add_argument("--members", type=_arg(positive_int), default=1,
+                    help="ensemble members (their log-cycles averaged)")
+    ap.add_argument("--margin", type=_arg(non_negative_float), default=None,
                     help="ranking pairs: only drafts more than this apart in log-cycles (model default 0.01)")
-    ap.add_argument("--tau", type=float, default=None, help="ranking hinge scale in log-cycles (default 0.02)")
+    ap.add_argument("--tau", type=_arg(positive_float), default=None,
+                    help="ranking hinge scale in log-cycles (default 0.02)")
     ap.add_argument("--relabel", action="store_true",
                     help="first simulate every cached record again (after a change of the time model)")
     args = ap.parse_args(argv)
@@ -153,7 +231,7 @@ def main(argv=None) -> int:
             n, changed = relabel(get_backend(name), records_path(name, args.cache))
             console.print(f"{name}: relabelled {n} records in {time.time() - t0:.0f} s, {changed} labels changed")
         s = train_backend(name, cache=args.cache, out_dir=args.out, steps1=args.steps1, steps2=args.steps2,
-                          seconds=args.seconds, model_top=[int(v) for v in args.model_top.split(",") if v],
+                          seconds=args.seconds, model_top=args.model_top,
                           seed=args.seed, members=args.members, console=console,
                           **{k: v for k, v in (("margin", args.margin), ("tau", args.tau)) if v is not None})
         rows.append(s)

@@ -16,6 +16,12 @@ Modes:
   linearly from 0.5 to 0.05 (ε-greedy: that share of each round's
   candidates is drawn at random).
 
+A draft whose lowering raises PimCompileError is skipped in every mode (the
+resource verifier is an estimate: a draft near a capacity limit can pass it
+and still not fit); `choose` returns None only when no draft lowers.  In
+predict mode the backend's baseline mapping is simulated too, above
+`threshold` as well, so the pick is never slower than the baseline.
+
 Results are cached by (op signature, shapes, dtypes, backend, options) in
 memory and, when a path is given, in a JSON file (a corrupted file is
 reported with a warning and rebuilt, never a crash).
@@ -203,6 +209,9 @@ class Choice:
     space: drafts in the op's space.  cached: answered from the cache.
     baseline: the CycleReport of the backend's baseline mapping when the
     tuner simulated it (predict mode), else None.
+    failed: drafts skipped because their lowering raised PimCompileError
+    (not counted in `simulated`); failure: the first such message ("" if
+    none).
     """
     draft: Draft
     program: Any
@@ -214,6 +223,8 @@ class Choice:
     cached: bool = False
     history: list = field(default_factory=list)
     baseline: Any = None
+    failed: int = 0
+    failure: str = ""
 
 
 class Tuner:
@@ -225,7 +236,9 @@ class Tuner:
     trials: simulations the evolutionary search may spend.  threshold:
     spaces larger than this use the evolutionary search in predict mode.
     include_baseline: predict mode also simulates the backend's baseline
-    mapping, so a poor prediction never picks worse than the baseline.
+    mapping (above `threshold` too), so a poor prediction or a short
+    search never picks worse than the baseline.  The "evolutionary" mode
+    itself does not: it is the search alone, as ATiM measures it.
     """
 
     def __init__(self, mode: str = "predict", top_k: int = 8, model=None, cache=None,
@@ -298,23 +311,31 @@ class Tuner:
             return None
         if self.mode == "exhaustive":
             choice = self._exhaustive(op, table, backend, shapes, lower_options, lower_fn)
-        elif self.mode == "evolutionary" or len(table) > self.threshold:
+        elif self.mode == "evolutionary":
             choice = self.evolutionary(op, table, backend, shapes, lower_options, lower_fn=lower_fn)
+        elif len(table) > self.threshold:
+            # predict mode's promise (never slower than the baseline) holds for large spaces too
+            choice = self._against_baseline(
+                self.evolutionary(op, table, backend, shapes, lower_options, lower_fn=lower_fn),
+                op, backend, shapes, lower_options, lower_fn, len(table))
         else:
             choice = self._top_k(op, table, backend, shapes, lower_options, lower_fn)
+        if choice is None:            # no draft lowers: the op stays on the host (not cached)
+            return None
         predicted = choice.predicted_cycles          # NaN (no prediction) is stored as null: strict JSON
         self.cache.put(key, {"draft": draft_to_dict(choice.draft), "simulated": int(choice.simulated),
                              "predicted": None if np.isnan(predicted) else predicted,
                              "cycles": float(choice.report.total_cycles), "space": choice.space,
-                             "mode": choice.mode})
+                             "mode": choice.mode, "failed": int(choice.failed)})
         return choice
 
     def _trusts(self, hit: dict) -> bool:
         """Whether a cached choice is at least as searched as this tuner would
         search: an exhaustive one always; otherwise one of the same mode that
         simulated as many drafts as this tuner's top_k / trials (capped by
-        the space).  A 1-trial evolutionary pick in a shared file does not
-        answer a default tuner, nor a predicted one an exhaustive tuner."""
+        the drafts of the space that lower).  A 1-trial evolutionary pick in
+        a shared file does not answer a default tuner, nor a predicted one an
+        exhaustive tuner."""
         mode, space = hit.get("mode"), int(hit.get("space", 0))
         if mode == "exhaustive":
             return True
@@ -324,53 +345,104 @@ class Tuner:
         if own == "exhaustive" or mode != own:
             return False
         effort = self.top_k if own == "predict" else self.trials
-        return int(hit.get("simulated", 0)) >= min(effort, space)
+        # a search that ran out of drafts that lower searched all it could
+        return int(hit.get("simulated", 0)) >= min(effort, space - int(hit.get("failed", 0)))
+
+    @staticmethod
+    def _lower_each(op, drafts, backend, shapes, lower_options, lower_fn=lower) -> list:
+        """Per draft, its program (`lower_fn`), or the PimCompileError its
+        lowering raised: the resource verifier is an estimate, so a draft
+        near a capacity limit may pass it and still not fit; that draft is
+        skipped, not the search.  Other errors (bugs) propagate."""
+        out = []
+        for d in drafts:
+            try:
+                out.append(lower_fn(op, d, backend, shapes, **lower_options))
+            except PimCompileError as err:
+                out.append(err)
+        return out
 
     def _simulate(self, op, drafts, backend, shapes, lower_options, programs=None, lower_fn=lower):
         """Lower (with `lower_fn`) and simulate `drafts` (batched; `programs`:
-        already lowered): (programs, totals [len(drafts)], report(i) ->
-        CycleReport of programs[i])."""
+        already lowered): (programs, totals [len(drafts)] in cycles,
+        report(i) -> CycleReport of programs[i]).  A draft that does not
+        lower has its PimCompileError for program and total +inf."""
         if programs is None:
-            programs = [lower_fn(op, d, backend, shapes, **lower_options) for d in drafts]
+            programs = self._lower_each(op, drafts, backend, shapes, lower_options, lower_fn)
+        ok = [i for i, p in enumerate(programs) if not isinstance(p, PimCompileError)]
+        at = {i: j for j, i in enumerate(ok)}          # draft -> its row among the lowered
+        totals = np.full(len(programs), np.inf)
+        if not ok:
+            return programs, totals, lambda i: None
+        lowered = [programs[i] for i in ok]
         if backend.core.programmable:
-            reports = [cycles(p, backend) for p in programs]
-            totals = np.array([float(r.total_cycles) for r in reports])
-            return programs, totals, reports.__getitem__
-        batched = cycles_batch(programs, backend)
-        return programs, np.asarray(batched.total_cycles, np.float64), partial(report_at, batched)
+            reports = [cycles(p, backend) for p in lowered]
+            totals[ok] = [float(r.total_cycles) for r in reports]
+            return programs, totals, lambda i: reports[at[i]]
+        batched = cycles_batch(lowered, backend)
+        totals[ok] = np.asarray(batched.total_cycles, np.float64)
+        return programs, totals, lambda i: report_at(batched, at[i])
 
     @staticmethod
-    def _pick(drafts, programs, totals, report, predicted, mode, simulated, space):
+    def _pick(drafts, programs, totals, report, predicted, mode, space) -> Choice | None:
+        """The fastest of the simulated drafts (None when none lowered:
+        every total +inf); the others count as failed."""
+        lowered = np.isfinite(totals)
+        if not lowered.any():
+            return None
         # the batch's own report of the winner: timing it again alone would
         # compile another scan (seconds) for the same numbers
         best = int(np.argmin(totals))
+        errors = [p for p in programs if isinstance(p, PimCompileError)]
         return Choice(drafts[best], programs[best], report(best),
                       float(predicted[best]) if predicted is not None else float("nan"),
-                      simulated, space, mode)
+                      int(lowered.sum()), space, mode, failed=int((~lowered).sum()),
+                      failure=str(errors[0]) if errors else "")
 
-    def _top_k(self, op, table, backend, shapes, lower_options, lower_fn=lower) -> Choice:
+    def _first_lowering(self, op, table, order, k, backend, shapes, lower_options, lower_fn):
+        """The first `k` drafts of `table` in `order` that lower: (their
+        rows, their programs, the PimCompileErrors of those skipped before
+        them).  Lowers no more than it keeps while none fails."""
+        rows, programs, errors, pos = [], [], [], 0
+        while len(rows) < k and pos < len(order):
+            chunk = [int(i) for i in order[pos: pos + k - len(rows)]]
+            pos += len(chunk)
+            for i, p in zip(chunk, self._lower_each(op, [table[i] for i in chunk], backend, shapes,
+                                                    lower_options, lower_fn)):
+                if isinstance(p, PimCompileError):
+                    errors.append(p)
+                else:
+                    rows.append(i)
+                    programs.append(p)
+        return rows, programs, errors
+
+    def _top_k(self, op, table, backend, shapes, lower_options, lower_fn=lower) -> Choice | None:
         pred = self.predict(op, table, backend, shapes)
-        idx = np.argsort(pred, kind="stable")[: self.top_k]
-        drafts, predicted = [table[int(i)] for i in idx], [float(pred[i]) for i in idx]
-        programs = [lower_fn(op, d, backend, shapes, **lower_options) for d in drafts]
+        # the best predicted top_k that lower: a draft that does not fit gives its place to the next
+        rows, programs, errors = self._first_lowering(op, table, np.argsort(pred, kind="stable"), self.top_k,
+                                                      backend, shapes, lower_options, lower_fn)
+        drafts, predicted = [table[i] for i in rows], [float(pred[i]) for i in rows]
         base = baseline(op, backend) if self.include_baseline else None
         if base is not None and base not in drafts:
             # the baseline may lie outside the pruned space (or a block's
             # `keep`); it joins the candidates when it lowers
-            try:
-                programs.append(lower_fn(op, base, backend, shapes, **lower_options))
-            except PimCompileError:
-                pass
-            else:
+            program, = self._lower_each(op, [base], backend, shapes, lower_options, lower_fn)
+            if not isinstance(program, PimCompileError):
                 drafts.append(base)
+                programs.append(program)
                 predicted.append(self._predict_one(op, base, backend, shapes))
+        if not drafts:
+            return None
         programs, totals, report = self._simulate(op, drafts, backend, shapes, lower_options, programs)
-        choice = self._pick(drafts, programs, totals, report, predicted, "predict", len(drafts), len(table))
+        choice = self._pick(drafts, programs, totals, report, predicted, "predict", len(table))
+        if choice is None:
+            return None
+        choice = replace(choice, failed=len(errors), failure=str(errors[0]) if errors else "")
         # the baseline's report from the same batch: the api's speedup over the
         # baseline mapping needs it, and timing it alone would compile another scan
         return choice if base not in drafts else replace(choice, baseline=report(drafts.index(base)))
 
-    def _exhaustive(self, op, table, backend, shapes, lower_options, lower_fn=lower) -> Choice:
+    def _exhaustive(self, op, table, backend, shapes, lower_options, lower_fn=lower) -> Choice | None:
         idx = np.arange(len(table))
         drafts, programs, totals, reports = [], [], [], []
         for chunk in np.array_split(idx, max(1, len(idx) // 256)):
@@ -381,13 +453,40 @@ class Tuner:
             totals.append(t)
             reports += [partial(r, i) for i in range(len(p))]
         return self._pick(drafts, programs, np.concatenate(totals), lambda i: reports[i](), None,
-                          "exhaustive", len(idx), len(table))
+                          "exhaustive", len(table))
+
+    def _against_baseline(self, choice, op, backend, shapes, lower_options, lower_fn, space) -> Choice | None:
+        """`choice` (a search's pick, or None) or the backend's baseline
+        mapping, whichever simulates in fewer cycles (a tie keeps `choice`),
+        with Choice.baseline set.  `choice` comes back unchanged when
+        include_baseline is off, the backend has no baseline for `op`, or
+        the baseline does not lower.  The baseline is simulated alone (one
+        more in `simulated`, not a trial of the search) unless it is the
+        pick itself."""
+        base = baseline(op, backend) if self.include_baseline else None
+        if base is None:
+            return choice
+        if choice is not None and choice.draft == base:
+            return replace(choice, baseline=choice.report)
+        program, = self._lower_each(op, [base], backend, shapes, lower_options, lower_fn)
+        if isinstance(program, PimCompileError):
+            return choice
+        _, totals, report = self._simulate(op, [base], backend, shapes, lower_options, [program])
+        rep = report(0)
+        if choice is not None and float(choice.report.total_cycles) <= float(totals[0]):
+            return replace(choice, simulated=choice.simulated + 1, baseline=rep)
+        predicted = self._predict_one(op, base, backend, shapes)
+        if choice is None:
+            return Choice(base, program, rep, predicted, 1, space, "evolutionary", baseline=rep)
+        return replace(choice, draft=base, program=program, report=rep, predicted_cycles=predicted,
+                       simulated=choice.simulated + 1, baseline=rep)
 
     # -- ATiM's balanced evolutionary search --------------------------------------
     def evolutionary(self, op, table, backend, shapes, lower_options=None, trials: int | None = None,
-                     balanced: bool | None = None, per_round: int = 8, lower_fn=lower) -> Choice:
+                     balanced: bool | None = None, per_round: int = 8, lower_fn=lower) -> Choice | None:
         """Best draft found within `trials` simulations (see module docstring),
-        drafts lowered with `lower_fn`.
+        drafts lowered with `lower_fn`; None when no draft lowers.  A draft
+        that does not lower is skipped and costs no trial.
 
         The genome of a draft is its row of the DraftTable; a mutation
         changes one column (one set's groups / cores / mapping, or one knob)
@@ -405,11 +504,12 @@ class Tuner:
         rfactor = np.asarray(table.reduction) != 0              # "complete" is code 0
         classes = (np.flatnonzero(rfactor), np.flatnonzero(~rfactor))
         measured: dict[int, float] = {}
+        failed: dict[int, Any] = {}                    # draft -> its PimCompileError (or None)
         history = []
         explore_until = int(0.4 * min(trials, n))      # ε reaches 0.05 within the trials that can run
         programs: dict[int, Any] = {}
         reports: dict[int, Any] = {}
-        while len(measured) < min(trials, n):
+        while len(measured) < min(trials, n - len(failed)):
             done = len(measured)
             early = done < explore_until
             eps = 0.5 - (0.5 - 0.05) * done / max(1, explore_until) if (balanced and early) else 0.05
@@ -428,9 +528,10 @@ class Tuner:
                     col = int(rng.integers(genes.shape[1]))
                     group = neighbours[col](p)
                     cands.add(int(group[int(rng.integers(len(group)))]))
-            cands = [c for c in cands if c not in measured]
+            cands = [c for c in cands if c not in measured and c not in failed]
             if not cands:
-                cands = [int(c) for c in rng.permutation(n) if int(c) not in measured][:per_round]
+                cands = [int(c) for c in rng.permutation(n)
+                         if int(c) not in measured and int(c) not in failed][:per_round]
             take = min(per_round, trials - done)
             cands = sorted(cands, key=lambda c: pred[c])
             if split:      # the round measures the best predicted of each strategy alike
@@ -440,14 +541,19 @@ class Tuner:
             progs, totals, report = self._simulate(op, [table[c] for c in cands], backend, shapes,
                                                    lower_options, lower_fn=lower_fn)
             for j, (c, p, t) in enumerate(zip(cands, progs, totals)):
+                if not np.isfinite(t):                   # did not lower
+                    failed[c] = p if isinstance(p, PimCompileError) else None
+                    continue
                 measured[c] = float(t)
                 programs[c] = p
                 reports[c] = partial(report, j)
                 history.append(min(measured.values()))
+        if not measured:
+            return None
         best = min(measured, key=measured.get)
-        choice = Choice(table[best], programs[best], reports[best](), float(pred[best]),
-                        len(measured), n, "evolutionary", history=history)
-        return choice
+        first = next((str(e) for e in failed.values() if e is not None), "")
+        return Choice(table[best], programs[best], reports[best](), float(pred[best]),
+                      len(measured), n, "evolutionary", history=history, failed=len(failed), failure=first)
 
     @staticmethod
     def _parents(measured: dict, rfactor: np.ndarray, rng, balanced: bool, k: int = 8) -> list[int]:

@@ -127,3 +127,39 @@ def test_bad_inputs():
     with pytest.raises(ValueError):
         m.predict(np.zeros((2, 3), np.float32))
     assert m.predict(np.zeros(4, np.float32)).shape == (1,)
+
+
+@pytest.mark.parametrize("labels", [[1.0, 0.0, 3.0], [1.0, -5.0, 3.0], [1.0, np.nan, 3.0], [1.0, np.inf, 3.0]])
+def test_labels_must_be_positive_finite_cycles(labels):
+    """A 0 or negative cycle count used to become log(1e-9) (a draft that
+    takes no time) and a NaN was dropped silently: both are refused, and the
+    model stays unfitted."""
+    m = CostModel(n_features=4, hidden=(8,), steps=5)
+    X = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    with pytest.raises(ValueError, match="labels must be finite simulated cycles > 0; 1 of 3"):
+        m.update(X, labels)
+    assert not m.fitted and m.history == []
+
+
+@pytest.mark.parametrize("steps", [0, -5, 2.5, True])
+def test_update_refuses_a_length_that_trains_nothing(steps):
+    """steps=0 used to mean "the default" and -5 trained 0 steps and still
+    marked the model fitted; None is the default."""
+    m = CostModel(n_features=4, hidden=(8,), steps=3)
+    X = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)
+    y = np.arange(1.0, 9.0)
+    with pytest.raises(ValueError, match="steps must be a positive int"):
+        m.update(X, y, steps=steps)
+    assert not m.fitted
+    with pytest.raises(ValueError, match="seconds"):
+        m.update(X, y, seconds=0)
+    assert m.update(X, y, steps=None)["steps"] == 3 and m.fitted
+
+
+@pytest.mark.parametrize("kw,match", [(dict(members=0), "members"), (dict(steps=0), "steps"),
+                                      (dict(steps=-5), "steps"), (dict(seed=-1), "seed"),
+                                      (dict(seconds=-1.0), "seconds"), (dict(tau=0.0), "tau"),
+                                      (dict(margin=-0.1), "margin"), (dict(per_group=0), "per_group")])
+def test_bad_hyper_parameters_are_refused_when_built(kw, match):
+    with pytest.raises(ValueError, match=match):
+        CostModel(n_features=4, hidden=(8,), **kw)

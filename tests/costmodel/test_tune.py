@@ -1,8 +1,10 @@
 """The tuner: ATiM's balanced evolutionary search keeps its contract, the
 JSON cache survives concurrent writers, stale entries and unwritable paths,
-and bad arguments are refused."""
+bad arguments are refused, drafts that do not lower are skipped, and predict
+mode is never slower than the baseline mapping, above its threshold too."""
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import warnings
@@ -12,10 +14,12 @@ import pytest
 
 from pimjax.costmodel.predictor import Predictor, load_default
 from pimjax.costmodel.tune import Tuner, TuneCache, draft_to_dict
+from pimjax.errors import PimCompileError
 from pimjax.hw import get_backend
 from pimjax.kernels import kernel_op
 from pimjax.lower import lower
 from pimjax.partition import drafts
+from pimjax.partition.baselines import baseline
 from pimjax.sim.cycles import cycles_batch
 
 BE = get_backend("hbm-pim", channels=4)
@@ -30,6 +34,7 @@ class Flat:
         return np.ones(len(features))
 
 
+@functools.cache
 def _exhaustive_cycles() -> np.ndarray:
     progs = [lower(OP, d, BE, SHAPES) for d in TABLE]
     return np.asarray(cycles_batch(progs, BE).total_cycles, np.float64)
@@ -157,3 +162,137 @@ def test_a_shared_cache_answers_only_tuners_that_would_search_no_more(tmp_path):
     assert not Tuner(mode="exhaustive", cache=path).choose(OP, BE, SHAPES).cached
     for t in (Tuner(model=Flat(), top_k=8, cache=path), Tuner(mode="evolutionary", model=Flat(), trials=64, cache=path)):
         assert t.choose(OP, BE, SHAPES).cached                        # the exhaustive entry answers all
+
+
+# --------------------------------------------------------------------------
+# drafts that do not lower, and the baseline above the threshold
+# --------------------------------------------------------------------------
+SMALL_BE = get_backend("hbm-pim", channels=2)
+SMALL_OP, SMALL_SHAPES = kernel_op("gemv", [16, 16])
+SMALL = drafts(SMALL_OP, SMALL_BE, shapes=SMALL_SHAPES)
+SMALL_ROW = {d: i for i, d in enumerate(SMALL)}
+
+
+@functools.cache
+def _small_cycles() -> np.ndarray:
+    """Simulated total cycles of every draft of SMALL (the ground truth)."""
+    progs = [lower(SMALL_OP, d, SMALL_BE, SMALL_SHAPES) for d in SMALL]
+    return np.asarray(cycles_batch(progs, SMALL_BE).total_cycles, np.float64)
+
+
+def _failing_on(bad: set, calls: list | None = None):
+    """A lower_fn that raises PimCompileError for the drafts at rows `bad`
+    of SMALL, as `lower` does for a draft the resource verifier let through
+    but that does not fit; `calls` collects the rows it was asked for."""
+    def lower_fn(op, draft, backend, shapes, **opts):
+        row = SMALL_ROW.get(draft, -1)
+        if calls is not None:
+            calls.append(row)
+        if row in bad:
+            raise PimCompileError(f"draft {row} does not fit")
+        return lower(op, draft, backend, shapes, **opts)
+    return lower_fn
+
+
+def _best_of(rows) -> int:
+    rows = sorted(rows)
+    return rows[int(np.argmin(_small_cycles()[rows]))]
+
+
+def test_exhaustive_skips_drafts_that_do_not_lower():
+    """The optimum and every even row fail: the pick is the best of the
+    rest, which are all simulated; the failures are counted."""
+    bad = {int(np.argmin(_small_cycles()))} | set(range(0, len(SMALL), 2))
+    good = set(range(len(SMALL))) - bad
+    choice = Tuner(mode="exhaustive").choose(SMALL_OP, SMALL_BE, SMALL_SHAPES, lower_fn=_failing_on(bad), tag="t")
+    assert choice.draft == SMALL[_best_of(good)]
+    assert float(choice.report.total_cycles) == pytest.approx(_small_cycles()[_best_of(good)])
+    assert (choice.simulated, choice.failed) == (len(good), len(bad))
+    assert choice.failure.endswith("does not fit")
+
+
+def test_top_k_simulates_k_drafts_that_lower():
+    """A flat prediction ranks the drafts in table order: rows 0, 2 and 4
+    fail, so the top 3 that lower are rows 1, 3, 5, and nothing past row 5
+    is lowered."""
+    calls = []
+    t = Tuner(model=Flat(), top_k=3, include_baseline=False)
+    choice = t.choose(SMALL_OP, SMALL_BE, SMALL_SHAPES, lower_fn=_failing_on({0, 2, 4}, calls), tag="t")
+    assert calls == [0, 1, 2, 3, 4, 5]
+    assert choice.draft == SMALL[_best_of({1, 3, 5})]
+    assert (choice.simulated, choice.failed, choice.failure) == (3, 3, "draft 0 does not fit")
+
+
+def test_evolutionary_search_skips_drafts_that_do_not_lower_at_no_trial():
+    bad = set(range(0, len(SMALL), 2))
+    calls = []
+    few = Tuner(mode="evolutionary", model=Flat(), trials=6, seed=1).choose(
+        SMALL_OP, SMALL_BE, SMALL_SHAPES, lower_fn=_failing_on(bad, calls), tag="t")
+    lowered = [r for r in calls if r not in bad]
+    assert few.simulated == len(lowered) == 6 and few.failed == len(calls) - 6 and len(set(calls)) == len(calls)
+    assert few.draft == SMALL[_best_of(lowered)]
+    # more trials than drafts that lower: every one of them, then a stop
+    everything = Tuner(mode="evolutionary", model=Flat(), trials=100).choose(
+        SMALL_OP, SMALL_BE, SMALL_SHAPES, lower_fn=_failing_on(bad), tag="t")
+    good = set(range(len(SMALL))) - bad
+    assert (everything.simulated, everything.failed) == (len(good), len(bad))
+    assert everything.draft == SMALL[_best_of(good)]
+
+
+@pytest.mark.parametrize("mode", ["predict", "exhaustive", "evolutionary"])
+def test_an_op_no_draft_of_which_lowers_has_no_choice(mode):
+    """A GEMV whose every kept draft exceeds hbm-pim's 8192 PIM rows per
+    bank in `lower` (the verifier's estimate lets them through): None, what
+    pim_jit reads as "stays on the host", and nothing cached."""
+    op, shapes = kernel_op("gemv", [8 * 4090, 2049])
+    be = get_backend("hbm-pim", channels=1)
+    assert len(drafts(op, be, shapes=shapes)) > 0
+    with pytest.raises(PimCompileError, match="PIM rows"):
+        lower(op, drafts(op, be, shapes=shapes)[0], be, shapes)
+    t = Tuner(mode=mode, model=Flat())
+    assert t.choose(op, be, shapes) is None and len(t.cache) == 0
+
+
+def test_a_search_that_ran_out_of_lowerable_drafts_answers_from_the_cache():
+    """Only rows 1 and 2 lower: a top-8 tuner simulated all it could, so its
+    entry answers the same tuner next time (it used to need 8)."""
+    lower_fn = _failing_on(set(range(len(SMALL))) - {1, 2})
+    t = Tuner(model=Flat(), top_k=8, include_baseline=False)
+    first = t.choose(SMALL_OP, SMALL_BE, SMALL_SHAPES, lower_fn=lower_fn, tag="t")
+    assert (first.simulated, first.failed) == (2, len(SMALL) - 2)
+    again = t.choose(SMALL_OP, SMALL_BE, SMALL_SHAPES, lower_fn=lower_fn, tag="t")
+    assert again.cached and again.draft == first.draft == SMALL[_best_of({1, 2})]
+
+
+class Adversarial(Tuner):
+    """A tuner whose model ranks SMALL's drafts slowest first."""
+
+    def predict(self, op, table, backend, shapes):
+        assert len(table) == len(SMALL)
+        return 1.0 / _small_cycles()
+
+
+def _baseline_cycles() -> float:
+    base = baseline(SMALL_OP, SMALL_BE)
+    return float(cycles_batch([lower(SMALL_OP, base, SMALL_BE, SMALL_SHAPES)], SMALL_BE).total_cycles[0])
+
+
+def test_predict_mode_is_never_slower_than_the_baseline_above_its_threshold():
+    """Above `threshold` predict mode runs the evolutionary search; a 1-trial
+    search misled by its model picks worse than the baseline mapping, and
+    the baseline, simulated besides, wins (Choice.baseline set).  With
+    enough trials the search's better pick stays."""
+    base, base_cycles = baseline(SMALL_OP, SMALL_BE), _baseline_cycles()
+    search = Adversarial(mode="evolutionary", model=Flat(), trials=1).choose(SMALL_OP, SMALL_BE, SMALL_SHAPES)
+    assert float(search.report.total_cycles) > base_cycles          # the case the guarantee is for
+    choice = Adversarial(model=Flat(), threshold=1, trials=1).choose(SMALL_OP, SMALL_BE, SMALL_SHAPES)
+    assert choice.mode == "evolutionary" and choice.draft == base and choice.simulated == 2
+    assert float(choice.report.total_cycles) == pytest.approx(base_cycles)
+    assert float(choice.baseline.total_cycles) == pytest.approx(base_cycles)
+    off = Adversarial(model=Flat(), threshold=1, trials=1, include_baseline=False).choose(
+        SMALL_OP, SMALL_BE, SMALL_SHAPES)
+    assert off.draft == search.draft and off.baseline is None
+    full = Adversarial(model=Flat(), threshold=1, trials=len(SMALL)).choose(SMALL_OP, SMALL_BE, SMALL_SHAPES)
+    assert _small_cycles().min() < base_cycles
+    assert full.draft == SMALL[int(np.argmin(_small_cycles()))] and full.simulated == len(SMALL) + 1
+    assert float(full.baseline.total_cycles) == pytest.approx(base_cycles)
