@@ -16,7 +16,12 @@ Stages (as `jax.jit(f).trace(...).lower().compile()`):
 
 Placement: an op goes to PIM only where its simulated time on PIM (the
 tuner's choice, data rearrangement included) beats the host roofline; ops
-the backend cannot run stay on the host, and the report says why (a body
+the backend cannot run stay on the host, and the report says why.  The
+host roofline reads and writes every value at its own size, except that
+floats wider than the backend's element are charged at the backend's
+element (an fp16 PIM result is compared with the GPU at equal precision):
+an int32 op left on the host of hbm-pim moves 4 B per element, an int8 op
+on UPMEM's host 1 B.  Host-side reasons: a body
 the cores lack, data their arithmetic cannot hold exactly -- integers on
 fp16 / bf16 units, floats on UPMEM --, a 0-d op, a draft space that does
 not lower).  `placement="pim"` turns each of those into a PimCompileError.
@@ -124,6 +129,21 @@ def _shapes(graph: PimGraph) -> dict:
 
 def _dtypes(graph: PimGraph) -> dict:
     return {i: v.dtype for i, v in enumerate(graph.values)}
+
+
+def host_bytes(graph: PimGraph, backend: Backend) -> dict:
+    """{value id: bytes per element on the host roofline}: the value's own
+    size, floats capped at the backend's element size (equal precision)."""
+    cap = backend.core.elem_bytes
+    out = {}
+    for i, v in enumerate(graph.values):
+        try:
+            dt = np.dtype(v.dtype)
+        except TypeError:                       # PRNG keys and other extended dtypes
+            out[i] = cap
+            continue
+        out[i] = min(dt.itemsize, cap) if np.issubdtype(dt, np.floating) else dt.itemsize
+    return out
 
 
 def enable_xla_cache(path: str | None = None) -> str | None:
@@ -266,7 +286,7 @@ def _plan_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids,
     from .partition.dimsets import dimension_sets
     ops = [graph.ops[i] for i in block]
     score, ctx = ops[0], ops[-1]
-    eb = backend.core.elem_bytes
+    eb = host_bytes(graph, backend)
     h_ns = sum(host_time(o, backend.system.host, shapes, eb) for o in ops)
     n_var = next(v for v in (score.result.index_map[-1].single_var,) if v)
     seq_sets = [i for i, s in enumerate(dimension_sets(score)) if n_var in s.vars or s.reduction]
@@ -311,7 +331,7 @@ def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = fr
          placement: str = "auto") -> list[OpPlan]:
     """Placement, draft and program of every op (see module docstring)."""
     shapes, dtypes = _shapes(graph), _dtypes(graph)
-    eb = backend.core.elem_bytes
+    eb = host_bytes(graph, backend)
     plans = []
     blocks = _attention_blocks(graph, backend)
     in_block = {i for b in blocks.values() for i in b}
@@ -401,19 +421,27 @@ class Lowered:
         """Predicted figures (cost model), keys:
 
         predicted_cycles: sum over PIM ops of the predicted cycles of their
-            chosen drafts (PIM command clock, `clock_ghz`); NaN when an op's
-            draft has no prediction (the exhaustive tuner predicts nothing);
+            chosen drafts (PIM command clock, `clock_ghz`); None when an
+            op's draft has no prediction (the exhaustive tuner predicts
+            nothing), so the dict is strict JSON;
         predicted_ns: the same in ns; host_ns: host-roofline time of the ops
             kept on the host; clock_ghz: 1 / tCK; ops: per-op dicts
-            {index, name, placement, predicted_cycles, host_ns}."""
+            {index, name, placement, predicted_cycles, host_ns}.
+
+        The cost model predicts a program that rearranges every operand per
+        call (it is trained on such programs): with `resident` weights the
+        prediction overstates the steady state; `Compiled.cost_analysis()`
+        gives the simulated figures with the placement paid once."""
+        from .report import _none_if_nan
         tck = float(self.backend.timing.tCK)
         pim = [p for p in self.plans if p.placement == "pim"]
         pred = float(sum(p.predicted_cycles for p in pim))
-        return {"predicted_cycles": pred, "predicted_ns": pred * tck,
+        return {"predicted_cycles": _none_if_nan(pred), "predicted_ns": _none_if_nan(pred * tck),
                 "host_ns": float(sum(p.host_ns for p in self.plans if p.placement == "host")),
                 "clock_ghz": 1.0 / tck,
                 "ops": [{"index": p.index, "name": p.op.name, "placement": p.placement,
-                         "predicted_cycles": p.predicted_cycles, "host_ns": p.host_ns} for p in self.plans]}
+                         "predicted_cycles": _none_if_nan(float(p.predicted_cycles)), "host_ns": p.host_ns}
+                        for p in self.plans]}
 
     def compile(self) -> "Compiled":
         return Compiled(self)
@@ -495,6 +523,10 @@ class Compiled:
     def cost_analysis(self) -> dict:
         """Simulated figures; see `Report.to_dict()` for the keys and units."""
         return self.report().to_dict()
+
+    def as_text(self) -> str:
+        """The lowered programs (`Lowered.as_text()`) and the simulated report."""
+        return self.lowered.as_text() + "\n\n" + self.report().as_text()
 
 
 def _leaf_signature(x) -> tuple:

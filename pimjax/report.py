@@ -50,6 +50,8 @@ def describe_draft(op: PimOp, draft: Draft) -> str:
                   "group": "partial on PIM, final in the group accumulator"}[draft.reduction])
     if draft.granularity == "core":
         knobs.append("per-core commands")
+    if draft.irregular != "expand":
+        knobs.append(f"irregular index ranges: {draft.irregular}")
     if draft.tasklets > 1:
         knobs.append(f"{draft.tasklets} tasklets, WRAM tile {draft.wram_tile} B")
     if draft.buffers > 1:
@@ -200,6 +202,10 @@ class Report:
                      f"({self.gpu_ns / self.total_ns if self.total_ns else float('nan'):.2f}x); "
                      f"resident placement {self.resident_ns:,.0f} ns once")
         return t
+
+    def as_text(self) -> str:
+        """The table as plain text (what `print(report)` shows)."""
+        return str(self)
 
     def __str__(self) -> str:
         from rich.console import Console

@@ -286,3 +286,16 @@ def test_report_derived_figures_follow_the_program_and_the_peaks():
     assert pk.stats["resident_bytes"] >= 4 * 256 * 128 and pm.stats["resident_bytes"] == 0
     assert pk.stats["rearrange_bytes"] + pk.stats["resident_bytes"] == pk.stats["h2d_bytes"]
     assert moving.report().ops[0].to_pim_bytes - kept.report().ops[0].to_pim_bytes == pk.stats["resident_bytes"]
+
+
+def test_host_roofline_charges_each_value_at_its_own_size():
+    """int32 data left on hbm-pim's host moves 4 B per element, int8 on
+    UPMEM's host 1 B; float32 on the fp16 backend is charged at fp16 (equal
+    precision with the PIM result)."""
+    n = 1 << 16
+    for backend, dtype, size in (("hbm-pim", np.int32, 4), ("upmem", np.int8, 1), ("hbm-pim", np.float32, 2)):
+        a = np.ones(n, dtype)
+        f = pim_jit(lambda a, b: a + b, backend=backend, tuner=tuner(), **SMALL[backend])
+        o = f.lower(a, a).compile().report().ops[0]
+        host = f.backend.system.host
+        assert o.gpu_ns == pytest.approx(host.time_ns(3 * n * size, n)), (backend, dtype)

@@ -28,7 +28,8 @@ from . import prune
 from .dimsets import DimensionSet, dimension_sets
 from .draft import Draft, DimPart
 from .table import KNOB_COLUMNS, DraftTable, encode
-from .verify import infer_shapes, matrix_and_vector, op_support, per_core_var_lengths, resource_mask
+from .verify import (infer_shapes, op_support, per_core_var_lengths, register_simd, resource_mask,
+                     shared_register_sets)
 
 KI_KO = (1, 2, 4, 8)              # Korean paper §4.1: KI, KO in {1, 2, 4, 8}
 UPMEM_TASKLETS = (8, 11, 16, 24)  # PrIM/ATiM grids; 11 = full pipeline (backends.md)
@@ -138,7 +139,7 @@ def _knob_grid(op: PimOp, sets: Sequence[DimensionSet], backend: Backend) -> np.
     if "accumulator" in group.units:
         reds.append(encode("group", "reduction"))
     dfs = [encode("os", "dataflow")] + ([encode("is", "dataflow")] if contraction else [])
-    if _register_simd(backend):
+    if register_simd(backend):
         kis = [k for k in KI_KO if k <= core.n_input_regs] if contraction else [1]
         kos = [k for k in KI_KO if k <= core.n_output_regs]
     else:
@@ -157,14 +158,6 @@ def _knob_grid(op: PimOp, sets: Sequence[DimensionSet], backend: Backend) -> np.
         "global_buffer" in group.units else [1]
     grid = list(itertools.product(reds, dfs, kis, kos, grans, irrs, tasklets, tiles, buffers))
     return np.array(grid, dtype=np.int64)
-
-
-def _register_simd(backend: Backend) -> bool:
-    """Register-fed SIMD units (HBM-PIM, the Korean paper's generic PIM):
-    inputs in input registers, accumulators in output registers."""
-    core = backend.core
-    return (core.n_input_regs >= 2 and core.n_output_regs >= 2 and core.lanes > 1
-            and "global_buffer" not in backend.group.units)
 
 
 @dataclass(frozen=True)
@@ -244,6 +237,12 @@ def drafts(op: PimOp, backend: Backend, prune_drafts: bool = True, *, memo: bool
     nl = len(lane_vars)
     rows = _Rows(np.repeat(G, nl, 0), np.repeat(C, nl, 0), np.repeat(R, nl, 0), np.repeat(T, nl, 0),
                  np.tile(np.arange(nl), len(G)))
+    # input registers written by group broadcast: no core split of the vector's sets.  A tiling
+    # property, so it goes before rule 3 -- which keeps one tiling per class and would otherwise
+    # keep a forbidden one and drop its allowed twin (the same set split over groups)
+    shared = shared_register_sets(op, backend, shapes)
+    if shared.any():
+        rows = rows.take(np.flatnonzero(~((rows.cores > 1) & shared[None, :]).any(axis=1)))
     if prune_drafts:
         keep, skipped = prune.rule2(sets, lane_vars, rows.tile, rows.lane, backend.core.lanes)
         st.rule2_removed, st.rule2_skipped = int((~keep).sum()), skipped
@@ -309,7 +308,7 @@ def _expand_knobs(op, sets, backend, rows: _Rows, lane_vars, knobs: bool, shapes
         valid &= np.where(r(partial), kcol["reduction"] != encode("complete", "reduction"),
                           kcol["reduction"] == encode("complete", "reduction"))
         valid &= (kcol["reduction"] != encode("group", "reduction")) | r(within_group)
-        if _register_simd(backend):
+        if register_simd(backend):
             reg_mac = contraction & lane_is_red
             ki_ok = (kcol["ki"] == 1) | (kcol["ki"] * lanes <= r(_ceil_div(lane_len, lanes) * lanes))
             valid &= np.where(r(reg_mac), ki_ok, kcol["ki"] == 1)
@@ -317,7 +316,7 @@ def _expand_knobs(op, sets, backend, rows: _Rows, lane_vars, knobs: bool, shapes
             ko_simd = (kcol["ko"] == 1) | (kcol["ko"] * lanes <= r(_ceil_div(elems, lanes) * lanes))
             valid &= np.where(r(reg_mac), ko_mac, ko_simd)
         if contraction:
-            lanes_eff = lanes if _register_simd(backend) else 1
+            lanes_eff = lanes if register_simd(backend) else 1
             n_in = _ceil_div(r(red_len), kcol["ki"] * lanes_eff)
             n_out = _ceil_div(r(outs), kcol["ko"])
             valid &= (kcol["dataflow"] == encode("os", "dataflow")) | ((n_in > 1) & (n_out > 1))
@@ -325,13 +324,6 @@ def _expand_knobs(op, sets, backend, rows: _Rows, lane_vars, knobs: bool, shapes
             per_core = kcol["granularity"] == encode("core", "granularity")
             valid &= ~per_core | r(uneven & (rows.cores.prod(axis=1) > 1))
         valid &= (kcol["irregular"] == encode("expand", "irregular")) | r(complex_split)
-    if contraction and _register_simd(backend) and not group.per_core_commands and len(op.body_operands) > 1:
-        # input registers are written by group broadcast: every core of a
-        # group must need the same register operand (no core split of its sets)
-        _, vec = matrix_and_vector(op, shapes or infer_shapes(op))
-        vvars = set(op.operands[vec].vars)
-        shared = np.array([bool(vvars & set(s.vars)) for s in sets], bool)
-        valid &= r(~((rows.cores > 1) & shared[None, :]).any(axis=1))
     st.knob_drafts = int(valid.sum())
 
     # the verifier: registers and buffers are bounded by the grid; capacity and WRAM here

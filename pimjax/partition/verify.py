@@ -111,6 +111,15 @@ def op_support(op: PimOp, backend: Backend, dtype=None) -> tuple[bool, str]:
     missing = sorted(need - ops)
     if missing:
         return False, f"{backend.name} cores have no {', '.join(missing)}"
+    if op.kind == "contraction":
+        if len(op.body_operands) < 2:
+            return False, ("a contraction that reads one tensor (a constant factor or the tensor with itself) "
+                           "has no vector operand for the PIM units")
+        if not op.reduction_vars and "global_buffer" not in backend.group.units:
+            # MAC units with an adder tree over their lanes (HBM-PIM, AttAcc) need a reduction; the
+            # UPMEM lowering's kernels are reductions too.  Newton's global buffer broadcasts any operand.
+            return False, f"a contraction without a reduction (an outer product): {backend.name} lowers " \
+                          "contractions as reductions along the lanes / tasklets"
     given = [] if dtype is None else [np.dtype(d) for d in
                                       (dtype if isinstance(dtype, (list, tuple)) else [dtype])]
     if dtypes_int:
@@ -182,8 +191,9 @@ def matrix_and_vector(op: PimOp, shapes: dict) -> tuple[int, int]:
     PimCompileError (the op stays on the host)."""
     if len(op.body_operands) < 2:
         from ..errors import PimCompileError
-        raise PimCompileError(f"{op.name}: a contraction of one tensor (the other factor is a constant) "
-                              "has no vector operand for the PIM units")
+        raise PimCompileError(f"{op.name}: a contraction that reads one tensor (a constant factor, as in "
+                              "`ones @ x`, or the tensor with itself, `x @ x`) has no vector operand for the "
+                              "PIM units")
     a, b = op.body_operands[:2]
     size = lambda k: int(np.prod(shapes[op.operands[k].value], dtype=np.int64))  # noqa: E731
     return (a, b) if size(a) >= size(b) else (b, a)
@@ -220,6 +230,29 @@ def resource_mask(op: PimOp, backend: Backend, lengths: dict[str, np.ndarray], s
     return np.broadcast_to(fits, np.broadcast_shapes(fits.shape, np.shape(tasklets))), reasons
 
 
+def register_simd(backend: Backend) -> bool:
+    """Register-fed SIMD units (HBM-PIM, the Korean paper's generic PIM):
+    inputs in input registers, accumulators in output registers."""
+    core = backend.core
+    return (core.n_input_regs >= 2 and core.n_output_regs >= 2 and core.lanes > 1
+            and "global_buffer" not in backend.group.units)
+
+
+def shared_register_sets(op: PimOp, backend: Backend, shapes: dict | None = None) -> np.ndarray:
+    """[S] bool: dimension sets a draft may not split over the cores of a
+    group.  On register-SIMD units without per-core commands the input
+    registers are written by group broadcast, so every core of a group must
+    need the same vector operand: no core split of a set the vector depends
+    on (all False where the rule does not apply)."""
+    sets = dimension_sets(op)
+    if not (op.kind == "contraction" and register_simd(backend) and not backend.group.per_core_commands
+            and len(op.body_operands) > 1):
+        return np.zeros(len(sets), bool)
+    _, vec = matrix_and_vector(op, shapes or infer_shapes(op))
+    vvars = set(op.operands[vec].vars)
+    return np.array([bool(vvars & set(s.vars)) for s in sets], bool)
+
+
 def verify(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None = None) -> str:
     """'' when one `draft` fits `backend`'s resources, else the violated limit
     (ATiM's code verifier for a single draft, e.g. a baseline)."""
@@ -231,6 +264,12 @@ def verify(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None = None
     if draft.buffers > max(1, backend.group.n_global_buffers):
         return f"buffers={draft.buffers} > {backend.group.n_global_buffers} global buffers"
     sets = dimension_sets(op)
+    shared = shared_register_sets(op, backend, shapes)
+    split = [i for i, p in enumerate(draft.parts) if p.cores > 1 and shared[i]]
+    if split:
+        return (f"set {'/'.join(sets[split[0]].vars)} of the vector operand is split over "
+                f"{draft.parts[split[0]].cores} cores, but {backend.name} writes input registers by group "
+                "broadcast (every core of a group needs the same vector)")
     tilings = set_tilings(op, sets, draft)
     reps = np.array([[p.rep for p in draft.parts]], dtype=np.int64)
     tile = np.array([[t.tile for t in tilings]], dtype=np.int64)

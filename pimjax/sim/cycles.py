@@ -450,7 +450,10 @@ def program_arrays(program: Program, include_resident: bool = False, steady: boo
         "res": _compact({k: res[k] for k in SCAN_FIELDS}),
         "scale": np.float32(program.groups if S == 1 else 1),
         "parallel": np.bool_(program.parallel_rearrangement),
-        "pre_bytes": np.float32(st.get("rearrange_bytes", 0.0)),
+        # the host reads what it rearranges: a floor under the transfer (resident operands too)
+        "pre_bytes": np.float32(st.get("rearrange_bytes", 0.0)
+                                + (st.get("resident_bytes", 0.0) if include_resident else 0.0)),
+        "res_bytes": np.float32(0.0 if include_resident else st.get("resident_bytes", 0.0)),
         "merge_bytes": np.float32(st.get("readback_bytes", 0.0) + st.get("result_bytes", 0.0)),
         "merge_flops": np.float32(st.get("merge_flops", 0.0)),
         "merged": np.bool_(st.get("readback_bytes", 0.0) > 0 or st.get("merge_flops", 0.0) > 0),
@@ -514,7 +517,7 @@ def pad_arrays(arrs: list[dict], coarse: bool = False) -> dict:
         def pad(x):
             return np.pad(x[:, :RK], ((0, S - x.shape[0]), (0, RK - min(RK, x.shape[1]))))
         out[key] = {f: np.stack([pad(a[key][f]) for a in arrs]) for f in SCAN_FIELDS}
-    for key in ("scale", "parallel", "pre_bytes", "merge_bytes", "merge_flops", "merged", "cores"):
+    for key in SCALARS:
         out[key] = np.stack([a[key] for a in arrs])
     return out
 
@@ -593,6 +596,7 @@ def _combine(arr: dict, out: dict, resident, t: dict, e, host) -> CycleReport:
     scale = arr["scale"]
     tck = t["tCK"]
     host_read = arr["pre_bytes"] / (host.mem_bandwidth * host.bandwidth_efficiency) * 1e9 / tck
+    host_read_res = arr["res_bytes"] / (host.mem_bandwidth * host.bandwidth_efficiency) * 1e9 / tck
     rearr_pre = jnp.where(arr["parallel"], jnp.maximum(jnp.max(pre), host_read), jnp.sum(pre) * scale)
     kernel = k_rearr + k_comp
     g = jnp.argmax(kernel)
@@ -612,7 +616,7 @@ def _combine(arr: dict, out: dict, resident, t: dict, e, host) -> CycleReport:
     names = ("ACT", "RD", "WR", "PIM", "REF", "bursts", "commands", "PRE")   # ACT / PRE: per bank
     return CycleReport(total_cycles=total, total_ns=total * tck, rearrangement=rearrangement,
                        compute=k_comp[g], readback=readback, merge=merge,
-                       resident_cycles=jnp.where(arr["parallel"], jnp.max(resident),
+                       resident_cycles=jnp.where(arr["parallel"], jnp.maximum(jnp.max(resident), host_read_res),
                                                  jnp.sum(resident) * scale),
                        kernel_cycles=jnp.max(kernel), bound=jnp.argmax(util), utilisation=util,
                        energy_pj=energy, counts={n: counts[i] for i, n in enumerate(names)})
@@ -686,7 +690,7 @@ def _own_model(backend: Backend) -> bool:
 
 SMALL_BATCH = 64
 BATCH_SIZES = (4, 16, 64, 256)
-SCALARS = ("scale", "parallel", "pre_bytes", "merge_bytes", "merge_flops", "merged", "cores")
+SCALARS = ("scale", "parallel", "pre_bytes", "res_bytes", "merge_bytes", "merge_flops", "merged", "cores")
 
 
 def _batch_size(k: int, sizes: tuple = BATCH_SIZES) -> int:
