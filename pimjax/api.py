@@ -360,7 +360,7 @@ def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = fr
         opts = {"resident": res, "result_dtype": dtypes[op.result.value]}
         try:
             choice = tuner.choose(op, backend, shapes, dtypes, **opts)
-            why = "no draft fits the backend's resources"
+            why = "no draft fits the backend's resources and lowers"
         except PimCompileError as err:
             choice, why = None, f"cannot lower: {err}"
         if choice is None:

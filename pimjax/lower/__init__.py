@@ -1,15 +1,39 @@
 """Draft -> Program lowering (see README.md in this folder)."""
+import numpy as np
+
 from .program import Op, Phase, Program, Readback, Records, TensorLayout
 
 LOWERINGS = {}
 
 
+OPTIONS = {}                  # backend name -> the lowering options it knows (its DEFAULT_OPTIONS)
+
+
 def _register_all():
-    from .hbm_pim import lower_hbm_pim
-    LOWERINGS["hbm-pim"] = lower_hbm_pim
-    from .upmem import lower_upmem; LOWERINGS["upmem"] = lower_upmem  # noqa: E702
-    from .newton import lower_newton; LOWERINGS["newton"] = lower_newton  # noqa: E702
-    from .attacc import lower_attacc; LOWERINGS["attacc"] = lower_attacc  # noqa: E702
+    from . import attacc, hbm_pim, newton, upmem
+    for name, mod, fn in (("hbm-pim", hbm_pim, hbm_pim.lower_hbm_pim), ("upmem", upmem, upmem.lower_upmem),
+                          ("newton", newton, newton.lower_newton), ("attacc", attacc, attacc.lower_attacc)):
+        LOWERINGS[name], OPTIONS[name] = fn, set(mod.DEFAULT_OPTIONS) | {"result_dtype"}
+    OPTIONS["newton"].add("buffer_reuse")          # Newton's name for register_reuse
+
+
+def _check_call(op, draft, backend, options) -> None:
+    """Bad input fails loudly: an option the backend's lowering does not know
+    (a typo would lower with the default), resident entries that are not
+    operand indices, a draft for another op or a larger backend."""
+    from ..errors import PimCompileError
+    from ..partition.verify import mesh_error
+    unknown = sorted(set(options) - OPTIONS[backend.name])
+    if unknown:
+        raise TypeError(f"{backend.name} lowering has no option {', '.join(map(repr, unknown))}; "
+                        f"it has {sorted(OPTIONS[backend.name])}")
+    for k in options.get("resident", ()):
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < len(op.operands):
+            raise ValueError(f"resident: {k!r} is not an operand index of {op.name} "
+                             f"(0..{len(op.operands) - 1})")
+    wrong = mesh_error(op, draft, backend)
+    if wrong:
+        raise PimCompileError(f"{backend.name}: {wrong}")
 
 
 def lower(op, draft, backend, shapes=None, **options) -> Program:
@@ -24,7 +48,14 @@ def lower(op, draft, backend, shapes=None, **options) -> Program:
     fn = LOWERINGS.get(backend.name)
     if fn is None:
         raise NotImplementedError(f"no lowering for backend {backend.name!r}; have {sorted(LOWERINGS)}")
-    return fn(op, draft, backend, shapes, **options)
+    _check_call(op, draft, backend, options)
+    program = fn(op, draft, backend, shapes, **options)
+    # the operand shapes it was lowered for, which `execute` checks (not every operand has a layout:
+    # AttAcc's vector goes straight to the global buffer)
+    from .layout import value_shapes
+    vs = value_shapes(op, shapes)
+    program.meta.setdefault("operand_shapes", {k: tuple(vs[a.value]) for k, a in enumerate(op.operands)})
+    return program
 
 
 __all__ = ["Op", "Phase", "Program", "Readback", "Records", "TensorLayout", "lower"]

@@ -107,6 +107,8 @@ def op_support(op: PimOp, backend: Backend, dtype=None) -> tuple[bool, str]:
         need = _body_ops(op)
     ops = backend.core.ops
     if "gemv" in ops:  # GEMV units (AttAcc) do dot products and sums (a ones vector)
+        if op.kind == "elementwise" and not backend.core.programmable:
+            return False, f"{backend.name} units only do GEMVs (dot products and sums): no elementwise op"
         ops = ops | {"mac", "add"}
     missing = sorted(need - ops)
     if missing:
@@ -253,10 +255,33 @@ def shared_register_sets(op: PimOp, backend: Backend, shapes: dict | None = None
     return np.array([bool(vvars & set(s.vars)) for s in sets], bool)
 
 
+def mesh_error(op: PimOp, draft: Draft, backend: Backend) -> str:
+    """'' when `draft` has one part per dimension set of `op`, a mapping
+    index each set has, and uses at most the backend's groups and cores per
+    group; else what is wrong (a draft built by hand, or for another op or
+    a larger backend)."""
+    sets = dimension_sets(op)
+    if len(draft.parts) != len(sets):
+        return f"the draft has {len(draft.parts)} parts for the {len(sets)} dimension sets of {op.name}"
+    for s, p in zip(sets, draft.parts):
+        if not 0 <= p.rep < len(s.candidates):
+            return f"mapping {p.rep} of set {'/'.join(s.vars)} does not exist (it has {len(s.candidates)})"
+    groups = int(np.prod([p.groups for p in draft.parts]))
+    cores = int(np.prod([p.cores for p in draft.parts]))
+    if groups > backend.n_groups:
+        return f"the draft uses {groups} groups; {backend.name} has {backend.n_groups}"
+    if cores > backend.cores_per_group:
+        return f"the draft uses {cores} cores per group; {backend.name} has {backend.cores_per_group}"
+    return ""
+
+
 def verify(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None = None) -> str:
     """'' when one `draft` fits `backend`'s resources, else the violated limit
     (ATiM's code verifier for a single draft, e.g. a baseline)."""
     core = backend.core
+    wrong = mesh_error(op, draft, backend)
+    if wrong:
+        return wrong
     if draft.ki > max(1, core.n_input_regs):
         return f"ki={draft.ki} > {core.n_input_regs} input registers"
     if draft.ko > max(1, core.n_output_regs):

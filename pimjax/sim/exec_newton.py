@@ -202,11 +202,7 @@ def _latches(m_flat, v_flat, midx, vtab, e2k, bad, target, delivered, rb_idx, ac
 def execute_newton(program: Program, arrays, arithmetic: str):
     """Values of a Newton program (see module docstring): [result shape]."""
     dtype = _DTYPES[arithmetic]
-    for lay in program.layouts[:2]:
-        got = tuple(np.shape(arrays[lay.operand]))
-        if got != tuple(lay.shape):
-            raise TypeError(f"{program.op.name}: operand {lay.operand} has shape {got}, the program was "
-                            f"lowered for {tuple(lay.shape)} (pass the graph's shapes to `lower`)")
+    # operand shapes: checked by `execute`
     rec = program.commands
     S = rec.shape[0]
     G, C = program.groups, program.cores

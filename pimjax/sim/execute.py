@@ -60,6 +60,13 @@ def execute(program: Program, *arrays, arithmetic: str = "backend"):
     # ops (both accept them), and a device copy of a big operand up front
     # cost 0.5 s per call on the batch-8 attention step
     arrays = [a if isinstance(a, (jax.Array, np.ndarray)) else np.asarray(a) for a in arrays]
+    # the executors gather by flat index: an operand of another shape would be read wrongly, not fail
+    want = dict(program.meta.get("operand_shapes", {}))          # {operand index: shape}
+    want.update({lay.operand: tuple(lay.shape) for lay in program.layouts if 0 <= lay.operand < len(arrays)})
+    for k, shape in sorted(want.items()):
+        if tuple(np.shape(arrays[k])) != tuple(shape):
+            raise TypeError(f"{op.name}: operand {k} has shape {tuple(np.shape(arrays[k]))}, the program was "
+                            f"lowered for {tuple(shape)} (pass the graph's shapes to `lower`)")
     return fn(program, arrays, arithmetic)
 
 
