@@ -268,7 +268,7 @@ def build_report(compiled) -> Report:
             o.readback, o.merge = float(r.readback), float(r.merge)
             o.resident_cycles = float(r.resident_cycles)
             o.energy_pj = float(r.energy_pj)
-            o.bound = r.bound_name()
+            o.bound = r.bound_name(be.core.programmable)
             o.simulated_drafts, o.space = p.choice.simulated, p.choice.space
             o.operand_bytes = op_bytes(_data_op(p), shapes, be.core.elem_bytes)
             o.to_pim_bytes, o.from_pim_bytes = link_bytes(p.choice.program)

@@ -266,6 +266,8 @@ def mesh_error(op: PimOp, draft: Draft, backend: Backend) -> str:
     for s, p in zip(sets, draft.parts):
         if not 0 <= p.rep < len(s.candidates):
             return f"mapping {p.rep} of set {'/'.join(s.vars)} does not exist (it has {len(s.candidates)})"
+    if draft.lane_var is not None and draft.lane_var not in op.extents:
+        return f"lane variable {draft.lane_var!r} is not a loop variable of {op.name} ({sorted(op.extents)})"
     groups = int(np.prod([p.groups for p in draft.parts]))
     cores = int(np.prod([p.cores for p in draft.parts]))
     if groups > backend.n_groups:

@@ -10,6 +10,8 @@ import numpy as np
 
 PHASES = ("rearrangement", "compute", "readback", "merge")
 BOUNDS = ("command bus", "bank", "data bus", "host link", "host")
+# the same utilisation slots in the UPMEM model (`cycles_upmem`): DPU pipeline, MRAM DMA, unused
+BOUNDS_UPMEM = ("DPU pipeline", "MRAM DMA", "-", "host link", "host")
 
 
 @jax.tree_util.register_dataclass
@@ -51,18 +53,22 @@ class CycleReport:
         """{phase: cycles} as Python floats (single program)."""
         return {p: float(np.asarray(getattr(self, p))) for p in PHASES}
 
-    def bound_name(self) -> str:
-        return BOUNDS[int(np.asarray(self.bound))]
+    def bound_name(self, programmable: bool = False) -> str:
+        """The busiest resource by name (`programmable`: the report of an
+        UPMEM program, whose slots are the DPU pipeline and the MRAM DMA)."""
+        return (BOUNDS_UPMEM if programmable else BOUNDS)[int(np.asarray(self.bound))]
 
-    def to_dict(self) -> dict:
-        """Plain-Python view (single program): units in the key names."""
+    def to_dict(self, programmable: bool = False) -> dict:
+        """Plain-Python view (single program): units in the key names
+        (`programmable`: name the bound and utilisation slots as UPMEM's)."""
         out = {"total_cycles": float(np.asarray(self.total_cycles)),
                "total_ns": float(np.asarray(self.total_ns)),
                "resident_cycles": float(np.asarray(self.resident_cycles)),
                "kernel_cycles": float(np.asarray(self.kernel_cycles)),
                "energy_pj": float(np.asarray(self.energy_pj)),
-               "bound": self.bound_name()}
+               "bound": self.bound_name(programmable)}
         out.update({f"{p}_cycles": v for p, v in self.breakdown().items()})
-        out["utilisation"] = dict(zip(BOUNDS, map(float, np.asarray(self.utilisation))))
+        out["utilisation"] = dict(zip(BOUNDS_UPMEM if programmable else BOUNDS,
+                                      map(float, np.asarray(self.utilisation))))
         out["counts"] = {k: float(np.asarray(v)) for k, v in self.counts.items()}
         return out

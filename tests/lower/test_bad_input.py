@@ -70,3 +70,21 @@ def test_elementwise_ops_attacc_cannot_run_have_no_drafts():
     ok, why = op_support(op, be)
     assert not ok and "GEMV" in why and len(drafts(op, be)) == 0
     assert op_support(op, get_backend("hbm-pim"))[0]
+
+
+def test_a_lane_variable_the_op_does_not_have_is_refused():
+    be = get_backend("newton", **BACKENDS["newton"])
+    _, _, op = _gemv(np.float32)
+    d = baseline(op, be).replace(lane_var="zz")
+    assert "zz" in verify(op, d, be)
+    with pytest.raises(PimCompileError, match="zz"):
+        lower(op, d, be)
+
+
+def test_upmem_reports_name_its_own_bottlenecks():
+    from pimjax.sim.cycles import cycles
+    be = get_backend("upmem", **BACKENDS["upmem"])
+    W, x, op = _gemv(np.int32)
+    rep = cycles(lower(op, baseline(op, be), be), be)
+    assert rep.bound_name(programmable=True) in ("DPU pipeline", "MRAM DMA", "host link", "host")
+    assert set(rep.to_dict(programmable=True)["utilisation"]) >= {"DPU pipeline", "MRAM DMA"}
