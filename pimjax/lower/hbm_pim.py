@@ -656,25 +656,30 @@ def _elementwise(ctx: _Ctx) -> Program:
 
 
 def _compile_gevas(op: PimOp, scalar_ops: set[int]):
-    """Compile the body, recognising `a*x + b*y` (MULS + MAD) first."""
+    """Compile the body, recognising `a*x + b*y` (MULS + MAD; a or b may be
+    1: `3*a + b`) first."""
     body = op.body
     if op.epilogue is not None:
         from ..trace.ir import replace_acc
         body = replace_acc(op.epilogue, body)
     if isinstance(body, Prim) and body.name == "add" and len(body.args) == 2:
-        terms = []
+        terms, muls = [], 0
         for t in body.args:
             if isinstance(t, Prim) and t.name == "mul" and len(t.args) == 2:
                 x, s = t.args
-                if isinstance(x, Arg) and x.index in scalar_ops:
-                    x, s = s, x
+                if isinstance(x, Const) or (isinstance(x, Arg) and x.index in scalar_ops):
+                    x, s = s, x                                  # the factor second
                 if isinstance(x, Arg) and x.index not in scalar_ops and (
                         isinstance(s, Const) or (isinstance(s, Arg) and s.index in scalar_ops)):
                     terms.append((x.index, s))
+                    muls += 1
                     continue
+            if isinstance(t, Arg) and t.index not in scalar_ops:     # `3*a + b`: b's factor is 1
+                terms.append((t.index, Const(1.0, "float32")))
+                continue
             terms = None
             break
-        if terms is not None and len(terms) == 2:
+        if terms is not None and len(terms) == 2 and muls:     # a plain a + b stays FILL + ADD (hbm-pim.md)
             consts = [("const", s.value) if isinstance(s, Const) else ("arg", s.index) for _, s in terms]
             return [(Crf.MULS, terms[0][0], 0), (Crf.MAD, terms[1][0], 1)], consts
     return _compile_body(body, scalar_ops)

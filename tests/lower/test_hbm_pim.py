@@ -281,3 +281,17 @@ def test_baseline_spreads_the_large_set_whatever_its_position():
             d = baseline(op, BACKEND)
             assert d.parts[0].groups * d.parts[0].cores > 1 and d.parts[1].cores == 1
             _check_op(op, shapes, operands, reference_output(op, operands), d)
+
+
+@pytest.mark.parametrize("fn", [lambda a, b: 3 * a + b, lambda a, b: b + a * 0.5],
+                         ids=["3a+b", "b+0.5a"])
+def test_scaled_sum_with_one_plain_term_runs_as_muls_mad(fn):
+    """`3*a + b`: the plain term's factor is 1 (MULS + MAD), where the body
+    compiler used to refuse the literal and every draft failed to lower."""
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal(1000).astype(np.float32) for _ in range(2))
+    (op, shapes, operands), = graph_ops(fn, (a, b))
+    table = drafts(op, BACKEND)
+    assert len(table) > 0
+    for d in table:
+        _check_op(op, shapes, operands, np.asarray(fn(a, b), np.float64), d)
