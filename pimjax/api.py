@@ -16,15 +16,15 @@ Stages (as `jax.jit(f).trace(...).lower().compile()`):
 
 Placement: an op goes to PIM only where its simulated time on PIM (the
 tuner's choice, data rearrangement included) beats the host roofline; ops
-the backend cannot run stay on the host, and the report says why.  The
-host roofline reads and writes every value at its own size, except that
-floats wider than the backend's element are charged at the backend's
-element (an fp16 PIM result is compared with the GPU at equal precision):
-an int32 op left on the host of hbm-pim moves 4 B per element, an int8 op
-on UPMEM's host 1 B.  Host-side reasons: a body
+the backend cannot run stay on the host, and the report says why (a body
 the cores lack, data their arithmetic cannot hold exactly -- integers on
 fp16 / bf16 units, floats on UPMEM --, a 0-d op, a draft space that does
 not lower).  `placement="pim"` turns each of those into a PimCompileError.
+The host roofline reads and writes every value at its own size, except
+that floats wider than the backend's element are charged at the backend's
+element (an fp16 PIM result is compared with the GPU at equal precision):
+an int32 op left on the host of hbm-pim moves 4 B per element, an int8 op
+on UPMEM's host 1 B.
 `resident` names arguments (weights) whose rearrangement is paid once
 (DCC's `pre_load`): it is reported separately and excluded from the
 steady-state time.  Calling a `Compiled` with other shapes, dtypes or

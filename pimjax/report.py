@@ -27,8 +27,8 @@ import numpy as np
 
 from .hw.peaks import derived_peaks
 from .partition.dimsets import dimension_sets
-from .sim.host import op_bytes
 from .partition.draft import Draft
+from .sim.host import op_bytes
 from .trace.ir import PimOp
 
 DATAFLOW_WORDS = {"os": "output-stationary", "is": "input-stationary"}
@@ -99,16 +99,20 @@ class OpReport:
         """Operand bytes over the op's end-to-end time (GB/s), PIM ops."""
         return self.operand_bytes / self.ns if self.ns and self.placement == "pim" else float("nan")
 
+    def _ns_of(self, cycles: float) -> float:
+        """Cycles of a phase of this op in ns (0 for an op without cycles)."""
+        return cycles * self.ns / self.cycles if self.cycles else 0.0
+
     @property
     def internal_pct(self) -> float:
         """Operand bytes over the compute phase, % of the PIM units' peak bandwidth."""
-        ns = self.compute * self.ns / self.cycles if self.cycles else 0.0
+        ns = self._ns_of(self.compute)
         if not ns or self.placement != "pim":
             return float("nan")
         return 100.0 * self.operand_bytes / ns / self.internal_peak_GBps
 
     def _link_ns(self) -> float:
-        return (self.rearrangement + self.readback) * self.ns / self.cycles if self.cycles else 0.0
+        return self._ns_of(self.rearrangement + self.readback)
 
     @property
     def link_GBps(self) -> float:

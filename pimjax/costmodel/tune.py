@@ -227,6 +227,11 @@ class Choice:
     failure: str = ""
 
 
+def _first_message(errors) -> str:
+    """The first lowering error's message ("" when none): `Choice.failure`."""
+    return next((str(e) for e in errors if e is not None), "")
+
+
 class Tuner:
     """Chooses drafts (see module docstring).
 
@@ -397,7 +402,7 @@ class Tuner:
         return Choice(drafts[best], programs[best], report(best),
                       float(predicted[best]) if predicted is not None else float("nan"),
                       int(lowered.sum()), space, mode, failed=int((~lowered).sum()),
-                      failure=str(errors[0]) if errors else "")
+                      failure=_first_message(errors))
 
     def _first_lowering(self, op, table, order, k, backend, shapes, lower_options, lower_fn):
         """The first `k` drafts of `table` in `order` that lower: (their
@@ -437,7 +442,7 @@ class Tuner:
         choice = self._pick(drafts, programs, totals, report, predicted, "predict", len(table))
         if choice is None:
             return None
-        choice = replace(choice, failed=len(errors), failure=str(errors[0]) if errors else "")
+        choice = replace(choice, failed=len(errors), failure=_first_message(errors))
         # the baseline's report from the same batch: the api's speedup over the
         # baseline mapping needs it, and timing it alone would compile another scan
         return choice if base not in drafts else replace(choice, baseline=report(drafts.index(base)))
@@ -551,9 +556,9 @@ class Tuner:
         if not measured:
             return None
         best = min(measured, key=measured.get)
-        first = next((str(e) for e in failed.values() if e is not None), "")
         return Choice(table[best], programs[best], reports[best](), float(pred[best]),
-                      len(measured), n, "evolutionary", history=history, failed=len(failed), failure=first)
+                      len(measured), n, "evolutionary", history=history, failed=len(failed),
+                      failure=_first_message(failed.values()))
 
     @staticmethod
     def _parents(measured: dict, rfactor: np.ndarray, rng, balanced: bool, k: int = 8) -> list[int]:

@@ -79,6 +79,18 @@ def _concrete(x) -> np.ndarray | None:
         return None
 
 
+def as_float(x):
+    """float for a concrete scalar; tracers and arrays with a batch axis stay
+    as they are (a stack of one variant keeps its [1] axis), so a figure of a
+    backend is a number for one backend and an array under `jax.vmap`."""
+    if isinstance(x, jax.core.Tracer) or np.ndim(x) != 0:
+        return x
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return x
+
+
 def is_int(x) -> bool:
     """An integer setting: Python or numpy ints, not bools (True is not 1 channel)."""
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))

@@ -35,18 +35,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from .core import Backend, Timing
-
-
-def _num(x):
-    """float for concrete scalars; leaves tracers and arrays with a batch axis alone
-    (a stack of one variant keeps its [1] axis)."""
-    if isinstance(x, jax.core.Tracer) or np.ndim(x) != 0:
-        return x
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return x
+from .core import Backend, Timing, as_float
 
 
 def _maximum(a, b):
@@ -70,7 +59,7 @@ def bus_bandwidth(col_bytes: int, data_buses: int, timing: Timing):
     16.0
     """
     spacing = _maximum(timing.tBL, timing.tCCD_S)
-    return _num(data_buses * col_bytes / (spacing * timing.tCK))
+    return as_float(data_buses * col_bytes / (spacing * timing.tCK))
 
 
 def link_bandwidths(backend: Backend) -> tuple:
@@ -108,14 +97,14 @@ def derived_peaks(backend: Backend) -> dict:
     return {
         "n_groups": n_groups,
         "n_cores": n_cores,
-        "pim_clock_ghz": _num(clock_ghz),
-        "pim_macs_per_cycle": _num(macs_per_cycle),
-        "pim_macs_per_cycle_per_group": _num(macs_per_cycle_group),
-        "pim_ops_per_s": _num(n_groups * ops_per_cycle_group * clock_ghz * 1e9),
-        "pim_flops": _num(2 * macs_per_cycle * clock_ghz * 1e9),
-        "internal_bandwidth_GBps": _num(internal_gbps),
-        "external_bandwidth_GBps": _num(external),
-        "readback_bandwidth_GBps": _num(n_groups * from_pim),
-        "internal_over_external": _num(internal_gbps / external),
+        "pim_clock_ghz": as_float(clock_ghz),
+        "pim_macs_per_cycle": as_float(macs_per_cycle),
+        "pim_macs_per_cycle_per_group": as_float(macs_per_cycle_group),
+        "pim_ops_per_s": as_float(n_groups * ops_per_cycle_group * clock_ghz * 1e9),
+        "pim_flops": as_float(2 * macs_per_cycle * clock_ghz * 1e9),
+        "internal_bandwidth_GBps": as_float(internal_gbps),
+        "external_bandwidth_GBps": as_float(external),
+        "readback_bandwidth_GBps": as_float(n_groups * from_pim),
+        "internal_over_external": as_float(internal_gbps / external),
         "capacity_bytes": n_groups * g.banks * c.bank_bytes,
     }

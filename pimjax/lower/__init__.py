@@ -1,11 +1,12 @@
 """Draft -> Program lowering (see README.md in this folder)."""
 import numpy as np
 
+from ..errors import PimCompileError
+from ..partition.verify import mesh_error
+from .layout import value_shapes
 from .program import Op, Phase, Program, Readback, Records, TensorLayout
 
 LOWERINGS = {}
-
-
 OPTIONS = {}                  # backend name -> the lowering options it knows (its DEFAULT_OPTIONS)
 
 
@@ -21,8 +22,6 @@ def _check_call(op, draft, backend, options) -> None:
     """Bad input fails loudly: an option the backend's lowering does not know
     (a typo would lower with the default), resident entries that are not
     operand indices, a draft for another op or a larger backend."""
-    from ..errors import PimCompileError
-    from ..partition.verify import mesh_error
     unknown = sorted(set(options) - OPTIONS[backend.name])
     if unknown:
         raise TypeError(f"{backend.name} lowering has no option {', '.join(map(repr, unknown))}; "
@@ -52,7 +51,6 @@ def lower(op, draft, backend, shapes=None, **options) -> Program:
     program = fn(op, draft, backend, shapes, **options)
     # the operand shapes it was lowered for, which `execute` checks (not every operand has a layout:
     # AttAcc's vector goes straight to the global buffer)
-    from .layout import value_shapes
     vs = value_shapes(op, shapes)
     program.meta.setdefault("operand_shapes", {k: tuple(vs[a.value]) for k, a in enumerate(op.operands)})
     return program

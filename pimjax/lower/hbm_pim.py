@@ -35,7 +35,7 @@ import numpy as np
 from ..errors import PimCompileError
 from ..hw.core import Backend
 from ..partition.draft import Draft
-from ..partition.verify import matrix_and_vector, shared_register_sets, verify
+from ..partition.verify import matrix_and_vector, register_split_error
 from ..trace.affine import AffineExpr
 from ..trace.ir import Acc, Arg, Const, PimOp, Prim
 from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
@@ -306,11 +306,11 @@ def _contraction(ctx: _Ctx) -> Program:
     op, draft, tiles = ctx.op, ctx.draft, ctx.tiles
     if draft.lane_var not in op.reduction_vars:
         raise PimCompileError("hbm-pim MACs need the lanes along a reduction variable")
-    shared = shared_register_sets(op, ctx.backend, ctx.shapes)
-    if any(p.cores > 1 and shared[i] for i, p in enumerate(draft.parts)):
+    split = register_split_error(op, draft, ctx.backend, ctx.shapes)
+    if split:
         # the input registers are written once per group: cores needing other vectors would read
         # their neighbours' (a wrong result, not an error, if lowered)
-        raise PimCompileError(f"hbm-pim: {verify(op, draft, ctx.backend, ctx.shapes)}")
+        raise PimCompileError(f"hbm-pim: {split}")
     mi, vi = matrix_and_vector(op, ctx.shapes)
     M, V = op.operands[mi], op.operands[vi]
     mvars, vvars = set(M.vars), set(V.vars)

@@ -70,11 +70,8 @@ def hbm_pim_baseline(op: PimOp, backend: Backend) -> Draft | None:
     spread = [i for i, s in enumerate(sets)
               if not s.reduction and (op.kind == "elementwise" or lane not in s.vars)]
     spread.sort(key=lambda i: -sets[i].extent(0, ext)[1])      # stable: ties keep the loop order
-    vector_sets = set()
-    if op.kind == "contraction":
-        from .verify import infer_shapes, matrix_and_vector
-        _, vec = matrix_and_vector(op, infer_shapes(op))
-        vector_sets = {i for i, s in enumerate(sets) if set(s.vars) & set(op.operands[vec].vars)}
+    from .verify import shared_register_sets
+    vector_sets = shared_register_sets(op, backend)
     if op.kind == "reduction":       # units the outputs leave idle take slices of the reduction
         spread += sorted((i for i, s in enumerate(sets) if s.reduction), key=lambda i: -sets[i].extent(0, ext)[1])
     g_rem, c_rem = backend.n_groups, backend.cores_per_group
@@ -84,7 +81,7 @@ def hbm_pim_baseline(op: PimOp, backend: Backend) -> Draft | None:
         g = _largest_pow2_at_most(length, g_rem)
         # input registers are written by group broadcast: a set the vector depends on stays whole
         # in the cores of a group (the generator's rule for register-SIMD contractions)
-        c = 1 if i in vector_sets else _largest_pow2_at_most(max(1, length // g), c_rem)
+        c = 1 if vector_sets[i] else _largest_pow2_at_most(max(1, length // g), c_rem)
         alloc[i] = (g, c)
         g_rem, c_rem = g_rem // g, c_rem // c
     parts = [DimPart(*alloc.get(i, (1, 1)), 0) for i in range(len(sets))]

@@ -255,6 +255,18 @@ def shared_register_sets(op: PimOp, backend: Backend, shapes: dict | None = None
     return np.array([bool(vvars & set(s.vars)) for s in sets], bool)
 
 
+def register_split_error(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None = None) -> str:
+    """'' unless `draft` splits a set of `shared_register_sets` over a
+    group's cores; then the rule it breaks."""
+    shared = shared_register_sets(op, backend, shapes)
+    split = [i for i, p in enumerate(draft.parts) if p.cores > 1 and shared[i]]
+    if not split:
+        return ""
+    return (f"set {'/'.join(dimension_sets(op)[split[0]].vars)} of the vector operand is split over "
+            f"{draft.parts[split[0]].cores} cores, but {backend.name} writes input registers by group "
+            "broadcast (every core of a group needs the same vector)")
+
+
 def mesh_error(op: PimOp, draft: Draft, backend: Backend) -> str:
     """'' when `draft` has one part per dimension set of `op`, a mapping
     index each set has, and uses at most the backend's groups and cores per
@@ -291,12 +303,9 @@ def verify(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None = None
     if draft.buffers > max(1, backend.group.n_global_buffers):
         return f"buffers={draft.buffers} > {backend.group.n_global_buffers} global buffers"
     sets = dimension_sets(op)
-    shared = shared_register_sets(op, backend, shapes)
-    split = [i for i, p in enumerate(draft.parts) if p.cores > 1 and shared[i]]
+    split = register_split_error(op, draft, backend, shapes)
     if split:
-        return (f"set {'/'.join(sets[split[0]].vars)} of the vector operand is split over "
-                f"{draft.parts[split[0]].cores} cores, but {backend.name} writes input registers by group "
-                "broadcast (every core of a group needs the same vector)")
+        return split
     tilings = set_tilings(op, sets, draft)
     reps = np.array([[p.rep for p in draft.parts]], dtype=np.int64)
     tile = np.array([[t.tile for t in tilings]], dtype=np.int64)

@@ -251,12 +251,11 @@ def _check(program: Program, backend, entry: str) -> None:
     """The program is this backend's, and the backend is one this model times
     (programmable cores): anything else gives numbers that mean nothing --
     a DRAM command stream read as DPU records, or HBM's tCK and host link
-    put under a DPU pipeline.  Worded as `cycles._check_programs`."""
+    put under a DPU pipeline."""
+    from .cycles import _check_programs
     if not isinstance(backend, Backend):
         raise ValueError(f"{entry} needs a Backend, got {type(backend).__name__}")
-    if program.backend_name != backend.name:
-        raise ValueError(f"program lowered for {program.backend_name} cannot be timed on {backend.name}; "
-                         f"lower it for {backend.name} first")
+    _check_programs([program], backend)
     if not backend.core.programmable:
         raise ValueError(f"{entry} times UPMEM (programmable DPU) backends, not {backend.name}, whose "
                          "cores are driven by DRAM commands: use pimjax.sim.cycles.cycles / sweep")

@@ -9,10 +9,9 @@ model are part of its definition (see `pimjax/hw/host.py`).
 """
 from __future__ import annotations
 
-import jax
 import numpy as np
 
-from ..hw.core import HostModel
+from ..hw.core import HostModel, as_float
 from ..trace.ir import PimOp, expr_prims
 
 
@@ -55,7 +54,8 @@ def host_time(op: PimOp, host: HostModel, shapes: dict | None = None,
     whatever the graph's dtypes are -- a PimOp carries none, they live in
     the PimGraph's values -- so an int32 / float32 op timed with the default
     is charged half its bytes.  Pass the element size you mean
-    (`pimjax.api` passes the backend's `core.elem_bytes`).
+    (`pimjax.api` passes `api.host_bytes`: each value's own size, floats
+    capped at the backend's element).
 
     Returns a float for a concrete host; under `jax.vmap` / `jax.jit` over
     stacked hosts (`pimjax.hw.stack_variants`) the roofline's array, so a
@@ -68,7 +68,5 @@ def host_time(op: PimOp, host: HostModel, shapes: dict | None = None,
     if shapes is None:
         from ..partition.verify import infer_shapes
         shapes = infer_shapes(op)
-    t = host.time_ns(op_bytes(op, shapes, dtype_bytes), op_flops(op))
-    if isinstance(t, jax.core.Tracer) or np.ndim(t) != 0:
-        return t                 # traced, or a concrete stack of hosts: one time per variant
-    return float(t)
+    # traced, or a concrete stack of hosts: one time per variant
+    return as_float(host.time_ns(op_bytes(op, shapes, dtype_bytes), op_flops(op)))

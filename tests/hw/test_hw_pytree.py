@@ -182,23 +182,19 @@ def test_system_host_must_be_a_host_model():
         s.replace(host=None)
 
 
-def test_static_counts_must_be_ints():
-    b = get_backend("hbm-pim")
+@pytest.mark.parametrize("level,field,value,message", [
     # int(32.5) == 32 used to make 32.5 columns a valid power of two
-    with pytest.raises(ValueError, match=r"Core\.cols must be an int, got 32\.5"):
-        b.core.replace(cols=32.5)
-    with pytest.raises(ValueError, match=r"Core\.col_bytes must be an int"):
-        b.core.replace(col_bytes=32.0)
-    with pytest.raises(ValueError, match=r"Core\.rows must be an int"):
-        b.core.replace(rows=16384.5)
-    with pytest.raises(ValueError, match=r"Core\.lanes must be an int"):
-        b.core.replace(lanes=True)
-    with pytest.raises(ValueError, match=r"Group\.cores_per_group must be an int"):
-        b.group.replace(cores_per_group=8.0)
-    with pytest.raises(ValueError, match=r"Group\.data_buses must be positive"):
-        b.group.replace(data_buses=0)
-    with pytest.raises(ValueError, match=r"System\.n_devices must be an int"):
-        b.system.replace(n_devices=4.0)
+    ("core", "cols", 32.5, r"Core\.cols must be an int, got 32\.5"),
+    ("core", "col_bytes", 32.0, r"Core\.col_bytes must be an int"),
+    ("core", "rows", 16384.5, r"Core\.rows must be an int"),
+    ("core", "lanes", True, r"Core\.lanes must be an int"),
+    ("group", "cores_per_group", 8.0, r"Group\.cores_per_group must be an int"),
+    ("group", "data_buses", 0, r"Group\.data_buses must be positive"),
+    ("system", "n_devices", 4.0, r"System\.n_devices must be an int")])
+def test_static_counts_must_be_ints(level, field, value, message):
+    b = get_backend("hbm-pim")
+    with pytest.raises(ValueError, match=message):
+        getattr(b, level).replace(**{field: value})
     # numpy ints are ints
     assert b.core.replace(cols=np.int64(32)).cols == 32
 
