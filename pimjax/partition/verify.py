@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..hw.core import Backend
-from ..trace.ir import PimOp, Prim, expr_prims
+from ..trace.ir import Const, PimOp, Prim
 from .dimsets import DimensionSet, dimension_sets
 from .draft import Draft
 from .tiles import set_tilings
@@ -39,9 +39,21 @@ def _body_ops(op: PimOp) -> set[str]:
     elif op.kind == "reduction":
         need.add({"add": "add", "max": "max", "min": "min"}[op.combiner])
     if op.body is not None and op.kind != "contraction":
-        for name in expr_prims(op.body):
-            need.add(_PRIM_OPS.get(name, name))
+        need |= _expr_ops(op.body)
     return need
+
+
+def _expr_ops(e) -> set[str]:
+    """Core operations an expression needs; a division by a floating literal
+    is a multiplication by its inverse (a * 0.25 for a / 4)."""
+    if not isinstance(e, Prim):
+        return set()
+    args = e.args
+    if e.name == "div" and len(args) == 2 and isinstance(args[1], Const) and "float" in str(args[1].dtype):
+        name = "mul"
+    else:
+        name = _PRIM_OPS.get(e.name, e.name)
+    return {name}.union(*(_expr_ops(a) for a in args))
 
 
 def _is_float(dtype) -> bool:
@@ -56,7 +68,6 @@ def _is_relu(expr) -> bool:
 
 def _float_evidence(op: PimOp) -> str | None:
     """A floating-point type the op's expressions name (constants, converts), or None."""
-    from ..trace.ir import Const
 
     def walk(e):
         if isinstance(e, Const) and "float" in str(e.dtype):

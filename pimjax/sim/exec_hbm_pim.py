@@ -166,10 +166,15 @@ def _host_values(program: Program, values: _OperandValues, dtype):
 
 
 def _srf_values(program: Program, values: _OperandValues, dtype):
-    """The 16 SRF scalars: constants and 0-d operands of the body."""
+    """The 16 SRF scalars: constants ("const", c) and 0-d operands s of the
+    body, ("arg", k) for s or ("arg", k, c, power) for c * s**power."""
     srf = np.zeros(16, dtype)
-    for slot, (kind, v) in enumerate(program.meta.get("srf", ())):
-        srf[slot] = v if kind == "const" else values[v][0]
+    for slot, (kind, v, *scaled) in enumerate(program.meta.get("srf", ())):
+        if kind == "const":
+            srf[slot] = v
+        else:
+            c, power = scaled or (1.0, 1)
+            srf[slot] = c * np.float64(values[v][0]) ** power
     return srf
 
 
@@ -191,9 +196,9 @@ def _run_kernel(mem, xs, hv, srf, C: int, dtype: str):
         new = jnp.select(
             [code == Crf.MAC, code == Crf.FILL, code == Crf.FILL_RELU, code == Crf.ADD,
              code == Crf.SUB, code == Crf.RSUB, code == Crf.MUL, code == Crf.MAD, code == Crf.MULS,
-             code == Crf.MOV_RELU, code == Crf.HOST_REG],
+             code == Crf.ADDS, code == Crf.SADD, code == Crf.MOV_RELU, code == Crf.HOST_REG],
             [cur + a * col, col, jnp.maximum(col, zero), cur + col, cur - col, col - cur, cur * col,
-             col * s + cur, col * s, jnp.maximum(cur, zero), jnp.broadcast_to(h, cur.shape)],
+             col * s + cur, col * s, col + s, cur + s, jnp.maximum(cur, zero), jnp.broadcast_to(h, cur.shape)],
             cur)
         writes_reg = ~x["store"] & (code != Crf.HOST_SRF) & (code != Crf.ZERO_B) & \
             (code != Crf.PROGRAM) & (code != Crf.MODE)

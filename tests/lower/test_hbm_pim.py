@@ -9,6 +9,7 @@ the baseline draft and a random sample of drafts are lowered and executed:
 """
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -283,15 +284,40 @@ def test_baseline_spreads_the_large_set_whatever_its_position():
             _check_op(op, shapes, operands, reference_output(op, operands), d)
 
 
-@pytest.mark.parametrize("fn", [lambda a, b: 3 * a + b, lambda a, b: b + a * 0.5],
-                         ids=["3a+b", "b+0.5a"])
-def test_scaled_sum_with_one_plain_term_runs_as_muls_mad(fn):
-    """`3*a + b`: the plain term's factor is 1 (MULS + MAD), where the body
-    compiler used to refuse the literal and every draft failed to lower."""
+# (body, the same body on magnitudes: every term's |value| added -- what
+# fp16 rounding errors scale with)
+LINEAR_BODIES = {
+    "3a+b": (lambda a, b: 3 * a + b, lambda a, b: 3 * a + b),
+    "b+0.5a": (lambda a, b: b + a * 0.5, lambda a, b: b + a * 0.5),
+    "a-3": (lambda a, b: a - 3, lambda a, b: a + 3),
+    "2-a": (lambda a, b: 2 - a, lambda a, b: 2 + a),
+    "b-2a": (lambda a, b: b - 2 * a, lambda a, b: b + 2 * a),
+    "3a-b/2+1": (lambda a, b: 3 * a - b / 2 + 1, lambda a, b: 3 * a + b / 2 + 1),
+    "-(a+b)/4": (lambda a, b: -(a + b) * 0.25, lambda a, b: (a + b) * 0.25),
+    "ab+1": (lambda a, b: a * b + 1, lambda a, b: a * b + 1),
+    "a/4+b/4": (lambda a, b: a / 4 + b / 4, lambda a, b: a / 4 + b / 4),
+}
+
+
+@pytest.mark.parametrize("name", list(LINEAR_BODIES))
+def test_linear_bodies_with_literals_run_on_pim(name):
+    """Literal factors and constants: `3*a + b` is MULS + MAD with factor 1,
+    `a - 3` ADDS with -3 in the SRF, `3*a - b/2 + 1` MULS + MAD + SADD, where
+    the body compiler used to refuse the literal and every draft failed to
+    lower.  Every draft's program is executed and compared with jnp: exactly
+    in wide arithmetic, within a few fp16 roundings of the terms' magnitude
+    in the backend's."""
+    fn, magnitude = LINEAR_BODIES[name]
     rng = np.random.default_rng(5)
     a, b = (rng.standard_normal(1000).astype(np.float32) for _ in range(2))
     (op, shapes, operands), = graph_ops(fn, (a, b))
     table = drafts(op, BACKEND)
     assert len(table) > 0
+    expect = np.asarray(fn(a, b), np.float64)
+    bound = 8 * U16 * magnitude(np.abs(a).astype(np.float64), np.abs(b).astype(np.float64)) + 1e-3
     for d in table:
-        _check_op(op, shapes, operands, np.asarray(fn(a, b), np.float64), d)
+        program = lower(op, d, BACKEND, shapes)
+        wide = np.asarray(execute(program, *operands, arithmetic="wide"), np.float64)
+        np.testing.assert_allclose(wide, expect, rtol=1e-5, atol=1e-5, err_msg=f"{name}: {d}")
+        fp16 = np.asarray(execute(program, *operands, arithmetic="backend"), np.float64)
+        assert np.all(np.abs(fp16 - expect) <= bound), f"{name}: fp16 error above the bound for {d}"
