@@ -3,10 +3,13 @@
     python benchmarks/cycles_bench.py
 
 1. command records simulated per second: `cycles_batch` on 256 programs
-   (vmapped lax.scan) vs the pure-Python reference event model;
-2. a sweep of 10 000 timing variants of one 4096x4096 GEMV program;
+   with each engine -- "native" (the compiled event loop, `sim.native`,
+   the default) and "scan" (the lane-packed lax.scan) -- vs the pure-Python
+   reference event model;
+2. a sweep of 10 000 timing variants of one 4096x4096 GEMV program, each
+   engine;
 3. the hbm-pim baseline program of a 4096x4096 GEMV (64 pCH) after warm-up,
-   next to the Samsung simulator's 3.1 s for the same program
+   each engine, next to the Samsung simulator's 3.1 s for the same program
    (reference/hbm-pim.md).
 Targets: >= 10 M records/s batched; the GEMV >= 100x faster than 3.1 s;
 the 10 000-variant sweep <= 10 s.
@@ -22,7 +25,7 @@ from pimjax.hw import get_backend, stack_variants
 from pimjax.lower import lower
 from pimjax.partition import drafts
 from pimjax.partition.baselines import baseline
-from pimjax.sim.cycles import _timing_vector, cycles, cycles_batch, program_arrays, sweep
+from pimjax.sim.cycles import ENGINES, _timing_vector, cycles, cycles_batch, program_arrays, sweep
 from pimjax.sim.reference import simulate
 from pimjax.kernels import kernel_op
 
@@ -53,14 +56,14 @@ def main() -> None:
         return [int(x) for key in ("rec", "res") for x in (a[key]["n"] > 0).sum(axis=1) if x]
     lengths = [n for p in progs for n in live(p)]
     n_records = sum(lengths)
-    t_batch = best_of(lambda: cycles_batch(progs, be).total_cycles)
+    t_batch = {e: best_of(lambda: cycles_batch(progs, be, engine=e).total_cycles) for e in ENGINES}
     # the same kernels with no stream much longer than the rest: the lanes
     # of one scan stay busy (above, one 35 k-record stream is a serial chain
-    # that bounds the whole batch)
+    # that bounds the whole scan)
     even = [p for p in progs if max(live(p)) <= 4096]
     even = (even * (1024 // len(even) + 1))[:1024]
     n_even = sum(sum(live(p)) for p in even)
-    t_even = best_of(lambda: cycles_batch(even, be).total_cycles)
+    t_even = {e: best_of(lambda: cycles_batch(even, be, engine=e).total_cycles) for e in ENGINES}
     # reference model on a sample (it is slow), per record
     t = {k: float(v) for k, v in _timing_vector(be.timing).items()}
     sample = progs[:16]
@@ -72,25 +75,30 @@ def main() -> None:
         ref_records += sum(1 for r in recs if r["n"] > 0)
         simulate(recs, t, be.group.banks, be.group.banks_per_bank_group, True)
     t_ref = time.perf_counter() - t0
-    print(f"{'measure':52} {'value':>14} {'vs':>22}")
-    batch_rate = n_records / t_batch
     ref_rate = ref_records / t_ref
-    print(f"{'records/s, cycles_batch of 256 programs':52} {batch_rate:14,.0f} "
-          f"{f'{batch_rate / ref_rate:,.0f}x reference':>22}")
-    print(f"{'records/s, pure-Python reference model':52} {ref_rate:14,.0f}")
-    print(f"{'longest stream of that batch, records':52} {max(lengths):14,}")
-    print(f"{'records/s, cycles_batch of 1024 streams <= 4096 records':52} {n_even / t_even:14,.0f}")
 
     big = get_backend("hbm-pim")
     op, shapes = kernel_op("gemv", [4096, 4096])
     prog = lower(op, baseline(op, big), big, shapes, resident=(0,))
-    t_one = best_of(lambda: cycles(prog, big).total_cycles)
-    print(f"{'GEMV 4096x4096 baseline (64 pCH), one program, s':52} {t_one:14.4f} "
-          f"{f'{3.1 / t_one:,.0f}x faster than 3.1 s':>22}")
+    t_one = {e: best_of(lambda: cycles(prog, big, engine=e).total_cycles) for e in ENGINES}
     variants = stack_variants([big.timing.replace(tRP=float(10 + i % 9), tRCDRD=float(10 + i % 7))
                                for i in range(10_000)])
-    t_sweep = best_of(lambda: sweep(prog, variants, big).total_cycles, repeat=1)
-    print(f"{'sweep of 10 000 timing variants of that GEMV, s':52} {t_sweep:14.3f}")
+    t_sweep = {e: best_of(lambda: sweep(prog, variants, big, engine=e).total_cycles, repeat=1) for e in ENGINES}
+
+    print(f"{'measure':58} {'native':>14} {'scan':>14} {'native/scan':>12}")
+    rows = [("records/s, cycles_batch of 256 programs", n_records / t_batch["native"],
+             n_records / t_batch["scan"], True),
+            ("records/s, 1024 streams <= 4096 records", n_even / t_even["native"], n_even / t_even["scan"], True),
+            ("GEMV 4096x4096 baseline (64 pCH), one program, s", t_one["native"], t_one["scan"], False),
+            ("sweep of 10 000 timing variants of that GEMV, s", t_sweep["native"], t_sweep["scan"], False)]
+    for name, a, b, rate in rows:
+        fmt = "14,.0f" if rate else "14.4f"
+        print(f"{name:58} {a:{fmt}} {b:{fmt}} {(a / b if rate else b / a):11.1f}x")
+    print(f"{'records/s, pure-Python reference model':58} {ref_rate:14,.0f}")
+    for e in ENGINES:
+        print(f"{e:>6}: batch {n_records / t_batch[e] / ref_rate:,.0f}x the reference model; "
+              f"GEMV program {3.1 / t_one[e]:,.0f}x faster than the Samsung simulator's 3.1 s")
+    print(f"longest stream of the 256-program batch: {max(lengths):,} records")
     print(f"\nrecords: {n_records:,} in the batch ({len(progs)} programs), "
           f"{int(program_arrays(prog)['rec']['n'].astype(bool).sum()):,} in the GEMV program")
 

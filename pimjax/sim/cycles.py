@@ -481,21 +481,21 @@ def _bucket(n: int, coarse: bool = False) -> int:
 def _compact(rec: dict) -> dict:
     """Drop records with n = 0 (padding, or resident placement left out of
     the steady state): they change nothing, and a shorter stream is a shorter
-    scan.  Streams are re-padded to their longest (at least one record)."""
+    scan.  Streams are re-padded to their longest (at least one record).
+    The fields are compacted as one stacked [F, S, R] table (one mask, not
+    one per field)."""
     live = rec["n"] > 0
     counts = live.sum(axis=1)
     if (counts == counts[0]).all() and live[:, :counts[0]].all():     # already compact: a slice
         return {k: v[:, :max(1, int(counts[0]))] for k, v in rec.items()}
+    table = np.stack(list(rec.values()))
     if live.shape[0] == 1:                                              # one stream: a mask
-        return {k: v[:, live[0]] for k, v in rec.items()}
-    R = max(1, int(counts.max()))
-    out = {}
-    for k, v in rec.items():
-        packed = np.zeros((v.shape[0], R), v.dtype)
-        for i in range(v.shape[0]):
-            packed[i, :counts[i]] = v[i][live[i]]
-        out[k] = packed
-    return out
+        packed = table[:, :, live[0]]
+    else:
+        packed = np.zeros(table.shape[:2] + (max(1, int(counts.max())),), table.dtype)
+        for i in range(live.shape[0]):
+            packed[:, i, :counts[i]] = table[:, i, live[i]]
+    return dict(zip(rec, packed))
 
 
 def pad_arrays(arrs: list[dict], coarse: bool = False) -> dict:
@@ -646,13 +646,29 @@ def _time_sweep(arr, t, energy, host, geo):
     return jax.tree.map(lambda x: x.reshape((T, P) + x.shape[1:]), rep)
 
 
+ENGINES = ("native", "scan")
+DEFAULT_ENGINE = os.environ.get("PIMJAX_CYCLES_ENGINE", "native")
+"""Which engine times DRAM-command programs: "native" (`sim.native`, a
+compiled event loop on the host's cores, 10-50x faster on a CPU) or "scan"
+(`scan_lanes`, the vectorised JAX model: any JAX device, `jax.sharding`).
+Both implement `timing.py` and equal the reference model to the cycle."""
+
+
+def _engine(engine: str | None) -> str:
+    engine = DEFAULT_ENGINE if engine is None else engine
+    if engine not in ENGINES:
+        raise ValueError(f"unknown cycle engine {engine!r}; one of {', '.join(ENGINES)}")
+    return engine
+
+
 def cycles(program: Program, backend: Backend, *, include_resident: bool = False,
-           refresh: bool = True) -> CycleReport:
+           refresh: bool = True, engine: str | None = None) -> CycleReport:
     """Time of `program` on `backend` (see module docstring).
 
     include_resident: time the one-time placement of resident operands as
     ordinary rearrangement (first call); by default it is reported only as
     `resident_cycles` and the steady state starts with the data in place.
+    engine: "native" or "scan" (default DEFAULT_ENGINE); the same numbers.
 
     Example:
         >>> rep = cycles(program, get_backend("hbm-pim"))      # doctest: +SKIP
@@ -666,8 +682,10 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
     if model is not None:
         return model(program, backend, include_resident=include_resident, refresh=refresh)
     arr = program_arrays(program, include_resident)
-    rep = _time_batch(pad_arrays([arr]), _timing_vector(backend.timing), backend.energy, backend.system.host,
-                      _geo(backend, refresh, [arr]))
+    t = _timing_vector(backend.timing)
+    if _engine(engine) == "native":
+        return report_at(_native_reports([arr], t, backend, refresh), 0)
+    rep = _time_batch(pad_arrays([arr]), t, backend.energy, backend.system.host, _geo(backend, refresh, [arr]))
     return report_at(rep, 0)
 
 
@@ -782,7 +800,7 @@ def _split_blocks(blocks: list, parts: int) -> list:
 
 def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = True,
                  batch: int = STREAM_BLOCK, coarse: bool | None = None,
-                 threads: int | None = None) -> CycleReport:
+                 threads: int | None = None, engine: str | None = None) -> CycleReport:
     """CycleReports of many programs at once; every field has a leading
     [len(programs)] axis in the input order.
 
@@ -794,13 +812,18 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
     coarse: pad lengths to powers of four (up to COARSE_UNTIL): fewer
     compiles, up to 4x the scanning.  Default: for a small set (at most
     SMALL_BATCH programs, e.g. the tuner's top-k).
-    threads: lane blocks scanned concurrently (default SCAN_THREADS); the
-    numbers do not depend on it."""
+    threads: lane blocks scanned concurrently (default SCAN_THREADS), or
+    the native engine's threads; the numbers do not depend on it.
+    engine: "native" (default DEFAULT_ENGINE: every stream timed by the
+    compiled event loop, `sim.native`; `batch` and `coarse` do not apply) or
+    "scan" (the lane-packed lax.scan); the same numbers."""
     _check_programs(programs, backend)
     if _own_model(backend):          # UPMEM's DPU model: one report per program, stacked
         reps = [cycles(p, backend, refresh=refresh) for p in programs]
         return jax.tree.map(lambda *xs: jnp.stack(xs), *reps)
     arrs = [program_arrays(p) for p in programs]
+    if _engine(engine) == "native":
+        return _native_reports(arrs, _timing_vector(backend.timing), backend, refresh, threads)
     coarse = len(programs) <= SMALL_BATCH if coarse is None else coarse
     t = _timing_vector(backend.timing)
     geo = _geo(backend, refresh, arrs)
@@ -847,27 +870,94 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
                 buckets[i, s], end[i, s], counts[i, s] = out["buckets"][m], out["end"][m], out["counts"][m]
             else:
                 resident[i, s] = out["buckets"][m, 4]
+    return _combine_chunks(arrs, {"buckets": buckets, "end": end, "counts": counts}, resident, t, backend)
+
+
+def _combine_chunks(arrs: list[dict], out: dict, resident: np.ndarray, t: dict, backend: Backend) -> CycleReport:
+    """CycleReports [P] from the per-stream results of P programs (out
+    leaves [P, S, ...], resident [P, S]): `_combine` in padded chunks of 256
+    programs (they share compiles).  t: timing leaves, scalars or [P]."""
+    P = len(arrs)
     scal = {k: np.stack([a[k] for a in arrs]) for k in SCALARS}
+    per_prog = {k for k, v in t.items() if np.ndim(v) > 0}
     parts = []
-    for lo in range(0, P, 256):                              # combine in padded chunks
+    for lo in range(0, P, 256):
         hi = min(P, lo + 256)
         pad = _batch_size(hi - lo) - (hi - lo)
         take = lambda x: np.concatenate([x[lo:hi]] + [x[hi - 1:hi]] * pad)   # noqa: E731
-        rep = _combine_batch(jax.tree.map(take, scal), {"buckets": take(buckets), "end": take(end),
-                                                        "counts": take(counts)},
-                             take(resident), t, backend.energy, backend.system.host)
+        tt = {k: take(np.asarray(v)) if k in per_prog else v for k, v in t.items()}
+        rep = _combine_batch(jax.tree.map(take, scal), jax.tree.map(take, out), take(resident), tt,
+                             backend.energy, backend.system.host)
         parts.append(jax.tree.map(lambda x: np.asarray(x)[:hi - lo], rep))
     return jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
 
 
-def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bool = True) -> CycleReport:
+def _pool_streams(arrs: list[dict]):
+    """The live records of every stream of P programs side by side, for the
+    native engine: rec [8, M] int32 (rows SCAN_FIELDS), starts / stops [K],
+    and who [K] = (program, "rec" | "res", stream)."""
+    who, lengths = [], []
+    for i, a in enumerate(arrs):
+        for kind in ("rec", "res"):
+            live = (a[kind]["n"] > 0).sum(axis=1)          # live records come first (`_compact`)
+            for s in np.nonzero(live)[0]:
+                who.append((i, kind, int(s)))
+                lengths.append(int(live[s]))
+    stops = np.cumsum(np.asarray(lengths, np.int64))
+    starts = stops - np.asarray(lengths, np.int64)
+    rec = np.empty((len(SCAN_FIELDS), int(stops[-1]) if who else 0), np.int32)
+    for (i, kind, s), lo, hi in zip(who, starts.tolist(), stops.tolist()):
+        fields = arrs[i][kind]
+        for j, f in enumerate(SCAN_FIELDS):
+            rec[j, lo:hi] = fields[f][s, :hi - lo]
+    return rec, starts, stops, who
+
+
+def _native_outputs(arrs: list[dict], table: np.ndarray, backend: Backend, refresh: bool,
+                    threads: int | None = None):
+    """Per-stream results of P programs under each of V timing rows
+    (table [V, F], `native.timing_table`): out leaves [V, P, S, ...] float32
+    and the resident placement time [V, P, S]."""
+    from .native import time_streams
+    rec, starts, stops, who = _pool_streams(arrs)
+    V, P, S, K = table.shape[0], len(arrs), max(a["rec"]["op"].shape[0] for a in arrs), len(who)
+    res = time_streams(rec, np.tile(starts, V), np.tile(stops, V), np.repeat(np.arange(V), K), table,
+                       backend.group.banks, backend.group.banks_per_bank_group, refresh, threads)
+    out = {"buckets": np.zeros((V, P, S, 5), np.float32), "end": np.zeros((V, P, S), np.float32),
+           "counts": np.zeros((V, P, S, 8), np.float32)}
+    resident = np.zeros((V, P, S), np.float32)
+    if K:
+        prog, stream = np.array([w[0] for w in who]), np.array([w[2] for w in who])
+        is_rec = np.array([w[1] == "rec" for w in who])
+        r = {k: v.reshape((V, K) + v.shape[1:]) for k, v in res.items()}
+        for k in out:
+            out[k][:, prog[is_rec], stream[is_rec]] = r[k][:, is_rec]
+        resident[:, prog[~is_rec], stream[~is_rec]] = r["buckets"][:, ~is_rec, 4]
+    return out, resident
+
+
+def _native_reports(arrs: list[dict], t: dict, backend: Backend, refresh: bool,
+                    threads: int | None = None) -> CycleReport:
+    """CycleReports [P] of P programs' arrays under one timing, by the
+    native engine."""
+    from .native import timing_table
+    out, resident = _native_outputs(arrs, timing_table(t), backend, refresh, threads)
+    return _combine_chunks(arrs, jax.tree.map(lambda x: x[0], out), resident[0], t, backend)
+
+
+def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bool = True,
+          engine: str | None = None) -> CycleReport:
     """Time programs under a batch of timing variants: fields [T, P].
 
     programs: a Program or a list of them (padded to one length).
     timings:  a `Timing` whose leaves have a leading [T] axis (see
               `pimjax.hw.stack_variants`).
     mesh:     optional `jax.sharding.Mesh` with one axis; the timing batch is
-              sharded over its devices (multi-device / multi-host JAX).
+              sharded over its devices (multi-device / multi-host JAX) and
+              timed by the scan engine, which runs on every JAX device.
+    engine:   without a mesh, "native" (default DEFAULT_ENGINE: every
+              (variant, stream) pair timed by the compiled event loop) or
+              "scan" (one vmapped lax.scan over the variants).
     """
     progs = programs if isinstance(programs, (list, tuple)) else [programs]
     _check_programs(progs, backend)
@@ -876,6 +966,15 @@ def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bo
                          "pimjax.sim.cycles_upmem.sweep_upmem(program, stack_variants([backend, ...]))")
     t = _timing_vector(check_timing_batch(timings))       # one leading [T] axis on every leaf
     arrs = [program_arrays(p) for p in progs]
+    if mesh is None and _engine(engine) == "native":
+        from .native import timing_table
+        out, resident = _native_outputs(arrs, timing_table(t), backend, refresh)
+        T, P = out["end"].shape[:2]
+        flat = lambda x: x.reshape((T * P,) + x.shape[2:])          # noqa: E731  [T, P] -> [T * P]
+        rep = _combine_chunks(arrs * T, jax.tree.map(flat, out), flat(resident),
+                              {k: np.repeat(np.asarray(v), P) for k, v in t.items()}, backend)
+        rep = jax.tree.map(lambda x: x.reshape((T, P) + x.shape[1:]), rep)
+        return rep if isinstance(programs, (list, tuple)) else jax.tree.map(lambda x: x[:, 0], rep)
     arr = pad_arrays(arrs)
     if mesh is not None:
         from jax.sharding import NamedSharding, PartitionSpec

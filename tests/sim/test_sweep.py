@@ -6,11 +6,12 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 from pimjax.hw import get_backend, stack_variants
 from pimjax.lower import lower
 from pimjax.partition import drafts
-from pimjax.sim.cycles import cycles, cycles_batch, sweep
+from pimjax.sim.cycles import ENGINES, cycles, cycles_batch, sweep
 from tests.partition.helpers import gemv, vadd
 
 
@@ -24,27 +25,33 @@ def _programs():
     return be, out
 
 
-def test_batch_equals_single():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_batch_equals_single(engine):
+    """Each engine's batch equals the other engine's single programs."""
     be, progs = _programs()
-    batch = cycles_batch(progs, be)
-    single = [cycles(p, be) for p in progs]
+    batch = cycles_batch(progs, be, engine=engine)
+    other = next(e for e in ENGINES if e != engine)
+    single = [cycles(p, be, engine=other) for p in progs]
     np.testing.assert_array_equal(np.asarray(batch.total_cycles),
                                   np.asarray([s.total_cycles for s in single]))
     np.testing.assert_array_equal(np.asarray(batch.compute), np.asarray([s.compute for s in single]))
 
 
-def test_batch_on_threads_equals_one_thread():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_batch_on_threads_equals_one_thread(engine):
     """Blocks scanned on two threads (several blocks: at most 16 lanes
-    each) give the numbers of one thread and of `cycles`."""
+    each), or streams timed by the native engine on two threads, give the
+    numbers of one thread and of `cycles`."""
     be, progs = _programs()
-    one = cycles_batch(progs, be, batch=16, threads=1)
-    two = cycles_batch(progs, be, batch=16, threads=2)
+    one = cycles_batch(progs, be, batch=16, threads=1, engine=engine)
+    two = cycles_batch(progs, be, batch=16, threads=2, engine=engine)
     for field in ("total_cycles", "rearrangement", "compute", "readback", "energy_pj"):
         np.testing.assert_array_equal(np.asarray(getattr(one, field)), np.asarray(getattr(two, field)))
     np.testing.assert_array_equal(np.asarray(two.total_cycles), [float(cycles(p, be).total_cycles) for p in progs])
 
 
-def test_batch_with_resident_operands_equals_single():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_batch_with_resident_operands_equals_single(engine):
     """Resident placement is scanned as extra streams of the same batched
     scan; mixed with programs without any, the figures stay those of
     `cycles` one program at a time, `resident_cycles` included."""
@@ -54,19 +61,20 @@ def test_batch_with_resident_operands_equals_single():
     idx = np.random.default_rng(1).choice(len(table), 4, replace=False)
     progs = [lower(op, table[int(i)], be, resident=(0,) if k % 2 == 0 else ()) for k, i in enumerate(idx)]
     for batch_of in (progs, progs[1::2]):                    # mixed; none resident
-        batch = cycles_batch(batch_of, be)
-        single = [cycles(p, be) for p in batch_of]
+        batch = cycles_batch(batch_of, be, engine=engine)
+        single = [cycles(p, be, engine=engine) for p in batch_of]
         for field in ("total_cycles", "rearrangement", "compute", "readback", "resident_cycles"):
             np.testing.assert_array_equal(np.asarray(getattr(batch, field)),
                                           np.asarray([getattr(r, field) for r in single]), err_msg=field)
     assert all(float(cycles(p, be).resident_cycles) > 0 for p in progs[::2])
 
 
-def test_sweep_over_timing_variants_equals_replaced_backends():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sweep_over_timing_variants_equals_replaced_backends(engine):
     be, progs = _programs()
     values = [10.0, 14.0, 18.0, 22.0]
     variants = stack_variants([be.timing.replace(tRCDRD=v) for v in values])
-    out = sweep(progs[:3], variants, be)
+    out = sweep(progs[:3], variants, be, engine=engine)
     assert np.asarray(out.total_cycles).shape == (4, 3)
     for i, v in enumerate(values):
         bv = be.replace(timing=be.timing.replace(tRCDRD=v))
@@ -91,8 +99,9 @@ def test_sweep_shards_over_four_devices():
         prog = lower(op, baseline(op, be), be)
         variants = stack_variants([be.timing.replace(tRP=float(v)) for v in range(10, 18)])
         mesh = Mesh(np.array(jax.devices()), ("d",))
-        sharded = sweep(prog, variants, be, mesh=mesh)
-        plain = sweep(prog, variants, be)
+        sharded = sweep(prog, variants, be, mesh=mesh)     # the scan engine, sharded
+        plain = sweep(prog, variants, be)                  # the native engine, this host
+        assert isinstance(plain.total_cycles, np.ndarray)
         assert len(sharded.total_cycles.sharding.device_set) == 4, sharded.total_cycles.sharding
         np.testing.assert_array_equal(np.asarray(sharded.total_cycles), np.asarray(plain.total_cycles))
         print("ok", np.asarray(sharded.total_cycles))

@@ -1,0 +1,302 @@
+"""The native engine of the cycle model: the timing semantics of
+`timing.py` as one compiled event loop per record stream (numba), on the
+host's cores.
+
+Why a second engine.  The `lax.scan` of `cycles.scan_lanes` is the
+vectorised JAX model: it runs wherever JAX runs (an accelerator, a mesh of
+devices) and `vmap`s over timing variants.  On XLA:CPU each scan step is a
+chain of ~30 small fusions with a floor of ~3 us whatever the lane count
+(benchmarks/README.md, measured over several sessions), and a stream is a
+serial chain of steps: the scan cannot go below ~3 us per record of the
+longest stream.  A record here costs tens of nanoseconds, so the same
+semantics run 10-50x faster on the CPU -- what the tuner, the labeller, the
+exhaustive search and CPU sweeps need.  Both engines read the same
+`program_arrays` streams and feed the same `_combine` (per-program
+breakdown, energy, bound); tests hold both to the reference model
+(`reference.py`) to the cycle.
+
+Times are float64 here (the scan's are float32), so fractional swept
+timings do not drift; with integer timings the two engines agree exactly.
+
+The loop follows `reference.simulate` rule by rule, with the bank objects
+as arrays: per bank the open row, last ACT / read / write and ready time;
+per bank group the last ACT and last data-movement command; the tFAW window
+of the last four ACTs; and the channel scalars.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from numba import njit
+
+from ..lower.program import Phase
+from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE, STAGGER,
+                     STREAM, WAIT, WRITE)
+
+NEVER = -1.0e7
+# the timing fields the loop reads, in the column order of its timing table
+FIELDS = ("tCL", "tWL", "tBL", "tRCDRD", "tRCDWR", "tRP", "tRAS", "tRC", "tCCD_S", "tCCD_L", "tCCD_AB",
+          "tRRD_S", "tRRD_L", "tFAW", "tWR", "tRTP_S", "tRTP_L", "tWTR_S", "tWTR_L", "tRTRS", "tREFI", "tRFC",
+          "tREF0")
+(T_CL, T_WL, T_BL, T_RCDRD, T_RCDWR, T_RP, T_RAS, T_RC, T_CCD_S, T_CCD_L, T_CCD_AB, T_RRD_S, T_RRD_L, T_FAW,
+ T_WR, T_RTP_S, T_RTP_L, T_WTR_S, T_WTR_L, T_RTRS, T_REFI, T_RFC, T_REF0) = range(len(FIELDS))
+# record fields, rows of the [7, M] record table
+RECORD_FIELDS = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
+READBACK, REARRANGE = int(Phase.READBACK), int(Phase.REARRANGE)     # module constants: numba folds them
+
+
+@njit(nogil=True, cache=True)
+def _stream(rec, lo, hi, t, cls, banks, per_bg, refresh, buckets, counts):
+    """Time records lo:hi of `rec` ([8, M] int32, RECORD_FIELDS) with the
+    timing row t [len(FIELDS)] (cycles).  Adds the time of each record to
+    buckets [5] and the commands to counts [8]; returns the end time."""
+    n_bg = max(1, banks // per_bg)
+    open_row = np.full(banks, -1, np.int64)
+    b_act = np.full(banks, NEVER)
+    b_rd = np.full(banks, NEVER)
+    b_wr = np.full(banks, NEVER)
+    b_ready = np.zeros(banks)
+    bg_act = np.full(n_bg, NEVER)
+    side_bg = np.full(n_bg, NEVER)
+    faw = np.full(4, NEVER)
+    last_act = last_col = last_rd = last_wr = last_side = t_issue = t_bar = ref_end = NEVER
+    last_col_bg = last_wr_bg = -1
+    last_allbank = False
+    t_end = 0.0
+    next_ref = t[T_REF0] if t[T_REF0] > 0 else t[T_REFI]
+    wr_pre = t[T_WL] + t[T_BL] + t[T_WR]
+    for i in range(lo, hi):
+        n_i = rec[3, i]
+        if n_i <= 0:
+            continue
+        op = rec[0, i]
+        n = float(n_i)
+        is_col = cls[op, COLUMN] == 1
+        write = cls[op, WRITE] == 1
+        allbank = cls[op, ALLBANK] == 1
+
+        # 1. refresh between records: every open bank precharged (like PREA:
+        # tRTP_L after an all-bank MAC), all banks busy for tRP + tRFC
+        floor_t = 0.0
+        if refresh and t_end >= next_ref:
+            start = next_ref
+            if last_allbank:
+                start = max(start, last_col + t[T_RTP_L])
+            for b in range(banks):
+                if open_row[b] >= 0:
+                    start = max(start, b_act[b] + t[T_RAS], b_rd[b] + t[T_RTP_S], b_wr[b] + wr_pre)
+            end_ref = start + t[T_RP] + t[T_RFC]
+            for b in range(banks):
+                open_row[b] = -1
+                b_ready[b] = max(b_ready[b], end_ref)
+            missed = np.floor((t_end - next_ref) / t[T_REFI])
+            next_ref += t[T_REFI] * (1.0 + missed)
+            ref_end = end_ref
+            counts[4] += 1.0
+        floor_t = max(floor_t, ref_end)      # commands issue in order
+        wait = cls[op, WAIT] == 1 or rec[7, i] == 1
+        if wait:
+            floor_t = max(floor_t, t_end)
+
+        end = t_end
+        if is_col:
+            b = min(max(rec[1, i], 0), banks - 1)
+            bg = b // per_bg
+            row = rec[2, i]
+            # 2. open the row if needed (row < 0: a buffer access opens none)
+            need = row >= 0 and open_row[b] != row
+            if need:
+                per_bank = float(banks) if allbank else 1.0
+                if open_row[b] >= 0:
+                    ready = max(b_act[b] + t[T_RAS], b_rd[b] + t[T_RTP_S], b_wr[b] + wr_pre) + t[T_RP]
+                    counts[7] += per_bank
+                else:
+                    ready = b_ready[b]
+                ready = max(ready, floor_t)
+                k = 0                                   # the oldest of the last four ACTs
+                for j in range(1, 4):
+                    if faw[j] < faw[k]:
+                        k = j
+                t_act = max(ready, b_act[b] + t[T_RC], bg_act[bg] + t[T_RRD_L], last_act + t[T_RRD_S],
+                            faw[k] + t[T_FAW])
+                open_row[b] = row
+                b_act[b] = t_act
+                bg_act[bg] = t_act
+                last_act = max(last_act, t_act)
+                faw[k] = t_act
+                counts[0] += per_bank
+            rcd = t[T_RCDWR] if write else t[T_RCDRD]
+            col_ready = b_act[b] + rcd if need else max(b_act[b] + rcd, floor_t)
+            # 3. the first column, then n columns `spacing` apart
+            if allbank and last_allbank:
+                gap = t[T_CCD_AB]
+            elif bg == last_col_bg:
+                gap = t[T_CCD_L]
+            else:
+                gap = t[T_CCD_S]
+            t0 = max(col_ready, last_col + gap)
+            if write:
+                t0 = max(t0, last_rd + t[T_CL] + t[T_BL] + t[T_RTRS] - t[T_WL])
+            else:
+                wtr = t[T_WTR_L] if bg == last_wr_bg else t[T_WTR_S]
+                t0 = max(t0, last_wr + t[T_WL] + t[T_BL] + wtr)
+            if cls[op, WAIT] == 1:
+                t0 = max(t0, t_end)
+            t0 = max(t0, t_bar)
+            if allbank:
+                spacing = t[T_CCD_AB]
+            elif cls[op, STREAM] == 1:
+                spacing = t[T_CCD_S]
+            else:
+                spacing = t[T_CCD_L]
+            t_last = t0 + (n - 1.0) * spacing
+            if allbank:
+                end = t_last + t[T_CCD_AB]
+            elif write:
+                end = t_last + t[T_WL] + t[T_BL]
+            else:
+                end = t_last + t[T_CL] + t[T_BL]
+            if write:
+                b_wr[b] = t_last
+                last_wr = t_last
+                last_wr_bg = bg
+                counts[3 if allbank else 2] += n
+            else:
+                b_rd[b] = t_last
+                last_rd = t_last
+                counts[3 if allbank else 1] += n
+            last_col = t_last
+            last_col_bg = bg
+            last_allbank = allbank
+            t_issue = max(t_issue, t_last)
+        elif cls[op, SIDE] == 1:
+            bg = min(max(rec[1, i], 0), banks - 1) // per_bg
+            gap = max(t[T_BL], t[T_CCD_S])
+            s0 = max(max(last_side + gap, floor_t), max(side_bg[bg] + t[T_CCD_L], t_bar))
+            if cls[op, WAIT] == 1:
+                s0 = max(s0, t_end)
+            if cls[op, FIXED] == 1:
+                end = s0 + n
+                last_side = s0 + n - gap
+            else:
+                last_side = s0 + (n - 1.0) * max(gap, t[T_CCD_L])     # one record = one bank group
+                end = last_side + gap
+            side_bg[bg] = last_side
+            t_issue = max(t_issue, last_side)
+        elif cls[op, FIXED] == 1:
+            f0 = max(max(last_col, t_end), max(floor_t, t_bar))
+            end = f0 + n
+            t_issue = max(t_issue, f0 + n - 1.0)
+        elif cls[op, BARRIER] == 1:
+            t_bar = max(t_bar, t_issue + 1.0)
+        elif cls[op, ACT_ALL] == 1:
+            t_act = max(floor_t, last_col)
+            for b in range(banks):
+                if open_row[b] >= 0:
+                    ready = max(b_act[b] + t[T_RAS], b_rd[b] + t[T_RTP_S], b_wr[b] + wr_pre) + t[T_RP]
+                else:
+                    ready = b_ready[b]
+                t_act = max(t_act, ready, b_act[b] + t[T_RC])
+            if cls[op, STAGGER] == 1:          # one activation per bank group, tFAW apart
+                t_act += (n_bg - 1) * t[T_FAW]
+            for b in range(banks):
+                open_row[b] = rec[2, i]
+                b_act[b] = t_act
+            end = t_act + t[T_RCDRD]
+            counts[0] += float(banks)
+        elif cls[op, PRE_ALL] == 1:
+            t_pre = max(floor_t, last_col + (t[T_RTP_L] if last_allbank else 0.0))
+            for b in range(banks):
+                if open_row[b] >= 0:
+                    t_pre = max(t_pre, b_act[b] + t[T_RAS], b_rd[b] + t[T_RTP_S], b_wr[b] + wr_pre)
+            for b in range(banks):
+                open_row[b] = -1
+                b_ready[b] = t_pre + t[T_RP]
+            end = t_pre + t[T_RP]
+            counts[7] += float(banks)
+
+        # 4. the time the record adds goes to its report bucket
+        delta = max(end - t_end, 0.0)
+        if rec[5, i] == 1:
+            buckets[4] += delta
+        elif rec[6, i] == 1:
+            buckets[0] += delta
+        elif rec[4, i] == READBACK:
+            buckets[3] += delta
+        elif rec[4, i] == REARRANGE:
+            buckets[1] += delta
+        else:
+            buckets[2] += delta
+        t_end = max(t_end, end)
+        if cls[op, DATA_BUS] == 1:
+            counts[5] += n
+        if cls[op, BARRIER] != 1:
+            counts[6] += n if (is_col or cls[op, SIDE] == 1) else 1.0
+    return t_end
+
+
+@njit(nogil=True, cache=True)
+def _streams(rec, starts, stops, tix, table, cls, banks, per_bg, refresh, buckets, end, counts):
+    """`_stream` of every stream s = records starts[s]:stops[s] of `rec`
+    under timing row table[tix[s]]; results into buckets [S, 5], end [S],
+    counts [S, 8]."""
+    for s in range(starts.shape[0]):
+        end[s] = _stream(rec, starts[s], stops[s], table[tix[s]], cls, banks, per_bg, refresh,
+                         buckets[s], counts[s])
+
+
+THREADS = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)))
+"""Threads that time streams at once (the loop releases the GIL)."""
+
+
+def timing_table(t: dict) -> np.ndarray:
+    """[V, len(FIELDS)] float64 timing rows from `cycles._timing_vector`-style
+    leaves (scalars, or [V] arrays for V variants)."""
+    cols = [np.atleast_1d(np.asarray(t[f], np.float64)) for f in FIELDS]
+    V = max(c.shape[0] for c in cols)
+    return np.stack([np.broadcast_to(c, (V,)) for c in cols], axis=1)
+
+
+def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np.ndarray, table: np.ndarray,
+                 banks: int, per_bg: int, refresh: bool, threads: int | None = None) -> dict:
+    """Time S record streams.
+
+    rec:    [8, M] int32 records (rows RECORD_FIELDS), streams side by side;
+    starts, stops: [S] int64, stream s is rec[:, starts[s]:stops[s]];
+    tix:    [S] int64, stream s runs under timing row table[tix[s]];
+    table:  [V, len(FIELDS)] float64 timing rows (`timing_table`), cycles.
+    Returns {"buckets": [S, 5], "end": [S], "counts": [S, 8]} float64, as
+    `cycles.scan_lanes` (buckets: leading rearrangement, rearrangement in
+    the kernel, compute, read-back, resident placement).  Streams are dealt
+    to `threads` threads (default THREADS) in contiguous slices of about
+    equal record counts."""
+    rec = np.ascontiguousarray(rec, np.int32)
+    starts, stops, tix = (np.ascontiguousarray(a, np.int64) for a in (starts, stops, tix))
+    table = np.ascontiguousarray(table, np.float64)
+    S = starts.shape[0]
+    if rec.shape[0] != len(RECORD_FIELDS) or stops.shape != (S,) or tix.shape != (S,):
+        raise ValueError(f"time_streams: rec [{len(RECORD_FIELDS)}, M] and starts / stops / tix [S] expected, "
+                         f"got {rec.shape}, {starts.shape}, {stops.shape}, {tix.shape}")
+    if S and (tix.min() < 0 or tix.max() >= table.shape[0]):
+        raise ValueError(f"time_streams: timing rows 0..{table.shape[0] - 1}, got {tix.min()}..{tix.max()}")
+    buckets, end, counts = np.zeros((S, 5)), np.zeros(S), np.zeros((S, 8))
+    cls = np.ascontiguousarray(CLASS_TABLE, np.int32)
+    threads = THREADS if threads is None else max(1, int(threads))
+    work = np.cumsum(stops - starts)
+    total = int(work[-1]) if S else 0
+    if threads == 1 or S < 2 or total < 20_000:
+        _streams(rec, starts, stops, tix, table, cls, banks, per_bg, bool(refresh), buckets, end, counts)
+    else:
+        cuts = np.unique(np.searchsorted(work, np.arange(1, threads) * total / threads))
+        edges = [0, *[int(c) for c in cuts if 0 < c < S], S]
+
+        def part(k):
+            a, b = edges[k], edges[k + 1]
+            _streams(rec, starts[a:b], stops[a:b], tix[a:b], table, cls, banks, per_bg, bool(refresh),
+                     buckets[a:b], end[a:b], counts[a:b])
+        with ThreadPoolExecutor(len(edges) - 1) as pool:
+            list(pool.map(part, range(len(edges) - 1)))
+    return {"buckets": buckets, "end": end, "counts": counts}
+
