@@ -426,7 +426,7 @@ def _contraction(ctx: _Ctx) -> Program:
     close = RecordBuilder()
     if ctx.options["frame"]:
         _frame_close(close)
-    kernel = concat(b.build(), select_slots(slot_list, K), close.build())
+    kernel = (b.build(), select_slots(slot_list, K), close.build())     # concatenated once, in _concat
 
     resident = mi in set(ctx.options["resident"])
     pre = RecordBuilder()
@@ -512,15 +512,21 @@ def _vector_rows(ctx: _Ctx, V, o_b, o_v, red, n_r, xi, lanes):
 
 def _concat(pre, kernel, post) -> dict[str, np.ndarray]:
     """Rearrangement, kernel and read-back records (RecordBuilders or record
-    dicts), back to back.  The kernel and the read-back start at host
-    synchronisation points: the host launches the kernel once its data is
-    written and reads results once the kernel has finished."""
-    parts = [p.build() if isinstance(p, RecordBuilder) else dict(p) for p in (pre, kernel, post)]
-    for p in parts[1:]:
-        if len(p["sync"]):
-            p["sync"] = p["sync"].copy()
-            p["sync"][0] = 1
-    return concat(*parts)
+    dicts; the kernel may be a tuple of record dicts), back to back, in one
+    copy.  The kernel and the read-back start at host synchronisation
+    points: the host launches the kernel once its data is written and reads
+    results once the kernel has finished."""
+    def parts_of(p):
+        if isinstance(p, RecordBuilder):
+            return [p.build()]
+        return [dict(q) for q in p] if isinstance(p, tuple) else [dict(p)]
+    sections = [parts_of(p) for p in (pre, kernel, post)]
+    for section in sections[1:]:
+        first = next((q for q in section if len(q["sync"])), None)
+        if first is not None:
+            first["sync"] = first["sync"].copy()
+            first["sync"][0] = 1
+    return concat(*(q for section in sections for q in section))
 
 
 # --------------------------------------------------------------------------

@@ -145,10 +145,13 @@ class Records:
 
 
 class RecordBuilder:
-    """Appends records for one stream (numpy lists; `build()` stacks them)."""
+    """Appends records for one stream: single records (`add`, kept as
+    Python ints) and vectorised chunks (`extend`, kept as arrays);
+    `build()` concatenates them in order."""
 
     def __init__(self):
-        self.cols = {f: [] for f in RECORD_FIELDS}
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.cols = {f: [] for f in RECORD_FIELDS}        # single records not yet in `parts`
 
     def add(self, op: Op, *, bank=0, row=0, col=0, n=1, phase=Phase.COMPUTE, reg=0, reg_step=0,
             src=-1, aux=0, arg=0, core=-1, resident=0, sync=0) -> None:
@@ -158,16 +161,25 @@ class RecordBuilder:
                      ("sync", sync)):
             self.cols[f].append(int(v))
 
+    def _flush(self) -> None:
+        if self.cols["op"]:
+            self.parts.append({f: np.asarray(v, dtype=np.int32) for f, v in self.cols.items()})
+            self.cols = {f: [] for f in RECORD_FIELDS}
+
     def extend(self, records: dict[str, np.ndarray]) -> None:
         """Append a chunk of records (see `chunk`)."""
-        for f in RECORD_FIELDS:
-            self.cols[f].extend(np.asarray(records[f]).tolist())
+        self._flush()
+        self.parts.append({f: np.asarray(records[f], np.int32) for f in RECORD_FIELDS})
 
     def __len__(self) -> int:
-        return len(self.cols["op"])
+        return sum(len(p["op"]) for p in self.parts) + len(self.cols["op"])
 
     def build(self) -> dict[str, np.ndarray]:
-        return {f: np.asarray(v, dtype=np.int32) for f, v in self.cols.items()}
+        self._flush()
+        if len(self.parts) == 1:
+            return dict(self.parts[0])
+        return {f: np.concatenate([p[f] for p in self.parts]) if self.parts else np.zeros(0, np.int32)
+                for f in RECORD_FIELDS}
 
 
 _DEFAULTS = dict(bank=0, row=0, col=0, n=1, phase=int(Phase.COMPUTE), reg=0, reg_step=0, src=-1,
@@ -183,8 +195,8 @@ def chunk(op, count: int | None = None, **fields) -> dict[str, np.ndarray]:
     out = {}
     for f in RECORD_FIELDS:
         v = arrays.get(f, _DEFAULTS.get(f, 0))
-        if np.ndim(v) == 0:          # most fields of a chunk are one value
-            out[f] = np.full(count, int(v), np.int32)
+        if np.ndim(v) == 0:          # most fields of a chunk are one value: a read-only view
+            out[f] = np.broadcast_to(np.int32(int(v)), (count,))
         else:
             out[f] = np.broadcast_to(np.asarray(v, dtype=np.int64), (count,)).astype(np.int32)
     return out
@@ -245,9 +257,13 @@ def select_slots(slots: list[tuple[np.ndarray, dict]], count: int) -> dict[str, 
 def stack_streams(streams: list[dict[str, np.ndarray]]) -> Records:
     """Stack per-group streams (padding with NOPs) into one Records."""
     R = max(len(s["op"]) for s in streams)
+    if len(streams) == 1:          # one stream (shared by all groups): its arrays as [1, R] views
+        return Records(**{f: np.asarray(streams[0][f], np.int32).reshape(1, R) for f in RECORD_FIELDS})
     out = {}
     for f in RECORD_FIELDS:
-        out[f] = np.stack([np.pad(s[f], (0, R - len(s[f]))) for s in streams]).astype(np.int32)
+        out[f] = np.zeros((len(streams), R), np.int32)
+        for i, s in enumerate(streams):
+            out[f][i, :len(s[f])] = s[f]
     return Records(**out)
 
 
