@@ -9,6 +9,7 @@ streams and host data are built from.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -54,7 +55,23 @@ class CoreTiles:
 
 
 def core_tiles(op: PimOp, draft: Draft) -> CoreTiles:
-    """Loop ranges (and bands) of every used core of `draft`."""
+    """Loop ranges (and bands) of every used core of `draft`.
+
+    They depend on the draft's parts only (groups, cores and representative
+    mapping per dimension set), which the knob variants of a tiling share:
+    the result is cached per (op, parts), its arrays read-only."""
+    return _core_tiles(op, draft.parts)
+
+
+@lru_cache(maxsize=2048)
+def _core_tiles(op: PimOp, parts: tuple) -> CoreTiles:
+    tiles = _compute_core_tiles(op, Draft(parts=parts))
+    for a in (tiles.start, tiles.length, *(x for _, lo, hi in tiles.bands for x in (lo, hi))):
+        a.setflags(write=False)
+    return tiles
+
+
+def _compute_core_tiles(op: PimOp, draft: Draft) -> CoreTiles:
     sets = dimension_sets(op)
     tilings = set_tilings(op, sets, draft)
     G, C = draft.groups_used, draft.cores_used
