@@ -443,11 +443,16 @@ def program_arrays(program: Program, include_resident: bool = False, steady: boo
         res["n"] = np.where(res["resident"] == 1, res["n"], 0)
     else:
         res["n"] = np.zeros_like(res["n"])
+    return {"rec": _compact({k: rec[k] for k in SCAN_FIELDS}),
+            "res": _compact({k: res[k] for k in SCAN_FIELDS}),
+            **_program_scalars(program, include_resident)}
+
+
+def _program_scalars(program: Program, include_resident: bool = False) -> dict:
+    """The per-program numbers `_combine` reads besides the streams (SCALARS)."""
     st = program.stats
-    S = rec["op"].shape[0]
+    S = program.commands.op.shape[0]
     return {
-        "rec": _compact({k: rec[k] for k in SCAN_FIELDS}),
-        "res": _compact({k: res[k] for k in SCAN_FIELDS}),
         "scale": np.float32(program.groups if S == 1 else 1),
         "parallel": np.bool_(program.parallel_rearrangement),
         # the host reads what it rearranges: a floor under the transfer (resident operands too)
@@ -681,10 +686,10 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
     model = CYCLE_MODELS.get(backend.name)
     if model is not None:
         return model(program, backend, include_resident=include_resident, refresh=refresh)
-    arr = program_arrays(program, include_resident)
     t = _timing_vector(backend.timing)
     if _engine(engine) == "native":
-        return report_at(_native_reports([arr], t, backend, refresh), 0)
+        return report_at(_native_reports([program], t, backend, refresh, include_resident=include_resident), 0)
+    arr = program_arrays(program, include_resident)
     rep = _time_batch(pad_arrays([arr]), t, backend.energy, backend.system.host, _geo(backend, refresh, [arr]))
     return report_at(rep, 0)
 
@@ -821,9 +826,9 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
     if _own_model(backend):          # UPMEM's DPU model: one report per program, stacked
         reps = [cycles(p, backend, refresh=refresh) for p in programs]
         return jax.tree.map(lambda *xs: jnp.stack(xs), *reps)
-    arrs = [program_arrays(p) for p in programs]
     if _engine(engine) == "native":
-        return _native_reports(arrs, _timing_vector(backend.timing), backend, refresh, threads)
+        return _native_reports(programs, _timing_vector(backend.timing), backend, refresh, threads)
+    arrs = [program_arrays(p) for p in programs]
     coarse = len(programs) <= SMALL_BATCH if coarse is None else coarse
     t = _timing_vector(backend.timing)
     geo = _geo(backend, refresh, arrs)
@@ -875,8 +880,9 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
 
 def _combine_chunks(arrs: list[dict], out: dict, resident: np.ndarray, t: dict, backend: Backend) -> CycleReport:
     """CycleReports [P] from the per-stream results of P programs (out
-    leaves [P, S, ...], resident [P, S]): `_combine` in padded chunks of 256
-    programs (they share compiles).  t: timing leaves, scalars or [P]."""
+    leaves [P, S, ...], resident [P, S]; arrs: their `program_arrays` or
+    `_program_scalars`): `_combine` in padded chunks of 256 programs (they
+    share compiles).  t: timing leaves, scalars or [P]."""
     P = len(arrs)
     scal = {k: np.stack([a[k] for a in arrs]) for k in SCALARS}
     per_prog = {k for k, v in t.items() if np.ndim(v) > 0}
@@ -892,35 +898,62 @@ def _combine_chunks(arrs: list[dict], out: dict, resident: np.ndarray, t: dict, 
     return jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
 
 
-def _pool_streams(arrs: list[dict]):
-    """The live records of every stream of P programs side by side, for the
-    native engine: rec [8, M] int32 (rows SCAN_FIELDS), starts / stops [K],
-    and who [K] = (program, "rec" | "res", stream)."""
-    who, lengths = [], []
-    for i, a in enumerate(arrs):
-        for kind in ("rec", "res"):
-            live = (a[kind]["n"] > 0).sum(axis=1)          # live records come first (`_compact`)
-            for s in np.nonzero(live)[0]:
-                who.append((i, kind, int(s)))
-                lengths.append(int(live[s]))
-    stops = np.cumsum(np.asarray(lengths, np.int64))
-    starts = stops - np.asarray(lengths, np.int64)
-    rec = np.empty((len(SCAN_FIELDS), int(stops[-1]) if who else 0), np.int32)
-    for (i, kind, s), lo, hi in zip(who, starts.tolist(), stops.tolist()):
-        fields = arrs[i][kind]
-        for j, f in enumerate(SCAN_FIELDS):
-            rec[j, lo:hi] = fields[f][s, :hi - lo]
+def _pool_streams(programs: list[Program], include_resident: bool = False):
+    """The record streams of P programs side by side, for the native engine,
+    built straight from their Records in one pass (no compaction: the loop
+    skips records with n = 0).  Per program its S streams, the steady state
+    ("rec": resident placement dropped, as `program_arrays`) and, when it has
+    resident records, their one-time placement ("res").
+
+    Returns rec [8, M] int32 (rows SCAN_FIELDS), starts / stops [K] and
+    who [K] = (program, "rec" | "res", stream)."""
+    parts = []
+    for i, p in enumerate(programs):
+        c = p.commands
+        resident = np.asarray(c.resident) == 1
+        split = not include_resident and bool(resident.any())
+        parts.append((i, c, resident, split))
+    sizes = [int(np.prod(c.op.shape)) * (2 if split else 1) for _, c, _, split in parts]
+    rec = np.empty((len(SCAN_FIELDS), sum(sizes)), np.int32)
+    who, starts = [], []
+    off = 0
+    for (i, c, resident, split), size in zip(parts, sizes):
+        S, R = c.op.shape
+        block = rec[:, off:off + S * R].reshape(len(SCAN_FIELDS), S, R)
+        for j, f in enumerate(("op", "bank", "row", "n", "phase")):
+            block[j] = getattr(c, f)
+        block[5] = 0 if include_resident else resident
+        block[7] = np.broadcast_to(np.asarray(c.sync), (S, R))
+        n = block[3]
+        # the leading rearrangement: records before the first live non-rearrangement one
+        block[6] = np.cumsum((block[4] != Phase.REARRANGE) & (n > 0) & ~(resident & ~include_resident),
+                             axis=1) == 0
+        kinds = [("rec", off)]
+        if split:
+            res = rec[:, off + S * R:off + 2 * S * R].reshape(len(SCAN_FIELDS), S, R)
+            res[...] = block
+            res[3] = np.where(resident, n, 0)
+            n[resident] = 0
+            kinds.append(("res", off + S * R))
+        for kind, base in kinds:
+            for st in range(S):
+                who.append((i, kind, st))
+                starts.append(base + st * R)
+        off += size
+    starts = np.asarray(starts, np.int64)
+    stops = starts + np.asarray([programs[i].commands.op.shape[1] for i, _, _ in who], np.int64)
     return rec, starts, stops, who
 
 
-def _native_outputs(arrs: list[dict], table: np.ndarray, backend: Backend, refresh: bool,
-                    threads: int | None = None):
+def _native_outputs(programs: list[Program], table: np.ndarray, backend: Backend, refresh: bool,
+                    threads: int | None = None, include_resident: bool = False):
     """Per-stream results of P programs under each of V timing rows
     (table [V, F], `native.timing_table`): out leaves [V, P, S, ...] float32
     and the resident placement time [V, P, S]."""
     from .native import time_streams
-    rec, starts, stops, who = _pool_streams(arrs)
-    V, P, S, K = table.shape[0], len(arrs), max(a["rec"]["op"].shape[0] for a in arrs), len(who)
+    rec, starts, stops, who = _pool_streams(programs, include_resident)
+    V, P, K = table.shape[0], len(programs), len(who)
+    S = max(p.commands.op.shape[0] for p in programs)
     res = time_streams(rec, np.tile(starts, V), np.tile(stops, V), np.repeat(np.arange(V), K), table,
                        backend.group.banks, backend.group.banks_per_bank_group, refresh, threads)
     out = {"buckets": np.zeros((V, P, S, 5), np.float32), "end": np.zeros((V, P, S), np.float32),
@@ -936,13 +969,13 @@ def _native_outputs(arrs: list[dict], table: np.ndarray, backend: Backend, refre
     return out, resident
 
 
-def _native_reports(arrs: list[dict], t: dict, backend: Backend, refresh: bool,
-                    threads: int | None = None) -> CycleReport:
-    """CycleReports [P] of P programs' arrays under one timing, by the
-    native engine."""
+def _native_reports(programs: list[Program], t: dict, backend: Backend, refresh: bool,
+                    threads: int | None = None, include_resident: bool = False) -> CycleReport:
+    """CycleReports [P] of P programs under one timing, by the native engine."""
     from .native import timing_table
-    out, resident = _native_outputs(arrs, timing_table(t), backend, refresh, threads)
-    return _combine_chunks(arrs, jax.tree.map(lambda x: x[0], out), resident[0], t, backend)
+    out, resident = _native_outputs(programs, timing_table(t), backend, refresh, threads, include_resident)
+    scalars = [_program_scalars(p, include_resident) for p in programs]
+    return _combine_chunks(scalars, jax.tree.map(lambda x: x[0], out), resident[0], t, backend)
 
 
 def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bool = True,
@@ -965,16 +998,16 @@ def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bo
         raise ValueError(f"{backend.name} has its own time model, whose variants are whole backends: use "
                          "pimjax.sim.cycles_upmem.sweep_upmem(program, stack_variants([backend, ...]))")
     t = _timing_vector(check_timing_batch(timings))       # one leading [T] axis on every leaf
-    arrs = [program_arrays(p) for p in progs]
     if mesh is None and _engine(engine) == "native":
         from .native import timing_table
-        out, resident = _native_outputs(arrs, timing_table(t), backend, refresh)
+        out, resident = _native_outputs(progs, timing_table(t), backend, refresh)
         T, P = out["end"].shape[:2]
         flat = lambda x: x.reshape((T * P,) + x.shape[2:])          # noqa: E731  [T, P] -> [T * P]
-        rep = _combine_chunks(arrs * T, jax.tree.map(flat, out), flat(resident),
+        rep = _combine_chunks([_program_scalars(p) for p in progs] * T, jax.tree.map(flat, out), flat(resident),
                               {k: np.repeat(np.asarray(v), P) for k, v in t.items()}, backend)
         rep = jax.tree.map(lambda x: x.reshape((T, P) + x.shape[1:]), rep)
         return rep if isinstance(programs, (list, tuple)) else jax.tree.map(lambda x: x[:, 0], rep)
+    arrs = [program_arrays(p) for p in progs]
     arr = pad_arrays(arrs)
     if mesh is not None:
         from jax.sharding import NamedSharding, PartitionSpec
