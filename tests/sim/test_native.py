@@ -77,3 +77,50 @@ def test_bad_arguments_raise():
         time_streams(rec[:3], one, one + 4, one, table, 16, 4, True)
     with pytest.raises(ValueError, match="timing rows"):
         time_streams(rec, one, one + 4, one + 1, table, 16, 4, True)
+
+
+@pytest.mark.parametrize("backend_name", ["hbm-pim", "attacc", "newton"])
+def test_engines_agree_on_lowered_programs(backend_name):
+    """Every report field of the two engines on lowered programs of three
+    kernels (resident matrices), one program at a
+    time with and without the resident placement, in a batch, and swept."""
+    from pimjax.kernels import kernel_op
+    from pimjax.lower import lower
+    from pimjax.partition import drafts
+    from pimjax.sim.cycles import cycles, cycles_batch, sweep
+
+    be = get_backend(backend_name, channels=4) if backend_name != "attacc" else get_backend(backend_name)
+    rng = np.random.default_rng(3)
+    progs = []
+    for kernel, shape in (("gemv", [256, 512]), ("mmtv", [1, 4, 64, 32]), ("va", [1 << 12]), ("red", [16, 1024])):
+        op, shapes = kernel_op(kernel, shape)
+        table = drafts(op, be, shapes=shapes)          # Newton runs MACs only: no va / red drafts
+        progs += [lower(op, table[int(i)], be, shapes, resident=(0,) if kernel == "gemv" else ())
+                  for i in rng.choice(len(table), min(4, len(table)), replace=False)]
+    assert len(progs) >= 8
+    fields = ("total_cycles", "rearrangement", "compute", "readback", "merge", "resident_cycles",
+              "kernel_cycles", "energy_pj", "bound")
+
+    def same(a, b):
+        for f in fields:
+            np.testing.assert_array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f)), err_msg=f)
+        for k in a.counts:
+            np.testing.assert_array_equal(np.asarray(a.counts[k]), np.asarray(b.counts[k]), err_msg=k)
+
+    # a program with a stream per group (the pooling of S > 1 streams): its own
+    # stream next to a shorter copy of it
+    import dataclasses
+    from pimjax.lower.program import RECORD_FIELDS, Records
+    c = progs[0].commands
+    two = Records(**{f: np.concatenate([np.asarray(getattr(c, f)),
+                                        np.pad(np.asarray(getattr(c, f))[:, :c.op.shape[1] // 2],
+                                               ((0, 0), (0, c.op.shape[1] - c.op.shape[1] // 2)))])
+                     for f in RECORD_FIELDS})
+    progs.append(dataclasses.replace(progs[0], commands=two))
+    same(cycles_batch(progs, be, engine="native"), cycles_batch(progs, be, engine="scan"))
+    for p in progs[::3]:
+        for inc in (False, True):
+            same(cycles(p, be, include_resident=inc, engine="native"), cycles(p, be, include_resident=inc, engine="scan"))
+    variants = stack_variants([be.timing.replace(tRP=float(be.timing.tRP) + k, tFAW=float(be.timing.tFAW) + 2 * k)
+                               for k in range(3)])
+    same(sweep(progs[:4], variants, be, engine="native"), sweep(progs[:4], variants, be, engine="scan"))
