@@ -680,6 +680,7 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
         >>> rep.total_cycles, rep.breakdown()                   # doctest: +SKIP
     """
     _check_programs([program], backend)
+    engine = _engine(engine)
     if backend.core.programmable:   # DPUs run their own instruction streams: UPMEM's time model
         from .cycles_upmem import cycles_upmem
         return cycles_upmem(program, backend, include_resident=include_resident)
@@ -687,7 +688,7 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
     if model is not None:
         return model(program, backend, include_resident=include_resident, refresh=refresh)
     t = _timing_vector(backend.timing)
-    if _engine(engine) == "native":
+    if engine == "native":
         return report_at(_native_reports([program], t, backend, refresh, include_resident=include_resident), 0)
     arr = program_arrays(program, include_resident)
     rep = _time_batch(pad_arrays([arr]), t, backend.energy, backend.system.host, _geo(backend, refresh, [arr]))
@@ -823,10 +824,11 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
     compiled event loop, `sim.native`; `batch` and `coarse` do not apply) or
     "scan" (the lane-packed lax.scan); the same numbers."""
     _check_programs(programs, backend)
+    engine = _engine(engine)
     if _own_model(backend):          # UPMEM's DPU model: one report per program, stacked
         reps = [cycles(p, backend, refresh=refresh) for p in programs]
         return jax.tree.map(lambda *xs: jnp.stack(xs), *reps)
-    if _engine(engine) == "native":
+    if engine == "native":
         return _native_reports(programs, _timing_vector(backend.timing), backend, refresh, threads)
     arrs = [program_arrays(p) for p in programs]
     coarse = len(programs) <= SMALL_BATCH if coarse is None else coarse
@@ -998,7 +1000,12 @@ def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bo
         raise ValueError(f"{backend.name} has its own time model, whose variants are whole backends: use "
                          "pimjax.sim.cycles_upmem.sweep_upmem(program, stack_variants([backend, ...]))")
     t = _timing_vector(check_timing_batch(timings))       # one leading [T] axis on every leaf
-    if mesh is None and _engine(engine) == "native":
+    if mesh is not None:
+        if engine not in (None, "scan"):
+            raise ValueError(f"a sweep over a device mesh runs on the scan engine (engine='scan' or None), got "
+                             f"engine={engine!r}; the native engine runs on this host's cores (mesh=None)")
+        engine = "scan"
+    if _engine(engine) == "native":
         from .native import timing_table
         out, resident = _native_outputs(progs, timing_table(t), backend, refresh)
         T, P = out["end"].shape[:2]

@@ -124,3 +124,29 @@ def test_engines_agree_on_lowered_programs(backend_name):
     variants = stack_variants([be.timing.replace(tRP=float(be.timing.tRP) + k, tFAW=float(be.timing.tFAW) + 2 * k)
                                for k in range(3)])
     same(sweep(progs[:4], variants, be, engine="native"), sweep(progs[:4], variants, be, engine="scan"))
+
+
+def test_engine_choice_is_checked():
+    """A misspelt engine is an error on every entry point; a mesh sweep runs
+    on the scan engine and refuses engine='native'."""
+    import jax
+    from jax.sharding import Mesh
+
+    from pimjax.kernels import kernel_op
+    from pimjax.lower import lower
+    from pimjax.partition.baselines import baseline
+    from pimjax.sim.cycles import cycles, cycles_batch, sweep
+
+    be = get_backend("hbm-pim", channels=4)
+    op, shapes = kernel_op("va", [4096])
+    prog = lower(op, baseline(op, be), be, shapes)
+    variants = stack_variants([be.timing])
+    for call in (lambda: cycles(prog, be, engine="nativ"), lambda: cycles_batch([prog], be, engine="Scan"),
+                 lambda: sweep(prog, variants, be, engine="fast")):
+        with pytest.raises(ValueError, match="unknown cycle engine"):
+            call()
+    mesh = Mesh(np.array(jax.devices()[:1]), ("d",))
+    with pytest.raises(ValueError, match="scan engine"):
+        sweep(prog, variants, be, mesh=mesh, engine="native")
+    np.testing.assert_array_equal(np.asarray(sweep(prog, variants, be, mesh=mesh).total_cycles),
+                                  np.asarray(sweep(prog, variants, be).total_cycles))
