@@ -659,10 +659,18 @@ compiled event loop on the host's cores, 10-50x faster on a CPU) or "scan"
 Both implement `timing.py` and equal the reference model to the cycle."""
 
 
-def _engine(engine: str | None) -> str:
-    engine = DEFAULT_ENGINE if engine is None else engine
+def _engine(engine: str | None, timing: Timing | None = None) -> str:
+    """The engine to use: `engine`, or DEFAULT_ENGINE -- except under a JAX
+    transformation of the timing (`jax.vmap` / `jax.jit` over `cycles` with
+    traced Timing leaves), which only the scan engine can follow."""
+    traced = timing is not None and any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(timing))
+    if engine is None:
+        engine = "scan" if traced else DEFAULT_ENGINE
     if engine not in ENGINES:
         raise ValueError(f"unknown cycle engine {engine!r}; one of {', '.join(ENGINES)}")
+    if traced and engine == "native":
+        raise ValueError("the native cycle engine runs on concrete timings; under jax.vmap / jax.jit over the "
+                         "Timing use engine='scan' (or None), or pimjax.sim.cycles.sweep for a batch of variants")
     return engine
 
 
@@ -680,7 +688,7 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
         >>> rep.total_cycles, rep.breakdown()                   # doctest: +SKIP
     """
     _check_programs([program], backend)
-    engine = _engine(engine)
+    engine = _engine(engine, backend.timing)
     if backend.core.programmable:   # DPUs run their own instruction streams: UPMEM's time model
         from .cycles_upmem import cycles_upmem
         return cycles_upmem(program, backend, include_resident=include_resident)

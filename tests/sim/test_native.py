@@ -150,3 +150,29 @@ def test_engine_choice_is_checked():
         sweep(prog, variants, be, mesh=mesh, engine="native")
     np.testing.assert_array_equal(np.asarray(sweep(prog, variants, be, mesh=mesh).total_cycles),
                                   np.asarray(sweep(prog, variants, be).total_cycles))
+
+
+def test_vmap_over_cycles_uses_the_scan_engine():
+    """`jax.vmap` of `cycles` over Timing variants (the hw docstring's sweep
+    by vmap) traces the timing, which only the scan engine can follow: the
+    default picks it, and the numbers equal the native engine's one variant
+    at a time; engine='native' under vmap is a clear error."""
+    import jax
+
+    from pimjax.kernels import kernel_op
+    from pimjax.lower import lower
+    from pimjax.partition.baselines import baseline
+    from pimjax.sim.cycles import cycles
+
+    be = get_backend("hbm-pim", channels=4)
+    op, shapes = kernel_op("gemv", [256, 512])
+    prog = lower(op, baseline(op, be), be, shapes)
+    values = (10.0, 14.0, 18.0)
+    stacked = stack_variants([be.timing.replace(tRP=v) for v in values])
+    out = jax.vmap(lambda tm: cycles(prog, be.replace(timing=tm)).total_cycles)(stacked)
+    expect = [float(cycles(prog, be.replace(timing=be.timing.replace(tRP=v)), engine="native").total_cycles)
+              for v in values]
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(expect, np.float32))
+    assert expect[0] < expect[2]
+    with pytest.raises(ValueError, match="concrete timings"):
+        jax.vmap(lambda tm: cycles(prog, be.replace(timing=tm), engine="native").total_cycles)(stacked)
