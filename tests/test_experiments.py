@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from experiments import predictor_accuracy, validate_reference
+from experiments import predictor_accuracy, timing_sweep, validate_reference
 from pimjax.costmodel.evaluate import check_case
 
 HEADER = "backend,variant,kernel,shape,channels,refresh,metric,cycles\n"
@@ -86,3 +86,35 @@ def test_predictor_accuracy_refuses_bad_or_empty_case_files(tmp_path, capsys):
     empty.write_text("[]")
     assert predictor_accuracy.main(["--cases", str(empty), "--cache", str(tmp_path / "c"),
                                     "--out", str(tmp_path)]) == 2
+
+
+def test_timing_sweep_writes_the_grid_each_point_as_cycles_gives(tmp_path, capsys):
+    """Every CSV row is the baseline / tuned program timed by `cycles` on the
+    backend with that (x, y) timing; bad parameters are usage errors."""
+    import csv
+
+    from pimjax.costmodel.tune import Tuner
+    from pimjax.hw import get_backend
+    from pimjax.kernels import kernel_op
+    from pimjax.lower import lower
+    from pimjax.partition.baselines import baseline
+    from pimjax.sim.cycles import cycles
+
+    args = ["--kernel", "red", "--shape", "8", "1024", "--x", "tRP", "10", "20", "--y", "tCCD_AB", "2", "6",
+            "--n", "3", "--out", str(tmp_path)]
+    assert timing_sweep.main(args) == 0
+    rows = list(csv.DictReader(open(tmp_path / "timing_sweep_hbm-pim_red.csv")))
+    assert len(rows) == 9
+    be = get_backend("hbm-pim")
+    op, shapes = kernel_op("red", [8, 1024])
+    progs = [lower(op, baseline(op, be), be, shapes), Tuner("predict").choose(op, be, shapes).program]
+    for r in rows[::4]:
+        bv = be.replace(timing=be.timing.replace(tRP=float(r["tRP"]), tCCD_AB=float(r["tCCD_AB"])))
+        got = [float(r["baseline_cycles"]), float(r["tuned_cycles"])]
+        want = [float(cycles(p, bv).total_cycles) for p in progs]
+        assert got == pytest.approx(want, abs=0.051)              # the CSV keeps one decimal
+    assert (tmp_path / "timing_sweep_hbm-pim_red.png").stat().st_size > 0
+    for bad in (["--x", "tBOGUS", "1", "2"], ["--x", "tRP", "5", "3"], ["--x", "tCCD_AB", "1", "2"], ["--n", "1"]):
+        with pytest.raises(SystemExit) as e:
+            timing_sweep.main(bad + ["--out", str(tmp_path)])
+        assert e.value.code == 2
