@@ -291,6 +291,8 @@ def _einsum_fast_path(op: PimOp, operands):
     if arrays[0].dtype != arrays[1].dtype:
         return None
     out = "".join(letter[v] for v in op.output_vars)
+    if set(out) - set(specs[0]) - set(specs[1]):
+        return None          # an output dimension no operand has (0-d operands broadcast): not an einsum
     return _einsum2(*arrays, spec=f"{specs[0]},{specs[1]}->{out}")
 
 
