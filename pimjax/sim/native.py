@@ -10,10 +10,10 @@ chain of ~30 small fusions with a floor of ~3 us whatever the lane count
 serial chain of steps: the scan cannot go below ~3 us per record of the
 longest stream.  A record here costs tens of nanoseconds, so the same
 semantics run 10-50x faster on the CPU -- what the tuner, the labeller, the
-exhaustive search and CPU sweeps need.  Both engines read the same
-`program_arrays` streams and feed the same `_combine` (per-program
-breakdown, energy, bound); tests hold both to the reference model
-(`reference.py`) to the cycle.
+exhaustive search and CPU sweeps need.  Both engines time the same
+streams of a Program's records (steady state and resident placement) and
+feed the same `_combine` (per-program breakdown, energy, bound); tests hold
+both to the reference model (`reference.py`) to the cycle.
 
 Times are float64 here (the scan's are float32), so fractional swept
 timings do not drift; with integer timings the two engines agree exactly.
@@ -42,7 +42,7 @@ FIELDS = ("tCL", "tWL", "tBL", "tRCDRD", "tRCDWR", "tRP", "tRAS", "tRC", "tCCD_S
           "tREF0")
 (T_CL, T_WL, T_BL, T_RCDRD, T_RCDWR, T_RP, T_RAS, T_RC, T_CCD_S, T_CCD_L, T_CCD_AB, T_RRD_S, T_RRD_L, T_FAW,
  T_WR, T_RTP_S, T_RTP_L, T_WTR_S, T_WTR_L, T_RTRS, T_REFI, T_RFC, T_REF0) = range(len(FIELDS))
-# record fields, rows of the [7, M] record table
+# record fields, rows of the [8, M] record table
 RECORD_FIELDS = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
 READBACK, REARRANGE = int(Phase.READBACK), int(Phase.REARRANGE)     # module constants: numba folds them
 
@@ -279,6 +279,9 @@ def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np
     if rec.shape[0] != len(RECORD_FIELDS) or stops.shape != (S,) or tix.shape != (S,):
         raise ValueError(f"time_streams: rec [{len(RECORD_FIELDS)}, M] and starts / stops / tix [S] expected, "
                          f"got {rec.shape}, {starts.shape}, {stops.shape}, {tix.shape}")
+    # the loop is compiled without bounds checks: a bad index would read past the arrays
+    if S and (starts.min() < 0 or (stops < starts).any() or stops.max() > rec.shape[1]):
+        raise ValueError(f"time_streams: streams must lie in the {rec.shape[1]} records (0 <= start <= stop)")
     if S and (tix.min() < 0 or tix.max() >= table.shape[0]):
         raise ValueError(f"time_streams: timing rows 0..{table.shape[0] - 1}, got {tix.min()}..{tix.max()}")
     buckets, end, counts = np.zeros((S, 5)), np.zeros(S), np.zeros((S, 8))

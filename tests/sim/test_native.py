@@ -77,6 +77,9 @@ def test_bad_arguments_raise():
         time_streams(rec[:3], one, one + 4, one, table, 16, 4, True)
     with pytest.raises(ValueError, match="timing rows"):
         time_streams(rec, one, one + 4, one + 1, table, 16, 4, True)
+    for lo, hi in ((0, 5), (3, 2), (-1, 2)):                  # past the records, reversed, negative
+        with pytest.raises(ValueError, match="streams must lie"):
+            time_streams(rec, one + lo, one + hi, one, table, 16, 4, True)
 
 
 @pytest.mark.parametrize("backend_name", ["hbm-pim", "attacc", "newton"])
