@@ -39,6 +39,7 @@ from ..partition.verify import matrix_and_vector, register_split_error
 from ..trace.affine import AffineExpr
 from ..trace.ir import Acc, Arg, Const, PimOp, Prim
 from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
+from .native import column_runs
 from .program import (LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, chunk, concat,
                       bank_order_key, select_slots, stack_streams, streamed)
 from .tiles import CoreTiles, core_tiles
@@ -176,16 +177,8 @@ INTERLEAVE_LIMIT = 4096
 
 def _runs(flat: np.ndarray, cols: int = 32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row, col, n) of the runs of consecutive column indices inside one row
-    (vectorised `_column_runs`)."""
-    flat = np.asarray(flat, np.int64)
-    if flat.size == 0:
-        return (np.zeros(0, np.int64),) * 3
-    brk = np.ones(flat.size, bool)
-    brk[1:] = (flat[1:] != flat[:-1] + 1) | (flat[1:] % cols == 0)
-    starts = np.flatnonzero(brk)
-    n = np.diff(np.append(starts, flat.size))
-    first = flat[starts]
-    return first // cols, first % cols, n
+    (`_column_runs` as arrays; compiled, `native.column_runs`)."""
+    return column_runs(np.ascontiguousarray(flat, np.int64), cols)
 
 
 def _unique_columns(flat) -> np.ndarray:
@@ -276,22 +269,27 @@ def _program(ctx: _Ctx, layouts, streams, host_data, readback: Readback, meta: d
 
 def _stats(records: Records, ctx: "_Ctx") -> dict:
     """Record counts and bytes per direction (whole program, all groups)."""
-    op = np.asarray(records.op)
-    n = np.asarray(records.n)
-    phase = np.asarray(records.phase)
-    res = np.asarray(records.resident)
+    op = np.asarray(records.op).reshape(-1)
+    n = np.asarray(records.n).reshape(-1)
     G = ctx.tiles.groups
     colb = ctx.backend.core.col_bytes
-    counts = {Op(o).name: int(n[op == o].sum()) * G for o in np.unique(op) if o != Op.NOP}
-    wr = ((op == Op.WR_S) | (op == Op.WR)) & (phase == Phase.REARRANGE)
-    reg = (op == Op.AB_WR) & (phase == Phase.REARRANGE)
-    rb = ((op == Op.RD_S) | (op == Op.RD)) & (phase == Phase.READBACK)
+    # one pass: the column total of every (opcode, phase, resident) class
+    key = (op.astype(np.int64) * len(Phase) + np.asarray(records.phase).reshape(-1)) * 2 \
+        + (np.asarray(records.resident).reshape(-1) != 0)
+    n_ops = max(int(op.max(initial=0)), max(Op)) + 1
+    total = np.bincount(key, weights=n, minlength=n_ops * len(Phase) * 2).reshape(n_ops, len(Phase), 2)
+    present = np.flatnonzero(np.bincount(op, minlength=n_ops))
+
+    def cols(ops, phase, resident=(0, 1)):
+        return int(sum(total[o, phase, r] for o in ops for r in resident))
+
+    counts = {Op(o).name: int(total[o].sum()) * G for o in present if o != Op.NOP}
     out_elems = int(np.prod(ctx.shapes[ctx.op.result.value], dtype=np.int64))
-    readback_bytes = int(n[rb].sum()) * colb * G
-    return {"records": int((n > 0).sum()), "commands": counts,
-            "rearrange_bytes": int(n[wr & (res == 0)].sum()) * colb * G,
-            "resident_bytes": int(n[wr & (res == 1)].sum()) * colb * G,
-            "register_bytes": int(n[reg].sum()) * colb * G,
+    readback_bytes = cols((Op.RD_S, Op.RD), Phase.READBACK) * colb * G
+    return {"records": int(np.count_nonzero(n > 0)), "commands": counts,
+            "rearrange_bytes": cols((Op.WR_S, Op.WR), Phase.REARRANGE, (0,)) * colb * G,
+            "resident_bytes": cols((Op.WR_S, Op.WR), Phase.REARRANGE, (1,)) * colb * G,
+            "register_bytes": cols((Op.AB_WR,), Phase.REARRANGE) * colb * G,
             "readback_bytes": readback_bytes,
             "result_bytes": out_elems * 4,
             "merge_flops": readback_bytes // 2 + (out_elems if ctx.op.epilogue is not None else 0)}

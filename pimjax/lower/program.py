@@ -29,6 +29,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from .native import interleave
+
 
 class Op(enum.IntEnum):
     """Opcodes of all backends.  The timing class of each is in `TIMING_CLASS`."""
@@ -196,10 +198,21 @@ def chunk(op, count: int | None = None, **fields) -> dict[str, np.ndarray]:
     for f in RECORD_FIELDS:
         v = arrays.get(f, _DEFAULTS.get(f, 0))
         if np.ndim(v) == 0:          # most fields of a chunk are one value: a read-only view
-            out[f] = np.broadcast_to(np.int32(int(v)), (count,))
+            out[f] = _constant(int(v), count)
+        elif np.shape(v) == (count,):
+            out[f] = np.asarray(v).astype(np.int32)
         else:
             out[f] = np.broadcast_to(np.asarray(v, dtype=np.int64), (count,)).astype(np.int32)
     return out
+
+
+def _constant(value: int, count: int) -> np.ndarray:
+    """[count] int32 read-only view of one value (stride 0): what
+    `np.broadcast_to` gives, at a third of its call overhead (a chunk has
+    ~10 such fields and a lowering ~100 chunks)."""
+    view = np.ndarray((count,), np.int32, np.array(value, np.int32), 0, (0,))
+    view.flags.writeable = False
+    return view
 
 
 def bank_order_key(bank: int, banks_per_bg: int) -> tuple[int, int]:
@@ -240,7 +253,28 @@ def concat(*chunks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def select_slots(slots: list[tuple[np.ndarray, dict]], count: int) -> dict[str, np.ndarray]:
     """Interleave per-invocation record slots: `slots` is a list of
     (present [K] bool, chunk of K records); the result lists, for invocation
-    0..K-1 in order, its present slots in list order."""
+    0..K-1 in order, its present slots in list order.  Compiled
+    (`native.interleave`); `select_slots_numpy` is the same in numpy."""
+    F, S = len(RECORD_FIELDS), len(slots)
+    mask = np.empty((count, S), bool)
+    scalars = np.zeros((S, F), np.int32)
+    source = np.full((S, F), -1, np.int64)
+    arrays = []
+    for j, (present, c) in enumerate(slots):
+        mask[:, j] = present
+        for k, f in enumerate(RECORD_FIELDS):
+            a = c[f]
+            if a.strides == (0,) and count:      # a scalar field (`chunk`'s broadcast view)
+                scalars[j, k] = a[0]
+            else:
+                source[j, k] = len(arrays)
+                arrays.append(a)
+    table = np.stack(arrays).astype(np.int32, copy=False) if arrays else np.zeros((0, count), np.int32)
+    return dict(zip(RECORD_FIELDS, interleave(mask, scalars, source, table)))
+
+
+def select_slots_numpy(slots: list[tuple[np.ndarray, dict]], count: int) -> dict[str, np.ndarray]:
+    """`select_slots` in numpy (the readable definition, used by tests)."""
     # one [fields, count, slots] table and one boolean selection of its
     # columns (a stack and a selection per field cost 14x the numpy calls)
     F, S = len(RECORD_FIELDS), len(slots)
