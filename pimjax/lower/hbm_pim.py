@@ -40,7 +40,7 @@ from ..trace.affine import AffineExpr
 from ..trace.ir import Acc, Arg, Const, PimOp, Prim
 from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
 from .native import column_runs
-from .program import (LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, chunk, concat,
+from .program import (LazyArray, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, chunk, concat,
                       bank_order_key, select_slots, stack_streams, streamed)
 from .tiles import CoreTiles, core_tiles
 
@@ -209,34 +209,45 @@ def _host_columns(b: RecordBuilder, op: Op, phase: Phase, layout_id: int, region
     (repeat compression) as one run per bank row, the runs round-robin over
     the banks."""
     targets = []
-    for bank_sel, flat in region.items():
-        flat = _unique_columns(flat)
+    flats = {int(bank_sel): _unique_columns(flat) for bank_sel, flat in region.items()}
+    for bank_sel, flat in flats.items():
         for core in range(cores):
-            targets.append((2 * core + int(bank_sel), core, flat))
+            targets.append((2 * core + bank_sel, core, bank_sel))
     if not targets:
         return
     # in bank_order (the target banks are distinct, so this is the same order)
     targets.sort(key=lambda t: bank_order_key(t[0], BANKS_PER_BG))
-    total = sum(len(t[2]) for t in targets)
+    total = sum(len(flats[t[2]]) for t in targets)
     per_column = total <= INTERLEAVE_LIMIT
     code = op if per_column else streamed(op, [t[0] for t in targets], BANKS_PER_BG)
-    cols = {k: [] for k in ("bank", "core", "row", "col", "n", "i", "t")}
-    for t, (bank, core, flat) in enumerate(targets):
-        if per_column:
-            row, col, n = flat // 32, flat % 32, np.ones(len(flat), np.int64)
-        else:
-            row, col, n = _runs(flat)
-        cols["bank"].append(np.full(len(row), bank))
-        cols["core"].append(np.full(len(row), core))
-        cols["row"].append(row)
-        cols["col"].append(col)
-        cols["n"].append(n)
-        cols["i"].append(np.arange(len(row)))
-        cols["t"].append(np.full(len(row), t))
-    c = {k: np.concatenate(v) for k, v in cols.items()}
-    idx = np.lexsort((c["t"], c["i"]))             # round-robin: run i of every bank, in bank order
-    recs = chunk(code, len(idx), bank=c["bank"][idx], row=phys_row(c["row"][idx]), col=c["col"][idx],
-                 n=c["n"][idx], phase=phase, src=layout_id, core=c["core"][idx], resident=int(resident))
+    # every core transfers the same columns of its bank: the runs once per bank parity
+    runs = {sel: (flat // 32, flat % 32, np.ones(len(flat), np.int64)) if per_column else _runs(flat)
+            for sel, flat in flats.items()}
+    lengths = {len(r[0]) for r in runs.values()}
+    if len(lengths) == 1:
+        # round-robin over equal run counts: a [runs, targets] transpose
+        L, T = lengths.pop(), len(targets)
+        c = {"bank": np.broadcast_to([t[0] for t in targets], (L, T)),
+             "core": np.broadcast_to([t[1] for t in targets], (L, T))}
+        for k, f in enumerate(("row", "col", "n")):
+            c[f] = np.stack([runs[t[2]][k] for t in targets], 1)
+        c = {f: v.reshape(-1) for f, v in c.items()}
+    else:
+        cols = {k: [] for k in ("bank", "core", "row", "col", "n", "i", "t")}
+        for t, (bank, core, sel) in enumerate(targets):
+            row, col, n = runs[sel]
+            cols["bank"].append(np.full(len(row), bank))
+            cols["core"].append(np.full(len(row), core))
+            cols["row"].append(row)
+            cols["col"].append(col)
+            cols["n"].append(n)
+            cols["i"].append(np.arange(len(row)))
+            cols["t"].append(np.full(len(row), t))
+        c = {k: np.concatenate(v) for k, v in cols.items()}
+        idx = np.lexsort((c["t"], c["i"]))             # round-robin: run i of every bank, in bank order
+        c = {f: c[f][idx] for f in ("bank", "core", "row", "col", "n")}
+    recs = chunk(code, len(c["bank"]), bank=c["bank"], row=phys_row(c["row"]), col=c["col"],
+                 n=c["n"], phase=phase, src=layout_id, core=c["core"], resident=int(resident))
     b.extend(recs)
 
 
@@ -379,7 +390,7 @@ def _contraction(ctx: _Ctx) -> Program:
                              synthetic={"#slot": slots} if slots > 1 else None)
 
     # --- host data: the vector operand, one row per GRF_A register write ----
-    v_rows, v_key = _vector_rows(ctx, V, o_b, o_v, red, n_r, xi, lanes)
+    v_rows = _vector_rows(ctx, V, o_b, o_v, red, n_r, xi, lanes)
 
     # --- the command stream (shared by all groups), emitted as arrays -------
     # one row per kernel invocation (b, v, j, i) in loop order
@@ -452,14 +463,23 @@ def _vector_layout(tiles: CoreTiles, V, vi: int, shapes) -> TensorLayout:
     return tile_layout(tiles, "v", vi, (), (), shapes[V.value], np.zeros((1, 4), np.int32), ())
 
 
-def _vector_rows(ctx: _Ctx, V, o_b, o_v, red, n_r, xi, lanes):
-    """Host-data rows for GRF_A writes: for every (batch b, column v, input
-    tile i) and register kk, the 16 global flat indices of the vector
-    operand (-1 for padding / out-of-band).
+def _vector_rows(ctx: _Ctx, V, o_b, o_v, red, n_r, xi, lanes) -> LazyArray:
+    """Host-data rows for GRF_A writes [G, n_bv * t_in * ki, 16]: for every
+    (batch b, column v, input tile i) and register kk, the 16 global flat
+    indices of the vector operand (-1 for padding / out-of-band).  Built on
+    first use (`execute`; timing never reads them).
 
     All cores of a group share these registers (broadcast), so the data is
     taken from core 0 of each group; the partitioner guarantees the cores of
     a group agree (no core split of the vector's dimension sets)."""
+    box = dict(zip(ctx.tiles.vars, (int(ctx.tiles.length[..., k].max()) for k in range(len(ctx.tiles.vars)))))
+    n_bv = int(np.prod([box[v] for v in list(o_b) + list(o_v)], dtype=np.int64))
+    shape = (ctx.tiles.groups, n_bv * -(-n_r // xi) * (xi // lanes), lanes)
+    return LazyArray(lambda: _vector_rows_now(ctx, V, o_b, o_v, red, n_r, xi, lanes), shape, np.int64)
+
+
+def _vector_rows_now(ctx: _Ctx, V, o_b, o_v, red, n_r, xi, lanes) -> np.ndarray:
+    """The table of `_vector_rows`."""
     tiles = ctx.tiles
     op = ctx.op
     box = dict(zip(tiles.vars, (int(tiles.length[..., k].max()) for k in range(len(tiles.vars)))))
@@ -499,13 +519,7 @@ def _vector_rows(ctx: _Ctx, V, o_b, o_v, red, n_r, xi, lanes):
     flat = np.pad(flat, ((0, 0), (0, 0), (0, pad)))
     valid = np.pad(valid, ((0, 0), (0, 0), (0, pad)))
     rows = _host_rows(flat, valid).reshape(G, n_bv * t_in * (xi // lanes), lanes)
-    n_v = int(np.prod([box[v] for v in o_v], dtype=np.int64))
-    key = {}
-    kiregs = xi // lanes
-    for bv in range(n_bv):
-        for i in range(t_in):
-            key[(bv // n_v, bv % n_v, i)] = (bv * t_in + i) * kiregs
-    return rows, key
+    return rows
 
 
 def _concat(pre, kernel, post) -> dict[str, np.ndarray]:

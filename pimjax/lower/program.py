@@ -301,18 +301,24 @@ def stack_streams(streams: list[dict[str, np.ndarray]]) -> Records:
     return Records(**out)
 
 
-class LazyPositions:
-    """A layout's position table computed on first use: timing a program
-    never needs where every matrix element lives, only `execute` does."""
+class LazyArray:
+    """An array computed on first use: timing a program never needs where
+    every matrix element lives or which vector element each register write
+    carries, only `execute` does.  `shape` and `dtype` are known up front."""
 
-    def __init__(self, fn, count: int):
+    def __init__(self, fn, shape: tuple, dtype=np.int32):
         self._fn = fn
         self._array = None
-        self.shape = (int(count), 4)
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
 
     def materialize(self) -> np.ndarray:
         if self._array is None:
-            self._array = np.asarray(self._fn(), np.int32).reshape(self.shape)
+            self._array = np.asarray(self._fn(), self.dtype).reshape(self.shape)
             self._fn = None
         return self._array
 
@@ -325,6 +331,14 @@ class LazyPositions:
 
     def __len__(self) -> int:
         return self.shape[0]
+
+
+class LazyPositions(LazyArray):
+    """A layout's position table [count, 4] (bank, row, column, lane),
+    computed on first use."""
+
+    def __init__(self, fn, count: int):
+        super().__init__(fn, (count, 4), np.int32)
 
 
 @dataclass(frozen=True)

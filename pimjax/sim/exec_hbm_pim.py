@@ -159,7 +159,7 @@ def _host_values(program: Program, values: _OperandValues, dtype):
     """Values of host-data table 0 ([G, rows, 16]; -1 -> 0)."""
     if not program.host_data or program.host_data[0].shape[1] == 0:
         return np.zeros((program.groups, 0, 16), dtype)
-    idx = program.host_data[0]
+    idx = np.asarray(program.host_data[0])
     k = program.meta["host_data_operands"][0]
     vals = values[k][np.maximum(idx, 0)]
     return np.where(idx >= 0, vals, np.zeros((), dtype))
