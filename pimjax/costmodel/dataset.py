@@ -116,13 +116,14 @@ def sample_shape(kernel: str, backend: str, rng) -> tuple[int, ...]:
 # --------------------------------------------------------------------------
 # labelling
 # --------------------------------------------------------------------------
-def simulate(programs: list, backend: Backend) -> np.ndarray:
+def simulate(programs: list, backend: Backend, threads: int | None = None) -> np.ndarray:
     """[len(programs), 5] float64: total cycles and the phases (rearrangement,
     compute, readback, merge) of every program.
 
     `cycles_batch` pools the record streams of all programs and packs them
     into lanes of one scan, so pass many programs at once (`Labeller` pools
-    them across cases)."""
+    them across cases).  threads: the native engine's threads (default: all
+    cores; the `Labeller` runs it on one, beside the lowering)."""
     from ..sim.cycles import cycles, cycles_batch
     out = np.full((len(programs), 5), np.nan)
     if not programs:
@@ -133,7 +134,7 @@ def simulate(programs: list, backend: Backend) -> np.ndarray:
             out[i] = [float(r.total_cycles), float(r.rearrangement), float(r.compute),
                       float(r.readback), float(r.merge)]
         return out
-    r = cycles_batch(programs, backend, coarse=False)
+    r = cycles_batch(programs, backend, coarse=False, threads=threads)
     return np.stack([np.asarray(getattr(r, f), np.float64) for f in
                      ("total_cycles", "rearrangement", "compute", "readback", "merge")], axis=1)
 
@@ -186,7 +187,7 @@ class Labeller:
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="labeller")
-        self._running = (self.tags, self._pool.submit(simulate, self.pending, self.backend))
+        self._running = (self.tags, self._pool.submit(simulate, self.pending, self.backend, 1))
         self.pending, self.tags, self.records = [], [], 0
 
     def ready(self) -> list:

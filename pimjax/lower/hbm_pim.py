@@ -27,6 +27,7 @@ operands (DCC `pre_load`), channel-parallel rearrangement (DCC §IV-C).
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 
@@ -39,9 +40,9 @@ from ..partition.verify import matrix_and_vector, register_split_error
 from ..trace.affine import AffineExpr
 from ..trace.ir import Acc, Arg, Const, PimOp, Prim
 from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
-from .native import column_runs
+from .native import class_totals, column_runs
 from .program import (LazyArray, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, chunk, concat,
-                      bank_order_key, select_slots, stack_streams, streamed)
+                      bank_order_key, SlotTable, stack_streams, streamed)
 from .tiles import CoreTiles, core_tiles
 
 # rows of the mode / configuration frame (hbm-pim.md)
@@ -124,19 +125,34 @@ def lower_hbm_pim(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None
 # --------------------------------------------------------------------------
 def _frame_open(b: RecordBuilder) -> None:
     """Park-in, SB->HAB and the CRF program (hbm-pim.md "Fixed frame")."""
-    for bank in range(16):
-        b.add(Op.RD, bank=bank, row=PARK_ROW, col=0, aux=Crf.MODE)
-    for bank in (0, 8, 1, 9):
-        b.add(Op.WR, bank=bank, row=SB_TO_HAB_ROW, col=31, aux=Crf.MODE)
-    b.add(Op.AB_WR, bank=1, row=CONF_ROW, col=4, aux=Crf.PROGRAM)
+    b.extend(_frame_records("open"))
 
 
 def _frame_close(b: RecordBuilder) -> None:
     """HAB->SB and park-out."""
-    for bank in (0, 1):
-        b.add(Op.WR, bank=bank, row=HAB_TO_SB_ROW, col=0, aux=Crf.MODE)
-    for bank in range(16):
-        b.add(Op.RD, bank=bank, row=PARK_ROW, col=0, aux=Crf.MODE)
+    b.extend(_frame_records("close"))
+
+
+@functools.lru_cache(maxsize=None)
+def _frame_records(which: str) -> dict[str, np.ndarray]:
+    """The records of the fixed frame (read-only arrays, built once: every
+    lowering emits the same 55 records)."""
+    b = RecordBuilder()
+    if which == "open":
+        for bank in range(16):
+            b.add(Op.RD, bank=bank, row=PARK_ROW, col=0, aux=Crf.MODE)
+        for bank in (0, 8, 1, 9):
+            b.add(Op.WR, bank=bank, row=SB_TO_HAB_ROW, col=31, aux=Crf.MODE)
+        b.add(Op.AB_WR, bank=1, row=CONF_ROW, col=4, aux=Crf.PROGRAM)
+    else:
+        for bank in (0, 1):
+            b.add(Op.WR, bank=bank, row=HAB_TO_SB_ROW, col=0, aux=Crf.MODE)
+        for bank in range(16):
+            b.add(Op.RD, bank=bank, row=PARK_ROW, col=0, aux=Crf.MODE)
+    records = b.build()
+    for a in records.values():
+        a.flags.writeable = False
+    return records
 
 
 def _enter_pim(b: RecordBuilder) -> None:
@@ -280,24 +296,20 @@ def _program(ctx: _Ctx, layouts, streams, host_data, readback: Readback, meta: d
 
 def _stats(records: Records, ctx: "_Ctx") -> dict:
     """Record counts and bytes per direction (whole program, all groups)."""
-    op = np.asarray(records.op).reshape(-1)
-    n = np.asarray(records.n).reshape(-1)
+    flat = [np.ascontiguousarray(np.asarray(getattr(records, f)).reshape(-1), np.int32)
+            for f in ("op", "phase", "resident", "n")]
+    n_ops = max(int(flat[0].max(initial=0)), max(Op)) + 1
+    total, present, live = class_totals(*flat, n_ops, len(Phase))   # one pass
     G = ctx.tiles.groups
     colb = ctx.backend.core.col_bytes
-    # one pass: the column total of every (opcode, phase, resident) class
-    key = (op.astype(np.int64) * len(Phase) + np.asarray(records.phase).reshape(-1)) * 2 \
-        + (np.asarray(records.resident).reshape(-1) != 0)
-    n_ops = max(int(op.max(initial=0)), max(Op)) + 1
-    total = np.bincount(key, weights=n, minlength=n_ops * len(Phase) * 2).reshape(n_ops, len(Phase), 2)
-    present = np.flatnonzero(np.bincount(op, minlength=n_ops))
 
     def cols(ops, phase, resident=(0, 1)):
         return int(sum(total[o, phase, r] for o in ops for r in resident))
 
-    counts = {Op(o).name: int(total[o].sum()) * G for o in present if o != Op.NOP}
+    counts = {Op(o).name: int(total[o].sum()) * G for o in np.flatnonzero(present) if o != Op.NOP}
     out_elems = int(np.prod(ctx.shapes[ctx.op.result.value], dtype=np.int64))
     readback_bytes = cols((Op.RD_S, Op.RD), Phase.READBACK) * colb * G
-    return {"records": int(np.count_nonzero(n > 0)), "commands": counts,
+    return {"records": int(live), "commands": counts,
             "rearrange_bytes": cols((Op.WR_S, Op.WR), Phase.REARRANGE, (0,)) * colb * G,
             "resident_bytes": cols((Op.WR_S, Op.WR), Phase.REARRANGE, (1,)) * colb * G,
             "register_bytes": cols((Op.AB_WR,), Phase.REARRANGE) * colb * G,
@@ -429,13 +441,9 @@ def _contraction(ctx: _Ctx) -> Program:
     slot_list.append((last_i, chunk(Op.PIM_WR, K, bank=1, row=phys_row(first // 32), col=first % 32,
                                     n=ko, reg=GRF_B, reg_step=1, aux=Crf.STORE, src=2)))
     slot_list.append((last_i, exit_))
-    b = RecordBuilder()
-    if ctx.options["frame"]:
-        _frame_open(b)
-    close = RecordBuilder()
-    if ctx.options["frame"]:
-        _frame_close(close)
-    kernel = (b.build(), select_slots(slot_list, K), close.build())     # concatenated once, in _concat
+    frame = ctx.options["frame"]
+    kernel = (_frame_records("open") if frame else None, SlotTable.of(slot_list, K),
+              _frame_records("close") if frame else None)     # written once, in _concat
 
     resident = mi in set(ctx.options["resident"])
     pre = RecordBuilder()
@@ -524,21 +532,21 @@ def _vector_rows_now(ctx: _Ctx, V, o_b, o_v, red, n_r, xi, lanes) -> np.ndarray:
 
 def _concat(pre, kernel, post) -> dict[str, np.ndarray]:
     """Rearrangement, kernel and read-back records (RecordBuilders or record
-    dicts; the kernel may be a tuple of record dicts), back to back, in one
-    copy.  The kernel and the read-back start at host synchronisation
-    points: the host launches the kernel once its data is written and reads
-    results once the kernel has finished."""
+    dicts; the kernel may be a tuple of record dicts and a SlotTable), back
+    to back, in one copy.  The kernel and the read-back start at host
+    synchronisation points: the host launches the kernel once its data is
+    written and reads results once the kernel has finished."""
     def parts_of(p):
         if isinstance(p, RecordBuilder):
             return [p.build()]
-        return [dict(q) for q in p] if isinstance(p, tuple) else [dict(p)]
+        return [q for q in p if q is not None] if isinstance(p, tuple) else [p]
     sections = [parts_of(p) for p in (pre, kernel, post)]
-    for section in sections[1:]:
-        first = next((q for q in section if len(q["sync"])), None)
-        if first is not None:
-            first["sync"] = first["sync"].copy()
-            first["sync"][0] = 1
-    return concat(*(q for section in sections for q in section))
+    sizes = [sum(len(q) if isinstance(q, SlotTable) else len(q["op"]) for q in section) for section in sections]
+    records = concat(*(q for section in sections for q in section))
+    for start, size in ((sizes[0], sizes[1]), (sizes[0] + sizes[1], sizes[2])):
+        if size:
+            records["sync"][start] = 1
+    return records
 
 
 # --------------------------------------------------------------------------

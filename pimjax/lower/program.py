@@ -244,33 +244,69 @@ def streamed(op: Op, banks, banks_per_bg: int) -> Op:
     return {Op.RD: Op.RD_S, Op.WR: Op.WR_S}[op]
 
 
-def concat(*chunks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Records of several chunks (or RecordBuilder.build() dicts), in order."""
+def concat(*chunks) -> dict[str, np.ndarray]:
+    """Records of several chunks (or RecordBuilder.build() dicts, or
+    `SlotTable`s), in order, written once into one [fields, records] table
+    (the result's fields are its rows)."""
     parts = [c for c in chunks if c is not None]
-    return {f: np.concatenate([np.asarray(c[f], np.int32) for c in parts]) for f in RECORD_FIELDS}
+    sizes = [len(c) if isinstance(c, SlotTable) else len(c["op"]) for c in parts]
+    out = np.empty((len(RECORD_FIELDS), sum(sizes)), np.int32)
+    at = 0
+    for c, n in zip(parts, sizes):
+        if isinstance(c, SlotTable):
+            c.write(out[:, at:at + n])
+        else:
+            for k, f in enumerate(RECORD_FIELDS):
+                out[k, at:at + n] = c[f]
+        at += n
+    return dict(zip(RECORD_FIELDS, out))
+
+
+@dataclass(frozen=True)
+class SlotTable:
+    """Per-invocation record slots, ready to interleave (`select_slots`):
+    mask [K, S] bool, scalars [S, F] int32 and source [S, F] int64 (per slot
+    and field a constant or a row of `arrays` [A, K] int32)."""
+    mask: np.ndarray
+    scalars: np.ndarray
+    source: np.ndarray
+    arrays: np.ndarray
+
+    @staticmethod
+    def of(slots: list[tuple[np.ndarray, dict]], count: int) -> "SlotTable":
+        """From (present [K] bool, chunk of K records) pairs."""
+        F, S = len(RECORD_FIELDS), len(slots)
+        mask = np.empty((count, S), bool)
+        scalars = np.zeros((S, F), np.int32)
+        source = np.full((S, F), -1, np.int64)
+        arrays = []
+        for j, (present, c) in enumerate(slots):
+            mask[:, j] = present
+            for k, f in enumerate(RECORD_FIELDS):
+                a = c[f]
+                if a.strides == (0,) and count:      # a constant field (`chunk`'s stride-0 view)
+                    scalars[j, k] = a[0]
+                else:
+                    source[j, k] = len(arrays)
+                    arrays.append(a)
+        table = np.stack(arrays).astype(np.int32, copy=False) if arrays else np.zeros((0, count), np.int32)
+        return SlotTable(mask, scalars, source, table)
+
+    def __len__(self) -> int:
+        return int(np.count_nonzero(self.mask))
+
+    def write(self, out: np.ndarray) -> None:
+        """Fill out [F, len(self)] (compiled, `native.interleave`)."""
+        interleave(self.mask, self.scalars, self.source, self.arrays, out)
 
 
 def select_slots(slots: list[tuple[np.ndarray, dict]], count: int) -> dict[str, np.ndarray]:
     """Interleave per-invocation record slots: `slots` is a list of
     (present [K] bool, chunk of K records); the result lists, for invocation
     0..K-1 in order, its present slots in list order.  Compiled
-    (`native.interleave`); `select_slots_numpy` is the same in numpy."""
-    F, S = len(RECORD_FIELDS), len(slots)
-    mask = np.empty((count, S), bool)
-    scalars = np.zeros((S, F), np.int32)
-    source = np.full((S, F), -1, np.int64)
-    arrays = []
-    for j, (present, c) in enumerate(slots):
-        mask[:, j] = present
-        for k, f in enumerate(RECORD_FIELDS):
-            a = c[f]
-            if a.strides == (0,) and count:      # a scalar field (`chunk`'s broadcast view)
-                scalars[j, k] = a[0]
-            else:
-                source[j, k] = len(arrays)
-                arrays.append(a)
-    table = np.stack(arrays).astype(np.int32, copy=False) if arrays else np.zeros((0, count), np.int32)
-    return dict(zip(RECORD_FIELDS, interleave(mask, scalars, source, table)))
+    (`SlotTable`, which `concat` writes in place); `select_slots_numpy` is
+    the same in numpy."""
+    return concat(SlotTable.of(slots, count))
 
 
 def select_slots_numpy(slots: list[tuple[np.ndarray, dict]], count: int) -> dict[str, np.ndarray]:
