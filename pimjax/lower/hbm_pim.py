@@ -40,8 +40,8 @@ from ..partition.verify import matrix_and_vector, register_split_error
 from ..trace.affine import AffineExpr
 from ..trace.ir import Acc, Arg, Const, PimOp, Prim
 from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
-from .native import class_totals, column_runs
-from .program import (LazyArray, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, chunk, concat,
+from .native import class_totals, column_runs, gemv_sequence
+from .program import (RECORD_FIELDS, LazyArray, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, chunk, concat,
                       bank_order_key, SlotTable, stack_streams, streamed)
 from .tiles import CoreTiles, core_tiles
 
@@ -362,12 +362,7 @@ def _contraction(ctx: _Ctx) -> Program:
     n_par = [-(-(t_in - p) // 2) for p in (0, 1)]    # input tiles per bank parity
 
     def block_index(bb, jj, ii):
-        """Position of block (b, j, i) among the blocks of its bank (parity
-        i % 2): blocks are stored in the order the dataflow visits them."""
-        np_ = np.where(np.asarray(ii) % 2 == 0, n_par[0], n_par[1])
-        if order_is:
-            return (bb * np_ + ii // 2) * t_out + jj
-        return (bb * t_out + jj) * np_ + ii // 2
+        return _block_index(bb, jj, ii, n_par, t_out, order_is)
 
     counters = [n_b * t_out * n_par[p] for p in (0, 1)]
     m_rows = [-(-counters[p] * bursts // 32) for p in (0, 1)]
@@ -404,9 +399,75 @@ def _contraction(ctx: _Ctx) -> Program:
     # --- host data: the vector operand, one row per GRF_A register write ----
     v_rows = _vector_rows(ctx, V, o_b, o_v, red, n_r, xi, lanes)
 
-    # --- the command stream (shared by all groups), emitted as arrays -------
+    # --- the command stream (shared by all groups) ---------------------------
+    seq = GemvSequence((n_b, n_v, t_out, t_in, ki, ko, n_par[0], n_par[1], res_base, slots),
+                       (dataflow == "os", bool(reuse), bool(order_is)))
+    frame = ctx.options["frame"]
+    kernel = (_frame_records("open") if frame else None, seq,
+              _frame_records("close") if frame else None)     # written once, in _concat
+
+    resident = mi in set(ctx.options["resident"])
+    pre = RecordBuilder()
+    region = {p: np.arange(counters[p] * bursts) for p in (0, 1) if counters[p]}
+    _rearrange(pre, 0, region, tiles.cores, resident)
+    post = RecordBuilder()
+    _readback(post, 2, res_layout, tiles.cores)
+    stream = _concat(pre.build(), kernel, post.build())
+    layouts = [m_layout, _vector_layout(tiles, V, vi, ctx.shapes), res_layout]
+    rb_ = Readback(2, combiner="add", lane_partials=True, epilogue_on_host=True)
+    meta = dict(kind="gemv-sequence", M=mi, v=vi, host_data_operands=(vi,), n_b=n_b, n_v=n_v, n_o=n_o, n_r=n_r, t_in=t_in,
+                t_out=t_out, slots=slots, ki=ki, ko=ko)
+    return _program(ctx, layouts, [stream], [v_rows], rb_, meta)
+
+
+def _block_index(bb, jj, ii, n_par, t_out: int, order_is: bool):
+    """Position of matrix block (b, j, i) among the blocks of its bank
+    (parity i % 2): blocks are stored in the order the dataflow visits them
+    (n_par: input tiles per bank parity)."""
+    np_ = np.where(np.asarray(ii) % 2 == 0, n_par[0], n_par[1])
+    if order_is:
+        return (bb * np_ + ii // 2) * t_out + jj
+    return (bb * t_out + jj) * np_ + ii // 2
+
+
+@dataclass(frozen=True)
+class GemvSequence:
+    """The kernel records of a contraction (`_contraction`): per invocation
+    (b, v, j, i) in loop order, the frame entry (ZERO_B), the GRF_A write
+    when the inputs change, the MAC column runs over block (b, j, i), and
+    the GRF_B store and frame exit after an output tile's last input tile.
+    Written in place by `program.concat` (compiled, `native.gemv_sequence`;
+    `_kernel_slots` gives the same records in numpy).
+
+    shape: (n_b, n_v, t_out, t_in, ki, ko, n_par0, n_par1, res_base, slots)
+    flags: (output_stationary, register_reuse, order_is)"""
+    shape: tuple
+    flags: tuple
+
+    def _run(self, out: np.ndarray) -> int:
+        return int(gemv_sequence(np.asarray(self.shape, np.int64), np.asarray(self.flags, np.int64),
+                                 _SEQUENCE_CODES, np.asarray(_even_then_odd(self.shape[3]), np.int64), out))
+
+    def __len__(self) -> int:
+        return self._run(np.zeros((len(RECORD_FIELDS), 0), np.int32))
+
+    def write(self, out: np.ndarray) -> None:
+        self._run(out)
+
+
+_SEQUENCE_CODES = np.array([Op.AB_WR, Op.PIM_RD, Op.PIM_WR, CONF_ROW, GRF_A_COL, GRF_A, GRF_B, Crf.ZERO_B,
+                            Crf.MODE, Crf.HOST_REG, Crf.MAC, Crf.STORE, Phase.REARRANGE, Phase.COMPUTE],
+                           np.int64)
+
+
+def _kernel_slots(seq: GemvSequence) -> SlotTable:
+    """`GemvSequence`'s records in numpy (per-invocation slots), the
+    readable definition the compiled emitter is tested against."""
+    n_b, n_v, t_out, t_in, ki, ko, n_par0, n_par1, res_base, slots = seq.shape
+    output_stationary, reuse, order_is = seq.flags
+    n_par, bursts = (n_par0, n_par1), ki * ko
     # one row per kernel invocation (b, v, j, i) in loop order
-    if dataflow == "os":
+    if output_stationary:
         order = np.array(_even_then_odd(t_in))
         bb, vv, jj, ii = (a.reshape(-1) for a in np.meshgrid(np.arange(n_b), np.arange(n_v),
                                                                np.arange(t_out), order, indexing="ij"))
@@ -430,7 +491,7 @@ def _contraction(ctx: _Ctx) -> Program:
     wr = chunk(Op.AB_WR, K, bank=1, row=CONF_ROW, col=GRF_A_COL, n=ki, reg=GRF_A, reg_step=1, src=0,
                aux=Crf.HOST_REG, arg=key * ki, phase=Phase.REARRANGE)
     slot_list = [(first_i, enter), (write, wr)]
-    block = block_index(bb, jj, ii) * bursts
+    block = _block_index(bb, jj, ii, n_par, t_out, order_is) * bursts
     per_run = min(bursts, 32)
     for r in range(-(-bursts // 32)):        # a block spans bursts / 32 rows (aligned)
         start = block + r * 32
@@ -441,22 +502,7 @@ def _contraction(ctx: _Ctx) -> Program:
     slot_list.append((last_i, chunk(Op.PIM_WR, K, bank=1, row=phys_row(first // 32), col=first % 32,
                                     n=ko, reg=GRF_B, reg_step=1, aux=Crf.STORE, src=2)))
     slot_list.append((last_i, exit_))
-    frame = ctx.options["frame"]
-    kernel = (_frame_records("open") if frame else None, SlotTable.of(slot_list, K),
-              _frame_records("close") if frame else None)     # written once, in _concat
-
-    resident = mi in set(ctx.options["resident"])
-    pre = RecordBuilder()
-    region = {p: np.arange(counters[p] * bursts) for p in (0, 1) if counters[p]}
-    _rearrange(pre, 0, region, tiles.cores, resident)
-    post = RecordBuilder()
-    _readback(post, 2, res_layout, tiles.cores)
-    stream = _concat(pre.build(), kernel, post.build())
-    layouts = [m_layout, _vector_layout(tiles, V, vi, ctx.shapes), res_layout]
-    rb_ = Readback(2, combiner="add", lane_partials=True, epilogue_on_host=True)
-    meta = dict(kind="gemv-sequence", M=mi, v=vi, host_data_operands=(vi,), n_b=n_b, n_v=n_v, n_o=n_o, n_r=n_r, t_in=t_in,
-                t_out=t_out, slots=slots, ki=ki, ko=ko)
-    return _program(ctx, layouts, [stream], [v_rows], rb_, meta)
+    return SlotTable.of(slot_list, K)
 
 
 def _even_then_odd(t_in: int):
@@ -541,7 +587,7 @@ def _concat(pre, kernel, post) -> dict[str, np.ndarray]:
             return [p.build()]
         return [q for q in p if q is not None] if isinstance(p, tuple) else [p]
     sections = [parts_of(p) for p in (pre, kernel, post)]
-    sizes = [sum(len(q) if isinstance(q, SlotTable) else len(q["op"]) for q in section) for section in sections]
+    sizes = [sum(len(q["op"]) if isinstance(q, dict) else len(q) for q in section) for section in sections]
     records = concat(*(q for section in sections for q in section))
     for start, size in ((sizes[0], sizes[1]), (sizes[0] + sizes[1], sizes[2])):
         if size:

@@ -94,3 +94,101 @@ def class_totals(op, phase, resident, n, n_ops, n_phases):
         records[o] += 1
         live += n[r] > 0
     return columns, records, live
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _put(out, p, op, bank, row, col, n, phase, reg, reg_step, src, aux, arg):
+    """Record p of out [14, N] (program.RECORD_FIELDS order; core -1,
+    resident 0, sync 0 -- `chunk`'s defaults)."""
+    out[0, p] = op
+    out[1, p] = bank
+    out[2, p] = row
+    out[3, p] = col
+    out[4, p] = n
+    out[5, p] = phase
+    out[6, p] = reg
+    out[7, p] = reg_step
+    out[8, p] = src
+    out[9, p] = aux
+    out[10, p] = arg
+    out[11, p] = -1
+    out[12, p] = 0
+    out[13, p] = 0
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _phys_row(r):
+    return (r & 0xFFF) | ((r >> 12) << 13)
+
+
+@njit(nogil=True, cache=True)
+def gemv_sequence(shape, flags, codes, order, out):
+    """The kernel records of `hbm_pim._contraction` (a sequence of GEMVs
+    per core: per invocation (b, v, j, i) the frame entry, the GRF_A write,
+    the MAC column runs over the block, the GRF_B store and the frame exit),
+    written to out [14, N] when it has N > 0 columns; returns N.  The
+    numpy form is `hbm_pim._kernel_slots` (tests hold the two equal).
+
+    shape  [n_b, n_v, t_out, t_in, ki, ko, n_par0, n_par1, res_base, slots]
+    flags  [output_stationary, reuse, order_is]
+    codes  [AB_WR, PIM_RD, PIM_WR, CONF_ROW, GRF_A_COL, GRF_A, GRF_B,
+            ZERO_B, MODE, HOST_REG, MAC, STORE, REARRANGE, COMPUTE]
+    order  [t_in] the input tiles' order within an output tile (os)
+    """
+    n_b, n_v, t_out, t_in, ki, ko, n_par0, n_par1, res_base, slots = (
+        shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6], shape[7], shape[8], shape[9])
+    os_, reuse, order_is = flags[0] != 0, flags[1] != 0, flags[2] != 0
+    AB_WR, PIM_RD, PIM_WR, CONF, GA_COL, GA, GB, ZERO_B, MODE, HOST, MAC, STORE, REARR, COMP = (
+        codes[0], codes[1], codes[2], codes[3], codes[4], codes[5], codes[6], codes[7], codes[8], codes[9],
+        codes[10], codes[11], codes[12], codes[13])
+    write_out = out.shape[1] > 0
+    bursts = ki * ko
+    runs = (bursts + 31) // 32
+    per_run = min(bursts, 32)
+    one_frame = os_ and reuse                     # output-stationary with reuse: slots == 1
+    A = t_out if os_ else t_in
+    C = t_in if os_ else t_out
+    p = 0
+    prev_key = -1
+    started = False
+    for b in range(n_b):
+        for v in range(n_v):
+            for a in range(A):
+                for c in range(C):
+                    if os_:
+                        j, i = a, order[c]
+                    else:
+                        j, i = c, a
+                    key = (b * n_v + v) * t_in + i
+                    write = (not reuse) or (not started) or key != prev_key
+                    prev_key, started = key, True
+                    if one_frame:
+                        first, last, ss = c == 0, c == C - 1, 0
+                    else:
+                        first, last, ss = True, True, i
+                    if first:
+                        if write_out:
+                            _put(out, p, AB_WR, 0, CONF, 0, 1, COMP, 0, 0, -1, ZERO_B, 0)
+                        p += 1
+                    if write:
+                        if write_out:
+                            _put(out, p, AB_WR, 1, CONF, GA_COL, ki, REARR, GA, 1, 0, HOST, key * ki)
+                        p += 1
+                    npar = n_par0 if i % 2 == 0 else n_par1
+                    if order_is:
+                        block = ((b * npar + i // 2) * t_out + j) * bursts
+                    else:
+                        block = ((b * t_out + j) * npar + i // 2) * bursts
+                    for r in range(runs):
+                        if write_out:
+                            start = block + r * 32
+                            _put(out, p, PIM_RD, i % 2, _phys_row(start // 32), start % 32, per_run, COMP,
+                                 r * 32, ko, 0, MAC, GA)
+                        p += 1
+                    if last:
+                        if write_out:
+                            f = (((b * n_v + v) * slots + ss) * t_out + j) * ko + res_base * 32
+                            _put(out, p, PIM_WR, 1, _phys_row(f // 32), f % 32, ko, COMP, GB, 1, 2, STORE, 0)
+                            _put(out, p + 1, AB_WR, 0, CONF, 0, 1, COMP, 0, 0, -1, MODE, 0)
+                        p += 2
+    return p

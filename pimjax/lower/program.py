@@ -245,15 +245,15 @@ def streamed(op: Op, banks, banks_per_bg: int) -> Op:
 
 
 def concat(*chunks) -> dict[str, np.ndarray]:
-    """Records of several chunks (or RecordBuilder.build() dicts, or
-    `SlotTable`s), in order, written once into one [fields, records] table
+    """Records of several chunks (RecordBuilder.build() dicts, or writers:
+    objects with `len` and `write(out)`, as `SlotTable`), in order, written once into one [fields, records] table
     (the result's fields are its rows)."""
     parts = [c for c in chunks if c is not None]
-    sizes = [len(c) if isinstance(c, SlotTable) else len(c["op"]) for c in parts]
+    sizes = [len(c["op"]) if isinstance(c, dict) else len(c) for c in parts]
     out = np.empty((len(RECORD_FIELDS), sum(sizes)), np.int32)
     at = 0
     for c, n in zip(parts, sizes):
-        if isinstance(c, SlotTable):
+        if not isinstance(c, dict):              # a writer (SlotTable, hbm_pim.GemvSequence)
             c.write(out[:, at:at + n])
         else:
             for k, f in enumerate(RECORD_FIELDS):
