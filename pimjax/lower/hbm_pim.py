@@ -276,9 +276,12 @@ def _rearrange(b: RecordBuilder, layout_id: int, region: dict[int, np.ndarray], 
 
 def _readback(b: RecordBuilder, layout_id: int, layout: TensorLayout, cores: int) -> None:
     """Host reads of the result region, one SB RD per used column per core."""
-    pos = layout.positions
-    region = {int(p): _unique_columns(pos[pos[:, 0] == p, 1] * 32 + pos[pos[:, 0] == p, 2])
-              for p in np.unique(pos[:, 0])}
+    pos = np.asarray(layout.positions)
+    bank, flat = pos[:, 0], pos[:, 1].astype(np.int64) * 32 + pos[:, 2]
+    if len(pos) and bank.min() == bank.max():      # one bank parity (a contraction's results)
+        region = {int(bank[0]): _unique_columns(flat)}
+    else:
+        region = {int(p): _unique_columns(flat[bank == p]) for p in np.unique(bank)}
     _host_columns(b, Op.RD, Phase.READBACK, layout_id, region, cores)
 
 
@@ -448,8 +451,13 @@ class GemvSequence:
         return int(gemv_sequence(np.asarray(self.shape, np.int64), np.asarray(self.flags, np.int64),
                                  _SEQUENCE_CODES, np.asarray(_even_then_odd(self.shape[3]), np.int64), out))
 
-    def __len__(self) -> int:
+    @functools.cached_property
+    def size(self) -> int:
+        """The number of records (a counting pass of the emitter)."""
         return self._run(np.zeros((len(RECORD_FIELDS), 0), np.int32))
+
+    def __len__(self) -> int:
+        return self.size
 
     def write(self, out: np.ndarray) -> None:
         self._run(out)
