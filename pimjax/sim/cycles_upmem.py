@@ -113,7 +113,11 @@ N_TASKLET_SLOTS = 24          # UPMEM hardware threads (state width of the scan)
 def _params(backend: Backend, link: HostLink) -> dict:
     """Array leaves the scan reads (a pytree; vmappable)."""
     t = backend.timing
-    f = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+
+    def f(x):
+        # numpy for concrete leaves: 23 jnp.asarray dispatches were most of a
+        # program's time outside the compiled scan; traced leaves (sweep_upmem's vmap) stay jnp
+        return jnp.asarray(x, jnp.float32) if isinstance(x, jax.core.Tracer) else np.float32(x)
     host = backend.system.host
     return dict(
         tCK=f(t.tCK), dpu_ghz=f(t.dpu_clock_ghz), dma_bpc=f(t.dma_bytes_per_cycle),
