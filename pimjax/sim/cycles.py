@@ -691,7 +691,7 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
     engine = _engine(engine, backend.timing)
     if backend.core.programmable:   # DPUs run their own instruction streams: UPMEM's time model
         from .cycles_upmem import cycles_upmem
-        return cycles_upmem(program, backend, include_resident=include_resident)
+        return cycles_upmem(program, backend, include_resident=include_resident, engine=engine)
     model = CYCLE_MODELS.get(backend.name)
     if model is not None:
         return model(program, backend, include_resident=include_resident, refresh=refresh)
@@ -834,8 +834,8 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
     _check_programs(programs, backend)
     engine = _engine(engine)
     if _own_model(backend):          # UPMEM's DPU model: one report per program, stacked
-        reps = [cycles(p, backend, refresh=refresh) for p in programs]
-        return jax.tree.map(lambda *xs: jnp.stack(xs), *reps)
+        reps = [cycles(p, backend, refresh=refresh, engine=engine) for p in programs]
+        return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *reps)
     if engine == "native":
         return _native_reports(programs, _timing_vector(backend.timing), backend, refresh, threads)
     arrs = [program_arrays(p) for p in programs]

@@ -142,10 +142,13 @@ def program_arrays(program: Program, include_resident: bool = False) -> dict:
     R = rec["op"].size
     L = 1 << max(4, int(np.ceil(np.log2(max(R, 1)))))
     rec = {k: np.pad(v, (0, L - R)) for k, v in rec.items()}
-    st = program.stats
-    return {"rec": rec,
-            "ranks": np.float32(program.groups), "cores": np.float32(program.cores),
-            "merge_bytes": np.float32(st.get("readback_bytes", 0) + st.get("result_bytes", 0)),
+    return {"rec": rec, "ranks": np.float32(program.groups), "cores": np.float32(program.cores),
+            **_merge_terms(program.stats)}
+
+
+def _merge_terms(st: dict) -> dict:
+    """The host merge inputs of a program's stats."""
+    return {"merge_bytes": np.float32(st.get("readback_bytes", 0) + st.get("result_bytes", 0)),
             "merge_flops": np.float32(st.get("merge_flops", 0)),
             "merged": np.bool_(st.get("readback_bytes", 0) > 0 or st.get("merge_flops", 0) > 0)}
 
@@ -206,22 +209,82 @@ def _scan(rec: dict, ranks, cores, p: dict, dispatch: float):
     return out, kernel
 
 
+def _totals(rec: dict, ranks, cores, p: dict, dispatch: float):
+    """`_scan`'s final state and kernel cycles without a scan (numpy; the
+    "native" engine of this model).
+
+    Every state variable of the scan is a sum over records -- except the
+    tasklet clocks tk, and those only grow by per-slot increments (an
+    instruction batch adds n * dispatch, a DMA its duration) and are
+    levelled to their maximum at each barrier.  So the clocks between two
+    barriers are per-slot sums, and max(tk) at the end is the sum over the
+    barrier-separated segments of each segment's largest per-slot sum.
+    Per-record terms are float32 as in the scan; the sums are float64 (the
+    scan accumulates in float32: the two agree to ~1e-6 relative)."""
+    f32 = np.float32
+    op, reg, aux_i = rec["op"], rec["reg"], rec["aux"]
+    n, aux = rec["n"].astype(f32), aux_i.astype(f32)
+    k = np.clip(reg, 0, N_TASKLET_SLOTS - 1)
+    ranks, cores = f32(ranks), f32(cores)
+    h2d = op == Op.XFER_H2D
+    xfer = h2d | (op == Op.XFER_D2H)
+    bcast, serial = reg == Xfer.BROADCAST, reg == Xfer.SERIAL
+    bw = np.where(h2d, p["bw_h2d"], p["bw_d2h"])
+    serial_bw = np.where(h2d, p["ser_h2d"], p["ser_d2h"])
+    per_rank = np.where(bcast, n / p["bcast"], n * cores / bw)
+    total_bytes = np.where(bcast, n, n * cores) * ranks
+    waves = np.where(h2d, ranks / np.minimum(ranks, p["conc_h2d"]), ranks / np.minimum(ranks, p["conc_d2h"]))
+    par_t = np.maximum(per_rank * waves, total_bytes / p["host_bw"]) + p["call"]
+    ser_t = (n / serial_bw + p["call"]) * ranks
+    t_x = np.where(serial, ser_t, par_t) * aux
+    moved = np.where(serial, n * ranks, total_bytes) * aux
+    ex = op == Op.DPU_EXEC
+    dma = (op == Op.DMA_RD) | (op == Op.DMA_WR)
+    launch = (op == Op.LAUNCH) & (aux_i == Sync.LAUNCH)
+    barrier = (op == Op.LAUNCH) & (aux_i == Sync.BARRIER)
+    d_time = (p["dma_lat"] + n / p["dma_bpc"]).astype(f32)
+    # tasklet clocks: per (segment, slot) sums, levelled at barriers
+    seg = np.cumsum(barrier)
+    inc = np.where(ex, n * f32(dispatch), np.where(dma, d_time, f32(0))).astype(np.float64)
+    sums = np.bincount(seg * N_TASKLET_SLOTS + k, weights=inc,
+                       minlength=(int(seg[-1]) + 1 if len(seg) else 1) * N_TASKLET_SLOTS)
+    tk_max = sums.reshape(-1, N_TASKLET_SLOTS).max(axis=1).sum()
+    bucket = np.where(rec["resident"] == 1, 4, np.where(rec["phase"] == Phase.READBACK, 2,
+                                                        np.where(rec["phase"] == Phase.REARRANGE, 0, 1)))
+    add_ns = np.where(xfer, t_x, np.where(launch, p["launch"], f32(0))).astype(np.float64)
+    counted = xfer & (rec["resident"] == 0)
+    out = dict(dma_busy=d_time[dma].sum(dtype=np.float64), instr=n[ex].sum(dtype=np.float64),
+               buckets=np.bincount(bucket, weights=add_ns, minlength=5),
+               xfer_bytes=np.array([moved[counted & h2d].sum(dtype=np.float64),
+                                    moved[counted & ~h2d].sum(dtype=np.float64)]),
+               dma_bytes=n[dma].sum(dtype=np.float64),
+               calls=np.where(xfer, aux * np.where(serial, ranks, f32(1)), f32(0)).sum(dtype=np.float64))
+    kernel = max(tk_max, out["instr"], out["dma_busy"])
+    return out, np.float64(kernel)
+
+
 def _report(arr: dict, p: dict, dispatch: float) -> CycleReport:
     """CycleReport of one program's arrays under parameters `p` (pure jnp)."""
     out, kernel = _scan(arr["rec"], arr["ranks"], arr["cores"], p, dispatch)
+    return _combine(out, kernel, arr, p, jnp)
+
+
+def _combine(out: dict, kernel, arr: dict, p: dict, xp) -> CycleReport:
+    """The CycleReport of a run's final state (`_scan` / `_totals`), with
+    array module xp (jnp under jit / vmap, numpy for the vectorised engine)."""
     b = out["buckets"]
     tck = p["tCK"]
     kernel_ns = kernel / p["dpu_ghz"]
-    merge_ns = jnp.where(arr["merged"],
-                         jnp.maximum(arr["merge_bytes"] / p["host_bw"], arr["merge_flops"] / p["host_flops"])
+    merge_ns = xp.where(arr["merged"],
+                         xp.maximum(arr["merge_bytes"] / p["host_bw"], arr["merge_flops"] / p["host_flops"])
                          + p["host_launch"], 0.0)
     rearr, comp, rback, merge = b[0] / tck, (b[1] + kernel_ns) / tck, b[2] / tck, merge_ns / tck
     total = rearr + comp + rback + merge
-    safe = jnp.maximum(total, 1e-9)
+    safe = xp.maximum(total, 1e-9)
     dpus = arr["ranks"] * arr["cores"]
-    util = jnp.stack([out["instr"] / p["dpu_ghz"] / tck / safe,        # DPU pipeline busy
+    util = xp.stack([out["instr"] / p["dpu_ghz"] / tck / safe,        # DPU pipeline busy
                       out["dma_busy"] / p["dpu_ghz"] / tck / safe,     # MRAM DMA busy
-                      jnp.float32(0.0),
+                      xp.float32(0.0),
                       (rearr + rback) / safe,                          # host link
                       merge / safe])                                   # host
     energy = dpus * (out["dma_bytes"] / 8.0 * p["e_rd"] + out["dma_bytes"] / 1024.0 * p["e_act"]
@@ -231,7 +294,7 @@ def _report(arr: dict, p: dict, dispatch: float) -> CycleReport:
               "d2h_bytes": out["xfer_bytes"][1], "transfer_calls": out["calls"]}
     return CycleReport(total_cycles=total, total_ns=total * tck, rearrangement=rearr, compute=comp,
                        readback=rback, merge=merge, resident_cycles=b[4] / tck, kernel_cycles=comp,
-                       bound=jnp.argmax(util), utilisation=util, energy_pj=energy, counts=counts)
+                       bound=xp.argmax(util), utilisation=util, energy_pj=energy, counts=counts)
 
 
 @partial(jax.jit, static_argnames=("dispatch",))
@@ -266,19 +329,37 @@ def _check(program: Program, backend, entry: str) -> None:
 
 
 def cycles_upmem(program: Program, backend: Backend, *, include_resident: bool = False,
-                 link: HostLink | None = None, **_ignored) -> CycleReport:
+                 link: HostLink | None = None, engine: str | None = None, **_ignored) -> CycleReport:
     """Time of an UPMEM `program` on `backend` (see module docstring).
 
     link: HostLink overrides (serial / broadcast bandwidths, call and launch
     overheads, concurrent ranks).
+    engine: "native" (default `cycles.DEFAULT_ENGINE`: the vectorised numpy
+    form, `_totals`; float64 sums) or "scan" (the jitted lax.scan, which
+    also runs under jax transformations and is used whenever a parameter is
+    traced); they agree to ~1e-6 relative.
 
     Example:
         >>> rep = cycles_upmem(prog, get_backend("upmem"))       # doctest: +SKIP
         >>> rep.total_ns / 1e6                                    # ms  # doctest: +SKIP
     """
+    from .cycles import DEFAULT_ENGINE, ENGINES
     _check(program, backend, "cycles_upmem")
+    engine = DEFAULT_ENGINE if engine is None else engine
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    p = _params(backend, link or DEFAULT_LINK)
+    traced = any(isinstance(x, jax.core.Tracer) for x in p.values())
+    if engine == "native" and not traced:
+        rec = {f: np.asarray(getattr(program.commands, f))[0] for f in SCAN_FIELDS}
+        if include_resident:
+            rec["resident"] = np.zeros_like(rec["resident"])
+        st = program.stats
+        arr = {"ranks": np.float32(program.groups), "cores": np.float32(program.cores), **_merge_terms(st)}
+        out, kernel = _totals(rec, arr["ranks"], arr["cores"], p, dispatch_interval(backend))
+        return _combine(out, kernel, arr, p, np)
     arr = program_arrays(program, include_resident)
-    return _report_jit(arr, _params(backend, link or DEFAULT_LINK), dispatch_interval(backend))
+    return _report_jit(arr, p, dispatch_interval(backend))
 
 
 def sweep_upmem(program: Program, backends: Backend, *, link: HostLink | None = None,
