@@ -198,7 +198,7 @@ def chunk(op, count: int | None = None, **fields) -> dict[str, np.ndarray]:
     for f in RECORD_FIELDS:
         v = arrays.get(f, _DEFAULTS.get(f, 0))
         if np.ndim(v) == 0:          # most fields of a chunk are one value: a read-only view
-            out[f] = _constant(int(v), count)
+            out[f] = constant_column(int(v), count)
         elif np.shape(v) == (count,):
             out[f] = np.asarray(v).astype(np.int32)
         else:
@@ -206,11 +206,11 @@ def chunk(op, count: int | None = None, **fields) -> dict[str, np.ndarray]:
     return out
 
 
-def _constant(value: int, count: int) -> np.ndarray:
-    """[count] int32 read-only view of one value (stride 0): what
+def constant_column(value: int, count: int, dtype=np.int32) -> np.ndarray:
+    """[count] read-only view of one value (stride 0): what
     `np.broadcast_to` gives, at a third of its call overhead (a chunk has
     ~10 such fields and a lowering ~100 chunks)."""
-    view = np.ndarray((count,), np.int32, np.array(value, np.int32), 0, (0,))
+    view = np.ndarray((count,), dtype, np.array(value, dtype), 0, (0,))
     view.flags.writeable = False
     return view
 

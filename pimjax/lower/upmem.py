@@ -100,7 +100,7 @@ from ..partition.verify import matrix_and_vector
 from ..trace.affine import AffineExpr
 from ..trace.ir import Arg, Const, PimOp, Prim, replace_acc
 from .layout import acc_space, tile_layout, value_shapes
-from .program import RECORD_FIELDS, Op, Phase, Program, Readback, Records, TensorLayout
+from .program import RECORD_FIELDS, Op, Phase, Program, Readback, Records, TensorLayout, constant_column
 from .tiles import CoreTiles, core_tiles
 
 # --------------------------------------------------------------------------
@@ -332,6 +332,13 @@ def _tile_cost(ctx: _Ctx) -> int:
 # --------------------------------------------------------------------------
 # record assembly: per-tasklet sequences interleaved by step
 # --------------------------------------------------------------------------
+def _column(v, m: int) -> np.ndarray:
+    """[m] int64 of a scalar (a stride-0 view) or of an array broadcast to m."""
+    if np.ndim(v) == 0:
+        return constant_column(int(v), m, np.int64)
+    return np.broadcast_to(np.asarray(v, np.int64), (m,))
+
+
 class _Recs:
     """Column lists of records with an ordering key (step, tasklet, sub)."""
 
@@ -347,8 +354,8 @@ class _Recs:
         vals.update(op=int(op), n=n, phase=int(Phase.COMPUTE), src=-1, core=-1)
         vals.update(fields)
         for f in RECORD_FIELDS:
-            self.cols[f].append(np.broadcast_to(np.asarray(vals[f], np.int64), (m,)))
-        self.key.append(np.stack([np.broadcast_to(np.asarray(k, np.int64), (m,)) for k in key]))
+            self.cols[f].append(_column(vals[f], m))
+        self.key.append(np.stack([_column(k, m) for k in key]))
 
     def build(self, order: bool = True) -> dict:
         if not self.key:
