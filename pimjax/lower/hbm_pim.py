@@ -41,8 +41,8 @@ from ..trace.affine import AffineExpr
 from ..trace.ir import Acc, Arg, Const, PimOp, Prim
 from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
 from .native import class_totals, column_runs, gemv_sequence
-from .program import (RECORD_FIELDS, LazyArray, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, chunk, concat,
-                      bank_order_key, SlotTable, stack_streams, streamed)
+from .program import (RECORD_FIELDS, LazyArray, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records,
+                      SlotTable, TensorLayout, bank_order_key, chunk, concat, stack_streams, streamed)
 from .tiles import CoreTiles, core_tiles
 
 # rows of the mode / configuration frame (hbm-pim.md)
@@ -586,8 +586,8 @@ def _vector_rows_now(ctx: _Ctx, V, o_b, o_v, red, n_r, xi, lanes) -> np.ndarray:
 
 def _concat(pre, kernel, post) -> dict[str, np.ndarray]:
     """Rearrangement, kernel and read-back records (RecordBuilders or record
-    dicts; the kernel may be a tuple of record dicts and a SlotTable), back
-    to back, in one copy.  The kernel and the read-back start at host
+    dicts; the kernel may be a tuple of record dicts and writers such as
+    `GemvSequence`), back to back, in one copy.  The kernel and the read-back start at host
     synchronisation points: the host launches the kernel once its data is
     written and reads results once the kernel has finished."""
     def parts_of(p):

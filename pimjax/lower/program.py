@@ -246,8 +246,8 @@ def streamed(op: Op, banks, banks_per_bg: int) -> Op:
 
 def concat(*chunks) -> dict[str, np.ndarray]:
     """Records of several chunks (RecordBuilder.build() dicts, or writers:
-    objects with `len` and `write(out)`, as `SlotTable`), in order, written once into one [fields, records] table
-    (the result's fields are its rows)."""
+    objects with `len` and `write(out)`, as `SlotTable`), in order, written
+    once into one [fields, records] table (the result's fields are its rows)."""
     parts = [c for c in chunks if c is not None]
     sizes = [len(c["op"]) if isinstance(c, dict) else len(c) for c in parts]
     out = np.empty((len(RECORD_FIELDS), sum(sizes)), np.int32)
