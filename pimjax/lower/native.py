@@ -118,6 +118,7 @@ def _put(out, p, op, bank, row, col, n, phase, reg, reg_step, src, aux, arg):
 
 @njit(nogil=True, cache=True, inline="always")
 def _phys_row(r):
+    """`hbm_pim.phys_row` for one int (numba cannot call the numpy form)."""
     return (r & 0xFFF) | ((r >> 12) << 13)
 
 

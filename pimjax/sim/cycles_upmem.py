@@ -133,22 +133,21 @@ def _params(backend: Backend, link: HostLink) -> dict:
         e_op=f(backend.energy.pim_op), e_io=f(backend.energy.io_byte))
 
 
-def program_arrays(program: Program, include_resident: bool = False) -> dict:
-    """The scan inputs of a program (numpy), its record stream padded with NOPs
-    to a power-of-two length so programs of similar size share a compile."""
+def program_arrays(program: Program, include_resident: bool = False, pad: bool = True) -> dict:
+    """The inputs of a program's time model (numpy).  pad: the record stream
+    padded with NOPs to a power-of-two length, so programs of similar size
+    share a compile of the scan (the vectorised engine needs no padding)."""
     rec = {f: np.asarray(getattr(program.commands, f))[0].astype(np.int32) for f in SCAN_FIELDS}
     if include_resident:
         rec["resident"] = np.zeros_like(rec["resident"])
-    R = rec["op"].size
-    L = 1 << max(4, int(np.ceil(np.log2(max(R, 1)))))
-    rec = {k: np.pad(v, (0, L - R)) for k, v in rec.items()}
-    return {"rec": rec, "ranks": np.float32(program.groups), "cores": np.float32(program.cores),
-            **_merge_terms(program.stats)}
-
-
-def _merge_terms(st: dict) -> dict:
-    """The host merge inputs of a program's stats."""
-    return {"merge_bytes": np.float32(st.get("readback_bytes", 0) + st.get("result_bytes", 0)),
+    if pad:
+        R = rec["op"].size
+        L = 1 << max(4, int(np.ceil(np.log2(max(R, 1)))))
+        rec = {k: np.pad(v, (0, L - R)) for k, v in rec.items()}
+    st = program.stats
+    return {"rec": rec,
+            "ranks": np.float32(program.groups), "cores": np.float32(program.cores),
+            "merge_bytes": np.float32(st.get("readback_bytes", 0) + st.get("result_bytes", 0)),
             "merge_flops": np.float32(st.get("merge_flops", 0)),
             "merged": np.bool_(st.get("readback_bytes", 0) > 0 or st.get("merge_flops", 0) > 0)}
 
@@ -343,23 +342,16 @@ def cycles_upmem(program: Program, backend: Backend, *, include_resident: bool =
         >>> rep = cycles_upmem(prog, get_backend("upmem"))       # doctest: +SKIP
         >>> rep.total_ns / 1e6                                    # ms  # doctest: +SKIP
     """
-    from .cycles import DEFAULT_ENGINE, ENGINES
+    from .cycles import _engine
     _check(program, backend, "cycles_upmem")
-    engine = DEFAULT_ENGINE if engine is None else engine
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    engine = _engine(engine, backend.timing)
     p = _params(backend, link or DEFAULT_LINK)
     traced = any(isinstance(x, jax.core.Tracer) for x in p.values())
     if engine == "native" and not traced:
-        rec = {f: np.asarray(getattr(program.commands, f))[0] for f in SCAN_FIELDS}
-        if include_resident:
-            rec["resident"] = np.zeros_like(rec["resident"])
-        st = program.stats
-        arr = {"ranks": np.float32(program.groups), "cores": np.float32(program.cores), **_merge_terms(st)}
-        out, kernel = _totals(rec, arr["ranks"], arr["cores"], p, dispatch_interval(backend))
+        arr = program_arrays(program, include_resident, pad=False)
+        out, kernel = _totals(arr["rec"], arr["ranks"], arr["cores"], p, dispatch_interval(backend))
         return _combine(out, kernel, arr, p, np)
-    arr = program_arrays(program, include_resident)
-    return _report_jit(arr, p, dispatch_interval(backend))
+    return _report_jit(program_arrays(program, include_resident), p, dispatch_interval(backend))
 
 
 def sweep_upmem(program: Program, backends: Backend, *, link: HostLink | None = None,
