@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
@@ -908,51 +909,84 @@ def _combine_chunks(arrs: list[dict], out: dict, resident: np.ndarray, t: dict, 
     return jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
 
 
-def _pool_streams(programs: list[Program], include_resident: bool = False):
+def _fields32(c: Records, include_resident: bool):
+    """The [S, R] int32 fields `native.pack_program` reads (views, no copies
+    where they already are int32; `sync` broadcast with stride 0)."""
+    S, R = c.op.shape
+    f = [np.asarray(getattr(c, k)) for k in ("op", "bank", "row", "n", "phase", "resident")]
+    f = [x if x.dtype == np.int32 else x.astype(np.int32) for x in f]
+    f.append(np.broadcast_to(np.asarray(c.sync, np.int32), (S, R)))
+    split = not include_resident and bool((f[5] == 1).any())
+    return f, split
+
+
+def _pack_numpy(out: np.ndarray, off: int, c: Records, include_resident: bool, split: bool) -> None:
+    """`native.pack_program` in numpy (the reference its test compares)."""
+    S, R = c.op.shape
+    block = out[:, off:off + S * R].reshape(len(SCAN_FIELDS), S, R)
+    resident = np.asarray(c.resident) == 1
+    for j, f in enumerate(("op", "bank", "row", "n", "phase")):
+        block[j] = getattr(c, f)
+    block[5] = 0 if include_resident else resident
+    block[7] = np.broadcast_to(np.asarray(c.sync), (S, R))
+    n = block[3]
+    # the leading rearrangement: records before the first live non-rearrangement one
+    block[6] = np.cumsum((block[4] != Phase.REARRANGE) & (n > 0) & ~(resident & ~include_resident),
+                         axis=1) == 0
+    if split:
+        res = out[:, off + S * R:off + 2 * S * R].reshape(len(SCAN_FIELDS), S, R)
+        res[...] = block
+        res[3] = np.where(resident, n, 0)
+        n[resident] = 0
+
+
+_ARENA = threading.local()
+ARENA_MAX = 1 << 24          # entries (64 MB) a thread keeps for reuse
+
+
+def _arena(size: int) -> np.ndarray:
+    """A 1-D int32 scratch buffer of at least `size` entries, kept per thread
+    and reused: a fresh 32 MB table per 1 M-record batch paid its page
+    faults again every batch (the Labeller times ~100 such batches for one
+    exhaustive GEMV search)."""
+    if size > ARENA_MAX:                   # a one-off big batch: not kept alive
+        return np.empty(size, np.int32)
+    buf = getattr(_ARENA, "buf", None)
+    if buf is None or buf.size < size:
+        buf = _ARENA.buf = np.empty(min(ARENA_MAX, max(size, 1 << 20)), np.int32)
+    return buf
+
+
+def _pool_streams(programs: list[Program], include_resident: bool = False, scratch: bool = False):
     """The record streams of P programs side by side, for the native engine,
-    built straight from their Records in one pass (no compaction: the loop
-    skips records with n = 0).  Per program its S streams, the steady state
-    ("rec": resident placement dropped, as `program_arrays`) and, when it has
-    resident records, their one-time placement ("res").
+    built straight from their Records in one compiled pass per program
+    (`native.pack_program`; no compaction: the loop skips records with
+    n = 0).  Per program its S streams, the steady state ("rec": resident
+    placement dropped, as `program_arrays`) and, when it has resident
+    records, their one-time placement ("res").  scratch: write into this
+    thread's reusable buffer (valid until its next call on the thread).
 
     Returns rec [8, M] int32 (rows SCAN_FIELDS), starts / stops [K] and
     who [K] = (program, "rec" | "res", stream)."""
-    parts = []
-    for i, p in enumerate(programs):
-        c = p.commands
-        resident = np.asarray(c.resident) == 1
-        split = not include_resident and bool(resident.any())
-        parts.append((i, c, resident, split))
+    from .native import pack_program
+    parts = [(i, p.commands) + _fields32(p.commands, include_resident) for i, p in enumerate(programs)]
     sizes = [int(np.prod(c.op.shape)) * (2 if split else 1) for _, c, _, split in parts]
-    rec = np.empty((len(SCAN_FIELDS), sum(sizes)), np.int32)
-    who, starts = [], []
+    total = sum(sizes)
+    width = len(SCAN_FIELDS)
+    rec = (_arena(width * total)[:width * total].reshape(width, total) if scratch
+           else np.empty((width, total), np.int32))
+    who, starts, stops = [], [], []
     off = 0
-    for (i, c, resident, split), size in zip(parts, sizes):
+    for (i, c, f, split), size in zip(parts, sizes):
         S, R = c.op.shape
-        block = rec[:, off:off + S * R].reshape(len(SCAN_FIELDS), S, R)
-        for j, f in enumerate(("op", "bank", "row", "n", "phase")):
-            block[j] = getattr(c, f)
-        block[5] = 0 if include_resident else resident
-        block[7] = np.broadcast_to(np.asarray(c.sync), (S, R))
-        n = block[3]
-        # the leading rearrangement: records before the first live non-rearrangement one
-        block[6] = np.cumsum((block[4] != Phase.REARRANGE) & (n > 0) & ~(resident & ~include_resident),
-                             axis=1) == 0
-        kinds = [("rec", off)]
-        if split:
-            res = rec[:, off + S * R:off + 2 * S * R].reshape(len(SCAN_FIELDS), S, R)
-            res[...] = block
-            res[3] = np.where(resident, n, 0)
-            n[resident] = 0
-            kinds.append(("res", off + S * R))
-        for kind, base in kinds:
+        pack_program(rec, off, *f, include_resident, split)
+        for kind, base in (("rec", off), ("res", off + S * R))[:2 if split else 1]:
             for st in range(S):
                 who.append((i, kind, st))
                 starts.append(base + st * R)
+                stops.append(base + st * R + R)
         off += size
-    starts = np.asarray(starts, np.int64)
-    stops = starts + np.asarray([programs[i].commands.op.shape[1] for i, _, _ in who], np.int64)
-    return rec, starts, stops, who
+    return rec, np.asarray(starts, np.int64), np.asarray(stops, np.int64), who
 
 
 def _native_outputs(programs: list[Program], table: np.ndarray, backend: Backend, refresh: bool,
@@ -961,7 +995,7 @@ def _native_outputs(programs: list[Program], table: np.ndarray, backend: Backend
     (table [V, F], `native.timing_table`): out leaves [V, P, S, ...] float32
     and the resident placement time [V, P, S]."""
     from .native import time_streams
-    rec, starts, stops, who = _pool_streams(programs, include_resident)
+    rec, starts, stops, who = _pool_streams(programs, include_resident, scratch=True)
     V, P, K = table.shape[0], len(programs), len(who)
     S = max(p.commands.op.shape[0] for p in programs)
     res = time_streams(rec, np.tile(starts, V), np.tile(stops, V), np.repeat(np.arange(V), K), table,

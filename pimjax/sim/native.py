@@ -247,6 +247,39 @@ def _streams(rec, starts, stops, tix, table, cls, banks, per_bg, refresh, bucket
                          buckets[s], counts[s])
 
 
+@njit(nogil=True, cache=True)
+def pack_program(out, off, op, bank, row, n, phase, resident, sync, include_resident, split):
+    """Write one program's record streams (fields [S, R], any strides) into
+    the record table `out` ([8, M] int32, RECORD_FIELDS) at columns
+    off : off + S * R, stream after stream; with `split` also its resident
+    placement at the next S * R columns (n kept only on resident records,
+    which the steady state drops).  One pass: `pre` marks the records
+    before the first live record that is neither rearrangement nor dropped
+    resident placement.  (`cycles._pack_numpy` is the same in numpy.)"""
+    S, R = op.shape
+    for s in range(S):
+        seen = False
+        for r in range(R):
+            c = off + s * R + r
+            res = resident[s, r] == 1
+            live = n[s, r]
+            if phase[s, r] != REARRANGE and live > 0 and (include_resident or not res):
+                seen = True
+            out[0, c] = op[s, r]
+            out[1, c] = bank[s, r]
+            out[2, c] = row[s, r]
+            out[3, c] = 0 if (split and res) else live
+            out[4, c] = phase[s, r]
+            out[5, c] = 0 if include_resident else (1 if res else 0)
+            out[6, c] = 0 if seen else 1
+            out[7, c] = sync[s, r]
+            if split:
+                c2 = c + S * R
+                for f in range(8):
+                    out[f, c2] = out[f, c]
+                out[3, c2] = live if res else 0
+
+
 THREADS = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)))
 """Threads that time streams at once (the loop releases the GIL)."""
 

@@ -179,3 +179,41 @@ def test_vmap_over_cycles_uses_the_scan_engine():
     assert expect[0] < expect[2]
     with pytest.raises(ValueError, match="concrete timings"):
         jax.vmap(lambda tm: cycles(prog, be.replace(timing=tm), engine="native").total_cycles)(stacked)
+
+
+@settings(max_examples=120, deadline=None)
+@given(data=st.data())
+def test_pack_program_equals_numpy(data):
+    """`native.pack_program` (the compiled stream table of `_pool_streams`)
+    writes what its numpy form `_pack_numpy` writes, for random [S, R]
+    Records with resident placement, padding (n = 0), int64 / broadcast
+    fields and a scalar or per-record sync, with and without
+    `include_resident`."""
+    from pimjax.lower.program import Phase, Records
+    from pimjax.sim.cycles import SCAN_FIELDS, _fields32, _pack_numpy
+    from pimjax.sim.native import pack_program
+    S, R = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 40))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+    ints = lambda hi, dtype=np.int32: rng.integers(0, hi, (S, R)).astype(dtype)   # noqa: E731
+    fields = dict(op=ints(12), bank=ints(16, np.int64), row=ints(1 << 14), col=ints(32), n=ints(4),
+                  phase=ints(len(Phase)), reg=ints(8), reg_step=ints(2), src=ints(3), aux=ints(4),
+                  arg=ints(9), core=ints(8),
+                  resident=ints(2) if data.draw(st.booleans()) else np.broadcast_to(np.int32(0), (S, R)),
+                  sync=ints(2) if data.draw(st.booleans()) else 0)
+    c = Records(**fields)
+    for include_resident in (False, True):
+        f, split = _fields32(c, include_resident)
+        assert split == (not include_resident and bool((fields["resident"] == 1).any()))
+        width = (2 if split else 1) * S * R
+        got = np.full((len(SCAN_FIELDS), width + 3), -7, np.int32)
+        ref = got.copy()
+        pack_program(got, 3, *f, include_resident, split)
+        _pack_numpy(ref, 3, c, include_resident, split)
+        np.testing.assert_array_equal(got, ref)
+        # the steady state never keeps resident work unless asked to; the placement keeps only it
+        steady_n = got[3, 3:3 + S * R].reshape(S, R)
+        if not include_resident:
+            assert not steady_n[fields["resident"] == 1].any()
+        if split:
+            np.testing.assert_array_equal(got[3, 3 + S * R:].reshape(S, R),
+                                          np.where(fields["resident"] == 1, fields["n"], 0))
