@@ -100,7 +100,7 @@ from ..partition.verify import matrix_and_vector
 from ..trace.affine import AffineExpr
 from ..trace.ir import Arg, Const, PimOp, Prim, replace_acc
 from .layout import acc_space, tile_layout, value_shapes
-from .program import RECORD_FIELDS, Op, Phase, Program, Readback, Records, TensorLayout, constant_column
+from .program import RECORD_FIELDS, Op, Phase, Program, Readback, Records, TensorLayout
 from .tiles import CoreTiles, core_tiles
 
 # --------------------------------------------------------------------------
@@ -332,37 +332,49 @@ def _tile_cost(ctx: _Ctx) -> int:
 # --------------------------------------------------------------------------
 # record assembly: per-tasklet sequences interleaved by step
 # --------------------------------------------------------------------------
-def _column(v, m: int) -> np.ndarray:
-    """[m] int64 of a scalar (a stride-0 view) or of an array broadcast to m."""
-    if np.ndim(v) == 0:
-        return constant_column(int(v), m, np.int64)
-    return np.broadcast_to(np.asarray(v, np.int64), (m,))
-
-
 class _Recs:
-    """Column lists of records with an ordering key (step, tasklet, sub)."""
+    """Records with an ordering key (step, tasklet, sub), kept as the values
+    each `add` was given (scalars stay scalars) and materialised per field
+    once, in `build`: a GEMV draft makes ~40 adds of 14 fields and 3 keys,
+    and broadcasting every value at `add` time was most of its lowering."""
 
     def __init__(self):
-        self.cols = {f: [] for f in RECORD_FIELDS}
-        self.key = []
+        self.adds: list[dict] = []
+        self.counts: list[int] = []
 
     def add(self, key, op, n, **fields):
         """Append len(n) records (arrays broadcast) with sort keys `key` ([3] arrays)."""
         n = np.atleast_1d(np.asarray(n, np.int64))
-        m = n.shape[0]
-        vals = {f: 0 for f in RECORD_FIELDS}          # fields added to the contract later default to 0
-        vals.update(op=int(op), n=n, phase=int(Phase.COMPUTE), src=-1, core=-1)
-        vals.update(fields)
-        for f in RECORD_FIELDS:
-            self.cols[f].append(_column(vals[f], m))
-        self.key.append(np.stack([_column(k, m) for k in key]))
+        vals = dict(op=int(op), n=n, phase=int(Phase.COMPUTE), src=-1, core=-1)
+        vals.update({f: v if isinstance(v, (int, np.integer, np.ndarray)) else np.asarray(v)
+                     for f, v in fields.items()})
+        vals["_key"] = tuple(k if isinstance(k, (int, np.integer, np.ndarray)) else np.asarray(k) for k in key)
+        self.adds.append(vals)
+        self.counts.append(n.shape[0])
+
+    def _field(self, values) -> np.ndarray:
+        """[sum(counts)] int64 of one field's values: the scalars repeated in
+        one call, then each array (length 1 or its add's count) assigned over
+        its slice (numpy broadcasting)."""
+        arrays = [i for i, v in enumerate(values) if isinstance(v, np.ndarray) and v.ndim]
+        if not arrays:
+            return np.repeat(np.asarray(values, np.int64), self.counts)
+        base = list(values)
+        for i in arrays:
+            base[i] = 0
+        out = np.repeat(np.asarray(base, np.int64), self.counts)
+        starts = np.cumsum([0] + self.counts[:-1]).tolist()
+        for i in arrays:
+            out[starts[i]:starts[i] + self.counts[i]] = values[i]
+        return out
 
     def build(self, order: bool = True) -> dict:
-        if not self.key:
+        if not self.adds:
             return {f: np.zeros(0, np.int64) for f in RECORD_FIELDS}
-        cols = {f: np.concatenate(v) for f, v in self.cols.items()}
+        # fields added to the record contract later default to 0
+        cols = {f: self._field([a.get(f, 0) for a in self.adds]) for f in RECORD_FIELDS}
         if order:
-            key = np.concatenate(self.key, axis=1)
+            key = [self._field([a["_key"][k] for a in self.adds]) for k in range(3)]
             idx = np.lexsort(key[::-1])
             cols = {f: v[idx] for f, v in cols.items()}
         return cols
@@ -658,43 +670,44 @@ def _kernel_outputs(ctx, geo: _Geom, ker: _Recs, body_ops, lid, layouts, res, re
     mi = body_ops[0]
     vi = body_ops[1] if len(body_ops) > 1 else None
     bases = {k: int(mram_address(layouts[lid[k]].positions[:1])[0]) for k in body_ops}
-    for t in range(T):
-        blocks = np.arange(t * bpt, min((t + 1) * bpt, n_blocks))
-        if blocks.size == 0:
-            continue
-        # iterations (block, o_in_block, ro, c) in loop order
-        if is_flow:   # loop order block, ro, c, o: the vector tile serves the block's outputs
-            B, R, C_, I = np.meshgrid(blocks, np.arange(geo.Rout), np.arange(nC), np.arange(ob), indexing="ij")
-        else:         # block, o, ro, c: every operand tile re-read per output (PrIM GEMV)
-            B, I, R, C_ = np.meshgrid(blocks, np.arange(ob), np.arange(geo.Rout), np.arange(nC), indexing="ij")
-        B, I, R, C_ = (a.ravel() for a in (B, I, R, C_))
-        o = B * ob + I
-        keep = o < O
-        B, I, R, C_, o = B[keep], I[keep], R[keep], C_[keep], o[keep]
-        step = np.arange(o.size)
-        ri0 = cstart[C_]
-        # matrix tile every iteration
-        mloc = _operand_local(layouts[lid[mi]], geo, o, R, ri0)
-        ker.add((step, t, 1), Op.DMA_RD, dma[C_], reg=t, src=lid[mi], **_addr_fields(bases[mi] + mloc * eb))
-        if vi is not None:
-            vloc = _operand_local(layouts[lid[vi]], geo, o, R, ri0)
-            if is_flow:   # re-read only when the tile changes along this tasklet's sequence
-                fresh = np.concatenate([[True], vloc[1:] != vloc[:-1]])
-            else:
-                fresh = np.ones(o.size, bool)
-            ker.add((step[fresh], t, 0), Op.DMA_RD, dma[C_][fresh], reg=t, src=lid[vi],
-                    **_addr_fields(bases[vi] + vloc[fresh] * eb))
-        first = (o * geo.Rout + R) * geo.Rin + ri0
-        dmas = DMA_ISSUE * (1 + (vi is not None))
-        first_of_out = (R == 0) & (C_ == 0)
-        ker.add((step, t, 2), Op.DPU_EXEC, tile_c + dmas + ccnt[C_] * pc + ACC_INIT * first_of_out, reg=t,
-                aux=int(Exec.REDUCE), arg=first, row=ccnt[C_], src=res_id)
-        # write a block's outputs after its last iteration
-        last = np.concatenate([B[1:] != B[:-1], [True]])
-        bo = B[last] * ob
-        nout = np.minimum(ob, O - bo)
-        wbytes = np.maximum(_roundup_arr(nout * eb, DMA_ALIGN), DMA_ALIGN)
-        ker.add((step[last], t, 3), Op.DMA_WR, wbytes, reg=t, src=res_id, arg=bo, **_addr_fields(r0 + bo * eb))
+    # every tasklet at once: tasklet t owns the contiguous blocks t * bpt ..., so the
+    # iterations in block-major loop order are each tasklet's sequence, one after another
+    blocks = np.arange(n_blocks)
+    if is_flow:   # loop order block, ro, c, o: the vector tile serves the block's outputs
+        B, R, C_, I = np.meshgrid(blocks, np.arange(geo.Rout), np.arange(nC), np.arange(ob), indexing="ij")
+    else:         # block, o, ro, c: every operand tile re-read per output (PrIM GEMV)
+        B, I, R, C_ = np.meshgrid(blocks, np.arange(ob), np.arange(geo.Rout), np.arange(nC), indexing="ij")
+    B, I, R, C_ = (a.ravel() for a in (B, I, R, C_))
+    o = B * ob + I
+    keep = o < O
+    B, I, R, C_, o = B[keep], I[keep], R[keep], C_[keep], o[keep]
+    t = B // bpt                                 # the tasklet of each iteration
+    head = np.concatenate([[True], t[1:] != t[:-1]])          # a tasklet's first iteration
+    step = np.arange(o.size) - np.maximum.accumulate(np.where(head, np.arange(o.size), 0))
+    ri0 = cstart[C_]
+    # matrix tile every iteration
+    mloc = _operand_local(layouts[lid[mi]], geo, o, R, ri0)
+    ker.add((step, t, 1), Op.DMA_RD, dma[C_], reg=t, src=lid[mi], **_addr_fields(bases[mi] + mloc * eb))
+    if vi is not None:
+        vloc = _operand_local(layouts[lid[vi]], geo, o, R, ri0)
+        if is_flow:   # re-read only when the tile changes along a tasklet's sequence
+            fresh = head | np.concatenate([[True], vloc[1:] != vloc[:-1]])
+        else:
+            fresh = np.ones(o.size, bool)
+        ker.add((step[fresh], t[fresh], 0), Op.DMA_RD, dma[C_][fresh], reg=t[fresh], src=lid[vi],
+                **_addr_fields(bases[vi] + vloc[fresh] * eb))
+    first = (o * geo.Rout + R) * geo.Rin + ri0
+    dmas = DMA_ISSUE * (1 + (vi is not None))
+    first_of_out = (R == 0) & (C_ == 0)
+    ker.add((step, t, 2), Op.DPU_EXEC, tile_c + dmas + ccnt[C_] * pc + ACC_INIT * first_of_out, reg=t,
+            aux=int(Exec.REDUCE), arg=first, row=ccnt[C_], src=res_id)
+    # write a block's outputs after its last iteration
+    last = np.concatenate([B[1:] != B[:-1], [True]])
+    bo = B[last] * ob
+    nout = np.minimum(ob, O - bo)
+    wbytes = np.maximum(_roundup_arr(nout * eb, DMA_ALIGN), DMA_ALIGN)
+    ker.add((step[last], t[last], 3), Op.DMA_WR, wbytes, reg=t[last], src=res_id, arg=bo,
+            **_addr_fields(r0 + bo * eb))
 
 
 def _real_outputs(ctx, geo: _Geom) -> int:
