@@ -32,8 +32,10 @@ Feature groups (all sizes log2(1 + x) unless noted):
             in ns, the rest in cycles), link / host bandwidths, UPMEM DPU.
 * estimates — closed-form bytes and commands (rearrangement with and
             without replication, register / buffer writes, read-back,
-            column commands, row activations, DMA) and rough times in
-            cycles per phase.  They are features, never the answer: the
+            column commands, row activations, DMA), rough times in
+            cycles per phase, and the register batches a streamed kernel
+            works through (ko registers at a time) with the row switches
+            they cost.  They are features, never the answer: the
             MLP learns the map to simulated cycles.
 """
 from __future__ import annotations
@@ -86,7 +88,8 @@ _EST = ["est_rearr_bytes", "est_rearr_unique_bytes", "est_rearr_bcast_bytes", "e
         "est_rows", "est_dma", "est_in_blocks", "est_out_blocks", "est_blocks", "est_padded_macs",
         "est_block_pad", "est_vec_loads", "est_tasklet_outputs", "est_tasklet_points", "est_tasklet_dma",
         "est_t_rearr", "est_t_compute", "est_t_readback", "est_t_merge",
-        "est_t_dpu", "est_t_total", "est_share_rearr", "est_share_compute", "est_share_readback"]
+        "est_t_dpu", "est_t_total", "est_share_rearr", "est_share_compute", "est_share_readback",
+        "est_reg_batches", "est_row_switches"]
 FEATURE_NAMES: tuple[str, ...] = tuple(_SHAPE + _SLOT + _TILING + _KNOBS + _HW + _EST)
 F = len(FEATURE_NAMES)
 
@@ -454,11 +457,30 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
         t_dpu = np.zeros(n)
     t_total = t_rearr + t_comp + t_rb + t_merge
     safe = np.maximum(t_total, 1e-9)
+    # register batches: a streamed kernel works through a core's columns ko registers at a time
+    # (elementwise: 2 x ko columns over the core's banks; reduction: ko accumulators; contraction:
+    # the blocks), and each batch opens a row per operand stream -- the sources and the result
+    # region sit in different rows of one bank -- so row switches scale with batches x streams.
+    # (hbm-pim: VA on one tiling is 1 495 / 1 644 / 1 728 cycles at KO 8 / 4 / 2.)
+    bpc = core.banks_per_core
+    n_streams = sum((x > 0).astype(np.int64) for x in in_core) + 1
+    # reduction accumulators: one per output, or 16 outputs along the lane variable per column
+    out_cols = np.where(info.lane_red[lane], outs, outs // np.maximum(lane_len, 1) * lane_cols)
+    if op_.kind == "elementwise":          # the lowering packs a core's elements densely
+        batches = _cdiv(_cdiv(elems, lane_eff), ko * bpc) * bpc
+        switches = batches * n_streams
+    elif op_.kind == "reduction":
+        batches = _cdiv(out_cols, ko)
+        switches = batches * 2
+    else:
+        batches = blocks
+        switches = blocks * 2
     cols += [_l2(rearr), _l2(rearr_u), _l2(rearr_b), _l2(reg_writes), _l2(out_reads), _l2(rb_bytes),
              _l2(merge_flops), _l2(cols_core), _l2(col_cmds), _l2(rows), _l2(dma), _l2(blk_in), _l2(blk_out),
              _l2(blocks), _l2(padded_macs), block_pad, _l2(vec_loads), _l2(tk_outs), _l2(tk_points), _l2(tk_dma),
              _l2(t_rearr), _l2(t_comp),
-             _l2(t_rb), _l2(t_merge), _l2(t_dpu), _l2(t_total), t_rearr / safe, t_comp / safe, t_rb / safe]
+             _l2(t_rb), _l2(t_merge), _l2(t_dpu), _l2(t_total), t_rearr / safe, t_comp / safe, t_rb / safe,
+             _l2(batches), _l2(switches)]
     assert len(cols) == F, (len(cols), F)
     # fill feature-major, then view as [n, F]: row writes are contiguous
     out = np.empty((F, n), np.float32)

@@ -105,3 +105,35 @@ def test_runs_match_a_brute_force_count(shape, data):
     lens = {e.terms[0][0]: np.array([b]) for e, b in zip(acc.index_map, box)}
     runs, run = _runs(acc, lens, shape, 1)
     assert (int(runs[0]), int(run[0])) == _brute_runs(box, shape)
+
+
+@pytest.mark.parametrize("kernel,shape", [("va", (1000,)), ("relu", (24, 1536)), ("red", (12, 4096)),
+                                          ("red", (4, 300)), ("red", (40, 24)), ("va", (8, 40))])
+def test_register_batches_match_the_lowering(kernel, shape):
+    """`est_reg_batches` (closed form) is the number of ko-register batches
+    the hbm-pim lowering streams a core's columns in: 2 x its tiles of
+    2 x ko columns for an elementwise op, its accumulator batches for a
+    reduction; `est_row_switches` is that times the operand streams (the
+    sources and the result, each in its own rows)."""
+    from pimjax.costmodel.dataset import _try_lower
+    be = get_backend("hbm-pim")
+    case = make_case(be, kernel, shape)
+    table = case_drafts(case, be)
+    X = features_table(case.target, table, be, case.shapes)
+    batches = np.round(2.0 ** X[:, FEATURE_NAMES.index("est_reg_batches")] - 1).astype(np.int64)
+    switches = np.round(2.0 ** X[:, FEATURE_NAMES.index("est_row_switches")] - 1).astype(np.int64)
+    streams = {"va": 3, "relu": 2, "red": 2}[kernel]
+    checked, seen_ko, seen_lane = 0, [], []
+    for i in np.random.default_rng(1).choice(len(table), min(60, len(table)), replace=False):
+        p = _try_lower(case, table[int(i)], be)
+        if p is None:
+            continue
+        lowered = 2 * p.meta["tiles"] if kernel != "red" else p.meta["t_acc"]
+        assert batches[i] == lowered, (table[int(i)], batches[i], lowered)
+        assert switches[i] == batches[i] * streams
+        seen_ko.append(table[int(i)].ko)
+        seen_lane.append(table[int(i)].lane_var)
+        checked += 1
+    assert checked >= 5
+    lanes = {c.lane_var for c in (table[j] for j in range(len(table)))}
+    assert len(set(seen_ko)) > 1 and set(seen_lane) == lanes    # several KO, every lane variable
