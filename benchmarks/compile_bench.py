@@ -106,34 +106,42 @@ def child_compile(cache_root: str) -> float:
 
 # -- (c) dispatch overhead -------------------------------------------------------
 class ExecutionClock:
-    """Wraps `execute` and `evaluate_op` as pim_jit's Compiled calls them and
-    sums the seconds spent inside (results blocked on, so jax's asynchronous
-    dispatch does not move execution time into the overhead)."""
+    """Wraps `execute`, `evaluate_op` and `to_device` as pim_jit's Compiled
+    calls them and sums the seconds spent inside (results blocked on, so
+    jax's asynchronous dispatch does not move execution time into the
+    overhead).  `to_device` is the copy of a numpy argument into a jax array
+    for a host op -- the transfer `jax.jit` makes of numpy arguments as well;
+    `transfer` keeps its share, which the table shows on its own row."""
 
     def __init__(self):
         self.seconds = 0.0
-        self._saved = (api.execute, api.evaluate_op)
+        self.transfer = 0.0
+        self._saved = (api.execute, api.evaluate_op, api.to_device)
 
-    def _wrap(self, fn):
+    def _wrap(self, fn, transfer=False):
         def wrapped(*a, **k):
             t0 = time.perf_counter()
             out = jax.block_until_ready(fn(*a, **k))
-            self.seconds += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            self.seconds += dt
+            self.transfer += dt if transfer else 0.0
             return out
         return wrapped
 
     def __enter__(self):
-        api.execute, api.evaluate_op = (self._wrap(f) for f in self._saved)
+        ex, ev, td = self._saved
+        api.execute, api.evaluate_op, api.to_device = self._wrap(ex), self._wrap(ev), self._wrap(td, True)
         return self
 
     def __exit__(self, *exc):
-        api.execute, api.evaluate_op = self._saved
+        api.execute, api.evaluate_op, api.to_device = self._saved
 
 
-def dispatch_overhead(f, args, repeat: int) -> tuple[float, float]:
-    """(median overhead s, median total s) of `f(*args)` after a first call."""
+def dispatch_overhead(f, args, repeat: int) -> tuple[float, float, float]:
+    """(median overhead s, median total s, median argument transfer s) of
+    `f(*args)` after a first call."""
     jax.block_until_ready(f(*args))                      # compile + warm the executors
-    over, total = [], []
+    over, total, transfer = [], [], []
     for _ in range(repeat):
         with ExecutionClock() as clock:
             t0 = time.perf_counter()
@@ -141,7 +149,21 @@ def dispatch_overhead(f, args, repeat: int) -> tuple[float, float]:
             t = time.perf_counter() - t0
         over.append(t - clock.seconds)
         total.append(t)
-    return statistics.median(over), statistics.median(total)
+        transfer.append(clock.transfer)
+    return statistics.median(over), statistics.median(total), statistics.median(transfer)
+
+
+def jit_total(fn, args, repeat: int) -> float:
+    """Median seconds of `jax.jit(fn)(*args)` after a first call (the
+    reference a pim_jit call's total compares with)."""
+    f = jax.jit(fn)
+    jax.block_until_ready(f(*args))
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(*args))
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
 
 
 def lookup_overhead(f, args, repeat: int = 200) -> float:
@@ -234,13 +256,18 @@ def main() -> None:
         # not a call: the staged API re-traces and re-lowers (jax.jit's does too)
         row(f"(c) {name}: f.lower(*args).compile() again, same shapes (tuner-cache hits)", again)
         row(f"(c) {name}: f(*args) signature + compiled-cache lookup", lookup_overhead(f, args), 5e-3)
-        over, total = dispatch_overhead(f, args, repeat=5 if name.startswith("GEMV") else 2)
+        reps = 5 if name.startswith("GEMV") else 2
+        over, total, transfer = dispatch_overhead(f, args, repeat=reps)
         row(f"(c) {name}: f(*args) overhead excluding execution (numpy args)", over, 5e-3,
             f"(of {fmt_s(total)})")
+        if transfer > 0:
+            row(f"(c) {name}: of that call, numpy arguments copied into jax arrays for host ops", transfer)
         jargs = jax.tree_util.tree_map(jax.numpy.asarray, args)
-        over, total = dispatch_overhead(f, jargs, repeat=5 if name.startswith("GEMV") else 2)
+        over, total, _ = dispatch_overhead(f, jargs, repeat=reps)
         row(f"(c) {name}: f(*args) overhead excluding execution (jax-array args)", over, 5e-3,
             f"(of {fmt_s(total)})")
+        if name.startswith("GEMV"):
+            row(f"(c) {name}: jax.jit(f)(*args) for reference, numpy args (total)", jit_total(FUNCTIONS["gemv"], args, reps))
 
     # (d)
     console.print("[dim](d) exhaustive GEMV 4096x4096...[/dim]")
