@@ -14,11 +14,15 @@
 (c) the warm path: `f.lower(*args).compile()` again on the same shapes
     (re-trace, tuner-cache hits), and the per-call overhead of `f(*args)`
     once compiled: its time minus the time spent inside `sim.execute` (PIM
-    programs) and `evaluate_op` (host ops), i.e. signature + cache lookup +
-    argument check + conversion + output assembly.
+    programs), `api.host_op` (host ops, with the device copies of the numpy
+    arguments only they read) and `api.to_device` (numpy arguments several
+    host ops share), i.e. signature + cache lookup + argument check + output
+    assembly.  The copies of numpy arguments are the transfer `jax.jit` makes
+    too; their time has a row of its own, and `jax.jit(f)(*args)`'s total one
+    for reference.
 (d) lowering and simulating every draft of the GEMV (`costmodel.evaluate.
-    exhaustive`, no label cache).  A full run takes minutes (≈ 150 s on the
-    2-core box: the drafts' programs run up to 10^6 command records), so by
+    exhaustive`, no label cache).  A full run takes ≈ 20 s (2-core box; the
+    drafts' programs run up to 10^6 command records), so by
     default two disjoint random samples of the drafts go through the same
     code path (`dataset.label`: lower each draft, pool the programs, simulate
     them batched): the first pays the XLA compiles, the second's time is
@@ -106,7 +110,7 @@ def child_compile(cache_root: str) -> float:
 
 # -- (c) dispatch overhead -------------------------------------------------------
 class ExecutionClock:
-    """Wraps `execute`, `evaluate_op` and `to_device` as pim_jit's Compiled
+    """Wraps `execute`, `host_op` and `to_device` as pim_jit's Compiled
     calls them and sums the seconds spent inside (results blocked on, so
     jax's asynchronous dispatch does not move execution time into the
     overhead).  `to_device` is the copy of a numpy argument into a jax array
@@ -116,25 +120,30 @@ class ExecutionClock:
     def __init__(self):
         self.seconds = 0.0
         self.transfer = 0.0
-        self._saved = (api.execute, api.evaluate_op, api.to_device)
+        self.depth = 0
+        self._saved = (api.execute, api.host_op, api.to_device)
 
     def _wrap(self, fn, transfer=False):
         def wrapped(*a, **k):
+            self.depth += 1                      # a copy inside host_op is host_op's time
             t0 = time.perf_counter()
-            out = jax.block_until_ready(fn(*a, **k))
+            try:
+                out = jax.block_until_ready(fn(*a, **k))
+            finally:
+                self.depth -= 1
             dt = time.perf_counter() - t0
-            self.seconds += dt
+            self.seconds += dt if self.depth == 0 else 0.0
             self.transfer += dt if transfer else 0.0
             return out
         return wrapped
 
     def __enter__(self):
         ex, ev, td = self._saved
-        api.execute, api.evaluate_op, api.to_device = self._wrap(ex), self._wrap(ev), self._wrap(td, True)
+        api.execute, api.host_op, api.to_device = self._wrap(ex), self._wrap(ev), self._wrap(td, True)
         return self
 
     def __exit__(self, *exc):
-        api.execute, api.evaluate_op, api.to_device = self._saved
+        api.execute, api.host_op, api.to_device = self._saved
 
 
 def dispatch_overhead(f, args, repeat: int) -> tuple[float, float, float]:

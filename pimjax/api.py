@@ -491,6 +491,16 @@ class Compiled:
         for vid, c in graph.constants.items():
             env[vid] = jnp.asarray(c)
 
+        # host-op uses left per value: a numpy argument that one host op reads goes to the
+        # device inside `host_op` (its copy freed there); one that several read, once, here
+        uses = {}
+        for p in self.lowered.plans:
+            if p.placement not in ("fused", "pim"):
+                for a in p.op.operands:
+                    uses[a.value] = uses.get(a.value, 0) + 1
+        for v in graph.outputs:
+            uses[v] = uses.get(v, 0) + 1
+
         def on_device(vid):
             if not isinstance(env[vid], jax.Array):
                 env[vid] = to_device(env[vid])       # once per value, shared by later host ops
@@ -505,8 +515,8 @@ class Compiled:
                 info = graph.values[fused.result.value]
                 env[fused.result.value] = jnp.asarray(out).astype(info.dtype).reshape(info.shape)
             else:
-                operands = [on_device(a.value) for a in p.op.operands]
-                for r, val in zip(p.op.results, evaluate_op(graph, p.op, operands)):
+                operands = [env[a.value] if uses[a.value] == 1 else on_device(a.value) for a in p.op.operands]
+                for r, val in zip(p.op.results, host_op(graph, p.op, operands)):
                     env[r.value] = val
         outs = [on_device(v) for v in graph.outputs]
         if graph.out_tree is None:
@@ -549,6 +559,13 @@ def _canonical_dtype(leaf) -> str:
     if jnp.issubdtype(dtype, jax.dtypes.extended):
         return dtype_name(dtype)
     return dtype_name(jax.dtypes.canonicalize_dtype(dtype))
+
+
+def host_op(graph: PimGraph, op: PimOp, operands: list) -> list:
+    """Results of a host-placed op (`evaluate_op`), its numpy operands first
+    copied to the device (`to_device`); those copies are dropped when it
+    returns."""
+    return evaluate_op(graph, op, [a if isinstance(a, jax.Array) else to_device(a) for a in operands])
 
 
 def to_device(value: np.ndarray) -> jax.Array:
