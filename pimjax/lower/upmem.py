@@ -336,7 +336,8 @@ class _Recs:
     """Records with an ordering key (step, tasklet, sub), kept as the values
     each `add` was given (scalars stay scalars) and materialised per field
     once, in `build`: a GEMV draft makes ~40 adds of 14 fields and 3 keys,
-    and broadcasting every value at `add` time was most of its lowering."""
+    and broadcasting every value at `add` time was most of its lowering.
+    Arrays given to `add` are kept, not copied, until `build`."""
 
     def __init__(self):
         self.adds: list[dict] = []

@@ -911,11 +911,11 @@ def _combine_chunks(arrs: list[dict], out: dict, resident: np.ndarray, t: dict, 
 
 def _fields32(c: Records, include_resident: bool):
     """The [S, R] int32 fields `native.pack_program` reads (views, no copies
-    where they already are int32; `sync` broadcast with stride 0)."""
+    where they already are int32; every field broadcast to [S, R], as numpy
+    assignment would: the compiled loop does not check bounds)."""
     S, R = c.op.shape
-    f = [np.asarray(getattr(c, k)) for k in ("op", "bank", "row", "n", "phase", "resident")]
-    f = [x if x.dtype == np.int32 else x.astype(np.int32) for x in f]
-    f.append(np.broadcast_to(np.asarray(c.sync, np.int32), (S, R)))
+    f = [np.asarray(getattr(c, k)) for k in ("op", "bank", "row", "n", "phase", "resident", "sync")]
+    f = [np.broadcast_to(x if x.dtype == np.int32 else x.astype(np.int32), (S, R)) for x in f]
     split = not include_resident and bool((f[5] == 1).any())
     return f, split
 

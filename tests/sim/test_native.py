@@ -188,7 +188,8 @@ def test_pack_program_equals_numpy(data):
     writes what its numpy form `_pack_numpy` writes, for random [S, R]
     Records with resident placement, padding (n = 0), int64 / broadcast
     fields and a scalar or per-record sync, with and without
-    `include_resident`."""
+    `include_resident` (and a [1, R] field, which numpy broadcasts and the
+    compiled loop must not read past)."""
     from pimjax.lower.program import Phase, Records
     from pimjax.sim.cycles import SCAN_FIELDS, _fields32, _pack_numpy
     from pimjax.sim.native import pack_program
@@ -200,6 +201,8 @@ def test_pack_program_equals_numpy(data):
                   arg=ints(9), core=ints(8),
                   resident=ints(2) if data.draw(st.booleans()) else np.broadcast_to(np.int32(0), (S, R)),
                   sync=ints(2) if data.draw(st.booleans()) else 0)
+    if data.draw(st.booleans()):          # a field of one row, broadcast over the streams
+        fields["phase"] = fields["phase"][:1]
     c = Records(**fields)
     for include_resident in (False, True):
         f, split = _fields32(c, include_resident)
