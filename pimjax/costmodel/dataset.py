@@ -150,8 +150,8 @@ class Labeller:
     batches (`simulate`); `flush` returns the (tag, 5-vector) of each.
 
     A full batch is simulated on a worker thread while the caller lowers
-    the next one (the scan runs in XLA, which releases the GIL): at most one
-    batch simulates while the next fills."""
+    the next one (the native engine's loops and the scan's XLA both release
+    the GIL): at most one batch simulates while the next fills."""
 
     def __init__(self, backend: Backend, max_records: int | None = None):
         from ..sim.cycles import DEFAULT_ENGINE
