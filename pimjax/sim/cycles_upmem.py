@@ -152,55 +152,74 @@ def program_arrays(program: Program, include_resident: bool = False, pad: bool =
             "merged": np.bool_(st.get("readback_bytes", 0) > 0 or st.get("merge_flops", 0) > 0)}
 
 
+def _record_terms(r: dict, ranks, cores, waves: tuple, p: dict, xp) -> dict:
+    """What each record adds, one rule for both engines (xp: jnp on one
+    record inside `_scan`'s step, numpy on every record at once in
+    `_totals`).  r: op / n / aux / reg / resident / phase (n and aux float32);
+    waves: (h2d, d2h) rank batches of a parallel transfer.
+
+    Host transfers (ns): broadcast, rank-parallel (each rank batch at the
+    per-rank bandwidth, bounded by the host's) or serial, times the `aux`
+    repeats.  Kernel (DPU cycles): instruction batches, DMAs and barriers
+    on the tasklet slot `reg`."""
+    f32 = xp.float32
+    op, n, aux, mode = r["op"], r["n"], r["aux"], r["reg"]
+    h2d = op == Op.XFER_H2D
+    xfer = h2d | (op == Op.XFER_D2H)
+    bcast, serial = mode == Xfer.BROADCAST, mode == Xfer.SERIAL
+    bw = xp.where(h2d, p["bw_h2d"], p["bw_d2h"])
+    serial_bw = xp.where(h2d, p["ser_h2d"], p["ser_d2h"])
+    per_rank = xp.where(bcast, n / p["bcast"], n * cores / bw)
+    total_bytes = xp.where(bcast, n, n * cores) * ranks
+    par_t = xp.maximum(per_rank * xp.where(h2d, *waves), total_bytes / p["host_bw"]) + p["call"]
+    ser_t = (n / serial_bw + p["call"]) * ranks          # this DPU of every rank, one after another
+    t_x = xp.where(serial, ser_t, par_t) * aux
+    launch = (op == Op.LAUNCH) & (aux == Sync.LAUNCH)
+    return dict(
+        h2d=h2d, xfer=xfer,
+        moved=xp.where(serial, n * ranks, total_bytes) * aux,
+        calls=xp.where(xfer, aux * xp.where(serial, ranks, f32(1)), f32(0)),
+        ex=op == Op.DPU_EXEC,
+        dma=(op == Op.DMA_RD) | (op == Op.DMA_WR),
+        barrier=(op == Op.LAUNCH) & (aux == Sync.BARRIER),
+        d_time=p["dma_lat"] + n / p["dma_bpc"],
+        bucket=xp.where(r["resident"] == 1, 4, xp.where(r["phase"] == Phase.READBACK, 2,
+                                                         xp.where(r["phase"] == Phase.REARRANGE, 0, 1))),
+        add_ns=xp.where(xfer, t_x, xp.where(launch, p["launch"], f32(0))))
+
+
+def _waves(ranks, p: dict, xp) -> tuple:
+    """Rank batches of a parallel transfer, (host->DPU, DPU->host)."""
+    return ranks / xp.minimum(ranks, p["conc_h2d"]), ranks / xp.minimum(ranks, p["conc_d2h"])
+
+
 def _scan(rec: dict, ranks, cores, p: dict, dispatch: float):
     """Run the records: returns per-bucket ns, kernel DPU cycles and counters."""
     f32 = jnp.float32
     state = dict(tk=jnp.zeros(N_TASKLET_SLOTS, f32), dma_busy=f32(0.0),
                  instr=f32(0.0), buckets=jnp.zeros(5, f32), xfer_bytes=jnp.zeros(2, f32),
                  dma_bytes=f32(0.0), calls=f32(0.0))
-    # rank batches of a parallel transfer, per direction
-    waves_h2d = ranks / jnp.minimum(ranks, p["conc_h2d"])
-    waves_d2h = ranks / jnp.minimum(ranks, p["conc_d2h"])
+    waves = _waves(ranks, p, jnp)
 
     def step(s, r):
-        op, n, aux = r["op"], r["n"].astype(f32), r["aux"].astype(f32)
+        n = r["n"].astype(f32)
+        x = _record_terms(dict(r, n=n, aux=r["aux"].astype(f32)), ranks, cores, waves, p, jnp)
         k = jnp.clip(r["reg"], 0, N_TASKLET_SLOTS - 1)
-        # -- host transfers (ns) ------------------------------------------
-        h2d = op == Op.XFER_H2D
-        xfer = h2d | (op == Op.XFER_D2H)
-        bw = jnp.where(h2d, p["bw_h2d"], p["bw_d2h"])
-        serial_bw = jnp.where(h2d, p["ser_h2d"], p["ser_d2h"])
-        mode = r["reg"]
-        per_rank = jnp.where(mode == Xfer.BROADCAST, n / p["bcast"], n * cores / bw)
-        total_bytes = jnp.where(mode == Xfer.BROADCAST, n, n * cores) * ranks
-        waves = jnp.where(h2d, waves_h2d, waves_d2h)
-        par_t = jnp.maximum(per_rank * waves, total_bytes / p["host_bw"]) + p["call"]
-        ser_t = (n / serial_bw + p["call"]) * ranks          # this DPU of every rank, one after another
-        t_x = jnp.where(mode == Xfer.SERIAL, ser_t, par_t) * aux
-        moved = jnp.where(mode == Xfer.SERIAL, n * ranks, total_bytes) * aux
-        # -- kernel (DPU cycles) ------------------------------------------
-        ex = op == Op.DPU_EXEC
-        dma = (op == Op.DMA_RD) | (op == Op.DMA_WR)
-        launch = (op == Op.LAUNCH) & (aux == Sync.LAUNCH)
-        barrier = (op == Op.LAUNCH) & (aux == Sync.BARRIER)
-        d_time = p["dma_lat"] + n / p["dma_bpc"]
-        d_end = s["tk"][k] + d_time
+        ex, dma, d_time = x["ex"], x["dma"], x["d_time"]
         tk = s["tk"]
+        d_end = tk[k] + d_time
         tk = jnp.where(ex, tk.at[k].add(n * dispatch), tk)
         tk = jnp.where(dma, tk.at[k].set(d_end), tk)
-        tk = jnp.where(barrier, jnp.full_like(tk, jnp.max(tk)), tk)
-        bucket = jnp.where(r["resident"] == 1, 4,
-                           jnp.where(r["phase"] == Phase.READBACK, 2, jnp.where(r["phase"] == Phase.REARRANGE, 0, 1)))
-        add_ns = jnp.where(xfer, t_x, jnp.where(launch, p["launch"], 0.0))
+        tk = jnp.where(x["barrier"], jnp.full_like(tk, jnp.max(tk)), tk)
         new = dict(
             tk=tk,
             dma_busy=s["dma_busy"] + jnp.where(dma, d_time, 0.0),
             instr=s["instr"] + jnp.where(ex, n, 0.0),
-            buckets=s["buckets"].at[bucket].add(add_ns),
-            xfer_bytes=s["xfer_bytes"].at[jnp.where(h2d, 0, 1)].add(jnp.where(xfer & (r["resident"] == 0),
-                                                                               moved, 0.0)),
+            buckets=s["buckets"].at[x["bucket"]].add(x["add_ns"]),
+            xfer_bytes=s["xfer_bytes"].at[jnp.where(x["h2d"], 0, 1)].add(
+                jnp.where(x["xfer"] & (r["resident"] == 0), x["moved"], 0.0)),
             dma_bytes=s["dma_bytes"] + jnp.where(dma, n, 0.0),
-            calls=s["calls"] + jnp.where(xfer, aux * jnp.where(mode == Xfer.SERIAL, ranks, 1.0), 0.0))
+            calls=s["calls"] + x["calls"])
         return new, None
 
     out, _ = jax.lax.scan(step, state, rec)
@@ -221,43 +240,25 @@ def _totals(rec: dict, ranks, cores, p: dict, dispatch: float):
     Per-record terms are float32 as in the scan; the sums are float64 (the
     scan accumulates in float32: the two agree to ~1e-6 relative)."""
     f32 = np.float32
-    op, reg, aux_i = rec["op"], rec["reg"], rec["aux"]
-    n, aux = rec["n"].astype(f32), aux_i.astype(f32)
-    k = np.clip(reg, 0, N_TASKLET_SLOTS - 1)
+    n = rec["n"].astype(f32)
     ranks, cores = f32(ranks), f32(cores)
-    h2d = op == Op.XFER_H2D
-    xfer = h2d | (op == Op.XFER_D2H)
-    bcast, serial = reg == Xfer.BROADCAST, reg == Xfer.SERIAL
-    bw = np.where(h2d, p["bw_h2d"], p["bw_d2h"])
-    serial_bw = np.where(h2d, p["ser_h2d"], p["ser_d2h"])
-    per_rank = np.where(bcast, n / p["bcast"], n * cores / bw)
-    total_bytes = np.where(bcast, n, n * cores) * ranks
-    waves = np.where(h2d, ranks / np.minimum(ranks, p["conc_h2d"]), ranks / np.minimum(ranks, p["conc_d2h"]))
-    par_t = np.maximum(per_rank * waves, total_bytes / p["host_bw"]) + p["call"]
-    ser_t = (n / serial_bw + p["call"]) * ranks
-    t_x = np.where(serial, ser_t, par_t) * aux
-    moved = np.where(serial, n * ranks, total_bytes) * aux
-    ex = op == Op.DPU_EXEC
-    dma = (op == Op.DMA_RD) | (op == Op.DMA_WR)
-    launch = (op == Op.LAUNCH) & (aux_i == Sync.LAUNCH)
-    barrier = (op == Op.LAUNCH) & (aux_i == Sync.BARRIER)
-    d_time = (p["dma_lat"] + n / p["dma_bpc"]).astype(f32)
+    x = _record_terms(dict(rec, n=n, aux=rec["aux"].astype(f32)), ranks, cores, _waves(ranks, p, np), p, np)
+    ex, dma, d_time = x["ex"], x["dma"], x["d_time"]
+    k = np.clip(rec["reg"], 0, N_TASKLET_SLOTS - 1)
     # tasklet clocks: per (segment, slot) sums, levelled at barriers
-    seg = np.cumsum(barrier)
+    seg = np.cumsum(x["barrier"])
     inc = np.where(ex, n * f32(dispatch), np.where(dma, d_time, f32(0))).astype(np.float64)
     sums = np.bincount(seg * N_TASKLET_SLOTS + k, weights=inc,
                        minlength=(int(seg[-1]) + 1 if len(seg) else 1) * N_TASKLET_SLOTS)
     tk_max = sums.reshape(-1, N_TASKLET_SLOTS).max(axis=1).sum()
-    bucket = np.where(rec["resident"] == 1, 4, np.where(rec["phase"] == Phase.READBACK, 2,
-                                                        np.where(rec["phase"] == Phase.REARRANGE, 0, 1)))
-    add_ns = np.where(xfer, t_x, np.where(launch, p["launch"], f32(0))).astype(np.float64)
-    counted = xfer & (rec["resident"] == 0)
+    counted = x["xfer"] & (rec["resident"] == 0)
+    h2d = x["h2d"]
     out = dict(dma_busy=d_time[dma].sum(dtype=np.float64), instr=n[ex].sum(dtype=np.float64),
-               buckets=np.bincount(bucket, weights=add_ns, minlength=5),
-               xfer_bytes=np.array([moved[counted & h2d].sum(dtype=np.float64),
-                                    moved[counted & ~h2d].sum(dtype=np.float64)]),
+               buckets=np.bincount(x["bucket"], weights=x["add_ns"].astype(np.float64), minlength=5),
+               xfer_bytes=np.array([x["moved"][counted & h2d].sum(dtype=np.float64),
+                                    x["moved"][counted & ~h2d].sum(dtype=np.float64)]),
                dma_bytes=n[dma].sum(dtype=np.float64),
-               calls=np.where(xfer, aux * np.where(serial, ranks, f32(1)), f32(0)).sum(dtype=np.float64))
+               calls=x["calls"].sum(dtype=np.float64))
     kernel = max(tk_max, out["instr"], out["dma_busy"])
     return out, np.float64(kernel)
 
