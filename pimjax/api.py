@@ -455,6 +455,17 @@ class Compiled:
         self.graph = lowered.graph
         self.backend = lowered.backend
         self._report = None
+        # reads of each value by host ops and as an output: a numpy argument that one host op
+        # reads goes to the device inside `host_op` (its copy freed there); one that several
+        # read, once per call in `__call__`.  Fixed by the plans, so counted once here.
+        uses: dict[int, int] = {}
+        for p in lowered.plans:
+            if p.placement not in ("fused", "pim"):
+                for a in p.op.operands:
+                    uses[a.value] = uses.get(a.value, 0) + 1
+        for v in self.graph.outputs:
+            uses[v] = uses.get(v, 0) + 1
+        self._host_uses = uses
 
     def _check(self, args):
         """The argument leaves, or a TypeError naming every argument whose
@@ -491,15 +502,7 @@ class Compiled:
         for vid, c in graph.constants.items():
             env[vid] = jnp.asarray(c)
 
-        # host-op uses left per value: a numpy argument that one host op reads goes to the
-        # device inside `host_op` (its copy freed there); one that several read, once, here
-        uses = {}
-        for p in self.lowered.plans:
-            if p.placement not in ("fused", "pim"):
-                for a in p.op.operands:
-                    uses[a.value] = uses.get(a.value, 0) + 1
-        for v in graph.outputs:
-            uses[v] = uses.get(v, 0) + 1
+        uses = self._host_uses
 
         def on_device(vid):
             if not isinstance(env[vid], jax.Array):
