@@ -353,10 +353,10 @@ class _Recs:
         self.adds.append(vals)
         self.counts.append(n.shape[0])
 
-    def _field(self, values) -> np.ndarray:
+    def _field(self, values, starts: list[int]) -> np.ndarray:
         """[sum(counts)] int64 of one field's values: the scalars repeated in
         one call, then each array (length 1 or its add's count) assigned over
-        its slice (numpy broadcasting)."""
+        its slice, which begins at starts[i] (numpy broadcasting)."""
         arrays = [i for i, v in enumerate(values) if isinstance(v, np.ndarray) and v.ndim]
         if not arrays:
             return np.repeat(np.asarray(values, np.int64), self.counts)
@@ -364,7 +364,6 @@ class _Recs:
         for i in arrays:
             base[i] = 0
         out = np.repeat(np.asarray(base, np.int64), self.counts)
-        starts = np.cumsum([0] + self.counts[:-1]).tolist()
         for i in arrays:
             out[starts[i]:starts[i] + self.counts[i]] = values[i]
         return out
@@ -372,10 +371,11 @@ class _Recs:
     def build(self, order: bool = True) -> dict:
         if not self.adds:
             return {f: np.zeros(0, np.int64) for f in RECORD_FIELDS}
+        starts = np.cumsum([0] + self.counts[:-1]).tolist()
         # fields added to the record contract later default to 0
-        cols = {f: self._field([a.get(f, 0) for a in self.adds]) for f in RECORD_FIELDS}
+        cols = {f: self._field([a.get(f, 0) for a in self.adds], starts) for f in RECORD_FIELDS}
         if order:
-            key = [self._field([a["_key"][k] for a in self.adds]) for k in range(3)]
+            key = [self._field([a["_key"][k] for a in self.adds], starts) for k in range(3)]
             idx = np.lexsort(key[::-1])
             cols = {f: v[idx] for f, v in cols.items()}
         return cols
