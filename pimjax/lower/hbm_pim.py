@@ -42,7 +42,7 @@ from ..trace.ir import Acc, Arg, Const, PimOp, Prim
 from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
 from .native import class_totals, column_runs, gemv_sequence
 from .program import (RECORD_FIELDS, LazyArray, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records,
-                      SlotTable, TensorLayout, bank_order_key, chunk, concat, stack_streams, streamed)
+                      SlotTable, TensorLayout, bank_order_key, chunk, concat, record_count, stack_streams, streamed)
 from .tiles import CoreTiles, core_tiles
 
 # rows of the mode / configuration frame (hbm-pim.md)
@@ -595,7 +595,7 @@ def _concat(pre, kernel, post) -> dict[str, np.ndarray]:
             return [p.build()]
         return [q for q in p if q is not None] if isinstance(p, tuple) else [p]
     sections = [parts_of(p) for p in (pre, kernel, post)]
-    sizes = [sum(len(q["op"]) if isinstance(q, dict) else len(q) for q in section) for section in sections]
+    sizes = [sum(record_count(q) for q in section) for section in sections]
     records = concat(*(q for section in sections for q in section))
     for start, size in ((sizes[0], sizes[1]), (sizes[0] + sizes[1], sizes[2])):
         if size:

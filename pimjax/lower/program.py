@@ -244,12 +244,17 @@ def streamed(op: Op, banks, banks_per_bg: int) -> Op:
     return {Op.RD: Op.RD_S, Op.WR: Op.WR_S}[op]
 
 
+def record_count(part) -> int:
+    """Records of a `concat` part: a record dict or a writer."""
+    return len(part["op"]) if isinstance(part, dict) else len(part)
+
+
 def concat(*chunks) -> dict[str, np.ndarray]:
     """Records of several chunks (RecordBuilder.build() dicts, or writers:
     objects with `len` and `write(out)`, as `SlotTable`), in order, written
     once into one [fields, records] table (the result's fields are its rows)."""
     parts = [c for c in chunks if c is not None]
-    sizes = [len(c["op"]) if isinstance(c, dict) else len(c) for c in parts]
+    sizes = [record_count(c) for c in parts]
     out = np.empty((len(RECORD_FIELDS), sum(sizes)), np.int32)
     at = 0
     for c, n in zip(parts, sizes):
