@@ -44,13 +44,17 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..errors import PimCompileError
 from ..hw.core import Backend
+from ..lower.upmem import kernel_constants
 from ..partition import DraftTable, dimension_sets
 from ..partition.generate import lane_candidates
 from ..partition.table import from_drafts
 from ..partition.tiles import set_tilings
 from ..trace.ir import expr_prims
 from ..partition.verify import footprint_elements, infer_shapes, matrix_and_vector, per_core_var_lengths
+from ..sim.cycles_upmem import DEFAULT_LINK
+from .dpu import dpu_kernel_cycles, transfer_ns
 
 SLOTS = 4                                   # dimension-set slots (mmtv / attn / conv2d have 4-5)
 KI_KO = (1, 2, 4, 8)
@@ -445,14 +449,12 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
                                                    merge_flops / (float(host.peak_flops) * float(host.flops_efficiency)))
                        * 1e9 + float(host.launch_overhead_ns), 0.0) / tck
     if core.programmable:
-        # DPU: ~4 instructions per element through a pipeline that issues one per
-        # cycle with >= 11 tasklets; DMA: latency per request + 2 B per cycle
-        per_tk = np.maximum(tk, 1)
-        instr = tk_points * float(info.instr) * per_tk
-        t_dpu = np.maximum(instr * 11.0 / np.minimum(per_tk, 11) / 11.0,
-                           dma * float(t.dma_latency_cycles) / per_tk + foot * eb / float(t.dma_bytes_per_cycle))
-        t_dpu = t_dpu / float(t.dpu_clock_ghz) / tck
-        t_comp = t_dpu
+        t_dpu = _dpu_kernel(op_, info, lens, tk, wt, df, backend, tk_points, dma, foot, eb) \
+            / float(t.dpu_clock_ghz) / tck
+        t_comp = t_dpu + DEFAULT_LINK.launch_ns / tck
+        xfer = _dpu_transfers(op_, lens, shapes, info.sets, G * C, g_used, c_used, wt, red_k, backend)
+        if xfer is not None:
+            t_rearr, t_rb, t_merge = (x / tck for x in xfer)
     else:
         t_dpu = np.zeros(n)
     t_total = t_rearr + t_comp + t_rb + t_merge
@@ -487,6 +489,32 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     for j, c in enumerate(cols):
         out[j] = c
     return out.T
+
+
+def _dpu_kernel(op_, info, lens, tk, wt, df, backend, tk_points, dma, foot, eb) -> np.ndarray:
+    """[n] kernel DPU cycles of UPMEM drafts: `dpu.dpu_kernel_cycles`, the
+    lowering's own tasklet schedule in closed form; for a body the DPU code
+    model cannot price (the draft will not lower either) a rough rate: the
+    points of the busiest tasklet at 11 cycles per instruction, against the
+    DMA time of the footprint."""
+    try:
+        consts = kernel_constants(op_)
+    except PimCompileError:
+        t = backend.timing
+        per_tk = np.maximum(tk, 1)
+        return np.maximum(tk_points * float(info.instr) * 11.0,
+                          dma * float(t.dma_latency_cycles) / per_tk + foot * eb / float(t.dma_bytes_per_cycle))
+    return dpu_kernel_cycles(op_, lens, tk, wt, df, backend, consts, info.vector_vars)
+
+
+def _dpu_transfers(op_, lens, shapes, sets, set_dpus, g_used, c_used, wt, red_k, backend):
+    """(host->DPU, DPU->host, merge) ns of UPMEM drafts (`dpu.transfer_ns`),
+    or None for an op the DPU code model cannot price (it will not lower)."""
+    try:
+        consts = kernel_constants(op_)
+    except PimCompileError:
+        return None
+    return transfer_ns(op_, lens, shapes, set_dpus, sets, g_used, c_used, wt, red_k, backend, consts)
 
 
 def features(op, draft, backend: Backend, shapes: dict | None = None) -> np.ndarray:

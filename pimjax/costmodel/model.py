@@ -20,6 +20,13 @@ over pairs of one group with y_i < y_j - margin; w_ij = exp(-(y_i - min_g y)
 / temperature) emphasises pairs whose better draft is near the group's
 best, which is what decides the argmin.
 
+A residual model (`base="est_t_total"`, a closed-form estimate among the
+features) learns log(cycles) - log(estimate) instead: the prediction is
+the estimate times exp(network).  Where the estimate is exact (UPMEM,
+`dpu.py`) the network only has to learn 0, and near-ties keep the
+estimate's order instead of drowning in the network's percent-level error;
+the ranking term compares the full predictions.
+
 `predict` runs the network in numpy (no compile per batch size), with the
 same arithmetic as the JAX forward used in training.
 """
@@ -37,7 +44,7 @@ from flax import nnx, serialization
 
 from ..hw.core import is_int
 from .features import F, FEATURE_NAMES
-from .predictor import FORMAT_VERSION, check_meta, feature_rows, forward, member_arrays
+from .predictor import FORMAT_VERSION, base_log, check_meta, feature_rows, forward, member_arrays
 
 
 class MLP(nnx.Module):
@@ -101,7 +108,9 @@ class CostModel:
     """Predicts cycles of drafts from `features.features_table` rows.
 
     hidden: MLP widths.  rank_weight / tau / margin / temperature: the
-    ranking term (see module docstring).  lr: Adam learning rate.
+    ranking term (see module docstring).  base: None, or the feature name
+    of a closed-form estimate the network corrects (a residual model).
+    lr: Adam learning rate.
     steps / seconds: default training length of one `update` (whichever
     ends first).  seed: parameter init and batch sampling.  steps,
     members, batch_groups, per_group: ints >= 1; seed: int >= 0; seconds:
@@ -113,9 +122,12 @@ class CostModel:
                  temperature: float = 0.1, lr: float = 2e-3, weight_decay: float = 1e-5,
                  steps: int = 4000, seconds: float | None = None, batch_groups: int = 32,
                  per_group: int = 16, heads: str = "total", phase_weight: float = 0.5, members: int = 1,
-                 meta: dict | None = None, _abstract: bool = False):
+                 base: str | None = None, meta: dict | None = None, _abstract: bool = False):
         if heads not in ("total", "phases"):
             raise ValueError(f"heads must be 'total' or 'phases', got {heads!r}")
+        if base is not None and (base not in FEATURE_NAMES or heads != "total"):
+            raise ValueError(f"base must be None or a closed-form estimate among the features (a "
+                             f"heads='total' model), got base={base!r}, heads={heads!r}")
         for name, value in (("steps", steps), ("members", members), ("batch_groups", batch_groups),
                             ("per_group", per_group)):
             check_positive_int(name, value)
@@ -131,7 +143,7 @@ class CostModel:
                        temperature=float(temperature), lr=float(lr), weight_decay=float(weight_decay),
                        steps=int(steps), seconds=seconds, batch_groups=int(batch_groups),
                        per_group=int(per_group), heads=heads, phase_weight=float(phase_weight),
-                       members=int(members))
+                       members=int(members), base=base)
         build = partial(Ensemble, self.n_features, self.hidden, int(members), int(seed),
                         PHASES if heads == "phases" else 1)
         # a loaded model gets its parameters from the file: an abstract net
@@ -179,6 +191,8 @@ class CostModel:
             ok &= np.isfinite(P).all(axis=1)
             P = P[ok]
         X, y = X[ok], y[ok]
+        b = np.broadcast_to(base_log(X, self.hp["base"]), y.shape)
+        y = y - b                     # a residual model learns log(cycles / estimate)
         g = np.zeros(len(y), np.int64) if groups is None else np.asarray(groups, np.int64)[ok]
         if len(y) == 0:
             raise ValueError("update needs at least one row with finite features (and phases)")
@@ -192,14 +206,17 @@ class CostModel:
             self.x_mean = mean.astype(np.float32)
             self.x_scale = np.where(sd > 1e-4 * np.maximum(1.0, np.abs(mean)), sd, 1.0).astype(np.float32)
             self.y_mean = float(y.mean())
-            self.y_scale = float(y.std()) if y.std() > 1e-6 else 1.0
+            # constant labels: scale 1; but a residual model's constant residual means an
+            # exact estimate, and scale 1 would turn the network's noise into whole log units
+            floor = 1e-6 if self.hp["base"] is not None else None
+            self.y_scale = float(y.std()) if y.std() > 1e-6 else (floor or 1.0)
         Xn = (X - self.x_mean) / self.x_scale
         yn = ((y - self.y_mean) / self.y_scale).astype(np.float32)
         Pn = None if P is None else ((P - self.y_mean) / self.y_scale).astype(np.float32)
         # optax's schedules mix Python floats with int32 step counts, which the
         # tests' strict dtype promotion rejects: training runs under standard rules
         with jax.numpy_dtype_promotion("standard"):
-            summary = self._fit(Xn, yn, Pn, g, steps, seconds, progress)
+            summary = self._fit(Xn, yn, Pn, b.astype(np.float32), g, steps, seconds, progress)
         self.fitted = True
         self._np_params = None
         self.history.append(summary)
@@ -210,7 +227,8 @@ class CostModel:
         X = feature_rows(features, self.n_features)
         if self._np_params is None:
             self._np_params = member_arrays(nnx.to_pure_dict(nnx.state(self.net, nnx.Param)), len(self.hidden))
-        return forward(self._np_params, (X - self.x_mean) / self.x_scale, self.y_mean, self.y_scale)
+        return forward(self._np_params, (X - self.x_mean) / self.x_scale, self.y_mean, self.y_scale,
+                       base_log(X, self.hp["base"]))
 
     def save(self, path: str) -> None:
         """Write the model to `path` (msgpack; see module docstring)."""
@@ -253,8 +271,8 @@ class CostModel:
         model.history = list(meta.get("history", []))
         return model
 
-    def _fit(self, X: np.ndarray, y: np.ndarray, P, g: np.ndarray, steps: int, seconds: float | None,
-             progress) -> dict:
+    def _fit(self, X: np.ndarray, y: np.ndarray, P, B: np.ndarray, g: np.ndarray, steps: int,
+             seconds: float | None, progress) -> dict:
         hp = self.hp
         rng = np.random.default_rng(hp["seed"] + 7919 * len(self.history))
         # group index: rows of each group, contiguous after a stable sort
@@ -275,7 +293,7 @@ class CostModel:
         if P is None:
             P = np.zeros((len(y), PHASES), np.float32)
 
-        def loss_fn(params, xb, yb, pb):
+        def loss_fn(params, xb, yb, pb, bb):
             net = nnx.merge(graphdef, params)
             z = net(xb.reshape(-1, xb.shape[-1]))                         # [K, bg * m, heads]
             K = z.shape[0]
@@ -287,16 +305,17 @@ class CostModel:
                 p = z[..., 0].reshape((K,) + yb.shape)                     # [K, bg, m]
                 aux = 0.0
             mse = jnp.mean((p - yb[None]) ** 2) + pw * aux
-            ylog = yb * ys
+            ylog = yb * ys + bb                                            # the full log label (minus y_mean)
             better = (ylog[:, :, None] < ylog[:, None, :] - margin).astype(jnp.float32)  # i better than j
             w = jnp.exp(-(ylog - ylog.min(axis=1, keepdims=True)) / temp)[:, :, None] * better
-            d = (p[:, :, None, :] - p[:, :, :, None]) * ys / tau          # p_j - p_i, in log units / tau
+            d = ((p[:, :, None, :] - p[:, :, :, None]) * ys                # p_j - p_i, in log units / tau
+                 + (bb[:, None, :] - bb[:, :, None])[None]) / tau
             rank = jnp.sum(w[None] * jax.nn.softplus(-d)) / jnp.maximum(K * jnp.sum(w), 1e-6) * tau
             return mse + rw * rank, (mse, rank)
 
         @jax.jit
-        def step(params, opt_state, xb, yb, pb):
-            (loss, (mse, rank)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, xb, yb, pb)
+        def step(params, opt_state, xb, yb, pb, bb):
+            (loss, (mse, rank)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, xb, yb, pb, bb)
             updates, opt_state = tx.update(grads, opt_state, params)
             return optax.apply_updates(params, updates), opt_state, loss, mse, rank
 
@@ -306,10 +325,10 @@ class CostModel:
             gi = rng.choice(G, bg, replace=G < bg)
             off = (rng.random((bg, m)) * counts[gi][:, None]).astype(np.int64)
             rows = order[starts[gi][:, None] + off]
-            return X[rows], y[rows], P[rows]
+            return X[rows], y[rows], P[rows], B[rows]
 
-        xe, ye, pe = batch()
-        first = float(eval_fn(params, xe, ye, pe)[0])
+        xe, ye, pe, be = batch()
+        first = float(eval_fn(params, xe, ye, pe, be)[0])
         t0 = time.time()
         losses = []
         done = 0
@@ -322,7 +341,7 @@ class CostModel:
                 if seconds is not None and time.time() - t0 > seconds:
                     break
         nnx.update(self.net, params)
-        last = float(eval_fn(params, xe, ye, pe)[0])
+        last = float(eval_fn(params, xe, ye, pe, be)[0])
         tail = np.array(losses[-5:]) if losses else np.array([[last, last, 0.0]])
         return {"steps": done, "seconds": round(time.time() - t0, 2), "rows": int(len(y)), "groups": int(G),
                 "loss_first": first, "loss_last": last, "loss": float(tail[:, 0].mean()),

@@ -57,18 +57,32 @@ def gelu(x: np.ndarray) -> np.ndarray:
 Layer = tuple[np.ndarray, np.ndarray]          # (kernel [a, b], bias [b]) float32
 
 
-def forward(members: list[tuple[list[Layer], Layer]], x: np.ndarray, y_mean: float, y_scale: float) -> np.ndarray:
+def base_log(X: np.ndarray, base: str | None) -> np.ndarray | float:
+    """Natural log of a residual model's closed-form estimate: feature
+    `base` of raw rows X [n, F] holds log2(1 + cycles); 0.0 without one.
+    The estimate is floored at one cycle, as the labels are positive."""
+    if base is None:
+        return 0.0
+    f = X[:, FEATURE_NAMES.index(base)].astype(np.float64)
+    return np.log(np.maximum(np.exp2(f) - 1.0, 1.0))
+
+
+def forward(members: list[tuple[list[Layer], Layer]], x: np.ndarray, y_mean: float, y_scale: float,
+            offset=0.0) -> np.ndarray:
     """[n] predicted cycles of standardised features x [n, F].
 
     members: per ensemble member its hidden layers and output layer; each
     member gives log-cycles (a multi-head member: log of the sum of its
-    phase heads), the members' log-cycles are averaged."""
+    phase heads), the members' log-cycles are averaged.  offset: [n]
+    log-cycles added to every member's output (a residual model's
+    closed-form estimate, `base_log`), or 0."""
     logs = []
     for layers, (wo, bo) in members:
         h = x
         for w, b in layers:
             h = gelu(h @ w + b)
         z = (h @ wo + bo).astype(np.float64) * y_scale + y_mean          # log-cycles [n, heads]
+        z = z + np.reshape(offset, (-1, 1))
         if z.shape[1] > 1:                                               # total = sum of the phases
             zm = z.max(axis=1, keepdims=True)
             z = zm + np.log(np.exp(z - zm).sum(axis=1, keepdims=True))
@@ -125,7 +139,8 @@ class Predictor:
     def predict(self, features) -> np.ndarray:
         """[n] predicted cycles of feature rows [n, F] (`features.features_table`)."""
         X = feature_rows(features, self.n_features)
-        return forward(list(self.members), (X - self.x_mean) / self.x_scale, self.y_mean, self.y_scale)
+        return forward(list(self.members), (X - self.x_mean) / self.x_scale, self.y_mean, self.y_scale,
+                       base_log(X, self.meta.get("hp", {}).get("base")))
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str = "<bytes>") -> "Predictor":

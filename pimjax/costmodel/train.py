@@ -29,6 +29,11 @@ import time
 import numpy as np
 
 BACKENDS = ("hbm-pim", "attacc", "newton", "upmem")
+# residual models (`CostModel(base=...)`): the network learns log(cycles / estimate) where a
+# closed-form estimate prices the backend's drafts from the draft alone.  UPMEM's
+# (`costmodel.dpu`: the lowering's transfers and tasklet schedule under the DPU time model)
+# equals the simulated cycles on every training draft; the DRAM backends' estimates are rough.
+BASES = {"upmem": "est_t_total"}
 
 
 def _arg(check):
@@ -210,9 +215,15 @@ def main(argv=None) -> int:
                     help="ranking pairs: only drafts more than this apart in log-cycles (model default 0.01)")
     ap.add_argument("--tau", type=_arg(positive_float), default=None,
                     help="ranking hinge scale in log-cycles (default 0.02)")
+    ap.add_argument("--base", default="auto",
+                    help="residual model over this closed-form estimate feature: a feature name, 'none', or "
+                         f"'auto' (the per-backend default {BASES})")
     ap.add_argument("--relabel", action="store_true",
                     help="first simulate every cached record again (after a change of the time model)")
     args = ap.parse_args(argv)
+    from .features import FEATURE_NAMES
+    if args.base not in ("auto", "none") and args.base not in FEATURE_NAMES:
+        ap.error(f"--base {args.base!r}: not a feature (e.g. est_t_total), 'auto' or 'none'")
     from rich.console import Console
     from rich.table import Table
     console = Console(width=max(120, Console().width))
@@ -233,6 +244,7 @@ def main(argv=None) -> int:
         s = train_backend(name, cache=args.cache, out_dir=args.out, steps1=args.steps1, steps2=args.steps2,
                           seconds=args.seconds, model_top=args.model_top,
                           seed=args.seed, members=args.members, console=console,
+                          base=BASES.get(name) if args.base == "auto" else (None if args.base == "none" else args.base),
                           **{k: v for k, v in (("margin", args.margin), ("tau", args.tau)) if v is not None})
         rows.append(s)
         console.print(f"{name}: {s['rows']} labelled drafts over {s['groups']} shapes; labelling "

@@ -329,6 +329,22 @@ def _tile_cost(ctx: _Ctx) -> int:
     return TILE_OVERHEAD + (TILE_BOUND if ctx.boundary == "tile" else 0)
 
 
+def kernel_constants(op: PimOp, **options) -> dict:
+    """What the DPU code of `op` costs per point and per caching tile under
+    the lowering's options (default: DEFAULT_OPTIONS), without lowering a
+    draft: point_cost / tile_cost (instructions), arrays (operands streamed
+    through WRAM), scalars (scalar arguments), elem_bytes, boundary.  The
+    cost model's closed-form kernel estimate reads these, so it prices a
+    point exactly as `lower_upmem` does."""
+    opts = {**DEFAULT_OPTIONS, **options}
+    boundary = opts["boundary"] or ("pad" if opts["padding"] else "element")
+    ctx = _Ctx(op, None, None, None, {}, opts, int(opts["elem_bytes"]), boundary)
+    scalars = {k for k, a in enumerate(op.operands) if not a.index_map}
+    arrays = 2 if op.kind == "contraction" else len([k for k in op.body_operands if k not in scalars])
+    return dict(point_cost=_point_cost(ctx, arrays, scalars), tile_cost=_tile_cost(ctx), arrays=arrays,
+                scalars=len(scalars & set(op.body_operands)), elem_bytes=ctx.eb, boundary=boundary)
+
+
 # --------------------------------------------------------------------------
 # record assembly: per-tasklet sequences interleaved by step
 # --------------------------------------------------------------------------
