@@ -35,8 +35,13 @@ Feature groups (all sizes log2(1 + x) unless noted):
             column commands, row activations, DMA), rough times in
             cycles per phase, and the register batches a streamed kernel
             works through (ko registers at a time) with the row switches
-            they cost.  They are features, never the answer: the
-            MLP learns the map to simulated cycles.
+            they cost.  UPMEM's per-phase times are `dpu.py`'s closed form
+            of the lowering under the DPU time model (exact: UPMEM's model
+            is a residual over `est_t_total`); Newton's per-group command
+            counts (passes, buffer loads, GWRITE columns, G_ACT, COMP,
+            READRES) are `newton_counts.py`'s.  Elsewhere the estimates are
+            features, never the answer: the MLP learns the map to
+            simulated cycles.
 """
 from __future__ import annotations
 
@@ -55,6 +60,7 @@ from ..trace.ir import expr_prims
 from ..partition.verify import footprint_elements, infer_shapes, matrix_and_vector, per_core_var_lengths
 from ..sim.cycles_upmem import DEFAULT_LINK
 from .dpu import dpu_kernel_cycles, transfer_ns
+from .newton_counts import COUNTS, newton_counts
 
 SLOTS = 4                                   # dimension-set slots (mmtv / attn / conv2d have 4-5)
 KI_KO = (1, 2, 4, 8)
@@ -93,7 +99,7 @@ _EST = ["est_rearr_bytes", "est_rearr_unique_bytes", "est_rearr_bcast_bytes", "e
         "est_block_pad", "est_vec_loads", "est_tasklet_outputs", "est_tasklet_points", "est_tasklet_dma",
         "est_t_rearr", "est_t_compute", "est_t_readback", "est_t_merge",
         "est_t_dpu", "est_t_total", "est_share_rearr", "est_share_compute", "est_share_readback",
-        "est_reg_batches", "est_row_switches"]
+        "est_reg_batches", "est_row_switches"] + [f"est_nt_{c}" for c in COUNTS]
 FEATURE_NAMES: tuple[str, ...] = tuple(_SHAPE + _SLOT + _TILING + _KNOBS + _HW + _EST)
 F = len(FEATURE_NAMES)
 
@@ -445,9 +451,12 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     t_comp = (col_cmds * float(t.tCCD_AB) + rows * float(t.tRCDRD + t.tRP)
               + (reg_writes + out_reads) * float(t.tCCD_S))
     host = backend.system.host
-    t_merge = np.where(merge_flops > 0, np.maximum(rb_bytes / (float(host.mem_bandwidth) * float(host.bandwidth_efficiency)),
-                                                   merge_flops / (float(host.peak_flops) * float(host.flops_efficiency)))
-                       * 1e9 + float(host.launch_overhead_ns), 0.0) / tck
+    # the DRAM lowerings always read their results back and the host merges them (sim/cycles.py:
+    # merged when readback_bytes > 0): it reads the read-back and writes the result (float32),
+    # one add per 2-byte element read back (the lowerings' merge_flops), plus the epilogue
+    out_elems = float(info.result_size)
+    t_merge = np.where(rb_bytes > 0, host.time_ns(rb_bytes + out_elems * 4, rb_bytes / 2
+                                                  + (out_elems if op_.epilogue is not None else 0.0)), 0.0) / tck
     if core.programmable:
         t_dpu = _dpu_kernel(op_, info, lens, tk, wt, df, backend, tk_points, dma, foot, eb) \
             / float(t.dpu_clock_ghz) / tck
@@ -457,6 +466,14 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
             t_rearr, t_rb, t_merge = (x / tck for x in xfer)
     else:
         t_dpu = np.zeros(n)
+    nt = _newton(op_, info, lens, C, df, buf, gran, backend)
+    if nt is not None:
+        # Newton reads every latch back in READRES bursts, and the host adds them up:
+        # read-back bytes and the merge on the host roofline follow from the counts
+        rb_bytes = nt["readres_bursts"] * g_used * core.col_bytes
+        t_rb = nt["readres"] * float(t.tCL) + nt["readres_bursts"] * float(t.tBL)   # a read per READRES
+        t_merge = host.time_ns(rb_bytes + out_elems * 4, rb_bytes / max(1, core.reg_bytes)
+                               + (out_elems if op_.epilogue is not None else 0.0)) / tck
     t_total = t_rearr + t_comp + t_rb + t_merge
     safe = np.maximum(t_total, 1e-9)
     # register batches: a streamed kernel works through a core's columns ko registers at a time
@@ -483,6 +500,7 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
              _l2(t_rearr), _l2(t_comp),
              _l2(t_rb), _l2(t_merge), _l2(t_dpu), _l2(t_total), t_rearr / safe, t_comp / safe, t_rb / safe,
              _l2(batches), _l2(switches)]
+    cols += [_l2(nt[c]) if nt is not None else 0.0 for c in COUNTS]
     assert len(cols) == F, (len(cols), F)
     # fill feature-major, then view as [n, F]: row writes are contiguous
     out = np.empty((F, n), np.float32)
@@ -505,6 +523,19 @@ def _dpu_kernel(op_, info, lens, tk, wt, df, backend, tk_points, dma, foot, eb) 
         return np.maximum(tk_points * float(info.instr) * 11.0,
                           dma * float(t.dma_latency_cycles) / per_tk + foot * eb / float(t.dma_bytes_per_cycle))
     return dpu_kernel_cycles(op_, lens, tk, wt, df, backend, consts, info.vector_vars)
+
+
+def _newton(op_, info, lens, C, df, buf, gran, backend) -> dict | None:
+    """Newton's per-group command counts (`newton_counts`) of a contraction
+    on a backend with a global buffer per group, else None (zero features)."""
+    if "global_buffer" not in backend.group.units or op_.kind != "contraction":
+        return None
+    try:
+        mi, vi = matrix_and_vector(op_, info.shapes)
+    except Exception:  # noqa: BLE001 - a contraction Newton cannot run (it will not lower)
+        return None
+    return newton_counts(op_, set(op_.operands[mi].vars), set(op_.operands[vi].vars), lens, info.sets, C,
+                         df, buf, gran == 1, backend)
 
 
 def _dpu_transfers(op_, lens, shapes, sets, set_dpus, g_used, c_used, wt, red_k, backend):

@@ -209,8 +209,8 @@ def main(argv=None) -> int:
     ap.add_argument("--model-top", type=_arg(model_top_list), default=[10, 10],
                     help="drafts per training shape labelled in each model-driven round (comma list)")
     ap.add_argument("--seed", type=_arg(non_negative_int), default=0)
-    ap.add_argument("--members", type=_arg(positive_int), default=1,
-                    help="ensemble members (their log-cycles averaged)")
+    ap.add_argument("--members", type=_arg(positive_int), default=2,
+                    help="ensemble members, their log-cycles averaged (default 2)")
     ap.add_argument("--margin", type=_arg(non_negative_float), default=None,
                     help="ranking pairs: only drafts more than this apart in log-cycles (model default 0.01)")
     ap.add_argument("--tau", type=_arg(positive_float), default=None,

@@ -59,7 +59,7 @@ def cases(draw):
 def test_kernel_cycles_match_the_simulated_kernel(kc, seed):
     """Every tasklet count, WRAM tile and dataflow: the closed form equals
     the simulated kernel's DPU cycles (an "is" block with several chunks
-    may differ by a skipped vector re-read: within 0.1 %), and the
+    may differ by a skipped vector re-read: within 0.5 %), and the
     transfers and merge equal the simulated phases."""
     kernel, shape = kc
     case = make_case(BE, kernel, shape)
@@ -81,7 +81,7 @@ def test_kernel_cycles_match_the_simulated_kernel(kc, seed):
         if kernel in ("va", "relu", "red") or d.dataflow == "os":
             assert est[i] == pytest.approx(sim, abs=0.5), (kernel, shape, d)
         else:
-            assert est[i] == pytest.approx(sim, rel=1e-3), (kernel, shape, d)
+            assert est[i] == pytest.approx(sim, rel=5e-3), (kernel, shape, d)
         checked += 1
     assert checked >= 1
 

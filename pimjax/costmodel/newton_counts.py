@@ -1,0 +1,129 @@
+"""Closed-form command counts of `lower/newton.py`'s kernel, per group, for
+every draft of a table at once (nothing is lowered).
+
+A Newton / AiM group runs one command stream: per vector class of its
+cores (a *pass*), per batch index and vector group, buffer loads (GWRITE
+of `kv x ki` buffers, after a PREA), G_ACT of each matrix row the COMPs
+read, COMP column MACs, and READRES of the latches.  Which of these a
+draft issues how often follows from its plan (`newton._plan`: the padded
+per-core box split into batch / vector-only / matrix-only outputs and the
+reduction, chunks of `cc` columns, `kv` vectors and `ki` chunks per load,
+`lo` outputs per latch block) and the data-block layout (segments packed
+`cols // cc` per row in visit order, so a load's G_ACTs are the rows its
+consecutive segments span):
+
+    loads     os: n_b n_vg n_ob n_ig (n_b n_vg when one chunk group: the
+              buffer keeps its contents across output blocks); is: n_b n_vg n_ig
+    GWRITE    columns: loads x kv x ki x cc (the last chunk group may be narrower)
+    COMP      records: n_b n_v n_o t_in (one per segment and vector), columns n_b n_v n_o n_rc
+    G_ACT     rows spanned by each load's run of consecutive segments, per vector group
+    READRES   os: n_b n_vg n_ob; is: n_b n_vg n_ig n_ob, each reading the
+              latches of every bank (broadcast) or of one bank in 32 B bursts
+
+times the passes (broadcast granularity; per-core granularity commands a
+class's cores one by one, so COMP and READRES also scale with the cores of
+a class).  Why: a small MMTV on Newton that keeps several heads per bank
+runs one GWRITE / G_ACT / COMP / READRES round per head, and no other
+feature counts rounds (Newton MMTV [1, 4, 64, 32]: 274 compute cycles for
+4 rounds against 96 for one).  The counts are features; the network learns
+what a round costs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+LANES = 16                     # bf16 multipliers per bank (lower/newton.py)
+COUNTS = ("passes", "loads", "gwrite_cols", "g_act", "comp", "comp_cols", "readres", "readres_bursts")
+
+
+def _cdiv(a, b):
+    return -(-np.asarray(a, np.int64) // np.maximum(np.asarray(b, np.int64), 1))
+
+
+def _pow2_floor(n):
+    n = np.maximum(np.asarray(n, np.int64), 1)
+    return (2 ** np.floor(np.log2(n))).astype(np.int64)
+
+
+def _spans(n_loads, segs, per_row):
+    """Rows spanned by n_loads consecutive runs of `segs` segments each,
+    packed `per_row` to a row: sum_j (floor((j s + s - 1) / r) - floor(j s / r) + 1)
+    = floor(N s / r) + N - floor(N / (r / gcd(s, r)))."""
+    N, s, r = (np.asarray(a, np.int64) for a in (n_loads, segs, per_row))
+    r = np.maximum(r, 1)
+    return N * s // r + N - N // (r // np.gcd(s, r))
+
+
+def newton_counts(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow, buffers, per_core,
+                  backend) -> dict:
+    """Per-group command counts ([n] int64 each, keys COUNTS) of Newton drafts.
+
+    mvars / vvars: loop vars of the matrix and the vector operand; lens:
+    worst-core loop lengths (var -> [n]); sets: the op's dimension sets;
+    cores [n, S]: cores per group along each set; dataflow [n] (0 os,
+    1 is); buffers [n] (global buffers per load); per_core [n] bool."""
+    core, group = backend.core, backend.group
+    outs = list(op.output_vars)
+    red = [v for v in (lv.name for lv in op.loop_vars) if v in op.reduction_vars]
+    n = len(dataflow)
+
+    def prod(vs):
+        p = np.ones(n, np.int64)
+        for v in vs:
+            p = p * lens[v]
+        return p
+    n_b = prod([v for v in outs if v in mvars and v in vvars])
+    n_v = prod([v for v in outs if v in vvars and v not in mvars])
+    n_o = prod([v for v in outs if v not in vvars])
+    n_r = prod(red)
+    n_buf = max(1, group.n_global_buffers)
+    buf_cols = max(1, group.global_buffer_bytes // n_buf // core.col_bytes)
+    n_rc = np.maximum(1, _cdiv(n_r, LANES))
+    cc = np.minimum(n_rc, buf_cols)
+    t_in = _cdiv(n_rc, cc)
+    k = np.asarray(buffers, np.int64)
+    kv = np.minimum(_pow2_floor(k), _pow2_floor(np.maximum(1, n_v)))
+    ki = np.minimum(_pow2_floor(np.maximum(1, k // kv)), _pow2_floor(t_in))
+    lo = np.minimum(np.maximum(1, max(1, core.n_output_regs) // kv), n_o)
+    is_flow = (np.asarray(dataflow) == 1) & (t_in > 1)
+    n_vg, n_ig, n_ob = _cdiv(n_v, kv), _cdiv(t_in, ki), _cdiv(n_o, lo)
+    # vector classes: cores of a group split along a set the vector reads hold different vectors
+    dims = {v for v in outs if v in vvars} | set(red)
+    passes = np.ones(n, np.int64)
+    for si, s in enumerate(sets):
+        if dims & set(s.vars):
+            passes = passes * np.asarray(cores)[:, si]
+    loads_b = np.where(is_flow, n_ig, np.where(n_ig > 1, n_ob * n_ig, 1))       # per (b, vg)
+    loads = n_b * n_vg * loads_b
+    # GWRITE width: every chunk group cc wide, except a last group holding only a partial chunk
+    last_cols = n_rc - (t_in - 1) * cc
+    lone_last = (t_in - (n_ig - 1) * ki) == 1
+    width_sum = (n_ig - 1) * cc + np.where(lone_last, last_cols, cc)             # over one pass of ig
+    gw_per_b = np.where(is_flow, width_sum, np.where(n_ig > 1, n_ob * width_sum, cc))
+    gwrite_cols = n_b * n_vg * kv * ki * gw_per_b
+    comp = n_b * n_v * n_o * t_in
+    comp_cols = n_b * n_v * n_o * n_rc
+    # G_ACT: a load's segments are consecutive in the data-block order (b-major), so the
+    # loads of one vector group tile the bank's segments; each vector group re-reads them
+    cols = core.cols
+    per_row = np.maximum(cols // np.maximum(cc, 1), 1)
+    rps = _cdiv(cc, cols)                                                        # rows per segment
+    segs = (n_o * t_in) // np.maximum(loads_b, 1)
+    g_act = np.where(cc <= cols, n_vg * _spans(n_b * loads_b, segs, per_row), n_vg * n_b * n_o * t_in * rps)
+    readres = n_b * n_vg * n_ob * np.where(is_flow, n_ig, 1)
+    out = dict(passes=passes, loads=passes * loads, gwrite_cols=passes * gwrite_cols,
+               g_act=passes * g_act, comp=passes * comp, comp_cols=passes * comp_cols,
+               readres=passes * readres)
+    # per-core granularity: COMPs and READRESs go to each core of a class, no G_ACT
+    pc = np.asarray(per_core, bool)
+    class_cores = np.maximum(np.asarray(cores).prod(axis=1) // np.maximum(passes, 1), 1)
+    out["comp"] = np.where(pc, out["comp"] * class_cores, out["comp"])
+    out["comp_cols"] = np.where(pc, out["comp_cols"] * class_cores, out["comp_cols"])
+    out["readres"] = np.where(pc, out["readres"] * class_cores, out["readres"])
+    out["g_act"] = np.where(pc, 0, out["g_act"])
+    # READRES bursts: every bank's latches (broadcast) or one bank's, reg_bytes each, 32 B a burst
+    latch_bytes = core.reg_bytes * kv * lo
+    bursts = np.where(pc, np.maximum(1, _cdiv(latch_bytes, core.col_bytes)),
+                      np.maximum(1, _cdiv(group.cores_per_group * latch_bytes, core.col_bytes)))
+    out["readres_bursts"] = out["readres"] * bursts
+    return out
