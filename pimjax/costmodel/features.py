@@ -458,12 +458,16 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     t_merge = np.where(rb_bytes > 0, host.time_ns(rb_bytes + out_elems * 4, rb_bytes / 2
                                                   + (out_elems if op_.epilogue is not None else 0.0)), 0.0) / tck
     if core.programmable:
-        t_dpu = _dpu_kernel(op_, info, lens, tk, wt, df, backend, tk_points, dma, foot, eb) \
-            / float(t.dpu_clock_ghz) / tck
-        t_comp = t_dpu + DEFAULT_LINK.launch_ns / tck
-        xfer = _dpu_transfers(op_, lens, shapes, info.sets, G * C, g_used, c_used, wt, red_k, backend)
-        if xfer is not None:
+        consts = _dpu_constants(op_)
+        if consts is None:       # a body the DPU code model cannot price (the draft will not lower)
+            t_dpu = np.maximum(tk_points * float(info.instr) * 11.0, dma * float(t.dma_latency_cycles)
+                               / np.maximum(tk, 1) + foot * eb / float(t.dma_bytes_per_cycle))
+        else:                    # the lowering's own schedule and transfers in closed form (dpu.py)
+            t_dpu = dpu_kernel_cycles(op_, lens, tk, wt, df, backend, consts, info.vector_vars)
+            xfer = transfer_ns(op_, lens, shapes, G * C, info.sets, g_used, c_used, wt, red_k, backend, consts)
             t_rearr, t_rb, t_merge = (x / tck for x in xfer)
+        t_dpu = t_dpu / float(t.dpu_clock_ghz) / tck
+        t_comp = t_dpu + DEFAULT_LINK.launch_ns / tck
     else:
         t_dpu = np.zeros(n)
     nt = _newton(op_, info, lens, C, df, buf, gran, backend)
@@ -509,20 +513,13 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     return out.T
 
 
-def _dpu_kernel(op_, info, lens, tk, wt, df, backend, tk_points, dma, foot, eb) -> np.ndarray:
-    """[n] kernel DPU cycles of UPMEM drafts: `dpu.dpu_kernel_cycles`, the
-    lowering's own tasklet schedule in closed form; for a body the DPU code
-    model cannot price (the draft will not lower either) a rough rate: the
-    points of the busiest tasklet at 11 cycles per instruction, against the
-    DMA time of the footprint."""
+def _dpu_constants(op_) -> dict | None:
+    """`lower.upmem.kernel_constants` of the op, or None when the DPU code
+    model has no instruction sequence for its body (it will not lower)."""
     try:
-        consts = kernel_constants(op_)
+        return kernel_constants(op_)
     except PimCompileError:
-        t = backend.timing
-        per_tk = np.maximum(tk, 1)
-        return np.maximum(tk_points * float(info.instr) * 11.0,
-                          dma * float(t.dma_latency_cycles) / per_tk + foot * eb / float(t.dma_bytes_per_cycle))
-    return dpu_kernel_cycles(op_, lens, tk, wt, df, backend, consts, info.vector_vars)
+        return None
 
 
 def _newton(op_, info, lens, C, df, buf, gran, backend) -> dict | None:
@@ -536,16 +533,6 @@ def _newton(op_, info, lens, C, df, buf, gran, backend) -> dict | None:
         return None
     return newton_counts(op_, set(op_.operands[mi].vars), set(op_.operands[vi].vars), lens, info.sets, C,
                          df, buf, gran == 1, backend)
-
-
-def _dpu_transfers(op_, lens, shapes, sets, set_dpus, g_used, c_used, wt, red_k, backend):
-    """(host->DPU, DPU->host, merge) ns of UPMEM drafts (`dpu.transfer_ns`),
-    or None for an op the DPU code model cannot price (it will not lower)."""
-    try:
-        consts = kernel_constants(op_)
-    except PimCompileError:
-        return None
-    return transfer_ns(op_, lens, shapes, set_dpus, sets, g_used, c_used, wt, red_k, backend, consts)
 
 
 def features(op, draft, backend: Backend, shapes: dict | None = None) -> np.ndarray:
