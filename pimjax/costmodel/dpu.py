@@ -28,14 +28,17 @@ per chunk (the lowering skips a re-read when two consecutive iterations
 happen to use one tile).
 
 `transfer_ns` -- host->DPU transfers, DPU->host read-back and the host
-merge: one call per host- and MRAM-contiguous run of a DPU's tile.
+merge: one call per host- and MRAM-contiguous run of a DPU's tile (an
+elementwise op replicates every operand over its output box, so a
+broadcast or transposed operand moves in many short runs).
 
 Checked against the lowering timed by the simulator
 (`tests/costmodel/test_dpu.py`, random shapes and drafts of every UPMEM
-kernel): the transfers and merge to float precision, the kernel to the
-cycle except "is" blocks with several chunks (within 0.5 %; 0.1 % seen).  On the 7 271
-labelled training drafts their sum is within 6.5e-5 of the simulated
-total.
+kernel and of elementwise ops with broadcast, transposed and scalar
+operands): the transfers and merge to float precision, the kernel to the
+cycle except "is" blocks with several chunks (within 0.5 %; 0.1 % seen).
+On the 7 272 labelled training drafts their sum is within 6.5e-5 of the
+simulated total.
 
 Why: UPMEM's launch and transfer calls are most of a small kernel's time,
 so drafts of one tiling that differ only in tasklets or the WRAM tile
@@ -51,9 +54,10 @@ import math
 
 import numpy as np
 
-from ..lower.upmem import ACC_INIT, BARRIER_COST, DMA_ALIGN, DMA_ISSUE, MERGE_PER_PARTIAL
+from ..lower.layout import acc_space
+from ..lower.upmem import ACC_INIT, ARG_LOADS, BARRIER_COST, DMA_ALIGN, DMA_ISSUE, MERGE_PER_PARTIAL
 
-OVERHEAD = 4          # per-tasklet argument loads (lower_upmem: 4 + scalars)
+WALK_MAX = 1 << 14    # tile elements up to which an irregular layout's runs are walked one by one
 
 
 def _cdiv(a, b):
@@ -62,6 +66,17 @@ def _cdiv(a, b):
 
 def _roundup(a, b):
     return _cdiv(a, b) * b
+
+
+def _loops(op) -> tuple[list, list, str]:
+    """(output vars, reduction vars, the inner var) in the op's loop order,
+    as `lower.upmem._geometry` orders them: the inner var is the last
+    reduction var (the last output var of an elementwise op), the loop the
+    caching tiles cut and MRAM pads."""
+    names = [lv.name for lv in op.loop_vars]
+    red = [v for v in names if v in op.reduction_vars]
+    out = [v for v in names if v not in op.reduction_vars]
+    return out, red, (red[-1] if red else out[-1])
 
 
 def _partial_count(n_t, pairs: np.ndarray, inv: np.ndarray, t: int) -> np.ndarray:
@@ -91,7 +106,7 @@ def dpu_kernel_cycles(op, lens: dict, tasklets, wram_tile, dataflow, backend, co
     disp = float(max(1, backend.core.pipeline_depth - 3))
     T = np.maximum(np.asarray(tasklets, np.int64), 1)
     eb, pc, tc = consts["elem_bytes"], consts["point_cost"], consts["tile_cost"]
-    nb, init = consts["arrays"], OVERHEAD + consts["scalars"]
+    nb, init = consts["arrays"], ARG_LOADS + consts["scalars"]
     E = np.maximum(np.asarray(wram_tile, np.int64) // eb, 1)
 
     def dma(nbytes):                       # DPU cycles of one DMA of nbytes
@@ -102,11 +117,8 @@ def dpu_kernel_cycles(op, lens: dict, tasklets, wram_tile, dataflow, backend, co
             return E * eb
         return np.maximum(_roundup(points * eb, DMA_ALIGN), DMA_ALIGN)
 
-    names = [lv.name for lv in op.loop_vars]
-    red = [v for v in names if v in op.reduction_vars]
-    out = [v for v in names if v not in op.reduction_vars]
+    out, red, inner = _loops(op)
     prod = lambda vs: np.prod([lens[v] for v in vs], axis=0).astype(np.int64) if vs else np.ones_like(T)  # noqa: E731
-    inner = red[-1] if red else out[-1]
     n_in = lens[inner].astype(np.int64)
     Rin = _roundup(np.maximum(n_in, 1), np.where(consts["boundary"] == "pad", E, DMA_ALIGN // eb))
     d_tile = dma(tile_bytes(E))
@@ -162,11 +174,12 @@ def dpu_kernel_cycles(op, lens: dict, tasklets, wram_tile, dataflow, backend, co
     bpt = _cdiv(n_blocks, T)
     it_o = tc + DMA_ISSUE * (1 + has_v)
     # consecutive outputs that read one vector tile: the out vars after the last one the vector uses
-    same = np.ones_like(T)
+    same, stopped = np.ones_like(T), np.zeros(len(T), bool)
     for v in reversed(out):
-        if v in vector_vars:
-            break
-        same = same * lens[v]
+        if v in vector_vars:                    # a vector var of length 1 does not change the tile
+            stopped = stopped | (lens[v] > 1)
+        else:
+            same = np.where(stopped, same, same * lens[v])
     w_b = np.maximum(_roundup(ob * eb, DMA_ALIGN), DMA_ALIGN)
     tk = np.zeros(len(T))
     o_busy = np.zeros(len(T))
@@ -176,22 +189,103 @@ def dpu_kernel_cycles(op, lens: dict, tasklets, wram_tile, dataflow, backend, co
         nblk = np.where(t_ < T, blk1 - blk0, 0)
         o_a, o_b = np.minimum(blk0 * ob, O), np.minimum(blk1 * ob, O)
         n_o = np.where(t_ < T, o_b - o_a, 0)
+        # the tasklet's last block holds fewer outputs when it is the op's last
+        last_n = np.where(nblk > 0, o_b - (blk1 - 1) * ob, 0)
         if has_v:
             # "os": the vector tile with every iteration; "is": once per run of outputs sharing it,
-            # per block and chunk -- along the tasklet's whole range when it has one chunk
+            # per block and chunk -- along the tasklet's whole range when it has one chunk.  Runs
+            # in block B: floor(((B + 1) ob - 1) / same) - floor(B ob / same) + 1, summed over the
+            # tasklet's blocks in closed form, then the last block cut at its real end
+            period = same // np.gcd(ob, same)
             runs_all = np.where(n_o > 0, (o_b - 1) // same - o_a // same + 1, 0)
-            runs_blk = (blk1 * ob // same - blk0 * ob // same) + nblk \
-                - (blk1 // (same // np.gcd(ob, same)) - blk0 // (same // np.gcd(ob, same)))
+            runs_blk = (blk1 * ob // same - blk0 * ob // same) + nblk - (blk1 // period - blk0 // period)
+            runs_blk = runs_blk + np.where(nblk > 0, (o_b - 1) // same - (blk1 * ob - 1) // same, 0)
             v_reads = np.where(is_flow, np.where(Rout * nC == 1, runs_all, runs_blk * Rout), n_o * Rout)
         else:
             v_reads = np.zeros_like(T)
-        busy = (n_o * Rout + v_reads) * d_c + nblk * dma(w_b)
+        writes = np.where(nblk > 0, (nblk - 1) * dma(w_b)
+                          + dma(np.maximum(_roundup(last_n * eb, DMA_ALIGN), DMA_ALIGN)), 0.0)
+        busy = (n_o * Rout + v_reads) * d_c + writes
         tk = np.maximum(tk, np.where(t_ < T, disp * (init + n_o * Rout * (nC * it_o + pc * n_in) + ACC_INIT * n_o)
                                      + busy, 0.0))
         o_busy = o_busy + np.where(t_ < T, busy, 0.0)
     o_instr = T * init + O * Rout * (nC * it_o + pc * n_in) + ACC_INIT * O
     o_kernel = np.maximum(np.maximum(tk, o_instr), o_busy)
     return np.where(split, s_kernel, o_kernel).astype(np.float64)
+
+
+def _layout_runs(index_map, shape, layout_vars, lens: dict, inner: str, pad_to, n: int, eb: int):
+    """([n] runs, [n] bytes) of a DPU's tile laid out in MRAM row-major over
+    `layout_vars` (the inner loop var padded to a multiple of `pad_to` [n])
+    and read from a row-major host tensor through `index_map`: a run is
+    what `lower.upmem._host_runs` finds element by element (contiguous in
+    the host tensor and in MRAM) and one transfer call; bytes sums each
+    run's 8-byte-aligned size.
+
+    When the layout vars index the host dimensions in host order
+    (coefficient 1) the runs have one length: a run grows from the
+    innermost var outwards while the var's host stride is the run so far
+    and every var inside covers its host dimension whole without MRAM
+    padding.  Otherwise (a broadcast operand an elementwise op replicates
+    over the output box, a transposed one, an affine index) runs vary -- a
+    broadcast row's last element and the next row's first can be adjacent
+    in the host -- and each distinct tile shape of up to WALK_MAX elements
+    is walked element by element as the lowering does."""
+    dims = [next((d for d, e in enumerate(index_map) if e.single_var == v), None) for v in layout_vars]
+    plain = all(e.single_var is not None or not e.vars for e in index_map)
+    padded = lens[inner] % pad_to != 0 if inner in layout_vars else np.zeros(n, bool)
+    total = np.ones(n, np.int64)
+    for v in layout_vars:
+        total = total * lens[v]
+    strides = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
+    run, alive = np.ones(n, np.int64), np.ones(n, bool)
+    for v, d in zip(reversed(layout_vars), reversed(dims)):
+        if not plain or d is None:
+            break
+        ok = alive & (run == strides[d])          # the next element along v follows the run
+        run = np.where(ok, run * lens[v], run)
+        whole = lens[v] >= shape[d]
+        alive = ok & (whole & ~padded if v == inner else whole)
+    runs = _cdiv(total, run)
+    nbytes = runs * _roundup(run * eb, DMA_ALIGN)
+    if plain and None not in dims and dims == sorted(dims):
+        return runs, nbytes
+    # walk tiles up to WALK_MAX elements; a larger one keeps the chain's count, an upper
+    # bound that misses only the joins at its row ends (a tile that large moves in so
+    # many calls that no near-tie turns on them)
+    small = total <= WALK_MAX
+    keys = np.stack([lens[v] for v in layout_vars] + [np.asarray(pad_to, np.int64) * np.ones(n, np.int64)])
+    uniq, inv = np.unique(keys[:, small], axis=1, return_inverse=True)
+    walked = np.array([_walk_runs(index_map, shape, layout_vars, dict(zip(layout_vars, col[:-1])), inner,
+                                  int(col[-1]), eb) for col in uniq.T.tolist()], np.int64).reshape(-1, 2)
+    runs[small], nbytes[small] = walked[inv.reshape(-1), 0], walked[inv.reshape(-1), 1]
+    return runs, nbytes
+
+
+def _walk_runs(index_map, shape, layout_vars, real: dict, inner: str, pad_to: int, eb: int) -> tuple[int, int]:
+    """(runs, bytes) of one tile, element by element: the box is `real`
+    with the inner var padded to `pad_to`; consecutive box positions join a
+    run when both are real and their host offsets differ by one."""
+    box = [(-(-real[v] // pad_to) * pad_to if v == inner else real[v]) for v in layout_vars]
+    grids = np.meshgrid(*[np.arange(b) for b in box], indexing="ij") if box else []
+    env = dict(zip(layout_vars, grids))
+    inside = np.ones(box, bool)
+    for v, g in env.items():
+        inside &= g < real[v]
+    lin = np.zeros(box, np.int64)
+    stride = 1
+    for expr, size in reversed(list(zip(index_map, shape))):
+        idx = expr.evaluate(env)[0] if expr.vars else np.full(box, expr.const)
+        lin = lin + np.broadcast_to(idx, box) * stride
+        stride *= size
+    lin, inside = lin.ravel(), inside.ravel()
+    cont = (np.diff(lin) == 1) & inside[1:] & inside[:-1]
+    starts = np.flatnonzero(np.concatenate([[True], ~cont]) & inside)
+    if starts.size == 0:
+        return 0, 0
+    brk = np.flatnonzero(np.concatenate([~cont, [True]]))
+    length = brk[np.searchsorted(brk, starts)] + 1 - starts
+    return int(starts.size), int(_roundup(length * eb, DMA_ALIGN).sum())
 
 
 def transfer_ns(op, lens: dict, shapes: dict, set_dpus: np.ndarray, sets, groups, cores, wram_tile,
@@ -209,7 +303,6 @@ def transfer_ns(op, lens: dict, shapes: dict, set_dpus: np.ndarray, sets, groups
     set_dpus [n, S]: groups x cores per dimension set; groups / cores [n]:
     ranks and DPUs per rank used; reduction [n] (1 = "host")."""
     from ..sim.cycles_upmem import DEFAULT_LINK
-    from .features import _runs
     link = link or DEFAULT_LINK
     system, host = backend.system, backend.system.host
     eb = consts["elem_bytes"]
@@ -218,19 +311,19 @@ def transfer_ns(op, lens: dict, shapes: dict, set_dpus: np.ndarray, sets, groups
     host_bw = float(host.mem_bandwidth) * float(host.bandwidth_efficiency) * 1e-9        # B/ns
 
     def calls(nbytes, count, h2d: bool, bcast=False):
+        """count calls moving nbytes per DPU in all: each call's time is linear in its
+        bytes (the per-rank link or the host roofline, whichever is slower) plus call_ns"""
         bw = float(system.link_bandwidth if h2d else system.readback_bandwidth)
         conc = float(link.concurrent_ranks_h2d if h2d else link.concurrent_ranks_d2h)
         per_rank = np.where(bcast, nbytes / float(link.broadcast_gbps), nbytes * dpc / bw)
         total = np.where(bcast, nbytes, nbytes * dpc) * ranks
         waves = ranks / np.minimum(ranks, conc)
-        return count * (np.maximum(per_rank * waves, total / host_bw) + float(link.call_ns))
+        return np.maximum(per_rank * waves, total / host_bw) + count * float(link.call_ns)
 
-    names = [lv.name for lv in op.loop_vars]
-    red = [v for v in names if v in op.reduction_vars]
-    out = [v for v in names if v not in op.reduction_vars]
-    inner = red[-1] if red else out[-1]
+    out, red, inner = _loops(op)
     E = np.maximum(np.asarray(wram_tile, np.int64) // eb, 1)
-    padded = (consts["boundary"] == "pad") & (lens[inner] % E != 0)
+    # MRAM pads the inner loop to the WRAM tile ("pad") or to the 8-byte DMA unit
+    pad_to = np.where(consts["boundary"] == "pad", E, DMA_ALIGN // eb) * np.ones(n, np.int64)
     many = ranks * dpc > 1
     h2d = calls(16.0, 1, True)                                   # the kernel's arguments
     scalars = {k for k, a in enumerate(op.operands) if not a.index_map}
@@ -239,31 +332,24 @@ def transfer_ns(op, lens: dict, shapes: dict, set_dpus: np.ndarray, sets, groups
         if k in scalars:
             h2d = h2d + calls(float(_roundup(eb, DMA_ALIGN)), 1, True, many)
             continue
-        runs, run = _runs(acc, lens, shapes[acc.value], n)
-        if inner in acc.vars:        # MRAM pads the inner loop to the WRAM tile: no run spans two rows
-            total = runs * run
-            run = np.where(padded, np.minimum(run, lens[inner]), run)
-            runs = np.where(padded, _cdiv(total, run), runs)
-        split = np.ones(n, np.int64)
+        # an elementwise op lays every operand out over the whole output box (a broadcast
+        # operand is replicated); otherwise over its own output vars, then reduction vars
+        lvars = out if op.kind == "elementwise" else [v for v in out + red if v in acc.vars]
+        runs, nbytes = _layout_runs(acc.index_map, shapes[acc.value], lvars, lens, inner, pad_to, n, eb)
+        split = np.ones(n, np.int64)              # DPUs holding different tiles of the layout
         for si, s in enumerate(sets):
-            if set(acc.vars) & set(s.vars):
+            if set(lvars) & set(s.vars):
                 split = split * set_dpus[:, si]
-        h2d = h2d + calls(_roundup(run * eb, DMA_ALIGN).astype(np.float64), runs, True, many & (split == 1))
+        h2d = h2d + calls(nbytes.astype(np.float64), runs, True, many & (split == 1))
     # the result: partials as one buffer per DPU, else the output grid's runs
     outs = np.prod([lens[v] for v in out], axis=0).astype(np.int64) if out else np.ones(n, np.int64)
     ext = op.extents
-    run, whole = np.ones(n, np.int64), np.ones(n, bool)
-    for v in reversed(out):
-        run = np.where(whole, run * lens[v], run)
-        whole = whole & (lens[v] >= ext[v])
-    if op.kind == "elementwise":
-        run = np.where(padded, np.minimum(run, lens[out[-1]]), run)
+    rcount, rbytes = _layout_runs(*acc_space(op), out, lens, inner, pad_to, n, eb)
     partials = np.asarray(reduction) == 1
     pbytes = _roundup(outs * eb, DMA_ALIGN).astype(np.float64)
-    rbytes = _roundup(run * eb, DMA_ALIGN).astype(np.float64)
-    rcount = _cdiv(outs, run)
+    rbytes = rbytes.astype(np.float64)
     d2h = np.where(partials, calls(pbytes, 1, False), calls(rbytes, rcount, False))
-    d2h_total = np.where(partials, pbytes, rbytes * rcount) * ranks * dpc
+    d2h_total = np.where(partials, pbytes, rbytes) * ranks * dpc
     out_elems = float(np.prod([ext[v] for v in out])) if out else 1.0
     epilogue = op.epilogue is not None
     merge_flops = np.where(partials, np.maximum(0.0, d2h_total / eb - out_elems), 0.0) + (out_elems if epilogue else 0.0)

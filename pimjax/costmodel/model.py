@@ -125,9 +125,11 @@ class CostModel:
                  base: str | None = None, meta: dict | None = None, _abstract: bool = False):
         if heads not in ("total", "phases"):
             raise ValueError(f"heads must be 'total' or 'phases', got {heads!r}")
-        if base is not None and (base not in FEATURE_NAMES or heads != "total"):
-            raise ValueError(f"base must be None or a closed-form estimate among the features (a "
-                             f"heads='total' model), got base={base!r}, heads={heads!r}")
+        if base is not None and (not str(base).startswith("est_t_") or base not in FEATURE_NAMES
+                                 or heads != "total" or int(n_features) != F):
+            raise ValueError(f"base must be None or a closed-form time estimate among the features "
+                             f"(est_t_*, of a heads='total' model over all {F} features), got base={base!r}, "
+                             f"heads={heads!r}, n_features={n_features}")
         for name, value in (("steps", steps), ("members", members), ("batch_groups", batch_groups),
                             ("per_group", per_group)):
             check_positive_int(name, value)

@@ -32,12 +32,10 @@ from __future__ import annotations
 
 import numpy as np
 
-LANES = 16                     # bf16 multipliers per bank (lower/newton.py)
+from ..lower.newton import LANES
+from .dpu import _cdiv
+
 COUNTS = ("passes", "loads", "gwrite_cols", "g_act", "comp", "comp_cols", "readres", "readres_bursts")
-
-
-def _cdiv(a, b):
-    return -(-np.asarray(a, np.int64) // np.maximum(np.asarray(b, np.int64), 1))
 
 
 def _pow2_floor(n):

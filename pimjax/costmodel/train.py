@@ -117,7 +117,7 @@ def _jax_cache(cache: str) -> None:
 
 
 def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: int, seconds: float,
-                  model_top: list[int], seed: int, members: int = 1, console=None, **hp) -> dict:
+                  model_top: list[int], seed: int, members: int = 2, console=None, **hp) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..hw.presets import get_backend
@@ -222,8 +222,9 @@ def main(argv=None) -> int:
                     help="first simulate every cached record again (after a change of the time model)")
     args = ap.parse_args(argv)
     from .features import FEATURE_NAMES
-    if args.base not in ("auto", "none") and args.base not in FEATURE_NAMES:
-        ap.error(f"--base {args.base!r}: not a feature (e.g. est_t_total), 'auto' or 'none'")
+    if args.base not in ("auto", "none") and (args.base not in FEATURE_NAMES or not args.base.startswith("est_t_")):
+        ap.error(f"--base {args.base!r}: not a time estimate feature (est_t_total, est_t_compute, ...), "
+                 "'auto' or 'none'")
     from rich.console import Console
     from rich.table import Table
     console = Console(width=max(120, Console().width))

@@ -113,6 +113,7 @@ CHECK = 2             # compare + branch of a per-point boundary check
 TILE_OVERHEAD = 3     # caching-tile loop: counter, branch, address update
 TILE_BOUND = 4        # PrIM-style l_size = min(BLOCK, size - index) and its shift
 DMA_ISSUE = 2         # address computation + ldma / sdma
+ARG_LOADS = 4         # every tasklet loads the kernel's sizes and offsets into registers
 ACC_INIT = 2          # zero the accumulator, store it to the WRAM output cache
 MERGE_PER_PARTIAL = 3  # intra-DPU merge: lw of a tasklet's partial + add + handshake step
 BARRIER_COST = 6      # barrier_wait: mutex acquire, counter update, release, test
@@ -582,7 +583,7 @@ def _lower(ctx: _Ctx) -> Program:
     ker.add((-2, 0, 0), Op.LAUNCH, 1, aux=int(Sync.LAUNCH))
     n_scal = len(scalars & set(op.body_operands))
     # every tasklet loads its arguments (sizes, scalars) into registers
-    ker.add((-1, np.arange(T), 0), Op.DPU_EXEC, np.full(T, 4 + n_scal), reg=np.arange(T), aux=int(Exec.OVERHEAD))
+    ker.add((-1, np.arange(T), 0), Op.DPU_EXEC, np.full(T, ARG_LOADS + n_scal), reg=np.arange(T), aux=int(Exec.OVERHEAD))
     pc = _point_cost(ctx, len(body_ops), scalars)
     info = dict(point_cost=pc)
     if op.kind == "elementwise":

@@ -161,6 +161,7 @@ def test_update_refuses_a_length_that_trains_nothing(steps):
                                       (dict(seconds=-1.0), "seconds"), (dict(tau=0.0), "tau"),
                                       (dict(margin=-0.1), "margin"), (dict(per_group=0), "per_group"),
                                       (dict(base="no_such_feature"), "base"),
+                                      (dict(base="est_share_rearr"), "base"),
                                       (dict(base="est_t_total", heads="phases"), "base")])
 def test_bad_hyper_parameters_are_refused_when_built(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -203,3 +204,16 @@ def test_residual_model_keeps_an_exact_estimate(tmp_path):
     m.save(str(path))
     np.testing.assert_array_equal(Predictor.load(str(path)).predict(Xt), p)
     np.testing.assert_array_equal(CostModel.load(str(path)).predict(Xt), p)
+
+
+def test_residual_model_learns_the_estimates_error():
+    """An estimate off by a factor that depends on a feature (2x on half the
+    rows, 1.25x on the rest): the residual network learns the correction
+    and predicts the cycles, not the estimate."""
+    from pimjax.costmodel.features import FEATURE_NAMES
+    X, y, g = _near_ties(seed=2)
+    off = np.where(X[:, 0] > 0, 2.0, 1.25)
+    X[:, FEATURE_NAMES.index("est_t_total")] = np.log2(1.0 + y * off)
+    m = CostModel(hidden=(32, 32), steps=400, seed=0, base="est_t_total")
+    m.update(X, y, g)
+    assert np.median(np.abs(m.predict(X) / y - 1)) < 0.02       # the estimate alone is 25-100 % off

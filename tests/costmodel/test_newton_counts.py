@@ -1,6 +1,8 @@
 """Newton's closed-form command counts (`costmodel.newton_counts`) against
 the lowering's own counts, on random power-of-two GEMV / MMTV shapes (every
 group then runs the same stream, so the lowering's totals are G x ours)."""
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,6 +13,8 @@ from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.costmodel.newton_counts import _spans, newton_counts
 from pimjax.hw.presets import get_backend
 from pimjax.partition import dimension_sets
+from pimjax.partition.table import from_drafts
+from pimjax.partition.tiles import set_tilings
 from pimjax.partition.verify import matrix_and_vector, per_core_var_lengths
 
 BE = get_backend("newton")
@@ -40,29 +44,37 @@ def cases(draw):
                     draw(st.sampled_from([16, 32, 64, 128])))
 
 
+def _one_row(case, table, draft):
+    """A one-draft table of `draft` (possibly not in `table`)."""
+    tiles = np.array([[t.tile for t in set_tilings(case.op, dimension_sets(case.op), draft)]], np.int64)
+    return from_drafts([draft], table.lane_vars, tiles)
+
+
 @pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(), st.integers(0, 2 ** 31 - 1))
 def test_counts_match_the_lowering(kc, seed):
-    """Broadcast-granularity drafts: every count equals the lowering's per group."""
+    """Every count equals the lowering's per group, for the preset's
+    broadcast-granularity drafts and for the same drafts with per-core
+    commands (a backend with per_core_commands generates those)."""
     kernel, shape = kc
     case = make_case(BE, kernel, shape)
     table = case_drafts(case, BE)
-    cnt = _counts(case, table)
-    gran = table.column("granularity")
-    rows = np.flatnonzero(gran == 0)
     checked = 0
-    for i in np.random.default_rng(seed).choice(rows, min(5, len(rows)), replace=False):
-        prog = _try_lower(case, table[int(i)], BE)
-        if prog is None:
-            continue
-        assert cnt["passes"][i] == prog.meta["passes"]
-        for ours, theirs in STATS.items():
-            assert cnt[ours][i] * prog.groups == prog.stats["commands"][theirs], (ours, table[int(i)])
-        col = BE.core.col_bytes
-        assert cnt["readres_bursts"][i] * prog.groups * col == prog.stats["readback_bytes"]
-        checked += 1
-    assert checked >= 1
+    for i in np.random.default_rng(seed).choice(len(table), min(4, len(table)), replace=False):
+        for gran in ("broadcast", "core"):
+            draft = dataclasses.replace(table[int(i)], granularity=gran)
+            prog = _try_lower(case, draft, BE)
+            if prog is None:
+                continue
+            cnt = {k: int(v[0]) for k, v in _counts(case, _one_row(case, table, draft)).items()}
+            assert cnt["passes"] == prog.meta["passes"]
+            for ours, theirs in STATS.items():
+                assert cnt[ours] * prog.groups == prog.stats["commands"][theirs], (ours, draft)
+            col = BE.core.col_bytes
+            assert cnt["readres_bursts"] * prog.groups * col == prog.stats["readback_bytes"]
+            checked += 1
+    assert checked >= 2
 
 
 def test_rounds_of_a_small_mmtv():

@@ -19,7 +19,8 @@ from pimjax.costmodel.train import main, model_top_list, train_backend
     (["--seconds", "nan"], "argument --seconds: 'nan' must be a finite number > 0"),
     (["--tau", "0"], "argument --tau: '0' must be a finite number > 0"),
     (["--margin", "-0.1"], "argument --margin: '-0.1' must be a finite number >= 0"),
-    (["--base", "est_nothing"], "--base 'est_nothing': not a feature"),
+    (["--base", "est_nothing"], "--base 'est_nothing': not a time estimate feature"),
+    (["--base", "est_reg_batches"], "--base 'est_reg_batches': not a time estimate feature"),
 ])
 def test_bad_cli_values_are_usage_errors(argv, message, tmp_path, capsys):
     """Exit code 2 with argparse's message naming the option, and nothing
