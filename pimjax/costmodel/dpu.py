@@ -68,6 +68,15 @@ def _roundup(a, b):
     return _cdiv(a, b) * b
 
 
+def _tile_points(wram_tile, consts: dict) -> tuple[np.ndarray, np.ndarray]:
+    """([n] E, [n] pad_to): points per caching tile (wram_tile / elem_bytes),
+    and the multiple MRAM pads the inner loop to -- the tile with "pad"
+    boundaries, else the 8-byte DMA unit (`lower.upmem._geometry`)."""
+    eb = consts["elem_bytes"]
+    E = np.maximum(np.asarray(wram_tile, np.int64) // eb, 1)
+    return E, np.where(consts["boundary"] == "pad", E, DMA_ALIGN // eb)
+
+
 def _loops(op) -> tuple[list, list, str]:
     """(output vars, reduction vars, the inner var) in the op's loop order,
     as `lower.upmem._geometry` orders them: the inner var is the last
@@ -102,12 +111,13 @@ def dpu_kernel_cycles(op, lens: dict, tasklets, wram_tile, dataflow, backend, co
     `lens` (var -> [n] ints), `tasklets`, `wram_tile` (bytes) and `dataflow`
     (0 "os", 1 "is"), [n] each.  consts: `lower.upmem.kernel_constants(op)`;
     vector_vars: the loop vars of a contraction's vector operand."""
+    from ..sim.cycles_upmem import dispatch_interval
     t = backend.timing
-    disp = float(max(1, backend.core.pipeline_depth - 3))
+    disp = float(dispatch_interval(backend))
     T = np.maximum(np.asarray(tasklets, np.int64), 1)
     eb, pc, tc = consts["elem_bytes"], consts["point_cost"], consts["tile_cost"]
     nb, init = consts["arrays"], ARG_LOADS + consts["scalars"]
-    E = np.maximum(np.asarray(wram_tile, np.int64) // eb, 1)
+    E, pad_to = _tile_points(wram_tile, consts)
 
     def dma(nbytes):                       # DPU cycles of one DMA of nbytes
         return float(t.dma_latency_cycles) + np.asarray(nbytes, np.float64) / float(t.dma_bytes_per_cycle)
@@ -120,7 +130,7 @@ def dpu_kernel_cycles(op, lens: dict, tasklets, wram_tile, dataflow, backend, co
     out, red, inner = _loops(op)
     prod = lambda vs: np.prod([lens[v] for v in vs], axis=0).astype(np.int64) if vs else np.ones_like(T)  # noqa: E731
     n_in = lens[inner].astype(np.int64)
-    Rin = _roundup(np.maximum(n_in, 1), np.where(consts["boundary"] == "pad", E, DMA_ALIGN // eb))
+    Rin = _roundup(np.maximum(n_in, 1), pad_to)
     d_tile = dma(tile_bytes(E))
 
     if op.kind == "elementwise":
@@ -153,8 +163,10 @@ def dpu_kernel_cycles(op, lens: dict, tasklets, wram_tile, dataflow, backend, co
     # tasklet t runs iterations t, t + T, ...: chunk (t + j T) mod nC of each; the busiest one
     # has the most iterations and, among those, the fewest partial last chunks
     pre = np.zeros(len(T))
-    pairs, inv = np.unique(T * (int(nC.max()) + 1) + nC, return_inverse=True)
-    pairs = np.stack([pairs // (int(nC.max()) + 1), pairs % (int(nC.max()) + 1)])
+    if split.any():
+        key = int(nC.max()) + 1
+        pairs, inv = np.unique(T * key + nC, return_inverse=True)
+        pairs = np.stack([pairs // key, pairs % key])
     for t_ in range(int(T[split].max()) if split.any() else 0):
         n_t = np.where(t_ < T, _cdiv(N - t_, T), 0)
         p_t = np.where(n_t > 0, _partial_count(n_t, pairs, inv.reshape(-1), t_), 0)
@@ -302,28 +314,29 @@ def transfer_ns(op, lens: dict, shapes: dict, set_dpus: np.ndarray, sets, groups
     are merged on the host roofline.  lens: worst-core loop lengths;
     set_dpus [n, S]: groups x cores per dimension set; groups / cores [n]:
     ranks and DPUs per rank used; reduction [n] (1 = "host")."""
-    from ..sim.cycles_upmem import DEFAULT_LINK
-    link = link or DEFAULT_LINK
-    system, host = backend.system, backend.system.host
+    from ..lower.program import Op
+    from ..lower.upmem import Xfer
+    from ..sim.cycles_upmem import DEFAULT_LINK, _params, _record_terms, _waves
+    p = _params(backend, link or DEFAULT_LINK)
+    host = backend.system.host
     eb = consts["elem_bytes"]
     n = len(groups)
-    ranks, dpc = np.asarray(groups, np.float64), np.asarray(cores, np.float64)
-    host_bw = float(host.mem_bandwidth) * float(host.bandwidth_efficiency) * 1e-9        # B/ns
+    ranks, dpc = np.asarray(groups, np.float32), np.asarray(cores, np.float32)
+    waves = _waves(ranks, p, np)
 
     def calls(nbytes, count, h2d: bool, bcast=False):
-        """count calls moving nbytes per DPU in all: each call's time is linear in its
-        bytes (the per-rank link or the host roofline, whichever is slower) plus call_ns"""
-        bw = float(system.link_bandwidth if h2d else system.readback_bandwidth)
-        conc = float(link.concurrent_ranks_h2d if h2d else link.concurrent_ranks_d2h)
-        per_rank = np.where(bcast, nbytes / float(link.broadcast_gbps), nbytes * dpc / bw)
-        total = np.where(bcast, nbytes, nbytes * dpc) * ranks
-        waves = ranks / np.minimum(ranks, conc)
-        return np.maximum(per_rank * waves, total / host_bw) + count * float(link.call_ns)
+        """ns of `count` calls moving nbytes per DPU in all, by the simulator's own
+        per-record rule (`cycles_upmem._record_terms`): a call's time is linear in its
+        bytes (the per-rank link or the host roofline, whichever is slower) plus
+        call_ns, so `count` calls of their mean size cost what the runs do"""
+        count = np.broadcast_to(np.asarray(count, np.float32), ranks.shape)
+        rec = dict(op=np.full(ranks.shape, Op.XFER_H2D if h2d else Op.XFER_D2H),
+                   n=(np.asarray(nbytes, np.float32) / np.maximum(count, 1)).astype(np.float32), aux=count,
+                   reg=np.where(bcast, Xfer.BROADCAST, Xfer.PARALLEL), resident=0, phase=0)
+        return _record_terms(rec, ranks, dpc, waves, p, np)["add_ns"].astype(np.float64)
 
     out, red, inner = _loops(op)
-    E = np.maximum(np.asarray(wram_tile, np.int64) // eb, 1)
-    # MRAM pads the inner loop to the WRAM tile ("pad") or to the 8-byte DMA unit
-    pad_to = np.where(consts["boundary"] == "pad", E, DMA_ALIGN // eb) * np.ones(n, np.int64)
+    pad_to = _tile_points(wram_tile, consts)[1] * np.ones(n, np.int64)
     many = ranks * dpc > 1
     h2d = calls(16.0, 1, True)                                   # the kernel's arguments
     scalars = {k for k, a in enumerate(op.operands) if not a.index_map}
@@ -355,7 +368,5 @@ def transfer_ns(op, lens: dict, shapes: dict, set_dpus: np.ndarray, sets, groups
     merge_flops = np.where(partials, np.maximum(0.0, d2h_total / eb - out_elems), 0.0) + (out_elems if epilogue else 0.0)
     merge_bytes = np.where(partials | epilogue, d2h_total + out_elems * eb, 0.0)
     merged = (merge_bytes > 0) | (merge_flops > 0)
-    merge = np.where(merged, np.maximum(merge_bytes / host_bw,
-                                        merge_flops / (float(host.peak_flops) * float(host.flops_efficiency) * 1e-9))
-                     + float(host.launch_overhead_ns), 0.0)
+    merge = np.where(merged, host.time_ns(merge_bytes, merge_flops), 0.0)
     return h2d, d2h, merge

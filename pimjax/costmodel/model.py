@@ -210,8 +210,7 @@ class CostModel:
             self.y_mean = float(y.mean())
             # constant labels: scale 1; but a residual model's constant residual means an
             # exact estimate, and scale 1 would turn the network's noise into whole log units
-            floor = 1e-6 if self.hp["base"] is not None else None
-            self.y_scale = float(y.std()) if y.std() > 1e-6 else (floor or 1.0)
+            self.y_scale = float(y.std()) if y.std() > 1e-6 else (1e-6 if self.hp["base"] is not None else 1.0)
         Xn = (X - self.x_mean) / self.x_scale
         yn = ((y - self.y_mean) / self.y_scale).astype(np.float32)
         Pn = None if P is None else ((P - self.y_mean) / self.y_scale).astype(np.float32)
