@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from experiments import predictor_accuracy, timing_sweep, validate_reference
@@ -118,3 +119,48 @@ def test_timing_sweep_writes_the_grid_each_point_as_cycles_gives(tmp_path, capsy
         with pytest.raises(SystemExit) as e:
             timing_sweep.main(bad + ["--out", str(tmp_path)])
         assert e.value.code == 2
+
+
+def test_estimate_spread_measures_within_shape_disagreement():
+    """`spread` ignores a per-shape scale (it does not change a shape's
+    ranking) but not a per-draft one; `picks` says whether the smallest
+    estimate is the simulated optimum, shape by shape."""
+    from experiments.estimate_spread import picks, spread
+
+    sim = np.array([100.0, 200.0, 400.0, 50.0, 60.0])
+    group = np.array([0, 0, 0, 1, 1])
+    scaled = sim * np.where(group == 0, 2.0, 0.5)                      # a constant factor per shape
+    s = spread(sim, scaled, group)
+    assert s["spread"] == pytest.approx(0.0, abs=1e-12) and s["exact"] == 0.0 and s["drafts"] == 5
+    assert spread(sim, sim, group)["exact"] == 1.0
+    noisy = sim * np.array([1.0, 2.0, 1.0, 1.0, 1.0])                   # one draft off by 2x
+    expected = np.sqrt(np.var(np.log([1.0, 0.5, 1.0])) / 2)            # shape 1 has zero variance
+    assert spread(sim, noisy, group)["spread"] == pytest.approx(expected)
+    assert spread(sim, np.zeros(5), group)["drafts"] == 0             # a phase no draft has
+    assert picks(sim, scaled, group) == 1.0
+    swapped = np.array([100.0, 200.0, 400.0, 60.0, 50.0])              # shape 1 estimated the wrong way round
+    assert picks(sim, swapped, group) == 0.5
+
+
+def test_estimate_spread_on_labelled_records(tmp_path, capsys):
+    """The script featurises a label cache: UPMEM's closed form equals the
+    simulator (spread 0, its smallest estimate optimal); no cache is exit 2."""
+    from experiments import estimate_spread
+    from pimjax.costmodel.dataset import append_records, records_path, row_of, simulate
+    from pimjax.costmodel.kernels import case_drafts, lower_case, make_case
+    from pimjax.hw.presets import get_backend
+
+    assert estimate_spread.main(["--cache", str(tmp_path), "--backend", "upmem", "--out", str(tmp_path)]) == 2
+    be = get_backend("upmem")
+    case = make_case(be, "va", (1000,))
+    table = case_drafts(case, be)
+    idx = np.linspace(0, len(table) - 1, 6).astype(int)
+    truth = simulate([lower_case(case, table[int(i)], be) for i in idx], be)
+    append_records(records_path("upmem", str(tmp_path)),
+                   [{"backend": "upmem", "kernel": "va", "shape": [1000], "row": row_of(table, int(i)),
+                     "source": "random", "cycles": float(truth[k, 0]), "phases": [float(v) for v in truth[k, 1:]]}
+                    for k, i in enumerate(idx)])
+    assert estimate_spread.main(["--cache", str(tmp_path), "--backend", "upmem", "--out", str(tmp_path)]) == 0
+    rep = json.loads((tmp_path / "estimate_spread.json").read_text())["upmem"]
+    assert rep["drafts"] == 6 and rep["shapes"] == 1 and rep["picks"] == 1.0
+    assert rep["total"]["spread"] < 1e-4 and rep["total"]["median"] == pytest.approx(1.0, rel=1e-4)
