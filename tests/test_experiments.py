@@ -142,7 +142,7 @@ def test_estimate_spread_measures_within_shape_disagreement():
     assert picks(sim, swapped, group) == 0.5
 
 
-def test_estimate_spread_on_labelled_records(tmp_path, capsys):
+def test_estimate_spread_on_labelled_records(tmp_path):
     """The script featurises a label cache: UPMEM's closed form equals the
     simulator (spread 0, its smallest estimate optimal); no cache is exit 2."""
     from experiments import estimate_spread
