@@ -20,7 +20,8 @@ simulated cycles.  Per backend and phase:
 
 This is why UPMEM's model is a residual over its estimate (dpu.py mirrors
 the simulator: spread ~0, picks 100 %) and the DRAM backends' are not
-(their estimates are rooflines and counts, off by factors of 2-8).
+(their estimates are rooflines and counts: median scale 1.3-8x, within-shape
+spread 0.2-0.8 per phase; the table is in pimjax/costmodel/README.md).
 Writes <out>/estimate_spread.json.  Exits 2 when no labelled record is found.
 """
 from __future__ import annotations
