@@ -339,7 +339,7 @@ def transfer_ns(op, lens: dict, shapes: dict, set_dpus: np.ndarray, sets, groups
     pad_to = _tile_points(wram_tile, consts)[1] * np.ones(n, np.int64)
     many = ranks * dpc > 1
     h2d = calls(16.0, 1, True)                                   # the kernel's arguments
-    scalars = {k for k, a in enumerate(op.operands) if not a.index_map}
+    scalars = op.scalar_operands
     for k in sorted(set(op.body_operands)):
         acc = op.operands[k]
         if k in scalars:

@@ -104,6 +104,12 @@ FEATURE_NAMES: tuple[str, ...] = tuple(_SHAPE + _SLOT + _TILING + _KNOBS + _HW +
 F = len(FEATURE_NAMES)
 
 
+def is_time_estimate(name) -> bool:
+    """Whether `name` is a closed-form time estimate among the features
+    (est_t_*, cycles): what a residual model may correct (`CostModel(base=)`)."""
+    return str(name).startswith("est_t_") and name in FEATURE_NAMES
+
+
 def _l2(x) -> np.ndarray:
     """log2(1 + max(x, 0)) in float32 (the features' precision)."""
     x = np.asarray(x, np.float32)

@@ -43,7 +43,7 @@ import optax
 from flax import nnx, serialization
 
 from ..hw.core import is_int
-from .features import F, FEATURE_NAMES
+from .features import F, FEATURE_NAMES, is_time_estimate
 from .predictor import FORMAT_VERSION, base_log, check_meta, feature_rows, forward, member_arrays
 
 
@@ -125,8 +125,7 @@ class CostModel:
                  base: str | None = None, meta: dict | None = None, _abstract: bool = False):
         if heads not in ("total", "phases"):
             raise ValueError(f"heads must be 'total' or 'phases', got {heads!r}")
-        if base is not None and (not str(base).startswith("est_t_") or base not in FEATURE_NAMES
-                                 or heads != "total" or int(n_features) != F):
+        if base is not None and (not is_time_estimate(base) or heads != "total" or int(n_features) != F):
             raise ValueError(f"base must be None or a closed-form time estimate among the features "
                              f"(est_t_*, of a heads='total' model over all {F} features), got base={base!r}, "
                              f"heads={heads!r}, n_features={n_features}")

@@ -221,8 +221,8 @@ def main(argv=None) -> int:
     ap.add_argument("--relabel", action="store_true",
                     help="first simulate every cached record again (after a change of the time model)")
     args = ap.parse_args(argv)
-    from .features import FEATURE_NAMES
-    if args.base not in ("auto", "none") and (args.base not in FEATURE_NAMES or not args.base.startswith("est_t_")):
+    from .features import is_time_estimate
+    if args.base not in ("auto", "none") and not is_time_estimate(args.base):
         ap.error(f"--base {args.base!r}: not a time estimate feature (est_t_total, est_t_compute, ...), "
                  "'auto' or 'none'")
     from rich.console import Console

@@ -824,7 +824,7 @@ def _scale(steps, s_slot):
 
 def _elementwise(ctx: _Ctx) -> Program:
     op, draft, tiles = ctx.op, ctx.draft, ctx.tiles
-    scalar_ops = {k for k, a in enumerate(op.operands) if not a.index_map}
+    scalar_ops = op.scalar_operands
     steps, consts = _compile_elementwise(op, scalar_ops)
     loop = lane_order(tiles.vars, draft.lane_var)
     box = tiles.box(loop)

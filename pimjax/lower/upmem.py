@@ -168,6 +168,12 @@ class _Ctx:
     boundary: str      # "pad" | "element" | "tile"
 
 
+def _boundary(opts: dict) -> str:
+    """The boundary-check style the options ask for: `boundary`, or by
+    default "pad" with padding on and per-element checks without."""
+    return opts["boundary"] or ("pad" if opts["padding"] else "element")
+
+
 def lower_upmem(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None = None,
                 **options) -> Program:
     """Lower one op under `draft` to an UPMEM program (see module docstring).
@@ -186,7 +192,7 @@ def lower_upmem(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None =
         raise TypeError(f"lower_upmem got unknown option(s) {sorted(unknown)}; "
                         f"valid: {sorted(DEFAULT_OPTIONS)}")
     opts = {**DEFAULT_OPTIONS, **options}
-    boundary = opts["boundary"] or ("pad" if opts["padding"] else "element")
+    boundary = _boundary(opts)
     if boundary not in ("pad", "element", "tile"):
         raise ValueError(f"boundary must be 'pad', 'element' or 'tile', got {boundary!r}")
     opts["boundary"] = boundary
@@ -338,9 +344,9 @@ def kernel_constants(op: PimOp, **options) -> dict:
     cost model's closed-form kernel estimate reads these, so it prices a
     point exactly as `lower_upmem` does."""
     opts = {**DEFAULT_OPTIONS, **options}
-    boundary = opts["boundary"] or ("pad" if opts["padding"] else "element")
+    boundary = _boundary(opts)
     ctx = _Ctx(op, None, None, None, {}, opts, int(opts["elem_bytes"]), boundary)
-    scalars = {k for k, a in enumerate(op.operands) if not a.index_map}
+    scalars = op.scalar_operands
     arrays = 2 if op.kind == "contraction" else len([k for k in op.body_operands if k not in scalars])
     return dict(point_cost=_point_cost(ctx, arrays, scalars), tile_cost=_tile_cost(ctx), arrays=arrays,
                 scalars=len(scalars & set(op.body_operands)), elem_bytes=ctx.eb, boundary=boundary)
@@ -505,7 +511,7 @@ def _lower(ctx: _Ctx) -> Program:
     op, draft, tiles, eb = ctx.op, ctx.draft, ctx.tiles, ctx.eb
     geo = _geometry(ctx)
     T = draft.tasklets
-    scalars = {k for k, a in enumerate(op.operands) if not a.index_map}
+    scalars = op.scalar_operands
     body_ops = [k for k in op.body_operands if k not in scalars]
     if op.kind == "contraction" and len(body_ops) != 2:
         raise PimCompileError(f"upmem: contraction {op.name} needs two array operands in its body")

@@ -231,6 +231,11 @@ class PimOp:
         return tuple(sorted(expr_args(self.body))) if self.body is not None else ()
 
     @property
+    def scalar_operands(self) -> frozenset[int]:
+        """Operands with an empty index map: one value for every iteration point."""
+        return frozenset(k for k, a in enumerate(self.operands) if not a.index_map)
+
+    @property
     def epilogue_operands(self) -> tuple[int, ...]:
         if self.epilogue is None:
             return ()
