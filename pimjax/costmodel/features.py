@@ -60,7 +60,8 @@ from ..trace.ir import expr_prims
 from ..partition.verify import footprint_elements, infer_shapes, matrix_and_vector, per_core_var_lengths
 from ..sim.cycles_upmem import DEFAULT_LINK
 from .dpu import dpu_kernel_cycles, transfer_ns
-from .newton_counts import COUNTS, newton_counts
+from .newton_counts import COUNTS, newton_counts, newton_plan
+from .newton_time import newton_phases
 
 SLOTS = 4                                   # dimension-set slots (mmtv / attn / conv2d have 4-5)
 KI_KO = (1, 2, 4, 8)
@@ -476,14 +477,26 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
         t_comp = t_dpu + DEFAULT_LINK.launch_ns / tck
     else:
         t_dpu = np.zeros(n)
-    nt = _newton(op_, info, lens, C, df, buf, gran, backend)
+    nt = _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend)
     if nt is not None:
+        nt, ph, rb_groups = nt
         # Newton reads every latch back in READRES bursts, and the host adds them up:
         # read-back bytes and the merge on the host roofline follow from the counts
-        rb_bytes = nt["readres_bursts"] * g_used * core.col_bytes
+        rb_bytes = nt["readres_bursts"] * rb_groups * core.col_bytes
         t_rb = nt["readres"] * float(t.tCL) + nt["readres_bursts"] * float(t.tBL)   # a read per READRES
         t_merge = host.time_ns(rb_bytes + out_elems * 4, rb_bytes / max(1, core.reg_bytes)
                                + (out_elems if op_.epilogue is not None else 0.0)) / tck
+        # broadcast drafts: the command stream's phases in closed form (newton_time.py); the
+        # groups write channel-parallel through the host's staging buffer, which the host
+        # reads at its memory bandwidth (the simulator's floor under the leading writes)
+        ok = np.isfinite(ph["pre"])
+        host_read = ph["wr_cols"] * core.col_bytes * g_used / (host.mem_bandwidth * host.bandwidth_efficiency) \
+            * 1e9 / tck
+        lead = np.maximum(ph["pre"], host_read) if backend.system.host.staging_buffer_bytes > 0 \
+            else ph["pre"] * g_used
+        t_rearr = np.where(ok, lead + ph["k_rearr"], t_rearr)
+        t_comp = np.where(ok, ph["compute"], t_comp)
+        t_rb = np.where(ok, ph["readback"], t_rb)
     t_total = t_rearr + t_comp + t_rb + t_merge
     safe = np.maximum(t_total, 1e-9)
     # register batches: a streamed kernel works through a core's columns ko registers at a time
@@ -528,17 +541,32 @@ def _dpu_constants(op_) -> dict | None:
         return None
 
 
-def _newton(op_, info, lens, C, df, buf, gran, backend) -> dict | None:
-    """Newton's per-group command counts (`newton_counts`) of a contraction
-    on a backend with a global buffer per group, else None (zero features)."""
+def _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend):
+    """Newton's per-group command counts (`newton_counts`) and phase times
+    (`newton_phases`) of a contraction on a backend with a global buffer per
+    group, and the groups' READRES summed over groups in units of the worst
+    group's ([n] float), else None (zero features)."""
     if "global_buffer" not in backend.group.units or op_.kind != "contraction":
         return None
     try:
         mi, vi = matrix_and_vector(op_, info.shapes)
     except Exception:  # noqa: BLE001 - a contraction Newton cannot run (it will not lower)
         return None
-    return newton_counts(op_, set(op_.operands[mi].vars), set(op_.operands[vi].vars), lens, info.sets, C,
-                         df, buf, gran == 1, backend)
+    mv, vv = set(op_.operands[mi].vars), set(op_.operands[vi].vars)
+    # cores of a group with work: a set of L elements in tiles of T has ceil(L / T) tiles, dealt
+    # C to a group, so the fullest group has min(C, tiles) busy cores along it (the vector
+    # classes, i.e. passes, count only those)
+    busy = np.minimum(C, used_tiles)
+    counts = newton_counts(op_, mv, vv, lens, info.sets, busy, df, buf, gran == 1, backend)
+    plan = newton_plan(op_, mv, vv, lens, info.sets, busy, df, buf, backend)
+    # every group reads back its own classes' latches: along a set the vector reads, the groups
+    # hold ceil(L / T) busy cores between them, against G x min(C, tiles) counted per group
+    dims = {v for v in op_.output_vars if v in vv} | set(op_.reduction_vars)
+    rb_groups = np.asarray(G, np.float64).prod(axis=1)
+    for si, s in enumerate(info.sets):
+        if dims & set(s.vars):
+            rb_groups = rb_groups * used_tiles[:, si] / np.maximum(G[:, si] * busy[:, si], 1)
+    return counts, newton_phases(plan, np.asarray(C).prod(axis=1), gran == 1, backend), rb_groups
 
 
 def features(op, draft, backend: Backend, shapes: dict | None = None) -> np.ndarray:

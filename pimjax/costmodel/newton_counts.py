@@ -52,14 +52,17 @@ def _spans(n_loads, segs, per_row):
     return N * s // r + N - N // (r // np.gcd(s, r))
 
 
-def newton_counts(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow, buffers, per_core,
-                  backend) -> dict:
-    """Per-group command counts ([n] int64 each, keys COUNTS) of Newton drafts.
+def newton_plan(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow, buffers, backend) -> dict:
+    """`newton._plan`'s per-core geometry for every draft at once ([n] int64
+    each; is_flow bool): n_b / n_v / n_o (batch, vector-only, matrix-only
+    outputs), n_r, n_rc (columns per output), cc (columns per chunk), t_in
+    (chunks per output), kv / ki / lo (vectors and chunks per load, outputs
+    per latch block), n_vg / n_ig / n_ob and passes (vector classes).
 
     mvars / vvars: loop vars of the matrix and the vector operand; lens:
     worst-core loop lengths (var -> [n]); sets: the op's dimension sets;
     cores [n, S]: cores per group along each set; dataflow [n] (0 os,
-    1 is); buffers [n] (global buffers per load); per_core [n] bool."""
+    1 is); buffers [n] (global buffers per load)."""
     core, group = backend.core, backend.group
     outs = list(op.output_vars)
     red = [v for v in (lv.name for lv in op.loop_vars) if v in op.reduction_vars]
@@ -84,13 +87,26 @@ def newton_counts(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow,
     ki = np.minimum(_pow2_floor(np.maximum(1, k // kv)), _pow2_floor(t_in))
     lo = np.minimum(np.maximum(1, max(1, core.n_output_regs) // kv), n_o)
     is_flow = (np.asarray(dataflow) == 1) & (t_in > 1)
-    n_vg, n_ig, n_ob = _cdiv(n_v, kv), _cdiv(t_in, ki), _cdiv(n_o, lo)
     # vector classes: cores of a group split along a set the vector reads hold different vectors
     dims = {v for v in outs if v in vvars} | set(red)
     passes = np.ones(n, np.int64)
     for si, s in enumerate(sets):
         if dims & set(s.vars):
             passes = passes * np.asarray(cores)[:, si]
+    return dict(n_b=n_b, n_v=n_v, n_o=n_o, n_r=n_r, n_rc=n_rc, cc=cc, t_in=t_in, kv=kv, ki=ki, lo=lo,
+                n_vg=_cdiv(n_v, kv), n_ig=_cdiv(t_in, ki), n_ob=_cdiv(n_o, lo), is_flow=is_flow,
+                passes=passes)
+
+
+def newton_counts(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow, buffers, per_core,
+                  backend) -> dict:
+    """Per-group command counts ([n] int64 each, keys COUNTS) of Newton drafts
+    (arguments as `newton_plan`; per_core [n] bool: single-bank commands)."""
+    core, group = backend.core, backend.group
+    pl = newton_plan(op, mvars, vvars, lens, sets, cores, dataflow, buffers, backend)
+    n_b, n_v, n_o, n_rc, cc, t_in = (pl[k] for k in ("n_b", "n_v", "n_o", "n_rc", "cc", "t_in"))
+    kv, ki, lo, is_flow, passes = (pl[k] for k in ("kv", "ki", "lo", "is_flow", "passes"))
+    n_vg, n_ig, n_ob = pl["n_vg"], pl["n_ig"], pl["n_ob"]
     loads_b = np.where(is_flow, n_ig, np.where(n_ig > 1, n_ob * n_ig, 1))       # per (b, vg)
     loads = n_b * n_vg * loads_b
     # GWRITE width: every chunk group cc wide, except a last group holding only a partial chunk
