@@ -33,7 +33,7 @@ BACKENDS = ("hbm-pim", "attacc", "newton", "upmem")
 # closed-form estimate prices the backend's drafts from the draft alone.  UPMEM's
 # (`costmodel.dpu`: the lowering's transfers and tasklet schedule under the DPU time model)
 # equals the simulated cycles on every training draft; the DRAM backends' estimates are rough.
-BASES = {"upmem": "est_t_total"}
+BASES = {"upmem": "est_t_total", "newton": "est_t_total"}
 
 
 def _arg(check):
