@@ -39,7 +39,10 @@ Feature groups (all sizes log2(1 + x) unless noted):
             of the lowering under the DPU time model (exact: UPMEM's model
             is a residual over `est_t_total`); Newton's per-group command
             counts (passes, buffer loads, GWRITE columns, G_ACT, COMP,
-            READRES) are `newton_counts.py`'s.  Elsewhere the estimates are
+            READRES) are `newton_counts.py`'s, and its broadcast drafts'
+            rearrangement / compute / read-back `newton_time.py`'s walk of
+            the command stream (exact but for refresh: Newton's model is a
+            residual over `est_t_total` too).  Elsewhere the estimates are
             features, never the answer: the MLP learns the map to
             simulated cycles.
 """
