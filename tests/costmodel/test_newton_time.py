@@ -1,6 +1,6 @@
 """Newton's closed-form phase times (`costmodel.newton_time`, through the
 features' estimates) against lowering + simulation with refresh off, on
-random GEMV / MMTV shapes (powers of two and ragged sizes) and drafts."""
+random GEMV / MMTV / GEMM shapes (powers of two and ragged sizes) and drafts."""
 import dataclasses
 
 import numpy as np
@@ -26,14 +26,17 @@ size = st.one_of(st.integers(0, 6).map(lambda e: 2 ** e), st.integers(3, 70))
 
 @st.composite
 def cases(draw):
-    if draw(st.booleans()):
+    kernel = draw(st.sampled_from(["gemv", "gemv", "mmtv", "mmtv", "gemm"]))
+    if kernel == "gemv":
         return "gemv", (draw(size) * 4, draw(size) * 8)
+    if kernel == "gemm":
+        return "gemm", (draw(st.integers(1, 24)), draw(size) * 8, draw(st.integers(1, 40)))
     return "mmtv", (draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2, 3, 4, 8])), draw(size) * 2,
                     draw(st.sampled_from([16, 32, 48, 64])))
 
 
 @pytest.mark.slow
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(), st.integers(0, 2 ** 31 - 1))
 def test_phases_match_the_simulator_without_refresh(kc, seed):
     """Rearrangement, compute and read-back of broadcast drafts equal the
