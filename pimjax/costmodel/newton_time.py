@@ -158,15 +158,21 @@ def _period(sig: list, most: int = 64) -> int:
     return 1
 
 
-def _run_units(units: list, sig: list, run, buckets: list, shift=None, period: int = 1) -> None:
+def _run_units(units: list, sig: list, run, buckets: list, shift=None, period: int = 1,
+               steady: bool = True) -> None:
     """Run `units` in order (run(u) adds to buckets).  A max-plus stream
     settles into a steady state: once two consecutive periods of units with
     the same signatures add the same time to every bucket, each following
     period with those signatures adds that time again, so they are added
     without running them (`shift(dt, last)` moves the state on by their
     total and to where the last skipped unit leaves it, for the commands
-    that follow); the rest are run."""
+    that follow); the rest are run.  steady=False runs every unit (the
+    benchmark's reference)."""
     n = len(units)
+    if not steady:
+        for u in units:
+            run(u)
+        return
     k = 0
     prev = None
     while k < n:
@@ -197,7 +203,7 @@ def _run_units(units: list, sig: list, run, buckets: list, shift=None, period: i
 
 
 def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: int,
-          n_bg: int, rr_bursts: int, interleave_limit: int) -> tuple[float, float, float, float, int]:
+          n_bg: int, rr_bursts: int, interleave_limit: int, steady: bool = True) -> tuple[float, float, float, float, int]:
     """(leading rearrangement, rearrangement inside the kernel, compute,
     read-back) cycles of one group's stream, refresh left out, and the
     columns the host writes to the group."""
@@ -237,7 +243,7 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
         ch.shift(dt)
         for b in order:                 # every bank wrote the last skipped round's row
             ch.open[b] = last[0]
-    _run_units(spans, sig, write_round, buckets, skip_rounds, period=_period(sig))
+    _run_units(spans, sig, write_round, buckets, skip_rounds, period=_period(sig), steady=steady)
     buckets[0] += ch.prea()
     # ---- the kernel -----------------------------------------------------------------------
     gw_banks = [g * per_bg for g in range(n_bg)]
@@ -299,7 +305,7 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
             state["open"] = last_row(bb, ob, i_last)
             for b in range(banks):
                 ch.open[b] = state["open"]
-        _run_units(list(range(n_ob)), sig, body, buckets, skip, period=period)
+        _run_units(list(range(n_ob)), sig, body, buckets, skip, period=period, steady=steady)
 
     def unit(u):
         p, bb, vg = u
@@ -322,22 +328,21 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
                 last_i = min(t_in, (ig + 1) * ki) - 1
                 blocks(bb, is_block, lo * (last_i - ig * ki + 1), outs, last_i)
 
-    # units (pass, b, vector group) each start with a buffer load (a PREA closes the rows): the
-    # vector groups of one b are alike from b to b when every b's segments fill whole rows;
-    # otherwise the rows b shares with b + 1 differ and only whole passes repeat
+    # units (pass, b, vector group) each start with a buffer load (a PREA closes the rows) and
+    # read their b's segments: alike when they hold as many vectors (the last vector group may
+    # be partial) and their b's segments sit alike in the rows (b's first segment at the same
+    # place in a row: always when every b fills whole rows)
     units = [(p, bb, vg) for p in range(passes) for bb in range(n_b) for vg in range(n_vg)]
-    aligned = n_b == 1 or (n_o * t_in) % per_row == 0
-    period = n_vg if aligned else n_b * n_vg
-    # the first period's leading GWRITEs count as leading rearrangement: run it alone
-    for u in units[:period]:
-        unit(u)
-    _run_units(units[period:], [0] * (len(units) - period), unit, buckets, period=period)
+    sig = [(min(kv, n_v - vg * kv), (bb * n_o * t_in) % per_row) for _, bb, vg in units]
+    unit(units[0])              # its leading GWRITEs count as leading rearrangement: alone
+    _run_units(units[1:], sig[1:], unit, buckets, period=1, steady=steady)
     return (*buckets, int(len(flat) * banks_used))
 
 
 
 
-def newton_phases(plan: dict, banks_used, per_core, backend, max_events: int = 200_000) -> dict:
+def newton_phases(plan: dict, banks_used, per_core, backend, max_events: int = 200_000,
+                  steady: bool = True) -> dict:
     """Per-group phase cycles of Newton drafts, refresh left out ([n] float64
     each: "pre" leading rearrangement, "k_rearr" GWRITE time inside the
     kernel, "compute", "readback", and "wr_cols" the host columns written;
@@ -345,7 +350,8 @@ def newton_phases(plan: dict, banks_used, per_core, backend, max_events: int = 2
     COMP records, a guard for streams that would not settle).
 
     plan: `newton_plan`'s arrays; banks_used [n]: cores per group of the
-    draft; per_core [n] bool."""
+    draft; per_core [n] bool; steady=False walks every command (slow; the
+    reference of `benchmarks/newton_time_bench.py`)."""
     from ..lower.newton import INTERLEAVE_LIMIT
     t = {f: float(getattr(backend.timing, f)) for f in backend.timing._dynamic_fields}
     g = backend.group
@@ -355,7 +361,7 @@ def newton_phases(plan: dict, banks_used, per_core, backend, max_events: int = 2
     n = len(banks_used)
     out = {k: np.full(n, np.nan) for k in ("pre", "k_rearr", "compute", "readback", "wr_cols")}
     keys = np.stack([np.asarray(plan[k], np.int64) for k in PLAN_KEYS] + [np.asarray(banks_used, np.int64)], 1)
-    walk = _cached(t, banks, per_bg, cols, n_bg, backend, INTERLEAVE_LIMIT)
+    walk = _cached(t, banks, per_bg, cols, n_bg, backend, INTERLEAVE_LIMIT, steady)
     for i in range(n):
         if per_core[i]:
             continue
@@ -371,12 +377,12 @@ def newton_phases(plan: dict, banks_used, per_core, backend, max_events: int = 2
 _WALKS: dict = {}
 
 
-def _cached(t, banks, per_bg, cols, n_bg, backend, limit):
+def _cached(t, banks, per_bg, cols, n_bg, backend, limit, steady=True):
     """One memoised walk per backend timing (drafts of one shape share plans;
     the tuner and the labeller featurise the same shapes again)."""
     core = backend.core
     lb_all = backend.group.cores_per_group * core.reg_bytes
-    key = (tuple(sorted(t.items())), banks, per_bg, cols, n_bg, lb_all, core.col_bytes, limit)
+    key = (tuple(sorted(t.items())), banks, per_bg, cols, n_bg, lb_all, core.col_bytes, limit, steady)
     if key not in _WALKS:
         if len(_WALKS) >= 8:            # a timing sweep: keep the memory bounded
             _WALKS.clear()
@@ -384,6 +390,6 @@ def _cached(t, banks, per_bg, cols, n_bg, backend, limit):
         def walk(k):
             kv, lo = k[6], k[8]
             rr = max(1, -(-lb_all * kv * lo // core.col_bytes))
-            return _walk(k[:11], k[11], t, banks, per_bg, cols, n_bg, rr, limit)
+            return _walk(k[:11], k[11], t, banks, per_bg, cols, n_bg, rr, limit, steady)
         _WALKS[key] = walk
     return _WALKS[key]

@@ -44,12 +44,11 @@ def test_phases_match_the_simulator_without_refresh(kc, seed):
     kernel, shape = kc
     case = make_case(BE, kernel, shape)
     table = case_drafts(case, BE)
-    rows = np.random.default_rng(seed).choice(len(table), min(5, len(table)), replace=False)
+    broadcast = [i for i in range(len(table)) if table[i].granularity == "broadcast"]
+    rows = np.random.default_rng(seed).permutation(broadcast)[:12]
     est = 2.0 ** features_table(case.target, table.take(rows), BE, case.shapes)[:, EST].astype(np.float64) - 1
     checked = 0
     for j, i in enumerate(rows):
-        if table[int(i)].granularity != "broadcast":
-            continue
         prog = _try_lower(case, table[int(i)], BE)
         if prog is None:
             continue
@@ -57,6 +56,8 @@ def test_phases_match_the_simulator_without_refresh(kc, seed):
         sim = np.array([float(rep.rearrangement), float(rep.compute), float(rep.readback)])
         np.testing.assert_allclose(est[j], sim, rtol=2e-3, atol=0.5, err_msg=str(table[int(i)]))
         checked += 1
+        if checked == 4:
+            break
     assert checked >= 1
 
 
