@@ -495,8 +495,8 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
         ok = np.isfinite(ph["pre"])
         host_read = ph["wr_cols"] * core.col_bytes * g_used / (host.mem_bandwidth * host.bandwidth_efficiency) \
             * 1e9 / tck
-        lead = np.maximum(ph["pre"], host_read) if backend.system.host.staging_buffer_bytes > 0 \
-            else ph["pre"] * g_used
+        lead = np.maximum(ph["pre"], host_read) if host.staging_buffer_bytes > 0 \
+            else ph["pre"] * g_used                      # without staging the groups write in turn
         t_rearr = np.where(ok, lead + ph["k_rearr"], t_rearr)
         t_comp = np.where(ok, ph["compute"], t_comp)
         t_rb = np.where(ok, ph["readback"], t_rb)
