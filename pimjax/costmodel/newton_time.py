@@ -18,18 +18,21 @@ write; the tFAW window; the channel's last column, read and write):
                    write, tRP) and the ACTs are tRRD / tFAW apart
     kernel         PREA + GWRITE columns per load (the first load's count as
                    leading rearrangement, as the simulator buckets them),
-                   G_ACT (tRC, precharge after tRAS / tRTP, three tFAW of
-                   staggered bank-group activations, after the last column),
+                   G_ACT (tRC, precharge after tRAS / tRTP, (bank groups - 1)
+                   tFAW of staggered activations, after the last column),
                    COMPs tCCD_AB apart after tRCD and the write-to-read
                    turnaround, READRES after everything before it
     read-back      the READRES bursts, tCCD_L apart, and their latency
 
-The stream is a repetition -- rounds of host writes, output blocks, vector
-groups, passes -- and a max-plus system like this one settles into a
-steady state after a few repetitions: once two consecutive periods add the
-same time, the rest of the identical periods are added without walking
-them (`_run_units`).  That keeps a 4096 x 4096 GEMV's 720 drafts at 1.7 s
-(29 s walking every command).
+The stream is a repetition -- rounds of host writes, output blocks, units
+of (pass, b, vector group) -- and its timing settles into a steady state:
+once a period of identical commands leaves the timing state as the
+previous one left it (relative to the stream's end), every further
+identical period adds the same time, so they are added without walking
+them (`_run_units`; exact, the rules being deterministic).  That keeps a
+4096 x 4096 GEMV's 720 drafts near 1.5 s (29 s walking every command).
+
+Assumes the lowering's defaults (register reuse, data-block layout).
 
 Refresh is left out (the simulator inserts tRP + tRFC every tREFI; on the
 held-out and validation cases ranking by the refresh-free simulated time
@@ -50,11 +53,17 @@ from math import gcd
 
 import numpy as np
 
-from ..lower.newton import _segments
+from ..lower.newton import _runs, _segments
 from ..lower.program import bank_order
 
 NEVER = -1.0e7
 PLAN_KEYS = ("n_b", "n_v", "n_o", "n_rc", "cc", "t_in", "kv", "ki", "lo", "is_flow", "passes")
+# the simulator's buckets of a group's time (cycles.py): leading rearrangement, rearrangement
+# inside the kernel (GWRITE), compute, read-back
+PRE, K_REARR, COMPUTE, READBACK = range(4)
+# the timing parameters the rules below read (refresh is left out)
+RULE_FIELDS = ("tCL", "tWL", "tBL", "tRCDRD", "tRCDWR", "tRP", "tRAS", "tRC", "tCCD_S", "tCCD_L", "tCCD_AB",
+               "tRRD_S", "tRRD_L", "tFAW", "tWR", "tRTP_S", "tRTP_L", "tWTR_S", "tWTR_L", "tRTRS")
 
 
 class _Channel:
@@ -85,6 +94,20 @@ class _Channel:
         for f in ("last_col", "last_rd", "last_wr", "end"):
             v = getattr(self, f)
             setattr(self, f, v + dt if v > NEVER / 2 else v)
+
+    def snapshot(self, horizon: float) -> tuple:
+        """The state relative to the stream's end, times older than `horizon`
+        cycles folded into "long ago" (no rule reaches that far back), open
+        rows as flags: two equal snapshots mean equal futures under equal
+        commands."""
+        e = self.end
+
+        def rel(v):
+            return -np.inf if v < e - horizon else v - e
+        arrays = tuple(tuple(rel(v) for v in a) for a in (self.act, self.rd, self.wr, self.ready, self.bg_act))
+        return arrays + (tuple(sorted(rel(v) for v in self.faw)), tuple(o >= 0 for o in self.open),
+                         rel(self.last_act), rel(self.last_col), rel(self.last_rd), rel(self.last_wr),
+                         self.last_bg, self.last_ab, self.last_wr_bg)
 
     def _pre_ok(self, b: int) -> float:
         t = self.t
@@ -158,16 +181,21 @@ def _period(sig: list, most: int = 64) -> int:
     return 1
 
 
-def _run_units(units: list, sig: list, run, buckets: list, shift=None, period: int = 1,
+def _run_units(units: list, sig: list, run, buckets: list, state_of, shift=None, period: int = 1,
                steady: bool = True) -> None:
-    """Run `units` in order (run(u) adds to buckets).  A max-plus stream
-    settles into a steady state: once two consecutive periods of units with
-    the same signatures add the same time to every bucket, each following
-    period with those signatures adds that time again, so they are added
+    """Run `units` in order (run(u) adds to buckets), skipping steady stretches.
+
+    sig[k]: what distinguishes unit k's commands (equal signatures, equal
+    commands up to row numbers); state_of(): the timing state relative to
+    the stream's end.  When a period of units leaves the state as the
+    previous period left it (shifted by its time) and the next periods have
+    the same signatures, each of them adds the same time again: the rules
+    are deterministic and see the same inputs.  Those periods are added
     without running them (`shift(dt, last)` moves the state on by their
-    total and to where the last skipped unit leaves it, for the commands
-    that follow); the rest are run.  steady=False runs every unit (the
-    benchmark's reference)."""
+    total and to where the last skipped unit leaves it; kernel units need
+    none, as every one starts by closing the rows and nothing reads an
+    absolute time).  steady=False runs every unit (the benchmark's
+    reference)."""
     n = len(units)
     if not steady:
         for u in units:
@@ -184,9 +212,10 @@ def _run_units(units: list, sig: list, run, buckets: list, shift=None, period: i
         for u in units[k:k + period]:
             run(u)
         k += period
-        delta = [x - y for x, y in zip(buckets, before)]
+        snap = state_of()
         same = k >= 2 * period and sig[k - 2 * period:k - period] == sig[k - period:k]
-        if prev is not None and same and delta == prev:
+        if prev is not None and same and snap == prev:
+            delta = [x - y for x, y in zip(buckets, before)]
             reps = 0
             while k + (reps + 1) * period <= n and \
                     sig[k + reps * period:k + (reps + 1) * period] == sig[k - period:k]:
@@ -199,7 +228,7 @@ def _run_units(units: list, sig: list, run, buckets: list, shift=None, period: i
                     shift(reps * sum(delta), units[k - 1])
             prev = None
             continue
-        prev = delta
+        prev = snap
 
 
 def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: int,
@@ -213,6 +242,8 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
     seg_base, _ = _segments(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow, True, cols)
     seg_cols = np.minimum(cc, n_rc - np.arange(t_in) * cc)
     ch = _Channel(t, banks, per_bg)
+    # no timing rule looks further back than the sum of the constraints (and the G_ACT stagger)
+    horizon = 4.0 * (sum(t[k] for k in RULE_FIELDS) + n_bg * t["tFAW"])
     # ---- host writes of every column a COMP reads, the banks in turn -----------------
     read = np.zeros(int(seg_base.max()) + cc + 1, bool)
     for i in range(t_in):
@@ -235,51 +266,55 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
     def write_round(span):
         r, m = span
         for b in order:
-            buckets[0] += ch.column(b, r, m, True, False, spacing=spacing)
+            buckets[PRE] += ch.column(b, r, m, True, False, spacing=spacing)
     # a round's signature: its width and whether it opens a row (a row holds up to `cols` columns)
-    sig = [(m, k == 0 or r != spans[k - 1][0]) for k, (r, m) in enumerate(spans)]
+    round_sig = [(m, k == 0 or r != spans[k - 1][0]) for k, (r, m) in enumerate(spans)]
 
     def skip_rounds(dt, last):
         ch.shift(dt)
         for b in order:                 # every bank wrote the last skipped round's row
             ch.open[b] = last[0]
-    _run_units(spans, sig, write_round, buckets, skip_rounds, period=_period(sig), steady=steady)
-    buckets[0] += ch.prea()
+    _run_units(spans, round_sig, write_round, buckets, lambda: ch.snapshot(horizon), skip_rounds,
+               period=_period(round_sig), steady=steady)
+    buckets[PRE] += ch.prea()
     # ---- the kernel -----------------------------------------------------------------------
     gw_banks = [g * per_bg for g in range(n_bg)]
     per_row = max(1, cols // max(1, cc))                 # segments a row holds
     stagger = (n_bg - 1) * t["tFAW"]
     state = {"loaded": None, "open": None, "pre": True}
 
+    def kernel_state():
+        return ch.snapshot(horizon), state["open"] is None, state["pre"]
+
     def add(k, d):
-        buckets[0 if (state["pre"] and k == 1) else k] += d
+        # GWRITEs before the first G_ACT still count as leading rearrangement (the `pre` flag)
+        buckets[PRE if (state["pre"] and k == K_REARR) else k] += d
 
     def load(p, bb, vg, ig):
         if state["loaded"] == (p, bb, vg, ig):
             return
         if state["open"] is not None:
-            add(2, ch.prea())
+            add(COMPUTE, ch.prea())
             state["open"] = None
         chunks = [ig * ki + ji for ji in range(ki) if ig * ki + ji < t_in]
         width = int(max(seg_cols[i] for i in chunks))
         for j in range(kv * ki * width):
-            add(1, ch.column(gw_banks[j % len(gw_banks)], -1, 1, True, False))
+            add(K_REARR, ch.column(gw_banks[j % len(gw_banks)], -1, 1, True, False))
         state["loaded"] = (p, bb, vg, ig)
 
     def comp(bb, o, i, vg):
-        base = int(seg_base[bb, o, i])
-        row = base // cols
-        if state["open"] != row:
-            add(2, ch.g_act(row, stagger))
-            state["open"] = row
-            state["pre"] = False
-        jvs = sum(1 for jv in range(kv) if vg * kv + jv < n_v)
-        for _ in range(jvs):
-            add(2, ch.column(0, row, int(seg_cols[i]), False, True))
+        jvs = min(kv, n_v - vg * kv)
+        for row, _, m, _ in _runs(int(seg_base[bb, o, i]), int(seg_cols[i]), cols):   # a run per row
+            if state["open"] != row:
+                add(COMPUTE, ch.g_act(row, stagger))
+                state["open"] = row
+                state["pre"] = False
+            for _ in range(jvs):
+                add(COMPUTE, ch.column(0, row, m, False, True))
 
     def readres():
         row = -1 if state["open"] is None else state["open"]
-        add(3, ch.column(0, row, rr_bursts, False, False, wait=True))
+        add(READBACK, ch.column(0, row, rr_bursts, False, False, wait=True))
 
     def step(bb, vg, ob, ig):
         for ji in range(ki):
@@ -293,9 +328,9 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
 
     def last_row(bb, ob, i_last):
         """Row of the last segment block ob visits (its last output, chunk i_last)."""
-        return int(seg_base[bb, min(n_o, (ob + 1) * lo) - 1, i_last]) // cols
+        return (int(seg_base[bb, min(n_o, (ob + 1) * lo) - 1, i_last]) + int(seg_cols[i_last]) - 1) // cols
 
-    def blocks(bb, body, seg_per_block, sig, i_last):
+    def blocks(bb, body, seg_per_block, block_sig, i_last):
         """body(ob) for every output block, skipping steady stretches: blocks
         repeat their rows' pattern every per_row / gcd(segments, per_row) blocks."""
         period = per_row // gcd(seg_per_block, per_row)
@@ -305,7 +340,7 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
             state["open"] = last_row(bb, ob, i_last)
             for b in range(banks):
                 ch.open[b] = state["open"]
-        _run_units(list(range(n_ob)), sig, body, buckets, skip, period=period, steady=steady)
+        _run_units(list(range(n_ob)), block_sig, body, buckets, kernel_state, skip, period=period, steady=steady)
 
     def unit(u):
         p, bb, vg = u
@@ -333,15 +368,13 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
     # be partial) and their b's segments sit alike in the rows (b's first segment at the same
     # place in a row: always when every b fills whole rows)
     units = [(p, bb, vg) for p in range(passes) for bb in range(n_b) for vg in range(n_vg)]
-    sig = [(min(kv, n_v - vg * kv), (bb * n_o * t_in) % per_row) for _, bb, vg in units]
+    unit_sig = [(min(kv, n_v - vg * kv), (bb * n_o * t_in) % per_row) for _, bb, vg in units]
     unit(units[0])              # its leading GWRITEs count as leading rearrangement: alone
-    _run_units(units[1:], sig[1:], unit, buckets, period=1, steady=steady)
+    _run_units(units[1:], unit_sig[1:], unit, buckets, kernel_state, period=1, steady=steady)
     return (*buckets, int(len(flat) * banks_used))
 
 
-
-
-def newton_phases(plan: dict, banks_used, per_core, backend, max_events: int = 200_000,
+def newton_phases(plan: dict, banks_used, per_core, backend, max_events: int = 4_000_000,
                   steady: bool = True) -> dict:
     """Per-group phase cycles of Newton drafts, refresh left out ([n] float64
     each: "pre" leading rearrangement, "k_rearr" GWRITE time inside the
@@ -366,7 +399,8 @@ def newton_phases(plan: dict, banks_used, per_core, backend, max_events: int = 2
         if per_core[i]:
             continue
         k = tuple(int(x) for x in keys[i])
-        events = k[0] * k[1] * k[2] * k[5] * k[10]
+        pk = dict(zip(PLAN_KEYS, k))
+        events = pk["n_b"] * pk["n_v"] * pk["n_o"] * pk["t_in"] * pk["passes"]         # COMP records
         if events > max_events:
             continue
         for name, v in zip(("pre", "k_rearr", "compute", "readback", "wr_cols"), walk(k)):
@@ -388,8 +422,9 @@ def _cached(t, banks, per_bg, cols, n_bg, backend, limit, steady=True):
             _WALKS.clear()
         @lru_cache(maxsize=65536)
         def walk(k):
-            kv, lo = k[6], k[8]
+            pk = dict(zip(PLAN_KEYS, k))
+            kv, lo = pk["kv"], pk["lo"]
             rr = max(1, -(-lb_all * kv * lo // core.col_bytes))
-            return _walk(k[:11], k[11], t, banks, per_bg, cols, n_bg, rr, limit, steady)
+            return _walk(k[:len(PLAN_KEYS)], k[-1], t, banks, per_bg, cols, n_bg, rr, limit, steady)
         _WALKS[key] = walk
     return _WALKS[key]
