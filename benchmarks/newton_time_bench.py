@@ -21,11 +21,8 @@ from rich.console import Console
 from rich.table import Table
 
 from pimjax.costmodel import newton_time
-from pimjax.costmodel.features import _OpInfo, _split_target
 from pimjax.costmodel.kernels import case_drafts, make_case
-from pimjax.costmodel.newton_counts import newton_plan
 from pimjax.hw import get_backend
-from pimjax.partition.verify import matrix_and_vector, per_core_var_lengths
 
 DEFAULT_OPS = ("gemv:1024x1024", "gemv:4096x4096", "mmtv:1x12x256x64", "mmtv:8x8x512x128", "gemm:64x512x256")
 
@@ -33,15 +30,7 @@ DEFAULT_OPS = ("gemv:1024x1024", "gemv:4096x4096", "mmtv:1x12x256x64", "mmtv:8x8
 def plans(kernel: str, shape, be):
     """(plan, banks used, per-core flags) of every draft of one op."""
     case = make_case(be, kernel, shape)
-    table = case_drafts(case, be)
-    op, ctx = _split_target(case.target)
-    info = _OpInfo(op, ctx, table.lane_vars, case.shapes)
-    lens = per_core_var_lengths(op, info.sets, np.asarray(table.reps), np.asarray(table.tile))
-    mi, vi = matrix_and_vector(op, case.shapes)
-    cores = np.asarray(table.cores)
-    plan = newton_plan(op, set(op.operands[mi].vars), set(op.operands[vi].vars), lens, info.sets, cores,
-                       table.column("dataflow"), table.column("buffers"), be)
-    return plan, cores.prod(axis=1), table.column("granularity") == 1
+    return newton_time.draft_plans(case.op, case_drafts(case, be), case.shapes, be)
 
 
 def timed(plan, banks, per_core, be, steady: bool):

@@ -493,8 +493,7 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
         # groups write channel-parallel through the host's staging buffer, which the host
         # reads at its memory bandwidth (the simulator's floor under the leading writes)
         ok = np.isfinite(ph["pre"])
-        host_read = ph["wr_cols"] * core.col_bytes * g_used / (host.mem_bandwidth * host.bandwidth_efficiency) \
-            * 1e9 / tck
+        host_read = host.memory_ns(ph["wr_cols"] * core.col_bytes * g_used) / tck
         lead = np.maximum(ph["pre"], host_read) if host.staging_buffer_bytes > 0 \
             else ph["pre"] * g_used                      # without staging the groups write in turn
         t_rearr = np.where(ok, lead + ph["k_rearr"], t_rearr)

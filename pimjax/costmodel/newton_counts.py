@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..lower.newton import LANES
+from ..lower.newton import LANES, readres_bursts
 from .dpu import _cdiv
 
 COUNTS = ("passes", "loads", "gwrite_cols", "g_act", "comp", "comp_cols", "readres", "readres_bursts")
@@ -102,7 +102,7 @@ def newton_counts(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow,
                   backend) -> dict:
     """Per-group command counts ([n] int64 each, keys COUNTS) of Newton drafts
     (arguments as `newton_plan`; per_core [n] bool: single-bank commands)."""
-    core, group = backend.core, backend.group
+    core = backend.core
     pl = newton_plan(op, mvars, vvars, lens, sets, cores, dataflow, buffers, backend)
     n_b, n_v, n_o, n_rc, cc, t_in = (pl[k] for k in ("n_b", "n_v", "n_o", "n_rc", "cc", "t_in"))
     kv, ki, lo, is_flow, passes = (pl[k] for k in ("kv", "ki", "lo", "is_flow", "passes"))
@@ -135,9 +135,6 @@ def newton_counts(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow,
     out["comp_cols"] = np.where(pc, out["comp_cols"] * class_cores, out["comp_cols"])
     out["readres"] = np.where(pc, out["readres"] * class_cores, out["readres"])
     out["g_act"] = np.where(pc, 0, out["g_act"])
-    # READRES bursts: every bank's latches (broadcast) or one bank's, reg_bytes each, 32 B a burst
-    latch_bytes = core.reg_bytes * kv * lo
-    bursts = np.where(pc, np.maximum(1, _cdiv(latch_bytes, core.col_bytes)),
-                      np.maximum(1, _cdiv(group.cores_per_group * latch_bytes, core.col_bytes)))
+    bursts = readres_bursts(backend, kv * lo, pc)
     out["readres_bursts"] = out["readres"] * bursts
     return out

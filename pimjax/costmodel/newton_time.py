@@ -53,8 +53,11 @@ from math import gcd
 
 import numpy as np
 
-from ..lower.newton import _runs, _segments
-from ..lower.program import bank_order
+from ..lower.newton import _runs, _segments, readres_bursts, row_runs
+from ..lower.program import Op, bank_order, streamed
+from ..partition import dimension_sets
+from ..partition.verify import matrix_and_vector, per_core_var_lengths
+from .newton_counts import newton_plan
 
 NEVER = -1.0e7
 PLAN_KEYS = ("n_b", "n_v", "n_o", "n_rc", "cc", "t_in", "kv", "ki", "lo", "is_flow", "passes")
@@ -253,15 +256,13 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
     flat = np.nonzero(read)[0]
     order = bank_order(list(range(banks_used)), per_bg)
     buckets = [0.0, 0.0, 0.0, 0.0]
-    if len(flat) * banks_used <= interleave_limit:
+    if len(flat) * banks_used <= interleave_limit:     # one column per record
         spans = [(int(r), 1) for r in flat // cols]
+        spacing = None
     else:                                               # runs inside a row, streamed across bank groups
-        brk = np.nonzero((np.diff(flat) != 1) | (flat[1:] // cols != flat[:-1] // cols))[0] + 1
-        starts = np.concatenate([[0], brk])
-        rows = flat[starts] // cols
-        spans = [(int(r), int(m)) for r, m in zip(rows, np.diff(np.concatenate([starts, [len(flat)]])))]
-    streamed = len({b // per_bg for b in order}) >= 2 and len(flat) * banks_used > interleave_limit
-    spacing = t["tCCD_S"] if streamed else None
+        first, lengths = row_runs(flat, cols)
+        spans = [(int(r), int(m)) for r, m in zip(first // cols, lengths)]
+        spacing = t["tCCD_S"] if streamed(Op.WR, order, per_bg) == Op.WR_S else None
 
     def write_round(span):
         r, m = span
@@ -415,16 +416,28 @@ def _cached(t, banks, per_bg, cols, n_bg, backend, limit, steady=True):
     """One memoised walk per backend timing (drafts of one shape share plans;
     the tuner and the labeller featurise the same shapes again)."""
     core = backend.core
-    lb_all = backend.group.cores_per_group * core.reg_bytes
-    key = (tuple(sorted(t.items())), banks, per_bg, cols, n_bg, lb_all, core.col_bytes, limit, steady)
+    key = (tuple(sorted(t.items())), banks, per_bg, cols, n_bg, backend.group.cores_per_group, core.reg_bytes,
+           core.col_bytes, limit, steady)
     if key not in _WALKS:
         if len(_WALKS) >= 8:            # a timing sweep: keep the memory bounded
             _WALKS.clear()
         @lru_cache(maxsize=65536)
         def walk(k):
             pk = dict(zip(PLAN_KEYS, k))
-            kv, lo = pk["kv"], pk["lo"]
-            rr = max(1, -(-lb_all * kv * lo // core.col_bytes))
+            rr = int(readres_bursts(backend, pk["kv"] * pk["lo"], False))
             return _walk(k[:len(PLAN_KEYS)], k[-1], t, banks, per_bg, cols, n_bg, rr, limit, steady)
         _WALKS[key] = walk
     return _WALKS[key]
+
+
+def draft_plans(op, table, shapes, backend) -> tuple[dict, np.ndarray, np.ndarray]:
+    """`newton_phases`' inputs for every draft of `table` with the cores per
+    group as drafted: (plan, banks used [n], per-core flags [n]).  (The
+    features pass the busy cores instead, `features._newton`.)"""
+    sets = dimension_sets(op)
+    lens = per_core_var_lengths(op, sets, np.asarray(table.reps), np.asarray(table.tile))
+    mi, vi = matrix_and_vector(op, shapes)
+    cores = np.asarray(table.cores)
+    plan = newton_plan(op, set(op.operands[mi].vars), set(op.operands[vi].vars), lens, sets, cores,
+                       table.column("dataflow"), table.column("buffers"), backend)
+    return plan, cores.prod(axis=1), table.column("granularity") == 1

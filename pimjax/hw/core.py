@@ -194,9 +194,13 @@ class HostModel(_Replace):
             if v is not None and not np.all(v <= 1):
                 raise ValueError(f"HostModel.{n} must be <= 1, got {getattr(self, n)!r}")
 
+    def memory_ns(self, bytes_moved):
+        """ns to move `bytes_moved` bytes at the effective memory bandwidth (no launch)."""
+        return bytes_moved / (self.mem_bandwidth * self.bandwidth_efficiency) * 1e9
+
     def time_ns(self, bytes_moved, flops):
         """Roofline time in ns for `bytes_moved` bytes and `flops` FLOPs."""
-        t_mem = bytes_moved / (self.mem_bandwidth * self.bandwidth_efficiency) * 1e9
+        t_mem = self.memory_ns(bytes_moved)
         t_cmp = flops / (self.peak_flops * self.flops_efficiency) * 1e9
         if any(isinstance(v, jax.core.Tracer) for v in (t_mem, t_cmp, self.launch_overhead_ns)):
             return jax.numpy.maximum(t_mem, t_cmp) + self.launch_overhead_ns     # inside jit / vmap

@@ -308,10 +308,8 @@ class _Stream:
         per_bg = backend.group.banks_per_bank_group
         n_bg = max(1, backend.group.banks // per_bg)
         self.gw_banks = [g * per_bg for g in range(n_bg)]      # one bank per bank group
-        # READRES bursts: every bank's latches (broadcast) or one bank's, reg_bytes each
-        lb = backend.core.reg_bytes * plan.latches
-        self.rr_all = max(1, -(-backend.group.cores_per_group * lb // backend.core.col_bytes))
-        self.rr_one = max(1, -(-lb // backend.core.col_bytes))
+        self.rr_all = int(readres_bursts(backend, plan.latches, False))
+        self.rr_one = int(readres_bursts(backend, plan.latches, True))
         self.b = RecordBuilder()
         self.open_all: int | None = None            # row G_ACT opened in every bank
         self.open_core: dict[int, int] = {}         # per-core activations
@@ -463,6 +461,21 @@ class _Stream:
                     self.readres(pl.q(p, bb, vg, ob, ig))
 
 
+def readres_bursts(backend: Backend, latches, one_bank):
+    """32 B bursts of one READRES: every bank's latches (broadcast) or one
+    bank's (`one_bank`), `reg_bytes` each (ints or numpy arrays)."""
+    banks = np.where(one_bank, 1, backend.group.cores_per_group)
+    return np.maximum(1, -(-(banks * backend.core.reg_bytes * np.asarray(latches)) // backend.core.col_bytes))
+
+
+def row_runs(flat: np.ndarray, cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted flat bank columns as runs of consecutive columns inside one row:
+    (first column, length) of each."""
+    brk = np.nonzero((np.diff(flat) != 1) | (flat[1:] // cols != flat[:-1] // cols))[0] + 1
+    starts = np.concatenate([[0], brk])
+    return flat[starts], np.diff(np.concatenate([starts, [len(flat)]]))
+
+
 def _runs(base: int, ncols: int, cols: int):
     """Flat bank columns [base, base + ncols) as (row, col, n, offset) runs inside rows."""
     out = []
@@ -498,9 +511,7 @@ def _rearrange(b: RecordBuilder, reads: dict, cols: int, per_bg: int, resident: 
     else:
         units = []
         for c, x in zip(order, lists):                                        # runs inside a row
-            brk = np.nonzero((np.diff(x) != 1) | (x[1:] // cols != x[:-1] // cols))[0] + 1
-            starts = np.concatenate([[0], brk])
-            units.append((c, x[starts], np.diff(np.concatenate([starts, [len(x)]]))))
+            units.append((c, *row_runs(x, cols)))
         op = streamed(Op.WR, order, per_bg)
     bank = np.concatenate([np.full(len(u[1]), u[0]) for u in units])
     flat = np.concatenate([u[1] for u in units])

@@ -601,8 +601,8 @@ def _combine(arr: dict, out: dict, resident, t: dict, e, host) -> CycleReport:
     pre, k_rearr, k_comp, rback = (b[:, i] for i in range(4))
     scale = arr["scale"]
     tck = t["tCK"]
-    host_read = arr["pre_bytes"] / (host.mem_bandwidth * host.bandwidth_efficiency) * 1e9 / tck
-    host_read_res = arr["res_bytes"] / (host.mem_bandwidth * host.bandwidth_efficiency) * 1e9 / tck
+    host_read = host.memory_ns(arr["pre_bytes"]) / tck
+    host_read_res = host.memory_ns(arr["res_bytes"]) / tck
     rearr_pre = jnp.where(arr["parallel"], jnp.maximum(jnp.max(pre), host_read), jnp.sum(pre) * scale)
     kernel = k_rearr + k_comp
     g = jnp.argmax(kernel)

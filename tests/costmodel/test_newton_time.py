@@ -9,11 +9,8 @@ from hypothesis import strategies as st
 from pimjax.costmodel.dataset import _try_lower
 from pimjax.costmodel.features import FEATURE_NAMES, features_table
 from pimjax.costmodel.kernels import case_drafts, make_case
-from pimjax.costmodel.newton_counts import newton_plan
-from pimjax.costmodel.newton_time import newton_phases
+from pimjax.costmodel.newton_time import draft_plans, newton_phases
 from pimjax.hw.presets import get_backend
-from pimjax.partition import dimension_sets
-from pimjax.partition.verify import matrix_and_vector, per_core_var_lengths
 from pimjax.sim.cycles import cycles
 
 BE = get_backend("newton")
@@ -69,7 +66,7 @@ def test_gemv_phases_by_hand():
     parts = [[(p.groups, p.cores) for p in table[i].parts] for i in range(len(table))]
     i = next(k for k, p in enumerate(parts) if p == [(4, 16), (4, 1)] and table[k].dataflow == "os"
              and table[k].buffers == 1 and table[k].granularity == "broadcast")
-    ph = newton_phases(*_phases(case, table, [i], BE), BE)
+    ph = newton_phases(*draft_plans(case.op, table.take(np.array([i])), case.shapes, BE), BE)
     assert int(ph["wr_cols"][0]) == 16 * 64
     t = BE.timing
     # the kernel after the leading writes: G_ACT (staggered over 4 bank groups), two COMPs of
@@ -87,25 +84,14 @@ def test_gemv_phases_by_hand():
     assert float(rep.compute) == ph["compute"][0] and float(rep.readback) == ph["readback"][0]
 
 
-def _phases(case, table, rows, be, per_core=None):
-    op = case.op
-    sets = dimension_sets(op)
-    sub = table.take(np.asarray(rows))
-    lens = per_core_var_lengths(op, sets, np.asarray(sub.reps), np.asarray(sub.tile))
-    mi, vi = matrix_and_vector(op, case.shapes)
-    plan = newton_plan(op, set(op.operands[mi].vars), set(op.operands[vi].vars), lens, sets,
-                       np.asarray(sub.cores), sub.column("dataflow"), sub.column("buffers"), be)
-    pc = sub.column("granularity") == 1 if per_core is None else np.asarray(per_core)
-    return plan, np.asarray(sub.cores).prod(axis=1), pc
-
-
 def test_single_bank_drafts_are_left_to_the_counts():
     """Per-core (single-bank) drafts get NaN phases (the features then keep
     the count-based estimates); the same draft with broadcast commands does not."""
     case = make_case(BE, "gemv", (128, 128))
     table = case_drafts(case, BE)
     i = next(k for k in range(len(table)) if table[k].granularity == "broadcast")
-    ph = newton_phases(*_phases(case, table, [i, i], BE, per_core=[False, True]), BE)
+    plan, banks, _ = draft_plans(case.op, table.take(np.array([i, i])), case.shapes, BE)
+    ph = newton_phases(plan, banks, np.array([False, True]), BE)
     assert np.isfinite(ph["compute"][0]) and np.isnan(ph["compute"][1])
 
 
@@ -140,7 +126,7 @@ def test_regressions_against_the_simulator(backend, shape, rows):
     """Streams the first versions priced wrong, against lowering + simulation."""
     case = make_case(backend, "gemv", shape)
     table = case_drafts(case, backend)
-    ph = newton_phases(*_phases(case, table, rows, backend), backend)
+    ph = newton_phases(*draft_plans(case.op, table.take(np.asarray(rows)), case.shapes, backend), backend)
     for j, i in enumerate(rows):
         assert table[i].granularity == "broadcast"
         rep = cycles(_try_lower(case, table[i], backend), backend, refresh=False)
