@@ -1,7 +1,7 @@
 """UPMEM calibration: our PrIM-style baseline and tuned drafts vs the real-hardware
 figures ATiM measured (reference/backends.md; 2048 DPUs, end-to-end ms incl. transfers).
 
-Run:  .venv/bin/python experiments/upmem_calibration.py [--quick]
+Run:  .venv/bin/python experiments/upmem_calibration.py [--quick] [--sensitivity]
 
 For every workload of the table:
 
@@ -283,13 +283,94 @@ def table_text(rows, conc: float, quick: bool = False) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------
+# what the missed rows would need (--sensitivity; nothing here enters the model)
+# --------------------------------------------------------------------------
+def gemv_alpha_per_product(m: int, k: int) -> PimOp:
+    """y[i] = sum_k alpha * A[i, k] * x[k] + beta * z[i]: the other reading of "MTV with constant
+    factors" (ATiM section 6), alpha inside the loop -- two multiplies per MAC."""
+    epi = Prim("add", (Acc(), Prim("mul", (Arg(3), Arg(4)))))
+    body = Prim("mul", (Arg(2), Prim("mul", (Arg(0), Arg(1)))))
+    return PimOp("gemv_ap", "contraction", (LoopVar("i", m), LoopVar("k", k)),
+                 (Access(0, (V("i"), V("k"))), Access(1, (V("k"),)), Access(2, ()), Access(3, ()),
+                  Access(4, (V("i"),))), (Access(5, (V("i"),)),),
+                 ("k",), "add", body, epilogue=epi)
+
+
+DPUS_PER_CI = 8       # DPUs behind one control interface (one chip); the SDK selects them one at a time
+DPUS_PER_RANK = 64
+# PrIM's WRAM host variables (its support/common.h), 4-byte words written / read per DPU:
+HOSTVAR_WORDS = {
+    "VA 1M int32": (3, 0),      # DPU_INPUT_ARGUMENTS {size, transfer_size, kernel}
+    "RED 8M int64": (4, 64),    # {size, kernel, int64 t_count}; DPU_RESULTS: 16 tasklets x {u64 cycles, i64 count}
+}
+
+
+def ci_commands(words_written: int, words_read: int) -> int:
+    """Control-interface commands one rank executes for a host-variable (WRAM) write of
+    `words_written` words and a read of `words_read` words to every DPU, as the UPMEM SDK's host
+    library does it (ufi_wram_write / ufi_wram_read): the 8 CIs of a rank work in parallel, the 8
+    DPUs behind each are selected one after another (one command each); a written word costs a
+    structure command (it carries the address) and a frame, a read word one frame (its structure
+    does not change).  Each command is a commit plus at least two polled reads of the DIMM."""
+    per_transfer = lambda words, per_word: DPUS_PER_CI * (1 + per_word * words) if words else 0  # noqa: E731
+    return per_transfer(words_written, 2) + per_transfer(words_read, 1)
+
+
+def sensitivity(rows, backend, conc: float) -> tuple[list[dict], list[dict]]:
+    """Two unknowns the missed rows hinge on, quantified (nothing here enters the model):
+
+    * per row of HOSTVAR_WORDS, the latency of one control-interface command its residual
+      (PrIM measured - ours, d2h-ranks) would imply, with the ranks driven in parallel (the
+      SDK's per-rank threads) or one after another;
+    * the GEMV row under both readings of ATiM's (unpublished) GEMV kernel.
+    """
+    link = DEFAULT_LINK.replace(concurrent_ranks_d2h=conc)
+    ci = []
+    for r in rows:
+        words = HOSTVAR_WORDS.get(r["workload"])
+        if words is None:
+            continue
+        ours, _, dpus = r["d2h-ranks:prim"]
+        ranks = math.ceil(dpus / DPUS_PER_RANK)
+        res_us = 1e3 * (r["prim_ms"] - ours)
+        n = ci_commands(*words)
+        ci.append(dict(workload=r["workload"], prim_ms=r["prim_ms"], ours_ms=ours, ranks=ranks, commands=n,
+                       us_parallel=res_us / n, us_serial=res_us / (n * ranks)))
+    w = next(w for w in WORKLOADS if w.name.startswith("GEMV"))
+    tck = float(backend.timing.tCK)
+    gemv = []
+    for label, op in (("alpha scales the sum (the model's default)", w.op),
+                      ("alpha scales every product", gemv_alpha_per_product(8192, 8192))):
+        _, _, rep = prim(Workload(w.name, op, w.prim_ms, w.atim_ms, w.prim_dpus), backend, link, w.prim_dpus)
+        gemv.append(dict(reading=label, ms=ms(rep), prim_ms=w.prim_ms, split=breakdown_ms(rep, tck)))
+    return ci, gemv
+
+
+def sensitivity_text(ci: list[dict], gemv: list[dict]) -> str:
+    lines = ["| row | PrIM (HW) ms | ours (d2h-ranks) ms | residual ms | ranks | CI commands / rank | "
+             "implied µs / command, ranks in parallel | ranks one after another |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {c['workload']} | {c['prim_ms']:.2f} | {c['ours_ms']:.2f} | {c['prim_ms'] - c['ours_ms']:.2f} | "
+              f"{c['ranks']} | {c['commands']} | {c['us_parallel']:.2f} | {c['us_serial']:.3f} |" for c in ci]
+    lines += ["", "| GEMV 8192x8192 kernel reading | ours ms | err vs PrIM (HW) | split H2D/kernel/D2H/merge |",
+              "|---|---:|---:|---|"]
+    lines += [f"| {g['reading']} | {g['ms']:.2f} | {_err(g['ms'], g['prim_ms'])} | {_fmt_b(g['split'])} |"
+              for g in gemv]
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="PrIM rows at Table 3 DPU counts only")
+    ap.add_argument("--sensitivity", action="store_true",
+                    help="also print what the missed rows would need (CI-command latency, GEMV kernel)")
     args = ap.parse_args()
     t0 = time.time()
     rows, conc = run(args.quick)
     print(table_text(rows, conc, args.quick))
+    if args.sensitivity:
+        print("\n" + sensitivity_text(*sensitivity(rows, get_backend("upmem"), conc)))
     print(f"\n({time.time() - t0:.0f} s)")
 
 
