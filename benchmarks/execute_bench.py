@@ -22,8 +22,8 @@ from pimjax.costmodel.kernels import _arg_shapes, lower_case, make_case
 from pimjax.costmodel.kernels import _FNS as case_functions
 from pimjax.kernels import kernel_op
 from pimjax.lower import lower
-from pimjax.partition.baselines import baseline
-from pimjax.sim import execute
+from pimjax.backends import baseline
+from pimjax.sim.execute import execute
 
 
 def best_of(fn, repeat=3):

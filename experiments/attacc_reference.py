@@ -1,7 +1,7 @@
 """AttAcc timing against the public AttAcc simulator's figures.
 
 For every `attacc` row of a reference CSV (default `../shared/reference/attacc.csv`)
-build the reference's own mapping as a program (`pimjax.lower.attacc.reference_program`:
+build the reference's own mapping as a program (`pimjax.backends.attacc.reference.reference_program`:
 the AttAcc baseline draft, operands resident), time it with `pimjax.sim.cycles`, and
 print ours vs theirs (PIM cycles of 0.769 ns, the simulator's clock).  Writes the table
 to `experiments/out/attacc_reference.csv`.
@@ -22,7 +22,7 @@ DEFAULT_CSV = os.path.join(HERE, "..", "..", "shared", "reference", "attacc.csv"
 
 def main(argv=None) -> int:
     sys.path.insert(0, os.path.join(HERE, ".."))
-    from pimjax.lower.attacc import reference_program
+    from pimjax.backends.attacc.reference import reference_program
     from pimjax.sim.cycles import cycles
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

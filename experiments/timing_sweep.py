@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     from pimjax.hw.core import Timing
     from pimjax.kernels import kernel_op
     from pimjax.lower import lower
-    from pimjax.partition.baselines import baseline
+    from pimjax.backends import baseline
     from pimjax.sim.cycles import cycles, sweep
 
     names = {f for f in Timing.__dataclass_fields__}

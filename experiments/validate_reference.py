@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from pimjax.hw import get_backend
 from pimjax.lower import lower
 from pimjax.lower.host_stream import host_stream_program
-from pimjax.partition.baselines import baseline
+from pimjax.backends import baseline
 from pimjax.sim.cycles import cycles
 from pimjax.trace.frontend import make_graph
 
@@ -111,8 +111,8 @@ def our_cycles(row: dict) -> float:
     refresh = REFRESH[row["refresh"].lower()]
     metric = row["metric"]
     if row["backend"] == "attacc":             # AttAcc builds its simulator's own sequences
-        from pimjax.lower import attacc
-        program, be = attacc.reference_program(row)
+        from pimjax.backends.attacc.reference import reference_program
+        program, be = reference_program(row)
         if metric == "nonpim":                 # the host streams the same operands, no PIM
             return float(cycles(host_stream_program(program.op, be), be, refresh=refresh).total_cycles)
         rep = cycles(program, be, refresh=refresh)

@@ -6,7 +6,7 @@ from .trace import PimGraph, make_graph
 from .hw import get_backend, list_backends
 from .partition import Draft, drafts
 from .lower import lower
-from .sim import execute
+from .sim.execute import execute
 from .sim.cycles import cycles, cycles_batch, sweep
 from .sim.host import host_time
 from .costmodel.tune import Tuner

@@ -44,11 +44,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .costmodel.tune import Tuner
+from .backends import baseline, family_of, has_family
 from .errors import PimCompileError
 from .hw.core import Backend
 from .hw.presets import get_backend
 from .lower import lower as lower_op
-from .partition.baselines import baseline
 from .partition.verify import op_support
 from .sim.cycles import cycles_pooled
 from .sim.execute import execute
@@ -273,17 +273,15 @@ class Traced:
 def _attention_blocks(graph: PimGraph, backend: Backend) -> dict[int, tuple]:
     """{first op index: block} of the attention blocks a backend fuses
     (AttAcc's score -> softmax -> context pipeline)."""
-    if backend.name != "attacc":
-        return {}
-    from .lower.patterns import match_attention
-    return {b[0]: b for b in match_attention(graph)}
+    fn = family_of(backend).attention_blocks if has_family(backend) else None
+    return fn(graph) if fn is not None else {}
 
 
 def _plan_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids,
                     placement: str = "auto") -> list[OpPlan]:
     """One plan for an attention block (on the score op), the others fused."""
-    from .lower.attacc import lower_attention
     from .partition.dimsets import dimension_sets
+    family = family_of(backend)
     ops = [graph.ops[i] for i in block]
     score, ctx = ops[0], ops[-1]
     eb = host_bytes(graph, backend)
@@ -295,10 +293,9 @@ def _plan_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids,
         return np.all(table.groups[:, seq_sets] == 1, axis=1)
 
     def lower_block(op, draft, be, shp, **opts):
-        return lower_attention(ops, draft, be, shp, **opts)
+        return family.lower_block(ops, draft, be, shp, **opts)
 
-    from .lower.attacc import _attention_parts
-    fused = _attention_parts(ops).fused            # operands (q, K, V), the context result
+    fused = family.block_operands(ops)             # operands (q, K, V), the context result
     res = tuple(k for k, a in enumerate(fused.operands) if a.value in resident_ids)
     try:
         choice = tuner.choose(score, backend, shapes, dtypes, lower_fn=lower_block, keep=keep,
@@ -600,9 +597,8 @@ def baseline_report(plan_: OpPlan, backend: Backend, shapes: dict):
         return None
     try:
         if plan_.block:
-            from .lower.attacc import lower_attention
-            prog = lower_attention(list(plan_.choice.program.meta["block_ops"]), d, backend, shapes,
-                                   resident=plan_.resident)
+            prog = family_of(backend).lower_block(list(plan_.choice.program.meta["block_ops"]), d, backend,
+                                                  shapes, resident=plan_.resident)
         else:
             prog = lower_op(plan_.op, d, backend, shapes, resident=plan_.resident)
     except PimCompileError:

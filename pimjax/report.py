@@ -248,7 +248,7 @@ def _data_op(plan) -> PimOp:
     (an attention block: q, K, V and the context)."""
     if not plan.block:
         return plan.op
-    from .lower.attacc import _attention_parts
+    from .backends.attacc.lower import _attention_parts
     return _attention_parts(plan.choice.program.meta["block_ops"]).fused
 
 

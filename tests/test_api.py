@@ -17,7 +17,7 @@ import pytest
 from pimjax import PimCompileError, get_backend, make_graph, pim_jit
 from pimjax.costmodel.tune import Tuner
 from pimjax.lower import lower
-from pimjax.partition.baselines import baseline
+from pimjax.backends import baseline
 from pimjax.sim.cycles import cycles
 from tests.corpus import CORPUS
 

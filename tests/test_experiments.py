@@ -98,7 +98,7 @@ def test_timing_sweep_writes_the_grid_each_point_as_cycles_gives(tmp_path, capsy
     from pimjax.hw import get_backend
     from pimjax.kernels import kernel_op
     from pimjax.lower import lower
-    from pimjax.partition.baselines import baseline
+    from pimjax.backends import baseline
     from pimjax.sim.cycles import cycles
 
     args = ["--kernel", "red", "--shape", "8", "1024", "--x", "tRP", "10", "20", "--y", "tCCD_AB", "2", "6",

@@ -54,16 +54,16 @@ import numpy as np
 
 from ..errors import PimCompileError
 from ..hw.core import Backend
-from ..lower.upmem import kernel_constants
+from ..backends.upmem.lower import kernel_constants
 from ..partition import DraftTable, dimension_sets
 from ..partition.generate import lane_candidates
 from ..partition.table import from_drafts
 from ..partition.tiles import set_tilings
 from ..trace.ir import expr_prims
 from ..partition.verify import footprint_elements, infer_shapes, matrix_and_vector, per_core_var_lengths
-from ..sim.cycles_upmem import DEFAULT_LINK
-from .dpu import dpu_kernel_cycles, transfer_ns
-from .newton_counts import COUNTS, newton_counts, newton_plan
+from ..backends.upmem.cycles import DEFAULT_LINK
+from ..backends.upmem.dpu import dpu_kernel_cycles, transfer_ns
+from ..backends.newton.counts import COUNTS, newton_counts, newton_plan
 from .newton_time import newton_phases
 
 SLOTS = 4                                   # dimension-set slots (mmtv / attn / conv2d have 4-5)

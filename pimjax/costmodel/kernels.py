@@ -26,20 +26,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..backends import families, family_of
 from ..hw.core import Backend
+from ..trace.frontend import make_graph
 from ..partition import DraftTable, dimension_sets, drafts
 from ..partition.verify import infer_shapes
 
 KERNELS = ("gemv", "red", "va", "relu", "mmtv", "attn", "gemm", "conv")
 
-# kernels each preset lowers (hbm-pim: all-bank SIMD; attacc: GEMV units only,
-# reductions as GEMVs with a ones vector; newton: contractions only; upmem: DPUs)
-SUPPORTED = {
-    "hbm-pim": ("gemv", "red", "va", "relu", "mmtv"),
-    "attacc": ("gemv", "red", "mmtv", "attn"),
-    "newton": ("gemv", "mmtv", "gemm", "conv"),
-    "upmem": ("gemv", "red", "va", "relu", "mmtv"),
-}
+# kernels each family lowers (`Family.kernels`; hbm-pim: all-bank SIMD; attacc: GEMV
+# units only, reductions as GEMVs with a ones vector; newton: contractions only; upmem: DPUs)
+SUPPORTED = {name: family_of(name).kernels for name in families()}
 
 
 def _gemv(W, x):
@@ -122,17 +119,16 @@ class Case:
 
 @lru_cache(maxsize=256)
 def _trace(kernel: str, shape: tuple[int, ...], integer: bool):
-    import pimjax
     dt = np.int32 if integer else np.float32
     args = [np.zeros(s, dt) for s in _arg_shapes(kernel, shape)]
-    return pimjax.make_graph(_FNS[kernel], *args)
+    return make_graph(_FNS[kernel], *args)
 
 
 def make_case(backend: Backend | str, kernel: str, shape) -> Case:
     """Trace `kernel` at `shape` for `backend` (name or Backend)."""
     name = backend if isinstance(backend, str) else backend.name
     shape = tuple(int(v) for v in shape)
-    graph = _trace(kernel, shape, name == "upmem")
+    graph = _trace(kernel, shape, family_of(backend).integer)
     if kernel == "attn":
         from ..lower.patterns import match_attention
         blocks = match_attention(graph)
@@ -178,7 +174,6 @@ def attention_mask(score_op, table: DraftTable) -> np.ndarray:
 def lower_case(case: Case, draft, backend: Backend):
     """Lower one draft of `case` to a Program (PimCompileError when it cannot)."""
     if case.kernel == "attn":
-        from ..lower.attacc import lower_attention
-        return lower_attention(case.target, draft, backend, case.shapes)
+        return family_of(backend).lower_block(case.target, draft, backend, case.shapes)
     from ..lower import lower
     return lower(case.op, draft, backend, case.shapes)

@@ -53,11 +53,11 @@ from math import gcd
 
 import numpy as np
 
-from ..lower.newton import _runs, _segments, readres_bursts, row_runs
+from ..backends.newton.lower import _runs, _segments, readres_bursts, row_runs
 from ..lower.program import Op, bank_order, streamed
 from ..partition import dimension_sets
 from ..partition.verify import matrix_and_vector, per_core_var_lengths
-from .newton_counts import newton_plan
+from ..backends.newton.counts import newton_plan
 
 NEVER = -1.0e7
 PLAN_KEYS = ("n_b", "n_v", "n_o", "n_rc", "cc", "t_in", "kv", "ki", "lo", "is_flow", "passes")
@@ -386,7 +386,7 @@ def newton_phases(plan: dict, banks_used, per_core, backend, max_events: int = 4
     plan: `newton_plan`'s arrays; banks_used [n]: cores per group of the
     draft; per_core [n] bool; steady=False walks every command (slow; the
     reference of `benchmarks/newton_time_bench.py`)."""
-    from ..lower.newton import INTERLEAVE_LIMIT
+    from ..backends.newton.lower import INTERLEAVE_LIMIT
     t = {f: float(getattr(backend.timing, f)) for f in backend.timing._dynamic_fields}
     g = backend.group
     banks, per_bg = g.banks, g.banks_per_bank_group

@@ -45,7 +45,7 @@ from ..errors import PimCompileError
 from ..hw.core import Backend, is_int
 from ..lower import lower
 from ..partition import drafts as make_drafts
-from ..partition.baselines import baseline
+from ..backends import baseline
 from ..partition.draft import DimPart, Draft
 from ..partition.table import DraftTable
 from ..sim.cycles import cycles, cycles_batch, cycles_pooled, report_at
@@ -264,15 +264,17 @@ class Tuner:
     def model_for(self, backend: Backend):
         if self._model is not None:
             trained = getattr(self._model, "meta", {}).get("backend")
-            if trained not in (None, backend.name) and not getattr(self, "_warned", False):
+            if trained not in (None, backend.family) and not getattr(self, "_warned", False):
                 self._warned = True
                 warnings.warn(f"the tuner's cost model was trained for {trained}, not {backend.name}: its "
                               "ranking of these drafts means little", RuntimeWarning, stacklevel=3)
             return self._model
-        if backend.name not in self._models:
+        # one shipped model per backend family, on the backend's own features (the hardware vector),
+        # so a user-defined backend of a family ranks with it
+        if backend.family not in self._models:
             from .predictor import load_default
-            self._models[backend.name] = load_default(backend.name)
-        return self._models[backend.name]
+            self._models[backend.family] = load_default(backend.family)
+        return self._models[backend.family]
 
     def predict(self, op: PimOp, table: DraftTable, backend: Backend, shapes: dict) -> np.ndarray:
         """Predicted cycles of every draft of `table` ([n])."""

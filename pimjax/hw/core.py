@@ -448,12 +448,17 @@ class Energy(_Replace):
         check_non_negative(self, *(f.name for f in fields(self)))
 
 
-@pytree_dataclass(static=("name", "variant", "group", "core", "notes"))
+@pytree_dataclass(static=("name", "variant", "group", "core", "notes", "family"))
 class Backend(_Replace):
     """A PIM backend: system, group and core levels plus timing and energy.
 
-    name: preset name ("hbm-pim", "attacc", "newton", "upmem").
+    name: the backend's name (a preset's: "hbm-pim", "attacc", "newton",
+        "upmem"; any string for a user-defined backend).
     variant: preset option string ("default", "bank-pc", ...).
+    family: the backend family that programs it (`pimjax.backends`: its
+        lowering, value interpreter, baseline and cost model); defaults to
+        `name`.  `get_backend("hbm-pim").replace(name="my-pim")` keeps the
+        family "hbm-pim", so every stage works on the renamed backend.
     """
     name: str
     variant: str
@@ -463,8 +468,13 @@ class Backend(_Replace):
     timing: Timing
     energy: Energy
     notes: tuple[str, ...] = ()
+    family: str = ""
 
     def __post_init__(self):
+        for n, cls in (("name", str), ("family", str)):
+            check_type(self, n, cls)
+        if not self.family:
+            object.__setattr__(self, "family", self.name)
         for n, cls in (("system", System), ("group", Group), ("core", Core), ("timing", Timing),
                        ("energy", Energy)):
             check_type(self, n, cls)

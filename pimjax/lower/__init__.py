@@ -6,26 +6,15 @@ from ..partition.verify import mesh_error
 from .layout import value_shapes
 from .program import Op, Phase, Program, Readback, Records, TensorLayout
 
-LOWERINGS = {}
-OPTIONS = {}                  # backend name -> the lowering options it knows (its DEFAULT_OPTIONS)
 
-
-def _register_all():
-    from . import attacc, hbm_pim, newton, upmem
-    for name, mod, fn in (("hbm-pim", hbm_pim, hbm_pim.lower_hbm_pim), ("upmem", upmem, upmem.lower_upmem),
-                          ("newton", newton, newton.lower_newton), ("attacc", attacc, attacc.lower_attacc)):
-        LOWERINGS[name], OPTIONS[name] = fn, set(mod.DEFAULT_OPTIONS) | {"result_dtype"}
-    OPTIONS["newton"].add("buffer_reuse")          # Newton's name for register_reuse
-
-
-def _check_call(op, draft, backend, options) -> None:
+def _check_call(op, draft, backend, options, known) -> None:
     """Bad input fails loudly: an option the backend's lowering does not know
     (a typo would lower with the default), resident entries that are not
     operand indices, a draft for another op or a larger backend."""
-    unknown = sorted(set(options) - OPTIONS[backend.name])
+    unknown = sorted(set(options) - known)
     if unknown:
         raise TypeError(f"{backend.name} lowering has no option {', '.join(map(repr, unknown))}; "
-                        f"it has {sorted(OPTIONS[backend.name])}")
+                        f"it has {sorted(known)}")
     for k in options.get("resident", ()):
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < len(op.operands):
             raise ValueError(f"resident: {k!r} is not an operand index of {op.name} "
@@ -36,19 +25,17 @@ def _check_call(op, draft, backend, options) -> None:
 
 
 def lower(op, draft, backend, shapes=None, **options) -> Program:
-    """Lower one PimOp under `draft` to a command program for `backend`.
+    """Lower one PimOp under `draft` to a command program for `backend`,
+    by the lowering of its family (`pimjax.backends`).
 
     shapes: value id -> shape (default: implied by the op's index maps).
     options: lowering switches (register_reuse, data_block_layout,
     channel_parallel, resident=(operand indices), ...), each on by default.
     """
-    if not LOWERINGS:
-        _register_all()
-    fn = LOWERINGS.get(backend.name)
-    if fn is None:
-        raise NotImplementedError(f"no lowering for backend {backend.name!r}; have {sorted(LOWERINGS)}")
-    _check_call(op, draft, backend, options)
-    program = fn(op, draft, backend, shapes, **options)
+    from ..backends import family_of        # the families import this package: resolved at call time
+    family = family_of(backend)
+    _check_call(op, draft, backend, options, family.options)
+    program = family.lower(op, draft, backend, shapes, **options)
     # the operand shapes it was lowered for, which `execute` checks (not every operand has a layout:
     # AttAcc's vector goes straight to the global buffer)
     vs = value_shapes(op, shapes)

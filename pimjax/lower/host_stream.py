@@ -54,4 +54,4 @@ def host_stream_program(op: PimOp, backend: Backend, shapes: dict | None = None,
     records = stack_streams([b.build()])
     stats = {"records": len(b), "host_bytes": in_bytes + out_bytes}
     return Program(backend.name, op, None, (), records, (), Readback(-1), G, 1,
-                   parallel_rearrangement=True, stats=stats, meta={"kind": "host-stream"})
+                   parallel_rearrangement=True, stats=stats, meta={"kind": "host-stream"}, family=backend.family)

@@ -447,6 +447,8 @@ class Program:
               (DCC channel-parallel rearrangement through the staging buffer);
               False: groups are written one after another.
     stats:    record counts, bytes moved per direction, ... (for as_text).
+    backend_name / family: the Backend it was lowered for and the backend
+              family (`pimjax.backends`) whose interpreter runs its records.
     """
     backend_name: str
     op: Any = field(repr=False)
@@ -461,6 +463,7 @@ class Program:
     options: dict = field(default_factory=dict, compare=False)
     stats: dict = field(default_factory=dict, compare=False)
     meta: dict = field(default_factory=dict, compare=False)
+    family: str = ""
 
     def as_text(self, max_lines: int = 60) -> str:
         from .text import program_text

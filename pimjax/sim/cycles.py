@@ -35,6 +35,8 @@ import numpy as np
 
 from ..hw.core import Backend, Timing, check_timing_batch
 from ..lower.program import Phase, Program, Records
+from ..backends import family_of, has_family
+from .engines import DEFAULT_ENGINE, ENGINES, check_programs as _check_programs, resolve_engine as _engine  # noqa: F401
 from .padding import fine, pow2
 from .report import BOUNDS, CycleReport
 from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, N_FLAGS, PRE_ALL,
@@ -652,29 +654,6 @@ def _time_sweep(arr, t, energy, host, geo):
     return jax.tree.map(lambda x: x.reshape((T, P) + x.shape[1:]), rep)
 
 
-ENGINES = ("native", "scan")
-DEFAULT_ENGINE = os.environ.get("PIMJAX_CYCLES_ENGINE", "native")
-"""Which engine times DRAM-command programs: "native" (`sim.native`, a
-compiled event loop on the host's cores, 10-50x faster on a CPU) or "scan"
-(`scan_lanes`, the vectorised JAX model: any JAX device, `jax.sharding`).
-Both implement `timing.py` and equal the reference model to the cycle."""
-
-
-def _engine(engine: str | None, timing: Timing | None = None) -> str:
-    """The engine to use: `engine`, or DEFAULT_ENGINE -- except under a JAX
-    transformation of the timing (`jax.vmap` / `jax.jit` over `cycles` with
-    traced Timing leaves), which only the scan engine can follow."""
-    traced = timing is not None and any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(timing))
-    if engine is None:
-        engine = "scan" if traced else DEFAULT_ENGINE
-    if engine not in ENGINES:
-        raise ValueError(f"unknown cycle engine {engine!r}; one of {', '.join(ENGINES)}")
-    if traced and engine == "native":
-        raise ValueError("the native cycle engine runs on concrete timings; under jax.vmap / jax.jit over the "
-                         "Timing use engine='scan' (or None), or pimjax.sim.cycles.sweep for a batch of variants")
-    return engine
-
-
 def cycles(program: Program, backend: Backend, *, include_resident: bool = False,
            refresh: bool = True, engine: str | None = None) -> CycleReport:
     """Time of `program` on `backend` (see module docstring).
@@ -690,12 +669,9 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
     """
     _check_programs([program], backend)
     engine = _engine(engine, backend.timing)
-    if backend.core.programmable:   # DPUs run their own instruction streams: UPMEM's time model
-        from .cycles_upmem import cycles_upmem
-        return cycles_upmem(program, backend, include_resident=include_resident, engine=engine)
-    model = CYCLE_MODELS.get(backend.name)
-    if model is not None:
-        return model(program, backend, include_resident=include_resident, refresh=refresh)
+    model = _own_model(backend)
+    if model is not None:           # e.g. DPUs run their own instruction streams: UPMEM's time model
+        return model(program, backend, include_resident=include_resident, refresh=refresh, engine=engine)
     t = _timing_vector(backend.timing)
     if engine == "native":
         return report_at(_native_reports([program], t, backend, refresh, include_resident=include_resident), 0)
@@ -704,21 +680,10 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
     return report_at(rep, 0)
 
 
-def _check_programs(programs, backend: Backend) -> None:
-    """A program's records are one backend's commands (a timing class per
-    opcode of that backend): timing them on another backend gives numbers
-    that mean nothing, so it is an error."""
-    if not len(programs):
-        raise ValueError("no programs to time")
-    wrong = sorted({p.backend_name for p in programs} - {backend.name})
-    if wrong:
-        raise ValueError(f"program(s) lowered for {', '.join(wrong)} cannot be timed on {backend.name}; "
-                         f"lower them for {backend.name} first")
-
-
-def _own_model(backend: Backend) -> bool:
-    """UPMEM (and any registered backend) has its own time model, not the DRAM scan."""
-    return backend.core.programmable or backend.name in CYCLE_MODELS
+def _own_model(backend: Backend):
+    """The family's own time model (UPMEM's DPU pipeline), or None: the DRAM
+    engines time the records (also for a backend no family implements)."""
+    return family_of(backend).cycles if has_family(backend) else None
 
 
 SMALL_BATCH = 64
@@ -1040,7 +1005,7 @@ def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bo
     _check_programs(progs, backend)
     if _own_model(backend):
         raise ValueError(f"{backend.name} has its own time model, whose variants are whole backends: use "
-                         "pimjax.sim.cycles_upmem.sweep_upmem(program, stack_variants([backend, ...]))")
+                         f"pimjax.backends.family_of(backend).sweep(program, stack_variants([backend, ...]))")
     t = _timing_vector(check_timing_batch(timings))       # one leading [T] axis on every leaf
     if mesh is not None:
         if engine not in (None, "scan"):
@@ -1075,6 +1040,3 @@ def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bo
         out = jax.tree.map(lambda x: x[:, 0], out)
     return out
 
-
-# backends with their own time model (UPMEM) register here
-CYCLE_MODELS: dict = {}

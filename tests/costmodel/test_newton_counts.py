@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from pimjax.costmodel.dataset import _try_lower
 from pimjax.costmodel.kernels import case_drafts, make_case
-from pimjax.costmodel.newton_counts import _spans, newton_counts
+from pimjax.backends.newton.counts import _spans, newton_counts
 from pimjax.hw.presets import get_backend
 from pimjax.partition import dimension_sets
 from pimjax.partition.table import from_drafts

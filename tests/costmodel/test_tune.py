@@ -19,7 +19,7 @@ from pimjax.hw import get_backend
 from pimjax.kernels import kernel_op
 from pimjax.lower import lower
 from pimjax.partition import drafts
-from pimjax.partition.baselines import baseline
+from pimjax.backends import baseline
 from pimjax.sim.cycles import cycles_batch
 
 BE = get_backend("hbm-pim", channels=4)

@@ -37,17 +37,18 @@ import pimjax
 from pimjax.errors import PimCompileError
 from pimjax.hw import get_backend, stack_variants
 from pimjax.lower import lower
-from pimjax.lower.attacc import TREE, lower_attention, reference_program
+from pimjax.backends.attacc.lower import TREE, lower_attention
+from pimjax.backends.attacc.reference import reference_program
 from pimjax.lower.patterns import match_attention
 from pimjax.lower.program import Op
 from pimjax.partition import drafts
-from pimjax.partition.baselines import baseline
+from pimjax.backends import baseline
 from pimjax.partition.dimsets import dimension_sets
 from pimjax.partition.verify import matrix_and_vector
-from pimjax.sim import execute
+from pimjax.sim.execute import execute
 from pimjax.sim.cycles import cycles, sweep
-from pimjax.sim import exec_attacc as EA
-from pimjax.sim.exec_attacc import batch_dims, execute_batch
+from pimjax.backends.attacc import execute as EA
+from pimjax.backends.attacc.execute import batch_dims, execute_batch
 
 U16 = 2.0 ** -11                    # FP16 unit roundoff
 BE = get_backend("attacc", channels=2)   # 2 channels x 64 units: group and core splits, small programs

@@ -16,12 +16,12 @@ from hypothesis import given, settings, strategies as st
 
 from pimjax.hw import get_backend
 from pimjax.lower import lower
-from pimjax.lower.hbm_pim import _unique_columns
+from pimjax.backends.hbm_pim.lower import _unique_columns
 from pimjax.lower.program import Op
 from pimjax.partition import drafts
-from pimjax.partition.baselines import baseline
+from pimjax.backends import baseline
 from pimjax.partition.verify import op_support
-from pimjax.sim import execute
+from pimjax.sim.execute import execute
 from pimjax.sim.cycles import cycles
 from tests.corpus import CORPUS
 
@@ -127,7 +127,7 @@ def test_register_reuse_cuts_register_writes_and_readbacks():
     Output-stationary with reuse writes GRF_A T_out * T_in times and stores
     GRF_B once per output tile; without reuse every kernel stores its partial
     outputs, T_in times more, and the host reads them all back."""
-    from pimjax.lower.hbm_pim import Crf
+    from pimjax.backends.hbm_pim.lower import Crf
     from pimjax.partition.draft import DimPart, Draft
     from tests.partition.helpers import gemv
     op = gemv(2048, 2048)
@@ -205,7 +205,7 @@ def test_unique_columns_equals_np_unique(values):
 def _host_write_time(cores: int, columns: int) -> tuple[float, set]:
     """(cycles, opcodes) of the host writing `columns` columns into each of
     the two banks of `cores` PIM units (one pseudo-channel, refresh off)."""
-    from pimjax.lower.hbm_pim import _host_columns
+    from pimjax.backends.hbm_pim.lower import _host_columns
     from pimjax.lower.program import Phase, RecordBuilder
     from pimjax.sim.cycles import _timing_vector, scan_stream
     be = get_backend("hbm-pim")
@@ -227,7 +227,7 @@ def test_bulk_host_writes_are_timed_like_column_by_column_ones(cores):
     emission of the same banks costs, up to the row activations the runs
     hide: tCCD_L apart inside one bank group (cores 0-1 use banks 0-3),
     between tCCD_S and tCCD_L when the banks span bank groups."""
-    from pimjax.lower.hbm_pim import INTERLEAVE_LIMIT
+    from pimjax.backends.hbm_pim.lower import INTERLEAVE_LIMIT
     t = get_backend("hbm-pim").timing
     small = INTERLEAVE_LIMIT // (2 * cores)                 # column by column
     large = 2 * small + 64                                  # runs

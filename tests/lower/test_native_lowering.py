@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from pimjax.lower.hbm_pim import GemvSequence, _column_runs, _kernel_slots, _runs, _stats, phys_row
+from pimjax.backends.hbm_pim.lower import GemvSequence, _column_runs, _kernel_slots, _runs, _stats, phys_row
 from pimjax.lower.native import class_totals
 from pimjax.lower.program import (RECORD_FIELDS, LazyArray, Op, Phase, Records, chunk, concat, select_slots,
                                   select_slots_numpy)

@@ -34,9 +34,9 @@ from pimjax.hw import get_backend
 from pimjax.lower import Op, lower
 from pimjax.lower.program import RECORD_FIELDS, Records
 from pimjax.partition import DimPart, Draft, drafts
-from pimjax.partition.baselines import baseline
+from pimjax.backends import baseline
 from pimjax.partition.verify import verify
-from pimjax.sim import execute
+from pimjax.sim.execute import execute
 from pimjax.sim.cycles import cycles
 from tests.partition import helpers as H
 

@@ -17,13 +17,13 @@ from pimjax.hw import get_backend
 from pimjax.hw.core import stack_variants
 from pimjax.lower import lower
 from pimjax.lower.program import Op, Phase, Program, Readback, Records, RecordBuilder, stack_streams
-from pimjax.lower.upmem import PRIM_OPTIONS, Exec, Sync, Xfer, lower_upmem
+from pimjax.backends.upmem.lower import PRIM_OPTIONS, Exec, Sync, Xfer, lower_upmem
 from pimjax.partition import drafts, op_support
-from pimjax.partition.baselines import baseline
+from pimjax.backends import baseline
 from pimjax.partition.draft import DimPart, Draft
-from pimjax.sim import execute
+from pimjax.sim.execute import execute
 from pimjax.sim.cycles import cycles
-from pimjax.sim.cycles_upmem import DEFAULT_LINK, cycles_upmem, dispatch_interval, sweep_upmem
+from pimjax.backends.upmem.cycles import DEFAULT_LINK, cycles_upmem, dispatch_interval, sweep_upmem
 from pimjax.trace.affine import AffineExpr as A
 from pimjax.trace.ir import Access, Acc, Arg, Const, LoopVar, PimOp, Prim
 
@@ -200,7 +200,7 @@ def _drop(prog: Program, mask) -> Program:
     return Program(prog.backend_name, prog.op, prog.draft, prog.layouts,
                    Records(**{f: np.asarray(getattr(rec, f))[:, keep] for f in rec.__dataclass_fields__}),
                    prog.host_data, prog.readback, prog.groups, prog.cores, prog.parallel_rearrangement,
-                   prog.options, prog.stats, prog.meta)
+                   prog.options, prog.stats, prog.meta, prog.family)
 
 
 @pytest.mark.parametrize("what", ["h2d", "dma", "exec", "dma_wr", "d2h"])
@@ -246,7 +246,7 @@ def test_float_data_on_upmem():
 # --------------------------------------------------------------------------
 def _program(builder: RecordBuilder, groups=1, cores=1) -> Program:
     return Program("upmem", None, None, (), stack_streams([builder.build()]), (), Readback(0), groups, cores,
-                   stats={})
+                   stats={}, family="upmem")
 
 
 def _kernel_cycles(rep) -> float:
@@ -366,7 +366,7 @@ def test_vmap_over_hardware_variants():
     tot = np.asarray(swept.total_cycles)
     assert tot[1] < tot[0] and tot[2] < tot[0] and tot[3] <= tot[0]
     # and jax.vmap over the parameters directly
-    from pimjax.sim.cycles_upmem import _params, _report, program_arrays
+    from pimjax.backends.upmem.cycles import _params, _report, program_arrays
     arr = program_arrays(prog)
     p = jax.vmap(lambda b: _params(b, DEFAULT_LINK))(batch)
     direct = jax.vmap(lambda q: _report(arr, q, 11))(p)

@@ -9,9 +9,9 @@ import pytest
 from pimjax.hw import get_backend, stack_variants
 from pimjax.lower import lower
 from pimjax.partition import drafts
-from pimjax.partition.baselines import baseline
+from pimjax.backends import baseline
 from pimjax.sim.cycles import cycles, cycles_batch, sweep
-from pimjax.sim.cycles_upmem import sweep_upmem
+from pimjax.backends.upmem.cycles import sweep_upmem
 from tests.partition.helpers import gemv, vadd
 
 

@@ -137,7 +137,7 @@ def test_engine_choice_is_checked():
 
     from pimjax.kernels import kernel_op
     from pimjax.lower import lower
-    from pimjax.partition.baselines import baseline
+    from pimjax.backends import baseline
     from pimjax.sim.cycles import cycles, cycles_batch, sweep
 
     be = get_backend("hbm-pim", channels=4)
@@ -164,7 +164,7 @@ def test_vmap_over_cycles_uses_the_scan_engine():
 
     from pimjax.kernels import kernel_op
     from pimjax.lower import lower
-    from pimjax.partition.baselines import baseline
+    from pimjax.backends import baseline
     from pimjax.sim.cycles import cycles
 
     be = get_backend("hbm-pim", channels=4)

@@ -90,7 +90,7 @@ def test_sweep_shards_over_four_devices():
         from jax.sharding import Mesh
         from pimjax.hw import get_backend, stack_variants
         from pimjax.lower import lower
-        from pimjax.partition.baselines import baseline
+        from pimjax.backends import baseline
         from pimjax.sim.cycles import sweep
         from tests.partition.helpers import gemv
         assert len(jax.devices()) == 4, jax.devices()

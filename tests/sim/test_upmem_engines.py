@@ -13,9 +13,9 @@ from hypothesis import given, settings, strategies as st
 from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.hw import get_backend
 from pimjax.lower.program import Op, Phase, Records, chunk, concat
-from pimjax.lower.upmem import Sync
+from pimjax.backends.upmem.lower import Sync
 from pimjax.sim.cycles import cycles
-from pimjax.sim.cycles_upmem import cycles_upmem, dispatch_interval
+from pimjax.backends.upmem.cycles import cycles_upmem, dispatch_interval
 from pimjax.costmodel.dataset import _try_lower
 
 UPMEM = get_backend("upmem")

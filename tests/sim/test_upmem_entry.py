@@ -8,8 +8,8 @@ import pytest
 
 from pimjax.hw import get_backend, stack_variants
 from pimjax.lower import lower
-from pimjax.partition.baselines import baseline
-from pimjax.sim.cycles_upmem import cycles_upmem, sweep_upmem
+from pimjax.backends import baseline
+from pimjax.backends.upmem.cycles import cycles_upmem, sweep_upmem
 from tests.partition.helpers import gemv, vadd
 
 UPMEM = get_backend("upmem", dpus=64)

@@ -54,8 +54,8 @@ import math
 
 import numpy as np
 
-from ..lower.layout import acc_space
-from ..lower.upmem import ACC_INIT, ARG_LOADS, BARRIER_COST, DMA_ALIGN, DMA_ISSUE, MERGE_PER_PARTIAL
+from ...lower.layout import acc_space
+from .lower import ACC_INIT, ARG_LOADS, BARRIER_COST, DMA_ALIGN, DMA_ISSUE, MERGE_PER_PARTIAL
 
 WALK_MAX = 1 << 14    # tile elements up to which an irregular layout's runs are walked one by one
 
@@ -111,7 +111,7 @@ def dpu_kernel_cycles(op, lens: dict, tasklets, wram_tile, dataflow, backend, co
     `lens` (var -> [n] ints), `tasklets`, `wram_tile` (bytes) and `dataflow`
     (0 "os", 1 "is"), [n] each.  consts: `lower.upmem.kernel_constants(op)`;
     vector_vars: the loop vars of a contraction's vector operand."""
-    from ..sim.cycles_upmem import dispatch_interval
+    from .cycles import dispatch_interval
     t = backend.timing
     disp = float(dispatch_interval(backend))
     T = np.maximum(np.asarray(tasklets, np.int64), 1)
@@ -314,9 +314,9 @@ def transfer_ns(op, lens: dict, shapes: dict, set_dpus: np.ndarray, sets, groups
     are merged on the host roofline.  lens: worst-core loop lengths;
     set_dpus [n, S]: groups x cores per dimension set; groups / cores [n]:
     ranks and DPUs per rank used; reduction [n] (1 = "host")."""
-    from ..lower.program import Op
-    from ..lower.upmem import Xfer
-    from ..sim.cycles_upmem import DEFAULT_LINK, _params, _record_terms, _waves
+    from ...lower.program import Op
+    from .lower import Xfer
+    from .cycles import DEFAULT_LINK, _params, _record_terms, _waves
     p = _params(backend, link or DEFAULT_LINK)
     host = backend.system.host
     eb = consts["elem_bytes"]

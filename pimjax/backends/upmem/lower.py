@@ -93,15 +93,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import PimCompileError
-from ..hw.core import Backend
-from ..partition.draft import Draft
-from ..partition.verify import matrix_and_vector
-from ..trace.affine import AffineExpr
-from ..trace.ir import Arg, Const, PimOp, Prim, replace_acc
-from .layout import acc_space, tile_layout, value_shapes
-from .program import RECORD_FIELDS, Op, Phase, Program, Readback, Records, TensorLayout
-from .tiles import CoreTiles, core_tiles
+from ...errors import PimCompileError
+from ...hw.core import Backend
+from ...partition.draft import Draft
+from ...partition.verify import matrix_and_vector
+from ...trace.affine import AffineExpr
+from ...trace.ir import Arg, Const, PimOp, Prim, replace_acc
+from ...lower.layout import acc_space, tile_layout, value_shapes
+from ...lower.program import RECORD_FIELDS, Op, Phase, Program, Readback, Records, TensorLayout
+from ...lower.tiles import CoreTiles, core_tiles
 
 # --------------------------------------------------------------------------
 # constants of the DPU code model (instructions; see module docstring)
@@ -615,9 +615,9 @@ def _lower(ctx: _Ctx) -> Program:
                 result_shape=tuple(ctx.shapes[op.result.value]),
                 result_dtype=ctx.opts["result_dtype"], **info)
     readback = Readback(res_id, combiner=op.combiner or "add", lane_partials=False, epilogue_on_host=True)
-    return Program("upmem", op, draft, tuple(layouts), records, (), readback, tiles.groups, tiles.cores,
+    return Program(ctx.backend.name, op, draft, tuple(layouts), records, (), readback, tiles.groups, tiles.cores,
                    parallel_rearrangement=bool(ctx.opts["bank_parallel"]), options=dict(ctx.opts),
-                   stats=stats, meta=meta)
+                   stats=stats, meta=meta, family=ctx.backend.family)
 
 
 def _dma_bytes(ctx: _Ctx, elems) -> np.ndarray:

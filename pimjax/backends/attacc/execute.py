@@ -29,10 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..lower.attacc import HOST_ONE, LANES, TREE, Geometry
-from ..lower.program import Op, Program
-from .execute import expand_runs, finish, register
-from .padding import fine, pow2
+from .lower import HOST_ONE, LANES, TREE, Geometry
+from ...lower.program import Op, Program
+from ...lower.merge import expand_runs, finish
+from ...sim.padding import fine, pow2
 
 _MAC_OPS = (Op.MACAB, Op.MACSB, Op.MACPB, Op.MACBK)
 K_NONE, K_MAC, K_WRGB, K_MVGB, K_MVSB, K_SFM, K_RDACC = range(7)
@@ -93,7 +93,7 @@ def _prepare(program: Program) -> dict:
         raise ValueError(f"attacc value interpreter: operands of {offs[-1]} values exceed int32 codes")
     code = np.full((G, nslot + 1, LANES), NAN_CODE, np.int32)
     code[:, :nslot, :] = ZERO_CODE                                       # written padding is zero
-    from ..lower.layout import global_index
+    from ...lower.layout import global_index
     for lid in np.unique(cols["src"]):
         lay = program.layouts[int(lid)]
         flat, valid = global_index(lay)                                  # [G, C, N]
@@ -589,6 +589,5 @@ def execute_batch(programs: list[Program], *arrays, arithmetic="backend", dims: 
     return out
 
 
-@register("attacc")
 def execute_attacc(program: Program, arrays, arithmetic: str):
     return execute_batch([program], *arrays, arithmetic=arithmetic)[0]

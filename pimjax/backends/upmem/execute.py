@@ -45,12 +45,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..lower.layout import global_index
-from ..lower.program import Op, Program, TensorLayout
-from ..lower.upmem import Exec, Xfer, mram_address
-from ..trace import evaluate as trace_eval
-from ..trace.ir import Arg, Const, Prim
-from .execute import epilogue_value, register
+from ...lower.layout import global_index
+from ...lower.program import Op, Program, TensorLayout
+from .lower import Exec, Xfer, mram_address
+from ...trace import evaluate as trace_eval
+from ...trace.ir import Arg, Const, Prim
+from ...lower.merge import epilogue_value
 
 
 def _words(layout: TensorLayout, local: np.ndarray) -> np.ndarray:
@@ -162,7 +162,6 @@ def _last_before(rec_mask: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(idx) if idx.size else idx
 
 
-@register("upmem")
 def execute_upmem(program: Program, arrays, arithmetic: str):
     op = program.op
     meta = program.meta

@@ -62,10 +62,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..hw.core import Backend, Timing, batch_size
-from ..lower.program import Op, Phase, Program
-from ..lower.upmem import Sync, Xfer
-from .report import CycleReport
+from ...hw.core import Backend, Timing, batch_size
+from ...lower.program import Op, Phase, Program
+from .lower import Sync, Xfer
+from ...sim.engines import check_programs, resolve_engine
+from ...sim.report import CycleReport
 
 # --------------------------------------------------------------------------
 # host-link constants the Backend does not carry (array leaves: sweepable)
@@ -319,10 +320,9 @@ def _check(program: Program, backend, entry: str) -> None:
     (programmable cores): anything else gives numbers that mean nothing --
     a DRAM command stream read as DPU records, or HBM's tCK and host link
     put under a DPU pipeline."""
-    from .cycles import _check_programs
     if not isinstance(backend, Backend):
         raise ValueError(f"{entry} needs a Backend, got {type(backend).__name__}")
-    _check_programs([program], backend)
+    check_programs([program], backend)
     if not backend.core.programmable:
         raise ValueError(f"{entry} times UPMEM (programmable DPU) backends, not {backend.name}, whose "
                          "cores are driven by DRAM commands: use pimjax.sim.cycles.cycles / sweep")
@@ -343,9 +343,8 @@ def cycles_upmem(program: Program, backend: Backend, *, include_resident: bool =
         >>> rep = cycles_upmem(prog, get_backend("upmem"))       # doctest: +SKIP
         >>> rep.total_ns / 1e6                                    # ms  # doctest: +SKIP
     """
-    from .cycles import _engine
     _check(program, backend, "cycles_upmem")
-    engine = _engine(engine, backend.timing)
+    engine = resolve_engine(engine, backend.timing)
     p = _params(backend, link or DEFAULT_LINK)
     traced = any(isinstance(x, jax.core.Tracer) for x in p.values())
     if engine == "native" and not traced:
@@ -375,14 +374,5 @@ def sweep_upmem(program: Program, backends: Backend, *, link: HostLink | None = 
     p = jax.vmap(_params)(backends, lk)
     return _report_sweep(arr, p, dispatch_interval(backends))
 
-
-def _register():
-    from . import cycles as _cycles
-    models = getattr(_cycles, "CYCLE_MODELS", None)
-    if models is not None:
-        models["upmem"] = cycles_upmem
-
-
-_register()
 
 __all__ = ["HostLink", "DEFAULT_LINK", "cycles_upmem", "sweep_upmem", "dispatch_interval", "program_arrays"]

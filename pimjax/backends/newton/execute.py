@@ -42,10 +42,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..lower.layout import global_index
-from ..lower.program import Op, Program
-from .execute import finish, register
-from .padding import pow2
+from ...lower.layout import global_index
+from ...lower.program import Op, Program
+from ...lower.merge import finish
+from ...sim.padding import pow2
 
 _DTYPES = {"backend": jnp.bfloat16, "wide": jnp.float32}
 _FIELDS = ("op", "bank", "row", "col", "n", "reg", "arg", "aux", "core", "src")
@@ -198,7 +198,6 @@ def _latches(m_flat, v_flat, midx, vtab, e2k, bad, target, delivered, rb_idx, ac
     return jnp.where(count > 0, acc, jnp.float32(jnp.nan))
 
 
-@register("newton")
 def execute_newton(program: Program, arrays, arithmetic: str):
     """Values of a Newton program (see module docstring): [result shape]."""
     dtype = _DTYPES[arithmetic]

@@ -13,11 +13,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..lower.hbm_pim import GRF_B, N_REGS, SRF, Crf
-from ..lower.program import Op, Phase, Program
-from ..lower.layout import global_index
-from .execute import expand_runs, host_merge, register
-from .padding import pow2
+from .lower import GRF_B, N_REGS, SRF, Crf
+from ...lower.program import Op, Phase, Program
+from ...lower.layout import global_index
+from ...lower.merge import expand_runs, host_merge
+from ...sim.padding import pow2
 
 _DTYPES = {"backend": np.float16, "wide": np.float32}
 
@@ -57,7 +57,6 @@ def _write_plan(program: Program, rows: np.ndarray, cols: dict, shape: tuple) ->
     return plan
 
 
-@register("hbm-pim")
 def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     dtype = _DTYPES[arithmetic]
     rec = program.commands

@@ -62,16 +62,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import PimCompileError
-from ..hw.core import Backend
-from ..partition.dimsets import dimension_sets
-from ..partition.draft import Draft
-from ..partition.verify import matrix_and_vector
-from ..trace.ir import Access, Acc, Arg, Const, LoopVar, PimOp, Prim
-from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
-from .program import (Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, bank_order,
+from ...errors import PimCompileError
+from ...hw.core import Backend
+from ...partition.dimsets import dimension_sets
+from ...partition.draft import Draft
+from ...partition.verify import matrix_and_vector
+from ...trace.ir import Access, Acc, Arg, Const, LoopVar, PimOp, Prim
+from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
+from ...lower.program import (Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, bank_order,
                       stack_streams, streamed)
-from .tiles import CoreTiles, core_tiles
+from ...lower.tiles import CoreTiles, core_tiles
 
 LANES = 16
 BANKS_PER_BG = 4           # attacc.md: 4 banks per bank group
@@ -547,7 +547,7 @@ def lower_attacc(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
         >>> execute(p, W, x), cycles(p, be).kernel_cycles              # doctest: +SKIP
     """
     opts = {**DEFAULT_OPTIONS, **options}
-    if backend.name != "attacc":
+    if backend.family != "attacc":
         raise PimCompileError(f"lower_attacc needs an attacc backend, got {backend.name}")
     if op.kind == "contraction":
         return _gemv_program(op, draft, backend, value_shapes(op, shapes), opts)
@@ -756,9 +756,9 @@ def _program(op, draft, backend, tiles, layouts, em: _Emitter, host, meta, opts,
     records = stack_streams([em.b.build()])
     staging = backend.system.host.staging_buffer_bytes > 0
     stats = _stats(records, backend, tiles.groups, meta, op)
-    return Program("attacc", op, draft, tuple(layouts), records, (host,), readback, tiles.groups,
+    return Program(backend.name, op, draft, tuple(layouts), records, (host,), readback, tiles.groups,
                    tiles.cores, parallel_rearrangement=bool(opts["channel_parallel"] and staging),
-                   options=dict(opts), stats=stats, meta=meta)
+                   options=dict(opts), stats=stats, meta=meta, family=backend.family)
 
 
 def _stats(records: Records, backend: Backend, G: int, meta: dict, op: PimOp) -> dict:
@@ -866,6 +866,13 @@ def _attention_parts(block_ops) -> _Attention:
     return _Attention(fused, S, X, qi, ki, vi, bh, n, dk, c2s, _epilogue_scale(S))
 
 
+def attention_op(block_ops) -> PimOp:
+    """The fused PimOp of an attention block: the context loop nest plus the
+    score's head dimension, operands (q, K, V) (PimCompileError when the
+    block is not one AttAcc fuses)."""
+    return _attention_parts(block_ops).fused
+
+
 def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | None = None,
                     **options) -> Program:
     """One AttAcc program for an attention block (score, max, exp, sum, div,
@@ -884,12 +891,12 @@ def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | No
     context result; `execute(program, q, K, V)` returns the context.
     """
     opts = {**DEFAULT_OPTIONS, **options}
-    if backend.name != "attacc":
+    if backend.family != "attacc":
         raise PimCompileError(f"lower_attention needs an attacc backend, got {backend.name}")
     at = _attention_parts(block_ops)
     S, X = at.S, at.X
     if shapes is None:
-        from ..partition.verify import infer_shapes
+        from ...partition.verify import infer_shapes
         shapes = {}
         for o in block_ops:
             shapes.update(infer_shapes(o))
@@ -1111,59 +1118,3 @@ def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | No
 # --------------------------------------------------------------------------
 # validation against the AttAcc simulator figures (reference/attacc.csv)
 # --------------------------------------------------------------------------
-def _attention_fn(q, K, V):
-    import jax
-    import jax.numpy as jnp
-    s = jnp.einsum("hd,hnd->hn", q, K) / jnp.sqrt(jnp.float32(q.shape[-1]))
-    return jnp.einsum("hn,hnd->hd", jax.nn.softmax(s, axis=-1), V)
-
-
-def reference_program(row: dict) -> tuple[Program, Backend]:
-    """The program and backend of one `attacc.csv` row, lowered with the
-    reference's own mapping (the attacc baseline draft), operands resident.
-
-    row: {"variant": "bank-pc" | ..., "kernel": "attention" | "gemv",
-          "shape": "h{heads}_d{dim}_L{length}" | "{M}x{N}",
-          "channels": int, "refresh": "yes" | "no", ...}.
-    The PIM figure to compare is `sim.cycles.cycles(program, backend).kernel_cycles`;
-    with refresh "no" the backend's refresh interval is set beyond any run.
-
-    >>> prog, be = reference_program({"variant": "bank-pc", "kernel": "gemv", "shape": "256x256",
-    ...                               "channels": 16, "refresh": "yes"})   # doctest: +SKIP
-    """
-    import re
-
-    import jax
-    import jax.numpy as jnp
-
-    from ..hw import get_backend
-    from ..partition.baselines import baseline
-    from ..trace import make_graph
-    from .patterns import match_attention
-
-    backend = get_backend("attacc", variant=str(row["variant"]), channels=int(row["channels"]))
-    if str(row.get("refresh", "yes")).lower() in ("no", "false", "0"):
-        backend = backend.replace(timing=backend.timing.replace(tREFI=1.0e9, tREF0=0.0))
-    kernel, shape = str(row["kernel"]), str(row["shape"])
-    f32 = jnp.float32
-    if kernel == "attention":
-        m = re.fullmatch(r"h(\d+)_d(\d+)_L(\d+)", shape)
-        if m is None:
-            raise ValueError(f"attention shape {shape!r} is not h{{heads}}_d{{dim}}_L{{length}}")
-        H, D, L = map(int, m.groups())
-        g = make_graph(_attention_fn, jax.ShapeDtypeStruct((H, D), f32), jax.ShapeDtypeStruct((H, L, D), f32),
-                       jax.ShapeDtypeStruct((H, L, D), f32))
-        block = [g.ops[i] for i in match_attention(g)[0]]
-        shapes = {i: v.shape for i, v in enumerate(g.values)}
-        draft = baseline(block[0], backend)
-        return lower_attention(block, draft, backend, shapes, resident=(1, 2)), backend
-    if kernel == "gemv":
-        m = re.fullmatch(r"(\d+)x(\d+)", shape)
-        if m is None:
-            raise ValueError(f"gemv shape {shape!r} is not MxN")
-        M, N = map(int, m.groups())
-        g = make_graph(lambda W, x: W @ x, jax.ShapeDtypeStruct((M, N), f32), jax.ShapeDtypeStruct((N,), f32))
-        op = g.ops[0]
-        shapes = {i: v.shape for i, v in enumerate(g.values)}
-        return lower_attacc(op, baseline(op, backend), backend, shapes, resident=(0,)), backend
-    raise ValueError(f"unknown attacc.csv kernel {kernel!r}")

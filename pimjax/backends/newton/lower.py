@@ -92,16 +92,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import PimCompileError
-from ..hw.core import Backend
-from ..partition.draft import Draft
-from ..partition.verify import matrix_and_vector
-from ..trace.affine import AffineExpr
-from ..trace.ir import Arg, PimOp, Prim
-from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
-from .program import (Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, bank_order, chunk,
+from ...errors import PimCompileError
+from ...hw.core import Backend
+from ...partition.draft import Draft
+from ...partition.verify import matrix_and_vector
+from ...trace.affine import AffineExpr
+from ...trace.ir import Arg, PimOp, Prim
+from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
+from ...lower.program import (Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, bank_order, chunk,
                       stack_streams, streamed)
-from .tiles import CoreTiles, core_tiles
+from ...lower.tiles import CoreTiles, core_tiles
 
 LANES = 16                 # bf16 multipliers per bank (PIMFlow §2.1 / Table 1)
 M_LAYOUT, V_LAYOUT, R_LAYOUT = 0, 1, 2
@@ -707,10 +707,10 @@ def lower_newton(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
                 dataflow=plan.dataflow, per_core=per_core,
                 result_shape=tuple(shapes[op.result.value]), result_dtype=opts["result_dtype"])
     staging = backend.system.host.staging_buffer_bytes > 0
-    return Program("newton", op, draft, (m_lay, v_lay, r_lay), records, (host,),
+    return Program(backend.name, op, draft, (m_lay, v_lay, r_lay), records, (host,),
                    Readback(R_LAYOUT, combiner="add", lane_partials=False, epilogue_on_host=True),
                    G, C, parallel_rearrangement=bool(opts["channel_parallel"] and staging),
-                   options=dict(opts), stats=stats, meta=meta)
+                   options=dict(opts), stats=stats, meta=meta, family=backend.family)
 
 
 def _plain_arg(e) -> bool:

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..lower.newton import LANES, readres_bursts
-from .dpu import _cdiv
+from .lower import LANES, readres_bursts
+from ..upmem.dpu import _cdiv
 
 COUNTS = ("passes", "loads", "gwrite_cols", "g_act", "comp", "comp_cols", "readres", "readres_bursts")
 

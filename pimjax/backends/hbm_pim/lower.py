@@ -33,17 +33,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import PimCompileError
-from ..hw.core import Backend
-from ..partition.draft import Draft
-from ..partition.verify import matrix_and_vector, register_split_error
-from ..trace.affine import AffineExpr
-from ..trace.ir import Acc, Arg, Const, PimOp, Prim
-from .layout import acc_space, global_index, lane_order, tile_layout, value_shapes
-from .native import class_totals, column_runs, gemv_sequence
-from .program import (RECORD_FIELDS, LazyArray, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records,
+from ...errors import PimCompileError
+from ...hw.core import Backend
+from ...partition.draft import Draft
+from ...partition.verify import matrix_and_vector, register_split_error
+from ...trace.affine import AffineExpr
+from ...trace.ir import Acc, Arg, Const, PimOp, Prim
+from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
+from ...lower.native import class_totals, column_runs, gemv_sequence
+from ...lower.program import (RECORD_FIELDS, LazyArray, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records,
                       SlotTable, TensorLayout, bank_order_key, chunk, concat, record_count, stack_streams, streamed)
-from .tiles import CoreTiles, core_tiles
+from ...lower.tiles import CoreTiles, core_tiles
 
 # rows of the mode / configuration frame (hbm-pim.md)
 PARK_ROW = 0x1000
@@ -291,10 +291,10 @@ def _program(ctx: _Ctx, layouts, streams, host_data, readback: Readback, meta: d
     stats = _stats(records, ctx)
     meta = dict(meta, result_shape=tuple(ctx.shapes[ctx.op.result.value]),
                 result_dtype=ctx.options.get("result_dtype", "float32"))
-    return Program("hbm-pim", ctx.op, ctx.draft, tuple(layouts), records, tuple(host_data), readback,
+    return Program(ctx.backend.name, ctx.op, ctx.draft, tuple(layouts), records, tuple(host_data), readback,
                    ctx.tiles.groups, ctx.tiles.cores,
                    parallel_rearrangement=bool(ctx.options["channel_parallel"] and staging),
-                   options=dict(ctx.options), stats=stats, meta=meta)
+                   options=dict(ctx.options), stats=stats, meta=meta, family=ctx.backend.family)
 
 
 def _stats(records: Records, ctx: "_Ctx") -> dict:
@@ -889,7 +889,7 @@ def _compile_elementwise(op: PimOp, scalar_ops: set[int]):
     """`_compile_body` of the op's body with its epilogue applied."""
     body = op.body
     if op.epilogue is not None:
-        from ..trace.ir import replace_acc
+        from ...trace.ir import replace_acc
         body = replace_acc(op.epilogue, body)
     return _compile_body(body, scalar_ops)
 

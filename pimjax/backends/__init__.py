@@ -1,0 +1,136 @@
+"""Backend families: one folder each, one registry.
+
+A `Backend` (`pimjax.hw`) describes hardware: counts, geometry, timing,
+energy.  Its `family` names the *implementation* that knows how to program
+that hardware: the lowering of drafts to command programs, the value
+interpreter of those programs, the baseline mapping speedups are measured
+against, the kernels its cost model is trained on, and (UPMEM) a time model
+of its own.  Each family lives in one folder:
+
+=============  ===========================================================
+folder         family
+=============  ===========================================================
+`hbm_pim/`     "hbm-pim": Samsung HBM-PIM, a SIMD unit per bank pair
+`attacc/`      "attacc": AttAcc's GEMV units and softmax unit (attention)
+`newton/`      "newton": SK hynix Newton / AiM and PIMFlow's Newton++
+`upmem/`       "upmem": UPMEM DPUs (their own instruction streams)
+=============  ===========================================================
+
+Generic code never tests a backend's name: it asks `family_of(backend)`
+for the family's `Family` record and calls what it holds.  A user-defined
+backend is a `Backend` whose `family` is one of these (e.g.
+`get_backend("hbm-pim").replace(name="lpddr5x-pim", ...)`): every stage then
+works on it, with the hardware constants read from the Backend.  A new
+family is a folder whose `__init__.py` builds a `Family` and calls
+`register` (or a user's module doing the same); `FAMILY_MODULES` lists the
+folders loaded on first use.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import PimCompileError
+
+
+@dataclass(frozen=True)
+class Family:
+    """What one backend family implements (see the module docstring).
+
+    name:     the family's name (`Backend.family`).
+    lower:    (op, draft, backend, shapes, **options) -> Program.
+    options:  the lowering options `lower` knows (a typo is an error).
+    execute:  (program, arrays, arithmetic) -> result array: the value
+              interpreter of the family's command records.
+    baseline: (op, backend) -> Draft | None: the default mapping speedups
+              are measured against.
+    kernels:  the kernel names (`costmodel.kernels`) its cost model covers.
+    integer:  its cores compute integers only (kernels trace int32 data).
+    cycles:   (program, backend, *, include_resident, refresh, engine) ->
+              CycleReport when the family has a time model of its own
+              (UPMEM's DPU pipeline), else None: the DRAM timing engines.
+    sweep:    (program, backends_stacked, **kw) -> CycleReport: the own time
+              model over stacked variants (None: the engines' `sweep`).
+    attention_blocks: graph -> {first op index: block op indices} of the
+              attention blocks the family fuses into one program (AttAcc's
+              softmax unit), or None.
+    lower_block: (ops, draft, backend, shapes, **options) -> Program for
+              such a block, or None.
+    block_operands: ops -> the fused block's PimOp (its operands are the
+              block's inputs), or None.
+    """
+    name: str
+    lower: Callable
+    options: frozenset
+    execute: Callable
+    baseline: Callable
+    kernels: tuple
+    integer: bool = False
+    cycles: Callable | None = None
+    sweep: Callable | None = None
+    attention_blocks: Callable | None = None
+    lower_block: Callable | None = None
+    block_operands: Callable | None = None
+    extras: dict = field(default_factory=dict, compare=False)
+
+
+FAMILIES: dict[str, Family] = {}
+# the folders registered on first use (a user's family registers itself)
+FAMILY_MODULES = ("hbm_pim", "attacc", "newton", "upmem")
+_loaded = False
+
+
+def register(family: Family) -> Family:
+    """Register (or replace) a family under `family.name`."""
+    if not isinstance(family, Family):
+        raise TypeError(f"register takes a Family, got {type(family).__name__}")
+    FAMILIES[family.name] = family
+    return family
+
+
+def _load() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for mod in FAMILY_MODULES:
+            importlib.import_module(f"{__name__}.{mod}")
+
+
+def families() -> list[str]:
+    """The registered family names."""
+    _load()
+    return sorted(FAMILIES)
+
+
+def family_of(backend: Any) -> Family:
+    """The `Family` implementing `backend` (a Backend, or a family name).
+
+    Raises PimCompileError naming the backend and the registered families
+    when none implements it (a Backend built by hand with a new `family`)."""
+    _load()
+    name = backend if isinstance(backend, str) else backend.family
+    fam = FAMILIES.get(name)
+    if fam is None:
+        who = name if isinstance(backend, str) else f"{backend.name!r} (family {name!r})"
+        raise PimCompileError(f"no backend family implements {who}; registered families: {sorted(FAMILIES)}. "
+                              "Build a backend on one of them, e.g. get_backend('hbm-pim').replace(name=...)")
+    return fam
+
+
+def baseline(op, backend):
+    """The backend's default mapping of `op` as a Draft, by its family (None
+    if it has none; a contraction of one tensor, `ones @ x`, has none: no
+    vector operand)."""
+    if op.kind == "contraction" and len(op.body_operands) < 2:
+        return None
+    return family_of(backend).baseline(op, backend)
+
+
+def has_family(backend: Any) -> bool:
+    """Whether a family implements `backend` (no error)."""
+    _load()
+    return (backend if isinstance(backend, str) else backend.family) in FAMILIES
+
+
+__all__ = ["Family", "FAMILIES", "FAMILY_MODULES", "register", "families", "family_of", "has_family", "baseline"]

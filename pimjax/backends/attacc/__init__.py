@@ -1,0 +1,25 @@
+"""AttAcc: GEMV units at the bank, bank-group or buffer level of HBM3 and a
+softmax unit per channel, for attention.
+
+    lower.py      Draft -> Program (GEMV records, the fused attention block)
+    execute.py    the value interpreter of its records
+    baseline.py   AttAcc's open-source mapping
+    reference.py  the AttAcc simulator's own programs (validation)
+"""
+from .. import Family, register
+from ...lower.patterns import match_attention
+from .baseline import attacc_baseline
+from .execute import execute_attacc
+from .lower import DEFAULT_OPTIONS, attention_op, lower_attacc, lower_attention
+
+
+def attention_blocks(graph) -> dict:
+    """{first op index: block op indices} of the attention blocks AttAcc
+    fuses into one program (score -> softmax -> context)."""
+    return {b[0]: b for b in match_attention(graph)}
+
+
+FAMILY = register(Family(
+    name="attacc", lower=lower_attacc, options=frozenset(DEFAULT_OPTIONS) | {"result_dtype"},
+    execute=execute_attacc, baseline=attacc_baseline, kernels=("gemv", "red", "mmtv", "attn"),
+    attention_blocks=attention_blocks, lower_block=lower_attention, block_operands=attention_op))
