@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import jax
+import jax.custom_batching
 import jax.numpy as jnp
 import numpy as np
 
@@ -113,9 +114,16 @@ def _positional(fn, args: tuple, kwargs: dict) -> tuple:
     if not kwargs:
         return args
     try:
-        bound = inspect.signature(fn).bind(*args, **kwargs)
+        sig = inspect.signature(fn)
     except ValueError as err:
         raise TypeError(f"keyword arguments need a function with a signature: {err}") from None
+    params = sig.parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        stray = [k for k in kwargs if k not in params or params[k].kind is inspect.Parameter.POSITIONAL_ONLY]
+        if stray:       # before `bind`, which would name a missing positional instead
+            raise TypeError(f"pim_jit({getattr(fn, '__name__', 'fn')}) got unexpected keyword argument(s) "
+                            f"{', '.join(map(repr, stray))}; its parameters are {', '.join(params)}")
+    bound = sig.bind(*args, **kwargs)
     if bound.kwargs:
         raise TypeError(f"argument(s) {', '.join(sorted(bound.kwargs))} cannot be passed by position "
                         "(keyword-only, or after a skipped default); pim_jit's inputs are positional — "
@@ -187,6 +195,7 @@ class PimFunction:
             tuner = Tuner(mode=tuner or "predict", cache=cache)
         self.tuner = tuner
         self._compiled: dict = {}
+        self._batched: dict = {}        # {vmap pattern: pim_jit of jax.vmap(fn)} (`vmapped`)
         enable_xla_cache()
         try:
             self.__name__ = fn.__name__
@@ -207,13 +216,48 @@ class PimFunction:
         """Shortcut for `trace(*args).lower()`, as in JAX."""
         return self.trace(*args, **kwargs).lower()
 
+    def vmapped(self, in_batched) -> "PimFunction":
+        """The pim_jit of `jax.vmap(fn)` with `in_batched` (a pytree of bools
+        like the positional arguments) mapped over their leading axis, same
+        backend, tuner, placement and resident names; what a call under
+        `jax.vmap` runs (cached per pattern)."""
+        in_batched = tuple(in_batched)
+        cache = self._batched
+        key = jax.tree_util.tree_flatten(in_batched)
+        key = (key[1], tuple(key[0]))
+        f = cache.get(key)
+        if f is None:
+            axes = jax.tree_util.tree_map(lambda b: 0 if b else None, in_batched)
+            f = cache[key] = PimFunction(jax.vmap(self.fn, in_axes=axes), self.backend, self.resident,
+                                         self.tuner, placement=self.placement)
+        return f
+
     def __call__(self, *args, **kwargs):
         args = _positional(self.fn, args, kwargs)
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        _check_array_leaves(self, args)
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            return _transformed_call(self, leaves, tree)     # under jit / vmap / grad
+        return self._compile_for(args)(*args)
+
+    def _compile_for(self, args) -> "Compiled":
+        """The Compiled for these arguments (arrays or ShapeDtypeStructs),
+        compiled on the first call with their signature."""
         sig = self._signature(args)
         compiled = self._compiled.get(sig)
         if compiled is None:
             compiled = self._compiled[sig] = self.lower(*args).compile()
-        return compiled(*args)
+        return compiled
+
+    def compiles(self) -> list:
+        """Every `Compiled` this function made so far, one per argument
+        signature, those of its `jax.vmap`-ped versions included (a call
+        under `jax.vmap` compiles `jax.vmap(fn)` for the batched shapes):
+        the reports of what calls inside transforms ran."""
+        out = list(self._compiled.values())
+        for f in self._batched.values():
+            out += f.compiles()
+        return out
 
 
 PLACEMENTS = ("auto", "prefer_pim", "pim")
@@ -492,7 +536,11 @@ class Compiled:
         return leaves
 
     def __call__(self, *args, **kwargs):
-        leaves = self._check(_positional(self.lowered.traced.owner.fn, args, kwargs))
+        owner = self.lowered.traced.owner
+        args = _positional(owner.fn, args, kwargs)
+        leaves = self._check(args)
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):     # under jit / vmap / grad
+            return _transformed_call(owner, leaves, jax.tree_util.tree_structure(args), self)
         graph = self.graph
         # numpy arguments stay numpy until a host op needs them: the PIM
         # executors read operands on the host side (a gather into bank
@@ -541,6 +589,142 @@ class Compiled:
         """The lowered programs (`Lowered.as_text()`) and the simulated report."""
         return self.lowered.as_text() + "\n\n" + self.report().as_text()
 
+
+# --- transforms: pim_jit inside jax.jit / jax.vmap / jax.grad -----------------------------
+
+def _check_array_leaves(owner: PimFunction, args: tuple):
+    """A TypeError naming pim_jit and the argument for a leaf that is not an
+    array (a string, an object): pim_jit traces every leaf as an array."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(args)[0]:
+        if isinstance(leaf, (jax.Array, np.ndarray, np.generic, bool, int, float, complex,
+                             jax.core.Tracer, jax.ShapeDtypeStruct)):
+            continue
+        if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+            continue
+        where = "args" + jax.tree_util.keystr(path)
+        raise TypeError(f"pim_jit({getattr(owner.fn, '__name__', 'fn')}): argument {where} is a "
+                        f"{type(leaf).__name__}, not an array; pim_jit traces every argument leaf as an "
+                        "array (close over static values instead)")
+
+
+def _abstract(leaf) -> jax.ShapeDtypeStruct:
+    """An argument leaf (tracer, array, Python scalar) as the ShapeDtypeStruct
+    jax would trace it with (canonical dtype, weak type kept)."""
+    if isinstance(leaf, jax.core.Tracer):
+        aval = leaf.aval
+        return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+    shape, dtype, weak = _leaf_signature(leaf)
+    return jax.ShapeDtypeStruct(shape, jax.dtypes.canonicalize_dtype(dtype), weak_type=weak)
+
+
+def _result_avals(compiled: "Compiled"):
+    """The outputs of a Compiled as ShapeDtypeStructs, in its output pytree."""
+    g = compiled.graph
+    outs = [jax.ShapeDtypeStruct(tuple(g.values[v].shape), jnp.dtype(g.values[v].dtype)) for v in g.outputs]
+    if g.out_tree is None:
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    return jax.tree_util.tree_unflatten(g.out_tree, outs)
+
+
+_JVP_ERROR = "can't apply forward-mode autodiff (jvp) to a custom_vjp function"
+
+
+def _forward_mode(leaves) -> bool:
+    """Whether a forward-mode autodiff trace (jax.jvp, jax.jacfwd, the outer
+    half of jax.hessian) is among the traces of the argument leaves.  Reverse
+    mode (jax.grad, jax.vjp, jax.linearize) traces with a LinearizeTrace."""
+    try:
+        from jax._src.interpreters.ad import JVPTrace
+    except ImportError:                 # another jax: reverse mode only (`_transformed_call` says so)
+        return False
+    for x in leaves:
+        t = getattr(x, "_trace", None)
+        while t is not None:
+            if isinstance(t, JVPTrace):
+                return True
+            t = getattr(t, "parent_trace", None)
+    return False
+
+
+def _transformed_call(owner: PimFunction, leaves: list, tree, compiled: "Compiled | None" = None):
+    """A call whose arguments hold tracers: compile for their shapes (unless
+    `compiled` is given) and run the compiled PIM programs through
+    `_composable` (see the module docstring)."""
+    if compiled is None:
+        avals = [_abstract(x) for x in leaves]
+        compiled = owner._compile_for(jax.tree_util.tree_unflatten(tree, avals))
+    forward = _forward_mode(leaves)
+    runners = compiled.__dict__.setdefault("_composed", {})     # {forward mode: runner}
+    run = runners.get(forward)
+    if run is None:
+        run = runners[forward] = _composable(owner, tree, compiled, forward)
+    try:
+        return run(*leaves)
+    except TypeError as err:
+        if _JVP_ERROR not in str(err):
+            raise
+        name = getattr(owner.fn, "__name__", "fn")
+        raise TypeError(f"pim_jit({name}) cannot run under forward-mode autodiff (jax.jvp, jax.jacfwd) "
+                        "here: its PIM forward is a jax.custom_vjp whose backward is jax.vjp of "
+                        f"{name} run with jax. Use reverse mode (jax.grad, jax.vjp, jax.jacrev), or apply "
+                        f"the forward-mode transform to {name} itself") from None
+
+
+def _composable(owner: PimFunction, tree, compiled: "Compiled", forward: bool = False):
+    """The compiled function as a jax-composable callable of the flat
+    argument leaves:
+
+    * values: `jax.pure_callback` runs `compiled` (the PIM programs) on the
+      host, results shaped by the graph's outputs;
+    * `jax.vmap`: a `custom_vmap` rule calls `owner.vmapped(...)`, the
+      pim_jit of `jax.vmap(fn)`: the batch is part of the traced shapes;
+    * autodiff: the forward as above; derivatives by the user's function run
+      with jax (the jnp reference): a `custom_vjp` whose backward is
+      `jax.vjp(fn)` (reverse mode), or with `forward` (a jvp trace among the
+      arguments') a `custom_jvp` whose tangents are `jax.jvp(fn)`."""
+    out_avals = _result_avals(compiled)
+
+    def callback(*xs):
+        return compiled(*jax.tree_util.tree_unflatten(tree, xs))
+
+    @jax.custom_batching.custom_vmap
+    def run(*xs):
+        return jax.pure_callback(callback, out_avals, *xs)
+
+    @run.def_vmap
+    def run_batched(axis_size, in_batched, *xs):
+        batched = owner.vmapped(jax.tree_util.tree_unflatten(tree, list(in_batched)))
+        out = batched(*jax.tree_util.tree_unflatten(tree, xs))
+        return out, jax.tree_util.tree_map(lambda _: True, out)
+
+    def reference(*xs):
+        return owner.fn(*jax.tree_util.tree_unflatten(tree, xs))
+
+    if forward:
+        @jax.custom_jvp
+        def call_jvp(*xs):
+            return run(*xs)
+
+        @call_jvp.defjvp
+        def jvp(primals, tangents):
+            # the primal through pim_jit again: under a further forward-mode
+            # trace (jax.hessian's outer jacfwd) it is one more custom_jvp call
+            primal = owner(*jax.tree_util.tree_unflatten(tree, primals))
+            return primal, jax.jvp(reference, primals, tangents)[1]
+        return call_jvp
+
+    @jax.custom_vjp
+    def call(*xs):
+        return run(*xs)
+
+    def fwd(*xs):
+        return run(*xs), xs
+
+    def bwd(xs, ct):
+        return jax.vjp(reference, *xs)[1](ct)
+
+    call.defvjp(fwd, bwd)
+    return call
 
 def _leaf_signature(x) -> tuple:
     """(shape, dtype, weak) of an argument leaf: what its trace depends on.
