@@ -196,6 +196,7 @@ class PimFunction:
         self.tuner = tuner
         self._compiled: dict = {}
         self._batched: dict = {}        # {vmap pattern: pim_jit of jax.vmap(fn)} (`vmapped`)
+        self._composed: dict = {}       # jax-composable runners per signature (`_transformed_call`)
         enable_xla_cache()
         try:
             self.__name__ = fn.__name__
@@ -246,7 +247,10 @@ class PimFunction:
         sig = self._signature(args)
         compiled = self._compiled.get(sig)
         if compiled is None:
-            compiled = self._compiled[sig] = self.lower(*args).compile()
+            # eagerly even when called inside a transform's trace (jax.jit stages
+            # every jnp op it sees, and the tuner's arithmetic needs values)
+            with jax.ensure_compile_time_eval():
+                compiled = self._compiled[sig] = self.lower(*args).compile()
         return compiled
 
     def compiles(self) -> list:
@@ -629,35 +633,43 @@ def _result_avals(compiled: "Compiled"):
 _JVP_ERROR = "can't apply forward-mode autodiff (jvp) to a custom_vjp function"
 
 
-def _forward_mode(leaves) -> bool:
-    """Whether a forward-mode autodiff trace (jax.jvp, jax.jacfwd, the outer
-    half of jax.hessian) is among the traces of the argument leaves.  Reverse
-    mode (jax.grad, jax.vjp, jax.linearize) traces with a LinearizeTrace."""
-    try:
-        from jax._src.interpreters.ad import JVPTrace
-    except ImportError:                 # another jax: reverse mode only (`_transformed_call` says so)
-        return False
+def _traces(leaves) -> set:
+    """Names of the trace classes among the argument leaves' tracers and
+    their parents (JVPTrace: forward-mode autodiff; LinearizeTrace: reverse
+    mode; BatchTrace: vmap; DynamicJaxprTrace: jit)."""
+    out = set()
     for x in leaves:
         t = getattr(x, "_trace", None)
         while t is not None:
-            if isinstance(t, JVPTrace):
-                return True
+            out.add(type(t).__name__)
             t = getattr(t, "parent_trace", None)
-    return False
+    return out
 
 
 def _transformed_call(owner: PimFunction, leaves: list, tree, compiled: "Compiled | None" = None):
     """A call whose arguments hold tracers: compile for their shapes (unless
     `compiled` is given) and run the compiled PIM programs through
-    `_composable` (see the module docstring)."""
-    if compiled is None:
-        avals = [_abstract(x) for x in leaves]
-        compiled = owner._compile_for(jax.tree_util.tree_unflatten(tree, avals))
-    forward = _forward_mode(leaves)
-    runners = compiled.__dict__.setdefault("_composed", {})     # {forward mode: runner}
-    run = runners.get(forward)
+    `_composable` (see the module docstring).  Under jax.vmap the compile
+    for the per-example shapes waits until a program of those shapes runs
+    (usually never: the vmap rule compiles for the batched shapes)."""
+    traces = _traces(leaves)
+    forward = "JVPTrace" in traces                 # a forward-mode trace: jax.jvp, jax.jacfwd, jax.hessian
+    if compiled is not None:
+        runners = compiled.__dict__.setdefault("_composed", {})     # {forward mode: runner}
+        key, get = forward, (lambda: compiled)
+    else:
+        avals = jax.tree_util.tree_unflatten(tree, [_abstract(x) for x in leaves])
+        runners = owner._composed
+        key = (tree, tuple(_leaf_signature(a) for a in jax.tree_util.tree_leaves(avals)), forward)
+        get = lambda: owner._compile_for(avals)   # noqa: E731
+        if "BatchTrace" not in traces:
+            compiled = get()                       # compile now: errors at the call, not in a callback
+    run = runners.get(key)
     if run is None:
-        run = runners[forward] = _composable(owner, tree, compiled, forward)
+        # result shapes: the graph's outputs, or jax.eval_shape while not compiled
+        outs = (_result_avals(compiled) if compiled is not None else
+                jax.eval_shape(owner.fn, *jax.tree_util.tree_unflatten(tree, [_abstract(x) for x in leaves])))
+        run = runners[key] = _composable(owner, tree, get, outs, forward)
     try:
         return run(*leaves)
     except TypeError as err:
@@ -670,22 +682,23 @@ def _transformed_call(owner: PimFunction, leaves: list, tree, compiled: "Compile
                         f"the forward-mode transform to {name} itself") from None
 
 
-def _composable(owner: PimFunction, tree, compiled: "Compiled", forward: bool = False):
+def _composable(owner: PimFunction, tree, get_compiled: Callable, out_avals, forward: bool = False):
     """The compiled function as a jax-composable callable of the flat
     argument leaves:
 
-    * values: `jax.pure_callback` runs `compiled` (the PIM programs) on the
-      host, results shaped by the graph's outputs;
+    * values: `jax.pure_callback` runs `get_compiled()` (the PIM programs)
+      on the host, results shaped by `out_avals`;
     * `jax.vmap`: a `custom_vmap` rule calls `owner.vmapped(...)`, the
       pim_jit of `jax.vmap(fn)`: the batch is part of the traced shapes;
     * autodiff: the forward as above; derivatives by the user's function run
       with jax (the jnp reference): a `custom_vjp` whose backward is
       `jax.vjp(fn)` (reverse mode), or with `forward` (a jvp trace among the
       arguments') a `custom_jvp` whose tangents are `jax.jvp(fn)`."""
-    out_avals = _result_avals(compiled)
+    def reference(*xs):
+        return owner.fn(*jax.tree_util.tree_unflatten(tree, xs))
 
     def callback(*xs):
-        return compiled(*jax.tree_util.tree_unflatten(tree, xs))
+        return get_compiled()(*jax.tree_util.tree_unflatten(tree, xs))
 
     @jax.custom_batching.custom_vmap
     def run(*xs):
@@ -696,9 +709,6 @@ def _composable(owner: PimFunction, tree, compiled: "Compiled", forward: bool = 
         batched = owner.vmapped(jax.tree_util.tree_unflatten(tree, list(in_batched)))
         out = batched(*jax.tree_util.tree_unflatten(tree, xs))
         return out, jax.tree_util.tree_map(lambda _: True, out)
-
-    def reference(*xs):
-        return owner.fn(*jax.tree_util.tree_unflatten(tree, xs))
 
     if forward:
         @jax.custom_jvp
@@ -725,6 +735,7 @@ def _composable(owner: PimFunction, tree, compiled: "Compiled", forward: bool = 
 
     call.defvjp(fwd, bwd)
     return call
+
 
 def _leaf_signature(x) -> tuple:
     """(shape, dtype, weak) of an argument leaf: what its trace depends on.
