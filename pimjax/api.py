@@ -30,7 +30,25 @@ on UPMEM's host 1 B.
 steady-state time.  Calling a `Compiled` with other shapes, dtypes or
 argument structure raises a per-argument `TypeError`; calling the
 `PimFunction` compiles for new shapes (cached by shape, dtype and weak
-type, as jax does).  Keyword arguments are bound to their positions.
+type, as jax does).  Keyword arguments are bound to their positions; an
+unknown keyword or an argument leaf that is not an array is a TypeError
+naming pim_jit and the argument.
+
+Transforms: a `PimFunction` (or a `Compiled`) called with tracers composes
+with jax.  Inside `jax.jit` it compiles for the tracers' shapes and dtypes
+and runs the PIM programs through `jax.pure_callback` when the jitted
+function executes: the values of an eager call.  Under `jax.vmap` the batch
+becomes part of the traced shapes: a `custom_vmap` rule compiles
+`jax.vmap(fn)` for the batched arguments (a GEMV mapped over its vector is
+one GEMM program; `f.vmapped(in_batched)` is that pim_jit, `f.compiles()`
+lists its compiles and reports); nested vmaps fold every batch axis in.
+Under `jax.grad` / `jax.vjp` / `jax.jacrev` the forward runs on PIM and the
+backward is `jax.vjp` of the plain function run with jax (a `custom_vjp`):
+gradients are those of the jnp reference at the inputs, not of the PIM
+arithmetic.  Forward mode (`jax.jvp`, `jax.jacfwd`, `jax.hessian`) takes the
+primal from PIM and tangents from `jax.jvp` of the plain function (a
+`custom_jvp`).  `jax.linearize` is not supported: its linear function raises
+jax's "can't apply forward-mode autodiff (jvp) to a custom_vjp function".
 """
 from __future__ import annotations
 
@@ -280,6 +298,10 @@ def pim_jit(fn: Callable | None = None, *, backend: str | Backend = "hbm-pim", r
     beats the host roofline), "prefer_pim" (every op the backend supports on
     PIM), "pim" (like prefer_pim, and an op the backend cannot run raises
     PimCompileError naming its primitive and source line).
+
+    The result composes with jax.jit, jax.vmap (the batch folded into the
+    compiled shapes) and jax.grad (forward on PIM, backward by jax.vjp of
+    `fn`); see the module docstring.
 
     Example:
         >>> f = pim_jit(lambda W, x: jax.nn.relu(W @ x), backend="hbm-pim")   # doctest: +SKIP
