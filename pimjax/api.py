@@ -30,7 +30,25 @@ on UPMEM's host 1 B.
 steady-state time.  Calling a `Compiled` with other shapes, dtypes or
 argument structure raises a per-argument `TypeError`; calling the
 `PimFunction` compiles for new shapes (cached by shape, dtype and weak
-type, as jax does).  Keyword arguments are bound to their positions.
+type, as jax does).  Keyword arguments are bound to their positions; an
+unknown keyword or an argument leaf that is not an array is a TypeError
+naming pim_jit and the argument.
+
+Transforms: a `PimFunction` (or a `Compiled`) called with tracers composes
+with jax.  Inside `jax.jit` it compiles for the tracers' shapes and dtypes
+and runs the PIM programs through `jax.pure_callback` when the jitted
+function executes: the values of an eager call.  Under `jax.vmap` the batch
+becomes part of the traced shapes: a `custom_vmap` rule compiles
+`jax.vmap(fn)` for the batched arguments (a GEMV mapped over its vector is
+one GEMM program; `f.vmapped(in_batched)` is that pim_jit, `f.compiles()`
+lists its compiles and reports); nested vmaps fold every batch axis in.
+Under `jax.grad` / `jax.vjp` / `jax.jacrev` the forward runs on PIM and the
+backward is `jax.vjp` of the plain function run with jax (a `custom_vjp`):
+gradients are those of the jnp reference at the inputs, not of the PIM
+arithmetic.  Forward mode (`jax.jvp`, `jax.jacfwd`, `jax.hessian`) takes the
+primal from PIM and tangents from `jax.jvp` of the plain function (a
+`custom_jvp`).  `jax.linearize` is not supported: its linear function raises
+jax's "can't apply forward-mode autodiff (jvp) to a custom_vjp function".
 """
 from __future__ import annotations
 
@@ -40,6 +58,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import jax
+import jax.custom_batching
 import jax.numpy as jnp
 import numpy as np
 
@@ -113,9 +132,16 @@ def _positional(fn, args: tuple, kwargs: dict) -> tuple:
     if not kwargs:
         return args
     try:
-        bound = inspect.signature(fn).bind(*args, **kwargs)
+        sig = inspect.signature(fn)
     except ValueError as err:
         raise TypeError(f"keyword arguments need a function with a signature: {err}") from None
+    params = sig.parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        stray = [k for k in kwargs if k not in params or params[k].kind is inspect.Parameter.POSITIONAL_ONLY]
+        if stray:       # before `bind`, which would name a missing positional instead
+            raise TypeError(f"pim_jit({getattr(fn, '__name__', 'fn')}) got unexpected keyword argument(s) "
+                            f"{', '.join(map(repr, stray))}; its parameters are {', '.join(params)}")
+    bound = sig.bind(*args, **kwargs)
     if bound.kwargs:
         raise TypeError(f"argument(s) {', '.join(sorted(bound.kwargs))} cannot be passed by position "
                         "(keyword-only, or after a skipped default); pim_jit's inputs are positional — "
@@ -187,6 +213,8 @@ class PimFunction:
             tuner = Tuner(mode=tuner or "predict", cache=cache)
         self.tuner = tuner
         self._compiled: dict = {}
+        self._batched: dict = {}        # {vmap pattern: pim_jit of jax.vmap(fn)} (`vmapped`)
+        self._composed: dict = {}       # jax-composable runners per signature (`_transformed_call`)
         enable_xla_cache()
         try:
             self.__name__ = fn.__name__
@@ -207,13 +235,51 @@ class PimFunction:
         """Shortcut for `trace(*args).lower()`, as in JAX."""
         return self.trace(*args, **kwargs).lower()
 
+    def vmapped(self, in_batched) -> "PimFunction":
+        """The pim_jit of `jax.vmap(fn)` with `in_batched` (a pytree of bools
+        like the positional arguments) mapped over their leading axis, same
+        backend, tuner, placement and resident names; what a call under
+        `jax.vmap` runs (cached per pattern)."""
+        in_batched = tuple(in_batched)
+        cache = self._batched
+        key = jax.tree_util.tree_flatten(in_batched)
+        key = (key[1], tuple(key[0]))
+        f = cache.get(key)
+        if f is None:
+            axes = jax.tree_util.tree_map(lambda b: 0 if b else None, in_batched)
+            f = cache[key] = PimFunction(jax.vmap(self.fn, in_axes=axes), self.backend, self.resident,
+                                         self.tuner, placement=self.placement)
+        return f
+
     def __call__(self, *args, **kwargs):
         args = _positional(self.fn, args, kwargs)
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        _check_array_leaves(self, args)
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            return _transformed_call(self, leaves, tree)     # under jit / vmap / grad
+        return self._compile_for(args)(*args)
+
+    def _compile_for(self, args) -> "Compiled":
+        """The Compiled for these arguments (arrays or ShapeDtypeStructs),
+        compiled on the first call with their signature."""
         sig = self._signature(args)
         compiled = self._compiled.get(sig)
         if compiled is None:
-            compiled = self._compiled[sig] = self.lower(*args).compile()
-        return compiled(*args)
+            # eagerly even when called inside a transform's trace (jax.jit stages
+            # every jnp op it sees, and the tuner's arithmetic needs values)
+            with jax.ensure_compile_time_eval():
+                compiled = self._compiled[sig] = self.lower(*args).compile()
+        return compiled
+
+    def compiles(self) -> list:
+        """Every `Compiled` this function made so far, one per argument
+        signature, those of its `jax.vmap`-ped versions included (a call
+        under `jax.vmap` compiles `jax.vmap(fn)` for the batched shapes):
+        the reports of what calls inside transforms ran."""
+        out = list(self._compiled.values())
+        for f in self._batched.values():
+            out += f.compiles()
+        return out
 
 
 PLACEMENTS = ("auto", "prefer_pim", "pim")
@@ -232,6 +298,10 @@ def pim_jit(fn: Callable | None = None, *, backend: str | Backend = "hbm-pim", r
     beats the host roofline), "prefer_pim" (every op the backend supports on
     PIM), "pim" (like prefer_pim, and an op the backend cannot run raises
     PimCompileError naming its primitive and source line).
+
+    The result composes with jax.jit, jax.vmap (the batch folded into the
+    compiled shapes) and jax.grad (forward on PIM, backward by jax.vjp of
+    `fn`); see the module docstring.
 
     Example:
         >>> f = pim_jit(lambda W, x: jax.nn.relu(W @ x), backend="hbm-pim")   # doctest: +SKIP
@@ -489,7 +559,11 @@ class Compiled:
         return leaves
 
     def __call__(self, *args, **kwargs):
-        leaves = self._check(_positional(self.lowered.traced.owner.fn, args, kwargs))
+        owner = self.lowered.traced.owner
+        args = _positional(owner.fn, args, kwargs)
+        leaves = self._check(args)
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):     # under jit / vmap / grad
+            return _transformed_call(owner, leaves, jax.tree_util.tree_structure(args), self)
         graph = self.graph
         # numpy arguments stay numpy until a host op needs them: the PIM
         # executors read operands on the host side (a gather into bank
@@ -537,6 +611,149 @@ class Compiled:
     def as_text(self) -> str:
         """The lowered programs (`Lowered.as_text()`) and the simulated report."""
         return self.lowered.as_text() + "\n\n" + self.report().as_text()
+
+
+# --- transforms: pim_jit inside jax.jit / jax.vmap / jax.grad -----------------------------
+
+def _check_array_leaves(owner: PimFunction, args: tuple):
+    """A TypeError naming pim_jit and the argument for a leaf that is not an
+    array (a string, an object): pim_jit traces every leaf as an array."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(args)[0]:
+        if isinstance(leaf, (jax.Array, np.ndarray, np.generic, bool, int, float, complex,
+                             jax.core.Tracer, jax.ShapeDtypeStruct)):
+            continue
+        if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+            continue
+        where = "args" + jax.tree_util.keystr(path)
+        raise TypeError(f"pim_jit({getattr(owner.fn, '__name__', 'fn')}): argument {where} is a "
+                        f"{type(leaf).__name__}, not an array; pim_jit traces every argument leaf as an "
+                        "array (close over static values instead)")
+
+
+def _abstract(leaf) -> jax.ShapeDtypeStruct:
+    """An argument leaf (tracer, array, Python scalar) as the ShapeDtypeStruct
+    jax would trace it with (canonical dtype, weak type kept)."""
+    if isinstance(leaf, jax.core.Tracer):
+        aval = leaf.aval
+        return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+    shape, dtype, weak = _leaf_signature(leaf)
+    return jax.ShapeDtypeStruct(shape, jax.dtypes.canonicalize_dtype(dtype), weak_type=weak)
+
+
+def _result_avals(compiled: "Compiled"):
+    """The outputs of a Compiled as ShapeDtypeStructs, in its output pytree."""
+    g = compiled.graph
+    outs = [jax.ShapeDtypeStruct(tuple(g.values[v].shape), jnp.dtype(g.values[v].dtype)) for v in g.outputs]
+    if g.out_tree is None:
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    return jax.tree_util.tree_unflatten(g.out_tree, outs)
+
+
+_JVP_ERROR = "can't apply forward-mode autodiff (jvp) to a custom_vjp function"
+
+
+def _traces(leaves) -> set:
+    """Names of the trace classes among the argument leaves' tracers and
+    their parents (JVPTrace: forward-mode autodiff; LinearizeTrace: reverse
+    mode; BatchTrace: vmap; DynamicJaxprTrace: jit)."""
+    out = set()
+    for x in leaves:
+        t = getattr(x, "_trace", None)
+        while t is not None:
+            out.add(type(t).__name__)
+            t = getattr(t, "parent_trace", None)
+    return out
+
+
+def _transformed_call(owner: PimFunction, leaves: list, tree, compiled: "Compiled | None" = None):
+    """A call whose arguments hold tracers: compile for their shapes (unless
+    `compiled` is given) and run the compiled PIM programs through
+    `_composable` (see the module docstring).  Under jax.vmap the compile
+    for the per-example shapes waits until a program of those shapes runs
+    (usually never: the vmap rule compiles for the batched shapes)."""
+    traces = _traces(leaves)
+    forward = "JVPTrace" in traces                 # a forward-mode trace: jax.jvp, jax.jacfwd, jax.hessian
+    if compiled is not None:
+        runners = compiled.__dict__.setdefault("_composed", {})     # {forward mode: runner}
+        key, get = forward, (lambda: compiled)
+    else:
+        avals = jax.tree_util.tree_unflatten(tree, [_abstract(x) for x in leaves])
+        runners = owner._composed
+        key = (tree, tuple(_leaf_signature(a) for a in jax.tree_util.tree_leaves(avals)), forward)
+        get = lambda: owner._compile_for(avals)   # noqa: E731
+        if "BatchTrace" not in traces:
+            compiled = get()                       # compile now: errors at the call, not in a callback
+    run = runners.get(key)
+    if run is None:
+        # result shapes: the graph's outputs, or jax.eval_shape while not compiled
+        outs = (_result_avals(compiled) if compiled is not None else
+                jax.eval_shape(owner.fn, *jax.tree_util.tree_unflatten(tree, [_abstract(x) for x in leaves])))
+        run = runners[key] = _composable(owner, tree, get, outs, forward)
+    try:
+        return run(*leaves)
+    except TypeError as err:
+        if _JVP_ERROR not in str(err):
+            raise
+        name = getattr(owner.fn, "__name__", "fn")
+        raise TypeError(f"pim_jit({name}) cannot run under forward-mode autodiff (jax.jvp, jax.jacfwd) "
+                        "here: its PIM forward is a jax.custom_vjp whose backward is jax.vjp of "
+                        f"{name} run with jax. Use reverse mode (jax.grad, jax.vjp, jax.jacrev), or apply "
+                        f"the forward-mode transform to {name} itself") from None
+
+
+def _composable(owner: PimFunction, tree, get_compiled: Callable, out_avals, forward: bool = False):
+    """The compiled function as a jax-composable callable of the flat
+    argument leaves:
+
+    * values: `jax.pure_callback` runs `get_compiled()` (the PIM programs)
+      on the host, results shaped by `out_avals`;
+    * `jax.vmap`: a `custom_vmap` rule calls `owner.vmapped(...)`, the
+      pim_jit of `jax.vmap(fn)`: the batch is part of the traced shapes;
+    * autodiff: the forward as above; derivatives by the user's function run
+      with jax (the jnp reference): a `custom_vjp` whose backward is
+      `jax.vjp(fn)` (reverse mode), or with `forward` (a jvp trace among the
+      arguments') a `custom_jvp` whose tangents are `jax.jvp(fn)`."""
+    def reference(*xs):
+        return owner.fn(*jax.tree_util.tree_unflatten(tree, xs))
+
+    def callback(*xs):
+        return get_compiled()(*jax.tree_util.tree_unflatten(tree, xs))
+
+    @jax.custom_batching.custom_vmap
+    def run(*xs):
+        return jax.pure_callback(callback, out_avals, *xs)
+
+    @run.def_vmap
+    def run_batched(axis_size, in_batched, *xs):
+        batched = owner.vmapped(jax.tree_util.tree_unflatten(tree, list(in_batched)))
+        out = batched(*jax.tree_util.tree_unflatten(tree, xs))
+        return out, jax.tree_util.tree_map(lambda _: True, out)
+
+    if forward:
+        @jax.custom_jvp
+        def call_jvp(*xs):
+            return run(*xs)
+
+        @call_jvp.defjvp
+        def jvp(primals, tangents):
+            # the primal through pim_jit again: under a further forward-mode
+            # trace (jax.hessian's outer jacfwd) it is one more custom_jvp call
+            primal = owner(*jax.tree_util.tree_unflatten(tree, primals))
+            return primal, jax.jvp(reference, primals, tangents)[1]
+        return call_jvp
+
+    @jax.custom_vjp
+    def call(*xs):
+        return run(*xs)
+
+    def fwd(*xs):
+        return run(*xs), xs
+
+    def bwd(xs, ct):
+        return jax.vjp(reference, *xs)[1](ct)
+
+    call.defvjp(fwd, bwd)
+    return call
 
 
 def _leaf_signature(x) -> tuple:
