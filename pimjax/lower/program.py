@@ -22,6 +22,8 @@ their time; neither knows how the program was produced.
 """
 from __future__ import annotations
 
+import weakref
+
 import enum
 from dataclasses import dataclass, field
 from typing import Any
@@ -468,3 +470,19 @@ class Program:
     def as_text(self, max_lines: int = 60) -> str:
         from .text import program_text
         return program_text(self, max_lines)
+
+
+# interpreters' per-program caches, kept beside the (frozen) Program rather than in it: keyed by
+# the program's identity and dropped when the program is collected
+_SIDE: dict[int, dict] = {}
+
+
+def side_cache(program: Program) -> dict:
+    """A dict an interpreter may fill with tables derived from `program`
+    (which it must not mutate): the same dict for the program's lifetime."""
+    key = id(program)
+    cache = _SIDE.get(key)
+    if cache is None:
+        cache = _SIDE[key] = {}
+        weakref.finalize(program, _SIDE.pop, key, None)
+    return cache

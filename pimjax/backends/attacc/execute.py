@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .lower import HOST_ONE, LANES, TREE, Geometry
-from ...lower.program import Op, Program
+from ...lower.program import Op, Program, side_cache
 from ...lower.merge import expand_runs, finish
 from ...sim.padding import fine, pow2
 
@@ -57,8 +57,8 @@ def _bucket(n: int, lo: int = 8) -> int:
 
 
 def _prepare(program: Program) -> dict:
-    """Numpy tables of one program (cached in program.meta)."""
-    cached = program.meta.get("_exec")
+    """Numpy tables of one program (cached beside it, `side_cache`)."""
+    cached = side_cache(program).get("exec")
     if cached is not None:
         return cached
     meta = program.meta
@@ -145,7 +145,7 @@ def _prepare(program: Program) -> dict:
                 masks=masks, scales=np.array([s for _, s in sfm], np.float32), rb=meta["readback_map"],
                 G=G, C=C, S=S, E=int(meta["gb_entries"]), size=int(np.prod(program.layouts[
                     program.readback.layout].shape, dtype=np.int64)), offs=offs)
-    program.meta["_exec"] = prep
+    side_cache(program)["exec"] = prep
     return prep
 
 
@@ -557,10 +557,10 @@ def execute_batch(programs: list[Program], *arrays, arithmetic="backend", dims: 
     chunk_size = CHUNK if P >= CHUNK else 1 << (P - 1).bit_length()
     pad = -P % chunk_size
     # one program's padded device tables do not depend on the values: kept in
-    # its meta (as `_prepare`'s tables are), a repeated call (pim_jit's) skips
+    # its side cache (as `_prepare`'s tables are), a repeated call (pim_jit's) skips
     # the host-side stacking, which dominates for big programs
-    key = ("_exec_device", None if dims is None else tuple(sorted(dims.items())))
-    cached = programs[0].meta.get(key) if P == 1 else None
+    key = ("exec_device", None if dims is None else tuple(sorted(dims.items())))
+    cached = side_cache(programs[0]).get(key) if P == 1 else None
     if cached is None:
         tabs, d = _stack(preps, dims)
         # fixed chunks of CHUNK programs (the last padded with empty ones) so that
@@ -570,7 +570,7 @@ def execute_batch(programs: list[Program], *arrays, arithmetic="backend", dims: 
         chunks = [jax.tree.map(lambda a: jnp.asarray(a[c0:c0 + chunk_size]), tabs)
                   for c0 in range(0, P + pad, chunk_size)]
         if P == 1:
-            programs[0].meta[key] = (chunks, d)
+            side_cache(programs[0])[key] = (chunks, d)
     else:
         chunks, d = cached
     vals = _values(arrays, preps, d)

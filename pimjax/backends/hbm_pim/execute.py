@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .lower import GRF_B, N_REGS, SRF, Crf
-from ...lower.program import Op, Phase, Program
+from ...lower.program import Op, Phase, Program, side_cache
 from ...lower.layout import global_index
 from ...lower.merge import expand_runs, host_merge
 from ...sim.padding import pow2
@@ -77,11 +77,11 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     # computes on NaNs nobody reads)
     Gp, Cp, Rp = pow2(G), pow2(C), pow2(len(rows))
     shape = (Gp, 2 * Cp, Rp, 32, 16)
-    plan = program.meta.get("_hbm_write_plan")
+    plan = side_cache(program).get("write_plan")
     if plan is None:
         cols = expand_runs(rec, host_wr & (src >= 0))
         cols["row"] = np.searchsorted(rows, cols["row"])
-        plan = program.meta["_hbm_write_plan"] = _write_plan(program, rows, cols, shape)
+        plan = side_cache(program)["write_plan"] = _write_plan(program, rows, cols, shape)
     mem = np.full(shape, np.nan, dtype)
     flat_mem = mem.reshape(-1)
     values = _OperandValues(arrays, dtype)
