@@ -136,6 +136,7 @@ class Report:
     host: str
     clock_ghz: float
     ops: list = field(default_factory=list)
+    cost_model: str = ""          # which model ranked the drafts (`Tuner.model_source`)
 
     # -- totals ------------------------------------------------------------
     @property
@@ -155,7 +156,7 @@ class Report:
         return float(sum(o.energy_pj for o in self.ops))
 
     def to_dict(self) -> dict:
-        """Plain numbers.  Keys: backend, host, clock_ghz; total_ns (PIM ops
+        """Plain numbers.  Keys: backend, host, clock_ghz, cost_model (which model ranked the drafts); total_ns (PIM ops
         simulated + host ops on the roofline), gpu_ns (every op on the host
         roofline), speedup_gpu, resident_ns (one-time placement of resident
         operands, not in total_ns), energy_pj (PIM ops); ops: per-op dicts
@@ -182,6 +183,7 @@ class Report:
                 d[k] = getattr(o, k)
             ops.append({k: _none_if_nan(v) for k, v in d.items()})
         return {"backend": self.backend, "host": self.host, "clock_ghz": self.clock_ghz,
+                "cost_model": self.cost_model,
                 "total_ns": self.total_ns, "gpu_ns": self.gpu_ns,
                 "speedup_gpu": self.gpu_ns / self.total_ns if self.total_ns else None,
                 "resident_ns": self.resident_ns, "energy_pj": self.energy_pj, "ops": ops}
@@ -205,6 +207,8 @@ class Report:
         t.caption = (f"total {self.total_ns:,.0f} ns vs GPU-only {self.gpu_ns:,.0f} ns "
                      f"({self.gpu_ns / self.total_ns if self.total_ns else float('nan'):.2f}x); "
                      f"resident placement {self.resident_ns:,.0f} ns once")
+        if self.cost_model:
+            t.caption += f"\ncost model: {self.cost_model}"
         return t
 
     def as_text(self) -> str:
@@ -258,7 +262,8 @@ def build_report(compiled) -> Report:
     lowered = compiled.lowered
     be = compiled.backend
     tck = float(be.timing.tCK)
-    rep = Report(be.name, be.system.host.name, 1.0 / tck)
+    rep = Report(be.name, be.system.host.name, 1.0 / tck,
+                 cost_model=compiled.lowered.traced.owner.tuner.model_source(be))
     shapes = _shapes(compiled.graph)
     peaks = derived_peaks(be)
     for p in lowered.plans:

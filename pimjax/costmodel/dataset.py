@@ -37,7 +37,7 @@ from ..hw.core import Backend
 from ..partition import DraftTable
 from ..partition.table import KNOB_COLUMNS
 from .features import FEATURE_NAMES, features_table
-from .kernels import SUPPORTED, Case, case_drafts, lower_case, make_case
+from .kernels import SUPPORTED, Case, case_drafts, default_cases, lower_case, make_case
 
 CACHE_DIR = os.environ.get("PIMJAX_COSTMODEL_CACHE", "/tmp/costmodel")
 ROW_COLUMNS = ("groups", "cores", "reps", "tile", "lane") + KNOB_COLUMNS
@@ -47,7 +47,6 @@ HELD_OUT: dict[tuple[str, str], set] = {}
 
 
 def held_out(backend: str, kernel: str) -> set:
-    from .evaluate import default_cases
     key = (backend, kernel)
     if key not in HELD_OUT:
         HELD_OUT[key] = {tuple(c["shape"]) for c in default_cases() if c["backend"] == backend
@@ -218,14 +217,15 @@ def label(case: Case, table: DraftTable, idx, backend: Backend) -> np.ndarray:
     NaN rows for drafts that fail to lower (PimCompileError / ValueError)."""
     lab = Labeller(backend)
     for k, i in enumerate(idx):
-        lab.add(k, _try_lower(case, table[int(i)], backend))
+        lab.add(k, try_lower(case, table[int(i)], backend))
     out = np.full((len(idx), 5), np.nan)
     for k, v in lab.flush():
         out[k] = v
     return out
 
 
-def _try_lower(case: Case, draft, backend: Backend):
+def try_lower(case: Case, draft, backend: Backend):
+    """The case's program under `draft`, or None when the draft does not lower."""
     try:
         return lower_case(case, draft, backend)
     except (PimCompileError, ValueError, NotImplementedError):
@@ -388,7 +388,7 @@ def generate(backend: Backend, cases: list[tuple[str, tuple]], plan: Plan, *, se
         for i, src in zip(new_idx, new_src):
             meta = {"backend": name, "kernel": kernel, "shape": list(shape), "row": row_of(table, i),
                     "source": src}
-            labeller.add(meta, _try_lower(case, table[i], backend))
+            labeller.add(meta, try_lower(case, table[i], backend))
         out += old
         out += _write(labeller.ready(), path)       # batches done so far; the worker runs on
         if progress is not None:
@@ -417,7 +417,7 @@ def relabel(backend: Backend, path: str, progress=None) -> tuple[int, int]:
         case = make_case(backend, r0["kernel"], r0["shape"])
         table = table_from_rows([recs[k]["row"] for k in ks], lane_candidates(case.op, backend))
         for j, k in enumerate(ks):
-            labeller.add(k, _try_lower(case, table[j], backend))
+            labeller.add(k, try_lower(case, table[j], backend))
         if progress is not None:
             progress(ci + 1, len(by_case), f"{r0['kernel']} {r0['shape']}")
     changed = 0

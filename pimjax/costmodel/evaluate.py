@@ -26,30 +26,12 @@ import numpy as np
 
 from ..hw.core import Backend, is_int
 from ..partition import DraftTable
-from .dataset import CACHE_DIR, ROW_COLUMNS, Labeller, _try_lower
+from .dataset import CACHE_DIR, ROW_COLUMNS, Labeller, try_lower
 from .features import features_table
-from .kernels import SUPPORTED, case_drafts, make_case
+from .kernels import SUPPORTED, case_drafts, default_cases, make_case  # noqa: F401  (default_cases: re-exported)
 
 TIE = 1e-6          # relative cycle difference treated as an exact tie
 TIE_CYCLES = 1.0    # #Best: the choice is less than one command-clock cycle slower
-
-
-def default_cases() -> list[dict]:
-    """The held-out evaluation cases (never used for training): per backend
-    and kernel a modest set of shapes whose draft spaces stay affordable to
-    simulate exhaustively (hundreds to a few thousand drafts; UPMEM's
-    tasklet x WRAM-tile knobs make its GEMV / MMTV spaces 10^4+)."""
-    gemv = [[128, 128], [256, 256], [512, 128], [1000, 200], [4096, 64], [256, 1024]]
-    elem = [[3000], [8192], [262144], [8, 1000], [12, 4096], [64, 64], [24, 1536], [100000]]
-    mmtv = [[1, 4, 64, 32], [1, 8, 128, 64], [2, 4, 96, 64], [1, 12, 256, 64], [4, 2, 128, 128]]
-    per = {
-        "hbm-pim": {"gemv": gemv, "red": elem, "va": elem, "relu": elem, "mmtv": mmtv},
-        "attacc": {"gemv": gemv + [[1024, 1024], [2048, 512]], "red": elem, "mmtv": mmtv, "attn": mmtv},
-        "newton": {"gemv": gemv + [[1024, 1024], [2048, 512]], "mmtv": mmtv[:4]},
-        "upmem": {"gemv": [[128, 128], [1000, 200]], "red": elem[:6], "va": elem[:6], "relu": elem[:6],
-                  "mmtv": [[1, 4, 64, 32]]},
-    }
-    return [{"backend": b, "kernel": k, "shape": s} for b, ks in per.items() for k, ss in ks.items() for s in ss]
 
 
 @dataclass
@@ -94,7 +76,7 @@ def exhaustive(backend: Backend, kernel: str, shape, cache_dir: str | None = Non
                     return case, table, np.asarray(z["cycles"], np.float64)
     lab = Labeller(backend)
     for i in range(len(table)):
-        lab.add(i, _try_lower(case, table[i], backend))
+        lab.add(i, try_lower(case, table[i], backend))
         if progress is not None and (i + 1) % 200 == 0:
             progress(i + 1, len(table))
     cyc = np.full(len(table), np.nan)

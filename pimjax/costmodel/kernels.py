@@ -177,3 +177,21 @@ def lower_case(case: Case, draft, backend: Backend):
         return family_of(backend).lower_block(case.target, draft, backend, case.shapes)
     from ..lower import lower
     return lower(case.op, draft, backend, case.shapes)
+
+
+def default_cases() -> list[dict]:
+    """The held-out evaluation cases (never used for training): per backend
+    and kernel a modest set of shapes whose draft spaces stay affordable to
+    simulate exhaustively (hundreds to a few thousand drafts; UPMEM's
+    tasklet x WRAM-tile knobs make its GEMV / MMTV spaces 10^4+)."""
+    gemv = [[128, 128], [256, 256], [512, 128], [1000, 200], [4096, 64], [256, 1024]]
+    elem = [[3000], [8192], [262144], [8, 1000], [12, 4096], [64, 64], [24, 1536], [100000]]
+    mmtv = [[1, 4, 64, 32], [1, 8, 128, 64], [2, 4, 96, 64], [1, 12, 256, 64], [4, 2, 128, 128]]
+    per = {
+        "hbm-pim": {"gemv": gemv, "red": elem, "va": elem, "relu": elem, "mmtv": mmtv},
+        "attacc": {"gemv": gemv + [[1024, 1024], [2048, 512]], "red": elem, "mmtv": mmtv, "attn": mmtv},
+        "newton": {"gemv": gemv + [[1024, 1024], [2048, 512]], "mmtv": mmtv[:4]},
+        "upmem": {"gemv": [[128, 128], [1000, 200]], "red": elem[:6], "va": elem[:6], "relu": elem[:6],
+                  "mmtv": [[1, 4, 64, 32]]},
+    }
+    return [{"backend": b, "kernel": k, "shape": s} for b, ks in per.items() for k, ss in ks.items() for s in ss]

@@ -276,6 +276,21 @@ class Tuner:
             self._models[backend.family] = load_default(backend.family)
         return self._models[backend.family]
 
+    def model_source(self, backend: Backend) -> str:
+        """Which cost model ranks this backend's drafts, in words (for the
+        report): the one passed in, or the shipped model of the backend's
+        family on the backend's own features (a user-defined backend has no
+        model of its own); exhaustive tuning simulates every draft instead."""
+        if self.mode == "exhaustive":
+            return "none: every draft simulated (exhaustive)"
+        if self._model is not None:
+            trained = getattr(self._model, "meta", {}).get("backend")
+            return f"the model passed to the Tuner (trained for {trained})" if trained else \
+                "the model passed to the Tuner"
+        own = "" if backend.name == backend.family else \
+            f" on {backend.name}'s own features (no model is trained for {backend.name})"
+        return f"the {backend.family} family's shipped model{own}; top {self.top_k} simulated"
+
     def predict(self, op: PimOp, table: DraftTable, backend: Backend, shapes: dict) -> np.ndarray:
         """Predicted cycles of every draft of `table` ([n])."""
         from .features import features_table

@@ -4,6 +4,7 @@ import numpy as np
 from ..errors import PimCompileError
 from ..partition.verify import mesh_error
 from .layout import value_shapes
+from . import text  # noqa: F401  (registers Program.as_text)
 from .program import Op, Phase, Program, Readback, Records, TensorLayout
 
 

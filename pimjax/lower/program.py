@@ -439,6 +439,11 @@ class Readback:
     epilogue_on_host: bool = True
 
 
+# Program.as_text is lower/text.py's `program_text`, which imports this module: it registers
+# itself here (the package imports it), so program.py does not import text.py
+PROGRAM_TEXT: list = []
+
+
 @dataclass(frozen=True)
 class Program:
     """A lowered (op, draft, backend).  See the module docstring.
@@ -468,8 +473,8 @@ class Program:
     family: str = ""
 
     def as_text(self, max_lines: int = 60) -> str:
-        from .text import program_text
-        return program_text(self, max_lines)
+        """The program's records as readable text (`lower/text.py`)."""
+        return PROGRAM_TEXT[0](self, max_lines)
 
 
 # interpreters' per-program caches, kept beside the (frozen) Program rather than in it: keyed by

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .program import Op, Phase, Program
+from .program import PROGRAM_TEXT, Op, Phase, Program
 
 PHASE_NAMES = {int(p): p.name.lower() for p in Phase}
 
@@ -65,3 +65,6 @@ def program_text(program: Program, max_lines: int = 60) -> str:
     if i < len(idx):
         lines.append(f"  ... {len(idx) - i} more records")
     return "\n".join(lines)
+
+
+PROGRAM_TEXT.append(program_text)

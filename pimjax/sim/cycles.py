@@ -36,7 +36,8 @@ import numpy as np
 from ..hw.core import Backend, Timing, check_timing_batch
 from ..lower.program import Phase, Program, Records
 from ..backends import family_of, has_family
-from .engines import DEFAULT_ENGINE, ENGINES, check_programs as _check_programs, resolve_engine as _engine  # noqa: F401
+from .engines import DEFAULT_ENGINE, ENGINES, check_banks, check_programs as _check_programs  # noqa: F401
+from .engines import resolve_engine as _engine
 from .padding import fine, pow2
 from .report import BOUNDS, CycleReport
 from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, N_FLAGS, PRE_ALL,
@@ -672,6 +673,7 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
     model = _own_model(backend)
     if model is not None:           # e.g. DPUs run their own instruction streams: UPMEM's time model
         return model(program, backend, include_resident=include_resident, refresh=refresh, engine=engine)
+    check_banks([program], backend)
     t = _timing_vector(backend.timing)
     if engine == "native":
         return report_at(_native_reports([program], t, backend, refresh, include_resident=include_resident), 0)
@@ -802,6 +804,7 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
     if _own_model(backend):          # UPMEM's DPU model: one report per program, stacked
         reps = [cycles(p, backend, refresh=refresh, engine=engine) for p in programs]
         return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *reps)
+    check_banks(programs, backend)
     if engine == "native":
         return _native_reports(programs, _timing_vector(backend.timing), backend, refresh, threads)
     arrs = [program_arrays(p) for p in programs]
@@ -1006,6 +1009,7 @@ def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bo
     if _own_model(backend):
         raise ValueError(f"{backend.name} has its own time model, whose variants are whole backends: use "
                          f"pimjax.backends.family_of(backend).sweep(program, stack_variants([backend, ...]))")
+    check_banks(progs, backend)
     t = _timing_vector(check_timing_batch(timings))       # one leading [T] axis on every leaf
     if mesh is not None:
         if engine not in (None, "scan"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import jax
+import numpy as np
 
 from ..hw.core import Backend, Timing
 
@@ -43,3 +44,16 @@ def check_programs(programs, backend: Backend) -> None:
     if wrong:
         raise ValueError(f"program(s) lowered for {', '.join(wrong)} cannot be timed on {backend.name}; "
                          f"lower them for {backend.name} first")
+
+
+def check_banks(programs, backend: Backend) -> None:
+    """The DRAM engines keep state per bank of the group: a record naming a
+    bank the group lacks would read another bank's state (the native engine
+    does not bounds-check), so it is an error naming the program's family."""
+    banks = backend.group.banks
+    for p in programs:
+        b = np.asarray(p.commands.bank)
+        if b.size and int(b.max()) >= banks:
+            raise ValueError(f"a {p.family or p.backend_name} program addresses bank {int(b.max())}, but "
+                             f"{backend.name}'s groups have {banks} banks (bank_groups x banks_per_bank_group): "
+                             "its lowering does not support this bank organisation")

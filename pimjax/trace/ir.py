@@ -246,6 +246,11 @@ class PimOp:
         return int(np.prod([lv.extent for lv in self.loop_vars], dtype=np.int64))
 
 
+# PimGraph.evaluate / as_text are implemented by evaluate.py and text.py, which import this
+# module: they register their functions here (the package imports both), so ir imports neither
+GRAPH_METHODS: dict = {}
+
+
 @dataclass(frozen=True)
 class PimGraph:
     """A traced function: values, ops in topological order, inputs/outputs.
@@ -285,15 +290,13 @@ class PimGraph:
 
         Takes the same (pytree) arguments as the traced function and returns
         its (pytree) result.  Index maps, reductions and scalar bodies are
-        interpreted; only host ops call their jax primitive."""
-        from .evaluate import evaluate_graph
-        return evaluate_graph(self, *args)
+        interpreted; only host ops call their jax primitive (`evaluate.py`)."""
+        return GRAPH_METHODS["evaluate"](self, *args)
 
     def as_text(self) -> str:
         """One readable line per op, e.g.
-        `y[i] = relu(sum_k W[i,k] * x[k] + b[i])   i<4096 k<4096`."""
-        from .text import graph_text
-        return graph_text(self)
+        `y[i] = relu(sum_k W[i,k] * x[k] + b[i])   i<4096 k<4096` (`text.py`)."""
+        return GRAPH_METHODS["as_text"](self)
 
     def __str__(self) -> str:
         return self.as_text()

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pimjax.costmodel.dataset import _try_lower
+from pimjax.costmodel.dataset import try_lower
 from pimjax.backends.upmem.dpu import _partial_count, dpu_kernel_cycles, transfer_ns
 from pimjax.costmodel.features import _OpInfo
 from pimjax.costmodel.kernels import Case, case_drafts, make_case
@@ -91,7 +91,7 @@ def test_kernel_cycles_match_the_simulated_kernel(kc, seed):
     checked = 0
     for i in rng.choice(len(table), min(6, len(table)), replace=False):
         d = table[int(i)]
-        prog = _try_lower(case, d, BE)
+        prog = try_lower(case, d, BE)
         if prog is None:
             continue
         report = cycles(prog, BE)
@@ -120,7 +120,7 @@ def test_kernel_cycles_on_fixed_drafts():
             and [p.groups * p.cores for p in table[i].parts] == [8, 32]][:3]
     assert rows
     for i in rows:
-        prog = _try_lower(case, table[i], BE)
+        prog = try_lower(case, table[i], BE)
         assert est[i] == pytest.approx(float(cycles(prog, BE).counts["kernel_dpu_cycles"]), abs=0.5)
 
 

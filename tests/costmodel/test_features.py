@@ -115,7 +115,7 @@ def test_register_batches_match_the_lowering(kernel, shape):
     2 x ko columns for an elementwise op, its accumulator batches for a
     reduction; `est_row_switches` is that times the operand streams (the
     sources and the result, each in its own rows)."""
-    from pimjax.costmodel.dataset import _try_lower
+    from pimjax.costmodel.dataset import try_lower
     be = get_backend("hbm-pim")
     case = make_case(be, kernel, shape)
     table = case_drafts(case, be)
@@ -125,7 +125,7 @@ def test_register_batches_match_the_lowering(kernel, shape):
     streams = {"va": 3, "relu": 2, "red": 2}[kernel]
     checked, seen_ko, seen_lane = 0, [], []
     for i in np.random.default_rng(1).choice(len(table), min(60, len(table)), replace=False):
-        p = _try_lower(case, table[int(i)], be)
+        p = try_lower(case, table[int(i)], be)
         if p is None:
             continue
         lowered = 2 * p.meta["tiles"] if kernel != "red" else p.meta["t_acc"]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pimjax.costmodel.dataset import _try_lower
+from pimjax.costmodel.dataset import try_lower
 from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.backends.newton.counts import _spans, newton_counts
 from pimjax.hw.presets import get_backend
@@ -64,7 +64,7 @@ def test_counts_match_the_lowering(kc, seed):
     for i in np.random.default_rng(seed).choice(len(table), min(4, len(table)), replace=False):
         for gran in ("broadcast", "core"):
             draft = dataclasses.replace(table[int(i)], granularity=gran)
-            prog = _try_lower(case, draft, BE)
+            prog = try_lower(case, draft, BE)
             if prog is None:
                 continue
             cnt = {k: int(v[0]) for k, v in _counts(case, _one_row(case, table, draft)).items()}

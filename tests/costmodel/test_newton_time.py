@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pimjax.costmodel.dataset import _try_lower
+from pimjax.costmodel.dataset import try_lower
 from pimjax.costmodel.features import FEATURE_NAMES, features_table
 from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.costmodel.newton_time import draft_plans, newton_phases
@@ -44,7 +44,7 @@ def test_phases_match_the_simulator_without_refresh(kc, seed):
     est = 2.0 ** features_table(case.target, table.take(rows), BE, case.shapes)[:, EST].astype(np.float64) - 1
     checked = 0
     for j, i in enumerate(rows):
-        prog = _try_lower(case, table[int(i)], BE)
+        prog = try_lower(case, table[int(i)], BE)
         if prog is None:
             continue
         rep = cycles(prog, BE, refresh=False)
@@ -79,7 +79,7 @@ def test_gemv_phases_by_hand():
     assert ph["compute"][0] == pytest.approx(g_act1 - overlap1 + comp_row + g_act2 - overlap2 + comp_row)
     # READRES of 16 banks x 4 latches x 4 B = 8 bursts, tCCD_L apart, after the last COMP
     assert ph["readback"][0] == pytest.approx(t.tCCD_L - t.tCCD_AB + 7 * t.tCCD_L + t.tCL + t.tBL)
-    prog = _try_lower(case, table[i], BE)
+    prog = try_lower(case, table[i], BE)
     rep = cycles(prog, BE, refresh=False)
     assert float(rep.compute) == ph["compute"][0] and float(rep.readback) == ph["readback"][0]
 
@@ -129,6 +129,6 @@ def test_regressions_against_the_simulator(backend, shape, rows):
     ph = newton_phases(*draft_plans(case.op, table.take(np.asarray(rows)), case.shapes, backend), backend)
     for j, i in enumerate(rows):
         assert table[i].granularity == "broadcast"
-        rep = cycles(_try_lower(case, table[i], backend), backend, refresh=False)
+        rep = cycles(try_lower(case, table[i], backend), backend, refresh=False)
         assert float(rep.compute) == ph["compute"][j] and float(rep.readback) == ph["readback"][j]
         assert float(rep.rearrangement) == ph["pre"][j] + ph["k_rearr"][j]     # no host-read floor here

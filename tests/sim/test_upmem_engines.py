@@ -16,7 +16,7 @@ from pimjax.lower.program import Op, Phase, Records, chunk, concat
 from pimjax.backends.upmem.lower import Sync
 from pimjax.sim.cycles import cycles
 from pimjax.backends.upmem.cycles import cycles_upmem, dispatch_interval
-from pimjax.costmodel.dataset import _try_lower
+from pimjax.costmodel.dataset import try_lower
 
 UPMEM = get_backend("upmem")
 CASES = {k: make_case(UPMEM, k, s) for k, s in
@@ -33,7 +33,7 @@ def _close(a, b, rtol=1e-5):
 @given(st.sampled_from(sorted(CASES)), st.integers(0, 10**6), st.booleans())
 def test_engines_agree_on_lowered_programs(kernel, pick, resident):
     table = TABLES[kernel]
-    program = _try_lower(CASES[kernel], table[pick % len(table)], UPMEM)
+    program = try_lower(CASES[kernel], table[pick % len(table)], UPMEM)
     if program is None:
         return
     native = cycles_upmem(program, UPMEM, engine="native", include_resident=resident)
@@ -52,7 +52,7 @@ def test_barrier_levels_the_tasklet_clocks():
     """Slot 0 runs 10 instructions, slot 1 three, then a barrier, then slot 1
     five more: the kernel lasts (10 + 5) dispatch intervals -- slot 1's
     second batch starts at slot 0's finish, not at its own 3."""
-    base = _try_lower(CASES["va"], TABLES["va"][0], UPMEM)
+    base = try_lower(CASES["va"], TABLES["va"][0], UPMEM)
     d = dispatch_interval(UPMEM)
     rec = concat(chunk(Op.DPU_EXEC, 1, n=10, reg=0), chunk(Op.DPU_EXEC, 1, n=3, reg=1),
                  chunk(Op.LAUNCH, 1, aux=Sync.BARRIER, n=0), chunk(Op.DPU_EXEC, 1, n=5, reg=1))
@@ -70,7 +70,7 @@ def test_barrier_levels_the_tasklet_clocks():
 
 
 def test_dma_adds_latency_plus_bytes_over_bandwidth_to_its_slot():
-    base = _try_lower(CASES["va"], TABLES["va"][0], UPMEM)
+    base = try_lower(CASES["va"], TABLES["va"][0], UPMEM)
     t = UPMEM.timing
     rec = concat(chunk(Op.DMA_RD, 2, n=[256, 512], reg=[2, 2], phase=Phase.COMPUTE))
     expect = 2 * t.dma_latency_cycles + (256 + 512) / t.dma_bytes_per_cycle
@@ -81,6 +81,6 @@ def test_dma_adds_latency_plus_bytes_over_bandwidth_to_its_slot():
 
 
 def test_engine_argument_is_checked():
-    base = _try_lower(CASES["va"], TABLES["va"][0], UPMEM)
+    base = try_lower(CASES["va"], TABLES["va"][0], UPMEM)
     with pytest.raises(ValueError, match="engine"):
         cycles_upmem(base, UPMEM, engine="fast")

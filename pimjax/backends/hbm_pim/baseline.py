@@ -15,7 +15,8 @@ def hbm_pim_baseline(op: PimOp, backend: Backend) -> Draft | None:
     The output sets (for elementwise ops every set; never the set the lanes
     reduce along) are spread over every group and core, the largest first,
     each taking the powers of two of groups and then cores that the ones
-    before left; every other set stays on one core; KI = KO = 8.  For a GEMV
+    before left; every other set stays on one core; KI = KO = 8 (or the
+    unit's registers, when it has fewer).  For a GEMV
     y[M] = W[M x N] x[N] this is hbm-pim.md's baseline: 4096-output tiles
     over 64 pCH x 8 units, 128-input tiles, output-stationary; an
     elementwise op of shape [1, n] spreads its n like a vector of n.  The
@@ -46,6 +47,8 @@ def hbm_pim_baseline(op: PimOp, backend: Backend) -> Draft | None:
         g_rem, c_rem = g_rem // g, c_rem // c
     parts = [DimPart(*alloc.get(i, (1, 1)), 0) for i in range(len(sets))]
     partial = any(sets[i].reduction and g * c > 1 for i, (g, c) in alloc.items())
-    ki = 8 if op.kind == "contraction" else 1
-    return Draft(tuple(parts), reduction="host" if partial else "complete", dataflow="os", ki=ki, ko=8,
+    # the Samsung simulator fills all 8 GRF_A / GRF_B: every register the unit has, up to 8
+    ko = min(8, max(1, backend.core.n_output_regs))
+    ki = min(8, max(1, backend.core.n_input_regs)) if op.kind == "contraction" else 1
+    return Draft(tuple(parts), reduction="host" if partial else "complete", dataflow="os", ki=ki, ko=ko,
                  lane_var=lane)
