@@ -418,6 +418,8 @@ def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = fr
             continue
         data = [dtypes[a.value] for a in op.operands if a.index_map] + [dtypes[op.result.value]]
         ok, why = op_support(op, backend, dtype=data)
+        if ok and not has_family(backend):
+            ok, why = False, _no_family(backend)
         if not ok:
             if placement == "pim":
                 _refuse(op, backend, why)
@@ -451,6 +453,15 @@ def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = fr
         plans.append(OpPlan(i, op, where, why, h_ns, choice.draft, choice.program,
                             choice.predicted_cycles, choice, res))
     return plans
+
+
+def _no_family(backend: Backend) -> str:
+    """Why a backend no family implements runs nothing on PIM."""
+    try:
+        family_of(backend)
+    except PimCompileError as err:
+        return str(err)
+    return ""
 
 
 def _refuse(op: PimOp, backend: Backend, why: str):
