@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .api import pim_jit
-from .kernels import FUNCTIONS, _shapes
+from .kernels import FUNCTIONS, arg_shapes
 
 # (kernel, shape) per backend: DCC's kernels at several sizes and batch sizes
 CASES = {
@@ -31,7 +31,7 @@ CASES = {
 def _args(kernel, shape, seed):
     rng = np.random.default_rng(seed)
     return [rng.standard_normal(s).astype(np.float32) * (0.5 if kernel == "attn" else 1.0)
-            for s in _shapes(kernel, shape)]
+            for s in arg_shapes(kernel, shape)]
 
 
 def _error(got, want) -> float:

@@ -36,7 +36,8 @@ def _attention(q, K, V):
     return jnp.einsum("bhn,bhnd->bhd", p, V)
 
 
-def _shapes(kernel: str, shape):
+def arg_shapes(kernel: str, shape) -> list[tuple]:
+    """The argument shapes of `kernel` at `shape` (the table above)."""
     s = [int(v) for v in shape]
     if kernel in ("gemv", "mtv"):
         m, n = s
@@ -78,7 +79,7 @@ FUNCTIONS = {
 
 def kernel_args(kernel: str, shape, dtype=jnp.float16) -> list:
     """ShapeDtypeStructs of the kernel's arguments."""
-    return [jax.ShapeDtypeStruct(s, dtype) for s in _shapes(kernel, shape)]
+    return [jax.ShapeDtypeStruct(s, dtype) for s in arg_shapes(kernel, shape)]
 
 
 def kernel_graph(kernel: str, shape, dtype=jnp.float16) -> PimGraph:
