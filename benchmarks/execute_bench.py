@@ -23,7 +23,7 @@ from pimjax.costmodel.kernels import _FNS as case_functions
 from pimjax.kernels import kernel_op
 from pimjax.lower import lower
 from pimjax.partition.baselines import baseline
-from pimjax.sim import execute
+from pimjax.sim.execute import execute
 
 
 def best_of(fn, repeat=3):

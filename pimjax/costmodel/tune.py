@@ -242,7 +242,8 @@ class Proposal:
     cycles (nan when none: the exhaustive tuner predicts nothing, a cache
     entry may hold no prediction).  table / predicted: the op's drafts and
     the predicted cycles of each (None when a cache entry answered, or in
-    exhaustive mode for `predicted`).  space: drafts in the op's space.
+    exhaustive mode for `predicted`).  lower_fn: `choose`'s (None: `lower`).
+    space: drafts in the op's space.
     mode: the search `verify` runs ("predict", "evolutionary",
     "exhaustive"; a cache entry's mode).  cached: answered by the cache.
     """
@@ -340,7 +341,7 @@ class Tuner:
         trusted cache entry; it lowers no program and simulates nothing.
         None when the op has no draft (after `keep`).  Arguments as `choose`."""
         key = cache_key(op, shapes, backend, dtypes, {**lower_options, "#tag": tag})
-        base = Proposal(op, backend, shapes, dtypes, lower_fn or lower, keep, tag, dict(lower_options), key)
+        base = Proposal(op, backend, shapes, dtypes, lower_fn, keep, tag, dict(lower_options), key)
         hit = self.cache.get(key)
         if hit is not None and self._trusts(hit):
             try:
@@ -383,7 +384,8 @@ class Tuner:
         if proposal is None:
             return None
         p = proposal
-        op, backend, shapes, lower_fn, lower_options = p.op, p.backend, p.shapes, p.lower_fn, p.lower_options
+        op, backend, shapes, lower_options = p.op, p.backend, p.shapes, p.lower_options
+        lower_fn = p.lower_fn or lower
         hit = self.cache.get(p.key)
         if hit is not None and self._trusts(hit):
             try:

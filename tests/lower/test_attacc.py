@@ -44,7 +44,7 @@ from pimjax.partition import drafts
 from pimjax.partition.baselines import baseline
 from pimjax.partition.dimsets import dimension_sets
 from pimjax.partition.verify import matrix_and_vector
-from pimjax.sim import execute
+from pimjax.sim.execute import execute
 from pimjax.sim.cycles import cycles, sweep
 from pimjax.sim import exec_attacc as EA
 from pimjax.sim.exec_attacc import batch_dims, execute_batch

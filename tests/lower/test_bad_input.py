@@ -11,9 +11,10 @@ import pimjax
 from pimjax.errors import PimCompileError
 from pimjax.hw import get_backend
 from pimjax.lower import lower
-from pimjax.partition import DimPart, Draft, drafts, op_support, verify
+from pimjax.partition import DimPart, Draft, drafts, op_support
+from pimjax.partition.verify import verify
 from pimjax.partition.baselines import baseline
-from pimjax.sim import execute
+from pimjax.sim.execute import execute
 
 BACKENDS = {"hbm-pim": dict(channels=4), "attacc": dict(channels=2), "newton": dict(channels=2),
             "upmem": dict(dpus=64)}

@@ -21,7 +21,7 @@ from pimjax.lower.program import Op
 from pimjax.partition import drafts
 from pimjax.partition.baselines import baseline
 from pimjax.partition.verify import op_support
-from pimjax.sim import execute
+from pimjax.sim.execute import execute
 from pimjax.sim.cycles import cycles
 from tests.corpus import CORPUS
 

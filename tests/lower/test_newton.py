@@ -36,7 +36,7 @@ from pimjax.lower.program import RECORD_FIELDS, Records
 from pimjax.partition import DimPart, Draft, drafts
 from pimjax.partition.baselines import baseline
 from pimjax.partition.verify import verify
-from pimjax.sim import execute
+from pimjax.sim.execute import execute
 from pimjax.sim.cycles import cycles
 from tests.partition import helpers as H
 

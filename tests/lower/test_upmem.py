@@ -21,7 +21,7 @@ from pimjax.lower.upmem import PRIM_OPTIONS, Exec, Sync, Xfer, lower_upmem
 from pimjax.partition import drafts, op_support
 from pimjax.partition.baselines import baseline
 from pimjax.partition.draft import DimPart, Draft
-from pimjax.sim import execute
+from pimjax.sim.execute import execute
 from pimjax.sim.cycles import cycles
 from pimjax.sim.cycles_upmem import DEFAULT_LINK, cycles_upmem, dispatch_interval, sweep_upmem
 from pimjax.trace.affine import AffineExpr as A
