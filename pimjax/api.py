@@ -87,7 +87,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import jax
@@ -137,7 +137,7 @@ class OpPlan:
     choice: Any = None
     resident: tuple = ()
     block: tuple = ()
-    proposal: Any = None
+    proposal: Any = field(default=None, repr=False)
 
     @property
     def draft_op(self) -> PimOp:

@@ -247,19 +247,19 @@ class Proposal:
     mode: the search `verify` runs ("predict", "evolutionary",
     "exhaustive"; a cache entry's mode).  cached: answered by the cache.
     """
-    op: PimOp
-    backend: Backend
-    shapes: dict
-    dtypes: dict | None
-    lower_fn: Any
-    keep: Any
+    op: PimOp = field(repr=False)
+    backend: Backend = field(repr=False)
+    shapes: dict = field(repr=False)
+    dtypes: dict | None = field(repr=False)
+    lower_fn: Any = field(repr=False)
+    keep: Any = field(repr=False)
     tag: str
     lower_options: dict
     key: str
     draft: Draft | None = None
     predicted_cycles: float = float("nan")
-    table: Any = None
-    predicted: Any = None
+    table: Any = field(default=None, repr=False)
+    predicted: Any = field(default=None, repr=False)
     space: int = 0
     mode: str = ""
     cached: bool = False
