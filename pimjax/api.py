@@ -48,10 +48,12 @@ on the host roofline); energy pJ; bytes; GB/s = bytes / ns.
   ops            per op, in plan order: index, name, placement ("pim",
                  "host", "fused"), reason, draft (in words), cycles, ns,
                  gpu_ns (the op on the host roofline), space (drafts in
-                 its space), simulated_drafts; simulated only: the
-                 breakdown rearrangement_cycles / compute_cycles /
-                 readback_cycles / merge_cycles / resident_cycles,
-                 energy_pj, bound, baseline_ns (the backend's baseline
+                 its space), simulated_drafts (0 when predicted);
+                 simulated only (None, bound "", in the predicted
+                 figures of a PIM op): the breakdown rearrangement_cycles /
+                 compute_cycles / readback_cycles / merge_cycles /
+                 resident_cycles, energy_pj, bound (what limits the op),
+                 baseline_ns (the backend's baseline
                  mapping), speedup_baseline, to_pim_bytes /
                  from_pim_bytes (host link per call), link_GBps, link_pct,
                  internal_pct; both: speedup_gpu, operand_bytes (operands
@@ -361,8 +363,8 @@ def _predicted_placement(pred_ns: float, h_ns: float, placement: str, backend: B
         return "pim", (f"no predicted figure (the tuner predicts none here): PIM or host is decided on "
                        f"the simulated figures at compile (the {host} roofline {h_ns:,.0f} ns)")
     if pred_ns < h_ns:
-        return "pim", f"predicted {what} {pred_ns:,.0f} ns beats the {host} roofline {h_ns:,.0f} ns"
-    return "host", f"{host} roofline {h_ns:,.0f} ns beats predicted {what} {pred_ns:,.0f} ns"
+        return "pim", f"{what} (predicted {pred_ns:,.0f} ns) beats the {host} roofline {h_ns:,.0f} ns"
+    return "host", f"{host} roofline {h_ns:,.0f} ns beats {what} (predicted {pred_ns:,.0f} ns)"
 
 
 def _predict_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids,
@@ -589,6 +591,7 @@ class Lowered:
         self.traced, self.plans = traced, plans
         self.backend = traced.owner.backend
         self._report = None
+        self._verified = None          # compile()'s plans
 
     @property
     def graph(self) -> PimGraph:
@@ -619,8 +622,12 @@ class Lowered:
 
     def compile(self) -> "Compiled":
         """The search: lower the candidates of every op, simulate them, keep
-        the fastest and place each op on the simulated figures."""
-        return Compiled(self)
+        the fastest and place each op on the simulated figures.  Done once
+        per `Lowered`: a second call reuses the verified plans."""
+        if self._verified is None:
+            owner = self.traced.owner
+            self._verified = verify_plans(self.graph, self.backend, owner.tuner, self.plans, owner.placement)
+        return Compiled(self, self._verified)
 
 
 class Compiled:

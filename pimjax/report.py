@@ -212,7 +212,8 @@ class Report:
             if o.placement == "pim" and o.cycles and not np.isnan(o.compute):
                 parts = [o.rearrangement, o.compute, o.readback, o.merge]
                 pct = "/".join(f"{100 * p / o.cycles:.0f}" for p in parts)
-            t.add_row(str(o.index), o.name, o.placement, o.draft if o.placement == "pim" else o.reason,
+            what = (o.draft or o.reason) if o.placement == "pim" else o.reason
+            t.add_row(str(o.index), o.name, o.placement, what,
                       _count(o.cycles) if o.placement == "pim" else "", _count(o.ns), pct,
                       _bandwidth(o), f"{o.energy_pj / 1e3:,.1f}" if o.energy_pj and not np.isnan(o.energy_pj) else "",
                       _times(o.speedup_gpu), _times(o.speedup_baseline))

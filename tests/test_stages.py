@@ -64,6 +64,7 @@ def test_lower_neither_lowers_programs_nor_simulates(monkeypatch):
     assert plan.draft == plan.proposal.draft and plan.predicted_cycles == plan.proposal.predicted_cycles
 
     compiled = lowered.compile()                      # monkeypatches undone: the search runs
+    assert lowered.compile().plans is compiled.plans  # once per Lowered
     sim = compiled.cost_analysis()
     assert sim["figures"] == "simulated"
     cp = compiled.plans[0]
@@ -82,7 +83,7 @@ def test_placement_is_predicted_at_lower_and_decided_on_simulated_figures_at_com
     predicted figures; the simulation says the GPU roofline wins."""
     fn, args = _gemv_relu()
     lowered = pimjax.pim_jit(fn, backend="hbm-pim", tuner=tuner(), channels=4).lower(*args)
-    assert lowered.plans[0].placement == "pim" and "predicted PIM" in lowered.plans[0].reason
+    assert lowered.plans[0].placement == "pim" and "PIM (predicted 1 ns) beats" in lowered.plans[0].reason
     assert lowered.cost_analysis()["pim_cycles"] == 1.0
     compiled = lowered.compile()
     assert compiled.plans[0].placement == "host" and "beats PIM" in compiled.plans[0].reason
