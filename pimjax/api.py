@@ -357,8 +357,8 @@ def _predicted_placement(pred_ns: float, h_ns: float, placement: str, backend: B
     """(placement, reason) on the predicted figures (the `Lowered` view)."""
     host = backend.system.host.name
     if placement != "auto":
-        return "pim", (f"placement={placement!r}: on PIM (predicted {pred_ns:,.0f} ns; the {host} "
-                       f"roofline {h_ns:,.0f} ns)")
+        pred = "no prediction" if np.isnan(pred_ns) else f"predicted {pred_ns:,.0f} ns"
+        return "pim", f"placement={placement!r}: on PIM ({pred}; the {host} roofline {h_ns:,.0f} ns)"
     if np.isnan(pred_ns):
         return "pim", (f"no predicted figure (the tuner predicts none here): PIM or host is decided on "
                        f"the simulated figures at compile (the {host} roofline {h_ns:,.0f} ns)")
