@@ -233,7 +233,7 @@ def main() -> None:
     # (a)
     console.print("[dim](a) GEMV 4096x4096, first compile of the process...[/dim]")
     t_first, compiled = cold_compile(gemv_fn, wargs)
-    place = compiled.lowered.plans[0]
+    place = compiled.plans[0]
     row("(a) GEMV 4096², cold, first pim_jit of the process (XLA compiles included)", t_first, 3.0)
     fresh = [cold_compile(gemv_fn, wargs)[0] for _ in range(3)]
     row("(a) GEMV 4096², cold tuner, fresh PimFunction, XLA compiled (median of 3)",
@@ -252,7 +252,7 @@ def main() -> None:
     row(f"(b) GPT layer d {D}, cold, after (a) (XLA compiles of new scan shapes included)", t_gpt_first)
     t_gpt, _ = cold_compile(gpt_fn, gargs)
     row(f"(b) GPT layer d {D}, cold tuner, fresh PimFunction, XLA compiled", t_gpt)
-    plans = gpt_compiled.lowered.plans
+    plans = gpt_compiled.plans
     n_pim = sum(p.placement == "pim" for p in plans)
     n_tuned = sum(p.choice is not None for p in plans)
 

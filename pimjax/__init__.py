@@ -1,18 +1,26 @@
 """pimjax: a JAX-traced compiler and simulator for near-bank DRAM PIM.
 
-Public names are re-exported flat here; see README.md for a tour."""
+Public names are re-exported flat here; see README.md for a tour.  No name
+here shadows a subpackage: `pimjax.lower` is the lowering subpackage (its
+function is `pimjax.lower.lower`, here `lower_program`), `pimjax.sim` the
+simulator (`pimjax.sim.execute` the module, `pimjax.execute` its function)."""
 from .errors import PimCompileError, PimTraceError
 from .trace import PimGraph, make_graph
-from .hw import get_backend, list_backends
+from .hw import Backend, Core, Energy, Group, HostModel, System, Timing, get_backend, list_backends
 from .partition import Draft, drafts
-from .lower import lower
+from .lower import Program
+from .lower import lower as lower_program
 from .sim.execute import execute
 from .sim.cycles import cycles, cycles_batch, sweep
+from .sim.report import CycleReport
 from .sim.host import host_time
-from .costmodel.tune import Tuner
-from .api import pim_jit
+from .costmodel.tune import Choice, Proposal, Tuner
+from .api import Compiled, Lowered, OpPlan, PimFunction, Traced, pim_jit
+from .report import OpReport, Report
 
-__all__ = ["PimCompileError", "PimTraceError", "PimGraph", "make_graph", "get_backend", "list_backends",
-           "Draft", "drafts", "lower", "execute", "cycles", "cycles_batch", "sweep", "host_time", "Tuner",
-           "pim_jit"]
+__all__ = ["PimCompileError", "PimTraceError", "PimGraph", "make_graph",
+           "Backend", "System", "Group", "Core", "Timing", "Energy", "HostModel", "get_backend", "list_backends",
+           "Draft", "drafts", "Program", "lower_program", "execute", "cycles", "cycles_batch", "sweep",
+           "CycleReport", "host_time", "Tuner", "Proposal", "Choice",
+           "pim_jit", "PimFunction", "Traced", "Lowered", "Compiled", "OpPlan", "Report", "OpReport"]
 __version__ = "0.1.0"

@@ -1,21 +1,74 @@
 """`pim_jit`: the staged API of `jax.jit` for PIM backends.
 
     f = pimjax.pim_jit(fn, backend="hbm-pim", resident=("W",))
-    y = f(W, x)                        # traced, tuned, lowered, executed on PIM
+    y = f(W, x)                        # traced, lowered, compiled (searched), executed on PIM
     f.trace(W, x).lower().compile().report()
 
-Stages (as `jax.jit(f).trace(...).lower().compile()`):
+Stages (as `jax.jit(f).trace(...).lower().compile()`: `lower` is cheap,
+`compile` is where the work is):
 
-* `Traced`   — `.graph`: the PimGraph of the function for these shapes.
-* `Lowered`  — per op: placement (PIM or host) and why, the chosen draft and
-  its program; `.as_text()`; `.cost_analysis()` with the *predicted*
-  figures (the cost model's cycles for the chosen drafts).
-* `Compiled` — `__call__` runs every PIM op by executing its command program
-  (`sim.execute`, the backend's arithmetic) and host ops with jax;
-  `.report()` and `.cost_analysis()` with the *simulated* figures.
+* `Traced`   -- `.graph`: the PimGraph of the function for these shapes.
+* `Lowered`  -- partition and predict, nothing lowered to a program and
+  nothing simulated: per op its placement on the *predicted* figures
+  (PIM or host, and why), its draft space and the cost model's predicted
+  best draft (`Tuner.propose`); `.plans`, `.as_text()`, `.report()` and
+  `.cost_analysis()` with the predicted figures.
+* `Compiled` -- the search: per op the predicted top-k drafts (and the
+  backend's baseline) lowered to programs and simulated, the fastest kept
+  (`Tuner.verify`), and the final placement on the *simulated* figures;
+  `.plans` (with the programs), `.as_text()`, `.report()` and
+  `.cost_analysis()` with the simulated figures.  `__call__` runs every
+  PIM op by executing its command program (`sim.execute`, the backend's
+  arithmetic) and host ops with jax.
+
+Calling the `PimFunction` runs trace -> lower -> compile -> call.
+
+`cost_analysis()` -- one schema for `Lowered` and `Compiled`, a plain dict,
+strict JSON (a figure that does not exist, or is not known on these
+figures, is None).  Cycles count the PIM command clock (`clock_ghz` =
+1 / tCK, GHz); times are ns (`cycles / clock_ghz` for PIM ops; host ops
+on the host roofline); energy pJ; bytes; GB/s = bytes / ns.
+
+  figures        "predicted" (Lowered: the cost model's cycles of each PIM
+                 op's predicted best draft) or "simulated" (Compiled: the
+                 chosen programs simulated)
+  backend, host  the backend preset and the host model names
+  clock_ghz      the PIM command clock (GHz)
+  pim_cycles     cycles of the ops placed on PIM (a fused block once);
+                 None in the predicted figures when an op has no
+                 prediction (the exhaustive tuner predicts none)
+  pim_ns         the same in ns
+  host_ns        the ops placed on the host, on the host roofline (ns)
+  total_ns       pim_ns + host_ns
+  gpu_ns         every op on the host roofline (the GPU-only run, ns)
+  speedup_gpu    gpu_ns / total_ns
+  resident_ns    one-time placement of resident operands, not in total_ns
+                 (simulated only)
+  energy_pj      energy of the PIM ops (simulated only)
+  ops            per op, in plan order: index, name, placement ("pim",
+                 "host", "fused"), reason, draft (in words), cycles, ns,
+                 gpu_ns (the op on the host roofline), space (drafts in
+                 its space), simulated_drafts (0 when predicted);
+                 simulated only (None, bound "", in the predicted
+                 figures of a PIM op): the breakdown rearrangement_cycles /
+                 compute_cycles / readback_cycles / merge_cycles /
+                 resident_cycles, energy_pj, bound (what limits the op),
+                 baseline_ns (the backend's baseline
+                 mapping), speedup_baseline, to_pim_bytes /
+                 from_pim_bytes (host link per call), link_GBps, link_pct,
+                 internal_pct; both: speedup_gpu, operand_bytes (operands
+                 read once and the result written once, at the backend's
+                 element size), effective_GBps (operand_bytes / ns).
+                 Host ops: cycles 0, ns = gpu_ns; fused ops: 0 (their
+                 block's time is on the block's last op).
+
+The cost model predicts a program that rearranges every operand per call,
+so with `resident` weights the predicted figures overstate the steady
+state.
 
 Placement: an op goes to PIM only where its simulated time on PIM (the
-tuner's choice, data rearrangement included) beats the host roofline; ops
+tuner's choice, data rearrangement included) beats the host roofline
+(`Lowered` shows the same decision on the predicted time); ops
 the backend cannot run stay on the host, and the report says why (a body
 the cores lack, data their arithmetic cannot hold exactly -- integers on
 fp16 / bf16 units, floats on UPMEM --, a 0-d op, a draft space that does
@@ -54,7 +107,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import jax
@@ -83,11 +136,16 @@ class OpPlan:
     """What happens to one op of the graph.
 
     placement: "pim" or "host"; reason: why (always filled).
-    draft / program: the chosen draft and its command program (PIM ops).
+    draft / program: the chosen draft and its command program (PIM ops);
+    in a `Lowered`, the predicted best draft and no program.
     predicted_cycles: cost-model prediction for the draft (nan if none).
     host_ns: the op on the host roofline (the GPU-only baseline), ns.
-    choice: the tuner's Choice (simulated report, drafts simulated).
+    choice: the tuner's Choice (simulated report, drafts simulated); None
+    in a `Lowered`.
+    proposal: the tuner's Proposal (drafts and predictions) the compile
+    stage verifies; None for ops that stay on the host whatever the figures.
     resident: operand indices whose placement is paid once.
+    block: the op indices of a fused block (AttAcc attention) this plan runs.
     """
     index: int
     op: PimOp
@@ -100,11 +158,16 @@ class OpPlan:
     choice: Any = None
     resident: tuple = ()
     block: tuple = ()
+    proposal: Any = field(default=None, repr=False)
 
     @property
     def draft_op(self) -> PimOp:
         """The op whose dimension sets the draft tiles (a block's first op)."""
-        return self.choice.program.meta["block_ops"][0] if self.block else self.op
+        if not self.block:
+            return self.op
+        if self.choice is not None:
+            return self.choice.program.meta["block_ops"][0]
+        return self.proposal.op
 
 
 def _arg_leaf_ids(fn, args, graph: PimGraph) -> dict:
@@ -325,9 +388,10 @@ class Traced:
         return self.graph.as_text()
 
     def lower(self) -> "Lowered":
-        """Partition, predict, choose and lower every op."""
-        return Lowered(self, plan(self.graph, self.owner.backend, self.owner.tuner,
-                                  self._resident_ids(), self.owner.placement))
+        """Partition and predict every op (cheap: no program is lowered and
+        nothing is simulated; `Lowered.compile()` does that)."""
+        return Lowered(self, predict_plans(self.graph, self.owner.backend, self.owner.tuner,
+                                           self._resident_ids(), self.owner.placement))
 
     def _resident_ids(self) -> set:
         ids = _arg_leaf_ids(self.owner.fn, self._args, self.graph)
@@ -347,15 +411,39 @@ def _attention_blocks(graph: PimGraph, backend: Backend) -> dict[int, tuple]:
     return fn(graph) if fn is not None else {}
 
 
-def _plan_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids,
-                    placement: str = "auto") -> list[OpPlan]:
-    """One plan for an attention block (on the score op), the others fused."""
-    from .partition.dimsets import dimension_sets
-    family = family_of(backend)
+def _attention_ops(graph: PimGraph, block: tuple, backend: Backend, shapes: dict):
+    """(ops, host roofline ns of the block, the fused op) of an attention block."""
     ops = [graph.ops[i] for i in block]
-    score, ctx = ops[0], ops[-1]
     eb = host_bytes(graph, backend)
     h_ns = sum(host_time(o, backend.system.host, shapes, eb) for o in ops)
+    return ops, h_ns, family_of(backend).block_operands(ops)   # operands (q, K, V), the context result
+
+
+def _predicted_placement(pred_ns: float, h_ns: float, placement: str, backend: Backend,
+                         what: str = "PIM") -> tuple[str, str]:
+    """(placement, reason) on the predicted figures (the `Lowered` view)."""
+    host = backend.system.host.name
+    if placement != "auto":
+        pred = "no prediction" if np.isnan(pred_ns) else f"predicted {pred_ns:,.0f} ns"
+        return "pim", f"placement={placement!r}: on PIM ({pred}; the {host} roofline {h_ns:,.0f} ns)"
+    if np.isnan(pred_ns):
+        return "pim", (f"no predicted figure (the tuner predicts none here): PIM or host is decided on "
+                       f"the simulated figures at compile (the {host} roofline {h_ns:,.0f} ns)")
+    if pred_ns < h_ns:
+        return "pim", f"{what} (predicted {pred_ns:,.0f} ns) beats the {host} roofline {h_ns:,.0f} ns"
+    return "host", f"{host} roofline {h_ns:,.0f} ns beats {what} (predicted {pred_ns:,.0f} ns)"
+
+
+def _predict_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids,
+                       placement: str = "auto") -> list[OpPlan]:
+    """The lower stage of an attention block: its drafts predicted (on the
+    score op), the predicted placement; the plan of its last op carries
+    the proposal."""
+    from .partition.dimsets import dimension_sets
+    family = family_of(backend)
+    ops, h_ns, fused = _attention_ops(graph, block, backend, shapes)
+    score, ctx = ops[0], ops[-1]
+    eb = host_bytes(graph, backend)
     n_var = next(v for v in (score.result.index_map[-1].single_var,) if v)
     seq_sets = [i for i, s in enumerate(dimension_sets(score)) if n_var in s.vars or s.reduction]
 
@@ -365,11 +453,43 @@ def _plan_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids,
     def lower_block(op, draft, be, shp, **opts):
         return family.lower_block(ops, draft, be, shp, **opts)
 
-    fused = family.block_operands(ops)             # operands (q, K, V), the context result
     res = tuple(k for k, a in enumerate(fused.operands) if a.value in resident_ids)
     try:
-        choice = tuner.choose(score, backend, shapes, dtypes, lower_fn=lower_block, keep=keep,
-                              tag="attention", resident=res, result_dtype=dtypes[ctx.result.value])
+        proposal = tuner.propose(score, backend, shapes, dtypes, lower_fn=lower_block, keep=keep,
+                                 tag="attention", resident=res, result_dtype=dtypes[ctx.result.value])
+    except PimCompileError as err:
+        proposal, why = None, f"cannot lower the attention block: {err}"
+    else:
+        why = "no draft of the attention block fits"
+    if proposal is None:
+        if placement == "pim":
+            _refuse(score, backend, why)
+        return [OpPlan(i, graph.ops[i], "host", why, host_time(graph.ops[i], backend.system.host, shapes, eb))
+                for i in block]
+    pred_ns = proposal.predicted_cycles * float(backend.timing.tCK)
+    where, verdict = _predicted_placement(pred_ns, h_ns, placement, backend, "the attention block on PIM")
+    why = f"attention block (ops {', '.join(map(str, block))}): {verdict}"
+    if where == "pim":
+        last = OpPlan(block[-1], ctx, "pim", why, h_ns, proposal.draft, None, proposal.predicted_cycles,
+                      None, res, block, proposal)
+        return [OpPlan(i, graph.ops[i], "fused", f"in the attention block run at op {block[-1]}", 0.0)
+                for i in block[:-1]] + [last]
+    plans = [OpPlan(i, graph.ops[i], "host", why, host_time(graph.ops[i], backend.system.host, shapes, eb))
+             for i in block]
+    plans[-1] = replace(plans[-1], draft=proposal.draft, predicted_cycles=proposal.predicted_cycles,
+                        resident=res, block=block, proposal=proposal)
+    return plans
+
+
+def _verify_attention(graph, carrier: OpPlan, backend, tuner, shapes, placement: str = "auto") -> list[OpPlan]:
+    """The compile stage of an attention block: its proposal verified
+    (lowered and simulated), the placement on the simulated figures."""
+    block, res = carrier.block, carrier.resident
+    ops, h_ns, _ = _attention_ops(graph, block, backend, shapes)
+    score, ctx = ops[0], ops[-1]
+    eb = host_bytes(graph, backend)
+    try:
+        choice = tuner.verify(carrier.proposal)
     except PimCompileError as err:
         choice, why = None, f"cannot lower the attention block: {err}"
     else:
@@ -388,24 +508,29 @@ def _plan_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids,
                f"placement={placement!r} (the {backend.system.host.name} roofline: {h_ns:,.0f} ns)")
     last = OpPlan(block[-1], ctx, "pim",
                   f"attention block (ops {', '.join(map(str, block))}) on PIM {pim_ns:,.0f} ns {verdict}",
-                  h_ns, choice.draft, choice.program, choice.predicted_cycles, choice, res, block)
+                  h_ns, choice.draft, choice.program, choice.predicted_cycles, choice, res, block,
+                  carrier.proposal)
     rest = [OpPlan(i, graph.ops[i], "fused", f"in the attention block run at op {block[-1]}", 0.0)
             for i in block[:-1]]
     return rest + [last]
 
 
-def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = frozenset(),
-         placement: str = "auto") -> list[OpPlan]:
-    """Placement, draft and program of every op (see module docstring)."""
+def predict_plans(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = frozenset(),
+                  placement: str = "auto") -> list[OpPlan]:
+    """The lower stage: per op, host or PIM support (refusals of
+    placement="pim" for ops the backend cannot run), the draft space and
+    the cost model's prediction (`Tuner.propose`), and the placement on the
+    predicted figures.  No program is lowered and nothing is simulated."""
     shapes, dtypes = _shapes(graph), _dtypes(graph)
     eb = host_bytes(graph, backend)
+    tck = float(backend.timing.tCK)
     plans = []
     blocks = _attention_blocks(graph, backend)
     in_block = {i for b in blocks.values() for i in b}
     for i, op in enumerate(graph.ops):
         if i in blocks:
-            plans += _plan_attention(graph, blocks[i], backend, tuner, shapes, dtypes, resident_ids,
-                                     placement)
+            plans += _predict_attention(graph, blocks[i], backend, tuner, shapes, dtypes, resident_ids,
+                                        placement)
             continue
         if i in in_block:
             continue
@@ -428,21 +553,55 @@ def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = fr
         res = tuple(k for k, a in enumerate(op.operands) if a.value in resident_ids)
         opts = {"resident": res, "result_dtype": dtypes[op.result.value]}
         try:
-            choice = tuner.choose(op, backend, shapes, dtypes, **opts)
+            proposal = tuner.propose(op, backend, shapes, dtypes, **opts)
+            why = "no draft fits the backend's resources and lowers"
+        except PimCompileError as err:
+            proposal, why = None, f"cannot lower: {err}"
+        if proposal is None:
+            if placement == "pim":
+                _refuse(op, backend, why)
+            plans.append(OpPlan(i, op, "host", why, h_ns))
+            continue
+        where, why = _predicted_placement(proposal.predicted_cycles * tck, h_ns, placement, backend)
+        plans.append(OpPlan(i, op, where, why, h_ns, proposal.draft, None, proposal.predicted_cycles,
+                            None, res, proposal=proposal))
+    return plans
+
+
+def verify_plans(graph: PimGraph, backend: Backend, tuner: Tuner, plans: list[OpPlan],
+                 placement: str = "auto") -> list[OpPlan]:
+    """The compile stage: every proposal of `plans` (`predict_plans`)
+    verified -- the top-k lowered and simulated (`Tuner.verify`) -- and the
+    placement decided on the simulated figures (see module docstring);
+    plans without a proposal (host ops) come back as they are."""
+    shapes = _shapes(graph)
+    carriers = {i: p for p in plans if p.block and p.proposal is not None for i in p.block}
+    out = []
+    for p in plans:
+        if p.index in carriers:
+            if carriers[p.index] is p:
+                out += _verify_attention(graph, p, backend, tuner, shapes, placement)
+            continue
+        if p.proposal is None:
+            out.append(p)
+            continue
+        op, h_ns, res = p.op, p.host_ns, p.resident
+        try:
+            choice = tuner.verify(p.proposal)
             why = "no draft fits the backend's resources and lowers"
         except PimCompileError as err:
             choice, why = None, f"cannot lower: {err}"
         if choice is None:
             if placement == "pim":
                 _refuse(op, backend, why)
-            plans.append(OpPlan(i, op, "host", why, h_ns))
+            out.append(OpPlan(p.index, op, "host", why, h_ns))
             continue
         pim_ns = float(choice.report.total_ns)
         if placement != "auto":
             why = (f"placement={placement!r}: on PIM ({pim_ns:,.0f} ns; the "
                    f"{backend.system.host.name} roofline {h_ns:,.0f} ns)")
-            plans.append(OpPlan(i, op, "pim", why, h_ns, choice.draft, choice.program,
-                                choice.predicted_cycles, choice, res))
+            out.append(OpPlan(p.index, op, "pim", why, h_ns, choice.draft, choice.program,
+                              choice.predicted_cycles, choice, res, proposal=p.proposal))
             continue
         if pim_ns < h_ns:
             where, why = "pim", (f"PIM {pim_ns:,.0f} ns (rearrangement included) beats the "
@@ -450,9 +609,17 @@ def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = fr
         else:
             where, why = "host", (f"{backend.system.host.name} roofline {h_ns:,.0f} ns beats "
                                   f"PIM {pim_ns:,.0f} ns (rearrangement included)")
-        plans.append(OpPlan(i, op, where, why, h_ns, choice.draft, choice.program,
-                            choice.predicted_cycles, choice, res))
-    return plans
+        out.append(OpPlan(p.index, op, where, why, h_ns, choice.draft, choice.program,
+                          choice.predicted_cycles, choice, res, proposal=p.proposal))
+    return out
+
+
+def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = frozenset(),
+         placement: str = "auto") -> list[OpPlan]:
+    """Placement, draft and program of every op (see module docstring): both
+    stages at once, `verify_plans(predict_plans(...))`."""
+    return verify_plans(graph, backend, tuner, predict_plans(graph, backend, tuner, resident_ids, placement),
+                        placement)
 
 
 def _no_family(backend: Backend) -> str:
@@ -469,75 +636,95 @@ def _refuse(op: PimOp, backend: Backend, why: str):
     raise PimCompileError(f"{prim} at {op.source or '?'} cannot run on {backend.name}: {why}")
 
 
+def plans_text(graph: PimGraph, backend: Backend, plans: list[OpPlan]) -> str:
+    """Per op its text, then where it runs and why; PIM ops with their draft
+    and, once compiled, their program (else the predicted cycles)."""
+    from .report import describe_draft
+    from .trace.text import op_text
+    lines = []
+    for p in plans:
+        lines.append(op_text(graph, p.op))
+        if p.placement == "pim" or (p.placement == "host" and p.program is None and p.draft is not None):
+            where = "PIM" if p.placement == "pim" else "host (predicted)"
+            draft = describe_draft(p.draft_op, p.draft) if p.draft is not None else "draft chosen at compile"
+            lines.append(f"    -> {where} ({backend.name}): {draft}")
+            if p.program is not None:
+                lines.append("       " + p.program.as_text(max_lines=8).replace("\n", "\n       "))
+            else:
+                pred = "none" if np.isnan(p.predicted_cycles) else f"{p.predicted_cycles:,.0f}"
+                lines.append(f"       predicted cycles: {pred}; {p.reason}")
+        elif p.placement == "fused":
+            lines.append(f"    -> fused: {p.reason}")
+        else:
+            lines.append(f"    -> host: {p.reason}")
+    return "\n".join(lines)
+
+
 class Lowered:
-    """Chosen drafts and programs; predicted cost (see module docstring)."""
+    """Predicted drafts and placement, no programs yet (see module
+    docstring): `.plans`, `.as_text()`, `.cost_analysis()` and `.report()`
+    with the predicted figures, `.compile()`."""
 
     def __init__(self, traced: Traced, plans: list[OpPlan]):
         self.traced, self.plans = traced, plans
         self.backend = traced.owner.backend
+        self._report = None
+        self._verified = None          # compile()'s plans
 
     @property
     def graph(self) -> PimGraph:
         return self.traced.graph
 
     def as_text(self) -> str:
-        from .report import describe_draft
-        lines = []
-        for p in self.plans:
-            from .trace.text import op_text
-            lines.append(op_text(self.graph, p.op))
-            if p.placement == "pim":
-                lines.append(f"    -> PIM ({self.backend.name}): {describe_draft(p.draft_op, p.draft)}")
-                lines.append("       " + p.program.as_text(max_lines=8).replace("\n", "\n       "))
-            elif p.placement == "fused":
-                lines.append(f"    -> fused: {p.reason}")
-            else:
-                lines.append(f"    -> host: {p.reason}")
-        return "\n".join(lines)
+        """Per op: placement on the predicted figures and why, the predicted
+        best draft and its predicted cycles."""
+        return plans_text(self.graph, self.backend, self.plans)
+
+    def report(self):
+        """The per-op and total report on the *predicted* figures
+        (`pimjax.report.Report`, `figures == "predicted"`)."""
+        if self._report is None:
+            from .report import build_report
+            self._report = build_report(self, figures="predicted")
+        return self._report
 
     def cost_analysis(self) -> dict:
-        """Predicted figures (cost model), keys:
-
-        predicted_cycles: sum over PIM ops of the predicted cycles of their
-            chosen drafts (PIM command clock, `clock_ghz`); None when an
-            op's draft has no prediction (the exhaustive tuner predicts
-            nothing), so the dict is strict JSON;
-        predicted_ns: the same in ns; host_ns: host-roofline time of the ops
-            kept on the host; clock_ghz: 1 / tCK; ops: per-op dicts
-            {index, name, placement, predicted_cycles, host_ns}.
+        """The predicted figures, in the schema of the module docstring
+        (`"figures": "predicted"`).
 
         The cost model predicts a program that rearranges every operand per
         call (it is trained on such programs): with `resident` weights the
         prediction overstates the steady state; `Compiled.cost_analysis()`
         gives the simulated figures with the placement paid once."""
-        from .report import _none_if_nan
-        tck = float(self.backend.timing.tCK)
-        pim = [p for p in self.plans if p.placement == "pim"]
-        pred = float(sum(p.predicted_cycles for p in pim))
-        return {"predicted_cycles": _none_if_nan(pred), "predicted_ns": _none_if_nan(pred * tck),
-                "host_ns": float(sum(p.host_ns for p in self.plans if p.placement == "host")),
-                "clock_ghz": 1.0 / tck,
-                "ops": [{"index": p.index, "name": p.op.name, "placement": p.placement,
-                         "predicted_cycles": _none_if_nan(float(p.predicted_cycles)), "host_ns": p.host_ns}
-                        for p in self.plans]}
+        return self.report().to_dict()
 
     def compile(self) -> "Compiled":
-        return Compiled(self)
+        """The search: lower the candidates of every op, simulate them, keep
+        the fastest and place each op on the simulated figures.  Done once
+        per `Lowered`: a second call reuses the verified plans."""
+        if self._verified is None:
+            owner = self.traced.owner
+            self._verified = verify_plans(self.graph, self.backend, owner.tuner, self.plans, owner.placement)
+        return Compiled(self, self._verified)
 
 
 class Compiled:
-    """Executable for fixed argument shapes; `.report()`, `.cost_analysis()`."""
+    """Executable for fixed argument shapes: the verified plans (`.plans`,
+    programs included), `.report()`, `.cost_analysis()` (simulated figures)."""
 
-    def __init__(self, lowered: Lowered):
+    def __init__(self, lowered: Lowered, plans: list[OpPlan] | None = None):
         self.lowered = lowered
         self.graph = lowered.graph
         self.backend = lowered.backend
+        owner = lowered.traced.owner
+        self.plans = plans if plans is not None else verify_plans(
+            self.graph, self.backend, owner.tuner, lowered.plans, owner.placement)
         self._report = None
         # reads of each value by host ops and as an output: a numpy argument that one host op
         # reads goes to the device inside `host_op` (its copy freed there); one that several
         # read, once per call in `__call__`.  Fixed by the plans, so counted once here.
         uses: dict[int, int] = {}
-        for p in lowered.plans:
+        for p in self.plans:
             if p.placement not in ("fused", "pim"):
                 for a in p.op.operands:
                     uses[a.value] = uses.get(a.value, 0) + 1
@@ -590,7 +777,7 @@ class Compiled:
             if not isinstance(env[vid], jax.Array):
                 env[vid] = to_device(env[vid])       # once per value, shared by later host ops
             return env[vid]
-        for p in sorted(self.lowered.plans, key=lambda q: q.index):
+        for p in sorted(self.plans, key=lambda q: q.index):
             if p.placement == "fused":          # computed by its block's program
                 continue
             if p.placement == "pim":
@@ -609,19 +796,21 @@ class Compiled:
         return jax.tree_util.tree_unflatten(graph.out_tree, outs)
 
     def report(self):
-        """The per-op and total report (`pimjax.report.Report`)."""
+        """The per-op and total report on the *simulated* figures
+        (`pimjax.report.Report`, `figures == "simulated"`)."""
         if self._report is None:
             from .report import build_report
-            self._report = build_report(self)
+            self._report = build_report(self, figures="simulated")
         return self._report
 
     def cost_analysis(self) -> dict:
-        """Simulated figures; see `Report.to_dict()` for the keys and units."""
+        """The simulated figures, in the schema of the module docstring
+        (`"figures": "simulated"`)."""
         return self.report().to_dict()
 
     def as_text(self) -> str:
-        """The lowered programs (`Lowered.as_text()`) and the simulated report."""
-        return self.lowered.as_text() + "\n\n" + self.report().as_text()
+        """The chosen drafts and their programs, and the simulated report."""
+        return plans_text(self.graph, self.backend, self.plans) + "\n\n" + self.report().as_text()
 
 
 # --- transforms: pim_jit inside jax.jit / jax.vmap / jax.grad -----------------------------
@@ -834,4 +1023,5 @@ def baseline_report(plan_: OpPlan, backend: Backend, shapes: dict):
     return cycles_pooled(prog, backend)
 
 
-__all__ = ["pim_jit", "enable_xla_cache", "PimFunction", "Traced", "Lowered", "Compiled", "OpPlan", "plan"]
+__all__ = ["pim_jit", "enable_xla_cache", "PimFunction", "Traced", "Lowered", "Compiled", "OpPlan", "plan",
+           "predict_plans", "verify_plans", "plans_text"]

@@ -132,10 +132,16 @@ class OpReport:
 
 @dataclass
 class Report:
+    """figures: "simulated" (a `Compiled`: the chosen programs simulated)
+    or "predicted" (a `Lowered`: the cost model's cycles of the predicted
+    best drafts; what only a simulation gives -- the breakdown, energy,
+    resident placement, link bytes, the baseline -- is NaN, None in
+    `to_dict`)."""
     backend: str
     host: str
     clock_ghz: float
     ops: list = field(default_factory=list)
+    figures: str = "simulated"
     cost_model: str = ""          # which model ranked the drafts (`Tuner.model_source`)
 
     # -- totals ------------------------------------------------------------
@@ -148,6 +154,20 @@ class Report:
         return float(sum(o.gpu_ns for o in self.ops))
 
     @property
+    def pim_cycles(self) -> float:
+        """Cycles of the PIM-placed ops (PIM command clock; a block once)."""
+        return float(sum(o.cycles for o in self.ops if o.placement == "pim"))
+
+    @property
+    def pim_ns(self) -> float:
+        return float(sum(o.ns for o in self.ops if o.placement == "pim"))
+
+    @property
+    def host_ns(self) -> float:
+        """The host-placed ops on the host roofline, ns."""
+        return float(sum(o.ns for o in self.ops if o.placement == "host"))
+
+    @property
     def resident_ns(self) -> float:
         return float(sum(o.resident_cycles / self.clock_ghz for o in self.ops))
 
@@ -156,19 +176,10 @@ class Report:
         return float(sum(o.energy_pj for o in self.ops))
 
     def to_dict(self) -> dict:
-        """Plain numbers.  Keys: backend, host, clock_ghz, cost_model (which model ranked the drafts); total_ns (PIM ops
-        simulated + host ops on the roofline), gpu_ns (every op on the host
-        roofline), speedup_gpu, resident_ns (one-time placement of resident
-        operands, not in total_ns), energy_pj (PIM ops); ops: per-op dicts
-        with cycles / ns and the breakdown in cycles (rearrangement_cycles,
-        compute_cycles, readback_cycles, merge_cycles), energy_pj, gpu_ns,
-        baseline_ns (baseline mapping), speedup_gpu, speedup_baseline,
-        placement, reason, draft; the derived figures operand_bytes,
-        to_pim_bytes, from_pim_bytes (bytes), effective_GBps, link_GBps
-        (GB/s), internal_pct and link_pct (% of peak; module docstring).
-        A figure that does not exist (the
-        baseline of a host op, the speedup of an op fused into a block's
-        program) is None, so the dict is strict JSON."""
+        """Plain numbers: the `cost_analysis()` schema of `Lowered` and
+        `Compiled` alike (documented in `pimjax.api`'s docstring), strict
+        JSON (a figure that does not exist, or is not known on these
+        figures, is None); `cost_model` says which model ranked the drafts."""
         ops = []
         for o in self.ops:
             d = {k: getattr(o, k) for k in ("index", "name", "placement", "reason", "draft", "cycles", "ns",
@@ -182,31 +193,35 @@ class Report:
                       "link_GBps", "link_pct"):
                 d[k] = getattr(o, k)
             ops.append({k: _none_if_nan(v) for k, v in d.items()})
-        return {"backend": self.backend, "host": self.host, "clock_ghz": self.clock_ghz,
-                "cost_model": self.cost_model,
-                "total_ns": self.total_ns, "gpu_ns": self.gpu_ns,
-                "speedup_gpu": self.gpu_ns / self.total_ns if self.total_ns else None,
-                "resident_ns": self.resident_ns, "energy_pj": self.energy_pj, "ops": ops}
+        total = self.total_ns
+        top = {"figures": self.figures, "backend": self.backend, "host": self.host, "clock_ghz": self.clock_ghz,
+               "cost_model": self.cost_model,
+               "total_ns": total, "pim_cycles": self.pim_cycles, "pim_ns": self.pim_ns, "host_ns": self.host_ns,
+               "gpu_ns": self.gpu_ns, "speedup_gpu": self.gpu_ns / total if total else float("nan"),
+               "resident_ns": self.resident_ns, "energy_pj": self.energy_pj}
+        return {**{k: _none_if_nan(v) for k, v in top.items()}, "ops": ops}
 
     def table(self):
         from rich.table import Table
-        t = Table(title=f"pimjax on {self.backend} (host {self.host}, {self.clock_ghz:.3g} GHz PIM clock)")
+        t = Table(title=f"pimjax on {self.backend} (host {self.host}, {self.clock_ghz:.3g} GHz PIM clock; "
+                        f"{self.figures} figures)")
         for col in ("#", "op", "on", "draft / reason", "cycles", "ns", "rearr/comp/rb/merge %",
                     "GB/s (int %peak)", "energy nJ", "vs GPU", "vs baseline"):
             t.add_column(col, justify="right" if col in ("#", "cycles", "ns", "GB/s (int %peak)", "energy nJ",
                                                         "vs GPU", "vs baseline") else "left")
         for o in self.ops:
             pct = ""
-            if o.placement == "pim" and o.cycles:
+            if o.placement == "pim" and o.cycles and not np.isnan(o.compute):
                 parts = [o.rearrangement, o.compute, o.readback, o.merge]
                 pct = "/".join(f"{100 * p / o.cycles:.0f}" for p in parts)
-            t.add_row(str(o.index), o.name, o.placement, o.draft if o.placement == "pim" else o.reason,
-                      f"{o.cycles:,.0f}" if o.placement == "pim" else "", f"{o.ns:,.0f}", pct,
-                      _bandwidth(o), f"{o.energy_pj / 1e3:,.1f}" if o.energy_pj else "",
+            what = (o.draft or o.reason) if o.placement == "pim" else o.reason
+            t.add_row(str(o.index), o.name, o.placement, what,
+                      _count(o.cycles) if o.placement == "pim" else "", _count(o.ns), pct,
+                      _bandwidth(o), f"{o.energy_pj / 1e3:,.1f}" if o.energy_pj and not np.isnan(o.energy_pj) else "",
                       _times(o.speedup_gpu), _times(o.speedup_baseline))
-        t.caption = (f"total {self.total_ns:,.0f} ns vs GPU-only {self.gpu_ns:,.0f} ns "
-                     f"({self.gpu_ns / self.total_ns if self.total_ns else float('nan'):.2f}x); "
-                     f"resident placement {self.resident_ns:,.0f} ns once")
+        speedup = self.gpu_ns / self.total_ns if self.total_ns else float("nan")
+        t.caption = (f"total {_count(self.total_ns)} ns vs GPU-only {self.gpu_ns:,.0f} ns "
+                     f"({_times(speedup) or 'n/a'}); resident placement {_count(self.resident_ns)} ns once")
         if self.cost_model:
             t.caption += f"\ncost model: {self.cost_model}"
         return t
@@ -234,6 +249,11 @@ def _bandwidth(o: OpReport) -> str:
     return f"{o.effective_GBps:,.1f}{pct}"
 
 
+def _count(x: float) -> str:
+    """A cycle or ns figure for the table ("n/a" when not known: no prediction)."""
+    return "n/a" if np.isnan(x) else f"{x:,.0f}"
+
+
 def _times(x: float) -> str:
     """A speedup for the table ("" when it does not exist)."""
     return "" if np.isnan(x) else f"{x:.2f}x"
@@ -247,28 +267,46 @@ def link_bytes(program) -> tuple[int, int]:
     return to_pim, int(st.get("d2h_bytes", st.get("readback_bytes", 0)))
 
 
-def _data_op(plan) -> PimOp:
+def _data_op(plan, backend, graph=None) -> PimOp:
     """The op whose operands and result a plan's program reads and writes
     (an attention block: q, K, V and the context)."""
     if not plan.block:
         return plan.op
-    from .backends.attacc.lower import _attention_parts
-    return _attention_parts(plan.choice.program.meta["block_ops"]).fused
+    from .backends import family_of
+    ops = plan.choice.program.meta["block_ops"] if plan.choice is not None else [graph.ops[i] for i in plan.block]
+    return family_of(backend).block_operands(ops)
 
 
-def build_report(compiled) -> Report:
-    """Simulate the chosen programs and the baselines of every op."""
+def build_report(stage, figures: str = "simulated") -> Report:
+    """The report of a `Compiled` (figures="simulated": the chosen programs'
+    simulated cycles, and the baselines simulated) or of a `Lowered`
+    (figures="predicted": the predicted best drafts' predicted cycles;
+    nothing is lowered or simulated)."""
     from .api import baseline_report, _shapes
-    lowered = compiled.lowered
-    be = compiled.backend
+    if figures not in ("simulated", "predicted"):
+        raise ValueError(f"figures {figures!r} not in ('simulated', 'predicted')")
+    be = stage.backend
     tck = float(be.timing.tCK)
-    rep = Report(be.name, be.system.host.name, 1.0 / tck,
-                 cost_model=compiled.lowered.traced.owner.tuner.model_source(be))
-    shapes = _shapes(compiled.graph)
+    traced = stage.traced if hasattr(stage, "traced") else stage.lowered.traced
+    rep = Report(be.name, be.system.host.name, 1.0 / tck, figures=figures,
+                 cost_model=traced.owner.tuner.model_source(be))
+    shapes = _shapes(stage.graph)
     peaks = derived_peaks(be)
-    for p in lowered.plans:
+    nan = float("nan")
+    for p in stage.plans:
         o = OpReport(p.index, "attention" if p.block else p.op.name, p.placement, p.reason, gpu_ns=p.host_ns)
-        if p.placement == "pim":
+        if p.placement == "pim" and figures == "predicted":
+            o.draft = describe_draft(p.draft_op, p.draft) if p.draft is not None else ""
+            o.cycles = float(p.predicted_cycles)
+            o.ns = o.cycles * tck
+            o.rearrangement = o.compute = o.readback = o.merge = o.resident_cycles = o.energy_pj = nan
+            o.space = p.proposal.space if p.proposal is not None else 0
+            o.operand_bytes = op_bytes(_data_op(p, be, stage.graph), shapes, be.core.elem_bytes)
+            o.to_pim_bytes = o.from_pim_bytes = nan
+            o.internal_peak_GBps = float(peaks["internal_bandwidth_GBps"])
+            o.to_pim_peak_GBps = float(peaks["external_bandwidth_GBps"])
+            o.from_pim_peak_GBps = float(peaks["readback_bandwidth_GBps"])
+        elif p.placement == "pim":
             r = p.choice.report
             o.draft = describe_draft(p.draft_op, p.draft)
             o.cycles = float(r.total_cycles)
@@ -279,7 +317,7 @@ def build_report(compiled) -> Report:
             o.energy_pj = float(r.energy_pj)
             o.bound = r.bound_name(be.core.programmable)
             o.simulated_drafts, o.space = p.choice.simulated, p.choice.space
-            o.operand_bytes = op_bytes(_data_op(p), shapes, be.core.elem_bytes)
+            o.operand_bytes = op_bytes(_data_op(p, be), shapes, be.core.elem_bytes)
             o.to_pim_bytes, o.from_pim_bytes = link_bytes(p.choice.program)
             o.internal_peak_GBps = float(peaks["internal_bandwidth_GBps"])
             o.to_pim_peak_GBps = float(peaks["external_bandwidth_GBps"])

@@ -99,12 +99,16 @@ def test_staged_api_and_cost_analysis():
     assert len(traced.graph.ops) == 1 and "relu" in traced.as_text()
     lowered = traced.lower()
     text = lowered.as_text()
-    assert "PIM (hbm-pim)" in text and "records" in text
+    assert "PIM (hbm-pim)" in text and "predicted cycles" in text and "records" not in text
     pred = lowered.cost_analysis()
-    assert set(pred) >= {"predicted_cycles", "predicted_ns", "host_ns", "clock_ghz", "ops"}
+    assert pred["figures"] == "predicted"
+    assert set(pred) >= {"pim_cycles", "pim_ns", "host_ns", "total_ns", "clock_ghz", "ops"}
     compiled = lowered.compile()
+    assert "records" in compiled.as_text()
     sim = compiled.cost_analysis()
+    assert sim["figures"] == "simulated"
     assert set(sim) >= {"total_ns", "gpu_ns", "speedup_gpu", "resident_ns", "energy_pj", "ops"}
+    assert set(sim) == set(pred) and set(sim["ops"][0]) == set(pred["ops"][0])
     op = sim["ops"][0]
     parts = [op[f"{k}_cycles"] for k in ("rearrangement", "compute", "readback", "merge")]
     assert op["cycles"] == pytest.approx(sum(parts), rel=1e-5)
@@ -171,9 +175,9 @@ def test_cache_hit_miss_new_shape_and_corrupted_file(tmp_path):
     W = np.ones((64, 128), np.float32)
     x = np.ones(128, np.float32)
     f = pim_jit(lambda W, x: W @ x, tuner=t, placement="prefer_pim", channels=4)
-    first = f.lower(W, x).plans[0].choice
+    first = f.lower(W, x).compile().plans[0].choice
     assert not first.cached and first.simulated == 2 and len(t.cache) == 1
-    again = pim_jit(lambda W, x: W @ x, tuner=t, placement="prefer_pim", channels=4).lower(W, x)
+    again = pim_jit(lambda W, x: W @ x, tuner=t, placement="prefer_pim", channels=4).lower(W, x).compile()
     assert again.plans[0].choice.cached and again.plans[0].draft == first.draft       # hit
     assert json.loads(path.read_text())                                              # on disk
     f(W[:32], x)                                                  # a new shape: tuned on the fly
@@ -184,7 +188,7 @@ def test_cache_hit_miss_new_shape_and_corrupted_file(tmp_path):
     with pytest.warns(RuntimeWarning, match="unreadable"):
         broken = tuner(cache=str(path))
     assert len(broken.cache) == 0
-    res = pim_jit(lambda W, x: W @ x, tuner=broken, placement="prefer_pim", channels=4).lower(W, x)
+    res = pim_jit(lambda W, x: W @ x, tuner=broken, placement="prefer_pim", channels=4).lower(W, x).compile()
     assert not res.plans[0].choice.cached                         # recompiled, not a crash
     assert len(json.loads(path.read_text())) == 1                 # and the file rewritten
 
@@ -193,13 +197,13 @@ def test_placement_goes_each_way():
     rng = np.random.default_rng(0)
     # a tiny GEMV: the GPU roofline beats the PIM frame overhead -> host
     small = pim_jit(lambda W, x: W @ x, backend="hbm-pim", tuner=tuner(), channels=4)
-    lw = small.lower(np.ones((16, 16), np.float32), np.ones(16, np.float32))
+    lw = small.lower(np.ones((16, 16), np.float32), np.ones(16, np.float32)).compile()
     assert lw.plans[0].placement == "host" and "beats PIM" in lw.plans[0].reason
     # a 4096 x 4096 GEMV with resident weights on AttAcc: PIM beats the GPU roofline
     W = rng.standard_normal((4096, 4096)).astype(np.float16)
     x = rng.standard_normal(4096).astype(np.float16)
     big = pim_jit(lambda W, x: W @ x, backend="attacc", tuner=ParallelFirst(top_k=4), resident=("W",))
-    lb = big.lower(W, x)
+    lb = big.lower(W, x).compile()
     assert lb.plans[0].placement == "pim" and "beats the" in lb.plans[0].reason
     choice = lb.plans[0].choice
     assert float(choice.report.total_ns) < lb.plans[0].host_ns
@@ -258,7 +262,7 @@ def test_report_derived_figures_follow_the_program_and_the_peaks():
     kw = dict(backend="hbm-pim", tuner=tuner(), placement="prefer_pim", channels=4)
     c = pim_jit(lambda W, x: W @ x, **kw).lower(W, x).compile()
     o = c.report().ops[0]
-    st = c.lowered.plans[0].choice.program.stats
+    st = c.plans[0].choice.program.stats
     assert o.operand_bytes == 2 * (512 * 256 + 256 + 512)
     assert o.to_pim_bytes == st["rearrange_bytes"] + st["register_bytes"] > 512 * 256 * 2
     assert o.from_pim_bytes == st["readback_bytes"] > 0
@@ -281,7 +285,7 @@ def test_report_derived_figures_follow_the_program_and_the_peaks():
     kw = dict(backend="upmem", tuner=tuner(), placement="prefer_pim", dpus=64)
     moving = pim_jit(lambda W, x: W @ x, **kw).lower(Wi, xi).compile()
     kept = pim_jit(lambda W, x: W @ x, resident=("W",), **kw).lower(Wi, xi).compile()
-    pm, pk = (c.lowered.plans[0].choice.program for c in (moving, kept))
+    pm, pk = (c.plans[0].choice.program for c in (moving, kept))
     assert pm.draft == pk.draft
     assert pk.stats["resident_bytes"] >= 4 * 256 * 128 and pm.stats["resident_bytes"] == 0
     assert pk.stats["rearrange_bytes"] + pk.stats["resident_bytes"] == pk.stats["h2d_bytes"]

@@ -104,7 +104,7 @@ def test_a_backend_no_family_implements_falls_back_to_the_host():
     W = np.ones((64, 32), np.float32)
     x = np.ones(32, np.float32)
     compiled = pim_jit(lambda W, x: W @ x, backend=odd, tuner=tuner(), placement="prefer_pim").lower(W, x).compile()
-    plan = compiled.lowered.plans[0]
+    plan = compiled.plans[0]
     assert plan.placement == "host" and "mystery" in plan.reason and "hbm-pim" in plan.reason
     np.testing.assert_allclose(np.asarray(compiled(W, x)), W @ x)
     g = make_graph(lambda W, x: W @ x, W, x)
@@ -121,7 +121,7 @@ def test_a_renamed_preset_keeps_its_family():
     K = np.random.default_rng(5).standard_normal((1, 2, 32, 16)).astype(np.float32)
     fn = lambda q, K: jnp.einsum("bhd,bhnd->bhn", q, K)       # noqa: E731
     compiled = pim_jit(fn, backend=be, tuner=tuner(), placement="prefer_pim").lower(q, K).compile()
-    assert compiled.lowered.plans[0].placement == "pim"
+    assert compiled.plans[0].placement == "pim"
     _close(compiled(q, K), jax.jit(fn)(q, K), TOL["attacc"])
 
 

@@ -535,7 +535,7 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
 
 
 def _dpu_constants(op_) -> dict | None:
-    """`lower.upmem.kernel_constants` of the op, or None when the DPU code
+    """`backends.upmem.lower.kernel_constants` of the op, or None when the DPU code
     model has no instruction sequence for its body (it will not lower)."""
     try:
         return kernel_constants(op_)

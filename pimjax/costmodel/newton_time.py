@@ -5,7 +5,7 @@ writes every bank column the kernel reads (one column per bank in turn,
 bank groups alternating), then per buffer load a PREA and the GWRITE
 columns, per matrix row a G_ACT, per segment and vector a COMP of the
 segment's columns, per latch block a READRES.  `newton_plan` gives the
-loop bounds; `lower.newton._segments` the data-block layout (which rows the
+loop bounds; `backends.newton.lower._segments` the data-block layout (which rows the
 segments sit in).  This module walks that loop nest at command level and
 applies `sim/timing.py`'s rules to the few commands it issues, with the
 state those rules read for them (per bank: open row, last ACT / read /

@@ -16,6 +16,12 @@ Modes:
   linearly from 0.5 to 0.05 (ε-greedy: that share of each round's
   candidates is drawn at random).
 
+`choose` is two halves, which `pim_jit`'s stages call apart: `propose`
+(partition and predict: the draft table, the cost model's cycles of every
+draft and the predicted best -- no lowering, no simulation; `Lowered`) and
+`verify` (lower and simulate the candidates above, keep the fastest;
+`Compiled`).  `choose(...) == verify(propose(...))`.
+
 A draft whose lowering raises PimCompileError is skipped in every mode (the
 resource verifier is an estimate: a draft near a capacity limit can pass it
 and still not fit); `choose` returns None only when no draft lowers.  In
@@ -227,6 +233,38 @@ class Choice:
     failure: str = ""
 
 
+@dataclass
+class Proposal:
+    """`Tuner.propose`'s answer for one op: what `verify` needs, and the
+    predicted figures (no program lowered, nothing simulated).
+
+    draft / predicted_cycles: the predicted best draft and its predicted
+    cycles (nan when none: the exhaustive tuner predicts nothing, a cache
+    entry may hold no prediction).  table / predicted: the op's drafts and
+    the predicted cycles of each (None when a cache entry answered, or in
+    exhaustive mode for `predicted`).  lower_fn: `choose`'s (None: `lower`).
+    space: drafts in the op's space.
+    mode: the search `verify` runs ("predict", "evolutionary",
+    "exhaustive"; a cache entry's mode).  cached: answered by the cache.
+    """
+    op: PimOp = field(repr=False)
+    backend: Backend = field(repr=False)
+    shapes: dict = field(repr=False)
+    dtypes: dict | None = field(repr=False)
+    lower_fn: Any = field(repr=False)
+    keep: Any = field(repr=False)
+    tag: str
+    lower_options: dict
+    key: str
+    draft: Draft | None = None
+    predicted_cycles: float = float("nan")
+    table: Any = field(default=None, repr=False)
+    predicted: Any = field(default=None, repr=False)
+    space: int = 0
+    mode: str = ""
+    cached: bool = False
+
+
 def _first_message(errors) -> str:
     """The first lowering error's message ("" when none): `Choice.failure`."""
     return next((str(e) for e in errors if e is not None), "")
@@ -301,18 +339,71 @@ class Tuner:
         from .features import features
         return float(np.asarray(self.model_for(backend).predict(features(op, draft, backend, shapes)[None]))[0])
 
-    # -- choosing --------------------------------------------------------------
+    # -- choosing: predict, then verify ----------------------------------------
     def choose(self, op: PimOp, backend: Backend, shapes: dict, dtypes: dict | None = None,
                lower_fn=None, keep=None, tag: str = "", **lower_options) -> Choice | None:
-        """The fastest draft of `op` on `backend` (None when it has none).
+        """The fastest draft of `op` on `backend` (None when it has none):
+        `verify(propose(...))`.
 
         lower_fn(op, draft, backend, shapes, **options) -> Program replaces
         `lower` (e.g. a multi-op block lowered from the drafts of its first
         op); keep(table) -> bool mask restricts the drafts it accepts; tag
         distinguishes such uses in the cache."""
-        lower_fn = lower_fn or lower
+        return self.verify(self.propose(op, backend, shapes, dtypes, lower_fn, keep, tag, **lower_options))
+
+    def propose(self, op: PimOp, backend: Backend, shapes: dict, dtypes: dict | None = None,
+                lower_fn=None, keep=None, tag: str = "", **lower_options) -> Proposal | None:
+        """The predict half of `choose`: the op's drafts and the cost model's
+        cycles for each (none in exhaustive mode), the predicted best, or a
+        trusted cache entry; it lowers no program and simulates nothing.
+        None when the op has no draft (after `keep`).  Arguments as `choose`."""
         key = cache_key(op, shapes, backend, dtypes, {**lower_options, "#tag": tag})
+        base = Proposal(op, backend, shapes, dtypes, lower_fn, keep, tag, dict(lower_options), key)
         hit = self.cache.get(key)
+        if hit is not None and self._trusts(hit):
+            try:
+                draft = draft_from_dict(hit["draft"])
+            except Exception:  # noqa: BLE001 - unreadable here: `verify` warns, drops it and re-tunes
+                pass
+            else:
+                predicted = hit.get("predicted")
+                return replace(base, draft=draft, predicted_cycles=float("nan") if predicted is None else predicted,
+                               space=int(hit.get("space", 0)), mode=hit.get("mode", self.mode), cached=True)
+        return self._predict_space(base)
+
+    def _predict_space(self, proposal: Proposal) -> Proposal | None:
+        """`proposal` with the op's draft table, each draft's predicted cycles
+        and the predicted best (None when the table is empty)."""
+        op, backend, shapes = proposal.op, proposal.backend, proposal.shapes
+        table = make_drafts(op, backend, shapes=shapes)
+        if proposal.keep is not None and len(table):
+            table = table.take(np.flatnonzero(proposal.keep(table)))
+        if len(table) == 0:
+            return None
+        mode = self.mode
+        if mode == "predict" and len(table) > self.threshold:
+            mode = "evolutionary"
+        if self.mode == "exhaustive":                  # the ground truth: no prediction
+            return replace(proposal, table=table, space=len(table), mode=mode)
+        pred = self.predict(op, table, backend, shapes)
+        best = int(np.argsort(pred, kind="stable")[0])
+        return replace(proposal, table=table, predicted=pred, draft=table[best],
+                       predicted_cycles=float(pred[best]), space=len(table), mode=mode)
+
+    def verify(self, proposal: Proposal | None) -> Choice | None:
+        """The verify half of `choose`: lower and simulate the candidates of
+        `proposal` (predict mode: its best predicted top_k and the baseline;
+        the evolutionary search; exhaustive: every draft) and keep the
+        fastest by simulated cycles; a cached choice is lowered and
+        simulated alone.  The cache is read again here (an entry another op
+        put since `propose` answers), and the choice is put in it.  None
+        when `proposal` is None or no draft lowers."""
+        if proposal is None:
+            return None
+        p = proposal
+        op, backend, shapes, lower_options = p.op, p.backend, p.shapes, p.lower_options
+        lower_fn = p.lower_fn or lower
+        hit = self.cache.get(p.key)
         if hit is not None and self._trusts(hit):
             try:
                 draft = draft_from_dict(hit["draft"])
@@ -320,35 +411,35 @@ class Tuner:
             except Exception as err:  # noqa: BLE001 - a stale entry (another version's draft): re-tune
                 warnings.warn(f"tuning cache entry for {op.name} no longer lowers ({type(err).__name__}: "
                               f"{err}); tuning again", RuntimeWarning, stacklevel=3)
-                self.cache.drop(key)
+                self.cache.drop(p.key)
             else:
                 predicted = hit.get("predicted")
                 return Choice(draft, program, cycles_pooled(program, backend),
                               float("nan") if predicted is None else predicted,
                               0, hit.get("space", 0), hit.get("mode", self.mode), cached=True)
-        table = make_drafts(op, backend, shapes=shapes)
-        if keep is not None and len(table):
-            table = table.take(np.flatnonzero(keep(table)))
-        if len(table) == 0:
-            return None
+        if p.table is None:           # proposed from a cache entry that is gone or stale: predict now
+            p = self._predict_space(p)
+            if p is None:
+                return None
+        table, pred = p.table, p.predicted
         if self.mode == "exhaustive":
             choice = self._exhaustive(op, table, backend, shapes, lower_options, lower_fn)
         elif self.mode == "evolutionary":
-            choice = self.evolutionary(op, table, backend, shapes, lower_options, lower_fn=lower_fn)
+            choice = self.evolutionary(op, table, backend, shapes, lower_options, lower_fn=lower_fn, pred=pred)
         elif len(table) > self.threshold:
             # predict mode's promise (never slower than the baseline) holds for large spaces too
             choice = self._against_baseline(
-                self.evolutionary(op, table, backend, shapes, lower_options, lower_fn=lower_fn),
+                self.evolutionary(op, table, backend, shapes, lower_options, lower_fn=lower_fn, pred=pred),
                 op, backend, shapes, lower_options, lower_fn, len(table))
         else:
-            choice = self._top_k(op, table, backend, shapes, lower_options, lower_fn)
+            choice = self._top_k(op, table, backend, shapes, lower_options, lower_fn, pred=pred)
         if choice is None:            # no draft lowers: the op stays on the host (not cached)
             return None
         predicted = choice.predicted_cycles          # NaN (no prediction) is stored as null: strict JSON
-        self.cache.put(key, {"draft": draft_to_dict(choice.draft), "simulated": int(choice.simulated),
-                             "predicted": None if np.isnan(predicted) else predicted,
-                             "cycles": float(choice.report.total_cycles), "space": choice.space,
-                             "mode": choice.mode, "failed": int(choice.failed)})
+        self.cache.put(p.key, {"draft": draft_to_dict(choice.draft), "simulated": int(choice.simulated),
+                               "predicted": None if np.isnan(predicted) else predicted,
+                               "cycles": float(choice.report.total_cycles), "space": choice.space,
+                               "mode": choice.mode, "failed": int(choice.failed)})
         return choice
 
     def _trusts(self, hit: dict) -> bool:
@@ -438,8 +529,10 @@ class Tuner:
                     programs.append(p)
         return rows, programs, errors
 
-    def _top_k(self, op, table, backend, shapes, lower_options, lower_fn=lower) -> Choice | None:
-        pred = self.predict(op, table, backend, shapes)
+    def _top_k(self, op, table, backend, shapes, lower_options, lower_fn=lower, pred=None) -> Choice | None:
+        """The fastest simulated of the best predicted top_k drafts that lower
+        (and the baseline); `pred`: the drafts' predicted cycles, when known."""
+        pred = self.predict(op, table, backend, shapes) if pred is None else pred
         # the best predicted top_k that lower: a draft that does not fit gives its place to the next
         rows, programs, errors = self._first_lowering(op, table, np.argsort(pred, kind="stable"), self.top_k,
                                                       backend, shapes, lower_options, lower_fn)
@@ -505,14 +598,16 @@ class Tuner:
 
     # -- ATiM's balanced evolutionary search --------------------------------------
     def evolutionary(self, op, table, backend, shapes, lower_options=None, trials: int | None = None,
-                     balanced: bool | None = None, per_round: int = 8, lower_fn=lower) -> Choice | None:
+                     balanced: bool | None = None, per_round: int = 8, lower_fn=lower,
+                     pred=None) -> Choice | None:
         """Best draft found within `trials` simulations (see module docstring),
         drafts lowered with `lower_fn`; None when no draft lowers.  A draft
         that does not lower is skipped and costs no trial.
 
         The genome of a draft is its row of the DraftTable; a mutation
         changes one column (one set's groups / cores / mapping, or one knob)
-        by jumping to a draft that agrees on every other column."""
+        by jumping to a draft that agrees on every other column.  pred: the
+        drafts' predicted cycles when already known (`propose`)."""
         lower_options = lower_options or {}
         trials = self.trials if trials is None else trials
         if not is_int(trials) or trials < 1:
@@ -520,7 +615,7 @@ class Tuner:
         balanced = self.balanced if balanced is None else balanced
         rng = np.random.default_rng(self.seed)
         n = len(table)
-        pred = self.predict(op, table, backend, shapes)
+        pred = self.predict(op, table, backend, shapes) if pred is None else pred
         genes = _gene_matrix(table)
         neighbours = _neighbour_index(genes)
         rfactor = np.asarray(table.reduction) != 0              # "complete" is code 0

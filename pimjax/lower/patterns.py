@@ -10,7 +10,7 @@
     o = p . V        (contraction over the last dim of p)
 
 with every intermediate used only inside the block.  AttAcc runs such a
-block as one program per head group (`lower.attacc.lower_attention`).
+block as one program per head group (`backends.attacc.lower.lower_attention`).
 """
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ import pimjax
 from pimjax.errors import PimCompileError
 from pimjax.hw import get_backend
 from pimjax.lower import lower
-from pimjax.partition import DimPart, Draft, drafts, op_support, verify
+from pimjax.partition import DimPart, Draft, drafts, op_support
+from pimjax.partition.verify import verify
 from pimjax.backends import baseline
 from pimjax.sim.execute import execute
 

@@ -170,7 +170,7 @@ def test_vector_sets_stay_whole_in_a_group_and_rule3_keeps_their_twins():
     from pimjax.hw import get_backend
     from pimjax.costmodel.kernels import make_case
     from pimjax.lower import lower
-    from pimjax.partition import verify
+    from pimjax.partition.verify import verify
     be = get_backend("hbm-pim")
     case = make_case(be, "mmtv", (2, 4, 64, 32))
     table = drafts(case.op, be, shapes=case.shapes)

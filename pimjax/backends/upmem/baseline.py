@@ -28,7 +28,7 @@ def upmem_baseline(op: PimOp, backend: Backend, dpus: int | None = None) -> Draf
 
     dpus: DPUs to use (a power of two; default: as many as the rows allow,
     at most the backend's).  ATiM grid-searched PrIM's DPU count; see
-    `upmem_baseline_grid`.  Use the lowering switches `lower.upmem.PRIM_OPTIONS`
+    `upmem_baseline_grid`.  Use the lowering switches `backends.upmem.lower.PRIM_OPTIONS`
     to reproduce PrIM's hand-written kernels.
     """
     from ...partition.verify import op_support

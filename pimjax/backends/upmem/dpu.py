@@ -71,7 +71,7 @@ def _roundup(a, b):
 def _tile_points(wram_tile, consts: dict) -> tuple[np.ndarray, np.ndarray]:
     """([n] E, [n] pad_to): points per caching tile (wram_tile / elem_bytes),
     and the multiple MRAM pads the inner loop to -- the tile with "pad"
-    boundaries, else the 8-byte DMA unit (`lower.upmem._geometry`)."""
+    boundaries, else the 8-byte DMA unit (`backends.upmem.lower._geometry`)."""
     eb = consts["elem_bytes"]
     E = np.maximum(np.asarray(wram_tile, np.int64) // eb, 1)
     return E, np.where(consts["boundary"] == "pad", E, DMA_ALIGN // eb)
@@ -79,7 +79,7 @@ def _tile_points(wram_tile, consts: dict) -> tuple[np.ndarray, np.ndarray]:
 
 def _loops(op) -> tuple[list, list, str]:
     """(output vars, reduction vars, the inner var) in the op's loop order,
-    as `lower.upmem._geometry` orders them: the inner var is the last
+    as `backends.upmem.lower._geometry` orders them: the inner var is the last
     reduction var (the last output var of an elementwise op), the loop the
     caching tiles cut and MRAM pads."""
     names = [lv.name for lv in op.loop_vars]
@@ -109,7 +109,7 @@ def dpu_kernel_cycles(op, lens: dict, tasklets, wram_tile, dataflow, backend, co
                       vector_vars: set = frozenset()) -> np.ndarray:
     """[n] kernel DPU cycles (float64) of drafts with worst-core loop lengths
     `lens` (var -> [n] ints), `tasklets`, `wram_tile` (bytes) and `dataflow`
-    (0 "os", 1 "is"), [n] each.  consts: `lower.upmem.kernel_constants(op)`;
+    (0 "os", 1 "is"), [n] each.  consts: `backends.upmem.lower.kernel_constants(op)`;
     vector_vars: the loop vars of a contraction's vector operand."""
     from .cycles import dispatch_interval
     t = backend.timing
@@ -230,7 +230,7 @@ def _layout_runs(index_map, shape, layout_vars, lens: dict, inner: str, pad_to, 
     """([n] runs, [n] bytes) of a DPU's tile laid out in MRAM row-major over
     `layout_vars` (the inner loop var padded to a multiple of `pad_to` [n])
     and read from a row-major host tensor through `index_map`: a run is
-    what `lower.upmem._host_runs` finds element by element (contiguous in
+    what `backends.upmem.lower._host_runs` finds element by element (contiguous in
     the host tensor and in MRAM) and one transfer call; bytes sums each
     run's 8-byte-aligned size.
 
