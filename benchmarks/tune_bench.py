@@ -36,7 +36,7 @@ from rich.table import Table
 from pimjax.api import enable_xla_cache
 from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.costmodel.predictor import load_default
-from pimjax.costmodel.tune import Tuner
+from pimjax.search.tuner import Tuner
 from pimjax.errors import PimCompileError
 from pimjax.hw import get_backend
 from pimjax.lower import lower

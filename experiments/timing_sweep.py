@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(HERE, "out"))
     args = ap.parse_args(argv)
 
-    from pimjax.costmodel.tune import Tuner
+    from pimjax.search.tuner import Tuner
     from pimjax.hw import get_backend
     from pimjax.hw.core import Timing
     from pimjax.kernels import kernel_op

@@ -14,7 +14,7 @@ from .sim.execute import execute
 from .sim.cycles import cycles, cycles_batch, sweep
 from .sim.report import CycleReport
 from .sim.host import host_time
-from .costmodel.tune import Choice, Proposal, Tuner
+from .search.tuner import Choice, Proposal, Tuner
 from .api import Compiled, Lowered, OpPlan, PimFunction, Traced, pim_jit
 from .report import OpReport, Report
 

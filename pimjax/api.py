@@ -115,7 +115,7 @@ import jax.custom_batching
 import jax.numpy as jnp
 import numpy as np
 
-from .costmodel.tune import Tuner
+from .search.tuner import Tuner
 from .backends import baseline, family_of, has_family
 from .errors import PimCompileError
 from .hw.core import Backend

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pimjax import PimCompileError, get_backend, make_graph, pim_jit
-from pimjax.costmodel.tune import Tuner
+from pimjax.search.tuner import Tuner
 from pimjax.lower import lower
 from pimjax.backends import baseline
 from pimjax.sim.cycles import cycles

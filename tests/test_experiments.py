@@ -94,7 +94,7 @@ def test_timing_sweep_writes_the_grid_each_point_as_cycles_gives(tmp_path, capsy
     backend with that (x, y) timing; bad parameters are usage errors."""
     import csv
 
-    from pimjax.costmodel.tune import Tuner
+    from pimjax.search.tuner import Tuner
     from pimjax.hw import get_backend
     from pimjax.kernels import kernel_op
     from pimjax.lower import lower

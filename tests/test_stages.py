@@ -19,7 +19,7 @@ from tests.test_api import tuner
 def _forbid_lowering_and_simulation(monkeypatch):
     """Every way to a program or a simulated figure raises."""
     import pimjax.api as api
-    import pimjax.costmodel.tune as tune
+    import pimjax.search.tuner as tune
     import dataclasses
 
     import pimjax.backends as backends
