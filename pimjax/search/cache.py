@@ -3,6 +3,7 @@ backend fingerprint, options), in memory and optionally in a JSON file (a
 corrupted file is reported with a warning and rebuilt, never a crash)."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os

@@ -34,7 +34,6 @@ reported with a warning and rebuilt, never a crash).
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import warnings
 from dataclasses import dataclass, field, replace
@@ -52,7 +51,7 @@ from ..partition.draft import Draft
 from ..partition.table import DraftTable
 from ..sim.cycles import cycles, cycles_batch, cycles_pooled, report_at
 from ..trace.ir import PimOp
-from .cache import op_signature, cache_key, backend_fingerprint, draft_to_dict, draft_from_dict, TuneCache  # noqa: F401  (re-exported)
+from .cache import TuneCache, cache_key, draft_from_dict, draft_to_dict
 
 
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from pimjax.costmodel.predictor import Predictor, load_default
-from pimjax.search.tuner import Tuner, TuneCache, draft_to_dict
+from pimjax.search.cache import TuneCache, draft_to_dict
+from pimjax.search.tuner import Tuner
 from pimjax.errors import PimCompileError
 from pimjax.hw import get_backend
 from pimjax.kernels import kernel_op
