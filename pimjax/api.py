@@ -116,13 +116,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .search.tuner import Tuner
-from .backends import baseline, family_of, has_family
+from .backends import family_of, has_family
 from .errors import PimCompileError
 from .hw.core import Backend
 from .hw.presets import get_backend
-from .lower import lower as lower_op
 from .partition.verify import op_support
-from .sim.cycles import cycles_pooled
 from .sim.execute import execute
 from .sim.host import host_time
 from .trace.builder import dtype_name
@@ -1003,24 +1001,6 @@ def _argument(leaf, dtype):
     if isinstance(leaf, jax.Array):
         return leaf if dtype_name(leaf.dtype) == dtype else leaf.astype(dtype)
     return np.asarray(leaf, dtype)
-
-
-def baseline_report(plan_: OpPlan, backend: Backend, shapes: dict):
-    """Cycles of the backend's baseline mapping for a PIM op or block (or None)."""
-    if plan_.choice is not None and plan_.choice.baseline is not None:
-        return plan_.choice.baseline        # simulated in the tuner's batch, same options
-    d = baseline(plan_.draft_op, backend)
-    if d is None:
-        return None
-    try:
-        if plan_.block:
-            prog = family_of(backend).lower_block(list(plan_.choice.program.meta["block_ops"]), d, backend,
-                                                  shapes, resident=plan_.resident)
-        else:
-            prog = lower_op(plan_.op, d, backend, shapes, resident=plan_.resident)
-    except PimCompileError:
-        return None
-    return cycles_pooled(prog, backend)
 
 
 __all__ = ["pim_jit", "enable_xla_cache", "PimFunction", "Traced", "Lowered", "Compiled", "OpPlan", "plan",

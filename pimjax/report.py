@@ -25,9 +25,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .backends import baseline, family_of
+from .errors import PimCompileError
 from .hw.peaks import derived_peaks
+from .lower import lower
 from .partition.dimsets import dimension_sets
 from .partition.draft import Draft
+from .sim.cycles import cycles_pooled
 from .sim.host import op_bytes
 from .trace.ir import PimOp
 
@@ -272,7 +276,6 @@ def _data_op(plan, backend, graph=None) -> PimOp:
     (an attention block: q, K, V and the context)."""
     if not plan.block:
         return plan.op
-    from .backends import family_of
     ops = plan.choice.program.meta["block_ops"] if plan.choice is not None else [graph.ops[i] for i in plan.block]
     return family_of(backend).block_operands(ops)
 
@@ -282,7 +285,6 @@ def build_report(stage, figures: str = "simulated") -> Report:
     simulated cycles, and the baselines simulated) or of a `Lowered`
     (figures="predicted": the predicted best drafts' predicted cycles;
     nothing is lowered or simulated)."""
-    from .api import baseline_report, _shapes
     if figures not in ("simulated", "predicted"):
         raise ValueError(f"figures {figures!r} not in ('simulated', 'predicted')")
     be = stage.backend
@@ -290,7 +292,7 @@ def build_report(stage, figures: str = "simulated") -> Report:
     traced = stage.traced if hasattr(stage, "traced") else stage.lowered.traced
     rep = Report(be.name, be.system.host.name, 1.0 / tck, figures=figures,
                  cost_model=traced.owner.tuner.model_source(be))
-    shapes = _shapes(stage.graph)
+    shapes = {i: v.shape for i, v in enumerate(stage.graph.values)}
     peaks = derived_peaks(be)
     nan = float("nan")
     for p in stage.plans:
@@ -329,3 +331,21 @@ def build_report(stage, figures: str = "simulated") -> Report:
             o.ns = p.host_ns               # host ops at the roofline; fused ops are in their block
         rep.ops.append(o)
     return rep
+
+
+def baseline_report(plan_, backend, shapes: dict):
+    """Cycles of the backend's baseline mapping for a PIM op or block (or None)."""
+    if plan_.choice is not None and plan_.choice.baseline is not None:
+        return plan_.choice.baseline        # simulated in the tuner's batch, same options
+    d = baseline(plan_.draft_op, backend)
+    if d is None:
+        return None
+    try:
+        if plan_.block:
+            prog = family_of(backend).lower_block(list(plan_.choice.program.meta["block_ops"]), d, backend,
+                                                  shapes, resident=plan_.resident)
+        else:
+            prog = lower(plan_.op, d, backend, shapes, resident=plan_.resident)
+    except PimCompileError:
+        return None
+    return cycles_pooled(prog, backend)
