@@ -89,3 +89,41 @@ def test_hbm_pim_refuses_a_row_without_the_register_frame():
     op = gemv(64, 64)
     with pytest.raises(PimCompileError, match="cols"):
         lower(op, baseline(op, be), small)
+
+
+def _gemv_case(M=256, N=384):
+    from tests.partition.helpers import gemv
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((M, N)).astype(np.float32)
+    x = rng.standard_normal(N).astype(np.float32)
+    return gemv(M, N), W, x
+
+
+@pytest.mark.parametrize("variant", ["bg2x8", "lanes8"])
+def test_newton_variants_compute_what_the_graph_computes(variant):
+    """Newton reads banks per bank group, columns and lanes from the Backend
+    (the executor from Program.meta)."""
+    be = get_backend("newton", channels=4)
+    backend = {"bg2x8": be.replace(group=be.group.replace(bank_groups=2, banks_per_bank_group=8)),
+               "lanes8": be.replace(core=be.core.replace(lanes=8))}[variant]
+    op, W, x = _gemv_case()
+    table = drafts(op, backend)
+    for draft in [baseline(op, backend)] + [table[i] for i in range(0, len(table), max(1, len(table) // 3))]:
+        program = lower(op, draft, backend)
+        assert int(np.asarray(program.commands.bank).max()) < backend.group.banks
+        wide = np.asarray(execute(program, W, x, arithmetic="wide"), np.float64)
+        np.testing.assert_allclose(wide, W.astype(np.float64) @ x, rtol=1e-5, atol=1e-4, err_msg=f"{draft}")
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda be: be.replace(group=be.group.replace(bank_groups=8, banks_per_bank_group=8)), "banks_per_bank_group"),
+    (lambda be: be.replace(core=be.core.replace(lanes=8)), "core.lanes"),
+])
+def test_attacc_refuses_geometry_it_cannot_map(change, field):
+    """AttAcc's address maps and executor shapes are built for HBM3 (16
+    lanes, 32 columns, 16 bank groups of 4 banks): another geometry is
+    refused by name, not lowered wrong."""
+    backend = change(get_backend("attacc", channels=2))
+    op, W, x = _gemv_case()
+    with pytest.raises(PimCompileError, match=field):
+        lower(op, baseline(op, backend), backend)
