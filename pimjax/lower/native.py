@@ -123,7 +123,7 @@ def _phys_row(r):
 
 
 @njit(nogil=True, cache=True)
-def gemv_sequence(shape, flags, codes, order, out):
+def gemv_sequence(shape, flags, codes, order, geometry, out):
     """The kernel records of `hbm_pim._contraction` (a sequence of GEMVs
     per core: per invocation (b, v, j, i) the frame entry, the GRF_A write,
     the MAC column runs over the block, the GRF_B store and the frame exit),
@@ -135,6 +135,9 @@ def gemv_sequence(shape, flags, codes, order, out):
     codes  [AB_WR, PIM_RD, PIM_WR, CONF_ROW, GRF_A_COL, GRF_A, GRF_B,
             ZERO_B, MODE, HOST_REG, MAC, STORE, REARRANGE, COMPUTE]
     order  [t_in] the input tiles' order within an output tile (os)
+    geometry [cols, half]: columns per row; half 0 for an even / odd bank
+           pair, else parity 1's first logical row in the unit's one bank
+           (all-bank commands then address bank 0)
     """
     n_b, n_v, t_out, t_in, ki, ko, n_par0, n_par1, res_base, slots = (
         shape[0], shape[1], shape[2], shape[3], shape[4], shape[5], shape[6], shape[7], shape[8], shape[9])
@@ -143,9 +146,10 @@ def gemv_sequence(shape, flags, codes, order, out):
         codes[0], codes[1], codes[2], codes[3], codes[4], codes[5], codes[6], codes[7], codes[8], codes[9],
         codes[10], codes[11], codes[12], codes[13])
     write_out = out.shape[1] > 0
+    cols, half = geometry[0], geometry[1]
     bursts = ki * ko
-    runs = (bursts + 31) // 32
-    per_run = min(bursts, 32)
+    runs = (bursts + cols - 1) // cols
+    per_run = min(bursts, cols)
     one_frame = os_ and reuse                     # output-stationary with reuse: slots == 1
     A = t_out if os_ else t_in
     C = t_in if os_ else t_out
@@ -180,16 +184,18 @@ def gemv_sequence(shape, flags, codes, order, out):
                         block = ((b * npar + i // 2) * t_out + j) * bursts
                     else:
                         block = ((b * t_out + j) * npar + i // 2) * bursts
+                    par = i % 2
                     for r in range(runs):
                         if write_out:
-                            start = block + r * 32
-                            _put(out, p, PIM_RD, i % 2, _phys_row(start // 32), start % 32, per_run, COMP,
-                                 r * 32, ko, 0, MAC, GA)
+                            start = block + r * cols
+                            _put(out, p, PIM_RD, par if half == 0 else 0, _phys_row(start // cols + par * half),
+                                 start % cols, per_run, COMP, r * cols, ko, 0, MAC, GA)
                         p += 1
                     if last:
                         if write_out:
-                            f = (((b * n_v + v) * slots + ss) * t_out + j) * ko + res_base * 32
-                            _put(out, p, PIM_WR, 1, _phys_row(f // 32), f % 32, ko, COMP, GB, 1, 2, STORE, 0)
+                            f = (((b * n_v + v) * slots + ss) * t_out + j) * ko + res_base * cols
+                            _put(out, p, PIM_WR, 1 if half == 0 else 0, _phys_row(f // cols + half), f % cols, ko,
+                                 COMP, GB, 1, 2, STORE, 0)
                             _put(out, p + 1, AB_WR, 0, CONF, 0, 1, COMP, 0, 0, -1, MODE, 0)
                         p += 2
     return p

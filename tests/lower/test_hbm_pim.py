@@ -205,13 +205,13 @@ def test_unique_columns_equals_np_unique(values):
 def _host_write_time(cores: int, columns: int) -> tuple[float, set]:
     """(cycles, opcodes) of the host writing `columns` columns into each of
     the two banks of `cores` PIM units (one pseudo-channel, refresh off)."""
-    from pimjax.backends.hbm_pim.lower import _host_columns
+    from pimjax.backends.hbm_pim.lower import Geometry, _host_columns
     from pimjax.lower.program import Phase, RecordBuilder
     from pimjax.sim.cycles import _timing_vector, scan_stream
     be = get_backend("hbm-pim")
     b = RecordBuilder()
     flat = np.arange(columns)
-    _host_columns(b, Op.WR, Phase.REARRANGE, 0, {0: flat, 1: flat}, cores)
+    _host_columns(b, Op.WR, Phase.REARRANGE, 0, {0: flat, 1: flat}, cores, Geometry.of(be))
     rec = b.build()
     arr = {f: np.asarray(rec[f], np.int32) for f in ("op", "bank", "row", "n", "phase", "resident")}
     arr["pre"] = np.zeros_like(arr["op"])

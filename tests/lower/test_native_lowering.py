@@ -70,15 +70,18 @@ def test_class_totals_equal_masked_sums(seed, R):
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 3), st.integers(1, 3), st.integers(1, 5), st.integers(1, 6), st.sampled_from([1, 2, 4, 8]),
-       st.sampled_from([1, 2, 4, 8]), st.integers(0, 40), st.booleans(), st.booleans(), st.booleans())
-def test_gemv_sequence_equals_the_slot_definition(n_b, n_v, t_out, t_in, ki, ko, res_base, os_, reuse, order_is):
+       st.sampled_from([1, 2, 4, 8]), st.integers(0, 40), st.booleans(), st.booleans(), st.booleans(),
+       st.sampled_from([(32, 0), (64, 0), (32, 4096), (64, 4096)]))
+def test_gemv_sequence_equals_the_slot_definition(n_b, n_v, t_out, t_in, ki, ko, res_base, os_, reuse, order_is,
+                                                  geometry):
     """The compiled emitter of the contraction's kernel records writes what
     the per-invocation slot construction (`_kernel_slots`) selects."""
     os_ = os_ or not reuse                       # without register reuse the dataflow is output-stationary
     order_is = order_is and not os_
     slots = 1 if (os_ and reuse) else t_in
     n_par = [-(-(t_in - p) // 2) for p in (0, 1)]
-    seq = GemvSequence((n_b, n_v, t_out, t_in, ki, ko, n_par[0], n_par[1], res_base, slots), (os_, reuse, order_is))
+    seq = GemvSequence((n_b, n_v, t_out, t_in, ki, ko, n_par[0], n_par[1], res_base, slots), (os_, reuse, order_is),
+                       geometry)
     got = concat(seq)
     want = concat(_kernel_slots(seq))
     assert len(seq) == len(want["op"])
@@ -86,7 +89,7 @@ def test_gemv_sequence_equals_the_slot_definition(n_b, n_v, t_out, t_in, ki, ko,
         np.testing.assert_array_equal(got[f], want[f], err_msg=f)
     # an independent count: MAC column runs per invocation, frames and register writes
     K = n_b * n_v * t_out * t_in
-    runs = -(-ki * ko // 32)
+    runs = -(-ki * ko // geometry[0])
     frames = n_b * n_v * t_out if slots == 1 else K
     assert int((got["op"] == Op.PIM_RD).sum()) == K * runs
     assert int((got["op"] == Op.PIM_WR).sum()) == frames

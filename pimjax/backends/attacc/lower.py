@@ -73,8 +73,13 @@ from ...lower.program import (Op, Phase, Program, Readback, RecordBuilder, Recor
                       stack_streams, streamed)
 from ...lower.tiles import CoreTiles, core_tiles
 
-LANES = 16
-BANKS_PER_BG = 4           # attacc.md: 4 banks per bank group
+# Hardware facts the AttAcc lowering and executor are built around (the address
+# maps of the three levels, the adder-tree clusters, the executor's jitted
+# shapes).  `Geometry.of` reads the Backend and refuses one that differs.
+LANES = 16                 # attacc.md: 16 FP16 lanes per unit (core.lanes)
+COLS = 32                  # attacc.md: 32 columns per row (core.cols)
+BANKS_PER_BG = 4           # attacc.md: 4 banks per bank group (group.banks_per_bank_group)
+BANK_GROUPS = 16           # attacc.md: 16 bank groups per channel, 2 pCH x 2 SID x 4 (group.bank_groups)
 TREE, MACMODE = 0, 1            # MAC aux: adder-tree / mac mode
 # assumption: a softmax buffer of 8192 FP16 (512 rows of 16) per channel.  attacc.md implies
 # L FP16 per head (the trace generator's maxlen 4096) and the reference pipelines two heads.
@@ -93,17 +98,26 @@ class Geometry:
     """Where a core's memory is and how commands address it.
 
     level: "bank" | "bg" | "buffer"; cores: units per channel;
-    banks_per_core: banks a unit owns (1, 4, 32)."""
+    banks_per_core: banks a unit owns (1, 4, 32); banks_per_bg: the
+    group's banks per bank group (the host's interleaving order)."""
     level: str
     cores: int
     banks_per_core: int
+    banks_per_bg: int = BANKS_PER_BG
 
     @classmethod
     def of(cls, backend: Backend) -> "Geometry":
         level = backend.variant.split("-")[0]
         if level not in ("bank", "bg", "buffer"):
             raise PimCompileError(f"attacc: unknown PIM level {level!r}")
-        return cls(level, backend.group.cores_per_group, backend.core.banks_per_core)
+        core, group = backend.core, backend.group
+        for where, name, got, want in (("core", "lanes", core.lanes, LANES), ("core", "cols", core.cols, COLS),
+                                       ("group", "banks_per_bank_group", group.banks_per_bank_group, BANKS_PER_BG),
+                                       ("group", "bank_groups", group.bank_groups, BANK_GROUPS)):
+            if got != want:
+                raise PimCompileError(f"attacc family: the lowering's address maps need {where}.{name} = {want} "
+                                      f"(HBM3 AttAcc), got {got}")
+        return cls(level, group.cores_per_group, core.banks_per_core, group.banks_per_bank_group)
 
     @property
     def seg(self) -> int:
@@ -197,13 +211,13 @@ class _Tables:
         return src, dst, host
 
 
-def _bg_interleave(cmds: list, bank_of) -> list:
+def _bg_interleave(cmds: list, bank_of, banks_per_bg: int) -> list:
     """Order data-movement commands round-robin over bank groups, the order
     the reference's FCFS-ready scheduler issues them in (tCCD_S apart
     instead of tCCD_L within a bank group)."""
     by_bg: dict[int, list] = {}
     for c in cmds:
-        by_bg.setdefault(int(bank_of(c)) // 4, []).append(c)
+        by_bg.setdefault(int(bank_of(c)) // banks_per_bg, []).append(c)
     out = []
     queues = list(by_bg.values())
     i = 0
@@ -288,7 +302,7 @@ def _load_commands(geo: Geometry, need: dict, gran: str, C: int) -> list:
                 src, dst = np.full(C, -1), np.zeros(C, np.int64)
                 src[c], dst[c] = s, d
                 cmds.append((int(geo.core_base(c)), src, dst))
-        return _bg_interleave(cmds, lambda x: x[0])
+        return _bg_interleave(cmds, lambda x: x[0], geo.banks_per_bg)
     per_pch: dict[int, dict[tuple[int, int], list[int]]] = {}
     for c in range(C):
         for s, d in need.get(c, ()):
@@ -304,7 +318,7 @@ def _load_commands(geo: Geometry, need: dict, gran: str, C: int) -> list:
                 if bank is None:
                     bank = int(geo.core_base(min(units)))
         cmds.append((bank, src, dst))
-    return _bg_interleave(cmds, lambda x: x[0])
+    return _bg_interleave(cmds, lambda x: x[0], geo.banks_per_bg)
 
 
 def _drain_commands(geo: Geometry, rows: np.ndarray, gran: str, C: int) -> list:
@@ -317,7 +331,7 @@ def _drain_commands(geo: Geometry, rows: np.ndarray, gran: str, C: int) -> list:
             d = np.full(C, -1)
             d[c] = rows[c]
             out.append((int(geo.core_base(c)), d))
-        return _bg_interleave(out, lambda x: x[0])
+        return _bg_interleave(out, lambda x: x[0], geo.banks_per_bg)
     per_pch: dict[int, dict[tuple[int, int], list[int]]] = {}
     for c in np.nonzero(rows >= 0)[0]:
         per_pch.setdefault(int(geo.pch(c)), {}).setdefault((int(geo.cluster(c)), int(rows[c])), []).append(c)
@@ -333,7 +347,7 @@ def _drain_commands(geo: Geometry, rows: np.ndarray, gran: str, C: int) -> list:
                 if bank is None:
                     bank = int(geo.core_base(min(units)))
         out.append((bank, d))
-    return _bg_interleave(out, lambda x: x[0])
+    return _bg_interleave(out, lambda x: x[0], geo.banks_per_bg)
 
 
 # --------------------------------------------------------------------------
@@ -440,8 +454,8 @@ def _placement(em: _Emitter, geo: Geometry, layout_id: int, v_total: int, row_ba
     for c in range(cores):
         for r in runs:
             per_bank.setdefault(int(geo.core_base(c)) + r[0], []).append((c,) + r[1:])
-    banks = bank_order(per_bank, BANKS_PER_BG)
-    code = streamed(Op.WR, banks, BANKS_PER_BG)
+    banks = bank_order(per_bank, geo.banks_per_bg)
+    code = streamed(Op.WR, banks, geo.banks_per_bg)
     longest = max((len(x) for x in per_bank.values()), default=0)
     for k in range(longest):
         for bk in banks:

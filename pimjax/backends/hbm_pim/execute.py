@@ -1,9 +1,12 @@
 """Value interpretation of HBM-PIM programs (see `lower/hbm_pim.py`).
 
-State of one pseudo-channel: its banks [2 * units, rows, 32 columns, 16
-lanes] and the register file of every unit [units, 17, 16] (GRF_A[0..7],
-GRF_B[0..7], SRF).  A `lax.scan` runs the expanded all-bank commands of the
-shared stream; every unit reads the column of its own even or odd bank.
+State of one pseudo-channel: its banks [banks_per_unit * units, rows, cols,
+lanes] and the register file of every unit [units, 17, lanes] (GRF_A[0..7],
+GRF_B[0..7], SRF); cols, lanes and banks_per_unit come from the backend
+through `Program.meta`.  A `lax.scan` runs the expanded all-bank commands of
+the shared stream; every unit reads the column of its own even or odd bank
+(with one bank per unit, the column of its one bank: the lowering put the
+odd parity's rows in the bank's upper half).
 """
 from __future__ import annotations
 
@@ -22,15 +25,25 @@ from ...sim.padding import pow2
 _DTYPES = {"backend": np.float16, "wide": np.float32}
 
 
+def _unit_banks(program: Program, parity):
+    """Index into the memory's bank axis of every unit's parity [C, ...]:
+    2 * unit + parity for an even / odd bank pair, the unit for one bank."""
+    C = program.cores
+    if program.meta.get("banks_per_unit", 2) == 2:
+        return 2 * np.arange(C)[:, None] + np.asarray(parity)[None, :]
+    return np.broadcast_to(np.arange(C)[:, None], (C, len(parity)))
+
+
 def _write_plan(program: Program, rows: np.ndarray, cols: dict, shape: tuple) -> list:
     """Where the host writes put operand values in the bank memory.
 
-    shape: the (padded) memory [G', banks', rows', 32, 16].  Returns, per
+    shape: the (padded) memory [G', banks', rows', cols, lanes].  Returns, per
     host-written layout in record order, (operand, dst, code): dst the flat
     memory index of every lane of the columns the layout's records write,
     code the operand's flat element there or -1 (padding, written as 0).
     Value-independent, so computed once per program (`program.meta`)."""
     G, C = program.groups, program.cores
+    n_cols, lanes = shape[3], shape[4]
     size = int(np.prod(shape))
     plan = []
     for lid in np.unique(cols["src"]):
@@ -40,15 +53,16 @@ def _write_plan(program: Program, rows: np.ndarray, cols: dict, shape: tuple) ->
         # int32 codes where the tensor's flat indices fit (half the memory
         # traffic of the image: 0.5 GB for an 8192 x 8192 GEMV in int64)
         wide = int(np.prod(lay.shape, dtype=np.int64)) >= 2**31
-        code = np.full((G, 2 * C, len(rows), 32, 16), -1, np.int64 if wide else np.int32)
+        code = np.full((G, program.meta["banks_per_unit"] * C, len(rows), n_cols, lanes), -1,
+                       np.int64 if wide else np.int32)
         flat, valid = global_index(lay)                                  # [G, C, N]
         pos = lay.positions
-        bank = 2 * np.arange(C)[:, None] + pos[None, :, 0]                # [C, N]
+        bank = _unit_banks(program, pos[:, 0])                           # [C, N]
         prow = np.searchsorted(rows, pos[None, :, 1])
         code[:, bank, prow, pos[None, :, 2], pos[None, :, 3]] = np.where(valid, flat, -1)
         dst = np.ravel_multi_index((np.arange(G)[:, None, None], bank_c[None, :, None], row_c[None, :, None],
-                                    col_c[None, :, None], np.arange(16)[None, None, :]),
-                                   shape).ravel()                        # [G, n, 16] lanes of the columns
+                                    col_c[None, :, None], np.arange(lanes)[None, None, :]),
+                                   shape).ravel()                        # [G, n, lanes] lanes of the columns
         code = code[:, bank_c, row_c, col_c].ravel()
         # int32 where it fits: the plan of a 4096 x 4096 GEMV is 2 x 16.8 M entries
         small = size < 2**31 and code.max(initial=0) < 2**31
@@ -63,6 +77,8 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     if rec.shape[0] != 1:
         raise NotImplementedError("hbm-pim programs share one stream across groups")
     G, C = program.groups, program.cores
+    n_cols, lanes = program.meta["cols"], program.meta["lanes"]
+    bpu = program.meta["banks_per_unit"]
     op_ = np.asarray(rec.op)
     src = np.asarray(rec.src)
     host_wr = (op_ == Op.WR) | (op_ == Op.WR_S)
@@ -76,7 +92,7 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     # padded to powers of two (few distinct shapes, few compiles; the padding
     # computes on NaNs nobody reads)
     Gp, Cp, Rp = pow2(G), pow2(C), pow2(len(rows))
-    shape = (Gp, 2 * Cp, Rp, 32, 16)
+    shape = (Gp, bpu * Cp, Rp, n_cols, lanes)
     plan = side_cache(program).get("write_plan")
     if plan is None:
         cols = expand_runs(rec, host_wr & (src >= 0))
@@ -99,8 +115,8 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     dst = np.where(mac, GRF_B + L % ko, steps["reg"] + steps["t"] * steps["reg_step"])
     ra = np.where(mac, steps["arg"] + L // ko, steps["arg"])
     hrow = np.where(steps["aux"] == Crf.HOST_REG, steps["arg"] + steps["t"], 0)
-    host = _host_values(program, values, dtype)                          # [G, rows, 16]
-    hv = host[:, hrow] if host.shape[1] else np.zeros((G, len(hrow), 16), dtype)
+    host = _host_values(program, values, dtype)                          # [G, rows, lanes]
+    hv = host[:, hrow] if host.shape[1] else np.zeros((G, len(hrow), lanes), dtype)
     srf = _srf_values(program, values, dtype)
     # pad the step stream to a power of two with no-op steps (one compile
     # per length bucket instead of one per program)
@@ -109,20 +125,21 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     padded = lambda a, v=0: np.concatenate([np.asarray(a), np.full(pad, v, np.asarray(a).dtype)])  # noqa: E731
     xs = dict(code=jnp.asarray(padded(steps["aux"], Crf.MODE), jnp.int32),
               store=jnp.asarray(padded(steps["op"] == Op.PIM_WR, False)),
-              par=jnp.asarray(padded(steps["bank"] % 2), jnp.int32),
+              par=jnp.asarray(padded(steps["bank"] % 2 if bpu == 2 else 0 * steps["bank"]), jnp.int32),
               row=jnp.asarray(padded(steps["row"]), jnp.int32),
               col=jnp.asarray(padded(steps["col"]), jnp.int32), dst=jnp.asarray(padded(dst), jnp.int32),
               ra=jnp.asarray(padded(ra), jnp.int32))
-    hv = np.concatenate([hv, np.zeros((G, pad, 16), dtype)], axis=1)
+    hv = np.concatenate([hv, np.zeros((G, pad, lanes), dtype)], axis=1)
     hvp = np.zeros((Gp,) + hv.shape[1:], dtype)
     hvp[:G] = hv
-    mem = np.asarray(_run_kernel(mem, xs, hvp, srf, C=Cp, dtype=np.dtype(dtype).name))[:G, :2 * C, :len(rows)]
+    mem = np.asarray(_run_kernel(mem, xs, hvp, srf, C=Cp, bpu=bpu,
+                                 dtype=np.dtype(dtype).name))[:G, :bpu * C, :len(rows)]
 
     # 3. read-back: the host sees only the columns its RD records read
     rd = host_rd & (src >= 0) & (np.asarray(rec.phase) == Phase.READBACK)
     rcols = expand_runs(rec, rd)
     rcols["row"] = np.searchsorted(rows, rcols["row"])
-    seen = np.zeros((2 * C, len(rows), 32), bool)
+    seen = np.zeros((bpu * C, len(rows), n_cols), bool)
     seen[rcols["bank"], rcols["row"], rcols["col"]] = True
     host_view = np.where(seen[None, :, :, :, None], mem.astype(np.float32), np.nan)
 
@@ -130,11 +147,11 @@ def execute_hbm_pim(program: Program, arrays, arithmetic: str):
     lay = program.layouts[program.readback.layout]
     flat, valid = global_index(lay)                                      # [G, C, N]
     pos = lay.positions
-    bank = 2 * np.arange(C)[:, None] + pos[None, :, 0]
-    colv = host_view[:, bank, np.searchsorted(rows, pos[None, :, 1]), pos[None, :, 2]]  # [G, C, N, 16]
+    bank = _unit_banks(program, pos[:, 0])
+    colv = host_view[:, bank, np.searchsorted(rows, pos[None, :, 1]), pos[None, :, 2]]  # [G, C, N, lanes]
     lane = pos[:, 3]
     if program.readback.lane_partials:
-        vals = np.sum(colv, axis=-1)          # the host sums the 16 lane partials (float32)
+        vals = np.sum(colv, axis=-1)          # the host sums the lane partials (float32)
     else:
         vals = np.take_along_axis(colv, np.maximum(lane, 0)[None, None, :, None], -1)[..., 0]
     return host_merge(program, vals.reshape(-1), valid.reshape(-1), flat.reshape(-1), arrays)
@@ -155,9 +172,9 @@ class _OperandValues(dict):
 
 
 def _host_values(program: Program, values: _OperandValues, dtype):
-    """Values of host-data table 0 ([G, rows, 16]; -1 -> 0)."""
+    """Values of host-data table 0 ([G, rows, lanes]; -1 -> 0)."""
     if not program.host_data or program.host_data[0].shape[1] == 0:
-        return np.zeros((program.groups, 0, 16), dtype)
+        return np.zeros((program.groups, 0, program.meta["lanes"]), dtype)
     idx = np.asarray(program.host_data[0])
     k = program.meta["host_data_operands"][0]
     vals = values[k][np.maximum(idx, 0)]
@@ -165,9 +182,10 @@ def _host_values(program: Program, values: _OperandValues, dtype):
 
 
 def _srf_values(program: Program, values: _OperandValues, dtype):
-    """The 16 SRF scalars: constants ("const", c) and 0-d operands s of the
-    body, ("arg", k) for s or ("arg", k, c, power) for c * s**power."""
-    srf = np.zeros(16, dtype)
+    """The SRF scalars (one register: `lanes` entries, SRF_SLOTS used):
+    constants ("const", c) and 0-d operands s of the body, ("arg", k) for s
+    or ("arg", k, c, power) for c * s**power."""
+    srf = np.zeros(program.meta["lanes"], dtype)
     for slot, (kind, v, *scaled) in enumerate(program.meta.get("srf", ())):
         if kind == "const":
             srf[slot] = v
@@ -177,20 +195,22 @@ def _srf_values(program: Program, values: _OperandValues, dtype):
     return srf
 
 
-@partial(jax.jit, static_argnames=("C", "dtype"))
-def _run_kernel(mem, xs, hv, srf, C: int, dtype: str):
-    """Scan the expanded all-bank commands of every group (vmapped)."""
+@partial(jax.jit, static_argnames=("C", "bpu", "dtype"))
+def _run_kernel(mem, xs, hv, srf, C: int, bpu: int, dtype: str):
+    """Scan the expanded all-bank commands of every group (vmapped); bpu
+    banks per unit (mem's bank axis is bpu * C)."""
     dtype = jnp.dtype(dtype)
-    units = jnp.arange(C)
+    units = bpu * jnp.arange(C)
+    lanes = mem.shape[-1]
     zero = jnp.zeros((), dtype)
 
     def step(carry, x):
         regs, m = carry
         x, h = x
-        col = m[2 * units + x["par"], x["row"], x["col"]]               # [C, 16]
+        col = m[units + x["par"], x["row"], x["col"]]                   # [C, lanes]
         cur = regs[:, x["dst"]]
         a = regs[:, x["ra"]]
-        s = regs[:, SRF, jnp.clip(x["ra"], 0, 15)][:, None]
+        s = regs[:, SRF, jnp.clip(x["ra"], 0, lanes - 1)][:, None]
         code = x["code"]
         new = jnp.select(
             [code == Crf.MAC, code == Crf.FILL, code == Crf.FILL_RELU, code == Crf.ADD,
@@ -208,11 +228,11 @@ def _run_kernel(mem, xs, hv, srf, C: int, dtype: str):
         zb = regs[:, GRF_B:GRF_B + 8]
         regs = regs.at[:, GRF_B:GRF_B + 8].set(jnp.where(code == Crf.ZERO_B, zero, zb))
         regs = regs.at[:, SRF].set(jnp.where(code == Crf.HOST_SRF, srf, regs[:, SRF]))
-        m = m.at[2 * units + x["par"], x["row"], x["col"]].set(jnp.where(x["store"], cur, col))
+        m = m.at[units + x["par"], x["row"], x["col"]].set(jnp.where(x["store"], cur, col))
         return (regs, m), None
 
     def run_group(m, h):
-        regs = jnp.zeros((C, N_REGS, 16), dtype)
+        regs = jnp.zeros((C, N_REGS, lanes), dtype)
         (_, m), _ = jax.lax.scan(step, (regs, m), (xs, h))
         return m
 

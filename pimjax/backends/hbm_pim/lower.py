@@ -66,6 +66,79 @@ SRF_SLOTS = 16              # one 256-bit SRF: 16 FP16 scalars
 # register file of one unit in `execute`: GRF_A[0..7], GRF_B[0..7], SRF
 GRF_A, GRF_B, SRF = 0, 8, 16
 N_REGS = 17
+GRF_SIZE = 8                # GRF_A and GRF_B hold 8 registers each (ISA)
+
+
+def logical_row(r):
+    """Logical data row of physical row `r` (the inverse of `phys_row`)."""
+    r = np.asarray(r)
+    return (r & 0xFFF) | ((r >> 13) << 12)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The hardware facts a lowering reads from the Backend (never module
+    constants): columns per row, lanes per column, banks per bank group,
+    banks of the group and banks per unit.
+
+    A unit computes on an even / odd bank pair (its "parities").  With two
+    banks per unit (the hbm-pim preset) parity p is bank 2 * unit + p; with
+    one bank per unit (config="ko", LPDDR5X-PIM-like variants) both parities
+    live in the unit's one bank, parity 1 in the upper half of the data rows
+    (logical row + `half`), and the all-bank commands address bank 0.
+
+    Flat column indices handed to the helpers below are parity-relative
+    (row * cols + col inside the parity's rows); `flat_base` turns them into
+    the bank's logical flat columns."""
+    cols: int
+    lanes: int
+    banks_per_bg: int
+    banks: int
+    banks_per_unit: int
+    data_rows: int                # logical data rows of one parity
+
+    @staticmethod
+    def of(backend: Backend) -> "Geometry":
+        core, group = backend.core, backend.group
+        bpu = core.banks_per_core
+        if bpu not in (1, 2):
+            raise PimCompileError(f"hbm-pim family: a unit reads an even/odd bank pair (2 banks) or "
+                                  f"one bank holding both; banks_per_core must be 1 or 2, got {bpu}")
+        if GRF_B_COL + GRF_SIZE > core.cols or SRF_COL >= core.cols:
+            raise PimCompileError(f"hbm-pim family: the register frame (columns {GRF_A_COL}-{GRF_B_COL + GRF_SIZE - 1} "
+                                  f"of row {CONF_ROW:#x}) needs cols >= {GRF_B_COL + GRF_SIZE}, got core.cols={core.cols}")
+        if group.banks < 2:
+            raise PimCompileError(f"hbm-pim family: the mode frame addresses banks 0 and 1; the group has "
+                                  f"{group.banks} bank(s)")
+        return Geometry(cols=core.cols, lanes=core.lanes, banks_per_bg=group.banks_per_bank_group,
+                        banks=group.banks, banks_per_unit=bpu,
+                        data_rows=DATA_ROWS if bpu == 2 else DATA_ROWS // 2)
+
+    @property
+    def pair(self) -> bool:
+        """Whether the two parities are two banks (else one bank, two row ranges)."""
+        return self.banks_per_unit == 2
+
+    def ab_bank(self, parity):
+        """The bank field of an all-bank command on a parity."""
+        return parity if self.pair else 0 * np.asarray(parity)
+
+    def host_bank(self, core, parity):
+        """The bank of a unit's parity (single-bank host commands)."""
+        return 2 * core + parity if self.pair else core
+
+    def flat_base(self, parity):
+        """Logical flat column of a parity's first column in its bank."""
+        return 0 if self.pair else np.asarray(parity) * (self.data_rows * self.cols)
+
+    def row_base(self, parity):
+        """Logical row of a parity's first row in its bank."""
+        return 0 if self.pair else np.asarray(parity) * self.data_rows
+
+    def position(self, parity, flat):
+        """(physical row, col) of parity-relative flat columns."""
+        flat = np.asarray(flat)
+        return phys_row(flat // self.cols + self.row_base(parity)), flat % self.cols
 
 
 class Crf:
@@ -104,13 +177,18 @@ class _Ctx:
     tiles: CoreTiles
     shapes: dict
     options: dict
+    geom: Geometry
 
 
 def lower_hbm_pim(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None = None,
                   **options) -> Program:
     """Lower one op to an HBM-PIM program (see module docstring)."""
     opts = {**DEFAULT_OPTIONS, **options}
-    ctx = _Ctx(op, draft, backend, core_tiles(op, draft), value_shapes(op, shapes), opts)
+    geom = Geometry.of(backend)
+    if max(draft.ki, draft.ko) > GRF_SIZE:
+        raise PimCompileError(f"hbm-pim family: GRF_A / GRF_B hold {GRF_SIZE} registers, the draft needs "
+                              f"ki={draft.ki}, ko={draft.ko}")
+    ctx = _Ctx(op, draft, backend, core_tiles(op, draft), value_shapes(op, shapes), opts, geom)
     if op.kind == "contraction":
         return _contraction(ctx)
     if op.kind == "elementwise":
@@ -123,31 +201,35 @@ def lower_hbm_pim(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None
 # --------------------------------------------------------------------------
 # shared pieces
 # --------------------------------------------------------------------------
-def _frame_open(b: RecordBuilder) -> None:
+def _frame_open(b: RecordBuilder, banks: int) -> None:
     """Park-in, SB->HAB and the CRF program (hbm-pim.md "Fixed frame")."""
-    b.extend(_frame_records("open"))
+    b.extend(_frame_records("open", banks))
 
 
-def _frame_close(b: RecordBuilder) -> None:
+def _frame_close(b: RecordBuilder, banks: int) -> None:
     """HAB->SB and park-out."""
-    b.extend(_frame_records("close"))
+    b.extend(_frame_records("close", banks))
 
 
 @functools.lru_cache(maxsize=None)
-def _frame_records(which: str) -> dict[str, np.ndarray]:
-    """The records of the fixed frame (read-only arrays, built once: every
-    lowering emits the same 55 records)."""
+def _frame_records(which: str, banks: int) -> dict[str, np.ndarray]:
+    """The records of the fixed frame (read-only arrays, built once per bank
+    count: every lowering emits the same records, 55 on a 16-bank group).
+    The park reads touch every bank of the group; the SB->HAB writes go to
+    banks 0 and 1 of the lower and the upper half of the banks (0, 8, 1, 9
+    on 16 banks)."""
     b = RecordBuilder()
     if which == "open":
-        for bank in range(16):
+        for bank in range(banks):
             b.add(Op.RD, bank=bank, row=PARK_ROW, col=0, aux=Crf.MODE)
-        for bank in (0, 8, 1, 9):
+        half = banks // 2
+        for bank in (0, half, 1, half + 1) if banks >= 4 else (0, 1):
             b.add(Op.WR, bank=bank, row=SB_TO_HAB_ROW, col=31, aux=Crf.MODE)
         b.add(Op.AB_WR, bank=1, row=CONF_ROW, col=4, aux=Crf.PROGRAM)
     else:
         for bank in (0, 1):
             b.add(Op.WR, bank=bank, row=HAB_TO_SB_ROW, col=0, aux=Crf.MODE)
-        for bank in range(16):
+        for bank in range(banks):
             b.add(Op.RD, bank=bank, row=PARK_ROW, col=0, aux=Crf.MODE)
     records = b.build()
     for a in records.values():
@@ -163,9 +245,9 @@ def _exit_pim(b: RecordBuilder) -> None:
     b.add(Op.AB_WR, bank=0, row=CONF_ROW, col=0, aux=Crf.MODE)
 
 
-def _column_runs(bank: int, flat_cols: np.ndarray, cols: int = 32):
+def _column_runs(bank: int, flat_cols: np.ndarray, cols: int):
     """Split consecutive bank-column indices into (bank, row, col, n, offset)
-    runs that stay inside one row."""
+    runs that stay inside one row (cols columns per row)."""
     runs = []
     i = 0
     flat_cols = np.asarray(flat_cols)
@@ -180,7 +262,10 @@ def _column_runs(bank: int, flat_cols: np.ndarray, cols: int = 32):
     return runs
 
 
-BANKS_PER_BG = 4      # HBM2 pseudo channel: 4 bank groups of 4 banks (hbm-pim.md)
+def _parity_runs(geom: Geometry, parity: int, flat_cols: np.ndarray):
+    """`_column_runs` of parity-relative columns for an all-bank command on
+    `parity`: (bank field, physical row, col, n, offset)."""
+    return _column_runs(int(geom.ab_bank(parity)), np.asarray(flat_cols) + geom.flat_base(parity), geom.cols)
 
 
 # Up to this many columns per group a host transfer is emitted column by
@@ -191,7 +276,7 @@ BANKS_PER_BG = 4      # HBM2 pseudo channel: 4 bank groups of 4 banks (hbm-pim.m
 INTERLEAVE_LIMIT = 4096
 
 
-def _runs(flat: np.ndarray, cols: int = 32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _runs(flat: np.ndarray, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row, col, n) of the runs of consecutive column indices inside one row
     (`_column_runs` as arrays; compiled, `native.column_runs`)."""
     return column_runs(np.ascontiguousarray(flat, np.int64), cols)
@@ -214,30 +299,36 @@ def _unique_columns(flat) -> np.ndarray:
 
 
 def _host_columns(b: RecordBuilder, op: Op, phase: Phase, layout_id: int, region: dict[int, np.ndarray],
-                  cores: int, resident: bool = False) -> None:
+                  cores: int, geom: Geometry, resident: bool = False) -> None:
     """Host column transfers (single-bank) of a region of every core.
 
-    region: bank parity -> flat column indices (row * 32 + col).  Like a
+    region: bank parity -> parity-relative flat column indices (row * cols
+    + col).  Like a
     memory controller the host interleaves the banks, in an order that
     alternates bank groups, so a stream over two bank groups or more runs at
     tCCD_S (the link bandwidth), one inside a bank group at tCCD_L.  Small
     transfers are emitted column by column in that order; larger ones
     (repeat compression) as one run per bank row, the runs round-robin over
-    the banks."""
+    the banks.  With one bank per unit the two parities of a unit are one
+    bank's columns (parity 0's, then parity 1's)."""
+    cols, per_bg = geom.cols, geom.banks_per_bg
     targets = []
     flats = {int(bank_sel): _unique_columns(flat) for bank_sel, flat in region.items()}
+    if not geom.pair and flats:
+        # one bank per unit: one target per unit, its columns the parities' in turn
+        flats = {0: np.concatenate([flat + geom.flat_base(sel) for sel, flat in sorted(flats.items())])}
     for bank_sel, flat in flats.items():
         for core in range(cores):
-            targets.append((2 * core + bank_sel, core, bank_sel))
+            targets.append((geom.host_bank(core, bank_sel), core, bank_sel))
     if not targets:
         return
     # in bank_order (the target banks are distinct, so this is the same order)
-    targets.sort(key=lambda t: bank_order_key(t[0], BANKS_PER_BG))
+    targets.sort(key=lambda t: bank_order_key(t[0], per_bg))
     total = sum(len(flats[t[2]]) for t in targets)
     per_column = total <= INTERLEAVE_LIMIT
-    code = op if per_column else streamed(op, [t[0] for t in targets], BANKS_PER_BG)
+    code = op if per_column else streamed(op, [t[0] for t in targets], per_bg)
     # every core transfers the same columns of its bank: the runs once per bank parity
-    runs = {sel: (flat // 32, flat % 32, np.ones(len(flat), np.int64)) if per_column else _runs(flat)
+    runs = {sel: (flat // cols, flat % cols, np.ones(len(flat), np.int64)) if per_column else _runs(flat, cols)
             for sel, flat in flats.items()}
     lengths = {len(r[0]) for r in runs.values()}
     if len(lengths) == 1:
@@ -268,29 +359,34 @@ def _host_columns(b: RecordBuilder, op: Op, phase: Phase, layout_id: int, region
 
 
 def _rearrange(b: RecordBuilder, layout_id: int, region: dict[int, np.ndarray], cores: int,
-               resident: bool) -> None:
+               resident: bool, geom: Geometry) -> None:
     """Host writes of a layout's region: every column the kernel reads,
     padding included (padding instead of boundary checks)."""
-    _host_columns(b, Op.WR, Phase.REARRANGE, layout_id, region, cores, resident)
+    _host_columns(b, Op.WR, Phase.REARRANGE, layout_id, region, cores, geom, resident)
 
 
-def _readback(b: RecordBuilder, layout_id: int, layout: TensorLayout, cores: int) -> None:
+def _readback(b: RecordBuilder, layout_id: int, layout: TensorLayout, cores: int, geom: Geometry) -> None:
     """Host reads of the result region, one SB RD per used column per core."""
     pos = np.asarray(layout.positions)
-    bank, flat = pos[:, 0], pos[:, 1].astype(np.int64) * 32 + pos[:, 2]
+    bank = pos[:, 0]
+    row = logical_row(pos[:, 1].astype(np.int64)) - geom.row_base(bank)     # parity-relative
+    flat = row * geom.cols + pos[:, 2]
     if len(pos) and bank.min() == bank.max():      # one bank parity (a contraction's results)
         region = {int(bank[0]): _unique_columns(flat)}
     else:
         region = {int(p): _unique_columns(flat[bank == p]) for p in np.unique(bank)}
-    _host_columns(b, Op.RD, Phase.READBACK, layout_id, region, cores)
+    _host_columns(b, Op.RD, Phase.READBACK, layout_id, region, cores, geom)
 
 
 def _program(ctx: _Ctx, layouts, streams, host_data, readback: Readback, meta: dict) -> Program:
     records = stack_streams(streams)
     staging = ctx.backend.system.host.staging_buffer_bytes > 0
     stats = _stats(records, ctx)
+    g = ctx.geom
+    # the hardware facts `execute` needs (it sees only the Program)
     meta = dict(meta, result_shape=tuple(ctx.shapes[ctx.op.result.value]),
-                result_dtype=ctx.options.get("result_dtype", "float32"))
+                result_dtype=ctx.options.get("result_dtype", "float32"),
+                cols=g.cols, lanes=g.lanes, banks_per_unit=g.banks_per_unit)
     return Program(ctx.backend.name, ctx.op, ctx.draft, tuple(layouts), records, tuple(host_data), readback,
                    ctx.tiles.groups, ctx.tiles.cores,
                    parallel_rearrangement=bool(ctx.options["channel_parallel"] and staging),
@@ -346,7 +442,8 @@ def _contraction(ctx: _Ctx) -> Program:
     o_b = [v for v in outs if v in mvars and v in vvars]     # batch: both operands
     o_v = [v for v in outs if v in vvars and v not in mvars]  # GEMM columns: vector only
     o_m = [v for v in outs if v not in vvars]                 # GEMV rows: matrix only
-    lanes, ki, ko = 16, draft.ki, draft.ko
+    geom = ctx.geom
+    lanes, ki, ko = geom.lanes, draft.ki, draft.ko
     xi = ki * lanes
     box = dict(zip(tiles.vars, (int(tiles.length[..., k].max()) for k in range(len(tiles.vars)))))
     n_b = int(np.prod([box[v] for v in o_b], dtype=np.int64))
@@ -368,10 +465,13 @@ def _contraction(ctx: _Ctx) -> Program:
         return _block_index(bb, jj, ii, n_par, t_out, order_is)
 
     counters = [n_b * t_out * n_par[p] for p in (0, 1)]
-    m_rows = [-(-counters[p] * bursts // 32) for p in (0, 1)]
-    if max(m_rows) > DATA_ROWS:
+    if (bursts % geom.cols) if bursts > geom.cols else (geom.cols % bursts):
+        raise PimCompileError(f"hbm-pim: a {ki} x {ko} register block ({bursts} columns) does not tile "
+                              f"rows of core.cols={geom.cols} columns")
+    m_rows = [-(-counters[p] * bursts // geom.cols) for p in (0, 1)]
+    if max(m_rows) > geom.data_rows:
         raise PimCompileError(f"hbm-pim: {max(m_rows)} rows of matrix data per bank exceed "
-                              f"the {DATA_ROWS} PIM rows")
+                              f"the {geom.data_rows} PIM rows")
     m_vars = tuple(o_b + o_m + list(red))
 
     def m_positions():
@@ -380,7 +480,7 @@ def _contraction(ctx: _Ctx) -> Program:
         i, rem = r_idx // xi, r_idx % xi
         kk, lane = rem // lanes, rem % lanes
         flat = block_index(b_idx, j, i) * bursts + kk * ko + oo
-        return np.stack([i % 2, phys_row(flat // 32), flat % 32, lane], -1).reshape(-1, 4)
+        return np.stack([i % 2, *geom.position(i % 2, flat), lane], -1).reshape(-1, 4)
 
     m_pos = LazyPositions(m_positions, n_b * n_o * n_r)
     mbox = tuple(box[v] for v in m_vars)
@@ -388,11 +488,15 @@ def _contraction(ctx: _Ctx) -> Program:
 
     # --- result: GRF_B stores into the odd bank, one column per output -----
     res_base = m_rows[1]
+    res_rows = -(-n_b * n_v * slots * t_out * ko // geom.cols)
+    if res_base + res_rows > geom.data_rows:
+        raise PimCompileError(f"hbm-pim: {res_base + res_rows} rows of matrix data and results per bank "
+                              f"exceed the {geom.data_rows} PIM rows")
     r_vars = tuple(o_b + o_v + o_m) + (("#slot",) if slots > 1 else ())
     rb, rv, ro, rs = np.meshgrid(np.arange(n_b), np.arange(n_v), np.arange(n_o), np.arange(slots),
                                  indexing="ij")
     rflat = (((rb * n_v + rv) * slots + rs) * t_out + ro // ko) * ko + ro % ko
-    r_pos = np.stack([np.ones_like(rflat), phys_row(res_base + rflat // 32), rflat % 32,
+    r_pos = np.stack([np.ones_like(rflat), *geom.position(1, res_base * geom.cols + rflat),
                       -np.ones_like(rflat)], -1)
     r_pos = r_pos.reshape(-1, 4)
     rbox = tuple(box[v] for v in o_b + o_v + o_m) + ((slots,) if slots > 1 else ())
@@ -404,17 +508,18 @@ def _contraction(ctx: _Ctx) -> Program:
 
     # --- the command stream (shared by all groups) ---------------------------
     seq = GemvSequence((n_b, n_v, t_out, t_in, ki, ko, n_par[0], n_par[1], res_base, slots),
-                       (dataflow == "os", bool(reuse), bool(order_is)))
+                       (dataflow == "os", bool(reuse), bool(order_is)),
+                       (geom.cols, 0 if geom.pair else geom.data_rows))
     frame = ctx.options["frame"]
-    kernel = (_frame_records("open") if frame else None, seq,
-              _frame_records("close") if frame else None)     # written once, in _concat
+    kernel = (_frame_records("open", geom.banks) if frame else None, seq,
+              _frame_records("close", geom.banks) if frame else None)     # written once, in _concat
 
     resident = mi in set(ctx.options["resident"])
     pre = RecordBuilder()
     region = {p: np.arange(counters[p] * bursts) for p in (0, 1) if counters[p]}
-    _rearrange(pre, 0, region, tiles.cores, resident)
+    _rearrange(pre, 0, region, tiles.cores, resident, geom)
     post = RecordBuilder()
-    _readback(post, 2, res_layout, tiles.cores)
+    _readback(post, 2, res_layout, tiles.cores, geom)
     stream = _concat(pre.build(), kernel, post.build())
     layouts = [m_layout, _vector_layout(tiles, V, vi, ctx.shapes), res_layout]
     rb_ = Readback(2, combiner="add", lane_partials=True, epilogue_on_host=True)
@@ -443,13 +548,18 @@ class GemvSequence:
     `_kernel_slots` gives the same records in numpy).
 
     shape: (n_b, n_v, t_out, t_in, ki, ko, n_par0, n_par1, res_base, slots)
-    flags: (output_stationary, register_reuse, order_is)"""
+    flags: (output_stationary, register_reuse, order_is)
+    geometry: (cols, half): columns per row, and 0 when the parities are
+    an even / odd bank pair, else the logical row of parity 1's data in the
+    unit's one bank (all-bank commands then address bank 0)"""
     shape: tuple
     flags: tuple
+    geometry: tuple
 
     def _run(self, out: np.ndarray) -> int:
         return int(gemv_sequence(np.asarray(self.shape, np.int64), np.asarray(self.flags, np.int64),
-                                 _SEQUENCE_CODES, np.asarray(_even_then_odd(self.shape[3]), np.int64), out))
+                                 _SEQUENCE_CODES, np.asarray(_even_then_odd(self.shape[3]), np.int64),
+                                 np.asarray(self.geometry, np.int64), out))
 
     @functools.cached_property
     def size(self) -> int:
@@ -473,6 +583,7 @@ def _kernel_slots(seq: GemvSequence) -> SlotTable:
     readable definition the compiled emitter is tested against."""
     n_b, n_v, t_out, t_in, ki, ko, n_par0, n_par1, res_base, slots = seq.shape
     output_stationary, reuse, order_is = seq.flags
+    cols, half = seq.geometry
     n_par, bursts = (n_par0, n_par1), ki * ko
     # one row per kernel invocation (b, v, j, i) in loop order
     if output_stationary:
@@ -500,14 +611,17 @@ def _kernel_slots(seq: GemvSequence) -> SlotTable:
                aux=Crf.HOST_REG, arg=key * ki, phase=Phase.REARRANGE)
     slot_list = [(first_i, enter), (write, wr)]
     block = _block_index(bb, jj, ii, n_par, t_out, order_is) * bursts
-    per_run = min(bursts, 32)
-    for r in range(-(-bursts // 32)):        # a block spans bursts / 32 rows (aligned)
-        start = block + r * 32
-        slot_list.append((np.ones(K, bool), chunk(Op.PIM_RD, K, bank=ii % 2, row=phys_row(start // 32),
-                                                  col=start % 32, n=per_run, reg=r * 32, reg_step=ko,
+    per_run = min(bursts, cols)
+    par = ii % 2
+    for r in range(-(-bursts // cols)):      # a block spans bursts / cols rows (aligned)
+        start = block + r * cols
+        slot_list.append((np.ones(K, bool), chunk(Op.PIM_RD, K, bank=par if half == 0 else 0 * par,
+                                                  row=phys_row(start // cols + par * half),
+                                                  col=start % cols, n=per_run, reg=r * cols, reg_step=ko,
                                                   aux=Crf.MAC, src=0, arg=GRF_A)))
-    first = (((bb * n_v + vv) * slots + ss) * t_out + jj) * ko + res_base * 32
-    slot_list.append((last_i, chunk(Op.PIM_WR, K, bank=1, row=phys_row(first // 32), col=first % 32,
+    first = (((bb * n_v + vv) * slots + ss) * t_out + jj) * ko + res_base * cols
+    slot_list.append((last_i, chunk(Op.PIM_WR, K, bank=1 if half == 0 else 0, row=phys_row(first // cols + half),
+                                    col=first % cols,
                                     n=ko, reg=GRF_B, reg_step=1, aux=Crf.STORE, src=2)))
     slot_list.append((last_i, exit_))
     return SlotTable.of(slot_list, K)
@@ -826,23 +940,27 @@ def _elementwise(ctx: _Ctx) -> Program:
     op, draft, tiles = ctx.op, ctx.draft, ctx.tiles
     scalar_ops = op.scalar_operands
     steps, consts = _compile_elementwise(op, scalar_ops)
+    if len(consts) > ctx.geom.lanes:
+        raise PimCompileError(f"hbm-pim: the body needs {len(consts)} scalars, the SRF register holds "
+                              f"core.lanes={ctx.geom.lanes}")
     loop = lane_order(tiles.vars, draft.lane_var)
     box = tiles.box(loop)
     n = int(np.prod(box, dtype=np.int64))
-    lanes, ko = 16, draft.ko
+    geom = ctx.geom
+    lanes, ko, cols = geom.lanes, draft.ko, geom.cols
     n_cols = -(-n // lanes)
     t = -(-n_cols // (2 * ko))                    # tiles of 2 x ko columns (even + odd bank)
     col = np.arange(n) // lanes
     tile, par, burst = col // (2 * ko), (col // ko) % 2, col % ko
-    region_rows = -(-t * ko // 32)
+    region_rows = -(-t * ko // cols)
     bank_ops = sorted({s[1] for s in steps if s[1] is not None})
     layouts, bases = [], {}
     for slot, k in enumerate(bank_ops + [-1]):
         base = slot * region_rows
-        if base + region_rows > DATA_ROWS:
+        if base + region_rows > geom.data_rows:
             raise PimCompileError("hbm-pim: elementwise operands exceed the PIM rows of a bank")
-        bflat = base * 32 + tile * ko + burst
-        pos = np.stack([par, phys_row(bflat // 32), bflat % 32, np.arange(n) % lanes], -1)
+        bflat = base * cols + tile * ko + burst
+        pos = np.stack([par, *geom.position(par, bflat), np.arange(n) % lanes], -1)
         if k >= 0:
             acc = op.operands[k]
             layouts.append(tile_layout(tiles, f"x{k}", k, loop, acc.index_map, ctx.shapes[acc.value], pos, box))
@@ -852,7 +970,7 @@ def _elementwise(ctx: _Ctx) -> Program:
 
     b = RecordBuilder()
     if ctx.options["frame"]:
-        _frame_open(b)
+        _frame_open(b, ctx.geom.banks)
     if consts:
         b.add(Op.AB_WR, bank=1, row=CONF_ROW, col=SRF_COL, n=1, reg=SRF, aux=Crf.HOST_SRF)
     _enter_pim(b)
@@ -863,22 +981,22 @@ def _elementwise(ctx: _Ctx) -> Program:
             first = tt * ko
             for code, k, slot in steps:
                 src_k = k if k is not None else steps[0][1]      # MOV_RELU re-reads a column
-                for _, row, c0, nn, off in _column_runs(p, bases[src_k] * 32 + first + np.arange(ko)):
-                    b.add(Op.PIM_RD, bank=p, row=row, col=c0, n=nn, reg=reg + off, reg_step=1, aux=code,
+                for bank, row, c0, nn, off in _parity_runs(geom, p, bases[src_k] * cols + first + np.arange(ko)):
+                    b.add(Op.PIM_RD, bank=bank, row=row, col=c0, n=nn, reg=reg + off, reg_step=1, aux=code,
                           src=lid[src_k], arg=0 if slot is None else slot)
-            for _, row, c0, nn, off in _column_runs(p, bases[-1] * 32 + first + np.arange(ko)):
-                b.add(Op.PIM_WR, bank=p, row=row, col=c0, n=nn, reg=reg + off, reg_step=1, aux=Crf.STORE,
+            for bank, row, c0, nn, off in _parity_runs(geom, p, bases[-1] * cols + first + np.arange(ko)):
+                b.add(Op.PIM_WR, bank=bank, row=row, col=c0, n=nn, reg=reg + off, reg_step=1, aux=Crf.STORE,
                       src=lid[-1])
     _exit_pim(b)
     if ctx.options["frame"]:
-        _frame_close(b)
+        _frame_close(b, ctx.geom.banks)
     pre = RecordBuilder()
     resident = set(ctx.options["resident"])
     for k in bank_ops:
-        region = {p: bases[k] * 32 + np.arange(t * ko) for p in (0, 1)}
-        _rearrange(pre, lid[k], region, tiles.cores, k in resident)
+        region = {p: bases[k] * cols + np.arange(t * ko) for p in (0, 1)}
+        _rearrange(pre, lid[k], region, tiles.cores, k in resident, geom)
     post = RecordBuilder()
-    _readback(post, lid[-1], layouts[lid[-1]], tiles.cores)
+    _readback(post, lid[-1], layouts[lid[-1]], tiles.cores, geom)
     host_data = [np.zeros((tiles.groups, 0, lanes), np.int64)]
     meta = dict(kind="elementwise", steps=steps, srf=consts, tiles=t, ko=ko)
     return _program(ctx, layouts, [_concat(pre, b, post)], host_data,
@@ -901,7 +1019,8 @@ def _reduction(ctx: _Ctx) -> Program:
     op, draft, tiles = ctx.op, ctx.draft, ctx.tiles
     if op.combiner != "add":
         raise PimCompileError(f"hbm-pim has no {op.combiner} instruction")
-    lanes, ko = 16, draft.ko
+    geom = ctx.geom
+    lanes, ko, cols = geom.lanes, draft.ko, geom.cols
     lane = draft.lane_var
     lane_red = lane in op.reduction_vars
     outs = [v for v in tiles.vars if v not in op.reduction_vars]
@@ -913,8 +1032,8 @@ def _reduction(ctx: _Ctx) -> Program:
         acc_vars = lane_order(outs, lane)
         step_vars = reds
     box = dict(zip(tiles.vars, tiles.box(tiles.vars)))
-    # columns: an accumulator owns ceil(n_step / 16) columns (lane along a
-    # reduction var) or the lane var groups 16 accumulators into one column
+    # columns: an accumulator owns ceil(n_step / lanes) columns (lane along a
+    # reduction var) or the lane var groups `lanes` accumulators into one column
     if lane_red:
         n_acc = int(np.prod([box[v] for v in acc_vars], dtype=np.int64))
         n_step = int(np.prod([box[v] for v in step_vars], dtype=np.int64))
@@ -950,8 +1069,8 @@ def _reduction(ctx: _Ctx) -> Program:
     bank_sel = jb % 2
     per_bank_batch = jb // 2
     xflat = (per_bank_batch * cols_per_acc + step) * ko + o
-    x_pos = np.stack([bank_sel, phys_row(xflat // 32), xflat % 32, ln], -1).reshape(-1, 4)
-    x_rows = -(-(-(-t_acc // 2)) * cols_per_acc * ko // 32)
+    x_pos = np.stack([bank_sel, *geom.position(bank_sel, xflat), ln], -1).reshape(-1, 4)
+    x_rows = -(-(-(-t_acc // 2)) * cols_per_acc * ko // cols)
     x_layout = tile_layout(tiles, "x", 0, x_vars, tuple(op.operands[0].index_map),
                            ctx.shapes[op.operands[0].value], x_pos, x_box)
     # result: one column per accumulator register, in bank j % 2 after x
@@ -966,13 +1085,15 @@ def _reduction(ctx: _Ctx) -> Program:
         oi = np.ravel_multi_index(rg[:no], r_box[:no]) if no else np.zeros_like(rg[0])
         ca, rl = oi * -(-box[lane] // lanes) + rg[-1] // lanes, rg[-1] % lanes
     rj, ro = ca // ko, ca % ko
-    rflat = (x_rows * 32) + (rj // 2) * ko + ro
-    r_pos = np.stack([rj % 2, phys_row(rflat // 32), rflat % 32, rl], -1).reshape(-1, 4)
+    rflat = (x_rows * cols) + (rj // 2) * ko + ro
+    r_pos = np.stack([rj % 2, *geom.position(rj % 2, rflat), rl], -1).reshape(-1, 4)
+    if x_rows + -(-(-(-t_acc // 2)) * ko // cols) > geom.data_rows:
+        raise PimCompileError("hbm-pim: reduction operands and results exceed the PIM rows of a bank")
     res_layout = tile_layout(tiles, "acc", -1, r_vars, *acc_space(op), r_pos, r_box)
 
     b = RecordBuilder()
     if ctx.options["frame"]:
-        _frame_open(b)
+        _frame_open(b, ctx.geom.banks)
     _enter_pim(b)
     for jb_ in range(t_acc):
         p = jb_ % 2
@@ -980,19 +1101,19 @@ def _reduction(ctx: _Ctx) -> Program:
         for s in range(cols_per_acc):
             first = ((jb_ // 2) * cols_per_acc + s) * ko
             code = Crf.FILL if s == 0 else Crf.ADD
-            for _, row, c0, nn, off in _column_runs(p, first + np.arange(ko)):
-                b.add(Op.PIM_RD, bank=p, row=row, col=c0, n=nn, reg=reg + off, reg_step=1, aux=code, src=0)
-        first = x_rows * 32 + (jb_ // 2) * ko
-        for _, row, c0, nn, off in _column_runs(p, first + np.arange(ko)):
-            b.add(Op.PIM_WR, bank=p, row=row, col=c0, n=nn, reg=reg + off, reg_step=1, aux=Crf.STORE, src=1)
+            for bank, row, c0, nn, off in _parity_runs(geom, p, first + np.arange(ko)):
+                b.add(Op.PIM_RD, bank=bank, row=row, col=c0, n=nn, reg=reg + off, reg_step=1, aux=code, src=0)
+        first = x_rows * cols + (jb_ // 2) * ko
+        for bank, row, c0, nn, off in _parity_runs(geom, p, first + np.arange(ko)):
+            b.add(Op.PIM_WR, bank=bank, row=row, col=c0, n=nn, reg=reg + off, reg_step=1, aux=Crf.STORE, src=1)
     _exit_pim(b)
     if ctx.options["frame"]:
-        _frame_close(b)
+        _frame_close(b, ctx.geom.banks)
     pre = RecordBuilder()
     region = {p: np.arange(-(-(t_acc - p) // 2) * cols_per_acc * ko) for p in (0, 1) if t_acc > p}
-    _rearrange(pre, 0, region, tiles.cores, 0 in set(ctx.options["resident"]))
+    _rearrange(pre, 0, region, tiles.cores, 0 in set(ctx.options["resident"]), geom)
     post = RecordBuilder()
-    _readback(post, 1, res_layout, tiles.cores)
+    _readback(post, 1, res_layout, tiles.cores, geom)
     meta = dict(kind="reduction", t_acc=t_acc, cols_per_acc=cols_per_acc, ko=ko)
     return _program(ctx, [x_layout, res_layout], [_concat(pre, b, post)],
                     [np.zeros((tiles.groups, 0, lanes), np.int64)],

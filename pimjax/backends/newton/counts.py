@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lower import LANES, readres_bursts
+from .lower import readres_bursts
 
 
 def _cdiv(a, b):
@@ -84,7 +84,7 @@ def newton_plan(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow, b
     n_r = prod(red)
     n_buf = max(1, group.n_global_buffers)
     buf_cols = max(1, group.global_buffer_bytes // n_buf // core.col_bytes)
-    n_rc = np.maximum(1, _cdiv(n_r, LANES))
+    n_rc = np.maximum(1, _cdiv(n_r, core.lanes))
     cc = np.minimum(n_rc, buf_cols)
     t_in = _cdiv(n_rc, cc)
     k = np.asarray(buffers, np.int64)

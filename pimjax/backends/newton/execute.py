@@ -1,14 +1,15 @@
 """Value interpretation of Newton / AiM programs (see `lower/newton.py`).
 
-State of one channel: its banks [C, rows, 32 columns, 16 lanes], the
-global buffer columns [buffers x buffer columns, 16], the open row of every
+State of one channel: its banks [C, rows, cols, lanes] (the backend's
+core.cols and core.lanes, carried in `Program.meta`), the global buffer
+columns [buffers x buffer columns, lanes], the open row of every
 bank and the result latches [C, latches].  The records act on it as:
 
 * WR / WR_S (src = a layout)  the host writes those columns of the layout into the
                         bank (layout values, zeros on padding lanes);
 * GWRITE                buffer column `reg` <- host-data row `arg` (-1 = zeros);
 * G_ACT / PREA          open `row` in every bank / close every bank;
-* COMP (core -1)        every bank: latch[arg] += sum over 16 lanes of
+* COMP (core -1)        every bank: latch[arg] += sum over the lanes of
                         bank[open row, col] * buffer[reg]  (per column);
   COMP (core c)         bank c only, opening `row` first (a single-bank
                         command activates its row, as the timing model does);
@@ -154,13 +155,13 @@ def _resolve(rec, s: int, C: int, L: int, Q: int, buf_cols: int) -> dict:
 
 
 def _index_image(program: Program, written_per_stream, rows: int) -> np.ndarray:
-    """[G, C, rows, 32, 16] flat index into the matrix operand of every bank
-    lane: -2 where the host never wrote (NaN), -1 on written padding (zero)."""
+    """[G, C, rows, cols, lanes] flat index into the matrix operand of every
+    bank lane: -2 where the host never wrote (NaN), -1 on written padding (zero)."""
     G, C = program.groups, program.cores
     lay = program.layouts[0]
     flat, valid = global_index(lay)                                       # [G, C, N]
     pos = lay.positions
-    img = np.full((G, C, rows, 32, 16), -2, np.int64)
+    img = np.full((G, C, rows, program.meta["cols"], program.meta["lanes"]), -2, np.int64)
     for s, w in enumerate(written_per_stream):
         gs = slice(None) if len(written_per_stream) == 1 else slice(s, s + 1)
         img[gs, w[:, 0], w[:, 1], w[:, 2]] = -1
@@ -171,12 +172,12 @@ def _index_image(program: Program, written_per_stream, rows: int) -> np.ndarray:
 
 @partial(jax.jit, static_argnames=("size",))
 def _latches(m_flat, v_flat, midx, vtab, e2k, bad, target, delivered, rb_idx, acc_idx, size):
-    """The arithmetic: per COMP column and bank the 16-lane dot product of
+    """The arithmetic: per COMP column and bank the lanes' dot product of
     bank data and buffer data, summed per latch epoch (segment); the values
     of the read-back positions; their sum per output element (the host
     merge of partials over slots and cores, `size` accumulator elements,
-    NaN where no partial arrives).  Shapes (one padded length B): midx [B, 16]
-    matrix indices of each (COMP column, bank) pair, vtab [B, 16] vector
+    NaN where no partial arrives).  Shapes (one padded length B): midx [B, lanes]
+    matrix indices of each (COMP column, bank) pair, vtab [B, lanes] vector
     indices of each COMP column's buffer column, e2k [B] pair -> column,
     bad / target [B], delivered [B] (the last segment is the dump), rb_idx /
     acc_idx [B] (acc_idx = size drops the position).  Index -1: zero, -2: NaN."""
@@ -237,7 +238,8 @@ def execute_newton(program: Program, arrays, arithmetic: str):
             out[n:n + len(p[i])] = p[i]
             n += len(p[i])
         return out
-    midx, vtab, e2k, tgt = cat(0, -1, (16,)), cat(1, -1, (16,)), cat(2, 0), cat(4, G * QCL)
+    lanes = int(program.meta["lanes"])
+    midx, vtab, e2k, tgt = cat(0, -1, (lanes,)), cat(1, -1, (lanes,)), cat(2, 0), cat(4, G * QCL)
     bad = cat(3, 0).astype(bool)
     delivered = np.zeros(B, bool)
     delivered[:G * QCL] = np.concatenate([r["delivered"] for r in res] * (G if S == 1 else 1))

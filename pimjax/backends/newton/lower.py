@@ -103,7 +103,6 @@ from ...lower.program import (Op, Phase, Program, Readback, RecordBuilder, Recor
                       stack_streams, streamed)
 from ...lower.tiles import CoreTiles, core_tiles
 
-LANES = 16                 # bf16 multipliers per bank (PIMFlow §2.1 / Table 1)
 M_LAYOUT, V_LAYOUT, R_LAYOUT = 0, 1, 2
 
 DEFAULT_OPTIONS = dict(register_reuse=True, data_block_layout=True, channel_parallel=True,
@@ -143,6 +142,7 @@ class _Plan:
     seg_base: np.ndarray  # [n_b, n_o, t_in] first flat bank column of each segment
     seg_cols: np.ndarray  # [t_in] columns of each chunk
     m_rows: int
+    lanes: int            # multipliers per bank, elements per column (backend.core.lanes)
 
     @property
     def latches(self) -> int:
@@ -182,7 +182,8 @@ def _plan(op: PimOp, draft: Draft, backend: Backend, tiles: CoreTiles, shapes: d
     buf_cols = group.global_buffer_bytes // n_buf // col_bytes
     if buf_cols < 1:
         raise PimCompileError("newton: global buffer smaller than one column")
-    n_rc = max(1, -(-n_r // LANES))
+    lanes = backend.core.lanes
+    n_rc = max(1, -(-n_r // lanes))
     cc = min(n_rc, buf_cols)
     t_in = -(-n_rc // cc)
     reuse = bool(opts["register_reuse"])
@@ -201,7 +202,7 @@ def _plan(op: PimOp, draft: Draft, backend: Backend, tiles: CoreTiles, shapes: d
         raise PimCompileError(f"newton: {m_rows} rows of matrix data per bank exceed the "
                               f"{backend.core.rows} rows of a bank")
     return _Plan(mi, vi, o_b, o_v, o_m, red, box, n_b, n_v, n_o, n_r, n_rc, buf_cols, cc, t_in, kv,
-                 ki, lo, n_vg, n_ig, n_ob, slots, dataflow, reuse, seg_base, seg_cols, m_rows)
+                 ki, lo, n_vg, n_ig, n_ob, slots, dataflow, reuse, seg_base, seg_cols, m_rows, lanes)
 
 
 def _segments(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow, blocked: bool, cols: int):
@@ -538,7 +539,7 @@ def _m_layout(op, tiles, plan: _Plan, shapes, cols: int) -> TensorLayout:
     """Matrix tile: local (b, o, r) -> (0, row, col, lane) of its segment."""
     M = op.operands[plan.mi]
     b, o, r = np.meshgrid(np.arange(plan.n_b), np.arange(plan.n_o), np.arange(plan.n_r), indexing="ij")
-    rc, lane = r // LANES, r % LANES
+    rc, lane = r // plan.lanes, r % plan.lanes
     i, cc = rc // plan.cc, rc % plan.cc
     flat = plan.seg_base[b, o, i] + cc
     pos = np.stack([np.zeros_like(flat), flat // cols, flat % cols, lane], -1).reshape(-1, 4)
@@ -574,17 +575,17 @@ def _r_layout(op, tiles, plan: _Plan, n_pass: int, kappa: np.ndarray) -> TensorL
 
 
 def _host_rows(op, tiles, plan: _Plan, rows: list, g: int, reps: list[int], shapes) -> np.ndarray:
-    """[len(rows), 16] flat indices of the vector operand for GWRITE host
+    """[len(rows), lanes] flat indices of the vector operand for GWRITE host
     rows (pass, b, v, i, cc) of group g (-1: zero padding)."""
     V = op.operands[plan.vi]
     n = len(rows)
     if n == 0:
-        return np.zeros((0, LANES), np.int64)
+        return np.zeros((0, plan.lanes), np.int64)
     d = np.asarray(rows, np.int64)
     p, b, v, i, cc = d.T
     pad = p < 0
     c0 = np.asarray(reps, np.int64)[np.where(pad, 0, p)] if reps else np.zeros(n, np.int64)
-    r = ((i * plan.cc + cc) * LANES)[:, None] + np.arange(LANES)[None, :]          # [n, 16]
+    r = ((i * plan.cc + cc) * plan.lanes)[:, None] + np.arange(plan.lanes)[None, :]   # [n, lanes]
     valid = (r < plan.n_r) & ~pad[:, None]
     local = {}
     for vs, idx in ((plan.o_b, b), (plan.o_v, v)):
@@ -660,7 +661,7 @@ def lower_newton(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
     if per_core:
         _, mvalid = global_index(m_lay)
         mv = mvalid.reshape(G, C, plan.n_b, plan.n_o, plan.n_r)
-        pad = plan.t_in * plan.cc * LANES - plan.n_r
+        pad = plan.t_in * plan.cc * plan.lanes - plan.n_r
         mv = np.pad(mv, ((0, 0),) * 4 + ((0, pad),)).reshape(G, C, plan.n_b, plan.n_o, plan.t_in, -1)
         seg_ok = mv.any(-1)
         _, rvalid = global_index(r_lay)
@@ -693,13 +694,14 @@ def lower_newton(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
     records = stack_streams(streams[:1] if shared else streams)
 
     n_rows = max(len(r) for r in rows_per_group)
-    host = np.full((G, n_rows, LANES), -1, np.int64)
+    host = np.full((G, n_rows, plan.lanes), -1, np.int64)
     for g in range(G):
         reps = [cl[0] for cl in classes[g]]
         host[g, :len(rows_per_group[g])] = _host_rows(op, tiles, plan, rows_per_group[g], g, reps, shapes)
 
     stats = _stats(records, counts, backend, op, shapes, shared, G, plan)
     meta = dict(kind="newton-gemv", M=plan.mi, v=plan.vi, host_data_operands=(plan.vi,),
+                cols=backend.core.cols, lanes=plan.lanes,          # bank geometry, for `execute`
                 n_b=plan.n_b, n_v=plan.n_v, n_o=plan.n_o, n_r=plan.n_r, chunk_cols=plan.cc, t_in=plan.t_in,
                 kv=plan.kv, ki=plan.ki, lo=plan.lo, slots=plan.slots, passes=n_pass, host_slots=Q,
                 latches=max(1, backend.core.n_output_regs), buffer_columns=plan.buf_cols,
