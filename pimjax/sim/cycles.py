@@ -1007,8 +1007,10 @@ def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bo
     progs = programs if isinstance(programs, (list, tuple)) else [programs]
     _check_programs(progs, backend)
     if _own_model(backend):
+        own = family_of(backend).sweep
+        where = f"{own.__module__}.{own.__name__}" if own is not None else "pimjax.backends.family_of(backend).sweep"
         raise ValueError(f"{backend.name} has its own time model, whose variants are whole backends: use "
-                         f"pimjax.backends.family_of(backend).sweep(program, stack_variants([backend, ...]))")
+                         f"{where}(program, stack_variants([backend, ...]))")
     check_banks(progs, backend)
     t = _timing_vector(check_timing_batch(timings))       # one leading [T] axis on every leaf
     if mesh is not None:
