@@ -18,8 +18,9 @@ import jax
 import numpy as np
 
 from pimjax.hw import get_backend
-from pimjax.costmodel.kernels import _arg_shapes, lower_case, make_case
-from pimjax.costmodel.kernels import _FNS as case_functions
+from pimjax.costmodel.kernels import lower_case, make_case
+from pimjax.kernels import FUNCTIONS as case_functions
+from pimjax.kernels import arg_shapes
 from pimjax.kernels import kernel_op
 from pimjax.lower import lower
 from pimjax.backends import baseline
@@ -70,7 +71,7 @@ def main() -> None:
     d = baseline(case.op, att)
     t_lower = best_of(lambda: lower_case(case, d, att), repeat=1)
     prog = lower_case(case, d, att)
-    q, K, V = (rng.standard_normal(s).astype(np.float32) * 0.5 for s in _arg_shapes("attn", case.shape))
+    q, K, V = (rng.standard_normal(s).astype(np.float32) * 0.5 for s in arg_shapes("attn", case.shape))
     t_exec = best_of(lambda: execute(prog, q, K, V))
     report("attention 8x40 heads, L 2048, d 128, attacc", t_lower, t_exec, prog)
     want = np.asarray(jax.jit(case_functions["attn"])(q, K, V))

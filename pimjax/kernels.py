@@ -16,24 +16,35 @@ red        [E] or [B, E]             sum over the last axis
 va         [E] or [B, E]             a + b
 geva       [E]                       alpha * a + beta * b
 relu       [E] or [B, E]             max(a, 0)
-mmtv       [B, H, L, D]              s[b,h,n] = sum_d q[b,h,d] K[b,h,n,d]
+mmtv       [B, H, L, D]              y[b,h,n] = sum_d A[b,h,n,d] x[b,h,d]
 attn       [B, H, L, D]              softmax(q K^T / sqrt(D)) V per head
 ttv        [I, J, K]                 y[i,j] = sum_k A[i,j,k] x[k]
+conv       [H, W, C, F, K]           NHWC 'SAME' convolution, batch 1, K x K
 =========  ========================  =======================================
+
+This is the one kernel catalogue: the cost model's training and held-out
+cases (`pimjax.costmodel.kernels`), the demo and the benchmarks trace these
+functions.
 """
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .trace.frontend import make_graph
 from .trace.ir import PimGraph, PimOp
 
 
 def _attention(q, K, V):
-    s = jnp.einsum("bhd,bhnd->bhn", q, K) / jnp.sqrt(jnp.asarray(q.shape[-1], q.dtype))
+    # the scale as a constant of q's dtype (sqrt rounded once from float64: the same value as sqrt in q's dtype)
+    s = jnp.einsum("bhd,bhnd->bhn", q, K) / q.dtype.type(np.sqrt(q.shape[-1]))
     p = jax.nn.softmax(s, axis=-1)
     return jnp.einsum("bhn,bhnd->bhd", p, V)
+
+
+def _conv(x, k):
+    return jax.lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
 
 
 def arg_shapes(kernel: str, shape) -> list[tuple]:
@@ -53,13 +64,16 @@ def arg_shapes(kernel: str, shape) -> list[tuple]:
         return [(), tuple(s), (), tuple(s)]
     if kernel == "mmtv":
         b, h, l, d = s
-        return [(b, h, d), (b, h, l, d)]
+        return [(b, h, l, d), (b, h, d)]
     if kernel == "attn":
         b, h, l, d = s
         return [(b, h, d), (b, h, l, d), (b, h, l, d)]
     if kernel == "ttv":
         i, j, k = s
         return [(i, j, k), (k,)]
+    if kernel == "conv":
+        h, w, c, f, k = s
+        return [(1, h, w, c), (k, k, c, f)]
     raise ValueError(f"unknown kernel {kernel!r}; expected one of {sorted(FUNCTIONS)}")
 
 
@@ -67,13 +81,14 @@ FUNCTIONS = {
     "gemv": lambda W, x: W @ x,
     "mtv": lambda W, x: W @ x,
     "gemm": lambda A, B: A @ B,
-    "red": lambda x: jnp.sum(x, axis=-1, dtype=x.dtype),   # no float32 upcast of fp16
+    "red": lambda a: jnp.sum(a, axis=-1, dtype=a.dtype),   # no float32 upcast of fp16
     "va": lambda a, b: a + b,
     "geva": lambda alpha, a, beta, b: alpha * a + beta * b,
     "relu": lambda a: jnp.maximum(a, jnp.zeros((), a.dtype)),
-    "mmtv": lambda q, K: jnp.einsum("bhd,bhnd->bhn", q, K),
+    "mmtv": lambda A, x: jnp.einsum("bhnd,bhd->bhn", A, x),
     "attn": _attention,
     "ttv": lambda A, x: jnp.einsum("ijk,k->ij", A, x),
+    "conv": _conv,
 }
 
 

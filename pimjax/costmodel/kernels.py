@@ -22,82 +22,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ..backends import families, family_of
 from ..hw.core import Backend
+from ..kernels import FUNCTIONS, arg_shapes
 from ..trace.frontend import make_graph
 from ..partition import DraftTable, dimension_sets, drafts
 from ..partition.verify import infer_shapes
 
+# the kernels the cost model is trained and judged on (their functions: the catalogue, `pimjax.kernels`)
 KERNELS = ("gemv", "red", "va", "relu", "mmtv", "attn", "gemm", "conv")
 
 # kernels each family lowers (`Family.kernels`; hbm-pim: all-bank SIMD; attacc: GEMV
 # units only, reductions as GEMVs with a ones vector; newton: contractions only; upmem: DPUs)
 SUPPORTED = {name: family_of(name).kernels for name in families()}
-
-
-def _gemv(W, x):
-    return W @ x
-
-
-def _mmtv(A, x):
-    return jnp.einsum("bhnd,bhd->bhn", A, x)
-
-
-def _attn(q, K, V):
-    s = jnp.einsum("bhd,bhnd->bhn", q, K) / np.float32(np.sqrt(q.shape[-1]))
-    return jnp.einsum("bhn,bhnd->bhd", jax.nn.softmax(s, axis=-1), V)
-
-
-def _va(a, b):
-    return a + b
-
-
-def _relu(a):
-    return jnp.maximum(a, jnp.zeros((), a.dtype))
-
-
-def _red(a):
-    return a.sum(-1)
-
-
-def _gemm(A, B):
-    return A @ B
-
-
-def _conv(x, k):
-    return jax.lax.conv_general_dilated(x, k, (1, 1), "SAME",
-                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
-
-
-def _arg_shapes(kernel: str, shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-    s = tuple(int(v) for v in shape)
-    if kernel == "gemv":
-        M, N = s
-        return (M, N), (N,)
-    if kernel in ("mmtv", "attn"):
-        B, H, L, D = s
-        if kernel == "mmtv":
-            return (B, H, L, D), (B, H, D)
-        return (B, H, D), (B, H, L, D), (B, H, L, D)
-    if kernel == "va":
-        return s, s
-    if kernel in ("relu", "red"):
-        return (s,)
-    if kernel == "gemm":
-        M, K, N = s
-        return (M, K), (K, N)
-    if kernel == "conv":
-        H, W, C, F, K = s
-        return (1, H, W, C), (K, K, C, F)
-    raise ValueError(f"unknown kernel {kernel!r}; expected one of {KERNELS}")
-
-
-_FNS = {"gemv": _gemv, "mmtv": _mmtv, "attn": _attn, "va": _va, "relu": _relu, "red": _red,
-        "gemm": _gemm, "conv": _conv}
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,8 +59,8 @@ class Case:
 @lru_cache(maxsize=256)
 def _trace(kernel: str, shape: tuple[int, ...], integer: bool):
     dt = np.int32 if integer else np.float32
-    args = [np.zeros(s, dt) for s in _arg_shapes(kernel, shape)]
-    return make_graph(_FNS[kernel], *args)
+    args = [np.zeros(s, dt) for s in arg_shapes(kernel, shape)]
+    return make_graph(FUNCTIONS[kernel], *args)
 
 
 def make_case(backend: Backend | str, kernel: str, shape) -> Case:

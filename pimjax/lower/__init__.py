@@ -1,4 +1,6 @@
 """Draft -> Program lowering (see README.md in this folder)."""
+import dataclasses
+
 import numpy as np
 
 from ..errors import PimCompileError
@@ -40,8 +42,10 @@ def lower(op, draft, backend, shapes=None, **options) -> Program:
     # the operand shapes it was lowered for, which `execute` checks (not every operand has a layout:
     # AttAcc's vector goes straight to the global buffer)
     vs = value_shapes(op, shapes)
-    program.meta.setdefault("operand_shapes", {k: tuple(vs[a.value]) for k, a in enumerate(op.operands)})
-    return program
+    if "operand_shapes" in program.meta:
+        return program
+    meta = {**program.meta, "operand_shapes": {k: tuple(vs[a.value]) for k, a in enumerate(op.operands)}}
+    return dataclasses.replace(program, meta=meta)        # a Program is never mutated once built
 
 
 __all__ = ["Op", "Phase", "Program", "Readback", "Records", "TensorLayout", "lower"]
