@@ -53,13 +53,13 @@ from math import gcd
 
 import numpy as np
 
+from ..hw.dram_rules import NEVER
 from ..lower.newton import _runs, _segments, readres_bursts, row_runs
 from ..lower.program import Op, bank_order, streamed
 from ..partition import dimension_sets
 from ..partition.verify import matrix_and_vector, per_core_var_lengths
 from .newton_counts import newton_plan
 
-NEVER = -1.0e7
 PLAN_KEYS = ("n_b", "n_v", "n_o", "n_rc", "cc", "t_in", "kv", "ki", "lo", "is_flow", "passes")
 # the simulator's buckets of a group's time (cycles.py): leading rearrangement, rearrangement
 # inside the kernel (GWRITE), compute, read-back

@@ -34,13 +34,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..hw.core import Backend, Timing, check_timing_batch
+from ..hw.dram_rules import NEVER
 from ..lower.program import Phase, Program, Records
 from .padding import fine, pow2
 from .report import BOUNDS, CycleReport
 from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, N_FLAGS, PRE_ALL,
                      SIDE, STAGGER, STREAM, WAIT, WRITE)
 
-NEVER = -1.0e7  # "long ago" for last-command times (float32-exact integers below 2^24)
 SCAN_FIELDS = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
 
 

@@ -31,11 +31,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import njit
 
+from ..hw.dram_rules import NEVER
 from ..lower.program import Phase
 from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE, STAGGER,
                      STREAM, WAIT, WRITE)
 
-NEVER = -1.0e7
 # the timing fields the loop reads, in the column order of its timing table
 FIELDS = ("tCL", "tWL", "tBL", "tRCDRD", "tRCDWR", "tRP", "tRAS", "tRC", "tCCD_S", "tCCD_L", "tCCD_AB",
           "tRRD_S", "tRRD_L", "tFAW", "tWR", "tRTP_S", "tRTP_L", "tWTR_S", "tWTR_L", "tRTRS", "tREFI", "tRFC",
