@@ -108,7 +108,8 @@ RULES: tuple[Rule, ...] = (
     Rule("RTP_AB", "channel", ALLBANK_COLUMNS, ("PREA", "PREREF"), "tRTP_L", among=COLUMNS,
          note="an all-bank MAC before a PREA (attacc.md MACAB -> PREA nRTP_L)"),
     # ---- activation ------------------------------------------------------------------------------
-    Rule("RP", "bank", PRECHARGES, ACTS + ("REF",), "tRP", note="PRE -> ACT; a refresh starts tRP after its PREA"),
+    Rule("RP", "bank", PRECHARGES, ACTS, "tRP", note="PRE -> ACT"),
+    Rule("RP_REF", "channel", ("PREREF",), ("REF",), "tRP", note="a refresh's REF, tRP after its own precharge"),
     Rule("RFC", "bank", ("REF",), ACTS, "tRFC", note="refresh -> ACT"),
     Rule("RC", "bank", ACTS, ACTS, "tRC", note="ACT -> ACT, one bank"),
     Rule("RRD_L", "bankgroup", ("ACT",), ("ACT",), "tRRD_L"),
@@ -148,7 +149,7 @@ SCHEDULE: tuple[tuple[str, str], ...] = (("REFI", "tREFI"), ("REF0", "tREF0"))
 
 NAMES = tuple(r.name for r in RULES) + tuple(n for n, _ in SCHEDULE)
 # indices into the compiled vector (module constants: numba folds them)
-(RAS, RTP, WR_PRE, RTP_AB, RP, RFC, RC, RRD_L, RRD_S, FAW, RCD_RD, RCD_WR, CCD_AB, CCD_L, CCD_L_AB, CCD_S,
+(RAS, RTP, WR_PRE, RTP_AB, RP, RP_REF, RFC, RC, RRD_L, RRD_S, FAW, RCD_RD, RCD_WR, CCD_AB, CCD_L, CCD_L_AB, CCD_S,
  CCD_S_AB, RTW, WTR_L, WTR_S, COL_ORDER, SIDE_GAP, SIDE_BG, RD_END, WR_END, AB_END, ACTAB_END, PREA_END,
  SIDE_END, REFI, REF0) = range(len(NAMES))
 N_LAT = len(NAMES)

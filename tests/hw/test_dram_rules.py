@@ -13,7 +13,7 @@ def _expected(t) -> dict:
     g = lambda f: float(getattr(t, f))        # noqa: E731
     return {
         "RAS": g("tRAS"), "RTP": g("tRTP_S"), "WR_PRE": g("tWL") + g("tBL") + g("tWR"), "RTP_AB": g("tRTP_L"),
-        "RP": g("tRP"), "RFC": g("tRFC"), "RC": g("tRC"), "RRD_L": g("tRRD_L"), "RRD_S": g("tRRD_S"),
+        "RP": g("tRP"), "RP_REF": g("tRP"), "RFC": g("tRFC"), "RC": g("tRC"), "RRD_L": g("tRRD_L"), "RRD_S": g("tRRD_S"),
         "FAW": g("tFAW"), "RCD_RD": g("tRCDRD"), "RCD_WR": g("tRCDWR"), "CCD_AB": g("tCCD_AB"),
         "CCD_L": g("tCCD_L"), "CCD_L_AB": g("tCCD_L"), "CCD_S": g("tCCD_S"), "CCD_S_AB": g("tCCD_S"),
         "RTW": g("tCL") + g("tBL") + g("tRTRS") - g("tWL"), "WTR_L": g("tWL") + g("tBL") + g("tWTR_L"),
