@@ -18,8 +18,10 @@ both to the reference model (`reference.py`) to the cycle.
 Times are float64 here (the scan's are float32), so fractional swept
 timings do not drift; with integer timings the two engines agree exactly.
 
-The loop follows `reference.simulate` rule by rule, with the bank objects
-as arrays: per bank the open row, last ACT / read / write and ready time;
+Every latency comes from the DRAM rule table (`hw.dram_rules`), compiled
+by `timing_table` into one float64 row per timing variant and indexed by
+the rule constants (RAS, RP, FAW, CCD_L, ...).  The loop follows
+`reference.simulate` rule by rule, with the bank objects as arrays: per bank the open row, last ACT / read / write and ready time;
 per bank group the last ACT and last data-movement command; the tFAW window
 of the last four ACTs; and the channel scalars.
 """
