@@ -55,7 +55,7 @@ import numpy as np
 
 from ..hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, FAW, NEVER, PARAMS, PREA_END, RAS, RC,
                               RCD_RD, RCD_WR, RD_END, RP, RRD_L, RRD_S, RTP, RTP_AB, RTW, WR_END, WR_PRE, WTR_L,
-                              WTR_S, compile_rules)
+                              WTR_S, compile_chains, compile_rules)
 from ..lower.newton import _runs, _segments, readres_bursts, row_runs
 from ..lower.program import Op, bank_order, streamed
 from ..partition import dimension_sets
@@ -70,12 +70,21 @@ PRE, K_REARR, COMPUTE, READBACK = range(4)
 RULE_FIELDS = tuple(f for f in PARAMS if f not in ("tREFI", "tRFC", "tREF0"))
 
 
+def _after(x: float, chain) -> float:
+    """x + chain[0] + chain[1] + ..., left to right."""
+    for c in chain:
+        x += c
+    return x
+
+
 class _Channel:
     """The timing state the Newton commands read (timing.py's rules 2-4),
     with the latencies of `hw.dram_rules` (compiled from t)."""
 
     def __init__(self, t: dict, banks: int, per_bg: int):
         self.L = [float(x) for x in compile_rules(t)]
+        # latencies this walk adds term by term (as the rules written out did)
+        self.C = [[float(x) for x in row] for row in compile_chains(t)]
         self.per_bg = per_bg
         self.open = [-1] * banks
         self.act = [NEVER] * banks
@@ -116,7 +125,7 @@ class _Channel:
 
     def _pre_ok(self, b: int) -> float:
         L = self.L
-        return max(self.act[b] + L[RAS], self.rd[b] + L[RTP], self.wr[b] + L[WR_PRE])
+        return max(self.act[b] + L[RAS], self.rd[b] + L[RTP], _after(self.wr[b], self.C[WR_PRE]))
 
     def _advance(self, end: float) -> float:
         d = max(end - self.end, 0.0)
@@ -141,9 +150,9 @@ class _Channel:
         gap = L[CCD_AB] if (allbank and self.last_ab) else (L[CCD_L] if bg == self.last_bg else L[CCD_S])
         t0 = max(t0, self.last_col + gap)
         if write:
-            t0 = max(t0, self.last_rd + L[RTW])
+            t0 = max(t0, _after(self.last_rd, self.C[RTW]))
         else:
-            t0 = max(t0, self.last_wr + (L[WTR_L] if bg == self.last_wr_bg else L[WTR_S]))
+            t0 = max(t0, _after(self.last_wr, self.C[WTR_L if bg == self.last_wr_bg else WTR_S]))
         if wait:
             t0 = max(t0, self.end)
         sp = L[CCD_AB] if allbank else (L[CCD_L] if spacing is None else spacing)
@@ -151,9 +160,9 @@ class _Channel:
         if allbank:
             end = last + L[AB_END]
         elif write:
-            end = last + L[WR_END]
+            end = _after(last, self.C[WR_END])
         else:
-            end = last + L[RD_END]
+            end = _after(last, self.C[RD_END])
         if write:
             self.wr[b], self.last_wr, self.last_wr_bg = last, last, bg
         else:

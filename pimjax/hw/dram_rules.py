@@ -248,6 +248,43 @@ def compile_rules(t, dtype=None):
     return xp.stack(cols, axis=-1)
 
 
+def _terms(node) -> list:
+    """A left-to-right sum `a + b + c - d` as its signed terms [(+1, a), (+1, b),
+    (+1, c), (-1, d)]; any other expression is one term."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        return _terms(node.left) + [(1 if isinstance(node.op, ast.Add) else -1, node.right)]
+    return [(1, node)]
+
+
+CHAIN = max(len(_terms(tree)) for tree, _ in _EXPRS)
+"""Terms of the longest latency chain (`compile_chains`)."""
+
+
+def compile_chains(t, dtype=None):
+    """The latencies as chains of terms: [..., N_LAT, CHAIN], row k the signed
+    terms of rule k's expression when it is a sum (`tCL + tBL + tRTRS - tWL`
+    -> [tCL, tBL, tRTRS, -tWL]), else its value, padded with zeros.  An engine
+    that adds a latency to a time term by term (time + c[0] + c[1] + ...)
+    rounds exactly as `time + tCL + tBL + tRTRS - tWL` written out does: the
+    float32 scan keeps the evaluation order it had when it restated the rule.
+    Same arguments as `compile_rules`."""
+    summed = compile_rules(t, dtype)
+    xp = np if isinstance(summed, np.ndarray) else __import__("jax").numpy
+    get = (lambda f: t[f]) if hasattr(t, "keys") else (lambda f: getattr(t, f))
+    vals = {f: xp.asarray(get(f)) if dtype is None else xp.asarray(get(f), dtype) for f in PARAMS}
+    zero = xp.zeros_like(summed[..., 0])
+    rows = []
+    for k, (tree, _) in enumerate(_EXPRS):
+        terms = _terms(tree)
+        if all(isinstance(n, ast.Name) for _, n in terms):
+            col = [xp.broadcast_to(vals[n.id] if sign > 0 else -vals[n.id], zero.shape).astype(zero.dtype)
+                   for sign, n in terms]
+        else:
+            col = [summed[..., k]]
+        rows.append(xp.stack(col + [zero] * (CHAIN - len(col)), axis=-1))
+    return xp.stack(rows, axis=-2)
+
+
 def rules_table() -> str:
     """The table as text (level, prev -> next, latency), one rule a line."""
     lines = []

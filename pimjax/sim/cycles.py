@@ -35,9 +35,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..hw.core import Backend, Timing, check_timing_batch
-from ..hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, FAW, N_LAT, NEVER, PREA_END, RAS, RC,
+from ..hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, CHAIN, FAW, N_LAT, NEVER, PREA_END, RAS, RC,
                               RCD_RD, RCD_WR, RD_END, REF0, REFI, RFC, RP, RP_REF, RRD_L, RRD_S, RTP, RTP_AB, RTW,
-                              SIDE_BG, SIDE_END, SIDE_GAP, WR_END, WR_PRE, WTR_L, WTR_S, compile_rules)
+                              SIDE_BG, SIDE_END, SIDE_GAP, WR_END, WR_PRE, WTR_L, WTR_S, compile_chains,
+                              compile_rules)
 from ..lower.program import Phase, Program, Records
 from .padding import fine, pow2
 from .report import BOUNDS, CycleReport
@@ -184,6 +185,10 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
     # the DRAM rules' latencies (`hw.dram_rules`), [1, N] rows
     lat = compile_rules(t, f32)
     L = [lat[..., k] for k in range(N_LAT)]
+    # the turnarounds as chains of terms: added term by term, they round as the
+    # rules written out (last_rd + tCL + tBL + tRTRS - tWL) did
+    chains = compile_chains(t, f32)
+    C = {k: [chains[..., k, j] for j in range(CHAIN)] for k in (RTW, WTR_L, WTR_S)}
     bank_ids = jnp.arange(banks, dtype=i32)[:, None]
     bg_ids = jnp.arange(n_bg, dtype=i32)[:, None]
     never = lambda rows=1: jnp.full((rows, N), NEVER, f32)           # noqa: E731
@@ -299,8 +304,12 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
         spacing_prev = jnp.where(allbank & s["last_allbank"], L[CCD_AB],
                                  jnp.where(bg == s["last_col_bg"], L[CCD_L], L[CCD_S]))
         t0 = jnp.maximum(col_ready, s["last_col"] + spacing_prev)
-        rd_to_wr = s["last_rd"] + L[RTW]
-        wr_to_rd = s["last_wr"] + jnp.where(bg == s["last_wr_bg"], L[WTR_L], L[WTR_S])
+        rd_to_wr = s["last_rd"]
+        wr_to_rd = s["last_wr"]
+        same_bg = bg == s["last_wr_bg"]
+        for j in range(CHAIN):
+            rd_to_wr = rd_to_wr + C[RTW][j]
+            wr_to_rd = wr_to_rd + jnp.where(same_bg, C[WTR_L][j], C[WTR_S][j])
         t0 = jnp.where(write, jnp.maximum(t0, rd_to_wr), jnp.maximum(t0, wr_to_rd))
         t0 = jnp.where(wait, jnp.maximum(t0, s["t_end"]), t0)
         t0 = jnp.maximum(t0, s["t_bar"])

@@ -19,8 +19,11 @@ Times are float64 here (the scan's are float32), so fractional swept
 timings do not drift; with integer timings the two engines agree exactly.
 
 Every latency comes from the DRAM rule table (`hw.dram_rules`), compiled
-by `timing_table` into one float64 row per timing variant and indexed by
-the rule constants (RAS, RP, FAW, CCD_L, ...).  The loop follows
+by `timing_table` into one float64 [N_LAT, CHAIN] table per timing variant
+and indexed by the rule constants (RAS, RP, FAW, CCD_L, ...); the few
+latencies this loop added term by term when it wrote the rules out
+(read -> write, write -> read, a column's completion) it still adds term by
+term from their chains, so every result rounds as before.  The loop follows
 `reference.simulate` rule by rule, with the bank objects as arrays: per bank the open row, last ACT / read / write and ready time;
 per bank group the last ACT and last data-movement command; the tFAW window
 of the last four ACTs; and the channel scalars.
@@ -33,9 +36,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import njit
 
-from ..hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, FAW, N_LAT, NEVER, PREA_END, RAS, RC,
+from ..hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, CHAIN, FAW, N_LAT, NEVER, PREA_END, RAS, RC,
                               RCD_RD, RCD_WR, RD_END, REF0, REFI, RFC, RP, RP_REF, RRD_L, RRD_S, RTP, RTP_AB, RTW,
-                              SIDE_BG, SIDE_END, SIDE_GAP, WR_END, WR_PRE, WTR_L, WTR_S, compile_rules)
+                              SIDE_BG, SIDE_END, SIDE_GAP, WR_END, WR_PRE, WTR_L, WTR_S, compile_chains)
 from ..lower.program import Phase
 from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE, STAGGER,
                      STREAM, WAIT, WRITE)
@@ -45,12 +48,24 @@ RECORD_FIELDS = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
 READBACK, REARRANGE = int(Phase.READBACK), int(Phase.REARRANGE)     # module constants: numba folds them
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _after(x, chain):
+    """x + chain[0] + chain[1] + ..., left to right (a latency added term by
+    term, rounding as the rule written out would)."""
+    for j in range(chain.shape[0]):
+        x += chain[j]
+    return x
+
+
 @njit(nogil=True, cache=True)
-def _stream(rec, lo, hi, t, cls, banks, per_bg, refresh, buckets, counts):
+def _stream(rec, lo, hi, chains, cls, banks, per_bg, refresh, buckets, counts):
     """Time records lo:hi of `rec` ([8, M] int32, RECORD_FIELDS) with the
-    latency row t [N_LAT] (`dram_rules.compile_rules`, cycles).  Adds the time of each record to
+    latency chains [N_LAT, CHAIN] (`dram_rules.compile_chains`, cycles).  Adds the time of each record to
     buckets [5] and the commands to counts [8]; returns the end time."""
     n_bg = max(1, banks // per_bg)
+    t = np.empty(chains.shape[0])               # each rule's latency, its chain summed in order
+    for k in range(chains.shape[0]):
+        t[k] = _after(0.0, chains[k])
     open_row = np.full(banks, -1, np.int64)
     b_act = np.full(banks, NEVER)
     b_rd = np.full(banks, NEVER)
@@ -136,10 +151,10 @@ def _stream(rec, lo, hi, t, cls, banks, per_bg, refresh, buckets, counts):
                 gap = t[CCD_S]
             t0 = max(col_ready, last_col + gap)
             if write:
-                t0 = max(t0, last_rd + t[RTW])
+                t0 = max(t0, _after(last_rd, chains[RTW]))
             else:
-                wtr = t[WTR_L] if bg == last_wr_bg else t[WTR_S]
-                t0 = max(t0, last_wr + wtr)
+                wtr = WTR_L if bg == last_wr_bg else WTR_S
+                t0 = max(t0, _after(last_wr, chains[wtr]))
             if cls[op, WAIT] == 1:
                 t0 = max(t0, t_end)
             t0 = max(t0, t_bar)
@@ -153,9 +168,9 @@ def _stream(rec, lo, hi, t, cls, banks, per_bg, refresh, buckets, counts):
             if allbank:
                 end = t_last + t[AB_END]
             elif write:
-                end = t_last + t[WR_END]
+                end = _after(t_last, chains[WR_END])
             else:
-                end = t_last + t[RD_END]
+                end = _after(t_last, chains[RD_END])
             if write:
                 b_wr[b] = t_last
                 last_wr = t_last
@@ -283,11 +298,11 @@ THREADS = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaf
 
 
 def timing_table(t: dict) -> np.ndarray:
-    """[V, N_LAT] float64 latency rows (`dram_rules.compile_rules`) from
-    `cycles._timing_vector`-style leaves (scalars, or [V] arrays for V
+    """[V, N_LAT, CHAIN] float64 latency chains (`dram_rules.compile_chains`)
+    from `cycles._timing_vector`-style leaves (scalars, or [V] arrays for V
     variants)."""
-    lat = compile_rules({f: np.atleast_1d(np.asarray(v, np.float64)) for f, v in t.items()})
-    return np.ascontiguousarray(lat.reshape(-1, N_LAT))
+    lat = compile_chains({f: np.atleast_1d(np.asarray(v, np.float64)) for f, v in t.items()})
+    return np.ascontiguousarray(lat.reshape(-1, N_LAT, CHAIN))
 
 
 def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np.ndarray, table: np.ndarray,
@@ -297,7 +312,7 @@ def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np
     rec:    [8, M] int32 records (rows RECORD_FIELDS), streams side by side;
     starts, stops: [S] int64, stream s is rec[:, starts[s]:stops[s]];
     tix:    [S] int64, stream s runs under timing row table[tix[s]];
-    table:  [V, N_LAT] float64 latency rows (`timing_table`), cycles.
+    table:  [V, N_LAT, CHAIN] float64 latency chains (`timing_table`), cycles.
     Returns {"buckets": [S, 5], "end": [S], "counts": [S, 8]} float64, as
     `cycles.scan_lanes` (buckets: leading rearrangement, rearrangement in
     the kernel, compute, read-back, resident placement).  Streams are dealt

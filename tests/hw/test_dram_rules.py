@@ -72,3 +72,26 @@ def test_table_is_well_formed():
     with pytest.raises(ValueError, match="unsupported"):
         R._parse("tRP / 2")
     assert "tFAW" in R.rules_table()
+
+
+def test_chains_hold_the_terms_in_order():
+    t = get_backend("attacc").timing.replace(tCL=13.3, tBL=2.7, tRTRS=1.1, tWL=9.9)
+    c = R.compile_chains(t)
+    assert c.shape == (R.N_LAT, R.CHAIN)
+    np.testing.assert_array_equal(c[R.RTW], [13.3, 2.7, 1.1, -9.9])
+    np.testing.assert_array_equal(c[R.WTR_S], [9.9, 2.7, float(t.tWTR_S), 0.0])
+    np.testing.assert_array_equal(c[R.SIDE_GAP], [max(2.7, float(t.tCCD_S)), 0, 0, 0])
+    # summed left to right, a chain is the compiled latency
+    total = c[:, 0]
+    for j in range(1, R.CHAIN):
+        total = total + c[:, j]
+    np.testing.assert_array_equal(total, R.compile_rules(t))
+    # float32, batched: time + terms one by one rounds as the rule written out
+    f32 = {f: jnp.asarray([getattr(t, f)] * 2, jnp.float32) for f in t._dynamic_fields}
+    cj = R.compile_chains(f32, jnp.float32)
+    assert cj.shape == (2, R.N_LAT, R.CHAIN) and cj.dtype == jnp.float32
+    x = jnp.float32(16777217.0 / 3)
+    by_terms = x
+    for j in range(R.CHAIN):
+        by_terms = by_terms + cj[0, R.RTW, j]
+    assert by_terms == x + f32["tCL"][0] + f32["tBL"][0] + f32["tRTRS"][0] - f32["tWL"][0]
