@@ -256,8 +256,15 @@ def _terms(node) -> list:
     return [(1, node)]
 
 
-CHAIN = max(len(_terms(tree)) for tree, _ in _EXPRS)
-"""Terms of the longest latency chain (`compile_chains`)."""
+def _chain_len(tree) -> int:
+    terms = _terms(tree)
+    return len(terms) if all(isinstance(n, ast.Name) for _, n in terms) else 1
+
+
+CHAIN_LEN = tuple(_chain_len(tree) for tree, _ in _EXPRS)
+"""Terms in each entry's chain (`compile_chains`; the rest of the row is zeros)."""
+CHAIN = max(CHAIN_LEN)
+"""Terms of the longest latency chain."""
 
 
 def compile_chains(t, dtype=None):
@@ -276,7 +283,7 @@ def compile_chains(t, dtype=None):
     rows = []
     for k, (tree, _) in enumerate(_EXPRS):
         terms = _terms(tree)
-        if all(isinstance(n, ast.Name) for _, n in terms):
+        if CHAIN_LEN[k] > 1 or isinstance(tree, ast.Name):
             col = [xp.broadcast_to(vals[n.id] if sign > 0 else -vals[n.id], zero.shape).astype(zero.dtype)
                    for sign, n in terms]
         else:

@@ -36,9 +36,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import njit
 
-from ..hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, CHAIN, FAW, N_LAT, NEVER, PREA_END, RAS, RC,
+from ..hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, CHAIN, CHAIN_LEN, FAW, N_LAT, NEVER, PREA_END, RAS, RC,
                               RCD_RD, RCD_WR, RD_END, REF0, REFI, RFC, RP, RP_REF, RRD_L, RRD_S, RTP, RTP_AB, RTW,
-                              SIDE_BG, SIDE_END, SIDE_GAP, WR_END, WR_PRE, WTR_L, WTR_S, compile_chains)
+                              PARAMS, SIDE_BG, SIDE_END, SIDE_GAP, WR_END, WR_PRE, WTR_L, WTR_S,
+                              compile_chains)
 from ..lower.program import Phase
 from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE, STAGGER,
                      STREAM, WAIT, WRITE)
@@ -48,24 +49,28 @@ RECORD_FIELDS = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
 READBACK, REARRANGE = int(Phase.READBACK), int(Phase.REARRANGE)     # module constants: numba folds them
 
 
+# terms of the chains the loop adds one by one (module constants: numba folds them; the two
+# write -> read turnarounds have one length)
+N_RTW, N_WTR, N_RD_END, N_WR_END = CHAIN_LEN[RTW], CHAIN_LEN[WTR_L], CHAIN_LEN[RD_END], CHAIN_LEN[WR_END]
+assert CHAIN_LEN[WTR_S] == N_WTR
+
+
 @njit(nogil=True, cache=True, inline="always")
-def _after(x, chain):
-    """x + chain[0] + chain[1] + ..., left to right (a latency added term by
-    term, rounding as the rule written out would)."""
-    for j in range(chain.shape[0]):
-        x += chain[j]
+def _after(x, chains, k, n):
+    """x + chains[k, 0] + ... + chains[k, n - 1], left to right (rule k's
+    latency added term by term, rounding as the rule written out would; no
+    array view, which would cost a reference count in the loop)."""
+    for j in range(n):
+        x += chains[k, j]
     return x
 
 
 @njit(nogil=True, cache=True)
-def _stream(rec, lo, hi, chains, cls, banks, per_bg, refresh, buckets, counts):
+def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts):
     """Time records lo:hi of `rec` ([8, M] int32, RECORD_FIELDS) with the
-    latency chains [N_LAT, CHAIN] (`dram_rules.compile_chains`, cycles).  Adds the time of each record to
+    latencies t [N_LAT] and their chains [N_LAT, CHAIN] (`dram_rules.compile_chains`, cycles).  Adds the time of each record to
     buckets [5] and the commands to counts [8]; returns the end time."""
     n_bg = max(1, banks // per_bg)
-    t = np.empty(chains.shape[0])               # each rule's latency, its chain summed in order
-    for k in range(chains.shape[0]):
-        t[k] = _after(0.0, chains[k])
     open_row = np.full(banks, -1, np.int64)
     b_act = np.full(banks, NEVER)
     b_rd = np.full(banks, NEVER)
@@ -151,10 +156,10 @@ def _stream(rec, lo, hi, chains, cls, banks, per_bg, refresh, buckets, counts):
                 gap = t[CCD_S]
             t0 = max(col_ready, last_col + gap)
             if write:
-                t0 = max(t0, _after(last_rd, chains[RTW]))
+                t0 = max(t0, _after(last_rd, chains, RTW, N_RTW))
             else:
                 wtr = WTR_L if bg == last_wr_bg else WTR_S
-                t0 = max(t0, _after(last_wr, chains[wtr]))
+                t0 = max(t0, _after(last_wr, chains, wtr, N_WTR))
             if cls[op, WAIT] == 1:
                 t0 = max(t0, t_end)
             t0 = max(t0, t_bar)
@@ -168,9 +173,9 @@ def _stream(rec, lo, hi, chains, cls, banks, per_bg, refresh, buckets, counts):
             if allbank:
                 end = t_last + t[AB_END]
             elif write:
-                end = _after(t_last, chains[WR_END])
+                end = _after(t_last, chains, WR_END, N_WR_END)
             else:
-                end = _after(t_last, chains[RD_END])
+                end = _after(t_last, chains, RD_END, N_RD_END)
             if write:
                 b_wr[b] = t_last
                 last_wr = t_last
@@ -251,12 +256,12 @@ def _stream(rec, lo, hi, chains, cls, banks, per_bg, refresh, buckets, counts):
 
 
 @njit(nogil=True, cache=True)
-def _streams(rec, starts, stops, tix, table, cls, banks, per_bg, refresh, buckets, end, counts):
+def _streams(rec, starts, stops, tix, table, chains, cls, banks, per_bg, refresh, buckets, end, counts):
     """`_stream` of every stream s = records starts[s]:stops[s] of `rec`
-    under timing row table[tix[s]]; results into buckets [S, 5], end [S],
+    under latencies table[tix[s]] and chains[tix[s]]; results into buckets [S, 5], end [S],
     counts [S, 8]."""
     for s in range(starts.shape[0]):
-        end[s] = _stream(rec, starts[s], stops[s], table[tix[s]], cls, banks, per_bg, refresh,
+        end[s] = _stream(rec, starts[s], stops[s], table[tix[s]], chains[tix[s]], cls, banks, per_bg, refresh,
                          buckets[s], counts[s])
 
 
@@ -301,8 +306,20 @@ def timing_table(t: dict) -> np.ndarray:
     """[V, N_LAT, CHAIN] float64 latency chains (`dram_rules.compile_chains`)
     from `cycles._timing_vector`-style leaves (scalars, or [V] arrays for V
     variants)."""
-    lat = compile_chains({f: np.atleast_1d(np.asarray(v, np.float64)) for f, v in t.items()})
-    return np.ascontiguousarray(lat.reshape(-1, N_LAT, CHAIN))
+    leaves = {f: np.atleast_1d(np.asarray(t[f], np.float64)) for f in PARAMS}
+    if max(v.size for v in leaves.values()) > 16:       # a sweep: compiled each time, not kept
+        return np.ascontiguousarray(compile_chains(leaves).reshape(-1, N_LAT, CHAIN))
+    key = tuple((f, v.shape, v.tobytes()) for f, v in leaves.items())
+    table = _TABLES.get(key)
+    if table is None:                   # compiled once per timing (the tuner times one backend many times)
+        if len(_TABLES) >= 64:
+            _TABLES.clear()
+        table = _TABLES[key] = np.ascontiguousarray(compile_chains(leaves).reshape(-1, N_LAT, CHAIN))
+        table.setflags(write=False)
+    return table
+
+
+_TABLES: dict = {}
 
 
 def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np.ndarray, table: np.ndarray,
@@ -320,7 +337,12 @@ def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np
     equal record counts."""
     rec = np.ascontiguousarray(rec, np.int32)
     starts, stops, tix = (np.ascontiguousarray(a, np.int64) for a in (starts, stops, tix))
-    table = np.ascontiguousarray(table, np.float64)
+    chains = np.ascontiguousarray(table, np.float64)
+    if chains.ndim != 3 or chains.shape[1:] != (N_LAT, CHAIN):
+        raise ValueError(f"time_streams: table [V, {N_LAT}, {CHAIN}] expected (`timing_table`), got {chains.shape}")
+    table = chains[..., 0]
+    for j in range(1, CHAIN):           # each rule's latency: its chain summed in order
+        table = table + chains[..., j]
     S = starts.shape[0]
     if rec.shape[0] != len(RECORD_FIELDS) or stops.shape != (S,) or tix.shape != (S,):
         raise ValueError(f"time_streams: rec [{len(RECORD_FIELDS)}, M] and starts / stops / tix [S] expected, "
@@ -336,14 +358,14 @@ def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np
     work = np.cumsum(stops - starts)
     total = int(work[-1]) if S else 0
     if threads == 1 or S < 2 or total < 20_000:
-        _streams(rec, starts, stops, tix, table, cls, banks, per_bg, bool(refresh), buckets, end, counts)
+        _streams(rec, starts, stops, tix, table, chains, cls, banks, per_bg, bool(refresh), buckets, end, counts)
     else:
         cuts = np.unique(np.searchsorted(work, np.arange(1, threads) * total / threads))
         edges = [0, *[int(c) for c in cuts if 0 < c < S], S]
 
         def part(k):
             a, b = edges[k], edges[k + 1]
-            _streams(rec, starts[a:b], stops[a:b], tix[a:b], table, cls, banks, per_bg, bool(refresh),
+            _streams(rec, starts[a:b], stops[a:b], tix[a:b], table, chains, cls, banks, per_bg, bool(refresh),
                      buckets[a:b], end[a:b], counts[a:b])
         with ThreadPoolExecutor(len(edges) - 1) as pool:
             list(pool.map(part, range(len(edges) - 1)))
