@@ -39,7 +39,7 @@ Feature groups (all sizes log2(1 + x) unless noted):
             of the lowering under the DPU time model (exact: UPMEM's model
             is a residual over `est_t_total`); Newton's per-group command
             counts (passes, buffer loads, GWRITE columns, G_ACT, COMP,
-            READRES) are `newton_counts.py`'s, and its broadcast drafts'
+            READRES) are `backends/newton/counts.py`'s, and its broadcast drafts'
             rearrangement / compute / read-back `newton_time.py`'s walk of
             the command stream (exact but for refresh: Newton's model is a
             residual over `est_t_total` too).  Elsewhere the estimates are
@@ -54,6 +54,7 @@ import numpy as np
 
 from ..errors import PimCompileError
 from ..hw.core import Backend
+from ..hw.dram_rules import CCD_AB, CCD_S, RCD_RD, RP, compile_rules
 from ..backends.upmem.lower import kernel_constants
 from ..partition import DraftTable, dimension_sets
 from ..partition.generate import lane_candidates
@@ -458,8 +459,10 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     par = np.maximum(g_used, 1)
     t_rearr = rearr_b / (link * par) / tck
     t_rb = rb_bytes / (rlink * par) / tck
-    t_comp = (col_cmds * float(t.tCCD_AB) + rows * float(t.tRCDRD + t.tRP)
-              + (reg_writes + out_reads) * float(t.tCCD_S))
+    lat = compile_rules(t)          # the DRAM rules' latencies (hw.dram_rules)
+    # a column command per all-bank slot, a row's ACT -> column and PRE -> ACT, a host column
+    t_comp = (col_cmds * float(lat[CCD_AB]) + rows * float(lat[RCD_RD] + lat[RP])
+              + (reg_writes + out_reads) * float(lat[CCD_S]))
     host = backend.system.host
     # the DRAM lowerings always read their results back and the host merges them (sim/cycles.py:
     # merged when readback_bytes > 0): it reads the read-back and writes the result (float32),
@@ -544,7 +547,7 @@ def _dpu_constants(op_) -> dict | None:
 
 
 def _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend):
-    """Newton's per-group command counts (`newton_counts`) and phase times
+    """Newton's per-group command counts (`backends/newton/counts.py`) and phase times
     (`newton_phases`) of a contraction on a backend with a global buffer per
     group, and the groups' READRES summed over groups in units of the worst
     group's ([n] float), else None (zero features)."""

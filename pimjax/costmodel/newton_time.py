@@ -53,27 +53,38 @@ from math import gcd
 
 import numpy as np
 
+from ..hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, FAW, NEVER, PARAMS, PREA_END, RAS, RC,
+                              RCD_RD, RCD_WR, RD_END, RP, RRD_L, RRD_S, RTP, RTP_AB, RTW, WR_END, WR_PRE, WTR_L,
+                              WTR_S, compile_chains, compile_rules)
 from ..backends.newton.lower import _runs, _segments, readres_bursts, row_runs
 from ..lower.program import Op, bank_order, streamed
 from ..partition import dimension_sets
 from ..partition.verify import matrix_and_vector, per_core_var_lengths
 from ..backends.newton.counts import newton_plan
 
-NEVER = -1.0e7
 PLAN_KEYS = ("n_b", "n_v", "n_o", "n_rc", "cc", "t_in", "kv", "ki", "lo", "is_flow", "passes")
 # the simulator's buckets of a group's time (cycles.py): leading rearrangement, rearrangement
 # inside the kernel (GWRITE), compute, read-back
 PRE, K_REARR, COMPUTE, READBACK = range(4)
-# the timing parameters the rules below read (refresh is left out)
-RULE_FIELDS = ("tCL", "tWL", "tBL", "tRCDRD", "tRCDWR", "tRP", "tRAS", "tRC", "tCCD_S", "tCCD_L", "tCCD_AB",
-               "tRRD_S", "tRRD_L", "tFAW", "tWR", "tRTP_S", "tRTP_L", "tWTR_S", "tWTR_L", "tRTRS")
+# the timing parameters the rules read, refresh left out (`_walk`'s horizon sums them)
+RULE_FIELDS = tuple(f for f in PARAMS if f not in ("tREFI", "tRFC", "tREF0"))
+
+
+def _after(x: float, chain) -> float:
+    """x + chain[0] + chain[1] + ..., left to right."""
+    for c in chain:
+        x += c
+    return x
 
 
 class _Channel:
-    """The timing state the Newton commands read (timing.py's rules 2-4)."""
+    """The timing state the Newton commands read (timing.py's rules 2-4),
+    with the latencies of `hw.dram_rules` (compiled from t)."""
 
     def __init__(self, t: dict, banks: int, per_bg: int):
-        self.t = t
+        self.L = [float(x) for x in compile_rules(t)]
+        # latencies this walk adds term by term (as the rules written out did)
+        self.C = [[float(x) for x in row] for row in compile_chains(t)]
         self.per_bg = per_bg
         self.open = [-1] * banks
         self.act = [NEVER] * banks
@@ -113,8 +124,8 @@ class _Channel:
                          self.last_bg, self.last_ab, self.last_wr_bg)
 
     def _pre_ok(self, b: int) -> float:
-        t = self.t
-        return max(self.act[b] + t["tRAS"], self.rd[b] + t["tRTP_S"], self.wr[b] + t["tWL"] + t["tBL"] + t["tWR"])
+        L = self.L
+        return max(self.act[b] + L[RAS], self.rd[b] + L[RTP], _after(self.wr[b], self.C[WR_PRE]))
 
     def _advance(self, end: float) -> float:
         d = max(end - self.end, 0.0)
@@ -124,34 +135,34 @@ class _Channel:
     def column(self, b: int, row: int, n: int, write: bool, allbank: bool, wait: bool = False,
                spacing: float | None = None) -> float:
         """A column record (WR, GWRITE, COMP, READRES); returns the time it adds."""
-        t = self.t
+        L = self.L
         bg = b // self.per_bg
         need = row >= 0 and self.open[b] != row
         if need:                        # PRE (if open) + ACT under tRC / tRRD / tFAW
-            ready = self._pre_ok(b) + t["tRP"] if self.open[b] >= 0 else self.ready[b]
-            a = max(ready, self.act[b] + t["tRC"], self.bg_act[bg] + t["tRRD_L"], self.last_act + t["tRRD_S"],
-                    min(self.faw) + t["tFAW"])
+            ready = self._pre_ok(b) + L[RP] if self.open[b] >= 0 else self.ready[b]
+            a = max(ready, self.act[b] + L[RC], self.bg_act[bg] + L[RRD_L], self.last_act + L[RRD_S],
+                    min(self.faw) + L[FAW])
             self.open[b], self.act[b], self.bg_act[bg] = row, a, a
             self.last_act = max(self.last_act, a)
             self.faw[self.faw.index(min(self.faw))] = a
-        rcd = t["tRCDWR"] if write else t["tRCDRD"]
+        rcd = L[RCD_WR] if write else L[RCD_RD]
         t0 = self.act[b] + rcd if need else max(self.act[b] + rcd, 0.0)
-        gap = t["tCCD_AB"] if (allbank and self.last_ab) else (t["tCCD_L"] if bg == self.last_bg else t["tCCD_S"])
+        gap = L[CCD_AB] if (allbank and self.last_ab) else (L[CCD_L] if bg == self.last_bg else L[CCD_S])
         t0 = max(t0, self.last_col + gap)
         if write:
-            t0 = max(t0, self.last_rd + t["tCL"] + t["tBL"] + t["tRTRS"] - t["tWL"])
+            t0 = max(t0, _after(self.last_rd, self.C[RTW]))
         else:
-            t0 = max(t0, self.last_wr + t["tWL"] + t["tBL"] + (t["tWTR_L"] if bg == self.last_wr_bg else t["tWTR_S"]))
+            t0 = max(t0, _after(self.last_wr, self.C[WTR_L if bg == self.last_wr_bg else WTR_S]))
         if wait:
             t0 = max(t0, self.end)
-        sp = t["tCCD_AB"] if allbank else (t["tCCD_L"] if spacing is None else spacing)
+        sp = L[CCD_AB] if allbank else (L[CCD_L] if spacing is None else spacing)
         last = t0 + (n - 1) * sp
         if allbank:
-            end = last + t["tCCD_AB"]
+            end = last + L[AB_END]
         elif write:
-            end = last + t["tWL"] + t["tBL"]
+            end = _after(last, self.C[WR_END])
         else:
-            end = last + t["tCL"] + t["tBL"]
+            end = _after(last, self.C[RD_END])
         if write:
             self.wr[b], self.last_wr, self.last_wr_bg = last, last, bg
         else:
@@ -160,20 +171,20 @@ class _Channel:
         return self._advance(end)
 
     def prea(self) -> float:
-        t = self.t
+        L = self.L
         opened = [self._pre_ok(b) for b in range(len(self.open)) if self.open[b] >= 0]
-        t_pre = max(opened + [0.0, self.last_col + (t["tRTP_L"] if self.last_ab else 0.0)])
+        t_pre = max(opened + [0.0, self.last_col + (L[RTP_AB] if self.last_ab else 0.0)])
         for b in range(len(self.open)):
-            self.open[b], self.ready[b] = -1, t_pre + t["tRP"]
-        return self._advance(t_pre + t["tRP"])
+            self.open[b], self.ready[b] = -1, t_pre + L[RP]
+        return self._advance(t_pre + L[PREA_END])
 
     def g_act(self, row: int, stagger: float) -> float:
-        t = self.t
-        ready = max(self._pre_ok(b) + t["tRP"] if self.open[b] >= 0 else self.ready[b] for b in range(len(self.open)))
-        a = max(ready, max(self.act) + t["tRC"], self.last_col) + stagger
+        L = self.L
+        ready = max(self._pre_ok(b) + L[RP] if self.open[b] >= 0 else self.ready[b] for b in range(len(self.open)))
+        a = max(ready, max(self.act) + L[RC], self.last_col) + stagger
         for b in range(len(self.open)):
             self.open[b], self.act[b] = row, a
-        return self._advance(a + t["tRCDRD"])
+        return self._advance(a + L[ACTAB_END])
 
 
 def _period(sig: list, most: int = 64) -> int:
@@ -246,7 +257,7 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
     seg_cols = np.minimum(cc, n_rc - np.arange(t_in) * cc)
     ch = _Channel(t, banks, per_bg)
     # no timing rule looks further back than the sum of the constraints (and the G_ACT stagger)
-    horizon = 4.0 * (sum(t[k] for k in RULE_FIELDS) + n_bg * t["tFAW"])
+    horizon = 4.0 * (sum(t[k] for k in RULE_FIELDS) + n_bg * ch.L[FAW])
     # ---- host writes of every column a COMP reads, the banks in turn -----------------
     read = np.zeros(int(seg_base.max()) + cc + 1, bool)
     for i in range(t_in):
@@ -262,7 +273,7 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
     else:                                               # runs inside a row, streamed across bank groups
         first, lengths = row_runs(flat, cols)
         spans = [(int(r), int(m)) for r, m in zip(first // cols, lengths)]
-        spacing = t["tCCD_S"] if streamed(Op.WR, order, per_bg) == Op.WR_S else None
+        spacing = ch.L[CCD_S] if streamed(Op.WR, order, per_bg) == Op.WR_S else None
 
     def write_round(span):
         r, m = span
@@ -281,7 +292,7 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
     # ---- the kernel -----------------------------------------------------------------------
     gw_banks = [g * per_bg for g in range(n_bg)]
     per_row = max(1, cols // max(1, cc))                 # segments a row holds
-    stagger = (n_bg - 1) * t["tFAW"]
+    stagger = (n_bg - 1) * ch.L[FAW]
     state = {"loaded": None, "open": None, "pre": True}
 
     def kernel_state():

@@ -31,7 +31,7 @@ import numpy as np
 BACKENDS = ("hbm-pim", "attacc", "newton", "upmem")
 # residual models (`CostModel(base=...)`): the network learns log(cycles / estimate) where a
 # closed-form estimate prices the backend's drafts from the draft alone.  UPMEM's
-# (`costmodel.dpu`: the lowering's transfers and tasklet schedule under the DPU time model)
+# (`backends/upmem/dpu.py`: the lowering's transfers and tasklet schedule under the DPU time model)
 # equals the simulated cycles on every training draft, Newton's (`costmodel.newton_time`: its
 # command stream under the timing rules) all but refresh; hbm-pim's and attacc's are rough.
 BASES = {"upmem": "est_t_total", "newton": "est_t_total"}

@@ -222,7 +222,7 @@ class System(_Replace):
     `link_bandwidth` alone does not change it.
     n_groups = n_devices * groups_per_device.
 
-    Who reads the two bandwidths: the UPMEM time model (`sim/cycles_upmem.py`)
+    Who reads the two bandwidths: the UPMEM time model (`backends/upmem/cycles.py`)
     and the cost-model features.  The DRAM cycle model of command-driven
     backends (HBM-PIM, AttAcc, Newton) never does: it times host transfers
     as DRAM column commands on the group's data bus, so their speed follows

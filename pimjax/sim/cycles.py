@@ -5,8 +5,9 @@ A `jax.lax.scan` over the command records of each group's stream
 back to back in a lane) carrying per-bank state (open row, ACT time,
 earliest precharge, ready time), per-bank-group and per-group command
 state, the tFAW window of four activations and the refresh deadline; the
-semantics are in `timing.py` and are mirrored, slowly and obviously, by
-`reference.py`.  Timing parameters are array leaves of `Timing` and may
+semantics are in `timing.py`, the DRAM timing constraints in the rule table
+`hw.dram_rules` (whose compiled latencies the step reads), and
+`reference.py` applies that table, slowly and obviously, in a loop.  Timing parameters are array leaves of `Timing` and may
 differ per lane, which is how `sweep` times many variants in one scan.
 `cycles_batch` pools the streams of many programs into lanes
 (`_pack_lanes`); compiles are per (lanes, length) bucket.
@@ -34,6 +35,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..hw.core import Backend, Timing, check_timing_batch
+from ..hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, CHAIN, FAW, N_LAT, NEVER, PREA_END, RAS, RC,
+                              RCD_RD, RCD_WR, RD_END, REF0, REFI, RFC, RP, RP_REF, RRD_L, RRD_S, RTP, RTP_AB, RTW,
+                              SIDE_BG, SIDE_END, SIDE_GAP, WR_END, WR_PRE, WTR_L, WTR_S, compile_chains,
+                              compile_rules)
 from ..lower.program import Phase, Program, Records
 from ..backends import family_of, has_family
 from .engines import DEFAULT_ENGINE, ENGINES, check_banks, check_programs as _check_programs  # noqa: F401
@@ -43,7 +48,6 @@ from .report import BOUNDS, CycleReport
 from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, N_FLAGS, PRE_ALL,
                      SIDE, STAGGER, STREAM, WAIT, WRITE)
 
-NEVER = -1.0e7  # "long ago" for last-command times (float32-exact integers below 2^24)
 SCAN_FIELDS = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
 
 
@@ -181,6 +185,13 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
     f32, i32 = jnp.float32, jnp.int32
     # per-stream values are [1, N] rows (same rank as the [banks, N] fields)
     t = {k: jnp.broadcast_to(jnp.asarray(v, f32), (N,))[None, :] for k, v in t.items()}
+    # the DRAM rules' latencies (`hw.dram_rules`), [1, N] rows
+    lat = compile_rules(t, f32)
+    L = [lat[..., k] for k in range(N_LAT)]
+    # the turnarounds as chains of terms: added term by term, they round as the
+    # rules written out (last_rd + tCL + tBL + tRTRS - tWL) did
+    chains = compile_chains(t, f32)
+    C = {k: [chains[..., k, j] for j in range(CHAIN)] for k in (RTW, WTR_L, WTR_S)}
     bank_ids = jnp.arange(banks, dtype=i32)[:, None]
     bg_ids = jnp.arange(n_bg, dtype=i32)[:, None]
     never = lambda rows=1: jnp.full((rows, N), NEVER, f32)           # noqa: E731
@@ -191,7 +202,7 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
         pre_open=never(),
         last_act=never(), last_col=never(), last_col_bg=jnp.full((1, N), -1, i32), last_allbank=no,
         last_rd=never(), last_wr=never(), last_wr_bg=jnp.full((1, N), -1, i32), last_side=never(),
-        t_issue=never(), t_bar=never(), t_end=zero, ref_end=never(), next_ref=jnp.where(t["tREF0"] > 0, t["tREF0"], t["tREFI"]),
+        t_issue=never(), t_bar=never(), t_end=zero, ref_end=never(), next_ref=jnp.where(L[REF0] > 0, L[REF0], L[REFI]),
         # the previous record's bank-state updates, for `apply` (a NOP to start)
         u_bank=jnp.zeros((1, N), i32), u_row=jnp.zeros((1, N), i32), u_col=no, u_need=no, u_side=no,
         u_act_all=no, u_pre_all=no, u_t_all=zero, u_t_act=zero, u_pre=zero, u_r_end=never(), u_reset=no)
@@ -203,7 +214,7 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
         as expensive, so it materialises v instead of fusing (recomputing)
         it into each of the many rows that use it."""
         return v / one
-    wr_pre = t["tWL"] + t["tBL"] + t["tWR"]
+    wr_pre = L[WR_PRE]
     at = lambda v, i: jnp.take_along_axis(v, i, axis=0)               # noqa: E731  v[i[n], n]
 
     def apply(s):
@@ -221,8 +232,8 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
         new["t_act"] = jnp.where(reset, NEVER, jnp.where(act_all, s["u_t_all"],
                                                           jnp.where(need, s["u_t_act"], s["t_act"])))
         new["pre_ok"] = jnp.where(reset, NEVER, jnp.where(
-            act_all, jnp.maximum(s["pre_ok"], s["u_t_all"] + t["tRAS"]), jnp.where(col, s["u_pre"], s["pre_ok"])))
-        new["t_ready"] = jnp.where(reset, 0.0, jnp.where(pre_all, s["u_t_all"] + t["tRP"],
+            act_all, jnp.maximum(s["pre_ok"], s["u_t_all"] + L[RAS]), jnp.where(col, s["u_pre"], s["pre_ok"])))
+        new["t_ready"] = jnp.where(reset, 0.0, jnp.where(pre_all, s["u_t_all"] + L[RP],
                                                           jnp.maximum(s["t_ready"], s["u_r_end"])))
         new["bg_act"] = jnp.where(reset, NEVER, jnp.where(ohg & s["u_need"], s["u_t_act"], s["bg_act"]))
         new["faw"] = jnp.where(reset, NEVER, jnp.where(s["u_need"] & _first(s["faw"] == _rows(jnp.minimum, s["faw"])),
@@ -256,10 +267,10 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
         if refresh:
             do_ref = valid & (s["t_end"] >= s["next_ref"])
             # the refresh precharges like a PREA (tRTP_L after an all-bank MAC)
-            after_mac = jnp.where(s["last_allbank"], s["last_col"] + t["tRTP_L"], NEVER)
-            r_end = jnp.maximum(jnp.maximum(s["next_ref"], pre_open), after_mac) + t["tRP"] + t["tRFC"]
-            missed = jnp.floor((s["t_end"] - s["next_ref"]) / t["tREFI"])
-            next_ref = jnp.where(do_ref, next_ref + t["tREFI"] * (1.0 + missed), next_ref)
+            after_mac = jnp.where(s["last_allbank"], s["last_col"] + L[RTP_AB], NEVER)
+            r_end = jnp.maximum(jnp.maximum(s["next_ref"], pre_open), after_mac) + L[RP_REF] + L[RFC]
+            missed = jnp.floor((s["t_end"] - s["next_ref"]) / L[REFI])
+            next_ref = jnp.where(do_ref, next_ref + L[REFI] * (1.0 + missed), next_ref)
             ref_end = jnp.where(do_ref, r_end, ref_end)
             floor_t = jnp.maximum(zero, ref_end)
             r_end = jnp.where(do_ref, r_end, NEVER)
@@ -271,51 +282,53 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
         # 2. rows: implicit PRE + ACT for a column command to a closed / other row
         is_open = (row_b >= 0) & ~do_ref
         need = is_col & (x["row"] >= 0) & (jnp.where(is_open, row_b, -1) != x["row"])
-        ready_b = jnp.where(is_open, pre_b + t["tRP"], jnp.maximum(ready_b, r_end))
+        ready_b = jnp.where(is_open, pre_b + L[RP], jnp.maximum(ready_b, r_end))
         ready_b = jnp.maximum(ready_b, floor_t)
-        t_act = keep(jnp.maximum(jnp.maximum(jnp.maximum(ready_b, t_act_b + t["tRC"]), bg_act_b + t["tRRD_L"]),
-                                 jnp.maximum(s["last_act"] + t["tRRD_S"], _rows(jnp.minimum, s["faw"]) + t["tFAW"])))
+        t_act = keep(jnp.maximum(jnp.maximum(jnp.maximum(ready_b, t_act_b + L[RC]), bg_act_b + L[RRD_L]),
+                                 jnp.maximum(s["last_act"] + L[RRD_S], _rows(jnp.minimum, s["faw"]) + L[FAW])))
 
         # explicit all-bank ACT (ACTAB / G_ACT) and PREA
         t_actall = t_preall = zero
         if "act_all" in features:
             opened = s["open_row"] >= 0
             ready_all = jnp.where(do_ref, jnp.maximum(_rows(jnp.maximum, s["t_ready"]), r_end),
-                                  _rows(jnp.maximum, jnp.where(opened, s["pre_ok"] + t["tRP"], s["t_ready"])))
-            ready_all = jnp.maximum(ready_all, _rows(jnp.maximum, s["t_act"]) + t["tRC"])   # ACT -> ACT: tRC
+                                  _rows(jnp.maximum, jnp.where(opened, s["pre_ok"] + L[RP], s["t_ready"])))
+            ready_all = jnp.maximum(ready_all, _rows(jnp.maximum, s["t_act"]) + L[RC])   # ACT -> ACT: tRC
             t_actall = jnp.maximum(ready_all, jnp.maximum(floor_t, s["last_col"]))
             # staggered (per bank group, tFAW apart): the last group opens last
-            t_actall = t_actall + jnp.where(flag(STAGGER), (n_bg - 1) * t["tFAW"], 0.0)
+            t_actall = t_actall + jnp.where(flag(STAGGER), (n_bg - 1) * L[FAW], 0.0)
         if "pre_all" in features:
-            last_col_pre = s["last_col"] + jnp.where(s["last_allbank"], t["tRTP_L"], 0.0)
+            last_col_pre = s["last_col"] + jnp.where(s["last_allbank"], L[RTP_AB], 0.0)
             t_preall = jnp.maximum(pre_open, jnp.maximum(floor_t, last_col_pre))
 
         # 3. columns
-        rcd = jnp.where(write, t["tRCDWR"], t["tRCDRD"])
+        rcd = jnp.where(write, L[RCD_WR], L[RCD_RD])
         col_ready = jnp.where(need, t_act + rcd, jnp.maximum(t_act_b + rcd, floor_t))
-        spacing_prev = jnp.where(allbank & s["last_allbank"], t["tCCD_AB"],
-                                 jnp.where(bg == s["last_col_bg"], t["tCCD_L"], t["tCCD_S"]))
+        spacing_prev = jnp.where(allbank & s["last_allbank"], L[CCD_AB],
+                                 jnp.where(bg == s["last_col_bg"], L[CCD_L], L[CCD_S]))
         t0 = jnp.maximum(col_ready, s["last_col"] + spacing_prev)
-        rd_to_wr = s["last_rd"] + t["tCL"] + t["tBL"] + t["tRTRS"] - t["tWL"]
-        wr_to_rd = s["last_wr"] + t["tWL"] + t["tBL"] + jnp.where(bg == s["last_wr_bg"], t["tWTR_L"],
-                                                                  t["tWTR_S"])
+        rd_to_wr = s["last_rd"]
+        wr_to_rd = s["last_wr"]
+        same_bg = bg == s["last_wr_bg"]
+        for j in range(CHAIN):
+            rd_to_wr = rd_to_wr + C[RTW][j]
+            wr_to_rd = wr_to_rd + jnp.where(same_bg, C[WTR_L][j], C[WTR_S][j])
         t0 = jnp.where(write, jnp.maximum(t0, rd_to_wr), jnp.maximum(t0, wr_to_rd))
         t0 = jnp.where(wait, jnp.maximum(t0, s["t_end"]), t0)
         t0 = jnp.maximum(t0, s["t_bar"])
-        spacing = jnp.where(allbank, t["tCCD_AB"], jnp.where(flag(STREAM), t["tCCD_S"], t["tCCD_L"]))
+        spacing = jnp.where(allbank, L[CCD_AB], jnp.where(flag(STREAM), L[CCD_S], L[CCD_L]))
         t_last = keep(t0 + (n - 1.0) * spacing)
-        col_end = jnp.where(allbank, t_last + t["tCCD_AB"],
-                            t_last + jnp.where(write, t["tWL"] + t["tBL"], t["tCL"] + t["tBL"]))
+        col_end = jnp.where(allbank, t_last + L[AB_END], t_last + jnp.where(write, L[WR_END], L[RD_END]))
 
         # side datapath (AttAcc data movement) and fixed latencies
-        side_gap = jnp.maximum(t["tBL"], t["tCCD_S"])
+        side_gap = L[SIDE_GAP]
         s0 = side_last = side_end = f0 = zero
         if "side" in features:
             s0 = jnp.maximum(jnp.maximum(s["last_side"] + side_gap, floor_t),
-                             jnp.maximum(at(s["side_bg"], bg) + t["tCCD_L"], s["t_bar"]))
+                             jnp.maximum(at(s["side_bg"], bg) + L[SIDE_BG], s["t_bar"]))
             s0 = jnp.where(wait, jnp.maximum(s0, s["t_end"]), s0)
-            side_last = s0 + (n - 1.0) * jnp.maximum(side_gap, t["tCCD_L"])
-            side_end = jnp.where(fixed, s0 + n, side_last + side_gap)
+            side_last = s0 + (n - 1.0) * jnp.maximum(side_gap, L[SIDE_BG])
+            side_end = jnp.where(fixed, s0 + n, side_last + L[SIDE_END])
         fixed_plain = fixed & ~side & valid
         if "fixed" in features:
             f0 = jnp.maximum(jnp.maximum(s["last_col"], s["t_end"]), jnp.maximum(floor_t, s["t_bar"]))
@@ -323,18 +336,18 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
         end = jnp.where(is_col, col_end,
                         jnp.where(side, side_end,
                                   jnp.where(fixed_plain, f0 + n,
-                                            jnp.where(act_all, t_actall + t["tRCDRD"],
-                                                      jnp.where(pre_all, t_preall + t["tRP"], s["t_end"])))))
+                                            jnp.where(act_all, t_actall + L[ACTAB_END],
+                                                      jnp.where(pre_all, t_preall + L[PREA_END], s["t_end"])))))
         end = keep(jnp.where(valid, end, s["t_end"]))
 
         # the bank's earliest precharge after this record (a running max:
         # see the docstring)
-        pre_col = jnp.maximum(jnp.maximum(pre_b, jnp.where(need, t_act + t["tRAS"], NEVER)),
-                              t_last + jnp.where(write, wr_pre, t["tRTP_S"]))
+        pre_col = jnp.maximum(jnp.maximum(pre_b, jnp.where(need, t_act + L[RAS], NEVER)),
+                              t_last + jnp.where(write, wr_pre, L[RTP]))
         new = dict(s)
         pre_open = jnp.where(is_col & (is_open | need), jnp.maximum(pre_open, pre_col), pre_open)
         if "act_all" in features:     # every bank opens: pre_ok = max(pre_ok, t_actall + tRAS)
-            pre_open = jnp.where(act_all, jnp.maximum(_rows(jnp.maximum, s["pre_ok"]), t_actall + t["tRAS"]),
+            pre_open = jnp.where(act_all, jnp.maximum(_rows(jnp.maximum, s["pre_ok"]), t_actall + L[RAS]),
                                  pre_open)
         new["pre_open"] = jnp.where(pre_all, NEVER, pre_open)
         rd_col, wr_col = is_col & ~write, is_col & write

@@ -18,8 +18,13 @@ both to the reference model (`reference.py`) to the cycle.
 Times are float64 here (the scan's are float32), so fractional swept
 timings do not drift; with integer timings the two engines agree exactly.
 
-The loop follows `reference.simulate` rule by rule, with the bank objects
-as arrays: per bank the open row, last ACT / read / write and ready time;
+Every latency comes from the DRAM rule table (`hw.dram_rules`), compiled
+by `timing_table` into one float64 [N_LAT, CHAIN] table per timing variant
+and indexed by the rule constants (RAS, RP, FAW, CCD_L, ...); the few
+latencies this loop added term by term when it wrote the rules out
+(read -> write, write -> read, a column's completion) it still adds term by
+term from their chains, so every result rounds as before.  The loop follows
+`reference.simulate` rule by rule, with the bank objects as arrays: per bank the open row, last ACT / read / write and ready time;
 per bank group the last ACT and last data-movement command; the tFAW window
 of the last four ACTs; and the channel scalars.
 """
@@ -31,26 +36,39 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import njit
 
+from ..hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, CHAIN, CHAIN_LEN, FAW, N_LAT, NEVER, PREA_END, RAS, RC,
+                              RCD_RD, RCD_WR, RD_END, REF0, REFI, RFC, RP, RP_REF, RRD_L, RRD_S, RTP, RTP_AB, RTW,
+                              PARAMS, SIDE_BG, SIDE_END, SIDE_GAP, WR_END, WR_PRE, WTR_L, WTR_S,
+                              compile_chains)
 from ..lower.program import Phase
 from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE, STAGGER,
                      STREAM, WAIT, WRITE)
 
-NEVER = -1.0e7
-# the timing fields the loop reads, in the column order of its timing table
-FIELDS = ("tCL", "tWL", "tBL", "tRCDRD", "tRCDWR", "tRP", "tRAS", "tRC", "tCCD_S", "tCCD_L", "tCCD_AB",
-          "tRRD_S", "tRRD_L", "tFAW", "tWR", "tRTP_S", "tRTP_L", "tWTR_S", "tWTR_L", "tRTRS", "tREFI", "tRFC",
-          "tREF0")
-(T_CL, T_WL, T_BL, T_RCDRD, T_RCDWR, T_RP, T_RAS, T_RC, T_CCD_S, T_CCD_L, T_CCD_AB, T_RRD_S, T_RRD_L, T_FAW,
- T_WR, T_RTP_S, T_RTP_L, T_WTR_S, T_WTR_L, T_RTRS, T_REFI, T_RFC, T_REF0) = range(len(FIELDS))
 # record fields, rows of the [8, M] record table
 RECORD_FIELDS = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
 READBACK, REARRANGE = int(Phase.READBACK), int(Phase.REARRANGE)     # module constants: numba folds them
 
 
+# terms of the chains the loop adds one by one (module constants: numba folds them; the two
+# write -> read turnarounds have one length)
+N_RTW, N_WTR, N_RD_END, N_WR_END = CHAIN_LEN[RTW], CHAIN_LEN[WTR_L], CHAIN_LEN[RD_END], CHAIN_LEN[WR_END]
+assert CHAIN_LEN[WTR_S] == N_WTR
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _after(x, chains, k, n):
+    """x + chains[k, 0] + ... + chains[k, n - 1], left to right (rule k's
+    latency added term by term, rounding as the rule written out would; no
+    array view, which would cost a reference count in the loop)."""
+    for j in range(n):
+        x += chains[k, j]
+    return x
+
+
 @njit(nogil=True, cache=True)
-def _stream(rec, lo, hi, t, cls, banks, per_bg, refresh, buckets, counts):
+def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts):
     """Time records lo:hi of `rec` ([8, M] int32, RECORD_FIELDS) with the
-    timing row t [len(FIELDS)] (cycles).  Adds the time of each record to
+    latencies t [N_LAT] and their chains [N_LAT, CHAIN] (`dram_rules.compile_chains`, cycles).  Adds the time of each record to
     buckets [5] and the commands to counts [8]; returns the end time."""
     n_bg = max(1, banks // per_bg)
     open_row = np.full(banks, -1, np.int64)
@@ -65,8 +83,8 @@ def _stream(rec, lo, hi, t, cls, banks, per_bg, refresh, buckets, counts):
     last_col_bg = last_wr_bg = -1
     last_allbank = False
     t_end = 0.0
-    next_ref = t[T_REF0] if t[T_REF0] > 0 else t[T_REFI]
-    wr_pre = t[T_WL] + t[T_BL] + t[T_WR]
+    next_ref = t[REF0] if t[REF0] > 0 else t[REFI]
+    wr_pre = t[WR_PRE]
     for i in range(lo, hi):
         n_i = rec[3, i]
         if n_i <= 0:
@@ -83,16 +101,16 @@ def _stream(rec, lo, hi, t, cls, banks, per_bg, refresh, buckets, counts):
         if refresh and t_end >= next_ref:
             start = next_ref
             if last_allbank:
-                start = max(start, last_col + t[T_RTP_L])
+                start = max(start, last_col + t[RTP_AB])
             for b in range(banks):
                 if open_row[b] >= 0:
-                    start = max(start, b_act[b] + t[T_RAS], b_rd[b] + t[T_RTP_S], b_wr[b] + wr_pre)
-            end_ref = start + t[T_RP] + t[T_RFC]
+                    start = max(start, b_act[b] + t[RAS], b_rd[b] + t[RTP], b_wr[b] + wr_pre)
+            end_ref = start + t[RP_REF] + t[RFC]
             for b in range(banks):
                 open_row[b] = -1
                 b_ready[b] = max(b_ready[b], end_ref)
-            missed = np.floor((t_end - next_ref) / t[T_REFI])
-            next_ref += t[T_REFI] * (1.0 + missed)
+            missed = np.floor((t_end - next_ref) / t[REFI])
+            next_ref += t[REFI] * (1.0 + missed)
             ref_end = end_ref
             counts[4] += 1.0
         floor_t = max(floor_t, ref_end)      # commands issue in order
@@ -110,7 +128,7 @@ def _stream(rec, lo, hi, t, cls, banks, per_bg, refresh, buckets, counts):
             if need:
                 per_bank = float(banks) if allbank else 1.0
                 if open_row[b] >= 0:
-                    ready = max(b_act[b] + t[T_RAS], b_rd[b] + t[T_RTP_S], b_wr[b] + wr_pre) + t[T_RP]
+                    ready = max(b_act[b] + t[RAS], b_rd[b] + t[RTP], b_wr[b] + wr_pre) + t[RP]
                     counts[7] += per_bank
                 else:
                     ready = b_ready[b]
@@ -119,45 +137,45 @@ def _stream(rec, lo, hi, t, cls, banks, per_bg, refresh, buckets, counts):
                 for j in range(1, 4):
                     if faw[j] < faw[k]:
                         k = j
-                t_act = max(ready, b_act[b] + t[T_RC], bg_act[bg] + t[T_RRD_L], last_act + t[T_RRD_S],
-                            faw[k] + t[T_FAW])
+                t_act = max(ready, b_act[b] + t[RC], bg_act[bg] + t[RRD_L], last_act + t[RRD_S],
+                            faw[k] + t[FAW])
                 open_row[b] = row
                 b_act[b] = t_act
                 bg_act[bg] = t_act
                 last_act = max(last_act, t_act)
                 faw[k] = t_act
                 counts[0] += per_bank
-            rcd = t[T_RCDWR] if write else t[T_RCDRD]
+            rcd = t[RCD_WR] if write else t[RCD_RD]
             col_ready = b_act[b] + rcd if need else max(b_act[b] + rcd, floor_t)
             # 3. the first column, then n columns `spacing` apart
             if allbank and last_allbank:
-                gap = t[T_CCD_AB]
+                gap = t[CCD_AB]
             elif bg == last_col_bg:
-                gap = t[T_CCD_L]
+                gap = t[CCD_L]
             else:
-                gap = t[T_CCD_S]
+                gap = t[CCD_S]
             t0 = max(col_ready, last_col + gap)
             if write:
-                t0 = max(t0, last_rd + t[T_CL] + t[T_BL] + t[T_RTRS] - t[T_WL])
+                t0 = max(t0, _after(last_rd, chains, RTW, N_RTW))
             else:
-                wtr = t[T_WTR_L] if bg == last_wr_bg else t[T_WTR_S]
-                t0 = max(t0, last_wr + t[T_WL] + t[T_BL] + wtr)
+                wtr = WTR_L if bg == last_wr_bg else WTR_S
+                t0 = max(t0, _after(last_wr, chains, wtr, N_WTR))
             if cls[op, WAIT] == 1:
                 t0 = max(t0, t_end)
             t0 = max(t0, t_bar)
             if allbank:
-                spacing = t[T_CCD_AB]
+                spacing = t[CCD_AB]
             elif cls[op, STREAM] == 1:
-                spacing = t[T_CCD_S]
+                spacing = t[CCD_S]          # interleaved with other bank groups
             else:
-                spacing = t[T_CCD_L]
+                spacing = t[CCD_L]
             t_last = t0 + (n - 1.0) * spacing
             if allbank:
-                end = t_last + t[T_CCD_AB]
+                end = t_last + t[AB_END]
             elif write:
-                end = t_last + t[T_WL] + t[T_BL]
+                end = _after(t_last, chains, WR_END, N_WR_END)
             else:
-                end = t_last + t[T_CL] + t[T_BL]
+                end = _after(t_last, chains, RD_END, N_RD_END)
             if write:
                 b_wr[b] = t_last
                 last_wr = t_last
@@ -173,16 +191,16 @@ def _stream(rec, lo, hi, t, cls, banks, per_bg, refresh, buckets, counts):
             t_issue = max(t_issue, t_last)
         elif cls[op, SIDE] == 1:
             bg = min(max(rec[1, i], 0), banks - 1) // per_bg
-            gap = max(t[T_BL], t[T_CCD_S])
-            s0 = max(max(last_side + gap, floor_t), max(side_bg[bg] + t[T_CCD_L], t_bar))
+            gap = t[SIDE_GAP]
+            s0 = max(max(last_side + gap, floor_t), max(side_bg[bg] + t[SIDE_BG], t_bar))
             if cls[op, WAIT] == 1:
                 s0 = max(s0, t_end)
             if cls[op, FIXED] == 1:
                 end = s0 + n
                 last_side = s0 + n - gap
             else:
-                last_side = s0 + (n - 1.0) * max(gap, t[T_CCD_L])     # one record = one bank group
-                end = last_side + gap
+                last_side = s0 + (n - 1.0) * max(gap, t[SIDE_BG])     # one record = one bank group
+                end = last_side + t[SIDE_END]
             side_bg[bg] = last_side
             t_issue = max(t_issue, last_side)
         elif cls[op, FIXED] == 1:
@@ -195,26 +213,26 @@ def _stream(rec, lo, hi, t, cls, banks, per_bg, refresh, buckets, counts):
             t_act = max(floor_t, last_col)
             for b in range(banks):
                 if open_row[b] >= 0:
-                    ready = max(b_act[b] + t[T_RAS], b_rd[b] + t[T_RTP_S], b_wr[b] + wr_pre) + t[T_RP]
+                    ready = max(b_act[b] + t[RAS], b_rd[b] + t[RTP], b_wr[b] + wr_pre) + t[RP]
                 else:
                     ready = b_ready[b]
-                t_act = max(t_act, ready, b_act[b] + t[T_RC])
+                t_act = max(t_act, ready, b_act[b] + t[RC])
             if cls[op, STAGGER] == 1:          # one activation per bank group, tFAW apart
-                t_act += (n_bg - 1) * t[T_FAW]
+                t_act += (n_bg - 1) * t[FAW]
             for b in range(banks):
                 open_row[b] = rec[2, i]
                 b_act[b] = t_act
-            end = t_act + t[T_RCDRD]
+            end = t_act + t[ACTAB_END]
             counts[0] += float(banks)
         elif cls[op, PRE_ALL] == 1:
-            t_pre = max(floor_t, last_col + (t[T_RTP_L] if last_allbank else 0.0))
+            t_pre = max(floor_t, last_col + (t[RTP_AB] if last_allbank else 0.0))
             for b in range(banks):
                 if open_row[b] >= 0:
-                    t_pre = max(t_pre, b_act[b] + t[T_RAS], b_rd[b] + t[T_RTP_S], b_wr[b] + wr_pre)
+                    t_pre = max(t_pre, b_act[b] + t[RAS], b_rd[b] + t[RTP], b_wr[b] + wr_pre)
             for b in range(banks):
                 open_row[b] = -1
-                b_ready[b] = t_pre + t[T_RP]
-            end = t_pre + t[T_RP]
+                b_ready[b] = t_pre + t[RP]
+            end = t_pre + t[PREA_END]
             counts[7] += float(banks)
 
         # 4. the time the record adds goes to its report bucket
@@ -238,12 +256,12 @@ def _stream(rec, lo, hi, t, cls, banks, per_bg, refresh, buckets, counts):
 
 
 @njit(nogil=True, cache=True)
-def _streams(rec, starts, stops, tix, table, cls, banks, per_bg, refresh, buckets, end, counts):
+def _streams(rec, starts, stops, tix, table, chains, cls, banks, per_bg, refresh, buckets, end, counts):
     """`_stream` of every stream s = records starts[s]:stops[s] of `rec`
-    under timing row table[tix[s]]; results into buckets [S, 5], end [S],
+    under latencies table[tix[s]] and chains[tix[s]]; results into buckets [S, 5], end [S],
     counts [S, 8]."""
     for s in range(starts.shape[0]):
-        end[s] = _stream(rec, starts[s], stops[s], table[tix[s]], cls, banks, per_bg, refresh,
+        end[s] = _stream(rec, starts[s], stops[s], table[tix[s]], chains[tix[s]], cls, banks, per_bg, refresh,
                          buckets[s], counts[s])
 
 
@@ -285,11 +303,23 @@ THREADS = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaf
 
 
 def timing_table(t: dict) -> np.ndarray:
-    """[V, len(FIELDS)] float64 timing rows from `cycles._timing_vector`-style
-    leaves (scalars, or [V] arrays for V variants)."""
-    cols = [np.atleast_1d(np.asarray(t[f], np.float64)) for f in FIELDS]
-    V = max(c.shape[0] for c in cols)
-    return np.stack([np.broadcast_to(c, (V,)) for c in cols], axis=1)
+    """[V, N_LAT, CHAIN] float64 latency chains (`dram_rules.compile_chains`)
+    from `cycles._timing_vector`-style leaves (scalars, or [V] arrays for V
+    variants)."""
+    leaves = {f: np.atleast_1d(np.asarray(t[f], np.float64)) for f in PARAMS}
+    if max(v.size for v in leaves.values()) > 16:       # a sweep: compiled each time, not kept
+        return np.ascontiguousarray(compile_chains(leaves).reshape(-1, N_LAT, CHAIN))
+    key = tuple((f, v.shape, v.tobytes()) for f, v in leaves.items())
+    table = _TABLES.get(key)
+    if table is None:                   # compiled once per timing (the tuner times one backend many times)
+        if len(_TABLES) >= 64:
+            _TABLES.clear()
+        table = _TABLES[key] = np.ascontiguousarray(compile_chains(leaves).reshape(-1, N_LAT, CHAIN))
+        table.setflags(write=False)
+    return table
+
+
+_TABLES: dict = {}
 
 
 def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np.ndarray, table: np.ndarray,
@@ -299,7 +329,7 @@ def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np
     rec:    [8, M] int32 records (rows RECORD_FIELDS), streams side by side;
     starts, stops: [S] int64, stream s is rec[:, starts[s]:stops[s]];
     tix:    [S] int64, stream s runs under timing row table[tix[s]];
-    table:  [V, len(FIELDS)] float64 timing rows (`timing_table`), cycles.
+    table:  [V, N_LAT, CHAIN] float64 latency chains (`timing_table`), cycles.
     Returns {"buckets": [S, 5], "end": [S], "counts": [S, 8]} float64, as
     `cycles.scan_lanes` (buckets: leading rearrangement, rearrangement in
     the kernel, compute, read-back, resident placement).  Streams are dealt
@@ -307,7 +337,12 @@ def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np
     equal record counts."""
     rec = np.ascontiguousarray(rec, np.int32)
     starts, stops, tix = (np.ascontiguousarray(a, np.int64) for a in (starts, stops, tix))
-    table = np.ascontiguousarray(table, np.float64)
+    chains = np.ascontiguousarray(table, np.float64)
+    if chains.ndim != 3 or chains.shape[1:] != (N_LAT, CHAIN):
+        raise ValueError(f"time_streams: table [V, {N_LAT}, {CHAIN}] expected (`timing_table`), got {chains.shape}")
+    table = chains[..., 0]
+    for j in range(1, CHAIN):           # each rule's latency: its chain summed in order
+        table = table + chains[..., j]
     S = starts.shape[0]
     if rec.shape[0] != len(RECORD_FIELDS) or stops.shape != (S,) or tix.shape != (S,):
         raise ValueError(f"time_streams: rec [{len(RECORD_FIELDS)}, M] and starts / stops / tix [S] expected, "
@@ -323,14 +358,14 @@ def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np
     work = np.cumsum(stops - starts)
     total = int(work[-1]) if S else 0
     if threads == 1 or S < 2 or total < 20_000:
-        _streams(rec, starts, stops, tix, table, cls, banks, per_bg, bool(refresh), buckets, end, counts)
+        _streams(rec, starts, stops, tix, table, chains, cls, banks, per_bg, bool(refresh), buckets, end, counts)
     else:
         cuts = np.unique(np.searchsorted(work, np.arange(1, threads) * total / threads))
         edges = [0, *[int(c) for c in cuts if 0 < c < S], S]
 
         def part(k):
             a, b = edges[k], edges[k + 1]
-            _streams(rec, starts[a:b], stops[a:b], tix[a:b], table, cls, banks, per_bg, bool(refresh),
+            _streams(rec, starts[a:b], stops[a:b], tix[a:b], table, chains, cls, banks, per_bg, bool(refresh),
                      buckets[a:b], end[a:b], counts[a:b])
         with ThreadPoolExecutor(len(edges) - 1) as pool:
             list(pool.map(part, range(len(edges) - 1)))

@@ -10,7 +10,7 @@ import numpy as np
 
 PHASES = ("rearrangement", "compute", "readback", "merge")
 BOUNDS = ("command bus", "bank", "data bus", "host link", "host")
-# the same utilisation slots in the UPMEM model (`cycles_upmem`): DPU pipeline, MRAM DMA, unused
+# the same utilisation slots in the UPMEM model (`backends/upmem/cycles.py`): DPU pipeline, MRAM DMA, unused
 BOUNDS_UPMEM = ("DPU pipeline", "MRAM DMA", "-", "host link", "host")
 
 

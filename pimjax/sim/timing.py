@@ -1,5 +1,15 @@
-"""Timing semantics of command records, shared by `cycles` (jax.lax.scan)
-and the slow reference model (`reference.py`).
+"""Timing semantics of command records, shared by the engines (`cycles`'s
+jax.lax.scan, `native`'s compiled loop) and the reference model
+(`reference.py`, the readable specification).
+
+The DRAM timing constraints themselves -- which command waits how long
+after which, at which level -- are declared once, as data, in
+`pimjax.hw.dram_rules.RULES` (Ramulator 2.1 style: level, preceding and
+following command kinds, a latency expression over the `Timing`
+parameters) and compiled by `dram_rules.compile_rules` into the latency
+vector every engine reads; the parameter names below (tRCD, tFAW, ...) say
+which rule applies, the table says what it is.  This module holds the
+other half: which commands a record issues.
 
 Every opcode has a *timing class* (a row of `CLASS_TABLE`), declared as data
 the way Ramulator declares its command/constraint tables:
@@ -37,7 +47,8 @@ the `n` commands of one record go to one bank group, so they are
 max(tBL, tCCD_S, tCCD_L) apart.  A PREA after an all-bank column command
 waits tRTP_L after it (AttAcc MACAB -> PREA nRTP_L).
 
-Semantics of one record (all times in command-clock cycles, in order):
+Semantics of one record (all times in command-clock cycles, in order; each
+"after" is a rule of `dram_rules.RULES`, named in brackets):
 
 1. refresh: when the previous record ended at or after the refresh
    deadline, all banks are precharged at max(deadline, every bank's
@@ -49,21 +60,24 @@ Semantics of one record (all times in command-clock cycles, in order):
 2. row: a column record to a bank whose open row differs (and a row >= 0:
    a record with row < 0, a buffer access such as Newton's GWRITE, issues
    on the bank as it is) precharges it at
-   max(tRAS after its ACT, tRTP after its last read, tWL + tBL + tWR after
-   its last write) and activates `row` tRP later, also respecting tRC
-   after the bank's last ACT, tRRD_L / tRRD_S after the last ACT in the
-   bank group / group and tFAW after the fourth-last ACT (an all-bank ACT:
-   tRC after the latest ACT of any bank).  Row commands do not wait for earlier column commands
+   max(tRAS after its ACT [RAS], tRTP after its last read [RTP], tWL + tBL
+   + tWR after its last write [WR_PRE]) and activates `row` tRP later [RP],
+   also respecting tRC after the bank's last ACT [RC], tRRD_L / tRRD_S
+   after the last ACT in the bank group / group [RRD_L, RRD_S] and tFAW
+   after the fourth-last ACT [FAW] (an all-bank ACT: tRC after the latest
+   ACT of any bank).  Row commands do not wait for earlier column commands
    to other banks (HBM's separate row bus; the controller looks ahead).
-3. column: the first column issues at the latest of: tRCD after the ACT;
-   the previous record's last column + spacing (tCCD_AB between all-bank
-   commands, else tCCD_L in the same bank group, tCCD_S across);
-   read->write tCL + tBL + tRTRS - tWL after the last read; write->read
-   tWL + tBL + tWTR_L/S after the last write.  The record's `n` columns are
-   `spacing` apart (tCCD_AB all-bank, tCCD_L same bank).
+3. column: the first column issues at the latest of: tRCD after the ACT
+   [RCD_RD, RCD_WR]; the previous record's last column + spacing (tCCD_AB
+   between all-bank commands [CCD_AB], else tCCD_L in the same bank group,
+   tCCD_S across [CCD_L, CCD_S]); read->write tCL + tBL + tRTRS - tWL after
+   the last read [RTW]; write->read tWL + tBL + tWTR_L/S after the last
+   write [WTR_L, WTR_S].  The record's `n` columns are `spacing` apart
+   (tCCD_AB all-bank, tCCD_L same bank).
 4. the record ends at its last column + its completion latency (tCL + tBL
-   for reads, tWL + tBL for writes); the time it adds to the program is its
-   end minus the latest earlier end (attributed to its phase).
+   for reads, tWL + tBL for writes, tCCD_AB all-bank [RD_END, WR_END,
+   AB_END]); the time it adds to the program is its end minus the latest
+   earlier end (attributed to its phase).
 """
 from __future__ import annotations
 
