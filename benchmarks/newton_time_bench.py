@@ -20,7 +20,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from pimjax.costmodel import newton_time
+from pimjax.backends.newton import time as newton_time
 from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.hw import get_backend
 

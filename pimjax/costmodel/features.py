@@ -40,7 +40,7 @@ Feature groups (all sizes log2(1 + x) unless noted):
             is a residual over `est_t_total`); Newton's per-group command
             counts (passes, buffer loads, GWRITE columns, G_ACT, COMP,
             READRES) are `backends/newton/counts.py`'s, and its broadcast drafts'
-            rearrangement / compute / read-back `newton_time.py`'s walk of
+            rearrangement / compute / read-back `backends/newton/time.py`'s walk of
             the command stream (exact but for refresh: Newton's model is a
             residual over `est_t_total` too).  Elsewhere the estimates are
             features, never the answer: the MLP learns the map to
@@ -65,7 +65,7 @@ from ..partition.verify import footprint_elements, infer_shapes, matrix_and_vect
 from ..backends.upmem.cycles import DEFAULT_LINK
 from ..backends.upmem.dpu import dpu_kernel_cycles, transfer_ns
 from ..backends.newton.counts import COUNTS, newton_counts, newton_plan
-from .newton_time import newton_phases
+from ..backends.newton.time import newton_phases
 
 SLOTS = 4                                   # dimension-set slots (mmtv / attn / conv2d have 4-5)
 KI_KO = (1, 2, 4, 8)

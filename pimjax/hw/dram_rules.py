@@ -5,7 +5,7 @@ vector that every timing engine reads.
 Each `Rule` says: a command of a kind in `next` issues no earlier than
 `latency` cycles after the latest earlier command of a kind in `prev` at
 `level`.  The engines (`sim/cycles.py`'s scan, `sim/native.py`'s compiled
-loop, `costmodel/newton_time.py`'s closed-form walk) keep the state these
+loop, `backends/newton/time.py`'s closed-form walk) keep the state these
 rules look at in their own data structures, but take every latency from
 `compile_rules(timing)[..., RULE]`; `sim/reference.py` is the readable
 specification: it times each command as the maximum over the rules of

@@ -25,7 +25,7 @@ from pimjax.sim.execute import execute
 from pimjax.sim.cycles import cycles
 from tests.corpus import CORPUS
 
-from .util import graph_ops, reference_output
+from tests.lower.util import graph_ops, reference_output
 
 BACKEND = get_backend("hbm-pim", channels=4)
 U16 = 2.0 ** -11          # unit roundoff of fp16

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from pimjax.costmodel.dataset import try_lower
 from pimjax.costmodel.features import FEATURE_NAMES, features_table
 from pimjax.costmodel.kernels import case_drafts, make_case
-from pimjax.costmodel.newton_time import draft_plans, newton_phases
+from pimjax.backends.newton.time import draft_plans, newton_phases
 from pimjax.hw.presets import get_backend
 from pimjax.sim.cycles import cycles
 

@@ -40,7 +40,7 @@ picks the same drafts, measured in the costmodel README), and so are the
 host floor and the merge (`features.py` adds them on the host roofline).
 Broadcast granularity only; single-bank (per-core) drafts get NaN and keep
 the count-based estimates.  Checked against lowering + simulation without
-refresh by `tests/costmodel/test_newton_time.py`.
+refresh by `tests/backends/test_newton_time.py`.
 
 Why: Newton's near-ties are trades of tens of cycles between these phases
 (16 GWRITE columns against 12 cycles of read-back), which no count feature
@@ -53,14 +53,14 @@ from math import gcd
 
 import numpy as np
 
-from ..hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, FAW, NEVER, PARAMS, PREA_END, RAS, RC,
+from ...hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, FAW, NEVER, PARAMS, PREA_END, RAS, RC,
                               RCD_RD, RCD_WR, RD_END, RP, RRD_L, RRD_S, RTP, RTP_AB, RTW, WR_END, WR_PRE, WTR_L,
                               WTR_S, compile_chains, compile_rules)
-from ..backends.newton.lower import _runs, _segments, readres_bursts, row_runs
-from ..lower.program import Op, bank_order, streamed
-from ..partition import dimension_sets
-from ..partition.verify import matrix_and_vector, per_core_var_lengths
-from ..backends.newton.counts import newton_plan
+from .lower import _runs, _segments, readres_bursts, row_runs
+from ...lower.program import Op, bank_order, streamed
+from ...partition import dimension_sets
+from ...partition.verify import matrix_and_vector, per_core_var_lengths
+from .counts import newton_plan
 
 PLAN_KEYS = ("n_b", "n_v", "n_o", "n_rc", "cc", "t_in", "kv", "ki", "lo", "is_flow", "passes")
 # the simulator's buckets of a group's time (cycles.py): leading rearrangement, rearrangement
@@ -397,7 +397,7 @@ def newton_phases(plan: dict, banks_used, per_core, backend, max_events: int = 4
     plan: `newton_plan`'s arrays; banks_used [n]: cores per group of the
     draft; per_core [n] bool; steady=False walks every command (slow; the
     reference of `benchmarks/newton_time_bench.py`)."""
-    from ..backends.newton.lower import INTERLEAVE_LIMIT
+    from .lower import INTERLEAVE_LIMIT
     t = {f: float(getattr(backend.timing, f)) for f in backend.timing._dynamic_fields}
     g = backend.group
     banks, per_bg = g.banks, g.banks_per_bank_group

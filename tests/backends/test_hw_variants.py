@@ -20,7 +20,7 @@ from pimjax.sim.execute import execute
 from tests.corpus import CORPUS
 
 from .test_hbm_pim import fp16_bound
-from .util import graph_ops, reference_output
+from tests.lower.util import graph_ops, reference_output
 
 
 def _hbm_variants():
