@@ -59,6 +59,9 @@ class Family:
               such a block, or None.
     block_operands: ops -> the fused block's PimOp (its operands are the
               block's inputs), or None.
+    timing_classes: {opcode: names of its timing-class flags} of the
+              family's own commands (its `isa.py`), which the DRAM engines
+              read (`pimjax.sim.timing.CLASS_TABLE`).
     """
     name: str
     lower: Callable
@@ -72,6 +75,7 @@ class Family:
     attention_blocks: Callable | None = None
     lower_block: Callable | None = None
     block_operands: Callable | None = None
+    timing_classes: dict = field(default_factory=dict)
     extras: dict = field(default_factory=dict, compare=False)
 
 

@@ -88,44 +88,39 @@ from ..lower.program import Op
 # columns of the class table
 COLUMN, WRITE, ALLBANK, DATA_BUS, ACT_ALL, PRE_ALL, FIXED, SIDE, WAIT, STREAM, BARRIER, STAGGER = range(12)
 N_FLAGS = 12
+FLAG_NAMES = ("column", "write", "allbank", "data_bus", "act_all", "pre_all", "fixed", "side", "wait", "stream",
+              "barrier", "stagger")
 
-_CLASSES: dict[int, tuple[int, ...]] = {
-    #            col write allb data act_all pre_all fixed side wait (stream)
-    Op.NOP:     (0, 0, 0, 0, 0, 0, 0, 0, 0),
-    Op.RD:      (1, 0, 0, 1, 0, 0, 0, 0, 0),
-    Op.WR:      (1, 1, 0, 1, 0, 0, 0, 0, 0),
-    Op.RD_S:    (1, 0, 0, 1, 0, 0, 0, 0, 0, 1),
-    Op.WR_S:    (1, 1, 0, 1, 0, 0, 0, 0, 0, 1),
-    Op.AB_WR:   (1, 1, 0, 1, 0, 0, 0, 0, 0),   # HAB-mode writes: timed as a WR to bank 0 / 1
-    Op.PIM_RD:  (1, 0, 1, 0, 0, 0, 0, 0, 0),
-    Op.PIM_WR:  (1, 1, 1, 0, 0, 0, 0, 0, 0),
-    Op.ACTAB:   (0, 0, 0, 0, 1, 0, 0, 0, 0),
-    Op.PREA:    (0, 0, 0, 0, 0, 1, 0, 0, 0),
-    Op.MACAB:   (1, 0, 1, 0, 0, 0, 0, 0, 0),
-    Op.MACSB:   (1, 0, 1, 0, 0, 0, 0, 0, 0),
-    Op.MACPB:   (1, 0, 1, 0, 0, 0, 0, 0, 0),
-    Op.WRGB:    (0, 1, 0, 1, 0, 0, 0, 1, 0),
-    # AttAcc data movement: ordered by explicit BARRIER records (attacc.md), not by `wait`
-    Op.MVSB:    (0, 0, 0, 0, 0, 0, 0, 1, 0),
-    Op.SFM:     (0, 0, 0, 0, 0, 0, 0, 1, 0),
-    Op.MVGB:    (0, 0, 0, 0, 0, 0, 0, 1, 0),
-    Op.RDACC:   (0, 0, 0, 1, 0, 0, 0, 1, 0),
-    Op.BARRIER: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1),
-    Op.MACBK:   (1, 0, 0, 0, 0, 0, 0, 0, 0),   # one bank's unit: a column read without the data bus
-    Op.GWRITE:  (1, 1, 0, 1, 0, 0, 0, 0, 0),
-    # PIMFlow issues G_ACT as G_ACT0..3, one per bank group, tFAW apart
-    Op.G_ACT:   (0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1),
-    Op.COMP:    (1, 0, 1, 0, 0, 0, 0, 0, 0),
-    Op.READRES: (1, 0, 0, 1, 0, 0, 0, 0, 1),
+# the timing classes of the commands every family shares (host column reads and writes); each
+# family declares its own commands' classes in its folder (`pimjax/backends/<family>/isa.py`,
+# `Family.timing_classes`), by the names of FLAG_NAMES
+GENERIC_CLASSES: dict[int, tuple[str, ...]] = {
+    Op.NOP: (),
+    Op.RD: ("column", "data_bus"),
+    Op.WR: ("column", "write", "data_bus"),
+    Op.RD_S: ("column", "data_bus", "stream"),
+    Op.WR_S: ("column", "write", "data_bus", "stream"),
 }
 
 
 def class_table() -> np.ndarray:
-    """[max opcode + 1, N_FLAGS] int32 timing-class flags."""
+    """[max opcode + 1, N_FLAGS] int32 timing-class flags: the shared
+    commands' and every registered family's (`Family.timing_classes`); an
+    opcode no one declares has no class (all zero, like NOP)."""
+    from ..backends import FAMILIES, families
+    families()                                      # load the registered families
+    classes = dict(GENERIC_CLASSES)
+    for fam in FAMILIES.values():
+        for op, names in fam.timing_classes.items():
+            if op in classes and classes[op] != tuple(names):
+                raise ValueError(f"opcode {Op(op).name}: family {fam.name} declares timing class {names}, "
+                                 f"another declares {classes[op]}")
+            classes[op] = tuple(names)
     n = max(int(o) for o in Op) + 1
     t = np.zeros((n, N_FLAGS), np.int32)
-    for o, row in _CLASSES.items():
-        t[int(o), :len(row)] = row
+    for o, names in classes.items():
+        for name in names:
+            t[int(o), FLAG_NAMES.index(name)] = 1
     return t
 
 

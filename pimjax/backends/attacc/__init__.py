@@ -1,6 +1,7 @@
 """AttAcc: GEMV units at the bank, bank-group or buffer level of HBM3 and a
 softmax unit per channel, for attention.
 
+    isa.py       its commands' DRAM timing classes
     lower.py      Draft -> Program (GEMV records, the fused attention block)
     execute.py    the value interpreter of its records
     baseline.py   AttAcc's open-source mapping
@@ -8,6 +9,7 @@ softmax unit per channel, for attention.
 """
 from .. import Family, register
 from ...lower.patterns import match_attention
+from .isa import TIMING_CLASSES
 from .baseline import attacc_baseline
 from .execute import execute_attacc
 from .lower import DEFAULT_OPTIONS, attention_op, lower_attacc, lower_attention
@@ -21,5 +23,6 @@ def attention_blocks(graph) -> dict:
 
 FAMILY = register(Family(
     name="attacc", lower=lower_attacc, options=frozenset(DEFAULT_OPTIONS) | {"result_dtype"},
+    timing_classes=TIMING_CLASSES,
     execute=execute_attacc, baseline=attacc_baseline, kernels=("gemv", "red", "mmtv", "attn"),
     attention_blocks=attention_blocks, lower_block=lower_attention, block_operands=attention_op))

@@ -1,15 +1,18 @@
 """Samsung HBM-PIM (Aquabolt-XL): a 16-lane fp16 SIMD unit per bank pair,
 programmed through all-bank-mode column commands and a CRF microkernel.
 
+    isa.py       its commands' DRAM timing classes
     lower.py     Draft -> Program (the SIMD unit's microkernel, GRF blocking)
     execute.py   the value interpreter of its records
     baseline.py  the Samsung simulator's mapping
 """
 from .. import Family, register
+from .isa import TIMING_CLASSES
 from .baseline import hbm_pim_baseline
 from .execute import execute_hbm_pim
 from .lower import DEFAULT_OPTIONS, lower_hbm_pim
 
 FAMILY = register(Family(
     name="hbm-pim", lower=lower_hbm_pim, options=frozenset(DEFAULT_OPTIONS) | {"result_dtype"},
+    timing_classes=TIMING_CLASSES,
     execute=execute_hbm_pim, baseline=hbm_pim_baseline, kernels=("gemv", "red", "va", "relu", "mmtv")))

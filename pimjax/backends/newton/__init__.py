@@ -1,12 +1,14 @@
 """SK hynix Newton / AiM and PIMFlow's Newton++: a MAC unit per bank fed
 from a channel's global buffers (GWRITE, G_ACT, COMP, READRES).
 
+    isa.py       its commands' DRAM timing classes
     lower.py     Draft -> Program (buffer loads, ganged activations, COMP, READRES)
     execute.py   the value interpreter of its records
     baseline.py  PIMFlow's command generator's mapping
     counts.py    per-group command counts of a draft (cost-model features)
 """
 from .. import Family, register
+from .isa import TIMING_CLASSES
 from .baseline import newton_baseline
 from .execute import execute_newton
 from .lower import DEFAULT_OPTIONS, lower_newton
@@ -15,4 +17,5 @@ FAMILY = register(Family(
     name="newton", lower=lower_newton,
     # "buffer_reuse" is Newton's name for register_reuse
     options=frozenset(DEFAULT_OPTIONS) | {"result_dtype", "buffer_reuse"},
+    timing_classes=TIMING_CLASSES,
     execute=execute_newton, baseline=newton_baseline, kernels=("gemv", "mmtv", "gemm", "conv")))

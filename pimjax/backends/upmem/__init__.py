@@ -1,6 +1,7 @@
 """UPMEM DPUs: a programmable in-order core per bank (integers only) with
 its own instruction stream, WRAM scratchpad and MRAM DMA.
 
+    isa.py       its commands' DRAM timing classes
     lower.py     Draft -> Program (host transfers, DPU kernel records)
     execute.py   the value interpreter of its records
     baseline.py  PrIM's mapping (and its grid over DPU counts)
@@ -8,6 +9,7 @@ its own instruction stream, WRAM scratchpad and MRAM DMA.
     dpu.py       the DPU kernel's cycles in closed form (cost-model features)
 """
 from .. import Family, register
+from .isa import TIMING_CLASSES
 from .baseline import upmem_baseline
 from .cycles import cycles_upmem, sweep_upmem
 from .execute import execute_upmem
@@ -15,5 +17,6 @@ from .lower import DEFAULT_OPTIONS, lower_upmem
 
 FAMILY = register(Family(
     name="upmem", lower=lower_upmem, options=frozenset(DEFAULT_OPTIONS) | {"result_dtype"},
+    timing_classes=TIMING_CLASSES,
     execute=execute_upmem, baseline=upmem_baseline, kernels=("gemv", "red", "va", "relu", "mmtv"),
     integer=True, cycles=cycles_upmem, sweep=sweep_upmem))
