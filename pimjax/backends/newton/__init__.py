@@ -6,6 +6,7 @@ from a channel's global buffers (GWRITE, G_ACT, COMP, READRES).
     execute.py   the value interpreter of its records
     baseline.py  PIMFlow's command generator's mapping
     counts.py    per-group command counts of a draft (cost-model features)
+    time.py      the phase times of a draft in closed form, under the DRAM rule table (cost-model features)
 """
 from .. import Family, register
 from .isa import TIMING_CLASSES
