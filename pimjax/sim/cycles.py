@@ -7,8 +7,8 @@ earliest precharge, ready time), per-bank-group and per-group command
 state, the tFAW window of four activations and the refresh deadline; the
 semantics are in `timing.py`, the DRAM timing constraints in the rule table
 `hw.dram_rules` (whose compiled latencies the step reads), and
-`reference.py` applies that table, slowly and obviously, in a loop.  Timing parameters are array leaves of `Timing` and may
-differ per lane, which is how `sweep` times many variants in one scan.
+`reference.py` applies that table, slowly and obviously, in a loop.  Timing
+parameters are array leaves of `Timing` and may differ per lane, which is how `sweep` times many variants in one scan.
 `cycles_batch` pools the streams of many programs into lanes
 (`_pack_lanes`); compiles are per (lanes, length) bucket.
 
