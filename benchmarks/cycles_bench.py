@@ -25,7 +25,8 @@ from pimjax.hw import get_backend, stack_variants
 from pimjax.lower import lower
 from pimjax.partition import drafts
 from pimjax.backends import baseline
-from pimjax.sim.cycles import ENGINES, _timing_vector, cycles, cycles_batch, program_arrays, sweep
+from pimjax.sim.engines import ENGINES
+from pimjax.sim.cycles import _timing_vector, cycles, cycles_batch, program_arrays, sweep
 from pimjax.sim.reference import simulate
 from pimjax.kernels import kernel_op
 

@@ -96,7 +96,6 @@ def lpddr5x_pim(channels: int = 8) -> Backend:
 
 
 def main(argv=None) -> int:
-    import jax.numpy as jnp
     import numpy as np
 
     import pimjax
@@ -111,7 +110,6 @@ def main(argv=None) -> int:
     print(be)
     print(compiled.report())
     print(f"max |PIM - float32| / max |y|: {float(np.max(np.abs(np.asarray(y, np.float32) - want))) / float(np.max(np.abs(want))):.2e}")
-    del jnp
     return 0
 
 

@@ -116,7 +116,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .search.tuner import Tuner
-from .backends import family_of, has_family
+from .backends import family_of, has_family, missing_family
 from .errors import PimCompileError
 from .hw.core import Backend
 from .hw.presets import get_backend
@@ -541,8 +541,8 @@ def predict_plans(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids:
             continue
         data = [dtypes[a.value] for a in op.operands if a.index_map] + [dtypes[op.result.value]]
         ok, why = op_support(op, backend, dtype=data)
-        if ok and not has_family(backend):
-            ok, why = False, _no_family(backend)
+        if ok and (no_family := missing_family(backend)):
+            ok, why = False, no_family
         if not ok:
             if placement == "pim":
                 _refuse(op, backend, why)
@@ -618,15 +618,6 @@ def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = fr
     stages at once, `verify_plans(predict_plans(...))`."""
     return verify_plans(graph, backend, tuner, predict_plans(graph, backend, tuner, resident_ids, placement),
                         placement)
-
-
-def _no_family(backend: Backend) -> str:
-    """Why a backend no family implements runs nothing on PIM."""
-    try:
-        family_of(backend)
-    except PimCompileError as err:
-        return str(err)
-    return ""
 
 
 def _refuse(op: PimOp, backend: Backend, why: str):

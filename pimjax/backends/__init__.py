@@ -76,7 +76,6 @@ class Family:
     lower_block: Callable | None = None
     block_operands: Callable | None = None
     timing_classes: dict = field(default_factory=dict)
-    extras: dict = field(default_factory=dict, compare=False)
 
 
 FAMILIES: dict[str, Family] = {}
@@ -112,14 +111,22 @@ def family_of(backend: Any) -> Family:
 
     Raises PimCompileError naming the backend and the registered families
     when none implements it (a Backend built by hand with a new `family`)."""
+    why = missing_family(backend)
+    if why:
+        raise PimCompileError(why)
+    return FAMILIES[backend if isinstance(backend, str) else backend.family]
+
+
+def missing_family(backend: Any) -> str:
+    """Why no family implements `backend` ("" when one does): the reason a
+    backend built by hand with an unregistered `family` runs on the host."""
     _load()
     name = backend if isinstance(backend, str) else backend.family
-    fam = FAMILIES.get(name)
-    if fam is None:
-        who = name if isinstance(backend, str) else f"{backend.name!r} (family {name!r})"
-        raise PimCompileError(f"no backend family implements {who}; registered families: {sorted(FAMILIES)}. "
-                              "Build a backend on one of them, e.g. get_backend('hbm-pim').replace(name=...)")
-    return fam
+    if name in FAMILIES:
+        return ""
+    who = name if isinstance(backend, str) else f"{backend.name!r} (family {name!r})"
+    return (f"no backend family implements {who}; registered families: {sorted(FAMILIES)}. "
+            "Build a backend on one of them, e.g. get_backend('hbm-pim').replace(name=...)")
 
 
 def baseline(op, backend):
@@ -133,8 +140,8 @@ def baseline(op, backend):
 
 def has_family(backend: Any) -> bool:
     """Whether a family implements `backend` (no error)."""
-    _load()
-    return (backend if isinstance(backend, str) else backend.family) in FAMILIES
+    return not missing_family(backend)
 
 
-__all__ = ["Family", "FAMILIES", "FAMILY_MODULES", "register", "families", "family_of", "has_family", "baseline"]
+__all__ = ["Family", "FAMILIES", "FAMILY_MODULES", "register", "families", "family_of", "has_family", "missing_family",
+           "baseline"]

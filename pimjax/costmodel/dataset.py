@@ -153,7 +153,7 @@ class Labeller:
     the GIL): at most one batch simulates while the next fills."""
 
     def __init__(self, backend: Backend, max_records: int | None = None):
-        from ..sim.cycles import DEFAULT_ENGINE
+        from ..sim.engines import DEFAULT_ENGINE
         self.backend = backend
         # the compiled engine wants batches that stay in cache (pending programs and their
         # pooled streams, ~90 MB at 1M records; 8M measured 25 % slower on a GEMV 4096^2

@@ -41,8 +41,7 @@ from ..hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, CHAIN, FAW
                               compile_rules)
 from ..lower.program import Phase, Program, Records
 from ..backends import family_of, has_family
-from .engines import DEFAULT_ENGINE, ENGINES, check_banks, check_programs as _check_programs  # noqa: F401
-from .engines import resolve_engine as _engine
+from .engines import check_banks, check_programs, resolve_engine
 from .padding import fine, pow2
 from .report import BOUNDS, CycleReport
 from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, N_FLAGS, PRE_ALL,
@@ -681,8 +680,8 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
         >>> rep = cycles(program, get_backend("hbm-pim"))      # doctest: +SKIP
         >>> rep.total_cycles, rep.breakdown()                   # doctest: +SKIP
     """
-    _check_programs([program], backend)
-    engine = _engine(engine, backend.timing)
+    check_programs([program], backend)
+    engine = resolve_engine(engine, backend.timing)
     model = _own_model(backend)
     if model is not None:           # e.g. DPUs run their own instruction streams: UPMEM's time model
         return model(program, backend, include_resident=include_resident, refresh=refresh, engine=engine)
@@ -812,8 +811,8 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
     engine: "native" (default DEFAULT_ENGINE: every stream timed by the
     compiled event loop, `sim.native`; `batch` and `coarse` do not apply) or
     "scan" (the lane-packed lax.scan); the same numbers."""
-    _check_programs(programs, backend)
-    engine = _engine(engine)
+    check_programs(programs, backend)
+    engine = resolve_engine(engine)
     if _own_model(backend):          # UPMEM's DPU model: one report per program, stacked
         reps = [cycles(p, backend, refresh=refresh, engine=engine) for p in programs]
         return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *reps)
@@ -1018,7 +1017,7 @@ def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bo
               "scan" (one vmapped lax.scan over the variants).
     """
     progs = programs if isinstance(programs, (list, tuple)) else [programs]
-    _check_programs(progs, backend)
+    check_programs(progs, backend)
     if _own_model(backend):
         own = family_of(backend).sweep
         where = f"{own.__module__}.{own.__name__}" if own is not None else "pimjax.backends.family_of(backend).sweep"
@@ -1031,7 +1030,7 @@ def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bo
             raise ValueError(f"a sweep over a device mesh runs on the scan engine (engine='scan' or None), got "
                              f"engine={engine!r}; the native engine runs on this host's cores (mesh=None)")
         engine = "scan"
-    if _engine(engine) == "native":
+    if resolve_engine(engine) == "native":
         from .native import timing_table
         out, resident = _native_outputs(progs, timing_table(t), backend, refresh)
         T, P = out["end"].shape[:2]

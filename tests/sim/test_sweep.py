@@ -11,7 +11,8 @@ import pytest
 from pimjax.hw import get_backend, stack_variants
 from pimjax.lower import lower
 from pimjax.partition import drafts
-from pimjax.sim.cycles import ENGINES, cycles, cycles_batch, sweep
+from pimjax.sim.cycles import cycles, cycles_batch, sweep
+from pimjax.sim.engines import ENGINES
 from tests.partition.helpers import gemv, vadd
 
 

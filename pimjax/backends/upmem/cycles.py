@@ -334,7 +334,7 @@ def cycles_upmem(program: Program, backend: Backend, *, include_resident: bool =
 
     link: HostLink overrides (serial / broadcast bandwidths, call and launch
     overheads, concurrent ranks).
-    engine: "native" (default `cycles.DEFAULT_ENGINE`: the vectorised numpy
+    engine: "native" (default `sim.engines.DEFAULT_ENGINE`: the vectorised numpy
     form, `_totals`; float64 sums) or "scan" (the jitted lax.scan, which
     also runs under jax transformations and is used whenever a parameter is
     traced); they agree to ~1e-6 relative.
