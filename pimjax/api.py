@@ -168,22 +168,156 @@ class OpPlan:
         return self.proposal.op
 
 
-def _arg_leaf_ids(fn, args, graph: PimGraph) -> dict:
-    """{argument name and index: value ids of its leaves}."""
+# --- residency: which arguments stay in PIM memory between calls --------------------------
+
+# host primitives that write a region of an array at an offset: the operand index of the
+# update (DCC §IV-E `pre_load` "partial updates of tensors in PIM memory with address offset")
+APPEND_PRIMITIVES = {"dynamic_update_slice": 1, "scatter": 2}
+
+
+@dataclass(frozen=True)
+class Residency:
+    """Which values keep their PIM layout between calls (see `residency`).
+
+    ids:      value ids whose placement is paid once: the resident argument
+              leaves and the values made from them by appending.
+    appends:  {value id: fraction of its elements written per call} for the
+              appended values (a KV cache after `dynamic_update_slice`).
+    resident: {argument (or leaf path): why it is resident}.
+    per_call: {argument (or leaf path): why it is rearranged every call}.
+    """
+    ids: frozenset = frozenset()
+    appends: dict = field(default_factory=dict)
+    resident: dict = field(default_factory=dict)
+    per_call: dict = field(default_factory=dict)
+
+
+def append_update(op: PimOp):
+    """(base, update, result) value ids of a host op that writes `update`
+    into a copy of `base` at an offset (`dynamic_update_slice`, `scatter`),
+    else None."""
+    if op.kind != "host" or op.host is None:
+        return None
+    k = APPEND_PRIMITIVES.get(op.host.primitive.name)
+    if k is None or len(op.operands) <= k or len(op.results) != 1:
+        return None
+    return op.operands[0].value, op.operands[k].value, op.results[0].value
+
+
+def _argument_leaves(fn, args, graph: PimGraph) -> list:
+    """Per positional argument: (label, container, [(leaf label, value id)]),
+    container the type name of an argument that is a pytree node (None for
+    a plain array);
+    the label is the parameter's name (`args[i]` past the named ones or
+    when the signature is unknown), a leaf's label the argument's plus its
+    pytree path (`params['Wq']`)."""
     try:
-        names = list(inspect.signature(fn).parameters)
+        params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
-        names = []
-    out: dict = {}
-    pos = 0
+        params = []
+    names = []
+    for p in params:
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            break
+        names.append(p.name)
+    out, pos = [], 0
     for i, a in enumerate(args):
-        n = len(jax.tree_util.tree_leaves(a))
-        ids = tuple(graph.inputs[pos:pos + n])
-        out[i] = ids
-        if i < len(names):
-            out[names[i]] = ids
-        pos += n
+        label = names[i] if i < len(names) else f"args[{i}]"
+        flat, tree = jax.tree_util.tree_flatten_with_path(a)
+        ids = graph.inputs[pos:pos + len(flat)]
+        pos += len(flat)
+        leaves = [(label + jax.tree_util.keystr(path), vid) for (path, _), vid in zip(flat, ids)]
+        out.append((label, None if jax.tree_util.treedef_is_leaf(tree) else type(a).__name__, leaves))
     return out
+
+
+def residency(fn, args, graph: PimGraph, spec="auto") -> Residency:
+    """Which argument leaves of `fn(*args)` (traced as `graph`) are resident:
+    placed in PIM layout once (DCC §IV-E `pre_load`; their placement is
+    `resident_cycles`, out of the steady state), and which are rearranged
+    on every call.
+
+    spec "auto" (pim_jit's default):
+      * a parameter container is resident: an argument that is a pytree
+        node rather than one array (a dict / list / tuple of arrays, a
+        flax `nnx.State`, a haiku params dict, an equinox Module, a
+        penzai model) -- how flax, haiku, equinox and penzai pass weights;
+      * a KV cache is resident: a plain array argument that a
+        `dynamic_update_slice` (or an `.at[...].set` scatter) writes at an
+        offset, the written copy read by an op PIM can run (attention's
+        scores or context);
+      * any other plain array argument (an activation `x`, a position) is
+        rearranged on every call.
+    spec a sequence of argument names, positions or leaf paths
+      (`"params['Wq']"`): exactly those leaves (a KV cache among them
+      still appends); `()` turns residency off.
+
+    A resident value that an append writes at an offset stays resident
+    (`appends`: the fraction of its elements each call writes; the
+    consuming PIM op pays that share of its placement per call, see
+    `search.tuner.charge_append`)."""
+    args_ = _argument_leaves(fn, args, graph)
+    by_label = {}
+    for i, (label, _, leaves) in enumerate(args_):
+        by_label[i] = by_label[label] = [vid for _, vid in leaves]
+        for leaf_label, vid in leaves:
+            by_label.setdefault(leaf_label, [vid])
+    why: dict[int, str] = {}                 # resident leaf value id -> reason
+    if spec == "auto":
+        for label, container, leaves in args_:
+            if container:
+                for _, vid in leaves:
+                    why[vid] = (f"parameter container ({container} of {len(leaves)} "
+                                f"array{'s' * (len(leaves) != 1)}): placed in PIM layout once")
+    else:
+        for r in spec:
+            if r not in by_label:
+                raise ValueError(f"resident argument {r!r} is not an argument of "
+                                 f"{getattr(fn, '__name__', 'the function')}")
+            for vid in by_label[r]:
+                why[vid] = f"named in resident={tuple(spec)!r}: placed in PIM layout once"
+    inputs = set(graph.inputs)
+    appends: dict[int, float] = {}
+    for n, op in enumerate(graph.ops):
+        upd = append_update(op)
+        if upd is None:
+            continue
+        base, update, result = upd
+        if spec == "auto" and base in inputs and base not in why and _feeds_pim(graph, result):
+            why[base] = ""                   # a KV cache: reason below
+        if base in why or base in appends:
+            total = int(np.prod(graph.values[base].shape, dtype=np.int64))
+            share = int(np.prod(graph.values[update].shape, dtype=np.int64)) / max(total, 1)
+            appends[result] = min(1.0, appends.get(base, 0.0) + share)
+            if base in why:
+                kv = (f"KV cache: grows by appending at an offset ({op.host.primitive.name}, op {n}; "
+                      f"{share:.3g} of it written per call)")
+                why[base] = kv if not why[base] else f"{why[base]}; {kv}"
+    resident, per_call = {}, {}
+    for i, (label, container, leaves) in enumerate(args_):
+        off = ("a plain array argument (an activation): rearranged into PIM layout on every call"
+               if spec == "auto" else
+               "resident=(): rearranged on every call" if not spec else
+               f"not named in resident={tuple(spec)!r}: rearranged on every call")
+        status = [(vid in why, why.get(vid, off)) for _, vid in leaves]
+        if status and all(s == status[0] for s in status):
+            (resident if status[0][0] else per_call)[label] = status[0][1]
+            continue
+        for (leaf_label, _), (on, reason) in zip(leaves, status):
+            (resident if on else per_call)[leaf_label] = reason
+    return Residency(frozenset(why) | frozenset(appends), appends, resident, per_call)
+
+
+def _feeds_pim(graph: PimGraph, vid: int) -> bool:
+    """Whether `vid` (or a further append to it) is read by an op PIM can
+    run (not a host or layout op)."""
+    for op in graph.consumers(vid):
+        if op.kind not in ("host", "layout"):
+            return True
+        upd = append_update(op)
+        if upd is not None and upd[0] == vid and _feeds_pim(graph, upd[2]):
+            return True
+    return False
 
 
 def _positional(fn, args: tuple, kwargs: dict) -> tuple:
@@ -260,7 +394,7 @@ class PimFunction:
     """A function compiled for a PIM backend per argument shapes (see module
     docstring).  Create with `pim_jit`."""
 
-    def __init__(self, fn: Callable, backend: str | Backend = "hbm-pim", resident: Sequence = (),
+    def __init__(self, fn: Callable, backend: str | Backend = "hbm-pim", resident: Sequence | str = "auto",
                  tuner: Tuner | str | None = None, cache: str | None = None, placement: str = "auto",
                  **backend_options):
         if placement not in PLACEMENTS:
@@ -268,8 +402,9 @@ class PimFunction:
         self.placement = placement
         self.fn = fn
         self.backend = backend if isinstance(backend, Backend) else get_backend(backend, **backend_options)
-        # one name or position, or a sequence of them ("W" is one name, not "W"'s letters)
-        self.resident = (resident,) if isinstance(resident, (str, int)) else tuple(resident)
+        # "auto", one name or position, or a sequence of them ("W" is one name, not "W"'s letters)
+        self.resident = resident if resident == "auto" else \
+            (resident,) if isinstance(resident, (str, int)) else tuple(resident)
         if tuner is None or isinstance(tuner, str):
             tuner = Tuner(mode=tuner or "predict", cache=cache)
         self.tuner = tuner
@@ -346,14 +481,24 @@ class PimFunction:
 PLACEMENTS = ("auto", "prefer_pim", "pim")
 
 
-def pim_jit(fn: Callable | None = None, *, backend: str | Backend = "hbm-pim", resident: Sequence = (),
+def pim_jit(fn: Callable | None = None, *, backend: str | Backend = "hbm-pim", resident: Sequence | str = "auto",
             tuner: Tuner | str | None = None, cache: str | None = None, placement: str = "auto",
             **backend_options):
     """Compile `fn` (a jax.numpy function) for a PIM backend.
 
     backend: preset name or a Backend; backend_options go to `get_backend`.
-    resident: argument names or positions whose data stays in PIM memory
-    (their rearrangement is paid once).  tuner: a `Tuner` or its mode
+    resident: which arguments stay in PIM memory between calls (their
+    rearrangement into PIM layout is paid once, DCC's `pre_load`, reported
+    as `resident_ns` and kept out of the steady-state time).  "auto" (the
+    default): parameter containers (an argument that is a dict / list /
+    tuple of arrays, a flax `nnx.State`, a haiku params dict, an equinox
+    Module, ...) and KV caches (a plain array argument written at an offset
+    by `lax.dynamic_update_slice` / `.at[...].set` whose result feeds an op
+    PIM can run: each call pays only for the appended rows) are resident;
+    plain array arguments (activations) are rearranged every call.  A
+    sequence of argument names, positions or leaf paths (`"params['Wq']"`)
+    replaces that choice; `()` turns residency off.  The report's
+    `resident` / `per_call` say which and why (`api.residency`).  tuner: a `Tuner` or its mode
     ("predict", "exhaustive", "evolutionary").  cache: JSON file of tuning
     decisions (memory only when None).  placement: "auto" (PIM only where it
     beats the host roofline), "prefer_pim" (every op the backend supports on
@@ -379,6 +524,7 @@ class Traced:
     def __init__(self, owner: PimFunction, graph: PimGraph, args):
         self.owner, self.graph = owner, graph
         self._args = args
+        self._residency = None
         self.in_tree = jax.tree_util.tree_structure(args)
         self.in_avals = [(v.shape, v.dtype) for v in (graph.values[i] for i in graph.inputs)]
 
@@ -388,18 +534,21 @@ class Traced:
     def lower(self) -> "Lowered":
         """Partition and predict every op (cheap: no program is lowered and
         nothing is simulated; `Lowered.compile()` does that)."""
+        res = self.residency
         return Lowered(self, predict_plans(self.graph, self.owner.backend, self.owner.tuner,
-                                           self._resident_ids(), self.owner.placement))
+                                           res.ids, self.owner.placement, res.appends))
+
+    @property
+    def residency(self) -> Residency:
+        """Which arguments are resident and why (`residency`, by the
+        owner's `resident` spec), computed once."""
+        if self._residency is None:
+            self._residency = residency(self.owner.fn, self._args, self.graph, self.owner.resident)
+        return self._residency
 
     def _resident_ids(self) -> set:
-        ids = _arg_leaf_ids(self.owner.fn, self._args, self.graph)
-        out = set()
-        for r in self.owner.resident:
-            if r not in ids:
-                raise ValueError(f"resident argument {r!r} is not an argument of "
-                                 f"{getattr(self.owner.fn, '__name__', 'the function')}")
-            out |= set(ids[r])
-        return out
+        """Value ids whose placement is paid once (`Residency.ids`)."""
+        return set(self.residency.ids)
 
 
 def _attention_blocks(graph: PimGraph, backend: Backend) -> dict[int, tuple]:
@@ -514,27 +663,43 @@ def _verify_attention(graph, carrier: OpPlan, backend, tuner, shapes, placement:
 
 
 def predict_plans(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = frozenset(),
-                  placement: str = "auto") -> list[OpPlan]:
+                  placement: str = "auto", appends: dict | None = None) -> list[OpPlan]:
     """The lower stage: per op, host or PIM support (refusals of
     placement="pim" for ops the backend cannot run), the draft space and
     the cost model's prediction (`Tuner.propose`), and the placement on the
-    predicted figures.  No program is lowered and nothing is simulated."""
+    predicted figures.  No program is lowered and nothing is simulated.
+
+    resident_ids: value ids whose placement is paid once; appends: {value
+    id: fraction written per call} of the resident values an append makes
+    (`Residency`): the append writes only its update on the host (in place,
+    GPU-only run alike) and the proposals of the ops that read them carry
+    the fractions (`Proposal.append`: each call pays that share of the
+    placement)."""
     shapes, dtypes = _shapes(graph), _dtypes(graph)
     eb = host_bytes(graph, backend)
     tck = float(backend.timing.tCK)
+    appends = appends or {}
     plans = []
     blocks = _attention_blocks(graph, backend)
     in_block = {i for b in blocks.values() for i in b}
     for i, op in enumerate(graph.ops):
         if i in blocks:
-            plans += _predict_attention(graph, blocks[i], backend, tuner, shapes, dtypes, resident_ids,
-                                        placement)
+            block = _predict_attention(graph, blocks[i], backend, tuner, shapes, dtypes, resident_ids,
+                                       placement)
+            reads = {a.value for j in blocks[i] for a in graph.ops[j].operands}
+            plans += [_with_appends(p, reads, appends) for p in block]
             continue
         if i in in_block:
             continue
         h_ns = host_time(op, backend.system.host, shapes, eb)
+        upd = append_update(op)
+        in_place = upd is not None and upd[2] in appends
+        if in_place:
+            h_ns = _in_place_ns(graph, op, upd, backend, eb)
         if op.kind in ("host", "layout"):
             why = op.host.reason if op.host is not None else "layout op: data movement stays on the host"
+            if in_place:
+                why += "; writes in place into a resident value (the update only)"
             if placement == "pim" and op.kind == "host":
                 _refuse(op, backend, why)
             plans.append(OpPlan(i, op, "host", why, h_ns))
@@ -561,9 +726,29 @@ def predict_plans(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids:
             plans.append(OpPlan(i, op, "host", why, h_ns))
             continue
         where, why = _predicted_placement(proposal.predicted_cycles * tck, h_ns, placement, backend)
-        plans.append(OpPlan(i, op, where, why, h_ns, proposal.draft, None, proposal.predicted_cycles,
-                            None, res, proposal=proposal))
+        plans.append(_with_appends(OpPlan(i, op, where, why, h_ns, proposal.draft, None,
+                                          proposal.predicted_cycles, None, res, proposal=proposal),
+                                   {a.value for a in op.operands}, appends))
     return plans
+
+
+def _with_appends(p: OpPlan, reads: set, appends: dict) -> OpPlan:
+    """`p` with its proposal carrying the append fractions of the values it
+    reads (`Proposal.append`)."""
+    mine = {v: f for v, f in appends.items() if v in reads}
+    if p.proposal is None or not mine:
+        return p
+    return replace(p, proposal=replace(p.proposal, append=mine))
+
+
+def _in_place_ns(graph: PimGraph, op: PimOp, upd: tuple, backend: Backend, eb: dict) -> float:
+    """Host time of an append into a resident value (a KV cache): in place,
+    the update read and written once and the index operands read (ns on the
+    host roofline; the GPU-only run updates its cache in place too)."""
+    base, update, _ = upd
+    size = lambda v: int(np.prod(graph.values[v].shape, dtype=np.int64)) * eb[v]   # noqa: E731
+    moved = 2 * size(update) + sum(size(a.value) for a in op.operands if a.value not in (base, update))
+    return float(backend.system.host.time_ns(moved, 0))
 
 
 def verify_plans(graph: PimGraph, backend: Backend, tuner: Tuner, plans: list[OpPlan],
@@ -613,11 +798,11 @@ def verify_plans(graph: PimGraph, backend: Backend, tuner: Tuner, plans: list[Op
 
 
 def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = frozenset(),
-         placement: str = "auto") -> list[OpPlan]:
+         placement: str = "auto", appends: dict | None = None) -> list[OpPlan]:
     """Placement, draft and program of every op (see module docstring): both
     stages at once, `verify_plans(predict_plans(...))`."""
-    return verify_plans(graph, backend, tuner, predict_plans(graph, backend, tuner, resident_ids, placement),
-                        placement)
+    return verify_plans(graph, backend, tuner,
+                        predict_plans(graph, backend, tuner, resident_ids, placement, appends), placement)
 
 
 def _refuse(op: PimOp, backend: Backend, why: str):

@@ -36,6 +36,7 @@ from .sim.host import op_bytes
 from .trace.ir import PimOp
 
 DATAFLOW_WORDS = {"os": "output-stationary", "is": "input-stationary"}
+PHASE_FIELDS = ("rearrangement", "compute", "readback", "merge")
 
 
 def describe_draft(op: PimOp, draft: Draft) -> str:
@@ -77,6 +78,7 @@ class OpReport:
     readback: float = 0.0
     merge: float = 0.0
     resident_cycles: float = 0.0
+    append_cycles: float = 0.0         # appended rows of resident operands, per call (in rearrangement)
     energy_pj: float = 0.0
     gpu_ns: float = 0.0
     baseline_ns: float = float("nan")
@@ -140,13 +142,19 @@ class Report:
     or "predicted" (a `Lowered`: the cost model's cycles of the predicted
     best drafts; what only a simulation gives -- the breakdown, energy,
     resident placement, link bytes, the baseline -- is NaN, None in
-    `to_dict`)."""
+    `to_dict`).
+
+    resident / per_call: {argument (or leaf path): why} of the arguments
+    placed in PIM layout once and of those rearranged every call
+    (`api.residency`)."""
     backend: str
     host: str
     clock_ghz: float
     ops: list = field(default_factory=list)
     figures: str = "simulated"
     cost_model: str = ""          # which model ranked the drafts (`Tuner.model_source`)
+    resident: dict = field(default_factory=dict)
+    per_call: dict = field(default_factory=dict)
 
     # -- totals ------------------------------------------------------------
     @property
@@ -189,8 +197,8 @@ class Report:
             d = {k: getattr(o, k) for k in ("index", "name", "placement", "reason", "draft", "cycles", "ns",
                                            "energy_pj", "gpu_ns", "baseline_ns", "bound",
                                            "simulated_drafts", "space")}
-            for k in ("rearrangement", "compute", "readback", "merge", "resident"):
-                d[f"{k}_cycles"] = getattr(o, k if k != "resident" else "resident_cycles")
+            for k in ("rearrangement", "compute", "readback", "merge", "resident", "append"):
+                d[f"{k}_cycles"] = getattr(o, k if k in PHASE_FIELDS else f"{k}_cycles")
             d["speedup_gpu"] = o.speedup_gpu
             d["speedup_baseline"] = o.speedup_baseline
             for k in ("operand_bytes", "to_pim_bytes", "from_pim_bytes", "effective_GBps", "internal_pct",
@@ -203,7 +211,8 @@ class Report:
                "total_ns": total, "pim_cycles": self.pim_cycles, "pim_ns": self.pim_ns, "host_ns": self.host_ns,
                "gpu_ns": self.gpu_ns, "speedup_gpu": self.gpu_ns / total if total else float("nan"),
                "resident_ns": self.resident_ns, "energy_pj": self.energy_pj}
-        return {**{k: _none_if_nan(v) for k, v in top.items()}, "ops": ops}
+        return {**{k: _none_if_nan(v) for k, v in top.items()}, "resident": dict(self.resident),
+                "per_call": dict(self.per_call), "ops": ops}
 
     def table(self):
         from rich.table import Table
@@ -226,6 +235,10 @@ class Report:
         speedup = self.gpu_ns / self.total_ns if self.total_ns else float("nan")
         t.caption = (f"total {_count(self.total_ns)} ns vs GPU-only {self.gpu_ns:,.0f} ns "
                      f"({_times(speedup) or 'n/a'}); resident placement {_count(self.resident_ns)} ns once")
+        for label, why in self.resident.items():
+            t.caption += f"\nresident {label}: {why}"
+        for label, why in self.per_call.items():
+            t.caption += f"\nper call {label}: {why}"
         if self.cost_model:
             t.caption += f"\ncost model: {self.cost_model}"
         return t
@@ -290,8 +303,9 @@ def build_report(stage, figures: str = "simulated") -> Report:
     be = stage.backend
     tck = float(be.timing.tCK)
     traced = stage.traced if hasattr(stage, "traced") else stage.lowered.traced
+    res = traced.residency
     rep = Report(be.name, be.system.host.name, 1.0 / tck, figures=figures,
-                 cost_model=traced.owner.tuner.model_source(be))
+                 cost_model=traced.owner.tuner.model_source(be), resident=res.resident, per_call=res.per_call)
     shapes = {i: v.shape for i, v in enumerate(stage.graph.values)}
     peaks = derived_peaks(be)
     nan = float("nan")
@@ -302,6 +316,7 @@ def build_report(stage, figures: str = "simulated") -> Report:
             o.cycles = float(p.predicted_cycles)
             o.ns = o.cycles * tck
             o.rearrangement = o.compute = o.readback = o.merge = o.resident_cycles = o.energy_pj = nan
+            o.append_cycles = nan
             o.space = p.proposal.space if p.proposal is not None else 0
             o.operand_bytes = op_bytes(_data_op(p, be, stage.graph), shapes, be.core.elem_bytes)
             o.to_pim_bytes = o.from_pim_bytes = nan
@@ -316,6 +331,7 @@ def build_report(stage, figures: str = "simulated") -> Report:
             o.rearrangement, o.compute = float(r.rearrangement), float(r.compute)
             o.readback, o.merge = float(r.readback), float(r.merge)
             o.resident_cycles = float(r.resident_cycles)
+            o.append_cycles = float(p.choice.append_cycles)
             o.energy_pj = float(r.energy_pj)
             o.bound = r.bound_name(be.core.programmable)
             o.simulated_drafts, o.space = p.choice.simulated, p.choice.space
@@ -348,4 +364,8 @@ def baseline_report(plan_, backend, shapes: dict):
             prog = lower(plan_.op, d, backend, shapes, resident=plan_.resident)
     except PimCompileError:
         return None
-    return cycles_pooled(prog, backend)
+    rep = cycles_pooled(prog, backend)
+    if plan_.proposal is not None and plan_.proposal.append:
+        from .search.tuner import charge_append
+        rep, _ = charge_append(rep, prog.op, shapes, plan_.resident, plan_.proposal.append, float(backend.timing.tCK))
+    return rep
