@@ -121,6 +121,7 @@ from .errors import PimCompileError
 from .hw.core import Backend
 from .hw.presets import get_backend
 from .partition.verify import op_support
+from .sim.append import Append
 from .sim.execute import execute
 from .sim.host import host_time
 from .trace.builder import dtype_name
@@ -181,8 +182,9 @@ class Residency:
 
     ids:      value ids whose placement is paid once: the resident argument
               leaves and the values made from them by appending.
-    appends:  {value id: fraction of its elements written per call} for the
-              appended values (a KV cache after `dynamic_update_slice`).
+    appends:  {value id: `sim.append.Append`} for the appended values (a
+              KV cache after `dynamic_update_slice`): the fraction of its
+              elements and the box a call writes.
     resident: {argument (or leaf path): why it is resident}.
     per_call: {argument (or leaf path): why it is rearranged every call}.
     """
@@ -253,9 +255,8 @@ def residency(fn, args, graph: PimGraph, spec="auto") -> Residency:
       still appends); `()` turns residency off.
 
     A resident value that an append writes at an offset stays resident
-    (`appends`: the fraction of its elements each call writes; the
-    consuming PIM op pays that share of its placement per call, see
-    `search.tuner.charge_append`)."""
+    (`appends`: what each call writes; the consuming PIM op pays the
+    appended rows' share of its placement per call, `sim.append`)."""
     args_ = _argument_leaves(fn, args, graph)
     by_label = {}
     for i, (label, _, leaves) in enumerate(args_):
@@ -277,7 +278,7 @@ def residency(fn, args, graph: PimGraph, spec="auto") -> Residency:
             for vid in by_label[r]:
                 why[vid] = f"named in resident={tuple(spec)!r}: placed in PIM layout once"
     inputs = set(graph.inputs)
-    appends: dict[int, float] = {}
+    appends: dict[int, Append] = {}
     for n, op in enumerate(graph.ops):
         upd = append_update(op)
         if upd is None:
@@ -288,7 +289,10 @@ def residency(fn, args, graph: PimGraph, spec="auto") -> Residency:
         if base in why or base in appends:
             total = int(np.prod(graph.values[base].shape, dtype=np.int64))
             share = int(np.prod(graph.values[update].shape, dtype=np.int64)) / max(total, 1)
-            appends[result] = min(1.0, appends.get(base, 0.0) + share)
+            box = tuple(graph.values[update].shape)
+            if base in appends or len(box) != len(graph.values[base].shape):
+                box = None                   # a chain of appends, or a scatter of another rank: not one box
+            appends[result] = Append(min(1.0, share + (appends[base].fraction if base in appends else 0.0)), box)
             if base in why:
                 kv = (f"KV cache: grows by appending at an offset ({op.host.primitive.name}, op {n}; "
                       f"{share:.3g} of it written per call)")
@@ -670,7 +674,7 @@ def predict_plans(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids:
     predicted figures.  No program is lowered and nothing is simulated.
 
     resident_ids: value ids whose placement is paid once; appends: {value
-    id: fraction written per call} of the resident values an append makes
+    id: `sim.append.Append`} of the resident values an append makes
     (`Residency`): the append writes only its update on the host (in place,
     GPU-only run alike) and the proposals of the ops that read them carry
     the fractions (`Proposal.append`: each call pays that share of the

@@ -31,6 +31,7 @@ from .hw.peaks import derived_peaks
 from .lower import lower
 from .partition.dimsets import dimension_sets
 from .partition.draft import Draft
+from .sim.append import charge_append
 from .sim.cycles import cycles_pooled
 from .sim.host import op_bytes
 from .trace.ir import PimOp
@@ -366,6 +367,5 @@ def baseline_report(plan_, backend, shapes: dict):
         return None
     rep = cycles_pooled(prog, backend)
     if plan_.proposal is not None and plan_.proposal.append:
-        from .search.tuner import charge_append
-        rep, _ = charge_append(rep, prog.op, shapes, plan_.resident, plan_.proposal.append, float(backend.timing.tCK))
+        rep, _ = charge_append(rep, prog, plan_.proposal.append, shapes, float(backend.timing.tCK))
     return rep

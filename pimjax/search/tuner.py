@@ -49,6 +49,7 @@ from ..partition import drafts as make_drafts
 from ..backends import baseline
 from ..partition.draft import Draft
 from ..partition.table import DraftTable
+from ..sim.append import append_factor, charge
 from ..sim.cycles import cycles, cycles_batch, cycles_pooled, report_at
 from ..trace.ir import PimOp
 from .cache import TuneCache, cache_key, draft_from_dict, draft_to_dict
@@ -72,7 +73,7 @@ class Choice:
     (not counted in `simulated`); failure: the first such message ("" if
     none).
     append_cycles: the per-call placement of appended resident operands
-    (`charge_append`), included in `report` (and in `baseline`).
+    (`sim.append`), included in `report` (and in `baseline`).
     """
     draft: Draft
     program: Any
@@ -102,10 +103,10 @@ class Proposal:
     space: drafts in the op's space.
     mode: the search `verify` runs ("predict", "evolutionary",
     "exhaustive"; a cache entry's mode).  cached: answered by the cache.
-    append: {value id: fraction of its elements written per call} of the
-    resident operands that grow by appending (a KV cache): `verify` charges
-    each call that share of their placement (`charge_append`), after the
-    draft is chosen on the steady state.
+    append: {value id: `sim.append.Append`} of the resident operands that
+    grow by appending (a KV cache): `verify` charges each call the appended
+    rows' share of their placement (`sim.append`), after the draft is
+    chosen on the steady state.
     """
     op: PimOp = field(repr=False)
     backend: Backend = field(repr=False)
@@ -126,44 +127,16 @@ class Proposal:
     append: dict = field(default_factory=dict)
 
 
-def charge_append(report, op: PimOp, shapes: dict, resident, append: dict, tck: float):
-    """(report with the append charged, append cycles): the per-call cost of
-    resident operands that grow by appending (DCC §IV-E `pre_load` with an
-    offset: a decode step writes the new token's K / V rows into the
-    resident cache).
-
-    Model: the program's one-time placement (`report.resident_cycles`)
-    shared among its resident operands by element count, each appended
-    operand's share scaled by the fraction of its elements a call writes
-    (`append`, {value id: fraction}): the placement's bandwidth and
-    parallelism applied to the appended rows.  It is optimistic where the
-    new rows land in fewer channels than the whole operand spreads over.
-    The cycles go to `rearrangement` and the totals (in ns at `tck` ns per
-    cycle); `resident_cycles` stays the one-time placement.
-
-    op: the program's op (`program.op`: a block's fused op); resident: its
-    resident operand indices; shapes: value id -> shape."""
-    if not append or report is None:
-        return report, 0.0
-    size = {k: float(np.prod(shapes[op.operands[k].value], dtype=np.int64)) for k in resident}
-    whole = sum(size.values())
-    share = sum(size[k] * append.get(op.operands[k].value, 0.0) for k in resident) / whole if whole else 0.0
-    cyc = float(np.asarray(report.resident_cycles)) * share
-    if cyc == 0.0:
-        return report, 0.0
-    return replace(report, total_cycles=report.total_cycles + cyc, total_ns=report.total_ns + cyc * tck,
-                   rearrangement=report.rearrangement + cyc), cyc
-
-
 def _with_append(choice: "Choice | None", p: Proposal) -> "Choice | None":
-    """`choice` with `p.append` charged to its report and baseline."""
+    """`choice` with `p.append` charged to its report (`sim.append`); the
+    baseline's report (its program is not kept) at the chosen program's
+    share of the placement."""
     if choice is None or not p.append:
         return choice
     tck = float(p.backend.timing.tCK)
-    res = tuple(p.lower_options.get("resident", ()))
-    op = choice.program.op
-    rep, cyc = charge_append(choice.report, op, p.shapes, res, p.append, tck)
-    base, _ = charge_append(choice.baseline, op, p.shapes, res, p.append, tck)
+    factor = append_factor(choice.program, p.append, p.shapes)
+    rep, cyc = charge(choice.report, factor, tck)
+    base, _ = charge(choice.baseline, factor, tck)
     return replace(choice, report=rep, baseline=base, append_cycles=cyc)
 
 
