@@ -1,13 +1,14 @@
 """`pim_jit`: the staged API of `jax.jit` for PIM backends.
 
-    f = pimjax.pim_jit(fn, backend="hbm-pim", resident=("W",))
-    y = f(W, x)                        # traced, lowered, compiled (searched), executed on PIM
-    f.trace(W, x).lower().compile().report()
+    f = pimjax.pim_jit(fn, backend="hbm-pim")
+    y = f(params, x)                   # traced, lowered, compiled (searched), executed on PIM
+    f.trace(params, x).lower().compile().report()
 
 Stages (as `jax.jit(f).trace(...).lower().compile()`: `lower` is cheap,
 `compile` is where the work is):
 
-* `Traced`   -- `.graph`: the PimGraph of the function for these shapes.
+* `Traced`   -- `.graph`: the PimGraph of the function for these shapes;
+  `.residency`: which arguments stay in PIM memory and why.
 * `Lowered`  -- partition and predict, nothing lowered to a program and
   nothing simulated: per op its placement on the *predicted* figures
   (PIM or host, and why), its draft space and the cost model's predicted
@@ -44,6 +45,10 @@ on the host roofline); energy pJ; bytes; GB/s = bytes / ns.
   speedup_gpu    gpu_ns / total_ns
   resident_ns    one-time placement of resident operands, not in total_ns
                  (simulated only)
+  resident       {argument (or leaf path, e.g. "params['Wq']"): why} of the
+                 arguments placed in PIM layout once (see Residency below)
+  per_call       {argument (or leaf path): why} of those rearranged every
+                 call
   energy_pj      energy of the PIM ops (simulated only)
   ops            per op, in plan order: index, name, placement ("pim",
                  "host", "fused"), reason, draft (in words), cycles, ns,
@@ -52,7 +57,9 @@ on the host roofline); energy pJ; bytes; GB/s = bytes / ns.
                  simulated only (None, bound "", in the predicted
                  figures of a PIM op): the breakdown rearrangement_cycles /
                  compute_cycles / readback_cycles / merge_cycles /
-                 resident_cycles, energy_pj, bound (what limits the op),
+                 resident_cycles (one-time placement) / append_cycles
+                 (appended rows of resident operands, per call, part of
+                 rearrangement_cycles), energy_pj, bound (what limits the op),
                  baseline_ns (the backend's baseline
                  mapping), speedup_baseline, to_pim_bytes /
                  from_pim_bytes (host link per call), link_GBps, link_pct,
@@ -63,8 +70,8 @@ on the host roofline); energy pJ; bytes; GB/s = bytes / ns.
                  block's time is on the block's last op).
 
 The cost model predicts a program that rearranges every operand per call,
-so with `resident` weights the predicted figures overstate the steady
-state.
+so with resident weights the predicted figures overstate the steady
+state (and leave out appends).
 
 Placement: an op goes to PIM only where its simulated time on PIM (the
 tuner's choice, data rearrangement included) beats the host roofline
@@ -78,9 +85,22 @@ that floats wider than the backend's element are charged at the backend's
 element (an fp16 PIM result is compared with the GPU at equal precision):
 an int32 op left on the host of hbm-pim moves 4 B per element, an int8 op
 on UPMEM's host 1 B.
-`resident` names arguments (weights) whose rearrangement is paid once
-(DCC's `pre_load`): it is reported separately and excluded from the
-steady-state time.  Calling a `Compiled` with other shapes, dtypes or
+Residency (`pim_jit(resident=...)`, `residency`): a resident argument's
+rearrangement into PIM layout is paid once (DCC §IV-E `pre_load`): it is
+reported as `resident_ns` and excluded from the steady-state time.  The
+default `resident="auto"` follows how flax / haiku / equinox / penzai call
+a model, the parameters one pytree argument: an argument that is a pytree
+node (a dict / list / tuple of arrays, an `nnx.State`, an equinox Module)
+is resident; a plain array argument written at an offset by
+`lax.dynamic_update_slice` / `.at[...].set` whose result feeds an op PIM
+can run is a KV cache, resident too; other plain array arguments
+(activations) are rearranged every call.  No argument names are guessed
+at.  A sequence of names, positions or leaf paths replaces the rule, `()`
+turns it off.  An append into a resident value is resident with append:
+the host writes only the update (in place; the GPU-only run's update is
+charged the same), and each PIM op reading it pays per call the share of
+its placement the appended rows take in the groups they land in
+(`sim.append`; `append_cycles`).  Calling a `Compiled` with other shapes, dtypes or
 argument structure raises a per-argument `TypeError`; calling the
 `PimFunction` compiles for new shapes (cached by shape, dtype and weak
 type, as jax does).  Keyword arguments are bound to their positions; an
@@ -523,7 +543,7 @@ def pim_jit(fn: Callable | None = None, *, backend: str | Backend = "hbm-pim", r
 
 
 class Traced:
-    """A traced function: `.graph` (PimGraph), `.lower()`."""
+    """A traced function: `.graph` (PimGraph), `.residency`, `.lower()`."""
 
     def __init__(self, owner: PimFunction, graph: PimGraph, args):
         self.owner, self.graph = owner, graph
@@ -1184,4 +1204,4 @@ def _argument(leaf, dtype):
 
 
 __all__ = ["pim_jit", "enable_xla_cache", "PimFunction", "Traced", "Lowered", "Compiled", "OpPlan", "plan",
-           "predict_plans", "verify_plans", "plans_text"]
+           "predict_plans", "verify_plans", "plans_text", "Residency", "residency"]
