@@ -100,8 +100,9 @@ turns it off.  An append into a resident value is resident with append:
 the host writes only the update (in place; the GPU-only run's update is
 charged the same), and each PIM op reading it pays per call the share of
 its placement the appended rows take in the groups they land in
-(`sim.append`; `append_cycles`).  Calling a `Compiled` with other shapes, dtypes or
-argument structure raises a per-argument `TypeError`; calling the
+(`sim.append`; `append_cycles`).
+Calling a `Compiled` with other shapes, dtypes or argument structure raises
+a per-argument `TypeError`; calling the
 `PimFunction` compiles for new shapes (cached by shape, dtype and weak
 type, as jax does).  Keyword arguments are bound to their positions; an
 unknown keyword or an argument leaf that is not an array is a TypeError
@@ -227,12 +228,11 @@ def append_update(op: PimOp):
 
 
 def _argument_leaves(fn, args, graph: PimGraph) -> list:
-    """Per positional argument: (label, container, [(leaf label, value id)]),
-    container the type name of an argument that is a pytree node (None for
-    a plain array);
-    the label is the parameter's name (`args[i]` past the named ones or
-    when the signature is unknown), a leaf's label the argument's plus its
-    pytree path (`params['Wq']`)."""
+    """Per positional argument: (label, container, [(leaf label, value id)]).
+    label: the parameter's name (`args[i]` past the named ones or when the
+    signature is unknown); container: the type name of an argument that is
+    a pytree node (None for a plain array); a leaf's label: the argument's
+    plus its pytree path (`params['Wq']`)."""
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
@@ -319,7 +319,8 @@ def residency(fn, args, graph: PimGraph, spec="auto") -> Residency:
                 why[base] = kv if not why[base] else f"{why[base]}; {kv}"
     resident, per_call = {}, {}
     for i, (label, container, leaves) in enumerate(args_):
-        off = ("a plain array argument (an activation): rearranged into PIM layout on every call"
+        off = ("a plain array argument (an activation, new each call): rearranged into PIM layout "
+               "on every call"
                if spec == "auto" else
                "resident=(): rearranged on every call" if not spec else
                f"not named in resident={tuple(spec)!r}: rearranged on every call")
@@ -522,20 +523,21 @@ def pim_jit(fn: Callable | None = None, *, backend: str | Backend = "hbm-pim", r
     plain array arguments (activations) are rearranged every call.  A
     sequence of argument names, positions or leaf paths (`"params['Wq']"`)
     replaces that choice; `()` turns residency off.  The report's
-    `resident` / `per_call` say which and why (`api.residency`).  tuner: a `Tuner` or its mode
-    ("predict", "exhaustive", "evolutionary").  cache: JSON file of tuning
-    decisions (memory only when None).  placement: "auto" (PIM only where it
-    beats the host roofline), "prefer_pim" (every op the backend supports on
-    PIM), "pim" (like prefer_pim, and an op the backend cannot run raises
-    PimCompileError naming its primitive and source line).
+    `resident` / `per_call` say which and why (`api.residency`).
+    tuner: a `Tuner` or its mode ("predict", "exhaustive", "evolutionary").
+    cache: JSON file of tuning decisions (memory only when None).
+    placement: "auto" (PIM only where it beats the host roofline),
+    "prefer_pim" (every op the backend supports on PIM), "pim" (like
+    prefer_pim, and an op the backend cannot run raises PimCompileError
+    naming its primitive and source line).
 
     The result composes with jax.jit, jax.vmap (the batch folded into the
     compiled shapes) and jax.grad (forward on PIM, backward by jax.vjp of
     `fn`); see the module docstring.
 
     Example:
-        >>> f = pim_jit(lambda W, x: jax.nn.relu(W @ x), backend="hbm-pim")   # doctest: +SKIP
-        >>> y = f(W, x); print(f.lower(W, x).compile().report())              # doctest: +SKIP
+        >>> f = pim_jit(lambda p, x: jax.nn.relu(p["W"] @ x), backend="hbm-pim")   # doctest: +SKIP
+        >>> y = f({"W": W}, x); print(f.lower({"W": W}, x).compile().report())     # doctest: +SKIP
     """
     if fn is None:
         return lambda f: PimFunction(f, backend, resident, tuner, cache, placement, **backend_options)

@@ -111,7 +111,7 @@ def decode_layer(console: Console) -> None:
     for backend in ("hbm-pim", "attacc"):
         console.print(f"[dim]{backend}: compiling a GPT decode layer (d {d}, {heads} heads, "
                       f"context {ctx}, weights resident)...[/dim]")
-        f = pim_jit(gpt_layer, backend=backend, resident=("params",))
+        f = pim_jit(gpt_layer, backend=backend)      # params (a dict): resident by default
         compiled = f.lower(params, x, kc, vc).compile()
         got = compiled(params, x, kc, vc)
         err = _error(got, jax.jit(gpt_layer)(params, x, kc, vc))
