@@ -241,3 +241,30 @@ def test_repeated_decode_steps_compile_once_and_equal_jax_jit():
     assert len(f.compiles()) == 1
     lowered = f.lower(*args).cost_analysis()
     assert lowered["figures"] == "predicted" and set(lowered["resident"]) == {"params", "k_cache", "v_cache"}
+
+
+def test_caches_written_by_scatter_or_held_in_a_container_append():
+    """`.at[:, pos].set(k)` (a scatter) makes a KV cache as well (its update
+    is not one box of the cache's rank: the appended fraction); a cache
+    inside a container is resident as a container and appends."""
+    def scattered(q, k, k_cache, pos):
+        k_cache = k_cache.at[:, pos].set(k)
+        return jnp.einsum("hd,hnd->hn", q, k_cache)
+
+    q = np.ones((4, 32), np.float16)
+    res = pim_jit(scattered).trace(q, q, np.ones((4, 16, 32), np.float16), np.int32(2)).residency
+    assert set(res.resident) == {"k_cache"} and "scatter" in res.resident["k_cache"]
+    (app,) = res.appends.values()
+    assert app.fraction == pytest.approx(1 / 16) and app.extents is None
+
+    def in_dict(q, k, cache, pos):
+        kc = lax.dynamic_update_slice(cache["k"], k[:, None, :], (0, pos, 0))
+        return jnp.einsum("hd,hnd->hn", q, kc) + jnp.einsum("hd,hnd->hn", q, cache["v"])
+
+    res = pim_jit(in_dict).trace(q, q, {"k": np.ones((4, 16, 32), np.float16),
+                                        "v": np.ones((4, 16, 32), np.float16)}, np.int32(2)).residency
+    assert set(res.resident) == {"cache['k']", "cache['v']"}           # reasons differ per leaf
+    assert "parameter container" in res.resident["cache['k']"] and "KV cache" in res.resident["cache['k']"]
+    assert "KV cache" not in res.resident["cache['v']"]
+    (app,) = res.appends.values()
+    assert app.extents == (4, 1, 32)
