@@ -6,7 +6,8 @@ in `experiments/` as Jupyter would, with this checkout first on PYTHONPATH
 so the notebook imports this `pimjax`.  Any cell error fails the test with
 the cell's traceback; a notebook that runs past its timeout fails too.
 Notebooks are committed without outputs (checked here), so a diff shows
-code only.
+code only; the executed copy, with its tables and plots, is written to
+`experiments/out/<name>.ipynb` (ignored by git).
 """
 from __future__ import annotations
 
@@ -46,4 +47,8 @@ def test_notebook_runs(path, monkeypatch):
         client.execute()
     except nbclient.exceptions.CellExecutionError as err:      # the cell's source and traceback
         pytest.fail(f"{path.name}: a cell failed\n{err}", pytrace=False)
+    finally:
+        out = ROOT / "experiments" / "out"
+        out.mkdir(exist_ok=True)
+        nbformat.write(nb, out / path.name)        # what ran, with outputs, for reading
     print(f"{path.name}: {time.perf_counter() - t0:.0f} s")
