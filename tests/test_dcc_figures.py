@@ -19,6 +19,16 @@ def test_systems_are_dccs():
         assert be.system.host.peak_flops == 312e12
     assert a.n_groups == 16 and a.cores_per_group == 64           # one HBM3 cube, DCC's 16 x 64
     assert h.n_groups * h.cores_per_group == 512                  # as many units as DCC's HBM-PIM cube
+    assert dcc.attacc_system(stacks=5).n_groups == 80               # the paper's five PIM cubes
+
+
+def test_cubes_table():
+    one = pd.DataFrame([{"kernel": "gemv", "batch": 4, "size": 2048, "base_vs_gpu": 1.7, "dcc_vs_gpu": 1.8},
+                        {"kernel": "red", "batch": 1, "size": 4096, "base_vs_gpu": 0.1, "dcc_vs_gpu": 0.2}])
+    five = pd.DataFrame([{"kernel": "gemv", "batch": 4, "size": 2048, "base_vs_gpu": 6.4, "dcc_vs_gpu": 6.5}])
+    t = dcc.cubes_table(one, five)
+    assert len(t) == 1 and t["base_vs_gpu 1 cube"].iloc[0] == 1.7 and t["base_vs_gpu 5 cubes"].iloc[0] == 6.4
+    assert t["paper base_vs_gpu (average)"].iloc[0] == 7.65
 
 
 def test_roofline_is_bytes_over_dccs_bandwidth():
