@@ -336,6 +336,18 @@ def fig9_table(df):
     return pd.DataFrame(rows)
 
 
+def save(fig, name: str, *tables) -> str:
+    """Write `fig` to experiments/out/<name>.png and each DataFrame of `tables`
+    to experiments/out/<name>[-i].csv; returns the PNG's path."""
+    import os
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
+    os.makedirs(out, exist_ok=True)
+    fig.savefig(os.path.join(out, f"{name}.png"), dpi=110, bbox_inches="tight")
+    for i, t in enumerate(tables):
+        t.to_csv(os.path.join(out, f"{name}{f'-{i}' if i else ''}.csv"), index=False)
+    return os.path.join(out, f"{name}.png")
+
+
 def plot_compare(table, title: str, ax=None):
     """Bars of the paper's figure beside ours, one pair per row of `compare`."""
     import matplotlib.pyplot as plt

@@ -72,7 +72,7 @@ fig, axes = plt.subplots(1, 2, figsize=(15, 3.8))
 dcc.plot_cases(fig6, "Fig. 6 (pimjax): AttAcc over the GPU, per case", axes[0])
 table6 = dcc.compare(dcc.summarise(fig6), dcc.PAPER_FIG6, dcc.WHY)
 dcc.plot_compare(table6, "Fig. 6: DCC paper vs pimjax (averages)", axes[1])
-plt.tight_layout(); plt.show()
+plt.tight_layout(); dcc.save(fig, "dcc_fig6", fig6, table6); plt.show()
 table6.round(3)"""),
         ("md", "## Fig. 7: HBM-PIM"),
         ("md", """\
@@ -91,7 +91,7 @@ fig, axes = plt.subplots(1, 2, figsize=(15, 3.8))
 dcc.plot_cases(fig7, "Fig. 7 (pimjax): HBM-PIM over the GPU, per case", axes[0])
 table7 = dcc.compare(dcc.summarise(fig7), dcc.PAPER_FIG7, {**dcc.WHY, **dcc.WHY_FIG7})
 dcc.plot_compare(table7, "Fig. 7: DCC paper vs pimjax (averages)", axes[1])
-plt.tight_layout(); plt.show()
+plt.tight_layout(); dcc.save(fig, "dcc_fig7", fig7, table7); plt.show()
 table7.round(3)"""),
         ("md", """\
 ## Why the GPU comparisons differ: what DCC's own numbers imply about its GPU
@@ -143,7 +143,8 @@ for b, g in t9.groupby("backend"):
     known = g.dropna(subset=["paper"])
     ax.plot(known.batch, known.paper, "s--", color=line.get_color(), label=f"DCC paper {b} (end points)")
 ax.set_xscale("log", base=2); ax.set_xlabel("batch"); ax.set_ylabel("speedup over the default mapping (x)")
-ax.set_title("Fig. 9: GEMV, 32 heads, input 128"); ax.legend(fontsize=7); plt.show()
+ax.set_title("Fig. 9: GEMV, 32 heads, input 128"); ax.legend(fontsize=7)
+dcc.save(fig, "dcc_fig9", fig9, t9); plt.show()
 t9.round(3)"""),
         ("code", """\
 for b, g in t9.groupby("backend"):
@@ -187,7 +188,7 @@ for ax, col, label in ((axes[0], "best_frac", "#Best (fraction of cases)"),
     ax.bar([i - 0.2 for i in x], side[f"paper {col}"], 0.4, label="DCC paper")
     ax.bar([i + 0.2 for i in x], side[f"ours {col}"], 0.4, label="pimjax (subset)")
     ax.set_xticks(list(x), side.row, rotation=30, fontsize=7); ax.set_ylim(0.5, 1.02); ax.set_title(label)
-axes[0].legend(fontsize=7); plt.tight_layout(); plt.show()
+axes[0].legend(fontsize=7); plt.tight_layout(); dcc.save(fig, "dcc_table2", table, side); plt.show()
 side.round(4)"""),
         ("md", """\
 **Where and why they differ.** The rows are different experiments: DCC's predictor is XGBoost ranking

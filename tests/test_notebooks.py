@@ -36,10 +36,10 @@ def test_notebook_runs(path, monkeypatch):
     nb = nbformat.read(path, as_version=4)
     assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
         f"{path.name} is committed with outputs; clear them (jupyter nbconvert --clear-output)"
-    # the kernel inherits this environment: this checkout before any installed pimjax, no
-    # interactive matplotlib backend, and a matplotlib config dir that exists on any CI box
+    # the kernel inherits this environment: this checkout before any installed pimjax; no
+    # MPLBACKEND, so ipykernel's inline backend renders the plots into the executed copy
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.delenv("MPLBACKEND", raising=False)
     client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=CELL_TIMEOUT_S,
                                      resources={"metadata": {"path": str(path.parent)}})
     t0 = time.perf_counter()
