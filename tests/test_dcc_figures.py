@@ -114,3 +114,22 @@ def test_table2_cases_and_compare():
 def test_notebooks_are_generated_without_outputs():
     """The committed notebooks are exactly what make_notebooks.py writes."""
     assert make_notebooks.main(["--check"]) == 0
+
+
+def test_plots_and_save(tmp_path, monkeypatch):
+    """The plot helpers draw one bar per paper figure and per case, and save
+    writes the PNG and the tables where it says."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    table = dcc.compare({("red", "dcc_vs_base"): 1.4}, {("red", "dcc_vs_base"): 1.5, ("va", "dcc_vs_base"): 1.7})
+    cases = pd.DataFrame([{"kernel": "red", "batch": 1, "size": 1024, "base_vs_gpu": 0.1, "dcc_vs_gpu": 0.3}])
+    fig, axes = plt.subplots(1, 2)
+    assert len(dcc.plot_compare(table, "t", axes[0]).patches) == 2 * len(table)
+    assert len(dcc.plot_cases(cases, "t", axes[1]).patches) == 2 * len(cases)
+    monkeypatch.setattr(dcc, "__file__", str(tmp_path / "dcc_figures.py"))
+    png = dcc.save(fig, "x", table, cases)
+    plt.close(fig)
+    assert png == str(tmp_path / "out" / "x.png") and (tmp_path / "out" / "x.png").stat().st_size > 0
+    assert pd.read_csv(tmp_path / "out" / "x-1.csv").shape == cases.shape
+    assert len(pd.read_csv(tmp_path / "out" / "x.csv")) == len(table)
