@@ -355,7 +355,7 @@ def plot_compare(table, title: str, ax=None):
     x = np.arange(len(table))
     ax.bar(x - 0.2, table["paper"], 0.4, label="DCC paper")
     ax.bar(x + 0.2, table["ours"], 0.4, label="pimjax")
-    ax.set_xticks(x, [f"{k}\n{m}" for k, m in zip(table.kernel, table.metric)], fontsize=7)
+    ax.set_xticks(x, [f"{k} {m}" for k, m in zip(table.kernel, table.metric)], fontsize=7, rotation=40, ha="right")
     ax.set_yscale("log")
     ax.axhline(1.0, color="grey", lw=0.5)
     ax.set_ylabel("speedup (x)")
