@@ -5,7 +5,8 @@ the rearrangement / compute / read-back / merge breakdown, energy, and the
 speedup over the GPU-only roofline and over the backend's baseline mapping.
 Totals: PIM ops at their simulated time plus host ops at their roofline
 time, against the GPU-only time of every op.  `print(report)` renders a
-rich table; `report.to_dict()` gives plain numbers for notebooks.
+rich table; `report.to_dict()` gives plain numbers, `report.to_dataframe()`
+a pandas DataFrame (one row per op) for notebooks.
 
 Derived figures (DESIGN.md "every report ... gives derived figures"): per
 PIM op the bytes moved over the host link each way, the operand bytes (every
@@ -188,11 +189,8 @@ class Report:
     def energy_pj(self) -> float:
         return float(sum(o.energy_pj for o in self.ops))
 
-    def to_dict(self) -> dict:
-        """Plain numbers: the `cost_analysis()` schema of `Lowered` and
-        `Compiled` alike (documented in `pimjax.api`'s docstring), strict
-        JSON (a figure that does not exist, or is not known on these
-        figures, is None); `cost_model` says which model ranked the drafts."""
+    def _op_rows(self) -> list[dict]:
+        """The `cost_analysis()` op fields per op, NaN where a figure is unknown."""
         ops = []
         for o in self.ops:
             d = {k: getattr(o, k) for k in ("index", "name", "placement", "reason", "draft", "cycles", "ns",
@@ -205,7 +203,29 @@ class Report:
             for k in ("operand_bytes", "to_pim_bytes", "from_pim_bytes", "effective_GBps", "internal_pct",
                       "link_GBps", "link_pct"):
                 d[k] = getattr(o, k)
-            ops.append({k: _none_if_nan(v) for k, v in d.items()})
+            ops.append(d)
+        return ops
+
+    def to_dataframe(self):
+        """A pandas DataFrame, one row per op (plan order), the columns the op
+        fields of `to_dict()` / `cost_analysis()` (same names and units);
+        unknown figures are NaN rather than None.  The report's totals are in
+        `df.attrs` (the top-level `to_dict()` fields).  Needs pandas (the
+        `test` extra)."""
+        try:
+            import pandas as pd
+        except ImportError as err:     # an optional dependency: say which and where it comes from
+            raise ImportError("Report.to_dataframe needs pandas (pip install 'pimjax[test]' or pandas)") from err
+        df = pd.DataFrame(self._op_rows(), columns=list(OP_FIELDS))
+        df.attrs.update({k: v for k, v in self.to_dict().items() if k != "ops"})
+        return df
+
+    def to_dict(self) -> dict:
+        """Plain numbers: the `cost_analysis()` schema of `Lowered` and
+        `Compiled` alike (documented in `pimjax.api`'s docstring), strict
+        JSON (a figure that does not exist, or is not known on these
+        figures, is None); `cost_model` says which model ranked the drafts."""
+        ops = [{k: _none_if_nan(v) for k, v in d.items()} for d in self._op_rows()]
         total = self.total_ns
         top = {"figures": self.figures, "backend": self.backend, "host": self.host, "clock_ghz": self.clock_ghz,
                "cost_model": self.cost_model,
@@ -253,6 +273,13 @@ class Report:
         buf = io.StringIO()
         Console(file=buf, width=160, force_terminal=False).print(self.table())
         return buf.getvalue()
+
+
+OP_FIELDS = ("index", "name", "placement", "reason", "draft", "cycles", "ns", "energy_pj", "gpu_ns",
+             "baseline_ns", "bound", "simulated_drafts", "space", "rearrangement_cycles", "compute_cycles",
+             "readback_cycles", "merge_cycles", "resident_cycles", "speedup_gpu", "speedup_baseline",
+             "operand_bytes", "to_pim_bytes", "from_pim_bytes", "effective_GBps", "internal_pct",
+             "link_GBps", "link_pct")
 
 
 def _none_if_nan(v):
