@@ -796,20 +796,63 @@ def _stats(records: Records, backend: Backend, G: int, meta: dict, op: PimOp) ->
 # --------------------------------------------------------------------------
 # attention: score -> softmax -> context as one program (the AttAcc pipeline)
 # --------------------------------------------------------------------------
+# dtype conversions the softmax unit's datapath performs anyway: FP16 scores
+# in, a float32 softmax, FP16 probabilities out (so `s.astype(float32)` and
+# `p.astype(float16)` around jax's softmax fuse); a bfloat16 or integer
+# conversion would round where the unit does not
+_UNIT_FLOATS = ("float16", "float32", "float64")
+
+
+def _unit_convert(e) -> bool:
+    return (isinstance(e, Prim) and e.name == "convert_element_type" and len(e.args) == 1
+            and str(np.dtype(e.param("new_dtype", "float32"))) in _UNIT_FLOATS)
+
+
+def _strip_unit_converts(e):
+    while _unit_convert(e):
+        e = e.args[0]
+    return e
+
+
 def _epilogue_scale(op: PimOp) -> float:
-    """The scalar the score epilogue multiplies by (1 / c for `acc / c`)."""
+    """The constant the score epilogue multiplies the accumulator by (1 / c
+    for `acc / c`; float conversions around either are the unit's own).
+    Anything else -- a mask (`where`), an additive bias, a scale read from
+    an array -- is no work for AttAcc's softmax unit, which only scales by
+    a constant before its softmax: PimCompileError saying so."""
     ep = op.epilogue
     if ep is None:
         return 1.0
-    if isinstance(ep, Prim) and len(ep.args) == 2:
-        a, b = ep.args
-        if ep.name == "div" and isinstance(a, Acc) and isinstance(b, Const):
+    e = _strip_unit_converts(ep)
+    if isinstance(e, Acc):
+        return 1.0
+    if isinstance(e, Prim) and len(e.args) == 2:
+        a, b = (_strip_unit_converts(x) for x in e.args)
+        if e.name == "div" and isinstance(a, Acc) and isinstance(b, Const):
             return 1.0 / float(b.value)
-        if ep.name == "mul" and isinstance(a, Acc) and isinstance(b, Const):
+        if e.name == "mul" and isinstance(a, Acc) and isinstance(b, Const):
             return float(b.value)
-        if ep.name == "mul" and isinstance(b, Acc) and isinstance(a, Const):
+        if e.name == "mul" and isinstance(b, Acc) and isinstance(a, Const):
             return float(a.value)
-    raise PimCompileError("attacc attention: the score epilogue must scale by a constant")
+    raise PimCompileError(f"attacc attention: the score epilogue ({_epilogue_words(ep)}) is not a scale "
+                          "by a constant, the only thing AttAcc's softmax unit applies before its softmax")
+
+
+def _epilogue_words(e) -> str:
+    """What a score epilogue does, in words (for the reason a block is not fused)."""
+    names, arrays = set(), 0
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Prim):
+            names.add({"select_n": "a mask (where)", "add": "an addition", "sub": "a subtraction"}
+                      .get(x.name, x.name))
+            stack.extend(x.args)
+        elif not isinstance(x, (Acc, Const)):
+            arrays += 1
+    names.discard("convert_element_type")
+    reads = f", reading {arrays} array operand{'s' * (arrays != 1)}" if arrays else ""
+    return ", ".join(sorted(names)) + reads
 
 
 def _two_operands(op: PimOp) -> tuple[int, int]:
@@ -842,6 +885,15 @@ def _attention_parts(block_ops) -> _Attention:
     if len(block_ops) not in (6, 7):
         raise PimCompileError("attacc attention: a block is (score, max, exp, [convert,] sum, div, context)")
     S, D, X = block_ops[0], block_ops[-2], block_ops[-1]
+    for o in block_ops[1:-1]:
+        stack = [o.body, o.epilogue]
+        while stack:
+            e = stack.pop()
+            if isinstance(e, Prim):
+                if e.name == "convert_element_type" and not _unit_convert(e):
+                    raise PimCompileError(f"attacc attention: {o.name} converts to {e.param('new_dtype')}; "
+                                          "the softmax unit computes in float32 and writes FP16")
+                stack.extend(e.args)
     if X.epilogue is not None:
         raise PimCompileError("attacc attention: an epilogue after the context product stays on the host")
     a, b = _two_operands(S)
