@@ -375,10 +375,18 @@ class _Gemv:
     start: np.ndarray
     size: np.ndarray
     order_is: bool
+    n_store: int | None = None   # distinct matrices stored (< n_b when instances share one: GQA)
 
     @property
     def v_total(self) -> int:
-        return int(self.size.sum()) * self.n_b
+        return int(self.size.sum()) * (self.n_b if self.n_store is None else self.n_store)
+
+    def shared(self, which: np.ndarray) -> "_Gemv":
+        """The plan with instance b reading stored matrix `which[b]` (the
+        query heads of one KV head read its K / V once stored)."""
+        n_store = int(which.max()) + 1 if len(which) else 0
+        return _Gemv(self.mode, len(which), self.n_v, self.n_o, self.n_r, self.E, self.KI, self.t_in,
+                     self.t_out, self.start[which], self.size, self.order_is, n_store)
 
     def ke(self, i: int) -> int:
         """Entries of input tile i."""
@@ -932,6 +940,20 @@ def _attention_parts(block_ops) -> _Attention:
     return _Attention(fused, S, X, qi, ki, vi, bh, n, dk, c2s, _epilogue_scale(S))
 
 
+def _stored_instance(bh: list, box: dict, read: set) -> np.ndarray:
+    """[head steps] the stored matrix each head step (C order over the
+    `bh` variables' local extents) reads: the ravelled index over the
+    variables the matrix reads, so steps differing only in others share."""
+    ext = [int(box[v]) for v in bh]
+    if not bh:
+        return np.zeros(1, np.int64)
+    coords = np.unravel_index(np.arange(int(np.prod(ext, dtype=np.int64))), ext)
+    keep = [i for i, v in enumerate(bh) if v in read]
+    if not keep:
+        return np.zeros(len(coords[0]), np.int64)
+    return np.ravel_multi_index(tuple(coords[i] for i in keep), tuple(ext[i] for i in keep)).astype(np.int64)
+
+
 def attention_op(block_ops) -> PimOp:
     """The fused PimOp of an attention block: the context loop nest plus the
     score's head dimension, operands (q, K, V) (PimCompileError when the
@@ -984,10 +1006,18 @@ def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | No
     n_n, n_d = box[n], box[dk]
     cap = backend.core.n_input_regs
     lay_is = lambda E: bool(opts["data_block_layout"]) and -(-E // cap) > 1  # noqa: E731
-    gs = _plan(TREE, n_b, 1, n_n, n_d, cap, lay_is(-(-n_d // LANES)), opts["gb_tile"])
-    gc = _plan(MACMODE, n_b, 1, n_d, n_n, cap, lay_is(-(-n_n // LANES)), opts["gb_tile"])
-    rows_k = int(geo.address(max(gs.v_total - 1, 0))[1]) + 1
     K, V, q = S.operands[at.ki], X.operands[at.vi], S.operands[at.qi]
+    # grouped-query attention: head steps that differ only in variables K
+    # (V) does not read -- the query heads of one KV head -- read one stored
+    # copy of K (V): the unit runs a score / context GEMV per query head over
+    # the same rows
+    k_store = _stored_instance(bh, box, set(K.vars))
+    v_store = _stored_instance(bh, box, {at.c2s[v] for v in V.vars})
+    gs = _plan(TREE, int(k_store.max()) + 1, 1, n_n, n_d, cap, lay_is(-(-n_d // LANES)),
+               opts["gb_tile"]).shared(k_store)
+    gc = _plan(MACMODE, int(v_store.max()) + 1, 1, n_d, n_n, cap, lay_is(-(-n_n // LANES)),
+               opts["gb_tile"]).shared(v_store)
+    rows_k = int(geo.address(max(gs.v_total - 1, 0))[1]) + 1
     k_vars, v_vars = tuple(bh + [n, dk]), tuple(bh_c + [dv, n_c])
     k_layout = tile_layout(ts, "K", 1, k_vars, K.index_map, shapes[K.value], _matrix_positions(gs, geo, 0),
                            tuple(box[v] for v in k_vars))
