@@ -127,6 +127,7 @@ from .trace.builder import dtype_name
 from .trace.evaluate import evaluate_op
 from .trace.frontend import make_graph
 from .trace.ir import PimGraph, PimOp
+from .lower.patterns import score_seq_dim
 
 
 @dataclass
@@ -464,7 +465,7 @@ def _predict_attention(graph, block, backend, tuner, shapes, dtypes, resident_id
     ops, h_ns, fused = _attention_ops(graph, block, backend, shapes)
     score, ctx = ops[0], ops[-1]
     eb = host_bytes(graph, backend)
-    n_var = next(v for v in (score.result.index_map[-1].single_var,) if v)
+    n_var = score.result.index_map[score_seq_dim(ops)].single_var      # the sequence the softmax reduces
     seq_sets = [i for i, s in enumerate(dimension_sets(score)) if n_var in s.vars or s.reduction]
 
     def keep(table):          # a head's sequence and head dim stay in one channel (the softmax unit)

@@ -127,6 +127,28 @@ def gqa_masked_f32(q, K, V, mask):   # everything at once: GQA, batch 2, mask, f
     return jnp.einsum("bhgn,bhnd->bhgd", p, V)
 
 
+def gemma(q, K, V, mask=None, soft_cap=None):
+    """Gemma's attention (gemma/modules.py): q [B, T, N, H] scaled by
+    query_pre_attn_scalar, K / V [B, S, Kv, H], GQA by reshaping q into
+    [B, T, Kv, N // Kv, H], optional logit soft-capping and mask, softmax
+    cast back to K's dtype."""
+    B, T, N, Hd = q.shape
+    kv = K.shape[2]
+    q = (q * Hd ** -0.5).reshape(B, T, kv, N // kv, Hd)
+    logits = jnp.einsum("BTKGH,BSKH->BTKGS", q, K)
+    if soft_cap is not None:
+        logits = jnp.tanh(logits / soft_cap) * soft_cap
+    if mask is not None:
+        logits = jnp.where(mask[:, :, None, None, :], logits, -2.3819763e38)
+    probs = jax.nn.softmax(logits, axis=-1).astype(K.dtype)
+    return jnp.einsum("BTKGS,BSKH->BTKGH", probs, V).reshape(B, T, N, Hd)
+
+
+def _gemma_args(mask=False):
+    q, K, V = _rand(2, 1, 4, D, seed=1), _rand(2, L, 2, D, seed=2), _rand(2, L, 2, D, seed=3)
+    return (q, K, V) + ((_mask(2, 1, L),) if mask else ())
+
+
 def _mask(*shape):
     m = np.random.default_rng(5).random(shape) > 0.3
     m[..., 0] = True                 # every row keeps one position
@@ -140,6 +162,7 @@ FUSABLE = {
     "f32_softmax": (f32_softmax, lambda: _qkv(np.float16)),
     "batch2": (batch2, lambda: _qkv(batch=(2,))),
     "gqa": (gqa, lambda: (_rand(2, H, G, D, seed=1), _rand(2, H, L, D, seed=2), _rand(2, H, L, D, seed=3))),
+    "gemma": (gemma, _gemma_args),
     "gqa_repeat": (gqa_repeat, lambda: (_rand(2, H, G, D, seed=1), _rand(2, H, L, D, seed=2),
                                         _rand(2, H, L, D, seed=3))),
 }
@@ -148,6 +171,7 @@ UNFUSABLE = {
     "masked_inf": (masked_inf, lambda: _qkv() + (_mask(H, L),)),
     "bias": (bias, lambda: _qkv() + (_rand(H, L, seed=4),)),
     "causal": (causal, lambda: _qkv()),
+    "gemma_masked_softcap": (lambda q, K, V, m: gemma(q, K, V, m, soft_cap=50.0), lambda: _gemma_args(True)),
     "gqa_masked_f32": (gqa_masked_f32, lambda: (_rand(2, H, G, D, seed=1, dtype=np.float16),
                                                 _rand(2, H, L, D, seed=2, dtype=np.float16),
                                                 _rand(2, H, L, D, seed=3, dtype=np.float16), _mask(2, L))),

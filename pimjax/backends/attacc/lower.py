@@ -69,6 +69,7 @@ from ...partition.draft import Draft
 from ...partition.verify import matrix_and_vector
 from ...trace.ir import Access, Acc, Arg, Const, LoopVar, PimOp, Prim
 from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
+from ...lower.patterns import dim_map, score_seq_dim
 from ...lower.program import (Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, bank_order,
                       stack_streams, streamed)
 from ...lower.tiles import CoreTiles, core_tiles
@@ -908,12 +909,15 @@ def _attention_parts(block_ops) -> _Attention:
     res_vars = [e.single_var for e in S.result.index_map]
     if None in res_vars:
         raise PimCompileError("attacc attention: the score must be indexed by plain variables")
-    n = res_vars[-1]
+    ds = score_seq_dim(block_ops)
+    if ds is None:
+        raise PimCompileError("attacc attention: the softmax must reduce one dim of the score")
+    n = res_vars[ds]
     ki, qi = (a, b) if n in S.operands[a].vars else (b, a)
     if n in S.operands[qi].vars or len(S.reduction_vars) != 1:
         raise PimCompileError("attacc attention: the score must be q . K over one head dimension")
     dk = S.reduction_vars[0]
-    bh = [v for v in (lv.name for lv in S.loop_vars) if v in res_vars[:-1]]
+    bh = [v for v in (lv.name for lv in S.loop_vars) if v in res_vars and v != n]
     c1, c2 = _two_operands(X)
     pi, vi = (c1, c2) if X.operands[c1].value == D.result.value else (c2, c1)
     if X.operands[pi].value != D.result.value:
@@ -921,7 +925,11 @@ def _attention_parts(block_ops) -> _Attention:
     p_vars = [e.single_var for e in X.operands[pi].index_map]
     if None in p_vars or len(p_vars) != len(res_vars):
         raise PimCompileError("attacc attention: the context must read p with plain variables")
-    c2s = dict(zip(p_vars, res_vars))
+    # p's dims -> the score's, through the exp and div reads (jax folds transposes into them)
+    e_from_s, p_from_e = dim_map(block_ops[2], S.result.value), dim_map(D, block_ops[2].result.value)
+    if e_from_s is None or p_from_e is None or None in p_from_e or None in (e_from_s[j] for j in p_from_e):
+        raise PimCompileError("attacc attention: the softmax must read the score element for element")
+    c2s = {p_vars[i]: res_vars[e_from_s[j]] for i, j in enumerate(p_from_e)}
     dv = [v for v in X.operands[vi].vars if v not in p_vars]
     if len(dv) != 1 or X.extents[dv[0]] != S.extents[dk]:
         raise PimCompileError("attacc attention: V needs one value dimension of K's head size")
