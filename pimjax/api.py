@@ -73,6 +73,11 @@ the backend cannot run stay on the host, and the report says why (a body
 the cores lack, data their arithmetic cannot hold exactly -- integers on
 fp16 / bf16 units, floats on UPMEM --, a 0-d op, a draft space that does
 not lower).  `placement="pim"` turns each of those into a PimCompileError.
+An attention block a family fuses (AttAcc's softmax unit) is placed as
+one op; a candidate it cannot fuse (a mask or bias in the scores) is
+planned op by op -- its products as contractions, its softmax where the
+backend can run it -- and each of its ops' reasons says why it was not
+fused (`_attention_blocks`).
 The host roofline reads and writes every value at its own size, except
 that floats wider than the backend's element are charged at the backend's
 element (an fp16 PIM result is compared with the GPU at equal precision):
