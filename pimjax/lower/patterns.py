@@ -9,7 +9,13 @@
     p = e / z        (elementwise)
     o = p . V        (contraction over the last dim of p)
 
-with every intermediate used only inside the block.  AttAcc runs such a
+with every intermediate used only inside the block.  The max, the sum and
+the context reduce the same dim of s, e and p (the sequence), followed
+through the elementwise ops' reads: jax folds an einsum's output transpose
+into them (gemma's "BTKGH,BSKH->BTKGS" stores s as [B, K, S, T, G]), so
+the sequence need not be s's last dim.  A match is a candidate: the
+score's epilogue (a scale, a mask, a bias) is the backend's to judge
+(`backends.attacc.lower.attention_op`).  AttAcc runs such a
 block as one program per head group (`backends.attacc.lower.lower_attention`).
 """
 from __future__ import annotations
