@@ -115,3 +115,25 @@ def _call(compiled, state, x, backend, step):
         got = compiled(state, x)
     _close(got, jax.jit(step)(state, x), TOL[backend])
     return got
+
+
+def test_flax_nnx_decode_auto_placement_on_attacc():
+    """placement="auto" (the default) on the masked decode block: no error
+    (it raised PimCompileError before the unfusable block fell back), the
+    values of jax.jit, and the block's ops say why it was not fused."""
+    from flax import nnx
+    model = nnx.MultiHeadAttention(num_heads=2, in_features=32, qkv_features=32, out_features=32,
+                                   decode=True, rngs=nnx.Rngs(0))
+    model.init_cache((1, 16, 32))
+    graphdef, state = nnx.split(model)
+
+    def step(state, x):
+        m = nnx.merge(graphdef, state)
+        return m(x), nnx.state(m)
+
+    x = jax.random.normal(jax.random.key(4), (1, 1, 32))
+    compiled = pim_jit(step, backend="attacc", tuner=tuner(), **SMALL["attacc"]).lower(state, x).compile()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _close(compiled(state, x), jax.jit(step)(state, x), TOL["attacc"])
+    assert sum("not fused as an attention block" in p.reason for p in compiled.plans) == 6
