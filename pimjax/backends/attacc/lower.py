@@ -805,11 +805,12 @@ def _stats(records: Records, backend: Backend, G: int, meta: dict, op: PimOp) ->
 # --------------------------------------------------------------------------
 # attention: score -> softmax -> context as one program (the AttAcc pipeline)
 # --------------------------------------------------------------------------
-# dtype conversions the softmax unit's datapath performs anyway: FP16 scores
-# in, a float32 softmax, FP16 probabilities out (so `s.astype(float32)` and
-# `p.astype(float16)` around jax's softmax fuse); a bfloat16 or integer
-# conversion would round where the unit does not
-_UNIT_FLOATS = ("float16", "float32", "float64")
+# float conversions around the softmax are the unit's own datapath: FP16
+# scores in, a float32 softmax, FP16 probabilities out (`s.astype(float32)`
+# and `p.astype(float16)` around jax's softmax fuse; a bf16 block's converts
+# are its dtype, which AttAcc computes in FP16 as it does every bf16 op); an
+# integer conversion (rounding the scores) is not something the unit does
+_UNIT_FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
 def _unit_convert(e) -> bool:
