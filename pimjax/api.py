@@ -80,6 +80,11 @@ the backend cannot run stay on the host, and the report says why (a body
 the cores lack, data their arithmetic cannot hold exactly -- integers on
 fp16 / bf16 units, floats on UPMEM --, a 0-d op, a draft space that does
 not lower).  `placement="pim"` turns each of those into a PimCompileError.
+An attention block a family fuses (AttAcc's softmax unit) is placed as
+one op; a candidate it cannot fuse (a mask or bias in the scores) is
+planned op by op -- its products as contractions, its softmax where the
+backend can run it -- and each of its ops' reasons says why it was not
+fused (`_attention_blocks`).
 The host roofline reads and writes every value at its own size, except
 that floats wider than the backend's element are charged at the backend's
 element (an fp16 PIM result is compared with the GPU at equal precision):
@@ -149,6 +154,7 @@ from .trace.builder import dtype_name
 from .trace.evaluate import evaluate_op
 from .trace.frontend import make_graph
 from .trace.ir import PimGraph, PimOp
+from .lower.patterns import score_seq_dim
 
 
 @dataclass
@@ -577,11 +583,33 @@ class Traced:
         return set(self.residency.ids)
 
 
-def _attention_blocks(graph: PimGraph, backend: Backend) -> dict[int, tuple]:
-    """{first op index: block} of the attention blocks a backend fuses
-    (AttAcc's score -> softmax -> context pipeline)."""
-    fn = family_of(backend).attention_blocks if has_family(backend) else None
-    return fn(graph) if fn is not None else {}
+def _attention_blocks(graph: PimGraph, backend: Backend) -> tuple[dict[int, tuple], dict[int, str]]:
+    """({first op index: block} of the attention blocks a backend fuses
+    (AttAcc's score -> softmax -> context pipeline), {op index: why its
+    block is not fused}).  A candidate the family's `block_operands`
+    refuses (a mask or bias array in the score epilogue, ...) is no block:
+    its ops are planned one by one (the score and context products as
+    GEMVs, the softmax on the host) and their reasons say why."""
+    family = family_of(backend) if has_family(backend) else None
+    if family is None or family.attention_blocks is None:
+        return {}, {}
+    blocks, unfused = {}, {}
+    for first, block in family.attention_blocks(graph).items():
+        try:
+            family.block_operands([graph.ops[i] for i in block])
+        except PimCompileError as err:
+            why = f"not fused as an attention block (ops {', '.join(map(str, block))}): {err}"
+            unfused.update({i: why for i in block})
+        else:
+            blocks[first] = block
+    return blocks, unfused
+
+
+def _note_unfused(plans: list, unfused: dict[int, str]) -> list:
+    """`plans` with each op of an unfused attention block's reason prefixed
+    by why the block was not fused."""
+    return [replace(p, reason=f"{unfused[p.index]}; {p.reason}")
+            if p.index in unfused and not p.reason.startswith(unfused[p.index]) else p for p in plans]
 
 
 def _attention_ops(graph: PimGraph, block: tuple, backend: Backend, shapes: dict):
@@ -617,7 +645,7 @@ def _predict_attention(graph, block, backend, tuner, shapes, dtypes, resident_id
     ops, h_ns, fused = _attention_ops(graph, block, backend, shapes)
     score, ctx = ops[0], ops[-1]
     eb = host_bytes(graph, backend)
-    n_var = next(v for v in (score.result.index_map[-1].single_var,) if v)
+    n_var = score.result.index_map[score_seq_dim(ops)].single_var      # the sequence the softmax reduces
     seq_sets = [i for i, s in enumerate(dimension_sets(score)) if n_var in s.vars or s.reduction]
 
     def keep(table):          # a head's sequence and head dim stay in one channel (the softmax unit)
@@ -706,7 +734,7 @@ def predict_plans(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids:
     tck = float(backend.timing.tCK)
     appends = appends or {}
     plans = []
-    blocks = _attention_blocks(graph, backend)
+    blocks, unfused = _attention_blocks(graph, backend)
     in_block = {i for b in blocks.values() for i in b}
     for i, op in enumerate(graph.ops):
         if i in blocks:
@@ -730,13 +758,18 @@ def predict_plans(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids:
                 _refuse(op, backend, why)
             plans.append(OpPlan(i, op, "host", why, h_ns))
             continue
-        data = [dtypes[a.value] for a in op.operands if a.index_map] + [dtypes[op.result.value]]
+        # a reduction's or contraction's epilogue runs at the host merge (every family's read-back:
+        # `Readback.epilogue_on_host`), so an operand only it reads (a causal mask's int32 iota)
+        # never reaches the PIM units' arithmetic
+        body = set(op.body_operands) if op.kind in ("reduction", "contraction") else set(range(len(op.operands)))
+        data = [dtypes[a.value] for k, a in enumerate(op.operands) if a.index_map and k in body] + \
+            [dtypes[op.result.value]]
         ok, why = op_support(op, backend, dtype=data)
         if ok and (no_family := missing_family(backend)):
             ok, why = False, no_family
         if not ok:
             if placement == "pim":
-                _refuse(op, backend, why)
+                _refuse(op, backend, f"{unfused[i]}; {why}" if i in unfused else why)
             plans.append(OpPlan(i, op, "host", why, h_ns))
             continue
         res = tuple(k for k, a in enumerate(op.operands) if a.value in resident_ids)
@@ -748,14 +781,14 @@ def predict_plans(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids:
             proposal, why = None, f"cannot lower: {err}"
         if proposal is None:
             if placement == "pim":
-                _refuse(op, backend, why)
+                _refuse(op, backend, f"{unfused[i]}; {why}" if i in unfused else why)
             plans.append(OpPlan(i, op, "host", why, h_ns))
             continue
         where, why = _predicted_placement(proposal.predicted_cycles * tck, h_ns, placement, backend)
         plans.append(_with_appends(OpPlan(i, op, where, why, h_ns, proposal.draft, None,
                                           proposal.predicted_cycles, None, res, proposal=proposal),
                                    {a.value for a in op.operands}, appends))
-    return plans
+    return _note_unfused(plans, unfused)
 
 
 def _with_appends(p: OpPlan, reads: set, appends: dict) -> OpPlan:
@@ -820,7 +853,7 @@ def verify_plans(graph: PimGraph, backend: Backend, tuner: Tuner, plans: list[Op
                                   f"PIM {pim_ns:,.0f} ns (rearrangement included)")
         out.append(OpPlan(p.index, op, where, why, h_ns, choice.draft, choice.program,
                           choice.predicted_cycles, choice, res, proposal=p.proposal))
-    return out
+    return _note_unfused(out, _attention_blocks(graph, backend)[1])
 
 
 def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = frozenset(),

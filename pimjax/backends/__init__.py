@@ -53,12 +53,14 @@ class Family:
     sweep:    (program, backends_stacked, **kw) -> CycleReport: the own time
               model over stacked variants (None: the engines' `sweep`).
     attention_blocks: graph -> {first op index: block op indices} of the
-              attention blocks the family fuses into one program (AttAcc's
-              softmax unit), or None.
+              candidate attention blocks the family may fuse into one
+              program (AttAcc's softmax unit), or None.
     lower_block: (ops, draft, backend, shapes, **options) -> Program for
               such a block, or None.
     block_operands: ops -> the fused block's PimOp (its operands are the
-              block's inputs), or None.
+              block's inputs), or None; raises PimCompileError (the reason)
+              for a candidate the hardware cannot fuse, whose ops `api` then
+              plans one by one.
     timing_classes: {opcode: names of its timing-class flags} of the
               family's own commands (its `isa.py`), which the DRAM engines
               read (`pimjax.sim.timing.CLASS_TABLE`).

@@ -9,7 +9,13 @@
     p = e / z        (elementwise)
     o = p . V        (contraction over the last dim of p)
 
-with every intermediate used only inside the block.  AttAcc runs such a
+with every intermediate used only inside the block.  The max, the sum and
+the context reduce the same dim of s, e and p (the sequence), followed
+through the elementwise ops' reads: jax folds an einsum's output transpose
+into them (gemma's "BTKGH,BSKH->BTKGS" stores s as [B, K, S, T, G]), so
+the sequence need not be s's last dim.  A match is a candidate: the
+score's epilogue (a scale, a mask, a bias) is the backend's to judge
+(`backends.attacc.lower.attention_op`).  AttAcc runs such a
 block as one program per head group (`backends.attacc.lower.lower_attention`).
 """
 from __future__ import annotations
@@ -36,12 +42,39 @@ def _arg_value(op: PimOp, e) -> int | None:
     return op.operands[e.index].value if isinstance(e, Arg) else None
 
 
-def _last_var(op: PimOp, value: int) -> str | None:
-    """The single variable indexing the last dim of `value` in `op`."""
+def read_vars(op: PimOp, value: int) -> list | None:
+    """The variables indexing each dim of `value` as `op` reads it (None
+    for a dim read otherwise than by one plain variable), or None when
+    `op` does not read `value`."""
     for acc in op.operands:
         if acc.value == value and acc.index_map:
-            return acc.index_map[-1].single_var
+            return [e.single_var for e in acc.index_map]
     return None
+
+
+def reduced_dim(op: PimOp, value: int) -> int | None:
+    """The one dim of `value` that `op` reads with a reduction variable
+    (None unless exactly one is)."""
+    rv = read_vars(op, value)
+    dims = [i for i, v in enumerate(rv or ()) if v in op.reduction_vars]
+    return dims[0] if len(dims) == 1 else None
+
+
+def dim_map(op: PimOp, value: int) -> list | None:
+    """For each dim of `op`'s result, the dim of `value` it reads with the
+    same variable (None where none does); None unless the result and the
+    read are indexed by plain variables (a transpose folded into a read is
+    a permutation here)."""
+    rv = read_vars(op, value)
+    res = [e.single_var for e in op.result.index_map]
+    if rv is None or None in rv or None in res:
+        return None
+    return [rv.index(v) if v in rv else None for v in res]
+
+
+def score_seq_dim(block_ops) -> int:
+    """The sequence dim of a matched block's score (the dim its max reduces)."""
+    return reduced_dim(block_ops[1], block_ops[0].result.value)
 
 
 def _max_epilogue_ok(op: PimOp) -> bool:
@@ -106,8 +139,14 @@ def match_attention(graph: PimGraph) -> list[tuple[int, ...]]:
             continue
         if not (s_op.kind == "contraction" and len(s_op.reduction_vars) == 1):
             continue
-        # the reductions run over the last dim of s (the sequence)
-        if _last_var(m_op, s_v) not in m_op.reduction_vars or _last_var(z_op, summed) not in z_op.reduction_vars:
+        # the max, the sum and the context reduce the same dim of s, e and p (the sequence),
+        # followed through the elementwise reads (a transpose jax folded into them permutes dims)
+        ds = reduced_dim(m_op, s_v)
+        e_from_s, p_from_e = dim_map(e_op, s_v), dim_map(op, num)
+        if ds is None or len(m_op.reduction_vars) != 1 or e_from_s is None or ds not in e_from_s:
+            continue
+        de = e_from_s.index(ds)
+        if reduced_dim(z_op, summed) != de or p_from_e is None or de not in p_from_e:
             continue
         p_v = op.result.value
         ctx = [c for c in consumers.get(p_v, ())]
@@ -115,7 +154,7 @@ def match_attention(graph: PimGraph) -> list[tuple[int, ...]]:
             continue
         i_ctx = ctx[0]
         c_op = graph.ops[i_ctx]
-        if len(c_op.reduction_vars) != 1 or _last_var(c_op, p_v) not in c_op.reduction_vars:
+        if len(c_op.reduction_vars) != 1 or reduced_dim(c_op, p_v) != p_from_e.index(de):
             continue
         cvt = () if i_cvt is None else (i_cvt,)
         block = (i_score, i_max, i_exp) + cvt + (i_sum, i_div, i_ctx)

@@ -16,8 +16,10 @@ from .lower import DEFAULT_OPTIONS, attention_op, lower_attacc, lower_attention
 
 
 def attention_blocks(graph) -> dict:
-    """{first op index: block op indices} of the attention blocks AttAcc
-    fuses into one program (score -> softmax -> context)."""
+    """{first op index: block op indices} of the score -> softmax ->
+    context blocks (`patterns.match_attention`); `attention_op` refuses
+    those AttAcc's softmax unit cannot run (a mask or bias in the score
+    epilogue: see `lower._epilogue_scale`)."""
     return {b[0]: b for b in match_attention(graph)}
 
 

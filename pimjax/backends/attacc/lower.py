@@ -69,6 +69,7 @@ from ...partition.draft import Draft
 from ...partition.verify import matrix_and_vector
 from ...trace.ir import Access, Acc, Arg, Const, LoopVar, PimOp, Prim
 from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
+from ...lower.patterns import dim_map, score_seq_dim
 from ...lower.program import (Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, bank_order,
                       stack_streams, streamed)
 from ...lower.tiles import CoreTiles, core_tiles
@@ -375,10 +376,18 @@ class _Gemv:
     start: np.ndarray
     size: np.ndarray
     order_is: bool
+    n_store: int | None = None   # distinct matrices stored (< n_b when instances share one: GQA)
 
     @property
     def v_total(self) -> int:
-        return int(self.size.sum()) * self.n_b
+        return int(self.size.sum()) * (self.n_b if self.n_store is None else self.n_store)
+
+    def shared(self, which: np.ndarray) -> "_Gemv":
+        """The plan with instance b reading stored matrix `which[b]` (the
+        query heads of one KV head read its K / V once stored)."""
+        n_store = int(which.max()) + 1 if len(which) else 0
+        return _Gemv(self.mode, len(which), self.n_v, self.n_o, self.n_r, self.E, self.KI, self.t_in,
+                     self.t_out, self.start[which], self.size, self.order_is, n_store)
 
     def ke(self, i: int) -> int:
         """Entries of input tile i."""
@@ -796,20 +805,64 @@ def _stats(records: Records, backend: Backend, G: int, meta: dict, op: PimOp) ->
 # --------------------------------------------------------------------------
 # attention: score -> softmax -> context as one program (the AttAcc pipeline)
 # --------------------------------------------------------------------------
+# float conversions around the softmax are the unit's own datapath: FP16
+# scores in, a float32 softmax, FP16 probabilities out (`s.astype(float32)`
+# and `p.astype(float16)` around jax's softmax fuse; a bf16 block's converts
+# are its dtype, which AttAcc computes in FP16 as it does every bf16 op); an
+# integer conversion (rounding the scores) is not something the unit does
+_UNIT_FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+
+def _unit_convert(e) -> bool:
+    return (isinstance(e, Prim) and e.name == "convert_element_type" and len(e.args) == 1
+            and str(np.dtype(e.param("new_dtype", "float32"))) in _UNIT_FLOATS)
+
+
+def _strip_unit_converts(e):
+    while _unit_convert(e):
+        e = e.args[0]
+    return e
+
+
 def _epilogue_scale(op: PimOp) -> float:
-    """The scalar the score epilogue multiplies by (1 / c for `acc / c`)."""
+    """The constant the score epilogue multiplies the accumulator by (1 / c
+    for `acc / c`; float conversions around either are the unit's own).
+    Anything else -- a mask (`where`), an additive bias, a scale read from
+    an array -- is no work for AttAcc's softmax unit, which only scales by
+    a constant before its softmax: PimCompileError saying so."""
     ep = op.epilogue
     if ep is None:
         return 1.0
-    if isinstance(ep, Prim) and len(ep.args) == 2:
-        a, b = ep.args
-        if ep.name == "div" and isinstance(a, Acc) and isinstance(b, Const):
+    e = _strip_unit_converts(ep)
+    if isinstance(e, Acc):
+        return 1.0
+    if isinstance(e, Prim) and len(e.args) == 2:
+        a, b = (_strip_unit_converts(x) for x in e.args)
+        if e.name == "div" and isinstance(a, Acc) and isinstance(b, Const):
             return 1.0 / float(b.value)
-        if ep.name == "mul" and isinstance(a, Acc) and isinstance(b, Const):
+        if e.name == "mul" and isinstance(a, Acc) and isinstance(b, Const):
             return float(b.value)
-        if ep.name == "mul" and isinstance(b, Acc) and isinstance(a, Const):
+        if e.name == "mul" and isinstance(b, Acc) and isinstance(a, Const):
             return float(a.value)
-    raise PimCompileError("attacc attention: the score epilogue must scale by a constant")
+    raise PimCompileError(f"attacc attention: the score epilogue ({_epilogue_words(ep)}) is not a scale "
+                          "by a constant, the only thing AttAcc's softmax unit applies before its softmax")
+
+
+def _epilogue_words(e) -> str:
+    """What a score epilogue does, in words (for the reason a block is not fused)."""
+    names, arrays = set(), 0
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Prim):
+            names.add({"select_n": "a mask (where)", "add": "an addition", "sub": "a subtraction"}
+                      .get(x.name, x.name))
+            stack.extend(x.args)
+        elif not isinstance(x, (Acc, Const)):
+            arrays += 1
+    names.discard("convert_element_type")
+    reads = f", reading {arrays} array operand{'s' * (arrays != 1)}" if arrays else ""
+    return ", ".join(sorted(names)) + reads
 
 
 def _two_operands(op: PimOp) -> tuple[int, int]:
@@ -842,18 +895,30 @@ def _attention_parts(block_ops) -> _Attention:
     if len(block_ops) not in (6, 7):
         raise PimCompileError("attacc attention: a block is (score, max, exp, [convert,] sum, div, context)")
     S, D, X = block_ops[0], block_ops[-2], block_ops[-1]
+    for o in block_ops[1:-1]:
+        stack = [o.body, o.epilogue]
+        while stack:
+            e = stack.pop()
+            if isinstance(e, Prim):
+                if e.name == "convert_element_type" and not _unit_convert(e):
+                    raise PimCompileError(f"attacc attention: {o.name} converts to {e.param('new_dtype')}; "
+                                          "the softmax unit computes in float32 and writes FP16")
+                stack.extend(e.args)
     if X.epilogue is not None:
         raise PimCompileError("attacc attention: an epilogue after the context product stays on the host")
     a, b = _two_operands(S)
     res_vars = [e.single_var for e in S.result.index_map]
     if None in res_vars:
         raise PimCompileError("attacc attention: the score must be indexed by plain variables")
-    n = res_vars[-1]
+    ds = score_seq_dim(block_ops)
+    if ds is None:
+        raise PimCompileError("attacc attention: the softmax must reduce one dim of the score")
+    n = res_vars[ds]
     ki, qi = (a, b) if n in S.operands[a].vars else (b, a)
     if n in S.operands[qi].vars or len(S.reduction_vars) != 1:
         raise PimCompileError("attacc attention: the score must be q . K over one head dimension")
     dk = S.reduction_vars[0]
-    bh = [v for v in (lv.name for lv in S.loop_vars) if v in res_vars[:-1]]
+    bh = [v for v in (lv.name for lv in S.loop_vars) if v in res_vars and v != n]
     c1, c2 = _two_operands(X)
     pi, vi = (c1, c2) if X.operands[c1].value == D.result.value else (c2, c1)
     if X.operands[pi].value != D.result.value:
@@ -861,7 +926,11 @@ def _attention_parts(block_ops) -> _Attention:
     p_vars = [e.single_var for e in X.operands[pi].index_map]
     if None in p_vars or len(p_vars) != len(res_vars):
         raise PimCompileError("attacc attention: the context must read p with plain variables")
-    c2s = dict(zip(p_vars, res_vars))
+    # p's dims -> the score's, through the exp and div reads (jax folds transposes into them)
+    e_from_s, p_from_e = dim_map(block_ops[2], S.result.value), dim_map(D, block_ops[2].result.value)
+    if e_from_s is None or p_from_e is None or None in p_from_e or None in (e_from_s[j] for j in p_from_e):
+        raise PimCompileError("attacc attention: the softmax must read the score element for element")
+    c2s = {p_vars[i]: res_vars[e_from_s[j]] for i, j in enumerate(p_from_e)}
     dv = [v for v in X.operands[vi].vars if v not in p_vars]
     if len(dv) != 1 or X.extents[dv[0]] != S.extents[dk]:
         raise PimCompileError("attacc attention: V needs one value dimension of K's head size")
@@ -878,6 +947,20 @@ def _attention_parts(block_ops) -> _Attention:
                   (X.reduction_vars[0], dk_name), "add", None, None, source=S.source,
                   fused=tuple(op.name for op in block_ops))
     return _Attention(fused, S, X, qi, ki, vi, bh, n, dk, c2s, _epilogue_scale(S))
+
+
+def _stored_instance(bh: list, box: dict, read: set) -> np.ndarray:
+    """[head steps] the stored matrix each head step (C order over the
+    `bh` variables' local extents) reads: the ravelled index over the
+    variables the matrix reads, so steps differing only in others share."""
+    ext = [int(box[v]) for v in bh]
+    if not bh:
+        return np.zeros(1, np.int64)
+    coords = np.unravel_index(np.arange(int(np.prod(ext, dtype=np.int64))), ext)
+    keep = [i for i, v in enumerate(bh) if v in read]
+    if not keep:
+        return np.zeros(len(coords[0]), np.int64)
+    return np.ravel_multi_index(tuple(coords[i] for i in keep), tuple(ext[i] for i in keep)).astype(np.int64)
 
 
 def attention_op(block_ops) -> PimOp:
@@ -932,10 +1015,18 @@ def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | No
     n_n, n_d = box[n], box[dk]
     cap = backend.core.n_input_regs
     lay_is = lambda E: bool(opts["data_block_layout"]) and -(-E // cap) > 1  # noqa: E731
-    gs = _plan(TREE, n_b, 1, n_n, n_d, cap, lay_is(-(-n_d // LANES)), opts["gb_tile"])
-    gc = _plan(MACMODE, n_b, 1, n_d, n_n, cap, lay_is(-(-n_n // LANES)), opts["gb_tile"])
-    rows_k = int(geo.address(max(gs.v_total - 1, 0))[1]) + 1
     K, V, q = S.operands[at.ki], X.operands[at.vi], S.operands[at.qi]
+    # grouped-query attention: head steps that differ only in variables K
+    # (V) does not read -- the query heads of one KV head -- read one stored
+    # copy of K (V): the unit runs a score / context GEMV per query head over
+    # the same rows
+    k_store = _stored_instance(bh, box, set(K.vars))
+    v_store = _stored_instance(bh, box, {at.c2s[v] for v in V.vars})
+    gs = _plan(TREE, int(k_store.max()) + 1, 1, n_n, n_d, cap, lay_is(-(-n_d // LANES)),
+               opts["gb_tile"]).shared(k_store)
+    gc = _plan(MACMODE, int(v_store.max()) + 1, 1, n_d, n_n, cap, lay_is(-(-n_n // LANES)),
+               opts["gb_tile"]).shared(v_store)
+    rows_k = int(geo.address(max(gs.v_total - 1, 0))[1]) + 1
     k_vars, v_vars = tuple(bh + [n, dk]), tuple(bh_c + [dv, n_c])
     k_layout = tile_layout(ts, "K", 1, k_vars, K.index_map, shapes[K.value], _matrix_positions(gs, geo, 0),
                            tuple(box[v] for v in k_vars))
