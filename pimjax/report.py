@@ -27,7 +27,7 @@ import numpy as np
 
 from .backends import baseline, family_of
 from .errors import PimCompileError
-from .hw.peaks import derived_peaks
+from .hw.peaks import derived_peaks, describe_system, system_line
 from .lower import lower
 from .partition.dimsets import dimension_sets
 from .partition.draft import Draft
@@ -147,6 +147,8 @@ class Report:
     ops: list = field(default_factory=list)
     figures: str = "simulated"
     cost_model: str = ""          # which model ranked the drafts (`Tuner.model_source`)
+    system: dict = field(default_factory=dict)   # `hw.describe_system`: the PIM system and the GPU compared with
+    system_text: str = ""                        # the same in one line (`hw.system_line`)
 
     # -- totals ------------------------------------------------------------
     @property
@@ -199,7 +201,7 @@ class Report:
             ops.append({k: _none_if_nan(v) for k, v in d.items()})
         total = self.total_ns
         top = {"figures": self.figures, "backend": self.backend, "host": self.host, "clock_ghz": self.clock_ghz,
-               "cost_model": self.cost_model,
+               "cost_model": self.cost_model, "system": self.system,
                "total_ns": total, "pim_cycles": self.pim_cycles, "pim_ns": self.pim_ns, "host_ns": self.host_ns,
                "gpu_ns": self.gpu_ns, "speedup_gpu": self.gpu_ns / total if total else float("nan"),
                "resident_ns": self.resident_ns, "energy_pj": self.energy_pj}
@@ -208,7 +210,7 @@ class Report:
     def table(self):
         from rich.table import Table
         t = Table(title=f"pimjax on {self.backend} (host {self.host}, {self.clock_ghz:.3g} GHz PIM clock; "
-                        f"{self.figures} figures)")
+                        f"{self.figures} figures)" + (f"\n{self.system_text}" if self.system_text else ""))
         for col in ("#", "op", "on", "draft / reason", "cycles", "ns", "rearr/comp/rb/merge %",
                     "GB/s (int %peak)", "energy nJ", "vs GPU", "vs baseline"):
             t.add_column(col, justify="right" if col in ("#", "cycles", "ns", "GB/s (int %peak)", "energy nJ",
@@ -291,7 +293,8 @@ def build_report(stage, figures: str = "simulated") -> Report:
     tck = float(be.timing.tCK)
     traced = stage.traced if hasattr(stage, "traced") else stage.lowered.traced
     rep = Report(be.name, be.system.host.name, 1.0 / tck, figures=figures,
-                 cost_model=traced.owner.tuner.model_source(be))
+                 cost_model=traced.owner.tuner.model_source(be), system=describe_system(be),
+                 system_text=system_line(be))
     shapes = {i: v.shape for i, v in enumerate(stage.graph.values)}
     peaks = derived_peaks(be)
     nan = float("nan")
