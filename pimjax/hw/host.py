@@ -1,7 +1,11 @@
-"""Host roofline models: the GPU / CPU a PIM system is attached to and compared with.
+"""Host models: the GPU / CPU a PIM system is attached to and compared with.
 
-Each function returns a `HostModel` (core.py): time = max(bytes / (mem_bandwidth *
-bandwidth_efficiency), flops / (peak_flops * flops_efficiency)) + launch_overhead_ns.
+Each function returns a `HostModel` (core.py) whose roofline is time = max(bytes /
+(mem_bandwidth * bandwidth_efficiency), flops / (peak_flops * flops_efficiency)) +
+launch_overhead_ns, and whose `model` names how baseline ops are timed (`gpu.py`:
+"roofline", "dcc", "attacc", "occupancy"; `GPU_MODEL_FACTORS` gives each model's
+efficiencies and launch).  `gpu_on(gpu, GB/s, model)` is the GPU on a PIM system's own
+memory, the fair partner the presets compare with (`System.gpu`).
 Units: peak_flops in FLOP/s, mem_bandwidth in bytes/s, launch_overhead_ns in ns,
 staging_buffer_bytes in bytes.  Every number carries its source; "assumption:" marks
 values no source gives.
