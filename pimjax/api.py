@@ -634,9 +634,10 @@ def _refuse(op: PimOp, backend: Backend, why: str):
 def plans_text(graph: PimGraph, backend: Backend, plans: list[OpPlan]) -> str:
     """Per op its text, then where it runs and why; PIM ops with their draft
     and, once compiled, their program (else the predicted cycles)."""
+    from .hw.peaks import system_line
     from .report import describe_draft
     from .trace.text import op_text
-    lines = []
+    lines = [f"# {system_line(backend)}"]          # the system and the GPU "vs GPU" means
     for p in plans:
         lines.append(op_text(graph, p.op))
         if p.placement == "pim" or (p.placement == "host" and p.program is None and p.draft is not None):

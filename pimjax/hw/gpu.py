@@ -66,6 +66,9 @@ ATTACC_ACT_FIXED_NS = 8.29e3                  #   1555 GB/s (scaled by 1555 GB/s
 ATTACC_NORM_NS_PER_BYTE_1555 = 0.0000016e3    # devices.py, LayerType.NORM: 0.0000016 us/B (same scaling)
 ATTACC_NORM_FIXED_NS = 6.87e3                 #   + 6.87 us
 ATTACC_FIT_BANDWIDTH = 1555e9                 # devices.py: the A100-40GB bandwidth the ACT / NORM fits were taken on
+NVLINK_STEP_NS = 6060.0           # devices.py _io_time_energy get_nvlink_time ("interpolation of real data on A100"):
+NVLINK_NS_PER_BYTE = 0.009        #   6060 ns + 0.009 ns/B x (600 GB/s / link) per step, at least size / (link / 2)
+NVLINK3_GBPS = 600.0              # config.py A100a INTERFACE_BW: NVLink3 600 GB/s (A100 whitepaper)
 
 
 def _f(x) -> float:
@@ -210,11 +213,26 @@ def attention_ns(host, heads: int, d: int, L: int, batch: int = 1, elem_bytes: i
     return t
 
 
+def allreduce_ns(host, bytes_per_gpu: float, gpus: int, link_GBps: float = NVLINK3_GBPS) -> float:
+    """ns of a tensor-parallel all-reduce of `bytes_per_gpu` (each GPU's partial
+    result) over `gpus` GPUs on NVLink of `link_GBps`: AttAcc's measured-A100 fit
+    (devices.py get_nvlink_time): (gpus - 1) steps of max(6060 + 0.009 x chunk x
+    600 / link, chunk / (link / 2)) ns, chunk = bytes / gpus.  The same for every
+    model (a measured figure; 0 for one GPU).  `host` is unused, for symmetry."""
+    if gpus <= 1:
+        return 0.0
+    chunk = bytes_per_gpu / gpus
+    bw = link_GBps * 1e9
+    step = max((NVLINK_STEP_NS + NVLINK_NS_PER_BYTE * chunk * (600e9 / bw)), chunk / (bw / 2) * 1e9)
+    return step * (gpus - 1)
+
+
 def gpu_time(host, kind: str, **shape) -> float:
     """ns of one op on `host`'s model, by kind: "gemm" / "gemv" (gemm_ns's m, n, k,
     batch, elem_bytes; a "gemv" defaults m = 1), "attention" (attention_ns's heads,
     d, L, batch, elem_bytes, softmax) or "elementwise" (elementwise_ns's bytes_moved,
-    flops, outputs, reduction, kind as `op`).
+    flops, outputs, reduction, kind as `op`) or "allreduce" (allreduce_ns's
+    bytes_per_gpu, gpus, link_GBps).
 
     >>> from pimjax.hw.host import a100
     >>> round(gpu_time(a100("hbm3", model="roofline"), "gemv", n=4096, k=4096))
@@ -230,7 +248,10 @@ def gpu_time(host, kind: str, **shape) -> float:
         if "op" in shape:
             shape["kind"] = shape.pop("op")
         return elementwise_ns(host, **shape)
-    raise ValueError(f"gpu_time kind {kind!r}: valid kinds are ['attention', 'elementwise', 'gemm', 'gemv']")
+    if kind == "allreduce":
+        return allreduce_ns(host, **shape)
+    raise ValueError(f"gpu_time kind {kind!r}: valid kinds are "
+                     f"['allreduce', 'attention', 'elementwise', 'gemm', 'gemv']")
 
 
 def _occupied_ns(host, bytes_moved: float, flops: float, blocks: int) -> float:

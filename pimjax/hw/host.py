@@ -119,7 +119,7 @@ def a100(memory="hbm2e", model: str = "roofline") -> HostModel:
                                            "hbm-pim": A100_ON_HBM_PIM_BANDWIDTH}, "a100")
     bw_eff, flops_eff, launch = _model_factors(model, "a100")
     return HostModel(
-        name=f"A100-80GB ({label})" if model == "roofline" else f"A100-80GB ({label}, {model} model)",
+        name=f"A100-80GB ({label})",         # the model is a field of its own (HostModel.model)
         peak_flops=A100_PEAK_FP16_FLOPS,
         mem_bandwidth=bw,
         flops_efficiency=flops_eff,
@@ -202,7 +202,7 @@ def rtx2060(memory="gddr6", model: str = "roofline") -> HostModel:
     bw_eff, flops_eff, launch = ((RTX2060_BW_EFFICIENCY, RTX2060_FLOPS_EFFICIENCY, RTX2060_LAUNCH_NS)
                                  if model == "roofline" else _model_factors(model, "rtx2060"))
     return HostModel(
-        name="RTX 2060" if memory == "gddr6" and model == "roofline" else f"RTX 2060 ({label}, {model} model)",
+        name="RTX 2060" if memory == "gddr6" else f"RTX 2060 ({label})",
         peak_flops=RTX2060_TENSOR_CORES * RTX2060_FP16_FMA_PER_TC * 2 * RTX2060_BOOST_GHZ * 1e9,
         mem_bandwidth=bw,
         flops_efficiency=flops_eff,

@@ -58,6 +58,22 @@ def test_attacc_model_fc_matches_attacc_md():
     assert gemm_ns(gpu, 1, 4096, 4096) == pytest.approx(12_400, rel=0.10)
 
 
+def test_attacc_model_allreduce_and_act_norm_match_attacc_md():
+    """attacc.md: all-reduce 3.400 ms and activation + norms 0.883 ms per token (40 layers): two
+    all-reduces of the 5120-wide FP16 row per layer on 8 GPUs, a GELU over 4 x 640 and two layer
+    norms over 5120 (AttAcc's ACT / NORM bytes: in + out, and in + in + out)."""
+    from pimjax.hw import allreduce_ns, elementwise_ns
+    gpu = _attacc_gpu()
+    ar = LAYERS * 2 * allreduce_ns(gpu, D_MODEL * 2, TP)
+    assert ar / 1e6 == pytest.approx(3.400, rel=0.10)
+    assert allreduce_ns(gpu, D_MODEL * 2, TP) == pytest.approx(7 * (6060 + 0.009 * D_MODEL * 2 / TP))
+    ff = 4 * D_MODEL // TP
+    act = elementwise_ns(gpu, 2 * ff * 2, 8 * ff, outputs=ff, kind="act")
+    norm = elementwise_ns(gpu, 3 * D_MODEL * 2, 5 * D_MODEL, outputs=D_MODEL, kind="norm")
+    assert LAYERS * (act + 2 * norm) / 1e6 == pytest.approx(0.883, rel=0.10)
+    assert allreduce_ns(gpu, 1 << 20, 1) == 0.0
+
+
 def test_attacc_model_fc_occupancy_follows_its_tiles():
     """An FC layer's thread blocks are its L1 tiles: QKV (1 x 1920 over 5120) fills 240 blocks of
     1 x 8 -> 240 / 324 of the SMs' time; the bandwidth term is the weights + vector + output."""
