@@ -2,10 +2,12 @@
 
 Per op: placement and reason, the chosen draft in words, cycles and ns with
 the rearrangement / compute / read-back / merge breakdown, energy, and the
-speedup over the GPU-only roofline and over the backend's baseline mapping.
-Totals: PIM ops at their simulated time plus host ops at their roofline
-time, against the GPU-only time of every op.  `print(report)` renders a
-rich table; `report.to_dict()` gives plain numbers for notebooks.
+speedup over the GPU-only run and over the backend's baseline mapping.
+Totals: PIM ops at their simulated time plus host ops on the GPU model of
+`System.baseline` (the GPU on the PIM system's memory, `hw/gpu.py`), against
+the GPU-only time of every op.  The header states the system (`system`,
+`system_text`: `hw.describe_system` / `hw.system_line`).  `print(report)`
+renders a rich table; `report.to_dict()` gives plain numbers for notebooks.
 
 Derived figures (DESIGN.md "every report ... gives derived figures"): per
 PIM op the bytes moved over the host link each way, the operand bytes (every

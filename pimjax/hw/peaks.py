@@ -137,5 +137,5 @@ def system_line(backend: Backend) -> str:
             f"{d['external_GBps']:,.1f} GB/s | vs {g['name']}: {g['model']} model, "
             f"{num(g['bandwidth_GBps']):,.1f} GB/s x {num(g['bandwidth_efficiency']):.2f}, "
             f"{num(g['peak_TFLOPs']):,.1f} TFLOP/s x {num(g['flops_efficiency']):.2f}, launch "
-            f"{num(g['launch_ns']):,.0f} ns, {g['sms']} SMs"
+            f"{num(g['launch_ns']):,.0f} ns" + (f", {g['sms']} SMs" if g["sms"] else "")
             + ("" if d["same_memory"] else " (NOT the PIM system's memory: the comparison is not like for like)"))
