@@ -30,6 +30,11 @@ CASES = {
 }
 
 
+# the systems the hash was taken on: AttAcc's reference-simulator stack (16 channels), pinned so a
+# change of the preset's default system cannot move the hash silently
+OPTIONS = {"attacc": dict(system="reference", stacks=1)}
+
+
 def _digest(h, value) -> None:
     """Feed every leaf of a report (a pytree) into the hash, in a fixed order."""
     import jax
@@ -48,7 +53,7 @@ def case_hash(backend_name: str, kernel: str, shape, per_case: int) -> tuple[str
     from pimjax.errors import PimCompileError
     from pimjax.hw import get_backend
     from pimjax.sim.cycles import cycles
-    backend = get_backend(backend_name)
+    backend = get_backend(backend_name, **OPTIONS.get(backend_name, {}))
     case = make_case(backend, kernel, shape)
     table = case_drafts(case, backend)
     h = hashlib.sha256()

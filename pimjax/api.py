@@ -28,12 +28,18 @@ Calling the `PimFunction` runs trace -> lower -> compile -> call.
 strict JSON (a figure that does not exist, or is not known on these
 figures, is None).  Cycles count the PIM command clock (`clock_ghz` =
 1 / tCK, GHz); times are ns (`cycles / clock_ghz` for PIM ops; host ops
-on the host roofline); energy pJ; bytes; GB/s = bytes / ns.
+on the GPU model of `backend.system.baseline` -- "the host roofline" below --,
+the GPU on the same memory system in the presets, `pimjax/hw/gpu.py`);
+energy pJ; bytes; GB/s = bytes / ns.
 
   figures        "predicted" (Lowered: the cost model's cycles of each PIM
                  op's predicted best draft) or "simulated" (Compiled: the
                  chosen programs simulated)
   backend, host  the backend preset and the host model names
+  system         the PIM system and the GPU it is compared with
+                 (`pimjax.hw.describe_system`: stacks / devices, channels,
+                 internal and external GB/s; the GPU's name, model, GB/s,
+                 efficiencies, launch ns)
   clock_ghz      the PIM command clock (GHz)
   pim_cycles     cycles of the ops placed on PIM (a fused block once);
                  None in the predicted figures when an op has no
@@ -616,14 +622,14 @@ def _attention_ops(graph: PimGraph, block: tuple, backend: Backend, shapes: dict
     """(ops, host roofline ns of the block, the fused op) of an attention block."""
     ops = [graph.ops[i] for i in block]
     eb = host_bytes(graph, backend)
-    h_ns = sum(host_time(o, backend.system.host, shapes, eb) for o in ops)
+    h_ns = sum(host_time(o, backend.system.baseline, shapes, eb) for o in ops)
     return ops, h_ns, family_of(backend).block_operands(ops)   # operands (q, K, V), the context result
 
 
 def _predicted_placement(pred_ns: float, h_ns: float, placement: str, backend: Backend,
                          what: str = "PIM") -> tuple[str, str]:
     """(placement, reason) on the predicted figures (the `Lowered` view)."""
-    host = backend.system.host.name
+    host = backend.system.baseline.name
     if placement != "auto":
         pred = "no prediction" if np.isnan(pred_ns) else f"predicted {pred_ns:,.0f} ns"
         return "pim", f"placement={placement!r}: on PIM ({pred}; the {host} roofline {h_ns:,.0f} ns)"
@@ -665,7 +671,7 @@ def _predict_attention(graph, block, backend, tuner, shapes, dtypes, resident_id
     if proposal is None:
         if placement == "pim":
             _refuse(score, backend, why)
-        return [OpPlan(i, graph.ops[i], "host", why, host_time(graph.ops[i], backend.system.host, shapes, eb))
+        return [OpPlan(i, graph.ops[i], "host", why, host_time(graph.ops[i], backend.system.baseline, shapes, eb))
                 for i in block]
     pred_ns = proposal.predicted_cycles * float(backend.timing.tCK)
     where, verdict = _predicted_placement(pred_ns, h_ns, placement, backend, "the attention block on PIM")
@@ -675,7 +681,7 @@ def _predict_attention(graph, block, backend, tuner, shapes, dtypes, resident_id
                       None, res, block, proposal)
         return [OpPlan(i, graph.ops[i], "fused", f"in the attention block run at op {block[-1]}", 0.0)
                 for i in block[:-1]] + [last]
-    plans = [OpPlan(i, graph.ops[i], "host", why, host_time(graph.ops[i], backend.system.host, shapes, eb))
+    plans = [OpPlan(i, graph.ops[i], "host", why, host_time(graph.ops[i], backend.system.baseline, shapes, eb))
              for i in block]
     plans[-1] = replace(plans[-1], draft=proposal.draft, predicted_cycles=proposal.predicted_cycles,
                         resident=res, block=block, proposal=proposal)
@@ -699,14 +705,14 @@ def _verify_attention(graph, carrier: OpPlan, backend, tuner, shapes, placement:
         _refuse(score, backend, why)
     if choice is None or (placement == "auto" and float(choice.report.total_ns) >= h_ns):
         if choice is not None:
-            why = (f"{backend.system.host.name} roofline {h_ns:,.0f} ns beats the attention block on "
+            why = (f"{backend.system.baseline.name} roofline {h_ns:,.0f} ns beats the attention block on "
                    f"PIM {float(choice.report.total_ns):,.0f} ns")
-        return [OpPlan(i, graph.ops[i], "host", why, host_time(graph.ops[i], backend.system.host, shapes, eb))
+        return [OpPlan(i, graph.ops[i], "host", why, host_time(graph.ops[i], backend.system.baseline, shapes, eb))
                 for i in block]
     # the block runs where its last op (the context product) stood
     pim_ns = float(choice.report.total_ns)
     verdict = (f"beats the roofline {h_ns:,.0f} ns" if pim_ns < h_ns else
-               f"placement={placement!r} (the {backend.system.host.name} roofline: {h_ns:,.0f} ns)")
+               f"placement={placement!r} (the {backend.system.baseline.name} roofline: {h_ns:,.0f} ns)")
     last = OpPlan(block[-1], ctx, "pim",
                   f"attention block (ops {', '.join(map(str, block))}) on PIM {pim_ns:,.0f} ns {verdict}",
                   h_ns, choice.draft, choice.program, choice.predicted_cycles, choice, res, block,
@@ -745,7 +751,7 @@ def predict_plans(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids:
             continue
         if i in in_block:
             continue
-        h_ns = host_time(op, backend.system.host, shapes, eb)
+        h_ns = host_time(op, backend.system.baseline, shapes, eb)
         upd = append_update(op)
         in_place = upd is not None and upd[2] in appends
         if in_place:
@@ -807,7 +813,7 @@ def _in_place_ns(graph: PimGraph, op: PimOp, upd: tuple, backend: Backend, eb: d
     base, update, _ = upd
     size = lambda v: int(np.prod(graph.values[v].shape, dtype=np.int64)) * eb[v]   # noqa: E731
     moved = 2 * size(update) + sum(size(a.value) for a in op.operands if a.value not in (base, update))
-    return float(backend.system.host.time_ns(moved, 0))
+    return float(backend.system.baseline.time_ns(moved, 0))
 
 
 def verify_plans(graph: PimGraph, backend: Backend, tuner: Tuner, plans: list[OpPlan],
@@ -841,15 +847,15 @@ def verify_plans(graph: PimGraph, backend: Backend, tuner: Tuner, plans: list[Op
         pim_ns = float(choice.report.total_ns)
         if placement != "auto":
             why = (f"placement={placement!r}: on PIM ({pim_ns:,.0f} ns; the "
-                   f"{backend.system.host.name} roofline {h_ns:,.0f} ns)")
+                   f"{backend.system.baseline.name} roofline {h_ns:,.0f} ns)")
             out.append(OpPlan(p.index, op, "pim", why, h_ns, choice.draft, choice.program,
                               choice.predicted_cycles, choice, res, proposal=p.proposal))
             continue
         if pim_ns < h_ns:
             where, why = "pim", (f"PIM {pim_ns:,.0f} ns (rearrangement included) beats the "
-                                 f"{backend.system.host.name} roofline {h_ns:,.0f} ns")
+                                 f"{backend.system.baseline.name} roofline {h_ns:,.0f} ns")
         else:
-            where, why = "host", (f"{backend.system.host.name} roofline {h_ns:,.0f} ns beats "
+            where, why = "host", (f"{backend.system.baseline.name} roofline {h_ns:,.0f} ns beats "
                                   f"PIM {pim_ns:,.0f} ns (rearrangement included)")
         out.append(OpPlan(p.index, op, where, why, h_ns, choice.draft, choice.program,
                           choice.predicted_cycles, choice, res, proposal=p.proposal))
@@ -872,9 +878,10 @@ def _refuse(op: PimOp, backend: Backend, why: str):
 def plans_text(graph: PimGraph, backend: Backend, plans: list[OpPlan]) -> str:
     """Per op its text, then where it runs and why; PIM ops with their draft
     and, once compiled, their program (else the predicted cycles)."""
+    from .hw.peaks import system_line
     from .report import describe_draft
     from .trace.text import op_text
-    lines = []
+    lines = [f"# {system_line(backend)}"]          # the system and the GPU "vs GPU" means
     for p in plans:
         lines.append(op_text(graph, p.op))
         if p.placement == "pim" or (p.placement == "host" and p.program is None and p.draft is not None):

@@ -2,11 +2,13 @@
 
 Per op: placement and reason, the chosen draft in words, cycles and ns with
 the rearrangement / compute / read-back / merge breakdown, energy, and the
-speedup over the GPU-only roofline and over the backend's baseline mapping.
-Totals: PIM ops at their simulated time plus host ops at their roofline
-time, against the GPU-only time of every op.  `print(report)` renders a
-rich table; `report.to_dict()` gives plain numbers, `report.to_dataframe()`
-a pandas DataFrame (one row per op) for notebooks.
+speedup over the GPU-only run and over the backend's baseline mapping.
+Totals: PIM ops at their simulated time plus host ops on the GPU model of
+`System.baseline` (the GPU on the PIM system's memory, `hw/gpu.py`), against
+the GPU-only time of every op.  The header states the system (`system`,
+`system_text`: `hw.describe_system` / `hw.system_line`).  `print(report)`
+renders a rich table; `report.to_dict()` gives plain numbers,
+`report.to_dataframe()` a pandas DataFrame (one row per op) for notebooks.
 
 Derived figures (DESIGN.md "every report ... gives derived figures"): per
 PIM op the bytes moved over the host link each way, the operand bytes (every
@@ -28,7 +30,7 @@ import numpy as np
 
 from .backends import baseline, family_of
 from .errors import PimCompileError
-from .hw.peaks import derived_peaks
+from .hw.peaks import derived_peaks, describe_system, system_line
 from .lower import lower
 from .partition.dimsets import dimension_sets
 from .partition.draft import Draft
@@ -157,6 +159,8 @@ class Report:
     cost_model: str = ""          # which model ranked the drafts (`Tuner.model_source`)
     resident: dict = field(default_factory=dict)
     per_call: dict = field(default_factory=dict)
+    system: dict = field(default_factory=dict)   # `hw.describe_system`: the PIM system and the GPU compared with
+    system_text: str = ""                        # the same in one line (`hw.system_line`)
 
     # -- totals ------------------------------------------------------------
     @property
@@ -228,7 +232,7 @@ class Report:
         ops = [{k: _none_if_nan(v) for k, v in d.items()} for d in self._op_rows()]
         total = self.total_ns
         top = {"figures": self.figures, "backend": self.backend, "host": self.host, "clock_ghz": self.clock_ghz,
-               "cost_model": self.cost_model,
+               "cost_model": self.cost_model, "system": self.system,
                "total_ns": total, "pim_cycles": self.pim_cycles, "pim_ns": self.pim_ns, "host_ns": self.host_ns,
                "gpu_ns": self.gpu_ns, "speedup_gpu": self.gpu_ns / total if total else float("nan"),
                "resident_ns": self.resident_ns, "energy_pj": self.energy_pj}
@@ -238,7 +242,7 @@ class Report:
     def table(self):
         from rich.table import Table
         t = Table(title=f"pimjax on {self.backend} (host {self.host}, {self.clock_ghz:.3g} GHz PIM clock; "
-                        f"{self.figures} figures)")
+                        f"{self.figures} figures)" + (f"\n{self.system_text}" if self.system_text else ""))
         for col in ("#", "op", "on", "draft / reason", "cycles", "ns", "rearr/comp/rb/merge %",
                     "GB/s (int %peak)", "energy nJ", "vs GPU", "vs baseline"):
             t.add_column(col, justify="right" if col in ("#", "cycles", "ns", "GB/s (int %peak)", "energy nJ",
@@ -333,7 +337,8 @@ def build_report(stage, figures: str = "simulated") -> Report:
     traced = stage.traced if hasattr(stage, "traced") else stage.lowered.traced
     res = traced.residency
     rep = Report(be.name, be.system.host.name, 1.0 / tck, figures=figures,
-                 cost_model=traced.owner.tuner.model_source(be), resident=res.resident, per_call=res.per_call)
+                 cost_model=traced.owner.tuner.model_source(be), resident=res.resident, per_call=res.per_call,
+                 system=describe_system(be), system_text=system_line(be))
     shapes = {i: v.shape for i, v in enumerate(stage.graph.values)}
     peaks = derived_peaks(be)
     nan = float("nan")

@@ -168,13 +168,23 @@ class _Replace:
 # --------------------------------------------------------------------------
 # the levels
 # --------------------------------------------------------------------------
-@pytree_dataclass(static=("name", "staging_buffer_bytes"))
+@pytree_dataclass(static=("name", "staging_buffer_bytes", "model", "sms", "l1_bytes_per_sm", "l2_bytes"))
 class HostModel(_Replace):
-    """Roofline host: time = max(bytes / (bw * eff_bw), flops / (peak * eff_flops)) + launch.
+    """The host (GPU / CPU) and its time model.
+
+    time_ns is the roofline: max(bytes / (bw * eff_bw), flops / (peak * eff_flops)) + launch;
+    the PIM programs' own host work (read-back, merge) is charged on it.  The
+    baseline ops (`pimjax.sim.host.host_time`, `gemm_ns`, `attention_ns`,
+    `elementwise_ns`) follow `model`, one of `pimjax.hw.gpu.GPU_MODELS`:
+    "roofline", "dcc", "attacc" (AttAcc's A100a system model) or "occupancy"
+    (launch + SM occupancy); `pimjax/hw/gpu.py` defines them.
 
     peak_flops: FLOP/s; mem_bandwidth: bytes/s; launch_overhead_ns: ns per kernel.
     staging_buffer_bytes: controllable on-chip memory used to reorganise data
     before channel-parallel writes (GPU shared memory; 0 for CPUs).
+    sms: streaming multiprocessors (thread-block slots of the occupancy and
+    attacc models; 0 = not modelled); l1_bytes_per_sm / l2_bytes: the cache
+    capacities AttAcc's tiling search reads.
     """
     name: str
     peak_flops: Any
@@ -183,16 +193,56 @@ class HostModel(_Replace):
     bandwidth_efficiency: Any
     launch_overhead_ns: Any
     staging_buffer_bytes: int = 0
+    model: str = "roofline"
+    sms: int = 0
+    l1_bytes_per_sm: int = 0
+    l2_bytes: int = 0
 
     def __post_init__(self):
-        check_int(self, "staging_buffer_bytes")
+        from .gpu import GPU_MODELS
+        check_int(self, "staging_buffer_bytes", "sms", "l1_bytes_per_sm", "l2_bytes")
         check_finite(self, *self._dynamic_fields)
         check_positive(self, "peak_flops", "mem_bandwidth", "flops_efficiency", "bandwidth_efficiency")
-        check_non_negative(self, "launch_overhead_ns", "staging_buffer_bytes")
+        check_non_negative(self, "launch_overhead_ns", "staging_buffer_bytes", "sms", "l1_bytes_per_sm",
+                           "l2_bytes")
         for n in ("flops_efficiency", "bandwidth_efficiency"):
             v = _concrete(getattr(self, n))
             if v is not None and not np.all(v <= 1):
                 raise ValueError(f"HostModel.{n} must be <= 1, got {getattr(self, n)!r}")
+        if self.model not in GPU_MODELS:
+            raise ValueError(f"HostModel.model {self.model!r}: valid models are {list(GPU_MODELS)}")
+        if self.model in ("occupancy", "attacc") and self.sms < 1:
+            raise ValueError(f"HostModel.model {self.model!r} needs sms >= 1 (thread-block slots)")
+        if self.model == "attacc" and (self.l1_bytes_per_sm < 1 or self.l2_bytes < 1):
+            raise ValueError("HostModel.model 'attacc' needs l1_bytes_per_sm and l2_bytes (its tiling search)")
+
+    # -- the baseline model (pimjax/hw/gpu.py) ------------------------------
+    def gemm_ns(self, m, n, k, batch=1, elem_bytes=2) -> float:
+        """ns of `batch` (m x k) . (k x n) products on this host's model (`hw.gpu.gemm_ns`)."""
+        from .gpu import gemm_ns
+        return gemm_ns(self, m, n, k, batch, elem_bytes)
+
+    def attention_ns(self, heads, d, L, batch=1, elem_bytes=2, softmax=True) -> float:
+        """ns of a decode step's attention (score + softmax + context; `hw.gpu.attention_ns`)."""
+        from .gpu import attention_ns
+        return attention_ns(self, heads, d, L, batch, elem_bytes, softmax)
+
+    def elementwise_ns(self, bytes_moved, flops=0.0, *, outputs, reduction=1, kind="act") -> float:
+        """ns of a map / row reduction on this host's model (`hw.gpu.elementwise_ns`)."""
+        from .gpu import elementwise_ns
+        return elementwise_ns(self, bytes_moved, flops, outputs=outputs, reduction=reduction, kind=kind)
+
+    def describe(self) -> dict:
+        """The host as plain numbers for report headers: name, model, GB/s,
+        TFLOP/s, efficiencies, launch ns, SMs."""
+        def num(x):
+            a = np.asarray(x)
+            return float(a) if a.ndim == 0 else a.tolist()
+        return {"name": self.name, "model": self.model, "bandwidth_GBps": num(np.asarray(self.mem_bandwidth) / 1e9),
+                "peak_TFLOPs": num(np.asarray(self.peak_flops) / 1e12),
+                "bandwidth_efficiency": num(self.bandwidth_efficiency),
+                "flops_efficiency": num(self.flops_efficiency),
+                "launch_ns": num(self.launch_overhead_ns), "sms": self.sms}
 
     def memory_ns(self, bytes_moved):
         """ns to move `bytes_moved` bytes at the effective memory bandwidth (no launch)."""
@@ -230,17 +280,28 @@ class System(_Replace):
     external bandwidth the same way (`peaks.bus_bandwidth`).  Their presets
     set the leaves to that value at the preset timing, and a
     `Backend.replace(timing=...)` does not update them.
+
+    gpu: the processor "vs GPU" compares with, which also runs the ops placed
+    off PIM (`pimjax.api`: `host_time` of every op, placement, the GPU-only
+    total), with its time model (`HostModel.model`).  None (default): `host`
+    itself.  The presets set it to the GPU on the same memory system as their
+    PIM units (`host.gpu_on`), so the comparison is fair; `host` stays the
+    processor whose roofline times the PIM programs' own host work (read-back,
+    merge) and that the cost-model features describe.
     """
     host: HostModel
     n_devices: int
     groups_per_device: int
     link_bandwidth: Any
     readback_bandwidth: Any = None
+    gpu: Any = None
 
     def __post_init__(self):
         if self.readback_bandwidth is None:
             object.__setattr__(self, "readback_bandwidth", self.link_bandwidth)
         check_type(self, "host", HostModel)
+        if self.gpu is not None:
+            check_type(self, "gpu", HostModel)
         check_int(self, "n_devices", "groups_per_device")
         check_finite(self, "link_bandwidth", "readback_bandwidth")
         check_positive(self, "n_devices", "groups_per_device", "link_bandwidth", "readback_bandwidth")
@@ -248,6 +309,11 @@ class System(_Replace):
     @property
     def n_groups(self) -> int:
         return self.n_devices * self.groups_per_device
+
+    @property
+    def baseline(self) -> HostModel:
+        """The processor "vs GPU" compares with: `gpu`, or `host` when None."""
+        return self.gpu if self.gpu is not None else self.host
 
 
 @pytree_dataclass(static=("cores_per_group", "units", "broadcast", "global_buffer_bytes",

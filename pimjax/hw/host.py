@@ -1,7 +1,11 @@
-"""Host roofline models: the GPU / CPU a PIM system is attached to and compared with.
+"""Host models: the GPU / CPU a PIM system is attached to and compared with.
 
-Each function returns a `HostModel` (core.py): time = max(bytes / (mem_bandwidth *
-bandwidth_efficiency), flops / (peak_flops * flops_efficiency)) + launch_overhead_ns.
+Each function returns a `HostModel` (core.py) whose roofline is time = max(bytes /
+(mem_bandwidth * bandwidth_efficiency), flops / (peak_flops * flops_efficiency)) +
+launch_overhead_ns, and whose `model` names how baseline ops are timed (`gpu.py`:
+"roofline", "dcc", "attacc", "occupancy"; `GPU_MODEL_FACTORS` gives each model's
+efficiencies and launch).  `gpu_on(gpu, GB/s, model)` is the GPU on a PIM system's own
+memory, the fair partner the presets compare with (`System.gpu`).
 Units: peak_flops in FLOP/s, mem_bandwidth in bytes/s, launch_overhead_ns in ns,
 staging_buffer_bytes in bytes.  Every number carries its source; "assumption:" marks
 values no source gives.
@@ -16,6 +20,8 @@ Example::
     12400
 """
 from __future__ import annotations
+
+import numpy as np
 
 from .core import HostModel
 
@@ -44,38 +50,86 @@ A100_SMEM_PER_SM = 164 * 1024       # A100 whitepaper: up to 164 KB shared memor
 A100_LAUNCH_NS = 36.0
 
 
-def a100(memory: str = "hbm2e") -> HostModel:
-    """NVIDIA A100-80GB roofline.
+A100_L1_PER_SM = 192 * 1024         # A100 whitepaper: 192 KB combined L1 / shared memory per SM
+                                    #   (AttAcc config.py A100a: L1_CAP_PER_CORE 192 KB)
+A100_L2 = 40 * 1024 * 1024          # A100 whitepaper: 40 MB L2 (AttAcc config.py A100a: L2_CAP_PER_DEVICE)
+
+# The GPU models (pimjax/hw/gpu.py) as (bandwidth efficiency, FLOP/s efficiency, launch ns):
+ATTACC_BW_EFFICIENCY = 0.85         # AttAcc simulator src/config.py: SCALING_FACTOR['MAX_OFF_MEM_BW_UTIL'] = 0.85
+DCC_FLOPS_EFFICIENCY = 1.0          # dcc.md: DCC's GPU model names a bandwidth utilisation (0.81) and no
+                                    #   compute utilisation: 312 TFLOP/s as is
+OCC_LAUNCH_NS = 1000.0              # NVIDIA Technical Blog, "Getting Started with CUDA Graphs" (A. Gray, 2019),
+                                    #   recalled, not in papers/: a 2.9 us kernel launched back to back in one
+                                    #   stream takes 3.8 us each (launch overhead ~1 us once launches overlap
+                                    #   execution; 9.6 us with a sync per launch).  The GPU-side floor, not the
+                                    #   framework's (PyTorch eager adds more)
+GPU_MODEL_FACTORS = {
+    # model: (bandwidth efficiency, FLOP/s efficiency, launch ns)
+    "roofline": (A100_BW_EFFICIENCY, A100_FLOPS_EFFICIENCY, A100_LAUNCH_NS),  # pimjax's calibrated roofline
+    "dcc": (A100_BW_EFFICIENCY, DCC_FLOPS_EFFICIENCY, 0.0),    # dcc.md: 3352 GB/s x 0.81, 312 TFLOP/s; no launch
+    "attacc": (ATTACC_BW_EFFICIENCY, A100_FLOPS_EFFICIENCY, 0.0),  # AttAcc devices.py: no fixed kernel cost
+    "occupancy": (A100_BW_EFFICIENCY, A100_FLOPS_EFFICIENCY, OCC_LAUNCH_NS),  # DCC's / AttAcc's utilisations
+}                                                              #   + a launch; occupancy in gpu.py
+
+
+def _memory_bandwidth(memory, bandwidths: dict, who: str) -> tuple[float, str]:
+    """(bytes/s, label) of a named memory or a bandwidth in bytes/s."""
+    if isinstance(memory, str):
+        if memory not in bandwidths:
+            raise ValueError(f"{who}(memory={memory!r}): valid memories are {sorted(bandwidths)} "
+                             f"or a bandwidth in bytes/s")
+        return bandwidths[memory], memory
+    bw = float(memory)
+    if not (bw > 0 and np.isfinite(bw)):
+        raise ValueError(f"{who}(memory={memory!r}): a bandwidth must be a positive number of bytes/s")
+    return bw, f"{bw / 1e9:,.1f} GB/s"
+
+
+def _model_factors(model: str, who: str) -> tuple[float, float, float]:
+    if model not in GPU_MODEL_FACTORS:
+        raise ValueError(f"{who}(model={model!r}): valid GPU models are {list(GPU_MODEL_FACTORS)}")
+    return GPU_MODEL_FACTORS[model]
+
+
+def a100(memory="hbm2e", model: str = "roofline") -> HostModel:
+    """NVIDIA A100-80GB on `memory`, timed by the GPU model `model`.
 
     memory="hbm2e" (default): the real A100-80GB SXM, 2.039 TB/s HBM2e.
     memory="hbm3": the A100 of DCC's and AttAcc's evaluations ("A100a"), whose
     memory is 5 HBM3 stacks at 670.4 GB/s = 3352 GB/s; use this one to compare
     against DCC / AttAcc speedups.
     memory="hbm-pim": the same GPU on the 4-stack HBM-PIM memory (64 pCH x
-    16 GB/s = 1.024 TB/s), the host of the `hbm-pim` preset: its PIM units
-    work inside exactly that memory, so "vs GPU" is PIM vs the same memory
-    read by the host, as the Samsung simulator's "non-PIM" figures
+    16 GB/s = 1.024 TB/s), as the Samsung simulator's "non-PIM" figures
     (hbm-pim.md: GEMV 4096x4096 non-PIM 36,082 cycles vs 40.5 us here at 0.81
     utilisation).  Only the hbm3 variant can reproduce AttAcc's
     12.4 us 4096x4096 GEMV: on HBM2e the bandwidth floor alone is
     33.57 MB / 2.039 TB/s = 16.5 us (20.3 us at 0.81 utilisation).
+    memory=<number>: any bandwidth in bytes/s -- the GPU on a PIM system's own
+    memory (`gpu_on`), the fair pairing the presets use.
 
-    Efficiencies: bandwidth 0.81 (DCC), FLOP/s 0.8 (AttAcc).  Staging buffer:
-    shared memory, 164 KB per SM x 108 SMs = 17,712 KB, the on-chip memory DCC
-    reorganises data in before channel-parallel writes.
+    model: "roofline" (default; bandwidth 0.81 (DCC), FLOP/s 0.8 (AttAcc),
+    36 ns launch, calibrated below), "dcc" (DCC's: 0.81, 1.0, no launch),
+    "attacc" (AttAcc's A100a system model: 0.85, 0.8, no launch, its tiling and
+    SM utilisation) or "occupancy" (0.81, 0.8, a 1 us launch and SM occupancy);
+    `pimjax/hw/gpu.py` has the models.  Staging buffer: shared memory,
+    164 KB per SM x 108 SMs = 17,712 KB, the on-chip memory DCC reorganises
+    data in before channel-parallel writes.
     """
-    bandwidths = {"hbm2e": A100_HBM2E_BANDWIDTH, "hbm3": A100_HBM3_BANDWIDTH,
-                  "hbm-pim": A100_ON_HBM_PIM_BANDWIDTH}
-    if memory not in bandwidths:
-        raise ValueError(f"a100(memory={memory!r}): valid memories are {sorted(bandwidths)}")
+    bw, label = _memory_bandwidth(memory, {"hbm2e": A100_HBM2E_BANDWIDTH, "hbm3": A100_HBM3_BANDWIDTH,
+                                           "hbm-pim": A100_ON_HBM_PIM_BANDWIDTH}, "a100")
+    bw_eff, flops_eff, launch = _model_factors(model, "a100")
     return HostModel(
-        name=f"A100-80GB ({memory})",
+        name=f"A100-80GB ({label})",         # the model is a field of its own (HostModel.model)
         peak_flops=A100_PEAK_FP16_FLOPS,
-        mem_bandwidth=bandwidths[memory],
-        flops_efficiency=A100_FLOPS_EFFICIENCY,
-        bandwidth_efficiency=A100_BW_EFFICIENCY,
-        launch_overhead_ns=A100_LAUNCH_NS,
+        mem_bandwidth=bw,
+        flops_efficiency=flops_eff,
+        bandwidth_efficiency=bw_eff,
+        launch_overhead_ns=launch,
         staging_buffer_bytes=A100_SMS * A100_SMEM_PER_SM,   # 18,137,088 B
+        model=model,
+        sms=A100_SMS,
+        l1_bytes_per_sm=A100_L1_PER_SM,
+        l2_bytes=A100_L2,
     )
 
 
@@ -130,7 +184,7 @@ RTX2060_FLOPS_EFFICIENCY = 0.8      # assumption: AttAcc's compute utilisation f
 RTX2060_LAUNCH_NS = A100_LAUNCH_NS  # assumption: same (calibrated, near-zero) fixed cost as the A100 model
 
 
-def rtx2060() -> HostModel:
+def rtx2060(memory="gddr6", model: str = "roofline") -> HostModel:
     """NVIDIA GeForce RTX 2060 roofline (PIMFlow §5: Accel-Sim on an RTX 2060).
 
     Peak 240 tensor cores x 64 FMA x 2 FLOP x 1.68 GHz = 51.6 TFLOP/s FP16 with FP16
@@ -138,16 +192,39 @@ def rtx2060() -> HostModel:
     CUDA-core FP32 is 6.45 TFLOP/s).  Memory 336 GB/s: the whole card; note that in
     PIMFlow's 32-channel memory only the 16 non-PIM channels serve the GPU while PIM
     is enabled.  Staging buffer: 64 KB shared memory x 30 SMs = 1,920 KB.
+    memory: "gddr6" (the card's 336 GB/s) or a bandwidth in bytes/s (`gpu_on`).
+    model: a GPU model of `pimjax/hw/gpu.py` ("attacc" needs cache sizes the
+    AttAcc simulator gives for A100 / H100 only, so it is refused here).
     """
+    bw, label = _memory_bandwidth(memory, {"gddr6": RTX2060_BANDWIDTH}, "rtx2060")
+    if model == "attacc":
+        raise ValueError("rtx2060(model='attacc'): AttAcc's system model describes the A100a / H100 only")
+    bw_eff, flops_eff, launch = ((RTX2060_BW_EFFICIENCY, RTX2060_FLOPS_EFFICIENCY, RTX2060_LAUNCH_NS)
+                                 if model == "roofline" else _model_factors(model, "rtx2060"))
     return HostModel(
-        name="RTX 2060",
+        name="RTX 2060" if memory == "gddr6" else f"RTX 2060 ({label})",
         peak_flops=RTX2060_TENSOR_CORES * RTX2060_FP16_FMA_PER_TC * 2 * RTX2060_BOOST_GHZ * 1e9,
-        mem_bandwidth=RTX2060_BANDWIDTH,
-        flops_efficiency=RTX2060_FLOPS_EFFICIENCY,
-        bandwidth_efficiency=RTX2060_BW_EFFICIENCY,
-        launch_overhead_ns=RTX2060_LAUNCH_NS,
+        mem_bandwidth=bw,
+        flops_efficiency=flops_eff,
+        bandwidth_efficiency=bw_eff,
+        launch_overhead_ns=launch,
         staging_buffer_bytes=RTX2060_SMS * RTX2060_SMEM_PER_SM,
+        model=model,
+        sms=RTX2060_SMS,
     )
+
+
+def gpu_on(gpu, bandwidth_GBps: float, model: str = "occupancy") -> HostModel:
+    """The GPU `gpu` ("a100" / "rtx2060" or a builder) on a memory of
+    `bandwidth_GBps` GB/s, timed by `model`: the fair partner of a PIM system
+    whose external bandwidth is `bandwidth_GBps` (PIM and GPU read the same
+    memory).  `pimjax.hw.presets` pairs every DRAM preset this way.
+
+    >>> gpu_on("a100", 665.6).mem_bandwidth      # one AttAcc HBM3 stack
+    665600000000.0
+    """
+    build = HOSTS[gpu] if isinstance(gpu, str) else gpu
+    return build(memory=float(bandwidth_GBps) * 1e9, model=model)
 
 
 HOSTS = {"a100": a100, "xeon_gold_5220r": xeon_gold_5220r, "rtx2060": rtx2060}

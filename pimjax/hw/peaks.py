@@ -108,3 +108,34 @@ def derived_peaks(backend: Backend) -> dict:
         "internal_over_external": as_float(internal_gbps / external),
         "capacity_bytes": n_groups * g.banks * c.bank_bytes,
     }
+
+
+def describe_system(backend: Backend) -> dict:
+    """The PIM system and the processor it is compared with, as plain numbers
+    for report headers: backend / variant, devices (stacks, chips, ranks),
+    groups (channels / pCH / ranks) and cores, internal / external GB/s
+    (`derived_peaks`), and the baseline GPU (`System.baseline`:
+    `HostModel.describe()`, plus `same_memory`: its bandwidth equals the PIM
+    system's external bandwidth, within 0.5 %)."""
+    p = derived_peaks(backend)
+    gpu = backend.system.baseline.describe()
+    ext = float(np.asarray(p["external_bandwidth_GBps"]).ravel()[0])
+    gbw = float(np.asarray(gpu["bandwidth_GBps"]).ravel()[0])
+    return {"backend": f"{backend.name}/{backend.variant}", "devices": backend.system.n_devices,
+            "groups_per_device": backend.system.groups_per_device, "groups": backend.n_groups,
+            "cores": backend.n_cores, "internal_GBps": float(np.asarray(p["internal_bandwidth_GBps"]).ravel()[0]),
+            "external_GBps": ext, "gpu": gpu, "same_memory": bool(abs(gbw - ext) <= 0.005 * ext)}
+
+
+def system_line(backend: Backend) -> str:
+    """`describe_system` in one line of text (the report header)."""
+    d = describe_system(backend)
+    g = d["gpu"]
+    num = lambda x: float(np.asarray(x).ravel()[0])   # noqa: E731 - a stacked host shows its first variant
+    return (f"PIM {d['backend']}: {d['devices']} device(s) x {d['groups_per_device']} groups = {d['groups']} "
+            f"groups, {d['cores']} cores; internal {d['internal_GBps']:,.1f} GB/s, external "
+            f"{d['external_GBps']:,.1f} GB/s | vs {g['name']}: {g['model']} model, "
+            f"{num(g['bandwidth_GBps']):,.1f} GB/s x {num(g['bandwidth_efficiency']):.2f}, "
+            f"{num(g['peak_TFLOPs']):,.1f} TFLOP/s x {num(g['flops_efficiency']):.2f}, launch "
+            f"{num(g['launch_ns']):,.0f} ns" + (f", {g['sms']} SMs" if g["sms"] else "")
+            + ("" if d["same_memory"] else " (NOT the PIM system's memory: the comparison is not like for like)"))

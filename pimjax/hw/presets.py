@@ -31,7 +31,8 @@ import math
 from typing import Callable
 
 from .core import Backend, Core, Energy, Group, HostModel, System, Timing, is_int
-from .host import a100, rtx2060, xeon_gold_5220r
+from .gpu import GPU_MODELS
+from .host import a100, gpu_on, rtx2060, xeon_gold_5220r
 from .peaks import bus_bandwidth
 
 _PRESETS: dict[str, Callable[..., Backend]] = {}
@@ -86,6 +87,29 @@ def _split_groups(name: str, channels: int, per_device: int) -> tuple[int, int]:
 def _check_host(name: str, host) -> None:
     if host is not None and not isinstance(host, HostModel):
         raise ValueError(f"{name} option host must be a HostModel, got {type(host).__name__}")
+
+
+DEFAULT_GPU_MODEL = "occupancy"   # hw/gpu.py: launch cost + SM occupancy, each constant cited in host.py / gpu.py
+
+
+def _baseline_gpu(name: str, gpu, host, build, external_GBps: float, default: str = DEFAULT_GPU_MODEL):
+    """`System.gpu` of a DRAM preset: the GPU "vs GPU" compares with.
+
+    gpu: a GPU model name (`hw.gpu.GPU_MODELS`) -- the preset's GPU (`build`)
+    on the PIM system's own memory (`external_GBps`, so both read the same
+    memory; `host.gpu_on`) timed by that model --, a HostModel (used as is), or
+    None: the preset's default model, unless the user passed `host=` (then the
+    comparison is with that host: None).
+    """
+    if isinstance(gpu, HostModel):
+        return gpu
+    if gpu is None:
+        if host is not None:
+            return None
+        gpu = default
+    if not isinstance(gpu, str) or gpu not in GPU_MODELS:
+        raise ValueError(f"{name} option gpu={gpu!r}: a GPU model {list(GPU_MODELS)} or a HostModel")
+    return gpu_on(build, external_GBps, model=gpu)
 
 
 # --------------------------------------------------------------------------
@@ -166,7 +190,7 @@ def _hbm_pim_timing() -> Timing:
 
 @_preset("hbm-pim")
 def hbm_pim(*, channels: int | None = None, config: str = "default",
-            host: HostModel | None = None) -> Backend:
+            host: HostModel | None = None, gpu=None) -> Backend:
     """Samsung HBM-PIM (FIMDRAM / Aquabolt-XL) as simulated by Samsung's PIMSimulator.
 
     Group = pseudo-channel (pCH); core = one PIM unit on an even/odd bank pair.
@@ -178,6 +202,10 @@ def hbm_pim(*, channels: int | None = None, config: str = "default",
         NCO=32, NRO=16384, Scol=32 B; default channels 16).
     host: HostModel override (default: an A100 on this HBM-PIM memory,
     `a100("hbm-pim")`, 1.024 TB/s; DCC's 5-cube HBM3 GPU is `a100("hbm3")`).
+    gpu: what "vs GPU" compares with (`System.gpu`): a GPU model name
+        (`hw.gpu.GPU_MODELS`; default "occupancy") for an A100 on this PIM memory
+        (channels x 16 GB/s: 1.024 TB/s at 64 pCH), or a HostModel; with `host=`
+        and no `gpu`, that host.
     """
     configs = ("default", "ko")
     if config not in configs:
@@ -226,6 +254,9 @@ def hbm_pim(*, channels: int | None = None, config: str = "default",
         # hbm-pim.md: 32 B per 2-cycle burst = 16 GB/s per pCH.  The DRAM cycle model does not read
         # it (host transfers are timed as column commands): peaks.bus_bandwidth follows the timing
         link_bandwidth=bus_bandwidth(col_bytes, group.data_buses, timing),
+        # the A100 reading this same memory (the Samsung simulator's "non-PIM" figures, hbm-pim.md)
+        gpu=_baseline_gpu("hbm-pim", gpu, host, "a100",
+                          channels * bus_bandwidth(col_bytes, group.data_buses, timing)),
     )
     energy = _dram_energy(row_bytes=32 * col_bytes, col_bytes=col_bytes, lanes=16,
                           unit_path_pj_per_bit=0.0,            # assumption: the unit sits at the bank I/O
@@ -282,19 +313,39 @@ def _attacc_timing(level: str, power: str) -> Timing:
     )
 
 
+ATTACC_SYSTEMS = {                # system: (default stacks, default GPU model)
+    "reference": (1, DEFAULT_GPU_MODEL),  # attacc.md: the reference simulator's one stack (validation rows)
+    "dcc": (5, "dcc"),            # DCC §V / dcc.md: 5 HBM3 cubes, GPU 312 TFLOP/s, 3352 GB/s x 0.81
+    "attacc": (5, "attacc"),      # attacc.md end-to-end: one AttAcc of 5 HBM3 stacks per A100a, its system model
+}
+
+
 @_preset("attacc")
 def attacc(*, variant: str = "bank-pc", stacks: int | None = None, channels: int | None = None,
-           host: HostModel | None = None) -> Backend:
+           host: HostModel | None = None, system: str = "reference", gpu=None) -> Backend:
     """AttAcc (HBM3 with a GEMV unit per bank and a softmax unit per channel).
 
     Group = channel (2 pseudo-channels, 64 banks); core = a 16-lane FP16 GEMV unit.
 
     variant: "<level>-<power>", level in {bank, bg, buffer} (one unit per bank / bank group /
         pseudo-channel), power "pc" (power-constrained MAC spacing 6, default) or "npc" (4).
-    stacks: HBM3 stacks (default 1, the reference simulator; DCC's system has 5).
+    system: the system around the PIM memory: "reference" (default: the reference
+        simulator's single stack, which attacc.md / attacc.csv measure; the GPU on that one
+        stack), "dcc" (DCC §V: 5 HBM3 stacks, the A100 on the same 5 stacks, DCC's GPU
+        model) or "attacc" (AttAcc's system: 5 stacks per A100a, the AttAcc simulator's
+        GPU model).  It sets the default `stacks` and `gpu`.
+    stacks: HBM3 stacks (default: the system's, 1 or 5).
     channels: total channel count override (<= 16 or a multiple of 16), for validation rows.
-    host: HostModel override (default: DCC's / AttAcc's A100 with HBM3, `a100("hbm3")`).
+    host: HostModel override (default: DCC's / AttAcc's A100 with HBM3, `a100("hbm3")`): the
+        processor whose roofline times the PIM programs' read-back and merge.
+    gpu: what "vs GPU" compares with (`System.gpu`): a GPU model name (`hw.gpu.GPU_MODELS`;
+        default: the system's) for an A100 on this PIM memory (stacks x 665.6 GB/s), or a
+        HostModel; with `host=` and no `gpu`, that host.
     """
+    if system not in ATTACC_SYSTEMS:
+        raise ValueError(f"attacc option system={system!r}: valid systems are {list(ATTACC_SYSTEMS)}")
+    if stacks is None and channels is None:
+        stacks = ATTACC_SYSTEMS[system][0]
     if variant not in ATTACC_VARIANTS:
         raise ValueError(f"attacc option variant={variant!r}: valid variants are {list(ATTACC_VARIANTS)}")
     _check_host("attacc", host)
@@ -339,6 +390,10 @@ def attacc(*, variant: str = "bank-pc", stacks: int | None = None, channels: int
         groups_per_device=per_device,
         # attacc.md: 32 B / (2 x 0.769 ns) per pCH x 2 pCH = 41.6 GB/s per channel (665.6 GB/s per stack)
         link_bandwidth=bus_bandwidth(col_bytes, group.data_buses, timing),
+        # the A100 on the same stacks: AttAcc's A100a reads its 5 AttAcc stacks (attacc.md), DCC's too (dcc.md)
+        gpu=_baseline_gpu("attacc", gpu, host, "a100",
+                          channels * bus_bandwidth(col_bytes, group.data_buses, timing),
+                          default=ATTACC_SYSTEMS[system][1]),
     )
     unit_path = {"bank": 0.0,                                         # AttAcc config.py, PIMType.BA
                  "bg": E_COL_TO_BGMUX,                                # PIMType.BG adds col->BG mux
@@ -408,7 +463,7 @@ def _newton_timing(clock: str) -> Timing:
 
 @_preset("newton")
 def newton(*, channels: int = 16, buffers: int = 4, clock: str = "pimflow",
-           host: HostModel | None = None) -> Backend:
+           host: HostModel | None = None, gpu=None) -> Backend:
     """SK hynix Newton / AiM on GDDR6, as configured in PIMFlow.
 
     Group = channel (16 banks, global buffer(s)); core = one bank with 16 BF16 multipliers
@@ -420,6 +475,10 @@ def newton(*, channels: int = 16, buffers: int = 4, clock: str = "pimflow",
     clock: "pimflow" (default, tCK = 8/7 ns, the clock of PIMFlow Table 1's cycles) or "aim"
         (tCK = 0.5 ns, AiM ISSCC'22 16 Gb/s/pin; reproduces its 1 TFLOPS per chip).
     host: HostModel override (default: PIMFlow's RTX 2060, `rtx2060()`).
+    gpu: what "vs GPU" compares with (`System.gpu`): a GPU model name ("roofline", "dcc",
+        "occupancy" (default)) for the RTX 2060 on these PIM channels (channels x 14 GB/s at
+        the "pimflow" clock: 224 GB/s; PIMFlow's memory is 32 channels, 16 of them PIM), or a
+        HostModel; with `host=` and no `gpu`, that host.
     """
     if not is_int(buffers) or buffers not in NEWTON_BUFFER_BYTES:
         raise ValueError(f"newton option buffers={buffers!r}: valid values are {sorted(NEWTON_BUFFER_BYTES)}")
@@ -459,6 +518,9 @@ def newton(*, channels: int = 16, buffers: int = 4, clock: str = "pimflow",
         groups_per_device=per_device,
         # one 32 B burst per tBL cycles on the channel: 14 GB/s at 875 MHz, 32 GB/s at AiM's 2 GHz
         link_bandwidth=bus_bandwidth(col_bytes, group.data_buses, timing),
+        # the GPU reading the same (PIM) channels
+        gpu=_baseline_gpu("newton", gpu, host, "rtx2060",
+                          n_devices * per_device * bus_bandwidth(col_bytes, group.data_buses, timing)),
     )
     energy = _dram_energy(row_bytes=32 * col_bytes, col_bytes=col_bytes, lanes=16,
                           unit_path_pj_per_bit=0.0,

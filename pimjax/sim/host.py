@@ -1,11 +1,17 @@
-"""The GPU-only (host) baseline: every op's time on the host roofline.
+"""The GPU-only (host) baseline: every op's time on the host's model.
 
 `host_time(op, host)` is what the op costs when it runs on the host (GPU
-or CPU) instead of PIM: the roofline of `HostModel.time_ns` with the bytes
-of every operand read once and the result written once, and the op's
+or CPU) instead of PIM, on the host's time model (`HostModel.model`,
+`pimjax/hw/gpu.py`).  On "roofline" (and "dcc"): `HostModel.time_ns` with the
+bytes of every operand read once and the result written once, and the op's
 arithmetic (a multiply-add per contraction point = 2 FLOP; one FLOP per
-body primitive per point otherwise).  The efficiency factors of the host
-model are part of its definition (see `pimjax/hw/host.py`).
+body primitive per point otherwise).  On the other models an op is the
+kernel `pimjax.hw.gpu` times without a graph: a contraction is
+`gemm_ns(m, n, k, batch)` (`op_gemm_shape`), anything else `elementwise_ns`
+with its outputs and the elements folded into each, so a graph's figures and
+an LLM layer table built from `gemm_ns` / `attention_ns` agree.  The
+efficiency factors of the host model are part of its definition (see
+`pimjax/hw/host.py`).
 """
 from __future__ import annotations
 
@@ -44,6 +50,28 @@ def op_flops(op: PimOp) -> int:
     return int(flops)
 
 
+def op_gemm_shape(op: PimOp) -> dict | None:
+    """{m, n, k, batch} of a contraction as `pimjax.hw.gpu.gemm_ns` reads it:
+    k the reduced extents, batch the output extents both product operands
+    index, m / n the output extents only one of them indexes (m the smaller);
+    None when the op is not a two-operand contraction."""
+    if op.kind != "contraction" or not op.reduction_vars:
+        return None
+    body = [op.operands[i] for i in op.body_operands] if op.body is not None else list(op.operands)
+    body = [a for a in body if a.index_map]
+    if len(body) != 2:
+        return None
+    ext = op.extents
+    a, b = (set(x.vars) for x in body)
+    prod = lambda vs: int(np.prod([ext[v] for v in vs], dtype=np.int64)) if vs else 1  # noqa: E731
+    out = [v for v in op.output_vars if v not in op.reduction_vars]
+    batch = prod([v for v in out if v in a and v in b])
+    m = prod([v for v in out if v in a and v not in b]) * prod([v for v in out if v not in a and v not in b])
+    n = prod([v for v in out if v in b and v not in a])
+    m, n = min(m, n), max(m, n)
+    return {"m": m, "n": n, "k": prod(list(op.reduction_vars)), "batch": batch}
+
+
 def host_time(op: PimOp, host: HostModel, shapes: dict | None = None,
               dtype_bytes: dict | int = 2):
     """Time of `op` on the host roofline in ns.
@@ -57,9 +85,11 @@ def host_time(op: PimOp, host: HostModel, shapes: dict | None = None,
     (`pimjax.api` passes `api.host_bytes`: each value's own size, floats
     capped at the backend's element).
 
-    Returns a float for a concrete host; under `jax.vmap` / `jax.jit` over
-    stacked hosts (`pimjax.hw.stack_variants`) the roofline's array, so a
-    sweep of host models is one vmapped call.
+    Returns a float for a concrete host; on the "roofline" / "dcc" models,
+    under `jax.vmap` / `jax.jit` over stacked hosts
+    (`pimjax.hw.stack_variants`), the roofline's array, so a sweep of host
+    models is one vmapped call (the "occupancy" / "attacc" kernel models need
+    concrete hosts).
 
     Example:
         >>> host_time(graph.ops[0], a100(memory="hbm3"), shapes)   # doctest: +SKIP
@@ -68,5 +98,22 @@ def host_time(op: PimOp, host: HostModel, shapes: dict | None = None,
     if shapes is None:
         from ..partition.verify import infer_shapes
         shapes = infer_shapes(op)
-    # traced, or a concrete stack of hosts: one time per variant
-    return as_float(host.time_ns(op_bytes(op, shapes, dtype_bytes), op_flops(op)))
+    if host.model in ("roofline", "dcc"):
+        # traced, or a concrete stack of hosts: one time per variant
+        return as_float(host.time_ns(op_bytes(op, shapes, dtype_bytes), op_flops(op)))
+    # the kernel models (hw/gpu.py) take concrete hosts
+    gemm = op_gemm_shape(op)
+    if gemm is not None:
+        first = op.operands[op.body_operands[0]].value if op.body is not None else op.operands[0].value
+        eb = dtype_bytes.get(first, 4) if isinstance(dtype_bytes, dict) else dtype_bytes
+        return host.gemm_ns(**gemm, elem_bytes=eb)
+    ext = op.extents
+    if op.loop_vars:
+        outputs = int(np.prod([ext[v] for v in op.output_vars], dtype=np.int64)) if op.output_vars else 1
+        reduction = int(np.prod([ext[v] for v in op.reduction_vars], dtype=np.int64)) if op.reduction_vars else 1
+    else:                  # host / layout ops read and write whole values
+        outputs = sum(int(np.prod(shapes[r.value], dtype=np.int64)) for r in op.results)
+        reduction = 1
+    kind = "copy" if op.kind in ("host", "layout") else ("reduce" if reduction > 1 else "act")
+    return host.elementwise_ns(op_bytes(op, shapes, dtype_bytes), op_flops(op), outputs=outputs,
+                               reduction=reduction, kind=kind)

@@ -1,0 +1,263 @@
+"""GPU (host) time models: how long an op takes on the processor PIM is compared with.
+
+A `HostModel` (core.py) names its model in `HostModel.model`; every function here
+dispatches on it, so graph ops (`pimjax.sim.host.host_time`) and code without a graph
+(an LLM model's layer table) time the same kernels the same way:
+
+* ``"roofline"`` -- max(bytes / (bw x eff_bw), flops / (peak x eff_flops)) + launch,
+  each operand read once (`HostModel.time_ns`).  The model pimjax used alone before.
+* ``"dcc"`` -- DCC's GPU model (dcc.md: "312 TFLOP/s FP16 and 3352 GB/s x 0.81
+  utilisation"): the same roofline, bandwidth utilisation 0.81, no compute
+  utilisation factor and no fixed cost (the host's own fields carry them).
+* ``"attacc"`` -- the AttAcc system model's A100a (scale-snu/attacc_simulator
+  `src/devices.py` `xPU`, `src/config.py`), re-implemented step by step: an L1 tile
+  (tm, tn) chosen from {8..512}^2 to minimise L2 traffic x (1 / SM utilisation)^2,
+  an L2 tile that minimises off-chip traffic, off-chip bytes of that tiling at
+  bandwidth x MAX_OFF_MEM_BW_UTIL (0.85) x SM utilisation, compute at peak x
+  MAX_COMPUTE_UTIL (0.8) x SM utilisation, SM utilisation = thread blocks /
+  (ceil(thread blocks / 108) x 108) with one thread block per product of a batched
+  product (its MATMUL layers: attention, one per head) or per L1 tile (its FC
+  layers); activations and norms from its measured-PyTorch fits; no launch cost.
+* ``"occupancy"`` (the presets' default) -- real kernels on few heads / small GEMVs:
+  the roofline's bytes and efficiencies, a kernel launch per op, and the SM
+  occupancy of the thread blocks the kernel has (AttAcc's wave quantisation, on the
+  thread-block mapping of ordinary CUDA kernels: a warp per output of a GEMV, a
+  128 x 128 tile of a GEMM, a block per row of a row reduction, 8 elements per
+  thread of a map).  Constants and sources below.
+
+Units: ns; bytes; FLOP.  Shapes: a product is `batch` independent (m x k) . (k x n)
+products (AttAcc's m, n, k, numOp); m is the token / query side.
+
+Example::
+
+    >>> from pimjax.hw.host import a100
+    >>> gpu = a100("hbm3", model="attacc")           # AttAcc's A100a
+    >>> round(gemm_ns(gpu, 1, 2049, 128, batch=5) + gemm_ns(gpu, 1, 128, 2049, batch=5))
+    40096
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+GPU_MODELS = ("roofline", "dcc", "attacc", "occupancy")
+
+# --------------------------------------------------------------------------
+# "occupancy": the thread-block mapping of ordinary CUDA kernels
+# --------------------------------------------------------------------------
+OCC_THREADS_PER_BLOCK = 256     # CUDA C++ Best Practices Guide, "Thread and Block Heuristics": 128-256
+                                #   threads per block is "a good initial range"; 256 = 8 warps
+OCC_WARP = 32                   # CUDA Programming Guide: 32 threads per warp
+OCC_ELEMS_PER_THREAD = 8        # CUDA Best Practices ("Coalesced Access"): 16 B vector accesses; 16 B = 8 FP16
+OCC_GEMM_TILE = 128             # CUTLASS's default sm80 FP16 tensor-op threadblock tile 128 x 128 (x 32)
+OCC_GEMM_MIN = 64               # assumption: a product whose m and n are both >= 64 runs as a tiled tensor-core
+                                #   GEMM; a narrower one as a GEMV kernel (a warp per output, split-free)
+
+# --------------------------------------------------------------------------
+# "attacc": constants of the AttAcc simulator (src/devices.py, src/config.py)
+# --------------------------------------------------------------------------
+ATTACC_TILES = (8, 16, 32, 64, 128, 192, 256, 320, 384, 448, 512)   # devices.py _get_optimal_tile: trange
+ATTACC_L1_TK = 32                                                    # devices.py: l1_tk = 32
+ATTACC_L2_TK_DIV = 64                                                # devices.py: "experimentally found" l2_tk = k / 64
+ATTACC_ACT_NS_PER_BYTE_1555 = 0.000000447e3   # devices.py _mem_time, LayerType.ACT: 0.000000447 us/B at
+ATTACC_ACT_FIXED_NS = 8.29e3                  #   1555 GB/s (scaled by 1555 GB/s / bandwidth) + 8.29 us
+ATTACC_NORM_NS_PER_BYTE_1555 = 0.0000016e3    # devices.py, LayerType.NORM: 0.0000016 us/B (same scaling)
+ATTACC_NORM_FIXED_NS = 6.87e3                 #   + 6.87 us
+ATTACC_FIT_BANDWIDTH = 1555e9                 # devices.py: the A100-40GB bandwidth the ACT / NORM fits were taken on
+NVLINK_STEP_NS = 6060.0           # devices.py _io_time_energy get_nvlink_time ("interpolation of real data on A100"):
+NVLINK_NS_PER_BYTE = 0.009        #   6060 ns + 0.009 ns/B x (600 GB/s / link) per step, at least size / (link / 2)
+NVLINK3_GBPS = 600.0              # config.py A100a INTERFACE_BW: NVLink3 600 GB/s (A100 whitepaper)
+
+
+def _f(x) -> float:
+    return float(np.asarray(x))
+
+
+def wave_utilisation(blocks: int, sms: int) -> float:
+    """Share of the SMs' time a kernel of `blocks` thread blocks keeps busy:
+    blocks / (ceil(blocks / sms) x sms) (AttAcc devices.py `core_utilization`:
+    the last wave of thread blocks leaves SMs idle; 5 blocks on 108 SMs = 0.046)."""
+    blocks = max(1, int(blocks))
+    return blocks / (math.ceil(blocks / sms) * sms)
+
+
+# --------------------------------------------------------------------------
+# AttAcc's tiling (devices.py _get_traffic_for_tile / _get_optimal_tile)
+# --------------------------------------------------------------------------
+def _attacc_traffic(tm, tn, m, n, k, num_op, eb):
+    """[A, B, C] bytes of an (m x k) . (k x n) product tiled tm x tn (numpy-broadcast)."""
+    return (np.ceil(n / tn) * m * k * eb * num_op, np.ceil(m / tm) * n * k * eb * num_op,
+            np.full(np.broadcast(tm, tn).shape, m * n * eb * num_op, dtype=np.float64))
+
+
+@functools.lru_cache(maxsize=4096)
+def attacc_tiles(m: int, n: int, k: int, num_op: int, eb: int, fc: bool, sms: int, l1: int, l2: int):
+    """(l1_tm, l1_tn, l2_tm, l2_tn) as AttAcc's `_get_optimal_tile` picks them."""
+    best, best_cost = (0, 0), math.inf
+    for tm0 in ATTACC_TILES:                      # the same order as the reference (first minimum wins)
+        for tn0 in ATTACC_TILES:
+            tm, tn = min(tm0, m), min(tn0, n)
+            if (tm + tn) * ATTACC_L1_TK * eb + tm * tn * eb > l1:
+                continue
+            l2_access = sum(float(x) for x in _attacc_traffic(tm, tn, m, n, k, num_op, eb))
+            blocks = math.ceil(m / tm) * math.ceil(n / tn) * num_op if fc else num_op
+            cost = l2_access * (1.0 / wave_utilisation(blocks, sms)) ** 2
+            if cost < best_cost:
+                best, best_cost = (tm, tn), cost
+    l1_tm, l1_tn = best
+    l2_tk = k / ATTACC_L2_TK_DIV
+    tms = np.minimum(np.array([l1_tm * i for i in range(1, int(m / l1_tm) + 1)] + [m], np.float64), m)
+    tns = np.minimum(np.array([l1_tn * i for i in range(1, int(n / l1_tn) + 1)] + [n], np.float64), n)
+    TM, TN = np.meshgrid(tms, tns, indexing="ij")         # row-major = the reference's loop order
+    need = (TM + TN) * l2_tk * eb + TM * TN * eb
+    ok = ~((need > l2) & ((TM != l1_tm) | (TN != l1_tn)))
+    access = np.ceil(m / TM) * n * k * eb + np.ceil(n / TN) * m * k * eb + m * n * eb
+    access = np.where(ok, access, np.inf)
+    i = int(np.argmin(access))                             # first minimum, as the reference's strict "<"
+    return l1_tm, l1_tn, int(TM.flat[i]), int(TN.flat[i])
+
+
+def _attacc_gemm_ns(host, m, n, k, batch, eb) -> float:
+    fc = batch == 1          # AttAcc: weight layers (FC) are single products, attention (MATMUL) batched by head
+    l1_tm, l1_tn, l2_tm, l2_tn = attacc_tiles(int(m), int(n), int(k), int(batch), int(eb), fc,
+                                              host.sms, host.l1_bytes_per_sm, host.l2_bytes)
+    off = sum(float(x) for x in _attacc_traffic(l2_tm, l2_tn, m, n, k, batch, eb))
+    blocks = math.ceil(m / l1_tm) * math.ceil(n / l1_tn) * batch if fc else batch
+    util = wave_utilisation(blocks, host.sms)
+    t_mem = off / (_f(host.mem_bandwidth) * _f(host.bandwidth_efficiency) * util) * 1e9
+    flops_rate = _f(host.peak_flops) * _f(host.flops_efficiency) * util * int(2 / eb)
+    t_cmp = 2.0 * m * n * k * batch / flops_rate * 1e9
+    return max(t_mem, t_cmp) + _f(host.launch_overhead_ns)
+
+
+# --------------------------------------------------------------------------
+# public entry points
+# --------------------------------------------------------------------------
+def gemm_ns(host, m: int, n: int, k: int, batch: int = 1, elem_bytes: int = 2) -> float:
+    """ns of `batch` independent (m x k) . (k x n) products on `host`'s model.
+
+    m: rows of the left operand (tokens / queries; 1 for a decode GEMV), n: outputs
+    per row, k: the contraction, elem_bytes: bytes per element of every operand.
+    A decode GEMV y = W x with W of N x K is gemm_ns(host, 1, N, K); an attention
+    score of H heads over L keys of dimension d is gemm_ns(host, 1, L, d, batch=H).
+    """
+    m, n, k, batch, eb = int(m), int(n), int(k), int(batch), int(elem_bytes)
+    model = host.model
+    if model == "attacc":
+        return _attacc_gemm_ns(host, m, n, k, batch, eb)
+    bytes_moved = batch * (m * k + k * n + m * n) * eb
+    flops = 2.0 * batch * m * n * k
+    if model in ("roofline", "dcc"):
+        return float(host.time_ns(bytes_moved, flops))
+    # occupancy: the kernel's thread blocks, its launch
+    if m >= OCC_GEMM_MIN and n >= OCC_GEMM_MIN:
+        blocks = batch * math.ceil(m / OCC_GEMM_TILE) * math.ceil(n / OCC_GEMM_TILE)
+    else:
+        blocks = batch * math.ceil(m * n / (OCC_THREADS_PER_BLOCK // OCC_WARP))   # a warp per output
+    return _occupied_ns(host, bytes_moved, flops, blocks)
+
+
+def elementwise_ns(host, bytes_moved: float, flops: float = 0.0, *, outputs: int, reduction: int = 1,
+                   kind: str = "act") -> float:
+    """ns of a non-contraction kernel on `host`'s model.
+
+    bytes_moved: operand + result bytes; flops: its arithmetic; outputs: result
+    elements (independent work items); reduction: input elements folded into each
+    output (1 for a map; L for a softmax / norm row of L).  kind: "act" (a map:
+    GELU, add, ...), "norm" (a layer norm), "softmax" / "reduce" (row reductions)
+    or "copy" (a layout change / host primitive);
+    only the "attacc" model reads it (its ACT and NORM layers are fits to measured
+    PyTorch kernels, the rest stream at its SM-utilised bandwidth).
+    """
+    model = host.model
+    if model in ("roofline", "dcc"):
+        return float(host.time_ns(bytes_moved, flops))
+    outputs, reduction = max(1, int(outputs)), max(1, int(reduction))
+    if model == "attacc":
+        scale = ATTACC_FIT_BANDWIDTH / _f(host.mem_bandwidth)
+        if kind == "act":
+            return ATTACC_ACT_NS_PER_BYTE_1555 * scale * bytes_moved + ATTACC_ACT_FIXED_NS
+        if kind == "norm":
+            return ATTACC_NORM_NS_PER_BYTE_1555 * scale * bytes_moved + ATTACC_NORM_FIXED_NS
+        # SOFTMAX layers: one thread block per row (numOp), streamed at the utilised bandwidth;
+        # a copy (no AttAcc layer) streams on every SM
+        util = 1.0 if kind == "copy" else wave_utilisation(outputs if reduction > 1 else 1, host.sms)
+        t_mem = bytes_moved / (_f(host.mem_bandwidth) * _f(host.bandwidth_efficiency) * util) * 1e9
+        t_cmp = flops / (_f(host.peak_flops) * _f(host.flops_efficiency) * util) * 1e9
+        return max(t_mem, t_cmp) + _f(host.launch_overhead_ns)
+    if reduction > 1:          # a warp per row up to a block per row (a row of >= 256 elements fills one)
+        per_block = max(1, OCC_THREADS_PER_BLOCK // min(OCC_THREADS_PER_BLOCK, max(OCC_WARP, reduction)))
+        blocks = math.ceil(outputs / per_block)
+    else:
+        blocks = math.ceil(outputs / (OCC_THREADS_PER_BLOCK * OCC_ELEMS_PER_THREAD))
+    return _occupied_ns(host, bytes_moved, flops, blocks)
+
+
+def attention_ns(host, heads: int, d: int, L: int, batch: int = 1, elem_bytes: int = 2,
+                 softmax: bool = True) -> float:
+    """ns of one decode step's attention for `heads` x `batch` queries over L keys
+    of dimension d: the score GEMV, the softmax of each row and the context GEMV,
+    as three kernels (what a traced jnp attention is: `host_time` of its ops agrees).
+
+    softmax=False leaves the softmax out (AttAcc's "attention GEMVs" figure:
+    attacc.md's 2 543 / 10 053 / 40 096 ns per layer are score + context).
+    """
+    hb = int(heads) * int(batch)
+    t = gemm_ns(host, 1, L, d, hb, elem_bytes) + gemm_ns(host, 1, d, L, hb, elem_bytes)
+    if softmax:
+        # AttAcc's SOFTMAX layer: 5 FLOP per element, the row read and written once
+        t += elementwise_ns(host, 2 * hb * L * elem_bytes, 5.0 * hb * L, outputs=hb, reduction=L,
+                            kind="softmax")
+    return t
+
+
+def allreduce_ns(host, bytes_per_gpu: float, gpus: int, link_GBps: float = NVLINK3_GBPS) -> float:
+    """ns of a tensor-parallel all-reduce of `bytes_per_gpu` (each GPU's partial
+    result) over `gpus` GPUs on NVLink of `link_GBps`: AttAcc's measured-A100 fit
+    (devices.py get_nvlink_time): (gpus - 1) steps of max(6060 + 0.009 x chunk x
+    600 / link, chunk / (link / 2)) ns, chunk = bytes / gpus.  The same for every
+    model (a measured figure; 0 for one GPU).  `host` is unused, for symmetry."""
+    if gpus <= 1:
+        return 0.0
+    chunk = bytes_per_gpu / gpus
+    bw = link_GBps * 1e9
+    step = max((NVLINK_STEP_NS + NVLINK_NS_PER_BYTE * chunk * (600e9 / bw)), chunk / (bw / 2) * 1e9)
+    return step * (gpus - 1)
+
+
+def gpu_time(host, kind: str, **shape) -> float:
+    """ns of one op on `host`'s model, by kind: "gemm" / "gemv" (gemm_ns's m, n, k,
+    batch, elem_bytes; a "gemv" defaults m = 1), "attention" (attention_ns's heads,
+    d, L, batch, elem_bytes, softmax) or "elementwise" (elementwise_ns's bytes_moved,
+    flops, outputs, reduction, kind as `op`) or "allreduce" (allreduce_ns's
+    bytes_per_gpu, gpus, link_GBps).
+
+    >>> from pimjax.hw.host import a100
+    >>> round(gpu_time(a100("hbm3", model="roofline"), "gemv", n=4096, k=4096))
+    12400
+    """
+    if kind in ("gemm", "gemv"):
+        if kind == "gemv":
+            shape.setdefault("m", 1)
+        return gemm_ns(host, **shape)
+    if kind == "attention":
+        return attention_ns(host, **shape)
+    if kind == "elementwise":
+        if "op" in shape:
+            shape["kind"] = shape.pop("op")
+        return elementwise_ns(host, **shape)
+    if kind == "allreduce":
+        return allreduce_ns(host, **shape)
+    raise ValueError(f"gpu_time kind {kind!r}: valid kinds are "
+                     f"['allreduce', 'attention', 'elementwise', 'gemm', 'gemv']")
+
+
+def _occupied_ns(host, bytes_moved: float, flops: float, blocks: int) -> float:
+    """The occupancy model: bandwidth and FLOP/s scaled by the SMs the blocks keep
+    busy (wave quantisation), plus the launch."""
+    util = wave_utilisation(blocks, host.sms)
+    t_mem = bytes_moved / (_f(host.mem_bandwidth) * _f(host.bandwidth_efficiency) * util) * 1e9
+    t_cmp = flops / (_f(host.peak_flops) * _f(host.flops_efficiency) * util) * 1e9
+    return max(t_mem, t_cmp) + _f(host.launch_overhead_ns)
