@@ -281,7 +281,8 @@ class Report:
 
 OP_FIELDS = ("index", "name", "placement", "reason", "draft", "cycles", "ns", "energy_pj", "gpu_ns",
              "baseline_ns", "bound", "simulated_drafts", "space", "rearrangement_cycles", "compute_cycles",
-             "readback_cycles", "merge_cycles", "resident_cycles", "speedup_gpu", "speedup_baseline",
+             "readback_cycles", "merge_cycles", "resident_cycles", "append_cycles", "speedup_gpu",
+             "speedup_baseline",
              "operand_bytes", "to_pim_bytes", "from_pim_bytes", "effective_GBps", "internal_pct",
              "link_GBps", "link_pct")
 

@@ -56,7 +56,7 @@ def test_a_plain_call_keeps_weights_and_caches_resident(backend):
     """`f(params, x, k_cache, v_cache, pos)` as flax / haiku call a model
     (what a call compiles; its values: the tests below): the GEMVs run on
     PIM under the default placement with the weights placed once;
-    `resident=()` rearranges every call and the GPU wins those GEMVs back."""
+    `resident=()` rearranges every call, so each GEMV is slower (or goes back to the GPU)."""
     args = layer_args()
     compiled = pim_jit(layer, backend=backend).lower(*args).compile()
     gemvs = _weight_ops(compiled)
@@ -71,8 +71,14 @@ def test_a_plain_call_keeps_weights_and_caches_resident(backend):
     assert "resident params" in text and "per call x" in text
 
     off = pim_jit(layer, backend=backend, resident=()).lower(*args).compile()
-    assert all(p.placement == "host" and "beats PIM" in p.reason for p in _weight_ops(off))
     oca = off.cost_analysis()
+    # per call the weights are rearranged again: each GEMV either goes back to
+    # the GPU (which model wins depends on the GPU model) or pays for it on PIM
+    on, per = ({o["index"]: o for o in c["ops"]} for c in (ca, oca))
+    for p in _weight_ops(off):
+        o = per[p.index]
+        assert (p.placement == "host" and "beats PIM" in p.reason) or o["rearrangement_cycles"] > 0, p.reason
+        assert o["ns"] > on[p.index]["ns"], (p.index, o["ns"], on[p.index]["ns"])
     assert oca["resident"] == {} and oca["resident_ns"] == 0
     assert set(oca["per_call"]) == {"params", "x", "k_cache", "v_cache", "pos"}
     assert ca["total_ns"] < oca["total_ns"]
