@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test train bench clean
+.PHONY: demo test test-slow train bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,8 +16,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m pimjax.demo
 
+# the suite without the cases marked slow (notebooks included); CI (.ci/run) runs those too
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -n 2 --dist loadfile -m slow
 
 train: $(STAMP)
 	$(PY) -m pimjax.costmodel.train

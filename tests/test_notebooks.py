@@ -30,7 +30,7 @@ def test_there_are_notebooks():
     assert NOTEBOOKS, "no experiments/*.ipynb found"
 
 
-@pytest.mark.slow
+# not marked slow: `make test` runs the notebooks (the issue asks for it)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(path, monkeypatch):
     nb = nbformat.read(path, as_version=4)
