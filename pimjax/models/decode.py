@@ -169,6 +169,8 @@ class AttentionFigures:
     verify_s: float = 0.0
     drafts: int = 0
     simulated: int = 0
+    kernel_cycles: float = float("nan")           # the tuned program's PIM-side cycles (no host read-back / merge)
+    baseline_kernel_cycles: float = float("nan")  # the same of the baseline mapping (what Ramulator times)
 
 
 @dataclass
@@ -266,8 +268,10 @@ def _attention_of(compiled, context: int, tuning_s: float, verify_s: float) -> A
     if not blocks:
         return AttentionFigures(context, float("nan"), float("nan"), gpu, tuning_s, verify_s)
     o, p = blocks[0]
+    base = p.choice.baseline
     return AttentionFigures(context, float(o.ns), float(o.baseline_ns), float(o.gpu_ns), tuning_s, verify_s,
-                            o.space, o.simulated_drafts)
+                            o.space, o.simulated_drafts, float(p.choice.report.kernel_cycles),
+                            float(base.kernel_cycles) if base is not None else float("nan"))
 
 
 def _split(t_gpu: float, t_pim: float, fraction) -> float:
@@ -376,3 +380,50 @@ def decode(cfg: ModelConfig, backend: str | Backend = "attacc", *, host: HostMod
     res.verify_s = sum(a.verify_s for a in res.attention.values())
     res.wall_s = time.perf_counter() - t_start
     return res
+
+
+# --------------------------------------------------------------------------
+# AttAcc's system model, end to end (attacc.md: GPT-3 13B on 8 x A100a, TP 8)
+# --------------------------------------------------------------------------
+def attacc_end_to_end(lin: int, *, batch: int = 1, host: HostModel | None = None, tp: int = 8,
+                      stacks: int = 5, model: str = "gpt3-13b", tuner: Tuner | None = None) -> dict:
+    """The parts of AttAcc's system model (`main.py --system dgx[-attacc]`) we
+    model, for one generated token after `lin` prompt tokens (context lin + 1).
+
+    One GPU's share of the layer under tensor parallelism `tp`
+    (`ModelConfig.tensor_parallel`: GPT-3 13B / 8 = 5 heads, FFN 2560) on an
+    AttAcc of `stacks` HBM3 stacks (5 per GPU in AttAcc's DGX; the baseline
+    mapping puts each of the 5 x batch heads in its own channel), the GPU
+    `host` (default the attacc preset's).  Returns ns / ms:
+
+      attention_pim_ns    one layer's attention on PIM, AttAcc's mapping, as the op
+                          costs the layer (q written, context read back and merged by the host)
+      attention_kernel_cycles  the same program's PIM-side cycles: what AttAcc's
+                          Ramulator run times (its q / context transfers are its X2G
+                          communication, not modelled here)
+      attention_gpu_ns    one layer's attention on the GPU model
+      fc_gpu_ms           QKV + projection + FFN per token, all layers, GPU only
+      fc_attacc_ms        the same with AttAcc-Full's FFN split (`--ffopt`)
+      gpu_ms, attacc_ms   attention + FC per token (all layers): the parts we model
+      result              the `DecodeResult`
+
+    Not modelled (so not in gpu_ms / attacc_ms): the all-reduces after the
+    projection and the FFN, the activation and norm kernels' fixed costs
+    (AttAcc's empirical 8.29 / 6.87 us per kernel), and `--pipeopt`'s overlap
+    of the QKV / projection GEMMs with the attention.
+    """
+    from .configs import get_config
+    cfg = get_config(model).tensor_parallel(tp)
+    res = decode(cfg, "attacc", host=host, stacks=stacks, batch=batch, prompt=lin, tokens=2, l_bucket=1,
+                 tuner=tuner)
+    (_, times), = res.steps
+    n = cfg.n_layers
+    fc = lambda s: sum(times[s][p] for p in ("qkv", "proj", "ffn")) / 1e6    # noqa: E731
+    return {"context": lin + 1,
+            "attention_pim_ns": times["attacc-base"]["attention"] / n,
+            "attention_kernel_cycles": res.attention[lin + 1].baseline_kernel_cycles,
+            "attention_gpu_ns": times["gpu"]["attention"] / n,
+            "fc_gpu_ms": fc("gpu"), "fc_attacc_ms": fc("attacc-full"),
+            "gpu_ms": fc("gpu") + times["gpu"]["attention"] / 1e6,
+            "attacc_ms": fc("attacc-full") + times["attacc-base"]["attention"] / 1e6,
+            "result": res}
