@@ -156,6 +156,8 @@ class OpFigures:
     gpu_ns: float
     pim_ns: float = float("nan")
     baseline_ns: float = float("nan")
+    kernel_cycles: float = float("nan")            # PIM-side cycles, no host read-back / merge
+    baseline_kernel_cycles: float = float("nan")
 
 
 @dataclass
@@ -242,36 +244,99 @@ def _attention_shapes(cfg: ModelConfig, batch: int, context: int, dtype=np.float
 
 
 def gpu_attention_ns(cfg: ModelConfig, batch: int, context: int, backend: Backend) -> float:
-    """The attention at `context` on the host roofline (ns, one layer)."""
+    """The attention at `context` on the host roofline (ns, one layer): its
+    ops traced at this context and timed by `sim.host.host_time`."""
     g = make_graph(_attention_fn(cfg.n_heads // cfg.n_kv_heads), *_attention_shapes(cfg, batch, context))
     shapes = {i: v.shape for i, v in enumerate(g.values)}
     eb = host_bytes(g, backend)
     return float(sum(host_time(op, backend.system.host, shapes, eb) for op in g.ops))
 
 
-def _op_figures(compiled, phases) -> list[OpFigures]:
-    rep = compiled.report()
+class GpuAttention:
+    """`gpu_attention_ns` at any context from two traces.
+
+    Every attention op's bytes and FLOPs are affine in the context L (each
+    L-sized dimension is exactly L), so they are interpolated exactly from
+    traces at two contexts and timed by the host model's own roofline
+    (`HostModel.time_ns`, as `host_time`), op by op; a decode of 128 tokens
+    traces twice instead of 127 times (tests check it against
+    `gpu_attention_ns`)."""
+
+    def __init__(self, cfg: ModelConfig, batch: int, backend: Backend, probe: int = 64):
+        from ..sim.host import op_bytes, op_flops
+        self.host = backend.system.host
+        per = []
+        for L in (probe, 2 * probe):
+            g = make_graph(_attention_fn(cfg.n_heads // cfg.n_kv_heads), *_attention_shapes(cfg, batch, L))
+            shapes = {i: v.shape for i, v in enumerate(g.values)}
+            eb = host_bytes(g, backend)
+            per.append([(op_bytes(op, shapes, eb), op_flops(op)) for op in g.ops])
+        if len(per[0]) != len(per[1]):
+            raise AssertionError("the attention traced to different graphs at two contexts")
+        self.probe = probe
+        self.terms = [(b0, (b1 - b0) / probe, f0, (f1 - f0) / probe) for (b0, f0), (b1, f1) in zip(*per)]
+
+    def __call__(self, context: int) -> float:
+        if context < 2:        # a one-element softmax traces to other ops
+            raise ValueError(f"GpuAttention: context must be >= 2, got {context}")
+        dl = context - self.probe
+        return float(sum(np.asarray(self.host.time_ns(b0 + db * dl, f0 + df * dl))
+                         for b0, db, f0, df in self.terms))
+
+
+def _baseline(plan, backend: Backend, graph, tuner: Tuner):
+    """(ns, kernel cycles) of the backend's baseline mapping for a PIM plan.
+
+    A freshly tuned op carries it (the tuner simulates the baseline beside
+    the top-k); for a choice answered by the tuning cache it is lowered and
+    simulated once, then kept in the same cache under the op's key plus
+    "|baseline" (mode "baseline": a record no tuner takes as a decision)."""
+    from ..report import baseline_report
+    from ..backends import baseline as baseline_draft
+    from ..search.cache import draft_to_dict
+    if plan.choice is not None and plan.choice.baseline is not None:
+        r = plan.choice.baseline
+        return float(r.total_ns), float(r.kernel_cycles)
+    key = plan.proposal.key + "|baseline" if plan.proposal is not None else None
+    hit = tuner.cache.get(key) if key else None
+    if hit is not None and "baseline_ns" in hit:
+        return float(hit["baseline_ns"]), float(hit["baseline_kernel_cycles"])
+    shapes = {i: v.shape for i, v in enumerate(graph.values)}
+    r = baseline_report(plan, backend, shapes)
+    if r is None:
+        return float("nan"), float("nan")
+    out = float(r.total_ns), float(r.kernel_cycles)
+    if key:
+        tuner.cache.put(key, {"draft": draft_to_dict(baseline_draft(plan.draft_op, backend)), "mode": "baseline",
+                              "simulated": 0, "space": 0, "baseline_ns": out[0], "baseline_kernel_cycles": out[1]})
+    return out
+
+
+def _op_figures(compiled, phases, tuner: Tuner) -> list[OpFigures]:
+    """Per op of a compiled layer: phase, GPU roofline, tuned and baseline ns
+    (read from the plans; a block's figures on its last op, fused ops 0)."""
     out = []
-    for o, p, plan in zip(rep.ops, phases, compiled.plans):
-        f = OpFigures(o.index, o.name, p, plan.op.kind, float(o.gpu_ns))
-        if o.placement == "pim":
-            f.pim_ns, f.baseline_ns = float(o.ns), float(o.baseline_ns)
+    for p, ph in zip(compiled.plans, phases):
+        f = OpFigures(p.index, "attention" if p.block else p.op.name, ph, p.op.kind, float(p.host_ns))
+        if p.placement == "pim":
+            f.pim_ns = float(p.choice.report.total_ns)
+            f.baseline_ns, f.baseline_kernel_cycles = _baseline(p, compiled.backend, compiled.graph, tuner)
+            f.kernel_cycles = float(p.choice.report.kernel_cycles)
         out.append(f)
     return out
 
 
-def _attention_of(compiled, context: int, tuning_s: float, verify_s: float) -> AttentionFigures:
-    """The attention block's figures from a compile that holds one (else NaN)."""
-    rep = compiled.report()
-    blocks = [(o, p) for o, p in zip(rep.ops, compiled.plans) if p.block and o.placement == "pim"]
-    gpu = sum(float(o.gpu_ns) for o, p in zip(rep.ops, compiled.plans) if p.block)
+def _attention_of(ops: list[OpFigures], context: int, tuning_s: float, verify_s: float,
+                  plans) -> AttentionFigures:
+    """The attention block's figures (NaN on PIM where the block stays on the host)."""
+    att = [o for o in ops if o.phase == "attention"]
+    gpu = sum(o.gpu_ns for o in att)
+    blocks = [(o, p) for o, p in zip(ops, plans) if p.block and p.placement == "pim"]
     if not blocks:
         return AttentionFigures(context, float("nan"), float("nan"), gpu, tuning_s, verify_s)
     o, p = blocks[0]
-    base = p.choice.baseline
-    return AttentionFigures(context, float(o.ns), float(o.baseline_ns), float(o.gpu_ns), tuning_s, verify_s,
-                            o.space, o.simulated_drafts, float(p.choice.report.kernel_cycles),
-                            float(base.kernel_cycles) if base is not None else float("nan"))
+    return AttentionFigures(context, o.pim_ns, o.baseline_ns, o.gpu_ns, tuning_s, verify_s,
+                            p.choice.space, p.choice.simulated, o.kernel_cycles, o.baseline_kernel_cycles)
 
 
 def _split(t_gpu: float, t_pim: float, fraction) -> float:
@@ -354,13 +419,14 @@ def decode(cfg: ModelConfig, backend: str | Backend = "attacc", *, host: HostMod
     lowered = f.lower(*args)
     t1 = time.perf_counter()
     compiled = lowered.compile()
-    t2 = time.perf_counter()
-    res.compile_s = t2 - t0
     graph = compiled.graph
     blocks = {p.block[0]: p.block for p in compiled.plans if p.block}
     phases = op_phases(graph, input_phases(graph, args), blocks)
-    res.layer_ops = _op_figures(compiled, phases)
-    res.attention[L0] = _attention_of(compiled, L0, t1 - t0, t2 - t1)
+    res.layer_ops = _op_figures(compiled, phases, tuner)      # with the baselines (simulated or cached)
+    t2 = time.perf_counter()
+    res.compile_s = t2 - t0
+    res.attention[L0] = _attention_of(res.layer_ops, L0, t1 - t0, t2 - t1, compiled.plans)
+    gpu_attention = GpuAttention(cfg, batch, backend)
 
     attend = pim_jit(_attention_fn(cfg.n_heads // cfg.n_kv_heads), backend=backend,
                      resident=("k_cache", "v_cache"), tuner=tuner, placement="prefer_pim")
@@ -372,9 +438,9 @@ def decode(cfg: ModelConfig, backend: str | Backend = "attacc", *, host: HostMod
             t1 = time.perf_counter()
             c = lowered.compile()
             t2 = time.perf_counter()
-            res.attention[Lb] = _attention_of(c, Lb, t1 - t0, t2 - t1)
-        times = _system_times(res.layer_ops, res.attention[Lb], gpu_attention_ns(cfg, batch, L, backend),
-                              ffn_pim_fraction)
+            ops = _op_figures(c, ["attention"] * len(c.plans), tuner)
+            res.attention[Lb] = _attention_of(ops, Lb, t1 - t0, t2 - t1 + time.perf_counter() - t2, c.plans)
+        times = _system_times(res.layer_ops, res.attention[Lb], gpu_attention(L), ffn_pim_fraction)
         res.steps.append((L, {s: {p: v * cfg.n_layers for p, v in d.items()} for s, d in times.items()}))
     res.tuning_s = sum(a.tuning_s for a in res.attention.values())
     res.verify_s = sum(a.verify_s for a in res.attention.values())

@@ -64,6 +64,16 @@ def test_systems_differ_only_where_they_place_differently(run):
             assert all(t[s][p] <= g[p] * (1 + 1e-9) for p in PHASES if p != "attention")
 
 
+def test_gpu_attention_interpolates_exactly():
+    from pimjax.hw.presets import get_backend
+    from pimjax.models.decode import GpuAttention
+    be = get_backend("attacc")
+    for cfg, batch in ((CFG, 1), (get_config("llama2-70b"), 4)):
+        gpu = GpuAttention(cfg, batch, be)
+        for L in (2, 33, 129, 2049):
+            assert gpu(L) == pytest.approx(gpu_attention_ns(cfg, batch, L, be), rel=1e-12)
+
+
 def res_backend(res):
     from pimjax.hw.presets import get_backend
     return get_backend("attacc")
