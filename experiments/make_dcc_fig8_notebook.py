@@ -109,7 +109,7 @@ alone at a new context length."""),
     new_code_cell("""tune = pd.DataFrame([{"setting": f"{m} B{b} {p}+{t}", "layer compile s": r.compile_s,
                       "drafts+predict s": r.tuning_s, "verify s": r.verify_s,
                       "attention contexts compiled": len(r.attention), "wall s": r.wall_s,
-                      "tuning per token (all layers) ms, if counted": 1e3 * r.tuning_s / (t - 1)}
+                      "drafts+predict per output token, wall ms": 1e3 * r.tuning_s / (t - 1)}
                      for (m, b, p, t), r in results.items()]).set_index("setting")
 display(tune.round(2))"""),
     new_markdown_cell("""## Against DCC's published numbers (§V-B text)

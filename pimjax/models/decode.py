@@ -328,15 +328,26 @@ def _op_figures(compiled, phases, tuner: Tuner) -> list[OpFigures]:
 
 def _attention_of(ops: list[OpFigures], context: int, tuning_s: float, verify_s: float,
                   plans) -> AttentionFigures:
-    """The attention block's figures (NaN on PIM where the block stays on the host)."""
-    att = [o for o in ops if o.phase == "attention"]
-    gpu = sum(o.gpu_ns for o in att)
-    blocks = [(o, p) for o, p in zip(ops, plans) if p.block and p.placement == "pim"]
-    if not blocks:
-        return AttentionFigures(context, float("nan"), float("nan"), gpu, tuning_s, verify_s)
-    o, p = blocks[0]
-    return AttentionFigures(context, o.pim_ns, o.baseline_ns, o.gpu_ns, tuning_s, verify_s,
-                            p.choice.space, p.choice.simulated, o.kernel_cycles, o.baseline_kernel_cycles)
+    """The attention's figures: the fused block where the backend has one;
+    else its ops one by one (score / context products on PIM, the softmax on
+    the host: tuned = each op's faster of PIM and GPU, baseline = the
+    baseline mapping where it runs on PIM); NaN where nothing runs on PIM."""
+    att = [(o, p) for o, p in zip(ops, plans) if o.phase == "attention"]
+    gpu = sum(o.gpu_ns for o, _ in att)
+    nan = float("nan")
+    blocks = [(o, p) for o, p in att if p.block and p.placement == "pim"]
+    if blocks:
+        o, p = blocks[0]
+        return AttentionFigures(context, o.pim_ns, o.baseline_ns, o.gpu_ns, tuning_s, verify_s,
+                                p.choice.space, p.choice.simulated, o.kernel_cycles, o.baseline_kernel_cycles)
+    on_pim = [o for o, _ in att if np.isfinite(o.pim_ns)]
+    if not on_pim:
+        return AttentionFigures(context, nan, nan, gpu, tuning_s, verify_s)
+    tuned = sum(min(o.pim_ns, o.gpu_ns) if np.isfinite(o.pim_ns) else o.gpu_ns for o, _ in att)
+    base = sum(o.baseline_ns if np.isfinite(o.baseline_ns) else o.gpu_ns for o, _ in att)
+    return AttentionFigures(context, tuned, base, gpu, tuning_s, verify_s,
+                            kernel_cycles=sum(o.kernel_cycles for o in on_pim),
+                            baseline_kernel_cycles=sum(o.baseline_kernel_cycles for o in on_pim))
 
 
 def _split(t_gpu: float, t_pim: float, fraction) -> float:
