@@ -8,7 +8,8 @@ AttAcc-Full and pimjax's tuned placement (DCC §V-B, Fig. 8).
 What is traced and simulated.  N output tokens after an L-token prompt: the
 prompt is processed on the GPU (prefill, not timed here) and gives the first
 token; tokens 2..N are decode steps whose context (this token included) grows
-L + 1 ... L + N - 1, as AttAcc's system model (`src/model.py`: `lin + stage`).
+L + 1 ... L + N - 1, as AttAcc's system model (`src/model.py`: `lin + stage`);
+`prefill_ns` is the prompt on the GPU roofline (`layers.make_prefill`), apart.
 All decoder layers of a model are identical, so ONE layer is traced and timed
 and the per-token figures are that layer times `n_layers`.  In a layer only the
 attention reads the KV cache, so only the attention changes with the context:
@@ -48,7 +49,7 @@ Systems (`SYSTEMS`), each op of the layer placed as:
   program (data rearrangement included) beats the GPU roofline.
 
 Phases: `layers.PHASES`; an op's phase comes from what it reads (`op_phases`).
-Not modelled: the prefill, the LM head and embeddings, sampling, collective
+Not modelled: the LM head and embeddings, sampling, collective
 communication (tensor-parallel all-reduces), kernel-launch costs beyond the
 host model's `launch_overhead_ns`, and the overlap of GPU and PIM work across
 phases (AttAcc's `--pipeopt`); see `attacc_end_to_end`.
@@ -183,7 +184,8 @@ class DecodeResult:
     layer_ops: the layer's op figures; attention: {bucketed context:
     AttentionFigures}; tuning_s / verify_s: wall seconds of draft generation +
     prediction / of verification by simulation for new context lengths
-    (the layer's own compile in `compile_s`); wall_s: the whole call.
+    (the layer's own compile in `compile_s`); prefill_ns: the prompt on the
+    GPU roofline (all layers; the first output token); wall_s: the whole call.
     """
     model: str
     backend: str
@@ -197,6 +199,7 @@ class DecodeResult:
     steps: list = field(default_factory=list)
     layer_ops: list = field(default_factory=list)
     attention: dict = field(default_factory=dict)
+    prefill_ns: float = float("nan")
     compile_s: float = 0.0
     tuning_s: float = 0.0
     verify_s: float = 0.0
@@ -282,6 +285,18 @@ class GpuAttention:
         dl = context - self.probe
         return float(sum(np.asarray(self.host.time_ns(b0 + db * dl, f0 + df * dl))
                          for b0, db, f0, df in self.terms))
+
+
+def prefill_gpu_ns(cfg: ModelConfig, batch: int, prompt: int, backend: Backend) -> float:
+    """The prefill of a `prompt`-token prompt on the host roofline (ns, all
+    layers): `layers.make_prefill` traced from shapes, every op timed by
+    `sim.host.host_time`."""
+    from .layers import make_prefill, param_shapes
+    x = jax.ShapeDtypeStruct((batch, prompt, cfg.d_model), np.float16)
+    g = make_graph(make_prefill(cfg), param_shapes(cfg), x)
+    shapes = {i: v.shape for i, v in enumerate(g.values)}
+    eb = host_bytes(g, backend)
+    return cfg.n_layers * float(sum(host_time(op, backend.system.host, shapes, eb) for op in g.ops))
 
 
 def _baseline(plan, backend: Backend, graph, tuner: Tuner):
@@ -453,6 +468,7 @@ def decode(cfg: ModelConfig, backend: str | Backend = "attacc", *, host: HostMod
             res.attention[Lb] = _attention_of(ops, Lb, t1 - t0, t2 - t1 + time.perf_counter() - t2, c.plans)
         times = _system_times(res.layer_ops, res.attention[Lb], gpu_attention(L), ffn_pim_fraction)
         res.steps.append((L, {s: {p: v * cfg.n_layers for p, v in d.items()} for s, d in times.items()}))
+    res.prefill_ns = prefill_gpu_ns(cfg, batch, prompt, backend)
     res.tuning_s = sum(a.tuning_s for a in res.attention.values())
     res.verify_s = sum(a.verify_s for a in res.attention.values())
     res.wall_s = time.perf_counter() - t_start

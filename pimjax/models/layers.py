@@ -170,3 +170,43 @@ def make_layer(cfg: ModelConfig, append: bool = True) -> Callable:
 
     layer.__name__ = f"{cfg.name.replace('-', '_')}_layer"
     return layer
+
+
+def make_prefill(cfg: ModelConfig) -> Callable:
+    """The same layer over a whole prompt (the prefill, run on the GPU):
+    `prefill(params, x [B, L, d]) -> (y [B, L, d], k [B, Hkv, L, hd], v)` with
+    causal attention (a position attends to itself and earlier ones)."""
+    H, Hkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    group = H // Hkv
+
+    def prefill(params, x):
+        B, L, _ = x.shape
+        h = _norm(cfg, x, params["ln1_g"], params.get("ln1_b"))
+        q = _linear(params, "q", h).reshape(B, L, H, hd).transpose(0, 2, 1, 3)
+        k = _linear(params, "k", h).reshape(B, L, Hkv, hd).transpose(0, 2, 1, 3)
+        v = _linear(params, "v", h).reshape(B, L, Hkv, hd).transpose(0, 2, 1, 3)
+        if cfg.rope:
+            pos = jnp.arange(L, dtype=jnp.float32)
+            inv = jnp.asarray(1.0 / 10000.0 ** (np.arange(0, hd, 2) / hd), jnp.float32)
+            ang = pos[:, None] * inv[None, :]
+            cos = jnp.concatenate([jnp.cos(ang)] * 2, axis=-1).astype(x.dtype)[None, None]
+            sin = jnp.concatenate([jnp.sin(ang)] * 2, axis=-1).astype(x.dtype)[None, None]
+            rot = lambda t: jnp.concatenate([-t[..., hd // 2:], t[..., :hd // 2]], axis=-1)  # noqa: E731
+            q = q * cos + rot(q) * sin
+            k = k * cos + rot(k) * sin
+        qg = q.reshape(B, Hkv, group, L, hd)
+        s = jnp.einsum("bkgqd,bkld->bkgql", qg, k) / q.dtype.type(np.sqrt(hd))
+        causal = jnp.tril(jnp.ones((L, L), bool))[None, None, None]
+        s = jnp.where(causal, s, jnp.asarray(-jnp.inf, s.dtype))
+        o = jnp.einsum("bkgql,bkld->bkgqd", jax.nn.softmax(s, axis=-1), v)
+        o = o.reshape(B, H, L, hd).transpose(0, 2, 1, 3).reshape(B, L, H * hd)
+        x = x + _linear(params, "o", o)
+        h = _norm(cfg, x, params["ln2_g"], params.get("ln2_b"))
+        if cfg.ffn == "swiglu":
+            u = jax.nn.silu(_linear(params, "_gate", h)) * _linear(params, "_up", h)
+        else:
+            u = jax.nn.gelu(_linear(params, "_up", h))
+        return x + _linear(params, "_down", u), k, v
+
+    prefill.__name__ = f"{cfg.name.replace('-', '_')}_prefill"
+    return prefill

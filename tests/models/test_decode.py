@@ -84,3 +84,14 @@ def test_bad_arguments():
         decode(CFG, tokens=1)
     with pytest.raises(ValueError, match="ffn_pim_fraction"):
         decode(CFG, ffn_pim_fraction=1.5)
+
+
+def test_prefill_on_the_gpu(run):
+    from pimjax.hw.presets import get_backend
+    from pimjax.models.decode import prefill_gpu_ns
+    _, res = run
+    be = get_backend("attacc")
+    assert res.prefill_ns == pytest.approx(prefill_gpu_ns(CFG, 1, 31, be))
+    # the prompt's 31 tokens read the weights once: cheaper than 31 decode steps, dearer than one
+    step = sum(res.steps[0][1]["gpu"].values())
+    assert step < res.prefill_ns < 31 * step

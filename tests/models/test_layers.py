@@ -94,3 +94,21 @@ def test_only_attention_depends_on_the_context():
     assert len(sig[64]) == len(sig[80])
     differ = [a[2] for a, b in zip(sig[64], sig[80]) if a != b]
     assert differ and set(differ) == {"attention"}
+
+
+def test_prefill_matches_token_by_token_decode():
+    """The prefill's last position equals decoding the prompt one token at a time (its K / V the cache)."""
+    from pimjax.models.layers import make_prefill
+    cfg = tiny("llama2-7b")
+    params, _, _, _, _ = random_layer_args(cfg, batch=1, context=4, seed=2)
+    xs = np.random.default_rng(0).standard_normal((1, 5, cfg.d_model)).astype(np.float16)
+    y, k, v = jax.jit(make_prefill(cfg))(params, xs)
+    step = jax.jit(make_layer(cfg))
+    kc = np.zeros((1, cfg.n_kv_heads, 5, cfg.head_dim), np.float16)
+    vc = kc.copy()
+    for t in range(5):
+        # the decode layer attends over the whole cache: keep only the filled rows
+        yt, kc2, vc2 = step(params, xs[:, t], kc[:, :, :t + 1], vc[:, :, :t + 1], np.int32(t))
+        kc[:, :, :t + 1], vc[:, :, :t + 1] = np.asarray(kc2), np.asarray(vc2)
+    assert _rel_err(yt, np.asarray(y)[:, -1]) < 2e-2
+    assert _rel_err(kc, k) < 2e-2
