@@ -8,7 +8,7 @@
 """
 from .configs import CONFIGS, ModelConfig, get_config
 from .layers import PHASES, layer_shapes, make_layer, param_shapes
-from .decode import SYSTEMS, DecodeResult, decode
+from .decode import SYSTEMS, DecodeResult, attacc_end_to_end, decode
 
 __all__ = ["CONFIGS", "ModelConfig", "get_config", "PHASES", "layer_shapes", "make_layer", "param_shapes",
-           "SYSTEMS", "DecodeResult", "decode"]
+           "SYSTEMS", "DecodeResult", "attacc_end_to_end", "decode"]
