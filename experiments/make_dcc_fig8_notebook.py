@@ -38,11 +38,12 @@ which keeps the notebook short; `SETTINGS` below takes more.
 Not modelled: the prefill, the LM head, collective communication, overlap of GPU and PIM work across
 phases; "other" is every small op (norms, residuals, RoPE) at the roofline's 36 ns launch cost each, as
 jnp writes them (a GPU would fuse several)."""),
-    new_code_cell("""import os, shutil, tempfile, time
+    new_code_cell("""import os, shutil, sys, tempfile, time
+# run from experiments/ (Jupyter, nbclient) or the checkout root: this checkout's pimjax first
+ROOT = os.path.dirname(os.getcwd()) if os.path.basename(os.getcwd()) == "experiments" else os.getcwd()
+sys.path.insert(0, ROOT)
 import numpy as np
 import pandas as pd
-import matplotlib
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from pimjax.hw.host import a100
@@ -54,8 +55,9 @@ GPU = a100("hbm3")                  # DCC's GPU model; any pimjax.hw.core.HostMo
 STACKS = 5
 
 # the committed tuning cache, copied: a run adds entries to the copy, never to the repository
-here = os.path.join(os.getcwd(), "experiments") if os.path.isdir("experiments") else os.getcwd()
-committed = os.path.join(here, "data", "dcc_fig8_tune.json")
+committed = os.path.join(ROOT, "experiments", "data", "dcc_fig8_tune.json")
+OUT = os.path.join(ROOT, "experiments", "out")
+os.makedirs(OUT, exist_ok=True)
 cache = os.path.join(tempfile.mkdtemp(), "tune.json")
 if os.path.exists(committed):
     shutil.copy(committed, cache)
@@ -82,6 +84,7 @@ norm = pd.DataFrame(rows).set_index(["setting", "system"])
 norm["total"] = norm.sum(axis=1)
 norm["vs GPU"] = 1 / norm["total"]
 display(norm.round(3))
+norm.to_csv(os.path.join(OUT, "dcc_fig8_breakdown.csv"))
 
 fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4), sharey=True)
 axes = np.atleast_1d(axes)
@@ -99,6 +102,7 @@ for ax, setting in zip(axes, norm.index.get_level_values(0).unique()):
 axes[0].set_ylabel("time / GPU time")
 axes[0].legend(fontsize=8)
 fig.tight_layout()
+fig.savefig(os.path.join(OUT, "dcc_fig8_breakdown.png"), dpi=120)
 plt.show()"""),
     new_markdown_cell("""## Tuning for new context lengths (DCC §IV-D), counted
 
@@ -172,6 +176,7 @@ why = {
 cmp = pd.DataFrame({"DCC (paper)": paper, "pimjax": ours})
 cmp["pimjax / paper"] = cmp["pimjax"] / cmp["DCC (paper)"]
 cmp["why it differs"] = [why[k] if abs(np.log(v)) > np.log(1.15) else "" for k, v in cmp["pimjax / paper"].items()]
+cmp.to_csv(os.path.join(OUT, "dcc_fig8_vs_paper.csv"))
 with pd.option_context("display.max_colwidth", 400):
     display(cmp.round(3))"""),
 ]
