@@ -1,0 +1,200 @@
+"""Write `experiments/dcc_fig8_llm.ipynb` (no outputs): DCC Fig. 8 with pimjax.
+
+    .venv/bin/python experiments/make_dcc_fig8_notebook.py
+
+The notebook decodes GPT-3 13B and LLaMA-2 33B with `pimjax.models.decode` on
+AttAcc (5 HBM3 stacks, DCC's system) and shows the normalised per-phase time
+of GPU, AttAcc-Base, AttAcc-Full, Base+DCC, Full+DCC and pimjax beside the
+numbers DCC's §V-B text gives.  It starts from the tuning cache committed in
+`experiments/data/dcc_fig8_tune.json` (copied to a temporary file, so running
+it never edits the repository); with that cache it runs in about a minute on a
+2-core machine, from an empty one in several minutes.
+"""
+from __future__ import annotations
+
+import os
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+CELLS = [
+    new_markdown_cell("""# DCC Fig. 8: end-to-end LLM decode on AttAcc, per phase
+
+DCC (§V-B, Fig. 8) shows the normalised decode time of GPT-3 13B and LLaMA-2 33B, broken down into QKV
+generation, attention, projection, feed-forward and other, for the GPU, AttAcc-Base (attention on PIM),
+AttAcc-Full (attention plus part of the FFN on PIM, as AttAcc's `--ffopt`) and both with DCC.  Here the
+same systems with pimjax (`pimjax.models.decode`): one decoder layer traced from `jax.ShapeDtypeStruct`s
+(no weights), placed op by op, the PIM ops lowered and simulated; the attention re-tuned for every new
+context length (16-token KV blocks) with the tuning time counted; the per-token figures are one layer x
+the layer count.
+
+System (DCC §V): one A100 with 5 PIM-enabled HBM3 stacks (`attacc` preset, `stacks=5`), the GPU on DCC's
+roofline (`a100("hbm3")`: 3352 GB/s x 0.81, 312 TFLOP/s x 0.8).  Settings: DCC's text does not list its
+token counts; we use batch 1 with a 2 048-token prompt (both models) and batch 4 with a 512-token prompt
+(LLaMA-2 33B), 16 output tokens each (one 16-token KV block of contexts), which keeps the notebook short;
+`SETTINGS` below takes more.
+
+Not modelled: the prefill, the LM head, collective communication, overlap of GPU and PIM work across
+phases; "other" is every small op (norms, residuals, RoPE) at the roofline's 36 ns launch cost each, as
+jnp writes them (a GPU would fuse several)."""),
+    new_code_cell("""import os, shutil, sys, tempfile, time
+# run from experiments/ (Jupyter, nbclient) or the checkout root: this checkout's pimjax first
+ROOT = os.path.dirname(os.getcwd()) if os.path.basename(os.getcwd()) == "experiments" else os.getcwd()
+sys.path.insert(0, ROOT)
+import numpy as np
+import pandas as pd
+import matplotlib.pyplot as plt
+
+from pimjax.hw.host import a100
+from pimjax.models import decode, get_config, PHASES
+from pimjax.search.tuner import Tuner
+
+# (model, batch, prompt, output tokens); ("gpt3-13b", 4, 512, 16) is in the committed cache too (it adds
+# ~45 s here: its batch-4 GEMM programs are lowered again from the cached choices)
+SETTINGS = [("gpt3-13b", 1, 2048, 16), ("llama2-33b", 1, 2048, 16), ("llama2-33b", 4, 512, 16)]
+GPU = a100("hbm3")                  # DCC's GPU model; any pimjax.hw.core.HostModel plugs in here
+STACKS = 5
+
+# the committed tuning cache, copied: a run adds entries to the copy, never to the repository
+committed = os.path.join(ROOT, "experiments", "data", "dcc_fig8_tune.json")
+OUT = os.path.join(ROOT, "experiments", "out")
+os.makedirs(OUT, exist_ok=True)
+cache = os.path.join(tempfile.mkdtemp(), "tune.json")
+if os.path.exists(committed):
+    shutil.copy(committed, cache)
+tuner = Tuner(cache=cache)
+SYSTEMS = ["gpu", "attacc-base", "attacc-full", "base+dcc", "full+dcc", "pimjax"]
+LABELS = {"gpu": "GPU", "attacc-base": "AttAcc-Base", "attacc-full": "AttAcc-Full",
+          "base+dcc": "Base+DCC (pimjax)", "full+dcc": "Full+DCC (pimjax)", "pimjax": "pimjax auto"}"""),
+    new_code_cell("""results = {}
+t0 = time.perf_counter()
+for model, batch, prompt, tokens in SETTINGS:
+    results[(model, batch, prompt, tokens)] = decode(get_config(model), "attacc", host=GPU, stacks=STACKS,
+                                                     batch=batch, prompt=prompt, tokens=tokens, tuner=tuner)
+print(f"decoded {len(results)} settings in {time.perf_counter() - t0:.0f} s")
+for res in results.values():
+    display(res.table().round(4))"""),
+    new_markdown_cell("""## Normalised time breakdown (GPU = 1), speedup over the GPU on top"""),
+    new_code_cell("""rows = []
+for (model, batch, prompt, tokens), res in results.items():
+    per, gpu_total = res.per_token(), res.totals()["gpu"]
+    for s in SYSTEMS:
+        rows.append({"setting": f"{model} B{batch} {prompt}+{tokens}", "system": LABELS[s],
+                     **{p: per[s][p] / gpu_total for p in PHASES}})
+norm = pd.DataFrame(rows).set_index(["setting", "system"])
+norm["total"] = norm.sum(axis=1)
+norm["vs GPU"] = 1 / norm["total"]
+display(norm.round(3))
+norm.to_csv(os.path.join(OUT, "dcc_fig8_breakdown.csv"))
+
+fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4), sharey=True)
+axes = np.atleast_1d(axes)
+colors = dict(zip(PHASES, ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8c8c8c"]))
+for ax, setting in zip(axes, norm.index.get_level_values(0).unique()):
+    sub = norm.loc[setting]
+    bottom = np.zeros(len(sub))
+    for p in PHASES:
+        ax.bar(range(len(sub)), sub[p], bottom=bottom, color=colors[p], label=p)
+        bottom += sub[p].to_numpy()
+    for i, v in enumerate(sub["vs GPU"]):
+        ax.text(i, bottom[i] + 0.02, f"{v:.2f}x", ha="center", fontsize=8)
+    ax.set_xticks(range(len(sub)), sub.index, rotation=30, ha="right", fontsize=8)
+    ax.set_title(setting)
+axes[0].set_ylabel("time / GPU time")
+axes[0].legend(fontsize=8)
+fig.tight_layout()
+fig.savefig(os.path.join(OUT, "dcc_fig8_breakdown.png"), dpi=120)
+plt.show()"""),
+    new_markdown_cell("""## Tuning for new context lengths (DCC §IV-D), counted
+
+`drafts+predict s` is what DCC counts in its totals (draft generation and prediction for a new shape);
+`verify s` is pimjax's simulation of the predicted top-k (DCC profiles on its simulator instead).  The
+first entry of each setting is the whole layer's compile (every GEMV tuned once); later ones the attention
+alone at a new context length."""),
+    new_code_cell("""tune = pd.DataFrame([{"setting": f"{m} B{b} {p}+{t}", "layer compile s": r.compile_s,
+                      "drafts+predict s": r.tuning_s, "verify s": r.verify_s,
+                      "attention contexts compiled": len(r.attention), "wall s": r.wall_s,
+                      "drafts+predict per output token, wall ms": 1e3 * r.tuning_s / (t - 1)}
+                     for (m, b, p, t), r in results.items()]).set_index("setting")
+display(tune.round(2))"""),
+    new_markdown_cell("""## Against DCC's published numbers (§V-B text)
+
+Averages are geometric means over the settings.  A row whose ratio is off by more than 15 % says why: the
+modelling difference behind it."""),
+    new_code_cell("""def gmean(xs):
+    return float(np.exp(np.mean(np.log(xs))))
+
+def phase_ratio(res, num, den, phases):
+    per = res.per_token()
+    return sum(per[num][p] for p in phases) / sum(per[den][p] for p in phases)
+
+def base_mapping_vs_gpu(res, phases=("qkv", "proj")):
+    ops = [o for o in res.layer_ops if o.phase in phases and o.kind == "contraction"]
+    return sum(o.gpu_ns for o in ops) / sum(o.baseline_ns for o in ops)
+
+R = list(results.values())
+by_model = {r.model: r for r in R}
+ours = {
+    "DCC over AttAcc-Base (avg)": gmean([phase_ratio(r, "attacc-base", "base+dcc", PHASES) for r in R]),
+    "DCC over AttAcc-Full (avg)": gmean([phase_ratio(r, "attacc-full", "full+dcc", PHASES) for r in R]),
+    "Base+DCC over GPU (avg)": gmean([phase_ratio(r, "gpu", "base+dcc", PHASES) for r in R]),
+    "Full+DCC over GPU (avg)": gmean([phase_ratio(r, "gpu", "full+dcc", PHASES) for r in R]),
+    "Full+DCC over GPU (max)": max(phase_ratio(r, "gpu", "full+dcc", PHASES) for r in R),
+    "attention, DCC over AttAcc, GPT3-13B": gmean([phase_ratio(r, "attacc-base", "base+dcc", ["attention"])
+                                                   for r in R if r.model == "gpt3-13b"]),
+    "attention, DCC over AttAcc, LLaMA2-33B": gmean([phase_ratio(r, "attacc-base", "base+dcc", ["attention"])
+                                                     for r in R if r.model == "llama2-33b"]),
+    "QKV generation, DCC over GPU": gmean([phase_ratio(r, "gpu", "base+dcc", ["qkv"]) for r in R]),
+    "projection, DCC over GPU": gmean([phase_ratio(r, "gpu", "base+dcc", ["proj"]) for r in R]),
+    "QKV + projection, AttAcc's mapping over GPU": gmean([base_mapping_vs_gpu(r) for r in R]),
+}
+paper = {"DCC over AttAcc-Base (avg)": 1.24, "DCC over AttAcc-Full (avg)": 1.86, "Base+DCC over GPU (avg)": 1.45,
+         "Full+DCC over GPU (avg)": 4.88, "Full+DCC over GPU (max)": 7.71,
+         "attention, DCC over AttAcc, GPT3-13B": 1.12, "attention, DCC over AttAcc, LLaMA2-33B": 1.16,
+         "QKV generation, DCC over GPU": 3.21, "projection, DCC over GPU": 3.61,
+         "QKV + projection, AttAcc's mapping over GPU": 1 / 1.25}
+GEMV = ("our AttAcc GEMV programs on all 5 stacks (80 channels, weights resident) run near the PIM's internal "
+        "bandwidth, ~9x the GPU's 0.81 x 3352 GB/s at batch 1 (~4.5x at batch 4, as GEMMs); DCC's abstraction is one HBM3 cube of 16 x 64 units "
+        "(dcc.md), and its GEMV speedups over the GPU are ~3x")
+ATT = ("the tuner keeps AttAcc's own attention mapping (tuned = baseline at every setting here): in our AttAcc "
+       "model the query is broadcast to a channel's banks, while DCC's trace generator replicates it per bank "
+       "(dcc.md), the cost DCC's tilings save (experiments/README.md: the same finding for Fig. 6's ATTN)")
+why = {
+    "DCC over AttAcc-Base (avg)": "QKV and projection on PIM gain more here: " + GEMV,
+    "DCC over AttAcc-Full (avg)": "QKV and projection on PIM gain more here: " + GEMV,
+    "Base+DCC over GPU (avg)": "QKV and projection on PIM gain more here: " + GEMV,
+    "Full+DCC over GPU (avg)": "every GEMV on PIM gains more here: " + GEMV,
+    "Full+DCC over GPU (max)": "every GEMV on PIM gains more here: " + GEMV,
+    "attention, DCC over AttAcc, GPT3-13B": ATT,
+    "attention, DCC over AttAcc, LLaMA2-33B": ATT,
+    "QKV generation, DCC over GPU": GEMV,
+    "projection, DCC over GPU": GEMV,
+    "QKV + projection, AttAcc's mapping over GPU": ("AttAcc's mapping of a weight GEMV (rows over channels and "
+        "bank groups, the input over banks) also runs near the internal bandwidth in our simulator on 5 stacks; "
+        "DCC finds it 1.25x slower than the GPU -- " + GEMV),
+}
+cmp = pd.DataFrame({"DCC (paper)": paper, "pimjax": ours})
+cmp["pimjax / paper"] = cmp["pimjax"] / cmp["DCC (paper)"]
+cmp["why it differs"] = [why[k] if abs(np.log(v)) > np.log(1.15) else "" for k, v in cmp["pimjax / paper"].items()]
+cmp.to_csv(os.path.join(OUT, "dcc_fig8_vs_paper.csv"))
+with pd.option_context("display.max_colwidth", 400):
+    display(cmp.round(3))"""),
+]
+
+
+def build() -> nbformat.NotebookNode:
+    nb = new_notebook(cells=CELLS)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nb
+
+
+def main() -> None:
+    path = os.path.join(HERE, "dcc_fig8_llm.ipynb")
+    nbformat.write(build(), path)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
