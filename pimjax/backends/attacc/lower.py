@@ -69,8 +69,9 @@ from ...partition.draft import Draft
 from ...partition.verify import matrix_and_vector
 from ...trace.ir import Access, Acc, Arg, Const, LoopVar, PimOp, Prim
 from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
-from ...lower.program import (Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, bank_order,
-                      stack_streams, streamed)
+from ...lower.program import (RECORD_FIELDS, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout,
+                      bank_order_key, chunk, stack_streams, streamed)
+from . import native
 from ...lower.tiles import CoreTiles, core_tiles
 
 # Hardware facts the AttAcc lowering and executor are built around (the address
@@ -442,27 +443,32 @@ def _placement(em: _Emitter, geo: Geometry, layout_id: int, v_total: int, row_ba
     WR_S when the banks span two bank groups or more: `program.streamed`)."""
     v = np.arange(v_total)
     bic, row, col = geo.address(v)
-    row = row + row_base
     order = np.lexsort((col, row, bic))
     bic, row, col = bic[order], row[order], col[order]
     brk = np.ones(len(v), bool)
     brk[1:] = (bic[1:] != bic[:-1]) | (row[1:] != row[:-1]) | (col[1:] != col[:-1] + 1)
     starts = np.nonzero(brk)[0]
     lens = np.diff(np.append(starts, len(v)))
-    runs = [(int(bic[s]), int(row[s]), int(col[s]), int(n)) for s, n in zip(starts, lens)]
-    per_bank: dict[int, list] = {}
-    for c in range(cores):
-        for r in runs:
-            per_bank.setdefault(int(geo.core_base(c)) + r[0], []).append((c,) + r[1:])
-    banks = bank_order(per_bank, geo.banks_per_bg)
-    code = streamed(Op.WR, banks, geo.banks_per_bg)
-    longest = max((len(x) for x in per_bank.values()), default=0)
-    for k in range(longest):
-        for bk in banks:
-            if k < len(per_bank[bk]):
-                c, rw, cl, n = per_bank[bk][k]
-                em.b.add(code, bank=bk, row=rw, col=cl, n=n, phase=Phase.REARRANGE, src=layout_id,
-                         core=c, resident=int(resident))
+    bic, row, col = bic[starts], row[starts], col[starts]
+    # per bank (core c's first bank + bic), its runs in order, cores in order; a bank belongs to one core
+    k = np.empty(len(starts), np.int64)              # a run's place among its bank's runs
+    by = np.argsort(bic, kind="stable")
+    first = np.searchsorted(bic[by], bic[by])
+    k[by] = np.arange(len(by)) - first
+    bank = (geo.core_base(np.arange(cores))[:, None] + bic[None, :]).reshape(-1)
+    if not len(bank):
+        return
+    key = np.array([bank_order_key(int(b), geo.banks_per_bg) for b in range(int(bank.max()) + 1)])
+    rank = np.lexsort((key[:, 1], key[:, 0]))       # bank_order: place in its group, then the group
+    pos = np.empty_like(rank)
+    pos[rank] = np.arange(len(rank))
+    # the Python form's loop: for k (a bank's k-th run), for every bank in bank_order
+    order = np.lexsort((pos[bank], np.tile(k, cores)))
+    code = streamed(Op.WR, np.unique(bank), geo.banks_per_bg)
+    core = np.repeat(np.arange(cores), len(starts))
+    em.b.extend(chunk(code, len(order), bank=bank[order], row=np.tile(row + row_base, cores)[order],
+                      col=np.tile(col, cores)[order], n=np.tile(lens, cores)[order], phase=int(Phase.REARRANGE),
+                      src=layout_id, core=core[order], resident=int(resident)))
 
 
 # --------------------------------------------------------------------------
@@ -590,7 +596,8 @@ def _split_vars(op: PimOp, mvars: set, vvars: set):
     return o_b, o_v, o_m, red
 
 
-def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts: dict) -> Program:
+def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts: dict,
+                  use_native: bool = True) -> Program:
     geo = Geometry.of(backend)
     tiles = core_tiles(op, draft)
     G, C = tiles.groups, tiles.cores
@@ -638,7 +645,8 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
 
     # layouts: the matrix, the result (descriptive: slot per local output)
     m_vars = tuple(o_b + o_m + red)
-    m_pos = _matrix_positions(gp, geo, 0)
+    # where each matrix element lives: only `execute` reads it (computed on first use)
+    m_pos = LazyPositions(lambda: _matrix_positions(gp, geo, 0), n_b * n_o * n_r)
     m_layout = tile_layout(tiles, "M", mi, m_vars, M.index_map, shapes[M.value], m_pos,
                            tuple(box[v] for v in m_vars))
     r_vars = tuple(o_b + o_v + o_m)
@@ -669,6 +677,16 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
     em.barrier()                                                         # the kernel starts after placement
 
     cls = np.arange(C) if draft.reduction == "host" else _classes(tiles, list(r_vars))
+    if use_native and draft.granularity != "core":
+        done = _gemv_native(em, geo, gp, vidx, flat_o, cls, opts, traverse_is, reuse, mode, cap, C, G)
+        if done is not None:
+            host, meta_n = done
+            meta = dict(kind=op.kind, geometry=geo, mode=mode, **meta_n, gb_entries=cap,
+                        host_data_operands=(vi,), sfm=(), gemv=gp,
+                        operand_shapes={k: tuple(shapes[a.value]) for k, a in enumerate(op.operands)},
+                        result_shape=tuple(shapes[op.result.value]), result_dtype=opts["result_dtype"])
+            return _program(op, draft, backend, tiles, [m_layout, res_layout], em, host, meta, opts,
+                            Readback(1, combiner="add", lane_partials=False, epilogue_on_host=True))
     cls_ids = sorted(int(k) for k in np.unique(cls))
     rep = {k: int(np.nonzero(cls == k)[0][0]) for k in cls_ids}
     n_cls = len(cls_ids)
@@ -764,6 +782,49 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
                 result_shape=tuple(shapes[op.result.value]), result_dtype=opts["result_dtype"])
     return _program(op, draft, backend, tiles, [m_layout, res_layout], em, host, meta, opts,
                     Readback(1, combiner="add", lane_partials=False, epilogue_on_host=True))
+
+
+def _gemv_native(em: _Emitter, geo: Geometry, gp: _Gemv, vidx: np.ndarray, flat_o: np.ndarray, cls: np.ndarray,
+                 opts: dict, traverse_is: bool, reuse: bool, mode: int, cap: int, C: int, G: int):
+    """The kernel records of `_gemv_program` (broadcast granularity) by the
+    compiled `native.gemv_stream`, appended to `em`: (host rows [G, n, 16],
+    the meta entries route_src / route_dst / readback_map / sb_rows), or None
+    when the compiled form declines (a host-row hash collision, a softmax
+    buffer overflow): the Python form then runs and decides."""
+    ids, rep, ok = native.host_ids(np.ascontiguousarray(vidx), gp.KI)
+    if not ok:
+        return None
+    n_cls = int(cls.max()) + 1
+    chunk_ = max(1, int(opts["sb_rows"]) // n_cls)
+    base = geo.core_base(np.arange(C)).astype(np.int64)
+    pch = base // 32
+    cluster = base // (32 if geo.level == "buffer" else 16)
+    level = {"bank": native.BANK, "bg": native.BG, "buffer": native.BUFFER}[geo.level]
+    prm = np.array([gp.n_b, gp.n_v, gp.t_out, gp.t_in, gp.KI, gp.E, gp.n_o, chunk_, traverse_is, reuse,
+                    reuse and 2 * gp.KI <= cap, n_cls, opts["sb_rows"], mode, level, geo.seg,
+                    geo.banks_per_bg, C, geo.mac_op, Op.BARRIER, Op.WRGB, Op.MVSB, Op.RDACC, Op.ACTAB, Op.PREA,
+                    Phase.REARRANGE, Phase.COMPUTE, Phase.READBACK], np.int64)
+    start = np.ascontiguousarray(gp.start, np.int64)
+    size = np.ascontiguousarray(gp.size, np.int64)
+    cls = np.ascontiguousarray(cls, np.int64)
+    args = (prm, start, size, ids, pch, base, cluster, cls)
+    n, r, h, used = native.gemv_stream(*args, np.zeros((14, 0), np.int32), np.zeros((0, C), np.int32),
+                                       np.zeros((0, C), np.int32), np.zeros((0, 4), np.int64))
+    if n < 0:
+        return None
+    out = np.empty((14, n), np.int32)
+    rsrc, rdst = np.empty((r, C), np.int32), np.empty((r, C), np.int32)
+    rb = np.empty((h, 4), np.int64)
+    native.gemv_stream(*args, out, rsrc, rdst, rb)
+    em.b.extend(dict(zip(RECORD_FIELDS, out)))
+    host = vidx[:, rep[:, 0], rep[:, 1], rep[:, 2], rep[:, 3], :] if len(rep) else np.zeros((G, 0, LANES), np.int64)
+    # read-back rows: the class representative's outputs of block j (-1 past the last output)
+    padded = np.pad(flat_o, ((0, 0),) * 4 + ((0, gp.t_out * LANES - gp.n_o),), constant_values=-1)
+    padded = padded.reshape(flat_o.shape[:4] + (gp.t_out, LANES))
+    first = np.array([int(np.nonzero(cls == a)[0][0]) for a in range(n_cls)])
+    readback = padded[:, first[rb[:, 0]], rb[:, 1], rb[:, 2], rb[:, 3], :] if h else \
+        np.zeros((G, 0, LANES), np.int64)
+    return host, dict(route_src=rsrc, route_dst=rdst, readback_map=readback, sb_rows=max(1, int(used)))
 
 
 def _program(op, draft, backend, tiles, layouts, em: _Emitter, host, meta, opts, readback) -> Program:
