@@ -58,7 +58,7 @@ through the softmax for attention).  "wide" mode runs all of it in float32.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -71,6 +71,7 @@ from ...trace.ir import Access, Acc, Arg, Const, LoopVar, PimOp, Prim
 from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
 from ...lower.program import (RECORD_FIELDS, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout,
                       bank_order_key, chunk, stack_streams, streamed)
+from ...lower.native import class_totals
 from . import native
 from ...lower.tiles import CoreTiles, core_tiles
 
@@ -398,22 +399,19 @@ def _plan(mode: int, n_b: int, n_v: int, n_o: int, n_r: int, cap: int, order_is:
     KI = min(E, cap if gb_tile is None else min(cap, gb_tile))
     t_in = -(-E // KI)
     t_out = max(1, -(-n_o // LANES))
-    size = np.zeros((t_out, t_in), np.int64)
-    for j in range(t_out):
-        for i in range(t_in):
-            ke = min(KI, E - KI * i)
-            if mode == TREE:
-                size[j, i] = min(LANES, n_o - LANES * j) * ke
-            else:
-                size[j, i] = min(LANES * KI, n_r - LANES * KI * i)
-    start = np.zeros((n_b, t_out, t_in), np.int64)
-    pos = 0
-    for b in range(n_b):
-        order = [(j, i) for i in range(t_in) for j in range(t_out)] if order_is else \
-            [(j, i) for j in range(t_out) for i in range(t_in)]
-        for j, i in order:
-            start[b, j, i] = pos
-            pos += size[j, i]
+    j, i = np.arange(t_out)[:, None], np.arange(t_in)[None, :]
+    ke = np.minimum(KI, E - KI * i)
+    if mode == TREE:
+        size = np.minimum(LANES, n_o - LANES * j) * ke                 # [t_out, t_in]
+    else:
+        size = np.broadcast_to(np.minimum(LANES * KI, n_r - LANES * KI * i), (t_out, t_in))
+    size = np.ascontiguousarray(size, np.int64)
+    # blocks in the dataflow's order (input tiles outer for "is"), instances one after another
+    seq = size.T if order_is else size
+    ends = np.cumsum(seq.reshape(-1)).reshape(seq.shape)
+    first = ends - seq
+    one = first.T if order_is else first
+    start = (one[None] + np.arange(n_b)[:, None, None] * int(size.sum())).astype(np.int64)
     return _Gemv(mode, n_b, n_v, n_o, n_r, E, KI, t_in, t_out, start, size, order_is)
 
 
@@ -441,34 +439,29 @@ def _placement(em: _Emitter, geo: Geometry, layout_id: int, v_total: int, row_ba
     """Host writes (runs, one per bank row) of the virtual columns
     0 .. v_total-1 of every core, interleaved over bank groups (streamed
     WR_S when the banks span two bank groups or more: `program.streamed`)."""
-    v = np.arange(v_total)
-    bic, row, col = geo.address(v)
-    order = np.lexsort((col, row, bic))
-    bic, row, col = bic[order], row[order], col[order]
-    brk = np.ones(len(v), bool)
-    brk[1:] = (bic[1:] != bic[:-1]) | (row[1:] != row[:-1]) | (col[1:] != col[:-1] + 1)
-    starts = np.nonzero(brk)[0]
-    lens = np.diff(np.append(starts, len(v)))
-    bic, row, col = bic[starts], row[starts], col[starts]
-    # per bank (core c's first bank + bic), its runs in order, cores in order; a bank belongs to one core
-    k = np.empty(len(starts), np.int64)              # a run's place among its bank's runs
-    by = np.argsort(bic, kind="stable")
-    first = np.searchsorted(bic[by], bic[by])
-    k[by] = np.arange(len(by)) - first
-    bank = (geo.core_base(np.arange(cores))[:, None] + bic[None, :]).reshape(-1)
-    if not len(bank):
+    if v_total <= 0 or cores <= 0:
         return
-    key = np.array([bank_order_key(int(b), geo.banks_per_bg) for b in range(int(bank.max()) + 1)])
-    rank = np.lexsort((key[:, 1], key[:, 0]))       # bank_order: place in its group, then the group
-    pos = np.empty_like(rank)
-    pos[rank] = np.arange(len(rank))
-    # the Python form's loop: for k (a bank's k-th run), for every bank in bank_order
-    order = np.lexsort((pos[bank], np.tile(k, cores)))
+    # one run per (bank in core, row): every address map is one-to-one and puts a bank row's
+    # columns 0..n-1 at its n virtual columns (checked: each column is below its row's count), so
+    # the runs are the (bic, row) pairs in order, each from column 0
+    bic, row, col = geo.address(np.arange(v_total))
+    rows = int(row.max()) + 1
+    key = bic * rows + row
+    count = np.bincount(key)
+    if not np.all(col < count[key]):
+        raise AssertionError("attacc placement: an address map leaves gaps in a bank row")
+    live = np.nonzero(count)[0]
+    r_bic, r_row, lens = live // rows, live % rows, count[live]
+    n_per_bic = np.bincount(r_bic)
+    banks = np.arange(64)
+    rank = np.full(64, -1, np.int64)
+    rank[np.lexsort((banks // geo.banks_per_bg, banks % geo.banks_per_bg))] = np.arange(64)
+    core, run = native.placement_order(r_bic, n_per_bic, rank, geo.core_base(np.arange(cores)).astype(np.int64),
+                                       cores)
+    bank = geo.core_base(core) + r_bic[run]
     code = streamed(Op.WR, np.unique(bank), geo.banks_per_bg)
-    core = np.repeat(np.arange(cores), len(starts))
-    em.b.extend(chunk(code, len(order), bank=bank[order], row=np.tile(row + row_base, cores)[order],
-                      col=np.tile(col, cores)[order], n=np.tile(lens, cores)[order], phase=int(Phase.REARRANGE),
-                      src=layout_id, core=core[order], resident=int(resident)))
+    em.b.extend(chunk(code, len(core), bank=bank, row=r_row[run] + row_base, col=0, n=lens[run],
+                      phase=int(Phase.REARRANGE), src=layout_id, core=core, resident=int(resident)))
 
 
 # --------------------------------------------------------------------------
@@ -655,20 +648,21 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
     r_pos = np.stack([np.zeros_like(ro), np.zeros_like(ro), ro // LANES, ro % LANES], -1)
     res_layout = tile_layout(tiles, "acc", -1, r_vars, *acc_space(op), r_pos, rbox)
     res_layout = TensorLayout(**{**res_layout.__dict__, "space": "softmax"})
-    flat_o, valid_o = global_index(res_layout)                          # [G, C, n_b*n_v*n_o]
-    flat_o = np.where(valid_o, flat_o, -1).reshape(G, C, n_b, n_v, n_o)
+    # flat result / vector indices per unit class (units with equal ranges hold equal indices)
+    flat_o, ocls = _class_index(res_layout)
+    flat_o = flat_o.reshape(G, -1, n_b, n_v, n_o)                      # [G, classes, n_b, n_v, n_o]
 
     # host data: the vector (or ones) per core, instance, entry
     if vi is not None:
         v_vars = tuple(o_b + o_v + red)
         vlay = tile_layout(tiles, "v", vi, v_vars, V.index_map, shapes[V.value], np.zeros((1, 4), np.int32),
                            tuple(box[v] for v in v_vars))
-        vflat, vvalid = global_index(vlay)
-        vidx = np.where(vvalid, vflat, -1).reshape(G, C, n_b, n_v, n_r)
+        vidx, vcls = _class_index(vlay)
+        vidx = vidx.reshape(G, -1, n_b, n_v, n_r)
     else:
-        vidx = np.full((G, C, n_b, n_v, n_r), HOST_ONE, np.int64)
+        vidx, vcls = np.full((G, 1, n_b, n_v, n_r), HOST_ONE, np.int64), np.zeros(C, np.int64)
     pad = gp.E * LANES - n_r
-    vidx = np.pad(vidx, ((0, 0),) * 4 + ((0, pad),), constant_values=-1).reshape(G, C, n_b, n_v, gp.E, LANES)
+    vidx = np.pad(vidx, ((0, 0),) * 4 + ((0, pad),), constant_values=-1).reshape(G, -1, n_b, n_v, gp.E, LANES)
 
     tables = _Tables(C, G)
     em = _Emitter(geo, draft.granularity, tables, C)
@@ -678,7 +672,13 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
 
     cls = np.arange(C) if draft.reduction == "host" else _classes(tiles, list(r_vars))
     if use_native and draft.granularity != "core":
-        done = _gemv_native(em, geo, gp, vidx, flat_o, cls, opts, traverse_is, reuse, mode, cap, C, G)
+        done = _gemv_native(em, geo, gp, vidx, vcls, flat_o, ocls, cls, opts, traverse_is, reuse, mode, cap, C, G)
+        if done is None:                     # the compiled form declined: the Python form decides
+            em = _Emitter(geo, draft.granularity, tables, C)
+            _placement(em, geo, 0, gp.v_total, 0, C, mi in resident)
+            em.barrier()
+    vidx, flat_o = vidx[:, vcls], flat_o[:, ocls]                      # per unit
+    if use_native and draft.granularity != "core":
         if done is not None:
             host, meta_n = done
             meta = dict(kind=op.kind, geometry=geo, mode=mode, **meta_n, gb_entries=cap,
@@ -784,14 +784,29 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
                     Readback(1, combiner="add", lane_partials=False, epilogue_on_host=True))
 
 
-def _gemv_native(em: _Emitter, geo: Geometry, gp: _Gemv, vidx: np.ndarray, flat_o: np.ndarray, cls: np.ndarray,
-                 opts: dict, traverse_is: bool, reuse: bool, mode: int, cap: int, C: int, G: int):
+def _class_index(layout: TensorLayout) -> tuple[np.ndarray, np.ndarray]:
+    """`global_index` (-1 where invalid) of one unit per class of units whose
+    ranges and bands agree in every group -- they hold the same indices:
+    ([G, classes, prod(box)] int64, class of each unit [C])."""
+    G, C = layout.start.shape[:2]
+    parts = [layout.start, layout.length] + [x[..., None] for _, lo, hi in layout.bands for x in (lo, hi)]
+    key = np.transpose(np.concatenate(parts, -1), (1, 0, 2)).reshape(C, -1)
+    _, first, cls = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    sub = replace(layout, start=layout.start[:, first], length=layout.length[:, first],
+                  bands=tuple((e, lo[:, first], hi[:, first]) for e, lo, hi in layout.bands))
+    flat, valid = global_index(sub)
+    return np.where(valid, flat, -1), cls.reshape(-1)
+
+
+def _gemv_native(em: _Emitter, geo: Geometry, gp: _Gemv, vidx: np.ndarray, vcls: np.ndarray, flat_o: np.ndarray,
+                 ocls: np.ndarray, cls: np.ndarray, opts: dict, traverse_is: bool, reuse: bool, mode: int, cap: int,
+                 C: int, G: int):
     """The kernel records of `_gemv_program` (broadcast granularity) by the
     compiled `native.gemv_stream`, appended to `em`: (host rows [G, n, 16],
     the meta entries route_src / route_dst / readback_map / sb_rows), or None
     when the compiled form declines (a host-row hash collision, a softmax
     buffer overflow): the Python form then runs and decides."""
-    ids, rep, ok = native.host_ids(np.ascontiguousarray(vidx), gp.KI)
+    ids, rep, ok = native.host_ids(np.ascontiguousarray(vidx), vcls.astype(np.int64), gp.KI)
     if not ok:
         return None
     n_cls = int(cls.max()) + 1
@@ -821,8 +836,8 @@ def _gemv_native(em: _Emitter, geo: Geometry, gp: _Gemv, vidx: np.ndarray, flat_
     # read-back rows: the class representative's outputs of block j (-1 past the last output)
     padded = np.pad(flat_o, ((0, 0),) * 4 + ((0, gp.t_out * LANES - gp.n_o),), constant_values=-1)
     padded = padded.reshape(flat_o.shape[:4] + (gp.t_out, LANES))
-    first = np.array([int(np.nonzero(cls == a)[0][0]) for a in range(n_cls)])
-    readback = padded[:, first[rb[:, 0]], rb[:, 1], rb[:, 2], rb[:, 3], :] if h else \
+    _, first = np.unique(cls, return_index=True)                        # a result class's first unit
+    readback = padded[:, ocls[first[rb[:, 0]]], rb[:, 1], rb[:, 2], rb[:, 3], :] if h else \
         np.zeros((G, 0, LANES), np.int64)
     return host, dict(route_src=rsrc, route_dst=rdst, readback_map=readback, sb_rows=max(1, int(used)))
 
@@ -838,18 +853,22 @@ def _program(op, draft, backend, tiles, layouts, em: _Emitter, host, meta, opts,
 
 def _stats(records: Records, backend: Backend, G: int, meta: dict, op: PimOp) -> dict:
     """Record counts and bytes per direction (whole program, all groups)."""
-    o = np.asarray(records.op)
-    n = np.asarray(records.n)
-    res = np.asarray(records.resident)
+    o = np.asarray(records.op).reshape(-1)
+    n_ops = max(int(max(Op)), int(o.max(initial=0))) + 1
+    # one pass (compiled): columns per (opcode, phase, resident), records per opcode
+    cols, recs, live = class_totals(o, np.asarray(records.phase).reshape(-1),
+                                    np.asarray(records.resident).reshape(-1), np.asarray(records.n).reshape(-1),
+                                    n_ops, len(Phase))
+    per_op = cols.sum(1)                                      # [ops, resident]
     colb = backend.core.col_bytes
-    counts = {Op(x).name: int(n[o == x].sum()) * G for x in np.unique(o) if x != Op.NOP}
-    wr = (o == Op.WR_S) | (o == Op.WR)
+    counts = {Op(x).name: int(per_op[x].sum()) * G for x in np.nonzero(recs)[0] if x != Op.NOP}
     out_elems = int(np.prod(meta["result_shape"], dtype=np.int64))
-    readback_bytes = int(n[o == Op.RDACC].sum()) * colb * G
-    return {"records": int((n > 0).sum()), "commands": counts,
-            "rearrange_bytes": int(n[wr & (res == 0)].sum()) * colb * G,
-            "resident_bytes": int(n[wr & (res == 1)].sum()) * colb * G,
-            "register_bytes": int(n[o == Op.WRGB].sum()) * colb * G,
+    readback_bytes = int(per_op[Op.RDACC].sum()) * colb * G
+    wr = per_op[Op.WR_S] + per_op[Op.WR]
+    return {"records": int(live), "commands": counts,
+            "rearrange_bytes": int(wr[0]) * colb * G,
+            "resident_bytes": int(wr[1]) * colb * G,
+            "register_bytes": int(per_op[Op.WRGB].sum()) * colb * G,
             "readback_bytes": readback_bytes, "result_bytes": out_elems * 4,
             "merge_flops": readback_bytes // 2 + (out_elems if op.epilogue is not None else 0)}
 

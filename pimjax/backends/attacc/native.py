@@ -23,20 +23,24 @@ BANK, BG, BUFFER = 0, 1, 2
 
 
 @njit(nogil=True, cache=True)
-def host_ids(vidx, KI):
+def host_ids(vidx, ucls, KI):
     """Host data rows of a GEMV's vector, numbered as `_Tables.host_row`
     numbers them in the Python form: in the order the loads first ask for
     them ((b, v, input tile i), then unit c, then entry e of the tile), equal
     contents (over every group) sharing one id.
 
-    vidx [G, C, n_b, n_v, E, 16] int64 -> (ids [C, n_b, n_v, E] int64,
-    rep [n_host, 4] int64: (c, b, v, e) of each id's first request, ok).
-    ok is False when two different rows hash alike (the caller then falls
-    back to the Python form); equal hashes are always checked element-wise.
+    vidx [G, K, n_b, n_v, E, 16] int64: the rows of each unit class;
+    ucls [C]: a unit's class.  Returns (ids [C, n_b, n_v, E] int64,
+    rep [n_host, 4] int64: (class, b, v, e) of each id's first request,
+    ok).  ok is False when two different rows hash alike (the caller then
+    falls back to the Python form); equal hashes are always checked
+    element-wise, so the numbering is exact.
     """
-    G, C, n_b, n_v, E, L = vidx.shape
+    G, K, n_b, n_v, E, L = vidx.shape
+    C = ucls.shape[0]
     ids = np.full((C, n_b, n_v, E), -1, np.int64)
-    rep = np.empty((C * n_b * n_v * E, 4), np.int64)
+    known = np.full((K, n_b, n_v, E), -1, np.int64)     # a class's row id, once asked for
+    rep = np.empty((K * n_b * n_v * E, 4), np.int64)
     seen = Dict.empty(key_type=types.int64, value_type=types.int64)
     n = 0
     t_in = (E + KI - 1) // KI
@@ -44,25 +48,30 @@ def host_ids(vidx, KI):
         for v in range(n_v):
             for i in range(t_in):
                 for c in range(C):
+                    u = ucls[c]
                     for e in range(KI * i, min(E, KI * i + KI)):
+                        if known[u, b, v, e] >= 0:
+                            ids[c, b, v, e] = known[u, b, v, e]
+                            continue
                         h = np.uint64(1469598103934665603)
                         for g in range(G):
                             for l in range(L):
-                                h = (h ^ np.uint64(vidx[g, c, b, v, e, l] & 0xFFFFFFFFFFFF)) * np.uint64(1099511628211)
+                                h = (h ^ np.uint64(vidx[g, u, b, v, e, l] & 0xFFFFFFFFFFFF)) * np.uint64(1099511628211)
                         key = np.int64(h >> np.uint64(1))
                         if key in seen:
                             k = seen[key]
-                            c0, b0, v0, e0 = rep[k, 0], rep[k, 1], rep[k, 2], rep[k, 3]
+                            u0, b0, v0, e0 = rep[k, 0], rep[k, 1], rep[k, 2], rep[k, 3]
                             for g in range(G):
                                 for l in range(L):
-                                    if vidx[g, c, b, v, e, l] != vidx[g, c0, b0, v0, e0, l]:
+                                    if vidx[g, u, b, v, e, l] != vidx[g, u0, b0, v0, e0, l]:
                                         return ids, rep[:0], False
-                            ids[c, b, v, e] = k
                         else:
-                            seen[key] = n
-                            rep[n, 0], rep[n, 1], rep[n, 2], rep[n, 3] = c, b, v, e
-                            ids[c, b, v, e] = n
+                            k = n
+                            seen[key] = k
+                            rep[k, 0], rep[k, 1], rep[k, 2], rep[k, 3] = u, b, v, e
                             n += 1
+                        known[u, b, v, e] = k
+                        ids[c, b, v, e] = k
     return ids, rep[:n].copy(), True
 
 
@@ -399,3 +408,43 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
             p = _rec(out, p, write, RDACC, (h % 16) * 4, 0, 0, 1, READB, pend_row[q], 0, 1, 0, h, 1 if q == 0 else 0)
             h += 1
     return p, r, h, used_max
+
+
+@njit(nogil=True, cache=True)
+def placement_order(run_bic, n_per_bic, bank_rank, core_base, cores):
+    """Record order of `lower._placement`: for k = 0, 1, ...: every bank
+    (in bank_rank order) that has a k-th run -- core c's bank
+    core_base[c] + bic holds the runs of that bic, in order.
+
+    run_bic [R] the runs' bic, sorted; n_per_bic [B] runs per bic;
+    bank_rank [64] a bank's place in `program.bank_order` (-1 unused).
+    Returns (core [N], run [N]) int64: each record's core and run."""
+    B = n_per_bic.shape[0]
+    first = np.zeros(B + 1, np.int64)
+    for x in range(B):
+        first[x + 1] = first[x] + n_per_bic[x]
+    # banks in bank_order, each with its (core, bic)
+    nb = bank_rank.shape[0]
+    bank_core = np.full(nb, -1, np.int64)
+    bank_bic = np.full(nb, -1, np.int64)
+    for c in range(cores):
+        for x in range(B):
+            if n_per_bic[x] > 0:
+                bk = core_base[c] + run_bic[first[x]]
+                bank_core[bank_rank[bk]] = c
+                bank_bic[bank_rank[bk]] = x
+    maxk = 0
+    for x in range(B):
+        maxk = max(maxk, n_per_bic[x])
+    N = cores * first[B]
+    core = np.empty(N, np.int64)
+    run = np.empty(N, np.int64)
+    p = 0
+    for k in range(maxk):
+        for t in range(nb):
+            x = bank_bic[t]
+            if x >= 0 and k < n_per_bic[x]:
+                core[p] = bank_core[t]
+                run[p] = first[x] + k
+                p += 1
+    return core, run
