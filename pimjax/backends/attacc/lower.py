@@ -59,6 +59,7 @@ through the softmax for attention).  "wide" mode runs all of it in float32.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -69,7 +70,7 @@ from ...partition.draft import Draft
 from ...partition.verify import matrix_and_vector
 from ...trace.ir import Access, Acc, Arg, Const, LoopVar, PimOp, Prim
 from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
-from ...lower.program import (RECORD_FIELDS, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout,
+from ...lower.program import (RECORD_FIELDS, LazyArray, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout,
                       bank_order_key, chunk, stack_streams, streamed)
 from ...lower.native import class_totals
 from . import native
@@ -434,13 +435,11 @@ def _matrix_positions(gp: _Gemv, geo: Geometry, row_base: int) -> np.ndarray:
     return np.stack([bic, row + row_base, col, lane], -1).reshape(-1, 4).astype(np.int32)
 
 
-def _placement(em: _Emitter, geo: Geometry, layout_id: int, v_total: int, row_base: int,
-               cores: int, resident: bool) -> None:
-    """Host writes (runs, one per bank row) of the virtual columns
-    0 .. v_total-1 of every core, interleaved over bank groups (streamed
-    WR_S when the banks span two bank groups or more: `program.streamed`)."""
-    if v_total <= 0 or cores <= 0:
-        return
+@lru_cache(maxsize=16)
+def _placement_runs(geo: Geometry, v_total: int, cores: int) -> tuple[np.ndarray, ...]:
+    """(bank, row, columns, core) [N] of `_placement`'s records in order
+    (rows before the region's row_base) and their opcode.  Drafts of one op share them (the
+    virtual columns per unit repeat): cached, read-only."""
     # one run per (bank in core, row): every address map is one-to-one and puts a bank row's
     # columns 0..n-1 at its n virtual columns (checked: each column is below its row's count), so
     # the runs are the (bic, row) pairs in order, each from column 0
@@ -458,9 +457,21 @@ def _placement(em: _Emitter, geo: Geometry, layout_id: int, v_total: int, row_ba
     rank[np.lexsort((banks // geo.banks_per_bg, banks % geo.banks_per_bg))] = np.arange(64)
     core, run = native.placement_order(r_bic, n_per_bic, rank, geo.core_base(np.arange(cores)).astype(np.int64),
                                        cores)
-    bank = geo.core_base(core) + r_bic[run]
-    code = streamed(Op.WR, np.unique(bank), geo.banks_per_bg)
-    em.b.extend(chunk(code, len(core), bank=bank, row=r_row[run] + row_base, col=0, n=lens[run],
+    out = (geo.core_base(core) + r_bic[run], r_row[run], lens[run], core)
+    for x in out:
+        x.setflags(write=False)
+    return out + (streamed(Op.WR, np.unique(out[0]), geo.banks_per_bg),)
+
+
+def _placement(em: _Emitter, geo: Geometry, layout_id: int, v_total: int, row_base: int,
+               cores: int, resident: bool) -> None:
+    """Host writes (runs, one per bank row) of the virtual columns
+    0 .. v_total-1 of every core, interleaved over bank groups (streamed
+    WR_S when the banks span two bank groups or more: `program.streamed`)."""
+    if v_total <= 0 or cores <= 0:
+        return
+    bank, r_row, lens, core, code = _placement_runs(geo, v_total, cores)
+    em.b.extend(chunk(code, len(core), bank=bank, row=r_row + row_base, col=0, n=lens,
                       phase=int(Phase.REARRANGE), src=layout_id, core=core, resident=int(resident)))
 
 
@@ -828,10 +839,20 @@ def _gemv_native(em: _Emitter, geo: Geometry, gp: _Gemv, vidx: np.ndarray, vcls:
     if n < 0:
         return None
     out = np.empty((14, n), np.int32)
-    rsrc, rdst = np.empty((r, C), np.int32), np.empty((r, C), np.int32)
     rb = np.empty((h, 4), np.int64)
-    native.gemv_stream(*args, out, rsrc, rdst, rb)
+    none = np.zeros((0, C), np.int32)
+    native.gemv_stream(*args, out, none, none, rb)
     em.b.extend(dict(zip(RECORD_FIELDS, out)))
+
+    def routes():
+        # the route rows (which unit takes which row where): only `execute` reads them
+        rsrc, rdst = np.empty((r, C), np.int32), np.empty((r, C), np.int32)
+        native.gemv_stream(*args, np.zeros((14, 0), np.int32), rsrc, rdst, np.zeros((0, 4), np.int64))
+        return rsrc, rdst
+
+    both: list = []
+    rsrc = LazyArray(lambda: (both.append(routes()) if not both else None) or both[0][0], (r, C), np.int32)
+    rdst = LazyArray(lambda: (both.append(routes()) if not both else None) or both[0][1], (r, C), np.int32)
     host = vidx[:, rep[:, 0], rep[:, 1], rep[:, 2], rep[:, 3], :] if len(rep) else np.zeros((G, 0, LANES), np.int64)
     # read-back rows: the class representative's outputs of block j (-1 past the last output)
     padded = np.pad(flat_o, ((0, 0),) * 4 + ((0, gp.t_out * LANES - gp.n_o),), constant_values=-1)

@@ -134,7 +134,8 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
     pch, core_base, cluster, cls [C]: a unit's pseudo-channel, first bank,
           adder tree and result class (0..n_cls-1 in sorted class order)
     out   [14, N] records; rsrc / rdst [R, C] route rows; rb [H, 4] the
-          read-back rows' (class, b, v, j)
+          read-back rows' (class, b, v, j).  Each is written when it has
+          rows (records and rb: out has columns); with none, a count.
     Returns (records, routes, read-back rows, softmax-buffer rows used).
     """
     (n_b, n_v, t_out, t_in, KI, E, n_o, chunk, traverse_is, reuse, prefetch, n_cls, sb_cap, mode, level,
@@ -142,7 +143,8 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
         prm[0], prm[1], prm[2], prm[3], prm[4], prm[5], prm[6], prm[7], prm[8], prm[9], prm[10], prm[11],
         prm[12], prm[13], prm[14], prm[15], prm[16], prm[17], prm[18], prm[19], prm[20], prm[21], prm[22],
         prm[23], prm[24], prm[25], prm[26], prm[27])
-    write = out.shape[1] > 0
+    write = out.shape[1] > 0                # the records
+    wroutes = rsrc.shape[0] > 0             # the route rows (only `execute` reads them)
     # the steps (as the Python form lists them)
     S = n_b * n_v * t_out * t_in
     sb_ = np.empty(S, np.int64)
@@ -193,6 +195,10 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
     item_e = np.empty((P, C * KI + C), np.int64)
     n_item = np.zeros(P, np.int64)
     row_of = np.empty(C, np.int64)
+    n_e = np.zeros((P, KI), np.int64)               # per pCH and entry: its items so far
+    e_unit = np.empty((P, KI, C), np.int64)
+    e_item = np.empty((P, KI, C), np.int64)
+    unit_item = np.empty((C, KI), np.int64)
 
     prefetched = np.full(S + 1, -1, np.int64)
     region = 0
@@ -255,43 +261,52 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
                     n_item[q] = 0
                 for c in range(C):
                     q = pch[c]
-                    new = True
-                    for t in range(n_item[q]):
-                        c0 = item_c[q, t]
+                    t = -1
+                    for y in range(n_item[q]):
+                        c0 = item_c[q, y]
                         if cluster[c0] == cluster[c] and row_of[c0] == row_of[c]:
-                            new = False
+                            t = y
                             break
-                    if new:
-                        item_c[q, n_item[q]] = c
+                    if t < 0:
+                        t = n_item[q]
+                        item_c[q, t] = c
                         n_item[q] += 1
+                    unit_item[c, 0] = t
                 m = 0
                 for q in range(P):
                     m = max(m, n_item[q])
+                if not write and not wroutes:       # counting: m commands, m routes
+                    p += m
+                    r += m
+                    if cp:
+                        for a in range(n_cls):
+                            pend_row[n_pend] = sbrow[b, v, j, a]
+                            n_pend += 1
+                    continue
                 for t in range(m):
-                    bank = -1
+                    cmd_bank[t] = -1
+                    if wroutes:
+                        for c in range(C):
+                            cmd_dst[t, c] = -1
+                for q in range(P):                  # the first pCH with a t-th item names the bank
+                    for t in range(n_item[q]):
+                        if cmd_bank[t] < 0:
+                            cmd_bank[t] = core_base[item_c[q, t]]
+                if wroutes:
                     for c in range(C):
-                        cmd_dst[t, c] = -1
-                    for q in range(P):
-                        if t < n_item[q]:
-                            c0 = item_c[q, t]
-                            if bank < 0:
-                                bank = core_base[c0]
-                            for c in range(C):
-                                if pch[c] == q and cluster[c] == cluster[c0] and row_of[c] == row_of[c0]:
-                                    cmd_dst[t, c] = row_of[c0]
-                    cmd_bank[t] = bank
+                        cmd_dst[unit_item[c, 0], c] = row_of[c]
                 _bg_order(cmd_bank, m, bpbg, order)
                 for t in range(m):
                     o = order[t]
-                    for c in range(C):
-                        d = cmd_dst[o, c]
-                        if write:
+                    if wroutes:
+                        for c in range(C):
+                            d = cmd_dst[o, c]
                             rsrc[r, c] = 1 if (d >= 0 and fresh[d]) else -1
                             rdst[r, c] = d
-                    for c in range(C):
-                        d = cmd_dst[o, c]
-                        if d >= 0:
-                            fresh[d] = False
+                        for c in range(C):
+                            d = cmd_dst[o, c]
+                            if d >= 0:
+                                fresh[d] = False
                     p = _rec(out, p, write, MVSB, cmd_bank[o], 0, 0, 1, COMP, 0, 0, -1, 0, r, 0)
                     r += 1
                 if cp:
@@ -353,44 +368,59 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
             b, v, i = sb_[lk], sv_[lk], si_[lk]
             ke = min(KI, E - KI * i)
             e0 = KI * i
+            # items per pCH: distinct (row id, entry), in order of first appearance (unit, entry);
+            # a unit's entry joins the item of an earlier unit of its pCH with the same row id
             for q in range(P):
                 n_item[q] = 0
             for c in range(C):
                 q = pch[c]
                 for e in range(ke):
                     s = ids[c, b, v, e0 + e]
-                    new = True
-                    for c2 in range(c):
-                        if pch[c2] == q and ids[c2, b, v, e0 + e] == s:
-                            new = False
+                    t = -1
+                    for y in range(n_e[q, e]):
+                        if ids[e_unit[q, e, y], b, v, e0 + e] == s:
+                            t = e_item[q, e, y]
                             break
-                    if new:
-                        item_c[q, n_item[q]] = c
-                        item_e[q, n_item[q]] = e
+                    if t < 0:
+                        t = n_item[q]
+                        item_c[q, t] = c
+                        item_e[q, t] = e
                         n_item[q] += 1
+                        e_unit[q, e, n_e[q, e]] = c
+                        e_item[q, e, n_e[q, e]] = t
+                        n_e[q, e] += 1
+                    unit_item[c, e] = t
             m = 0
             for q in range(P):
                 m = max(m, n_item[q])
+                for e in range(ke):
+                    n_e[q, e] = 0
+            if not write and not wroutes:           # counting: m commands, m routes
+                p += m
+                r += m
+                if stage == 1:
+                    p += 1
+                continue
             for t in range(m):
-                bank = -1
+                cmd_bank[t] = -1
+                if wroutes:
+                    for c in range(C):
+                        cmd_src[t, c] = -1
+                        cmd_dst[t, c] = 0
+            for q in range(P):                     # the first pCH with a t-th item names the bank
+                for t in range(n_item[q]):
+                    if cmd_bank[t] < 0:
+                        cmd_bank[t] = core_base[item_c[q, t]]
+            if wroutes:
                 for c in range(C):
-                    cmd_src[t, c] = -1
-                    cmd_dst[t, c] = 0
-                for q in range(P):
-                    if t < n_item[q]:
-                        c0, e = item_c[q, t], item_e[q, t]
-                        s = ids[c0, b, v, e0 + e]
-                        if bank < 0:
-                            bank = core_base[c0]
-                        for c in range(c0, C):
-                            if pch[c] == q and ids[c, b, v, e0 + e] == s:
-                                cmd_src[t, c] = s
-                                cmd_dst[t, c] = lbase + e
-                cmd_bank[t] = bank
+                    for e in range(ke):
+                        t = unit_item[c, e]
+                        cmd_src[t, c] = ids[c, b, v, e0 + e]
+                        cmd_dst[t, c] = lbase + e
             _bg_order(cmd_bank, m, bpbg, order)
             for t in range(m):
                 o = order[t]
-                if write:
+                if wroutes:
                     for c in range(C):
                         rsrc[r, c] = cmd_src[o, c]
                         rdst[r, c] = cmd_dst[o, c]
