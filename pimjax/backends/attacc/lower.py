@@ -135,6 +135,16 @@ class Geometry:
         """First physical bank (0..63 in the channel) of core `c`."""
         return np.asarray(c) * self.banks_per_core
 
+    def unit_tables(self, C: int) -> tuple[list, list, list]:
+        """(first bank, pCH, adder tree) of units 0..C-1 as Python ints (the
+        per-command loops of the Python form index them)."""
+        return _unit_tables(self, C)
+
+
+    def row_of(self, v: int) -> int:
+        """`address(v)[1]` for one int."""
+        return v // {"bank": 32, "bg": 128, "buffer": 1024}[self.level]
+
     def pch(self, c) -> np.ndarray:
         return self.core_base(c) // 32
 
@@ -173,6 +183,12 @@ class Geometry:
         """(physical bank, row, column) of virtual column v of core c."""
         bic, row, col = self.address(v)
         return self.core_base(c) + bic, row, col
+
+
+@lru_cache(maxsize=64)
+def _unit_tables(geo: Geometry, C: int) -> tuple[list, list, list]:
+    base = [c * geo.banks_per_core for c in range(C)]
+    return base, [b // 32 for b in base], [b // (32 if geo.level == "buffer" else 16) for b in base]
 
 
 # --------------------------------------------------------------------------
@@ -254,9 +270,8 @@ class _Emitter:
         v, end = v0, v0 + count
         while v < end:
             n = min(end, (v // geo.seg + 1) * geo.seg) - v
-            _, row, _ = geo.address(v)
-            row = int(row) + row_base
-            col = geo.record_col(v)
+            row = geo.row_of(v) + row_base
+            col = v % geo.seg
             if self.gran == "core":
                 for c in range(self.C):
                     self.b.add(Op.MACBK, bank=geo.timed_bank(v, c), row=row, col=col, n=n, aux=mode,
@@ -267,7 +282,7 @@ class _Emitter:
                         self.b.add(Op.PREA, n=1)
                     self.b.add(Op.ACTAB, row=row, n=1)
                     self.open_row = row
-                self.b.add(geo.mac_op, bank=geo.timed_bank(v), row=row, col=col, n=n, aux=mode,
+                self.b.add(geo.mac_op, bank=(v // 32) % 4 if geo.level == "bg" else 0, row=row, col=col, n=n, aux=mode,
                            reg=v - v0, reg_step=reg_step, arg=arg)
             v += n
 
@@ -289,9 +304,10 @@ class _Emitter:
         source 1), later ones add (the channel accumulator)."""
         cmds = _drain_commands(self.geo, rows, self.gran, self.C)
         for bank, d in cmds:
-            first = np.array([int(r) in sb.fresh for r in d]) & (d >= 0)
-            self.side(Op.MVSB, bank, arg=self.t.route(np.where(first, 1, -1), d))
-            sb.fresh -= {int(r) for r in d[d >= 0]}
+            dl = d.tolist()
+            fresh = sb.fresh
+            self.side(Op.MVSB, bank, arg=self.t.route(np.array([1 if r >= 0 and r in fresh else -1 for r in dl]), d))
+            fresh.difference_update(r for r in dl if r >= 0)
         return len(cmds)
 
 
@@ -306,10 +322,11 @@ def _load_commands(geo: Geometry, need: dict, gran: str, C: int) -> list:
                 src[c], dst[c] = s, d
                 cmds.append((int(geo.core_base(c)), src, dst))
         return _bg_interleave(cmds, lambda x: x[0], geo.banks_per_bg)
+    base, pch, _ = geo.unit_tables(C)
     per_pch: dict[int, dict[tuple[int, int], list[int]]] = {}
     for c in range(C):
         for s, d in need.get(c, ()):
-            per_pch.setdefault(int(geo.pch(c)), {}).setdefault((s, d), []).append(c)
+            per_pch.setdefault(pch[c], {}).setdefault((s, d), []).append(c)
     lists = [list(v.items()) for _, v in sorted(per_pch.items())]
     for m in range(max((len(x) for x in lists), default=0)):
         src, dst = np.full(C, -1), np.zeros(C, np.int64)
@@ -319,7 +336,7 @@ def _load_commands(geo: Geometry, need: dict, gran: str, C: int) -> list:
                 (s, d), units = items[m]
                 src[units], dst[units] = s, d
                 if bank is None:
-                    bank = int(geo.core_base(min(units)))
+                    bank = base[min(units)]
         cmds.append((bank, src, dst))
     return _bg_interleave(cmds, lambda x: x[0], geo.banks_per_bg)
 
@@ -335,9 +352,11 @@ def _drain_commands(geo: Geometry, rows: np.ndarray, gran: str, C: int) -> list:
             d[c] = rows[c]
             out.append((int(geo.core_base(c)), d))
         return _bg_interleave(out, lambda x: x[0], geo.banks_per_bg)
+    base, pch, cluster = geo.unit_tables(C)
     per_pch: dict[int, dict[tuple[int, int], list[int]]] = {}
-    for c in np.nonzero(rows >= 0)[0]:
-        per_pch.setdefault(int(geo.pch(c)), {}).setdefault((int(geo.cluster(c)), int(rows[c])), []).append(c)
+    for c, r in enumerate(rows.tolist()):
+        if r >= 0:
+            per_pch.setdefault(pch[c], {}).setdefault((cluster[c], r), []).append(c)
     lists = [list(v.items()) for _, v in sorted(per_pch.items())]
     out = []
     for m in range(max((len(x) for x in lists), default=0)):
@@ -348,7 +367,7 @@ def _drain_commands(geo: Geometry, rows: np.ndarray, gran: str, C: int) -> list:
                 (_, r), units = items[m]
                 d[units] = r
                 if bank is None:
-                    bank = int(geo.core_base(min(units)))
+                    bank = base[min(units)]
         out.append((bank, d))
     return _bg_interleave(out, lambda x: x[0], geo.banks_per_bg)
 
@@ -1038,12 +1057,14 @@ def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | No
     rows_k = int(geo.address(max(gs.v_total - 1, 0))[1]) + 1
     K, V, q = S.operands[at.ki], X.operands[at.vi], S.operands[at.qi]
     k_vars, v_vars = tuple(bh + [n, dk]), tuple(bh_c + [dv, n_c])
-    k_layout = tile_layout(ts, "K", 1, k_vars, K.index_map, shapes[K.value], _matrix_positions(gs, geo, 0),
-                           tuple(box[v] for v in k_vars))
-    v_layout = tile_layout(tx, "V", 2, v_vars, V.index_map, shapes[V.value],
-                           _matrix_positions(gc, geo, rows_k), tuple(box[at.c2s[v]] for v in v_vars))
     if rows_k + int(geo.address(max(gc.v_total - 1, 0))[1]) + 1 > backend.core.rows:
         raise PimCompileError("attacc attention: K and V exceed the rows of a bank")
+    # where K's and V's elements live: only `execute` reads it (computed on first use)
+    k_pos = LazyPositions(lambda: _matrix_positions(gs, geo, 0), gs.n_b * gs.n_o * gs.n_r)
+    v_pos = LazyPositions(lambda: _matrix_positions(gc, geo, rows_k), gc.n_b * gc.n_o * gc.n_r)
+    k_layout = tile_layout(ts, "K", 1, k_vars, K.index_map, shapes[K.value], k_pos, tuple(box[v] for v in k_vars))
+    v_layout = tile_layout(tx, "V", 2, v_vars, V.index_map, shapes[V.value], v_pos,
+                           tuple(box[at.c2s[v]] for v in v_vars))
     r_vars = tuple(bh_c + [dv])
     rbox = tuple(box[at.c2s[v]] for v in r_vars)
     ro = np.arange(int(np.prod(rbox, dtype=np.int64))) % max(1, n_d)
