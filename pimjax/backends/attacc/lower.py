@@ -343,8 +343,24 @@ def _load_commands(geo: Geometry, need: dict, gran: str, C: int) -> list:
 
 def _drain_commands(geo: Geometry, rows: np.ndarray, gran: str, C: int) -> list:
     """(address bank, dst[C]) per MVSB: per pCH, one (SID, row) adder-tree
-    output per command."""
+    output per command (read-only arrays: drains with the same rows recur
+    head after head, the answers are cached)."""
     rows = np.asarray(rows)
+    key = (geo, gran, C, rows.dtype.str, rows.tobytes())
+    hit = _DRAINS.get(key)
+    if hit is None:
+        if len(_DRAINS) > 4096:
+            _DRAINS.clear()
+        hit = _DRAINS[key] = _drain_commands_now(geo, rows, gran, C)
+        for _, d in hit:
+            d.setflags(write=False)
+    return hit
+
+
+_DRAINS: dict = {}
+
+
+def _drain_commands_now(geo: Geometry, rows: np.ndarray, gran: str, C: int) -> list:
     if gran == "core":
         out = []
         for c in np.nonzero(rows >= 0)[0]:
