@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/model_scale_bench.py [--backends hbm-pim attacc newton]
                                                      [--shape 20480 5120] [--attn 1 40 2048 128]
-                                                     [--attn-drafts 8]
+                                                     [--attn-drafts 8] [--sample newton=40 ...]
 
 (1) `Tuner(mode="exhaustive").choose` of y = W @ x, W 20480 x 5120 fp16 (the
 kernel catalogue's `gemv`; GPT-3 13B's FFN up-projection, d_model 5120) on
@@ -59,16 +59,28 @@ class TimedTuner(Tuner):
         return out
 
 
-def tune(backend_name: str, shape) -> dict:
+def tune(backend_name: str, shape, sample: int | None = None) -> dict:
+    """The exhaustive Tuner's seconds; with `sample`, only that many evenly
+    spaced drafts (the Tuner's `keep`), the seconds scaled to the whole
+    space (marked "extrapolated")."""
     be = get_backend(backend_name)
     case = make_case(be, "gemv", shape)
+    space = len(case_drafts(case, be))
+    keep = None
+    if sample is not None and sample < space:
+        def keep(table, n=sample):
+            mask = np.zeros(len(table), bool)
+            mask[np.unique(np.linspace(0, len(table) - 1, n).astype(int))] = True
+            return mask
     tuner = TimedTuner()
     t0 = time.perf_counter()
-    choice = tuner.choose(case.op, be, case.shapes)
+    choice = tuner.choose(case.op, be, case.shapes, keep=keep)
     total = time.perf_counter() - t0
     sim = tuner.t["sim"] - tuner.t["lower"]          # _simulate includes its _lower_each
-    return {"drafts": choice.space, "lowered": choice.simulated, "failed": choice.failed,
-            "lower": tuner.t["lower"], "sim": sim, "total": total, "best": float(choice.report.total_cycles)}
+    scale = space / choice.space
+    return {"drafts": space, "timed": choice.space, "failed": round(choice.failed * scale),
+            "lower": tuner.t["lower"] * scale, "sim": sim * scale, "total": total * scale,
+            "best": float(choice.report.total_cycles), "extrapolated": scale > 1}
 
 
 def attention(shape, n_drafts: int) -> dict:
@@ -102,6 +114,8 @@ def main() -> None:
     parser.add_argument("--shape", type=int, nargs=2, default=[20480, 5120])
     parser.add_argument("--attn", type=int, nargs=4, default=[1, 40, 2048, 128])
     parser.add_argument("--attn-drafts", type=int, default=8)
+    parser.add_argument("--sample", nargs="*", default=[], metavar="BACKEND=N",
+                        help="time N evenly spaced drafts of BACKEND's space and scale to the whole space")
     opts = parser.parse_args()
     console = Console(width=150)
     t = Table(title=f"Exhaustive tuning of GEMV {opts.shape[0]} x {opts.shape[1]} fp16 (every draft lowered "
@@ -109,13 +123,16 @@ def main() -> None:
     for col in ("backend", "drafts (failed to lower)", "run", "lower s", "simulate s", "total s", "per draft ms",
                 "best cycles"):
         t.add_column(col, justify="left" if col in ("backend", "run") else "right")
+    samples = dict(s.split("=") for s in opts.sample)
     for name in opts.backends:
         for run in ("cold", "warm"):
             console.print(f"[dim]{name} {run}...[/dim]")
-            r = tune(name, opts.shape)
-            t.add_row(name if run == "cold" else "", f"{r['drafts']:,} ({r['failed']})", run,
+            r = tune(name, opts.shape, int(samples[name]) if name in samples else None)
+            how = f" [{r['timed']} timed, scaled]" if r["extrapolated"] else ""
+            t.add_row(name if run == "cold" else "", f"{r['drafts']:,} ({r['failed']})", run + how,
                       f"{r['lower']:.2f}", f"{r['sim']:.2f}", f"{r['total']:.2f}",
-                      f"{1000 * r['total'] / r['drafts']:.1f}", f"{r['best']:,.0f}",
+                      f"{1000 * r['total'] / r['drafts']:.1f}",
+                      f"{r['best']:,.0f}" + (" (of the sample)" if r["extrapolated"] else ""),
                       end_section=run == "warm")
     console.print(t)
     console.print(f"[dim]attention {opts.attn}...[/dim]")
