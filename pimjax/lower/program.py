@@ -163,6 +163,11 @@ class RecordBuilder:
         self.rows.append((int(op), int(bank), int(row), int(col), int(n), int(phase), int(reg), int(reg_step),
                           int(src), int(aux), int(arg), int(core), int(resident), int(sync)))
 
+    def add_row(self, row: tuple) -> None:
+        """Append one record given as a tuple of 14 Python ints in
+        RECORD_FIELDS order (hot loops that already hold ints)."""
+        self.rows.append(row)
+
     def _flush(self) -> None:
         if self.rows:
             table = np.array(self.rows, dtype=np.int32).T          # [fields, records]

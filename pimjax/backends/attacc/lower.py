@@ -267,7 +267,9 @@ class _Emitter:
         """MAC columns v0 .. v0+count-1 of every unit, split at segment
         boundaries (u counts from v0)."""
         geo = self.geo
-        v, end = v0, v0 + count
+        v, end = int(v0), int(v0) + int(count)
+        mac, bg, COMPUTE = int(geo.mac_op), geo.level == "bg", int(Phase.COMPUTE)
+        mode, reg_step, arg = int(mode), int(reg_step), int(arg)
         while v < end:
             n = min(end, (v // geo.seg + 1) * geo.seg) - v
             row = geo.row_of(v) + row_base
@@ -282,13 +284,15 @@ class _Emitter:
                         self.b.add(Op.PREA, n=1)
                     self.b.add(Op.ACTAB, row=row, n=1)
                     self.open_row = row
-                self.b.add(geo.mac_op, bank=(v // 32) % 4 if geo.level == "bg" else 0, row=row, col=col, n=n, aux=mode,
-                           reg=v - v0, reg_step=reg_step, arg=arg)
+                # add(mac_op, bank, row, col, n, aux=mode, reg=v - v0, reg_step, arg), as ints
+                self.b.add_row((mac, (v // 32) % 4 if bg else 0, row, col, n, COMPUTE, v - v0, reg_step, -1, mode,
+                                arg, -1, 0, 0))
             v += n
 
     def side(self, op: Op, bank: int, arg: int = 0, phase=Phase.COMPUTE, aux: int = 0, reg: int = 0,
              src: int = -1, n: int = 1):
-        self.b.add(op, bank=bank, row=0, col=0, n=n, phase=phase, aux=aux, reg=reg, arg=arg, src=src)
+        self.b.add_row((int(op), int(bank), 0, 0, int(n), int(phase), int(reg), 0, int(src), int(aux), int(arg), -1,
+                        0, 0))
 
     def load(self, op: Op, need: dict[int, list[tuple[int, int]]], phase, src: int = -1) -> int:
         """Buffer loads (WRGB / MVGB): `need[c]` = [(source row, entry)].
