@@ -119,3 +119,22 @@ def test_host_ids_number_rows_by_first_request(seed, G, K, E, KI):
     assert len(rep) == len(seen)
     for k, (u, b, v, e) in enumerate(rep):
         assert seen[vidx[:, u, b, v, e].tobytes()] == k
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 2**31), st.sampled_from(["bank-pc", "bg-npc", "buffer-pc"]), st.integers(1, 64),
+       st.integers(1, 8), st.integers(1, 6))
+def test_compiled_load_commands_equal_the_loop(seed, variant, C, k, values):
+    """`_load_commands` by `native.load_commands` vs its loop (shared rows per pCH)."""
+    geo = L.Geometry.of(get_backend("attacc", variant=variant))
+    C = min(C, geo.cores)
+    rng = np.random.default_rng(seed)
+    entries = rng.permutation(16)[:k] + int(rng.integers(0, 3))
+    need = {c: [(int(rng.integers(0, values)), int(d)) for d in entries] for c in range(C)}
+    got = L._load_commands(geo, need, "broadcast", C)
+    want = L._load_commands(geo, need, "broadcast", C, compiled=False)
+    assert len(got) == len(want)
+    for (b1, s1, d1), (b2, s2, d2) in zip(got, want):
+        assert b1 == b2
+        np.testing.assert_array_equal(s1, s2)
+        np.testing.assert_array_equal(d1, d2)

@@ -315,9 +315,11 @@ class _Emitter:
         return len(cmds)
 
 
-def _load_commands(geo: Geometry, need: dict, gran: str, C: int) -> list:
+def _load_commands(geo: Geometry, need: dict, gran: str, C: int, compiled: bool = True) -> list:
     """(address bank, src[C], dst[C]) per command: one row per pCH per
-    command, shared by the pCH's units that need it at the same entry."""
+    command, shared by the pCH's units that need it at the same entry
+    (`compiled`: by `native.load_commands` when every unit asks for the same
+    entries; the loop below is its definition)."""
     cmds = []
     if gran == "core":
         for c in range(C):
@@ -327,6 +329,11 @@ def _load_commands(geo: Geometry, need: dict, gran: str, C: int) -> list:
                 cmds.append((int(geo.core_base(c)), src, dst))
         return _bg_interleave(cmds, lambda x: x[0], geo.banks_per_bg)
     base, pch, _ = geo.unit_tables(C)
+    fast = _load_arrays(need, C) if compiled else None
+    if fast is not None:                 # every unit asks for the same distinct entries: compiled
+        banks, src, dst = native.load_commands(*fast, np.asarray(pch, np.int64), np.asarray(base, np.int64),
+                                               geo.banks_per_bg)
+        return list(zip(banks.tolist(), src, dst))
     per_pch: dict[int, dict[tuple[int, int], list[int]]] = {}
     for c in range(C):
         for s, d in need.get(c, ()):
@@ -343,6 +350,24 @@ def _load_commands(geo: Geometry, need: dict, gran: str, C: int) -> list:
                     bank = base[min(units)]
         cmds.append((bank, src, dst))
     return _bg_interleave(cmds, lambda x: x[0], geo.banks_per_bg)
+
+
+def _load_arrays(need: dict, C: int):
+    """(ids [C, k], entries [k]) int64 when every unit 0..C-1 asks for the
+    same k distinct entries (in the same order), else None."""
+    first = need.get(0)
+    if not first:
+        return None
+    dst = [d for _, d in first]
+    if len(set(dst)) != len(dst):
+        return None
+    ids = np.empty((C, len(dst)), np.int64)
+    for c in range(C):
+        pairs = need.get(c)
+        if pairs is None or len(pairs) != len(dst) or [d for _, d in pairs] != dst:
+            return None
+        ids[c] = [s_ for s_, _ in pairs]
+    return ids, np.asarray(dst, np.int64)
 
 
 def _drain_commands(geo: Geometry, rows: np.ndarray, gran: str, C: int) -> list:

@@ -478,3 +478,59 @@ def placement_order(run_bic, n_per_bic, bank_rank, core_base, cores):
                 run[p] = first[x] + k
                 p += 1
     return core, run
+
+
+@njit(nogil=True, cache=True)
+def load_commands(ids, dst, pch, core_base, banks_per_bg):
+    """`lower._load_commands` (broadcast granularity) when every unit asks
+    for entries dst[e] (distinct) of rows ids[c, e]: per pCH its distinct
+    (row, entry) items in order of first appearance (unit, entry), command t
+    carrying every pCH's t-th item, named by the first pCH's first unit;
+    then round-robin over bank groups.  Returns (bank [m], src [m, C],
+    dst [m, C]) int64 in issue order (src -1 / dst 0 where a unit takes
+    nothing)."""
+    C, ke = ids.shape
+    P = 0
+    for c in range(C):
+        P = max(P, pch[c] + 1)
+    item_c = np.empty((P, C * ke), np.int64)
+    n_item = np.zeros(P, np.int64)
+    n_e = np.zeros((P, ke), np.int64)
+    e_unit = np.empty((P, ke, C), np.int64)
+    e_item = np.empty((P, ke, C), np.int64)
+    unit_item = np.empty((C, ke), np.int64)
+    for c in range(C):
+        q = pch[c]
+        for e in range(ke):
+            s = ids[c, e]
+            t = -1
+            for y in range(n_e[q, e]):
+                if ids[e_unit[q, e, y], e] == s:
+                    t = e_item[q, e, y]
+                    break
+            if t < 0:
+                t = n_item[q]
+                item_c[q, t] = c
+                n_item[q] += 1
+                e_unit[q, e, n_e[q, e]] = c
+                e_item[q, e, n_e[q, e]] = t
+                n_e[q, e] += 1
+            unit_item[c, e] = t
+    m = 0
+    for q in range(P):
+        m = max(m, n_item[q])
+    bank = np.full(m, -1, np.int64)
+    src = np.full((m, C), -1, np.int64)
+    dd = np.zeros((m, C), np.int64)
+    for q in range(P):
+        for t in range(n_item[q]):
+            if bank[t] < 0:
+                bank[t] = core_base[item_c[q, t]]
+    for c in range(C):
+        for e in range(ke):
+            t = unit_item[c, e]
+            src[t, c] = ids[c, e]
+            dd[t, c] = dst[e]
+    order = np.empty(m, np.int64)
+    _bg_order(bank, m, banks_per_bg, order)
+    return bank[order], src[order], dd[order]
