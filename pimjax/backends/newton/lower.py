@@ -88,6 +88,7 @@ it does not express (PIMFlow's Ramulator fork, `src/GDDR6.cpp`, differs):
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from dataclasses import dataclass
 
 import numpy as np
@@ -377,7 +378,9 @@ class _Stream:
                     self._comp(0, -1, row, col, n, (jv * pl.ki + ji) * pl.buf_cols + off, jv * pl.lo + ol)
 
     def _comp(self, bank, core, row, col, n, reg, latch) -> None:
-        self.b.add(Op.COMP, bank=bank, row=row, col=col, n=n, reg=reg, arg=latch, core=core)
+        # add(COMP, bank, row, col, n, reg, arg=latch, core) as one int tuple (the hottest record)
+        self.b.add_row((_COMP, int(bank), int(row), int(col), int(n), _COMPUTE, int(reg), 0, -1, 0, int(latch),
+                        int(core), 0, 0))
         self.count["COMP"] += n
         self.count["COMP_records"] += 1
 
@@ -477,8 +480,13 @@ def row_runs(flat: np.ndarray, cols: int) -> tuple[np.ndarray, np.ndarray]:
     return flat[starts], np.diff(np.concatenate([starts, [len(flat)]]))
 
 
+_COMP, _COMPUTE = int(Op.COMP), int(Phase.COMPUTE)
+
+
+@lru_cache(maxsize=65536)
 def _runs(base: int, ncols: int, cols: int):
-    """Flat bank columns [base, base + ncols) as (row, col, n, offset) runs inside rows."""
+    """Flat bank columns [base, base + ncols) as (row, col, n, offset) runs inside rows
+    (a tuple, cached: segments of one draft repeat the same runs)."""
     out = []
     off = 0
     while off < ncols:
@@ -486,7 +494,7 @@ def _runs(base: int, ncols: int, cols: int):
         n = min(ncols - off, cols - col)
         out.append((row, col, n, off))
         off += n
-    return out
+    return tuple(out)
 
 
 # Up to this many columns per group the host writes column by column in the
