@@ -155,20 +155,24 @@ class RecordBuilder:
 
     def __init__(self):
         self.parts: list[dict[str, np.ndarray]] = []
-        self.cols = {f: [] for f in RECORD_FIELDS}        # single records not yet in `parts`
+        self.rows: list[tuple] = []                       # single records not yet in `parts`
 
     def add(self, op: Op, *, bank=0, row=0, col=0, n=1, phase=Phase.COMPUTE, reg=0, reg_step=0,
             src=-1, aux=0, arg=0, core=-1, resident=0, sync=0) -> None:
-        for f, v in (("op", int(op)), ("bank", bank), ("row", row), ("col", col), ("n", n),
-                     ("phase", int(phase)), ("reg", reg), ("reg_step", reg_step), ("src", src),
-                     ("aux", aux), ("arg", arg), ("core", core), ("resident", resident),
-                     ("sync", sync)):
-            self.cols[f].append(int(v))
+        # one tuple per record (RECORD_FIELDS order), transposed once in `_flush`
+        self.rows.append((int(op), int(bank), int(row), int(col), int(n), int(phase), int(reg), int(reg_step),
+                          int(src), int(aux), int(arg), int(core), int(resident), int(sync)))
+
+    def add_row(self, row: tuple) -> None:
+        """Append one record given as a tuple of 14 Python ints in
+        RECORD_FIELDS order (hot loops that already hold ints)."""
+        self.rows.append(row)
 
     def _flush(self) -> None:
-        if self.cols["op"]:
-            self.parts.append({f: np.asarray(v, dtype=np.int32) for f, v in self.cols.items()})
-            self.cols = {f: [] for f in RECORD_FIELDS}
+        if self.rows:
+            table = np.array(self.rows, dtype=np.int32).T          # [fields, records]
+            self.parts.append({f: np.ascontiguousarray(table[k]) for k, f in enumerate(RECORD_FIELDS)})
+            self.rows = []
 
     def extend(self, records: dict[str, np.ndarray]) -> None:
         """Append a chunk of records (see `chunk`)."""
@@ -176,7 +180,7 @@ class RecordBuilder:
         self.parts.append({f: np.asarray(records[f], np.int32) for f in RECORD_FIELDS})
 
     def __len__(self) -> int:
-        return sum(len(p["op"]) for p in self.parts) + len(self.cols["op"])
+        return sum(len(p["op"]) for p in self.parts) + len(self.rows)
 
     def build(self) -> dict[str, np.ndarray]:
         self._flush()

@@ -31,7 +31,7 @@ exactly.  The GPU roofline reads exactly L rows.
 
 Systems (`SYSTEMS`), each op of the layer placed as:
 
-* ``gpu``          -- every op on the host roofline (`backend.system.host`).
+* ``gpu``          -- every op on the host roofline (`backend.system.baseline`).
 * ``attacc-base``  -- the attention on PIM with the backend's baseline mapping
   (AttAcc's open-source mapping), everything else on the GPU.
 * ``attacc-full``  -- attacc-base plus a fraction of every FFN GEMV on PIM with
@@ -252,7 +252,7 @@ def gpu_attention_ns(cfg: ModelConfig, batch: int, context: int, backend: Backen
     g = make_graph(_attention_fn(cfg.n_heads // cfg.n_kv_heads), *_attention_shapes(cfg, batch, context))
     shapes = {i: v.shape for i, v in enumerate(g.values)}
     eb = host_bytes(g, backend)
-    return float(sum(host_time(op, backend.system.host, shapes, eb) for op in g.ops))
+    return float(sum(host_time(op, backend.system.baseline, shapes, eb) for op in g.ops))
 
 
 class GpuAttention:
@@ -263,11 +263,16 @@ class GpuAttention:
     traces at two contexts and timed by the host model's own roofline
     (`HostModel.time_ns`, as `host_time`), op by op; a decode of 128 tokens
     traces twice instead of 127 times (tests check it against
-    `gpu_attention_ns`)."""
+    `gpu_attention_ns`).  On the kernel models ("occupancy", "attacc":
+    `pimjax.hw.gpu`) it is `HostModel.attention_ns`: score, one fused softmax
+    and context kernels, as AttAcc's system model counts them (jnp's softmax
+    traces to five ops, which those models would each charge a kernel's fixed
+    cost)."""
 
     def __init__(self, cfg: ModelConfig, batch: int, backend: Backend, probe: int = 64):
         from ..sim.host import op_bytes, op_flops
-        self.host = backend.system.host
+        self.host = backend.system.baseline
+        self.cfg, self.batch = cfg, batch
         per = []
         for L in (probe, 2 * probe):
             g = make_graph(_attention_fn(cfg.n_heads // cfg.n_kv_heads), *_attention_shapes(cfg, batch, L))
@@ -282,6 +287,11 @@ class GpuAttention:
     def __call__(self, context: int) -> float:
         if context < 2:        # a one-element softmax traces to other ops
             raise ValueError(f"GpuAttention: context must be >= 2, got {context}")
+        if self.host.model not in ("roofline", "dcc"):
+            # a kernel model (hw/gpu.py): the attention as the three kernels a GPU
+            # runs (score, fused softmax, context), as AttAcc's system model times
+            # it, not jnp's softmax pieces each charged as a kernel of its own
+            return float(self.host.attention_ns(self.cfg.n_heads, self.cfg.head_dim, context, self.batch))
         dl = context - self.probe
         return float(sum(np.asarray(self.host.time_ns(b0 + db * dl, f0 + df * dl))
                          for b0, db, f0, df in self.terms))
@@ -296,7 +306,7 @@ def prefill_gpu_ns(cfg: ModelConfig, batch: int, prompt: int, backend: Backend) 
     g = make_graph(make_prefill(cfg), param_shapes(cfg), x)
     shapes = {i: v.shape for i, v in enumerate(g.values)}
     eb = host_bytes(g, backend)
-    return cfg.n_layers * float(sum(host_time(op, backend.system.host, shapes, eb) for op in g.ops))
+    return cfg.n_layers * float(sum(host_time(op, backend.system.baseline, shapes, eb) for op in g.ops))
 
 
 def _baseline(plan, backend: Backend, graph, tuner: Tuner):
@@ -423,7 +433,7 @@ def decode(cfg: ModelConfig, backend: str | Backend = "attacc", *, host: HostMod
             backend_options = dict(backend_options, host=host)
         backend = get_backend(backend, **backend_options)
     elif host is not None:
-        backend = backend.replace(system=backend.system.replace(host=host))
+        backend = backend.replace(system=backend.system.replace(host=host, gpu=host))
     if tokens < 2:
         raise ValueError(f"decode: tokens must be >= 2 (the first comes from the prefill), got {tokens}")
     if not (isinstance(l_bucket, int) and l_bucket >= 1):
@@ -433,7 +443,7 @@ def decode(cfg: ModelConfig, backend: str | Backend = "attacc", *, host: HostMod
     tuner = tuner if tuner is not None else Tuner(top_k=top_k, cache=cache)
     bucket = lambda L: int(math.ceil(L / l_bucket) * l_bucket)      # noqa: E731
     contexts = [prompt + s for s in range(1, tokens)]
-    res = DecodeResult(cfg.name, backend.name, backend.system.host.name, batch, prompt, tokens, cfg.n_layers,
+    res = DecodeResult(cfg.name, backend.name, backend.system.baseline.name, batch, prompt, tokens, cfg.n_layers,
                        l_bucket, ffn_pim_fraction)
 
     # the layer, once: every op but the attention is the same at every context
@@ -487,7 +497,7 @@ def attacc_end_to_end(lin: int, *, batch: int = 1, host: HostModel | None = None
     (`ModelConfig.tensor_parallel`: GPT-3 13B / 8 = 5 heads, FFN 2560) on an
     AttAcc of `stacks` HBM3 stacks (5 per GPU in AttAcc's DGX; the baseline
     mapping puts each of the 5 x batch heads in its own channel), the GPU
-    `host` (default the attacc preset's).  Returns ns / ms:
+    `host` (default AttAcc's own A100a model, `a100("hbm3", model="attacc")`).  Returns ns / ms:
 
       attention_pim_ns    one layer's attention on PIM, AttAcc's mapping, as the op
                           costs the layer (q written, context read back and merged by the host)
@@ -505,8 +515,10 @@ def attacc_end_to_end(lin: int, *, batch: int = 1, host: HostModel | None = None
     (AttAcc's empirical 8.29 / 6.87 us per kernel), and `--pipeopt`'s overlap
     of the QKV / projection GEMMs with the attention.
     """
+    from ..hw.host import a100
     from .configs import get_config
     cfg = get_config(model).tensor_parallel(tp)
+    host = host if host is not None else a100("hbm3", model="attacc")      # the GPU model AttAcc's main.py uses
     res = decode(cfg, "attacc", host=host, stacks=stacks, batch=batch, prompt=lin, tokens=2, l_bucket=1,
                  tuner=tuner)
     (_, times), = res.steps

@@ -126,7 +126,7 @@ def _prepare(program: Program) -> dict:
                  arg=e["arg"], route=e["arg"] + t, sfm=e["aux"], sbrow=e["reg"] + t, hrow=e["arg"] + t)
     units = np.arange(C)
     on = (e["core"][:, None] < 0) | (units[None, :] == e["core"][:, None])   # [T, C] units a step drives
-    rsrc, rdst = meta["route_src"], meta["route_dst"]
+    rsrc, rdst = np.asarray(meta["route_src"]), np.asarray(meta["route_dst"])     # GEMV routes are lazy
     steps, slot, on, rsrc, rdst = _merge_unit_commands(steps, slot, on, rsrc, rdst, t)
     steps["on"] = on
     segs = _segments(steps["kind"], steps["mode"], steps["sbrow"], steps["hrow"])

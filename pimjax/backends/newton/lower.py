@@ -88,6 +88,7 @@ it does not express (PIMFlow's Ramulator fork, `src/GDDR6.cpp`, differs):
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,7 +100,7 @@ from ...partition.verify import matrix_and_vector
 from ...trace.affine import AffineExpr
 from ...trace.ir import Arg, PimOp, Prim
 from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
-from ...lower.program import (Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, bank_order, chunk,
+from ...lower.program import (LazyArray, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, bank_order, chunk,
                       stack_streams, streamed)
 from ...lower.tiles import CoreTiles, core_tiles
 
@@ -377,7 +378,9 @@ class _Stream:
                     self._comp(0, -1, row, col, n, (jv * pl.ki + ji) * pl.buf_cols + off, jv * pl.lo + ol)
 
     def _comp(self, bank, core, row, col, n, reg, latch) -> None:
-        self.b.add(Op.COMP, bank=bank, row=row, col=col, n=n, reg=reg, arg=latch, core=core)
+        # add(COMP, bank, row, col, n, reg, arg=latch, core) as one int tuple (the hottest record)
+        self.b.add_row((_COMP, int(bank), int(row), int(col), int(n), _COMPUTE, int(reg), 0, -1, 0, int(latch),
+                        int(core), 0, 0))
         self.count["COMP"] += n
         self.count["COMP_records"] += 1
 
@@ -477,8 +480,13 @@ def row_runs(flat: np.ndarray, cols: int) -> tuple[np.ndarray, np.ndarray]:
     return flat[starts], np.diff(np.concatenate([starts, [len(flat)]]))
 
 
+_COMP, _COMPUTE = int(Op.COMP), int(Phase.COMPUTE)
+
+
+@lru_cache(maxsize=65536)
 def _runs(base: int, ncols: int, cols: int):
-    """Flat bank columns [base, base + ncols) as (row, col, n, offset) runs inside rows."""
+    """Flat bank columns [base, base + ncols) as (row, col, n, offset) runs inside rows
+    (a tuple, cached: segments of one draft repeat the same runs)."""
     out = []
     off = 0
     while off < ncols:
@@ -486,7 +494,7 @@ def _runs(base: int, ncols: int, cols: int):
         n = min(ncols - off, cols - col)
         out.append((row, col, n, off))
         off += n
-    return out
+    return tuple(out)
 
 
 # Up to this many columns per group the host writes column by column in the
@@ -538,11 +546,16 @@ def _add_many(b: RecordBuilder, op: Op, **fields) -> None:
 def _m_layout(op, tiles, plan: _Plan, shapes, cols: int) -> TensorLayout:
     """Matrix tile: local (b, o, r) -> (0, row, col, lane) of its segment."""
     M = op.operands[plan.mi]
-    b, o, r = np.meshgrid(np.arange(plan.n_b), np.arange(plan.n_o), np.arange(plan.n_r), indexing="ij")
-    rc, lane = r // plan.lanes, r % plan.lanes
-    i, cc = rc // plan.cc, rc % plan.cc
-    flat = plan.seg_base[b, o, i] + cc
-    pos = np.stack([np.zeros_like(flat), flat // cols, flat % cols, lane], -1).reshape(-1, 4)
+
+    def positions():
+        b, o, r = np.meshgrid(np.arange(plan.n_b), np.arange(plan.n_o), np.arange(plan.n_r), indexing="ij")
+        rc, lane = r // plan.lanes, r % plan.lanes
+        i, cc = rc // plan.cc, rc % plan.cc
+        flat = plan.seg_base[b, o, i] + cc
+        return np.stack([np.zeros_like(flat), flat // cols, flat % cols, lane], -1).reshape(-1, 4)
+
+    # where each matrix element lives: only `execute` reads it (computed on first use)
+    pos = LazyPositions(positions, plan.n_b * plan.n_o * plan.n_r)
     m_vars = tuple(plan.o_b + plan.o_m + plan.red)
     return tile_layout(tiles, "M", plan.mi, m_vars, M.index_map, shapes[M.value], pos,
                        tuple(plan.box[v] for v in m_vars))
@@ -694,10 +707,16 @@ def lower_newton(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
     records = stack_streams(streams[:1] if shared else streams)
 
     n_rows = max(len(r) for r in rows_per_group)
-    host = np.full((G, n_rows, plan.lanes), -1, np.int64)
-    for g in range(G):
-        reps = [cl[0] for cl in classes[g]]
-        host[g, :len(rows_per_group[g])] = _host_rows(op, tiles, plan, rows_per_group[g], g, reps, shapes)
+
+    def host_rows():
+        host = np.full((G, n_rows, plan.lanes), -1, np.int64)
+        for g in range(G):
+            reps = [cl[0] for cl in classes[g]]
+            host[g, :len(rows_per_group[g])] = _host_rows(op, tiles, plan, rows_per_group[g], g, reps, shapes)
+        return host
+
+    # the vector elements each GWRITE carries: only `execute` reads them (computed on first use)
+    host = LazyArray(host_rows, (G, n_rows, plan.lanes), np.int64)
 
     stats = _stats(records, counts, backend, op, shapes, shared, G, plan)
     meta = dict(kind="newton-gemv", M=plan.mi, v=plan.vi, host_data_operands=(plan.vi,),
