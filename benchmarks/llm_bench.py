@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/llm_bench.py [--models gpt3-13b llama2-33b] [--prompt 2048]
                                              [--tokens 128] [--batch 1] [--stacks 5] [--l-bucket 16]
 
-For each model, `pimjax.models.decode` (one layer traced from
+For each model, `pimjax.models.inference` (one layer traced from
 ShapeDtypeStructs, nothing materialised; attention compiled per new context
 length) runs twice, each in a fresh process: *cold* with an empty tuner cache
 (`pimjax.search.cache.TuneCache`, a JSON file in a temporary directory) and

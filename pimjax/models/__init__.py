@@ -2,13 +2,13 @@
 
 * `configs` -- the vendored model table (`get_config`, `CONFIGS`, `ModelConfig`)
 * `layers`  -- one decoder layer in plain jnp (`make_layer`, `layer_shapes`)
-* `decode`  -- the decode loop: per-phase times per token for GPU, AttAcc-Base,
+* `inference` -- the decode loop: per-phase times per token for GPU, AttAcc-Base,
   AttAcc-Full and pimjax (`decode`, `DecodeResult`), and the AttAcc system-model
   check (`attacc_end_to_end`)
 """
 from .configs import CONFIGS, ModelConfig, get_config
 from .layers import PHASES, layer_shapes, make_layer, param_shapes
-from .decode import SYSTEMS, DecodeResult, attacc_end_to_end, decode
+from .inference import SYSTEMS, DecodeResult, attacc_end_to_end, decode
 
 __all__ = ["CONFIGS", "ModelConfig", "get_config", "PHASES", "layer_shapes", "make_layer", "param_shapes",
            "SYSTEMS", "DecodeResult", "attacc_end_to_end", "decode"]
