@@ -117,6 +117,7 @@ def _call(compiled, state, x, backend, step):
     return got
 
 
+@pytest.mark.slow
 def test_flax_nnx_decode_auto_placement_on_attacc():
     """placement="auto" (the default) on the masked decode block: no error
     (it raised PimCompileError before the unfusable block fell back), the
