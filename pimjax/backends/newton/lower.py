@@ -100,7 +100,7 @@ from ...partition.verify import matrix_and_vector
 from ...trace.affine import AffineExpr
 from ...trace.ir import Arg, PimOp, Prim
 from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
-from ...lower.program import (LazyArray, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, bank_order, chunk,
+from ...lower.program import (LazyArray, LazyPositions, Op, Phase, Program, Readback, RECORD_FIELDS, RecordBuilder, Records, TensorLayout, bank_order, chunk,
                       stack_streams, streamed)
 from ...lower.tiles import CoreTiles, core_tiles
 
@@ -465,6 +465,75 @@ class _Stream:
                     self.readres(pl.q(p, bb, vg, ob, ig))
 
 
+# lower_newton writes the kernel records with the compiled walk (`native.stream`);
+# False: with `_Stream` (the definition; tests compare the two)
+NATIVE = True
+
+_COUNT_NAMES = ("GWRITE", "GWRITE_columns", "G_ACT", "COMP", "COMP_records", "READRES", "PREA")
+
+
+def group_stream(plan: _Plan, backend: Backend, classes, per_core: bool, seg_ok, need, cores: int,
+                 native: bool = True):
+    """One group's kernel: (records {field: [N] int32}, host-data rows ([R, 5]
+    (pass, b, v, i, cc) or (-1, 0, 0, 0, 0) for padding: a list of tuples,
+    or an int64 array when native), bank -> sorted flat columns the COMPs
+    read, command counts).  `native` runs the compiled walk
+    (`native.stream`), else `_Stream` (the readable definition)."""
+    if not native:
+        st = _Stream(plan, backend, classes, per_core, seg_ok, need, cores)
+        st.build()
+        return st.b.build(), st.rows, st.reads(), dict(st.count)
+    from . import native as nat
+    prm = _native_params(plan, backend, per_core, cores)
+    ptr = np.cumsum([0] + [len(c) for c in classes])
+    flat = np.asarray([c for cl in classes for c in cl], np.int64)
+    dummy = np.zeros((1, 1, 1, 1), bool)
+    out, rows, runs, cnt = nat.stream(prm, plan.seg_base, plan.seg_cols, ptr, flat,
+                                      seg_ok if per_core else dummy,
+                                      need if per_core else np.zeros((1, 1), bool),
+                                      _gw_banks(backend), _NATIVE_CODES)
+    records = {f: out[k] for k, f in enumerate(RECORD_FIELDS)}
+    return records, rows, _read_columns(runs, cores), dict(zip(_COUNT_NAMES, map(int, cnt)))
+
+
+_NATIVE_CODES = np.array([Op.PREA, Op.GWRITE, Op.G_ACT, Op.COMP, Op.READRES, Phase.REARRANGE,
+                          Phase.COMPUTE, Phase.READBACK, V_LAYOUT], np.int64)
+
+
+def _gw_banks(backend: Backend) -> list[int]:
+    """The GWRITE banks: one per bank group (timing only)."""
+    per_bg = backend.group.banks_per_bank_group
+    return [g * per_bg for g in range(max(1, backend.group.banks // per_bg))]
+
+
+def _native_params(plan: _Plan, backend: Backend, per_core: bool, cores: int) -> np.ndarray:
+    """`native._walk`'s prm vector."""
+    return np.array([plan.n_b, plan.n_v, plan.n_o, plan.t_in, plan.kv, plan.ki, plan.lo, plan.n_vg,
+                     plan.n_ig, plan.n_ob, plan.slots, plan.dataflow == "os", plan.reuse, per_core,
+                     plan.buf_cols, backend.core.cols, int(readres_bursts(backend, plan.latches, False)),
+                     int(readres_bursts(backend, plan.latches, True)), cores], np.int64)
+
+
+def _sorted_columns(runs: np.ndarray) -> np.ndarray:
+    """Sorted unique flat columns of (first column, n) runs [U, 2]."""
+    if len(runs) == 0:
+        return np.zeros(0, np.int64)
+    first, n = runs[:, 0], runs[:, 1]
+    idx = np.repeat(first - np.cumsum(n) + n, n) + np.arange(n.sum())
+    seen = np.zeros(int(idx.max()) + 1, bool)
+    seen[idx] = True
+    return np.nonzero(seen)[0]
+
+
+def _read_columns(runs: np.ndarray, cores: int) -> dict[int, np.ndarray]:
+    """`_Stream.reads` from the compiled walk's read runs [U, 3] (bank or -1, first, n)."""
+    if len(runs) and runs[0, 0] < 0:                 # broadcast: every bank reads the same
+        shared = _sorted_columns(runs[:, 1:])
+        return {c: shared for c in range(cores)}
+    banks = runs[:, 0]
+    return {int(c): _sorted_columns(runs[banks == c, 1:]) for c in np.unique(banks)}
+
+
 def readres_bursts(backend: Backend, latches, one_bank):
     """32 B bursts of one READRES: every bank's latches (broadcast) or one
     bank's (`one_bank`), `reg_bytes` each (ints or numpy arrays)."""
@@ -692,13 +761,13 @@ def lower_newton(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
         key = (len(classes[g]),) if not per_core else \
             (tuple(map(tuple, classes[g])), seg_ok[g].tobytes(), need[g].tobytes())
         if key not in cache:
-            st = _Stream(plan, backend, classes[g], per_core, seg_ok[g] if per_core else None,
-                         need[g] if per_core else None, C)
-            st.build()
+            kern, rows, reads, count = group_stream(plan, backend, classes[g], per_core,
+                                                    seg_ok[g] if per_core else None,
+                                                    need[g] if per_core else None, C, native=NATIVE)
             pre = RecordBuilder()
-            wr = _rearrange(pre, st.reads(), backend.core.cols, per_bg, resident)
-            rec = _concat(pre, st.b)
-            cache[key] = (rec, st.rows, dict(st.count, WR=wr))
+            wr = _rearrange(pre, reads, backend.core.cols, per_bg, resident)
+            pre.extend(kern)
+            cache[key] = (pre.build(), rows, dict(count, WR=wr))
         rec, rows, cnt = cache[key]
         streams.append(rec)
         rows_per_group.append(rows)
