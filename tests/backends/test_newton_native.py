@@ -88,3 +88,25 @@ def test_compiled_stream_per_granularity_and_dataflow(granularity, dataflow, mon
         if compared == 3:
             break
     assert compared >= 1
+
+
+@pytest.mark.parametrize("resident", [False, True])
+def test_broadcast_placement_equals_the_per_bank_form(resident):
+    """`_rearrange`'s broadcast shortcut (every bank reads the same columns:
+    one set of row runs, tiled over the banks) against its per-bank form
+    (the same columns as distinct arrays)."""
+    from pimjax.lower.program import RecordBuilder
+    be = get_backend("newton")
+    cols, per_bg = be.core.cols, be.group.banks_per_bank_group
+    rng = np.random.default_rng(0)
+    flat = np.unique(rng.integers(0, 40 * cols, 6000))          # > INTERLEAVE_LIMIT columns in all
+    shared = {c: flat for c in range(be.group.cores_per_group)}
+    copies = {c: flat.copy() for c in shared}
+    out = []
+    for reads in (shared, copies):
+        b = RecordBuilder()
+        n = L._rearrange(b, reads, cols, per_bg, resident)
+        out.append((n, b.build()))
+    assert out[0][0] == out[1][0] == len(flat) * len(shared)
+    for f in RECORD_FIELDS:
+        np.testing.assert_array_equal(out[0][1][f], out[1][1][f], err_msg=f)

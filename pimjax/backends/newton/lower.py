@@ -518,11 +518,8 @@ def _sorted_columns(runs: np.ndarray) -> np.ndarray:
     """Sorted unique flat columns of (first column, n) runs [U, 2]."""
     if len(runs) == 0:
         return np.zeros(0, np.int64)
-    first, n = runs[:, 0], runs[:, 1]
-    idx = np.repeat(first - np.cumsum(n) + n, n) + np.arange(n.sum())
-    seen = np.zeros(int(idx.max()) + 1, bool)
-    seen[idx] = True
-    return np.nonzero(seen)[0]
+    from .native import sorted_columns
+    return sorted_columns(np.ascontiguousarray(runs[:, 0]), np.ascontiguousarray(runs[:, 1]))
 
 
 def _read_columns(runs: np.ndarray, cores: int) -> dict[int, np.ndarray]:
@@ -583,6 +580,17 @@ def _rearrange(b: RecordBuilder, reads: dict, cols: int, per_bg: int, resident: 
     n = sum(len(x) for x in lists)
     if n == 0:
         return 0
+    if n > INTERLEAVE_LIMIT and all(x is lists[0] for x in lists):
+        # broadcast: every bank reads the same columns -- one set of row runs,
+        # unit t of every bank (in bank order) then unit t + 1
+        first, cnt = row_runs(lists[0], cols)
+        nb = len(order)
+        bank = np.tile(np.asarray(order, np.int64), len(first))
+        _add_many(b, streamed(Op.WR, order, per_bg), bank=bank, row=np.repeat(first // cols, nb),
+                  col=np.repeat(first % cols, nb), n=np.repeat(cnt, nb), phase=Phase.REARRANGE, src=M_LAYOUT,
+                  core=bank, resident=int(resident))
+        b.add(Op.PREA, bank=0, row=0, n=1, phase=Phase.REARRANGE, resident=int(resident))
+        return n
     if n <= INTERLEAVE_LIMIT:
         units = [(c, x, np.ones_like(x)) for c, x in zip(order, lists)]       # one column each
         op = Op.WR

@@ -219,6 +219,29 @@ def _walk(prm, seg_base, seg_cols, cls_ptr, cls_cores, seg_ok, need, gw_banks, c
     return st[_P], st[_NR], st[_NU]
 
 
+@njit(nogil=True, cache=True)
+def sorted_columns(first, n):
+    """Sorted unique flat columns of the runs [first[u], first[u] + n[u])."""
+    top = 0
+    for u in range(first.shape[0]):
+        if n[u] > 0 and first[u] + n[u] > top:
+            top = first[u] + n[u]
+    seen = np.zeros(top, np.bool_)
+    m = 0
+    for u in range(first.shape[0]):
+        for k in range(first[u], first[u] + n[u]):
+            if not seen[k]:
+                seen[k] = True
+                m += 1
+    out = np.empty(m, np.int64)
+    j = 0
+    for k in range(top):
+        if seen[k]:
+            out[j] = k
+            j += 1
+    return out
+
+
 def stream(prm, seg_base, seg_cols, cls_ptr, cls_cores, seg_ok, need, gw_banks, codes):
     """The records ([14, N] int32), host rows ([R, 5] int64), COMP read runs
     ([U, 3] int64: bank or -1, first flat column, n) and command counts
