@@ -576,11 +576,12 @@ def _rearrange(b: RecordBuilder, reads: dict, cols: int, per_bg: int, resident: 
     zeros instead of boundary checks), the banks taken in turn in an order
     that alternates bank groups.  Returns the columns written."""
     order = bank_order(list(reads), per_bg)
+    shared = all(reads[c] is reads[order[0]] for c in order)     # one array for every bank (broadcast)
     lists = [np.asarray(reads[c], np.int64) for c in order]
     n = sum(len(x) for x in lists)
     if n == 0:
         return 0
-    if n > INTERLEAVE_LIMIT and all(x is lists[0] for x in lists):
+    if n > INTERLEAVE_LIMIT and shared:
         # broadcast: every bank reads the same columns -- one set of row runs,
         # unit t of every bank (in bank order) then unit t + 1
         first, cnt = row_runs(lists[0], cols)
