@@ -491,13 +491,33 @@ def group_stream(plan: _Plan, backend: Backend, classes, per_core: bool, seg_ok,
     out, rows, runs, cnt = nat.stream(prm, plan.seg_base, plan.seg_cols, ptr, flat,
                                       seg_ok if per_core else dummy,
                                       need if per_core else np.zeros((1, 1), bool),
-                                      _gw_banks(backend), _NATIVE_CODES)
+                                      _gw_banks(backend), _NATIVE_CODES,
+                                      bound=_stream_bound(plan, classes, per_core, backend.core.cols))
     records = {f: out[k] for k, f in enumerate(RECORD_FIELDS)}
     return records, rows, _read_columns(runs, cores), dict(zip(_COUNT_NAMES, map(int, cnt)))
 
 
 _NATIVE_CODES = np.array([Op.PREA, Op.GWRITE, Op.G_ACT, Op.COMP, Op.READRES, Phase.REARRANGE,
                           Phase.COMPUTE, Phase.READBACK, V_LAYOUT], np.int64)
+
+
+def _stream_bound(plan: _Plan, classes, per_core: bool, cols: int) -> tuple[int, int, int]:
+    """Upper bounds on one group's (records, host rows, read runs), so the
+    compiled walk writes its arrays in one pass: per (pass, b, vector group)
+    every segment (o, i) is one step of at most R row runs, each a G_ACT and
+    kv COMPs per commanded bank, at most one READRES per bank; a load is a
+    PREA and kv * ki * cc GWRITE columns."""
+    r = -(-plan.cc // cols) + 1                              # row runs of one segment
+    steps = plan.n_o * plan.t_in
+    if not plan.reuse:
+        loads = steps
+    else:
+        loads = plan.n_ob * plan.n_ig if plan.dataflow == "os" else plan.n_ig
+    banks = [len(c) if per_core else 1 for c in classes]
+    units = plan.n_b * plan.n_vg
+    gw = loads * plan.kv * plan.ki * plan.cc
+    records = units * sum(steps * (r * plan.kv * k + r + k) + loads + gw for k in banks)
+    return records, units * len(classes) * gw, units * sum(steps * r * k for k in banks)
 
 
 def _gw_banks(backend: Backend) -> list[int]:

@@ -22,8 +22,8 @@ _F = 14
 
 @njit(nogil=True, cache=True, inline="always")
 def _rec(out, p, write, op, bank, row, col, n, phase, reg, src, aux, arg, core):
-    """Record p (reg_step, resident, sync 0); returns p + 1."""
-    if write:
+    """Record p (reg_step, resident, sync 0) when it fits; returns p + 1."""
+    if write and p < out.shape[1]:
         out[0, p] = op
         out[1, p] = bank
         out[2, p] = row
@@ -74,7 +74,7 @@ def _load(st, prm, seg_cols, gw_banks, codes, out, rows, cnt, write, open_core, 
         i = ig * ki + j % ki
         ok = v < n_v and i < t_in
         for cc in range(width):
-            if write:
+            if write and nr < rows.shape[0]:
                 if ok:
                     rows[nr, 0], rows[nr, 1], rows[nr, 2], rows[nr, 3], rows[nr, 4] = ps, bb, v, i, cc
                 else:
@@ -110,7 +110,7 @@ def _comp(st, prm, seg_base, seg_cols, cls_cores, c0, c1, seg_ok, codes, out, ru
                     continue
                 open_core[c] = row                       # implicit single-bank ACT
                 st[_ANY_CORE] = 1
-                if write:
+                if write and nu < runs.shape[0]:
                     runs[nu, 0], runs[nu, 1], runs[nu, 2] = c, row * cols + col, n
                 nu += 1
                 for jv in range(kv):
@@ -124,7 +124,7 @@ def _comp(st, prm, seg_base, seg_cols, cls_cores, c0, c1, seg_ok, codes, out, ru
                 p = _rec(out, p, write, G_ACT, 0, row, 0, 1, COMPUTE, 0, -1, 0, 0, -1)
                 cnt[2] += 1
                 st[_OPEN_ALL] = row
-            if write:
+            if write and nu < runs.shape[0]:
                 runs[nu, 0], runs[nu, 1], runs[nu, 2] = -1, row * cols + col, n
             nu += 1
             for jv in range(kv):
@@ -242,15 +242,27 @@ def sorted_columns(first, n):
     return out
 
 
-def stream(prm, seg_base, seg_cols, cls_ptr, cls_cores, seg_ok, need, gw_banks, codes):
+def stream(prm, seg_base, seg_cols, cls_ptr, cls_cores, seg_ok, need, gw_banks, codes, bound=None):
     """The records ([14, N] int32), host rows ([R, 5] int64), COMP read runs
     ([U, 3] int64: bank or -1, first flat column, n) and command counts
-    ([7] int64) of one group's kernel; arguments as `_walk`'s."""
+    ([7] int64) of one group's kernel; arguments as `_walk`'s.
+
+    bound: (records, rows, runs) at least as many as the walk writes (one
+    walk into arrays of that size; `np.empty` leaves the untouched tail
+    unmapped); when short, or None, a counting walk sizes the arrays first."""
     args = (np.ascontiguousarray(prm, np.int64), np.ascontiguousarray(seg_base, np.int64),
             np.ascontiguousarray(seg_cols, np.int64), np.ascontiguousarray(cls_ptr, np.int64),
             np.ascontiguousarray(cls_cores, np.int64), np.ascontiguousarray(seg_ok, np.bool_),
             np.ascontiguousarray(need, np.bool_), np.ascontiguousarray(gw_banks, np.int64),
             np.ascontiguousarray(codes, np.int64))
+    if bound is not None:
+        out = np.empty((_F, int(bound[0])), np.int32)
+        rows = np.empty((int(bound[1]), 5), np.int64)
+        runs = np.empty((int(bound[2]), 3), np.int64)
+        cnt = np.zeros(7, np.int64)
+        n, nr, nu = _walk(*args, out, rows, runs, cnt, True)
+        if n <= out.shape[1] and nr <= rows.shape[0] and nu <= runs.shape[0]:
+            return out[:, :n], rows[:nr], runs[:nu], cnt
     cnt = np.zeros(7, np.int64)
     n, nr, nu = _walk(*args, np.zeros((_F, 0), np.int32), np.zeros((0, 5), np.int64),
                       np.zeros((0, 3), np.int64), cnt, False)
