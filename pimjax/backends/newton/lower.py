@@ -477,7 +477,8 @@ def group_stream(plan: _Plan, backend: Backend, classes, per_core: bool, seg_ok,
     """One group's kernel: (records {field: [N] int32}, host-data rows ([R, 5]
     (pass, b, v, i, cc) or (-1, 0, 0, 0, 0) for padding: a list of tuples,
     or an int64 array when native), bank -> sorted flat columns the COMPs
-    read, command counts).  `native` runs the compiled walk
+    read, command counts).  Native records and rows are views of scratch
+    arrays (`native.stream`), valid until the next call: copy what you keep.  `native` runs the compiled walk
     (`native.stream`), else `_Stream` (the readable definition)."""
     if not native:
         st = _Stream(plan, backend, classes, per_core, seg_ok, need, cores)
@@ -795,8 +796,10 @@ def lower_newton(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
                                                     need[g] if per_core else None, C, native=NATIVE)
             pre = RecordBuilder()
             wr = _rearrange(pre, reads, backend.core.cols, per_bg, resident)
-            pre.extend(kern)
-            cache[key] = (pre.build(), rows, dict(count, WR=wr))
+            place = pre.build()
+            # one new table (kern may be the compiled walk's scratch; rows too)
+            rec = {f: np.concatenate([place[f], kern[f]]) for f in RECORD_FIELDS}
+            cache[key] = (rec, np.array(rows) if NATIVE else rows, dict(count, WR=wr))
         rec, rows, cnt = cache[key]
         streams.append(rec)
         rows_per_group.append(rows)

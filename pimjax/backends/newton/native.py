@@ -13,6 +13,8 @@ arrays of exactly that size.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 from numba import njit
 
@@ -45,7 +47,7 @@ def _rec(out, p, write, op, bank, row, col, n, phase, reg, src, aux, arg, core):
 _P, _NR, _NU, _OPEN_ALL, _ANY_CORE, _LOADED = 0, 1, 2, 3, 4, 5
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def _load(st, prm, seg_cols, gw_banks, codes, out, rows, cnt, write, open_core, ps, bb, vg, ig):
     """`_Stream.load`: GWRITE_k of the buffer load (pass, b, vector group, chunk group)."""
     n_v, t_in, kv, ki, reuse, buf_cols = prm[1], prm[3], prm[4], prm[5], prm[12] != 0, prm[14]
@@ -89,7 +91,7 @@ def _load(st, prm, seg_cols, gw_banks, codes, out, rows, cnt, write, open_core, 
     st[_LOADED], st[_LOADED + 1], st[_LOADED + 2], st[_LOADED + 3] = ps, bb, vg, ig
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def _comp(st, prm, seg_base, seg_cols, cls_cores, c0, c1, seg_ok, codes, out, runs, cnt, write, open_core,
           bb, o, i, vg, ji, ol):
     """`_Stream.comp`: the rows of segment (b, o, i), MACed with every vector of the load."""
@@ -137,7 +139,7 @@ def _comp(st, prm, seg_base, seg_cols, cls_cores, c0, c1, seg_ok, codes, out, ru
     st[_P], st[_NU] = p, nu
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def _readres(st, prm, cls_cores, c0, c1, need, codes, out, cnt, write, open_core, q):
     """`_Stream.readres` of host slot q."""
     latches, per_core, rr_all, rr_one = prm[4] * prm[6], prm[13] != 0, prm[16], prm[17]
@@ -242,23 +244,44 @@ def sorted_columns(first, n):
     return out
 
 
+_local = threading.local()
+# scratch arrays beyond this many bytes are not kept between calls
+SCRATCH_LIMIT = 1 << 28
+
+
+def _scratch(name: str, shape: tuple, dtype) -> np.ndarray:
+    """A C-contiguous [shape] array of this thread's scratch `name` (grown
+    when too small; contents undefined)."""
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buf = getattr(_local, name, None)
+    if buf is None or buf.size < size:
+        buf = np.empty(max(size, 1), np.uint8)
+        if size <= SCRATCH_LIMIT:
+            setattr(_local, name, buf)
+    return buf[:size].view(dtype).reshape(shape)
+
+
 def stream(prm, seg_base, seg_cols, cls_ptr, cls_cores, seg_ok, need, gw_banks, codes, bound=None):
     """The records ([14, N] int32), host rows ([R, 5] int64), COMP read runs
     ([U, 3] int64: bank or -1, first flat column, n) and command counts
     ([7] int64) of one group's kernel; arguments as `_walk`'s.
 
-    bound: (records, rows, runs) at least as many as the walk writes (one
-    walk into arrays of that size; `np.empty` leaves the untouched tail
-    unmapped); when short, or None, a counting walk sizes the arrays first."""
+    bound: (records, rows, runs) at least as many as the walk writes: one
+    walk into this thread's scratch arrays of that size, and the results
+    are views of them, valid until the next call (copy what you keep);
+    when short, or None, a counting walk sizes fresh arrays first.  Why the
+    scratch: the records are written once more anyway (placement + kernel
+    into one table), and on a busy host first-touch page faults of a fresh
+    table cost more than the walk itself."""
     args = (np.ascontiguousarray(prm, np.int64), np.ascontiguousarray(seg_base, np.int64),
             np.ascontiguousarray(seg_cols, np.int64), np.ascontiguousarray(cls_ptr, np.int64),
             np.ascontiguousarray(cls_cores, np.int64), np.ascontiguousarray(seg_ok, np.bool_),
             np.ascontiguousarray(need, np.bool_), np.ascontiguousarray(gw_banks, np.int64),
             np.ascontiguousarray(codes, np.int64))
     if bound is not None:
-        out = np.empty((_F, int(bound[0])), np.int32)
-        rows = np.empty((int(bound[1]), 5), np.int64)
-        runs = np.empty((int(bound[2]), 3), np.int64)
+        out = _scratch("out", (_F, int(bound[0])), np.int32)
+        rows = _scratch("rows", (int(bound[1]), 5), np.int64)
+        runs = _scratch("runs", (int(bound[2]), 3), np.int64)
         cnt = np.zeros(7, np.int64)
         n, nr, nu = _walk(*args, out, rows, runs, cnt, True)
         if n <= out.shape[1] and nr <= rows.shape[0] and nu <= runs.shape[0]:
