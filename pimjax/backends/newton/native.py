@@ -92,18 +92,20 @@ def _load(st, prm, seg_cols, gw_banks, codes, out, rows, cnt, write, open_core, 
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _comp(st, prm, seg_base, seg_cols, cls_cores, c0, c1, seg_ok, codes, out, runs, cnt, write, open_core,
+def _comp(st, prm, seg_row, seg_col, seg_cols, cls_cores, c0, c1, seg_ok, codes, out, runs, cnt, write, open_core,
           bb, o, i, vg, ji, ol):
     """`_Stream.comp`: the rows of segment (b, o, i), MACed with every vector of the load."""
     n_v, kv, ki, lo, per_core, buf_cols, cols = prm[1], prm[4], prm[5], prm[6], prm[13] != 0, prm[14], prm[15]
     G_ACT, COMP, COMPUTE = codes[2], codes[3], codes[6]
     p, nu = st[_P], st[_NU]
-    base = seg_base[bb, o, i]
     ncols = seg_cols[i]
+    row = seg_row[bb, o, i] - 1
+    col = seg_col[bb, o, i]
     off = 0
     while off < ncols:
-        row = (base + off) // cols
-        col = (base + off) % cols
+        row += 1                                   # the segment's next row (from column 0 after the first)
+        if off > 0:
+            col = 0
         n = min(ncols - off, cols - col)
         if per_core:
             for k in range(c0, c1):
@@ -184,6 +186,8 @@ def _walk(prm, seg_base, seg_cols, cls_ptr, cls_cores, seg_ok, need, gw_banks, c
     st[_OPEN_ALL] = -1
     st[_LOADED:] = -1
     open_core = np.full(max(cores, 1), -1, np.int64)
+    seg_row = seg_base // prm[15]                  # (row, column) of every segment's first column
+    seg_col = seg_base - seg_row * prm[15]
     for ps in range(cls_ptr.shape[0] - 1):
         c0, c1 = cls_ptr[ps], cls_ptr[ps + 1]
         for bb in range(n_b):
@@ -207,7 +211,7 @@ def _walk(prm, seg_base, seg_cols, cls_ptr, cls_cores, seg_ok, need, gw_banks, c
                                 if not reuse:
                                     _load(st, prm, seg_cols, gw_banks, codes, out, rows, cnt, write, open_core,
                                           ps, bb, vg, ig)
-                                _comp(st, prm, seg_base, seg_cols, cls_cores, c0, c1, seg_ok, codes, out, runs,
+                                _comp(st, prm, seg_row, seg_col, seg_cols, cls_cores, c0, c1, seg_ok, codes, out, runs,
                                       cnt, write, open_core, bb, o, i, vg, ji, ol)
                                 if not reuse:
                                     q = (((ps * n_b + bb) * n_vg + vg) * n_ob + ob) * slots + i
