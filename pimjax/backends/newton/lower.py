@@ -207,6 +207,21 @@ def _plan(op: PimOp, draft: Draft, backend: Backend, tiles: CoreTiles, shapes: d
 
 
 def _segments(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow, blocked: bool, cols: int):
+    """First flat bank column of every segment (b, o, i) ([n_b, n_o, t_in]
+    int64, read-only: cached, drafts of one op share it) and the rows used."""
+    return _segments_cached(int(n_b), int(n_o), int(t_in), int(cc), int(n_rc), int(ki), int(lo), str(dataflow),
+                            bool(blocked), int(cols))
+
+
+@lru_cache(maxsize=256)
+def _segments_cached(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow, blocked: bool, cols: int):
+    base, rows = _segments_of(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow, blocked, cols)
+    base = np.asarray(base, np.int64)
+    base.flags.writeable = False
+    return base, rows
+
+
+def _segments_of(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow, blocked: bool, cols: int):
     """First flat bank column of every segment (b, o, i) and the rows used.
 
     blocked (data-block layout): segments in the order the dataflow visits
