@@ -858,11 +858,6 @@ def _plain_arg(e) -> bool:
     return isinstance(e, Arg)
 
 
-def _concat(*builders: RecordBuilder) -> dict[str, np.ndarray]:
-    parts = [bb.build() for bb in builders]
-    return {f: np.concatenate([p[f] for p in parts]) for f in parts[0]}
-
-
 def _stats(records: Records, counts: list[dict], backend: Backend, op: PimOp, shapes, shared: bool,
            G: int, plan: _Plan) -> dict:
     """Command counts (all groups: GWRITE = commands, GWRITE_columns = 32 B
