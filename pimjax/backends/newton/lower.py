@@ -100,7 +100,7 @@ from ...partition.verify import matrix_and_vector
 from ...trace.affine import AffineExpr
 from ...trace.ir import Arg, PimOp, Prim
 from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
-from ...lower.program import (LazyArray, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records, TensorLayout, bank_order, chunk,
+from ...lower.program import (LazyArray, LazyPositions, Op, Phase, Program, Readback, RECORD_FIELDS, RecordBuilder, Records, TensorLayout, bank_order, chunk,
                       stack_streams, streamed)
 from ...lower.tiles import CoreTiles, core_tiles
 
@@ -207,6 +207,21 @@ def _plan(op: PimOp, draft: Draft, backend: Backend, tiles: CoreTiles, shapes: d
 
 
 def _segments(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow, blocked: bool, cols: int):
+    """First flat bank column of every segment (b, o, i) ([n_b, n_o, t_in]
+    int64, read-only: cached, drafts of one op share it) and the rows used."""
+    return _segments_cached(int(n_b), int(n_o), int(t_in), int(cc), int(n_rc), int(ki), int(lo), str(dataflow),
+                            bool(blocked), int(cols))
+
+
+@lru_cache(maxsize=256)
+def _segments_cached(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow, blocked: bool, cols: int):
+    base, rows = _segments_of(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow, blocked, cols)
+    base = np.asarray(base, np.int64)
+    base.flags.writeable = False
+    return base, rows
+
+
+def _segments_of(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow, blocked: bool, cols: int):
     """First flat bank column of every segment (b, o, i) and the rows used.
 
     blocked (data-block layout): segments in the order the dataflow visits
@@ -465,6 +480,93 @@ class _Stream:
                     self.readres(pl.q(p, bb, vg, ob, ig))
 
 
+# lower_newton writes the kernel records with the compiled walk (`native.stream`);
+# False: with `_Stream` (the definition; tests compare the two)
+NATIVE = True
+
+_COUNT_NAMES = ("GWRITE", "GWRITE_columns", "G_ACT", "COMP", "COMP_records", "READRES", "PREA")
+
+
+def group_stream(plan: _Plan, backend: Backend, classes, per_core: bool, seg_ok, need, cores: int,
+                 native: bool = True):
+    """One group's kernel: (records {field: [N] int32}, host-data rows ([R, 5]
+    (pass, b, v, i, cc) or (-1, 0, 0, 0, 0) for padding: a list of tuples,
+    or an int64 array when native), bank -> sorted flat columns the COMPs
+    read, command counts).  Native records and rows are views of scratch
+    arrays (`native.stream`), valid until the next call: copy what you keep.  `native` runs the compiled walk
+    (`native.stream`), else `_Stream` (the readable definition)."""
+    if not native:
+        st = _Stream(plan, backend, classes, per_core, seg_ok, need, cores)
+        st.build()
+        return st.b.build(), st.rows, st.reads(), dict(st.count)
+    from . import native as nat
+    prm = _native_params(plan, backend, per_core, cores)
+    ptr = np.cumsum([0] + [len(c) for c in classes])
+    flat = np.asarray([c for cl in classes for c in cl], np.int64)
+    dummy = np.zeros((1, 1, 1, 1), bool)
+    out, rows, runs, cnt = nat.stream(prm, plan.seg_base, plan.seg_cols, ptr, flat,
+                                      seg_ok if per_core else dummy,
+                                      need if per_core else np.zeros((1, 1), bool),
+                                      _gw_banks(backend), _NATIVE_CODES,
+                                      bound=_stream_bound(plan, classes, per_core, backend.core.cols))
+    records = {f: out[k] for k, f in enumerate(RECORD_FIELDS)}
+    return records, rows, _read_columns(runs, cores), dict(zip(_COUNT_NAMES, map(int, cnt)))
+
+
+_NATIVE_CODES = np.array([Op.PREA, Op.GWRITE, Op.G_ACT, Op.COMP, Op.READRES, Phase.REARRANGE,
+                          Phase.COMPUTE, Phase.READBACK, V_LAYOUT], np.int64)
+
+
+def _stream_bound(plan: _Plan, classes, per_core: bool, cols: int) -> tuple[int, int, int]:
+    """Upper bounds on one group's (records, host rows, read runs), so the
+    compiled walk writes its arrays in one pass: per (pass, b, vector group)
+    every segment (o, i) is one step of at most R row runs, each a G_ACT and
+    kv COMPs per commanded bank, at most one READRES per bank; a load is a
+    PREA and kv * ki * cc GWRITE columns."""
+    r = -(-plan.cc // cols) + 1                              # row runs of one segment
+    steps = plan.n_o * plan.t_in
+    if not plan.reuse:
+        loads = steps
+    else:
+        loads = plan.n_ob * plan.n_ig if plan.dataflow == "os" else plan.n_ig
+    banks = [len(c) if per_core else 1 for c in classes]
+    units = plan.n_b * plan.n_vg
+    gw = loads * plan.kv * plan.ki * plan.cc
+    records = units * sum(steps * (r * plan.kv * k + r + k) + loads + gw for k in banks)
+    return records, units * len(classes) * gw, units * sum(steps * r * k for k in banks)
+
+
+def _gw_banks(backend: Backend) -> list[int]:
+    """The GWRITE banks: one per bank group (timing only)."""
+    per_bg = backend.group.banks_per_bank_group
+    return [g * per_bg for g in range(max(1, backend.group.banks // per_bg))]
+
+
+def _native_params(plan: _Plan, backend: Backend, per_core: bool, cores: int) -> np.ndarray:
+    """`native._walk`'s prm vector."""
+    return np.array([plan.n_b, plan.n_v, plan.n_o, plan.t_in, plan.kv, plan.ki, plan.lo, plan.n_vg,
+                     plan.n_ig, plan.n_ob, plan.slots, plan.dataflow == "os", plan.reuse, per_core,
+                     plan.buf_cols, backend.core.cols, int(readres_bursts(backend, plan.latches, False)),
+                     int(readres_bursts(backend, plan.latches, True)), cores], np.int64)
+
+
+def _sorted_columns(runs: np.ndarray) -> np.ndarray:
+    """Sorted unique flat columns of (first column, n) runs [U, 2]."""
+    if len(runs) == 0:
+        return np.zeros(0, np.int64)
+    from .native import sorted_columns
+    return sorted_columns(np.ascontiguousarray(runs[:, 0]), np.ascontiguousarray(runs[:, 1]))
+
+
+def _read_columns(runs: np.ndarray, cores: int) -> dict[int, np.ndarray]:
+    """`_Stream.reads` from the compiled walk's read runs [U, 3] (bank or -1, first, n)."""
+    if len(runs) and runs[0, 0] < 0:                 # broadcast: every bank reads the same
+        shared = _sorted_columns(runs[:, 1:])
+        return {c: shared for c in range(cores)}
+    banks = runs[:, 0]
+    return {int(c): _sorted_columns(runs[banks == c, 1:]) for c in np.unique(banks)}
+
+
 def readres_bursts(backend: Backend, latches, one_bank):
     """32 B bursts of one READRES: every bank's latches (broadcast) or one
     bank's (`one_bank`), `reg_bytes` each (ints or numpy arrays)."""
@@ -510,10 +612,22 @@ def _rearrange(b: RecordBuilder, reads: dict, cols: int, per_bg: int, resident: 
     zeros instead of boundary checks), the banks taken in turn in an order
     that alternates bank groups.  Returns the columns written."""
     order = bank_order(list(reads), per_bg)
+    shared = all(reads[c] is reads[order[0]] for c in order)     # one array for every bank (broadcast)
     lists = [np.asarray(reads[c], np.int64) for c in order]
     n = sum(len(x) for x in lists)
     if n == 0:
         return 0
+    if n > INTERLEAVE_LIMIT and shared:
+        # broadcast: every bank reads the same columns -- one set of row runs,
+        # unit t of every bank (in bank order) then unit t + 1
+        first, cnt = row_runs(lists[0], cols)
+        nb = len(order)
+        bank = np.tile(np.asarray(order, np.int64), len(first))
+        _add_many(b, streamed(Op.WR, order, per_bg), bank=bank, row=np.repeat(first // cols, nb),
+                  col=np.repeat(first % cols, nb), n=np.repeat(cnt, nb), phase=Phase.REARRANGE, src=M_LAYOUT,
+                  core=bank, resident=int(resident))
+        b.add(Op.PREA, bank=0, row=0, n=1, phase=Phase.REARRANGE, resident=int(resident))
+        return n
     if n <= INTERLEAVE_LIMIT:
         units = [(c, x, np.ones_like(x)) for c, x in zip(order, lists)]       # one column each
         op = Op.WR
@@ -692,13 +806,15 @@ def lower_newton(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
         key = (len(classes[g]),) if not per_core else \
             (tuple(map(tuple, classes[g])), seg_ok[g].tobytes(), need[g].tobytes())
         if key not in cache:
-            st = _Stream(plan, backend, classes[g], per_core, seg_ok[g] if per_core else None,
-                         need[g] if per_core else None, C)
-            st.build()
+            kern, rows, reads, count = group_stream(plan, backend, classes[g], per_core,
+                                                    seg_ok[g] if per_core else None,
+                                                    need[g] if per_core else None, C, native=NATIVE)
             pre = RecordBuilder()
-            wr = _rearrange(pre, st.reads(), backend.core.cols, per_bg, resident)
-            rec = _concat(pre, st.b)
-            cache[key] = (rec, st.rows, dict(st.count, WR=wr))
+            wr = _rearrange(pre, reads, backend.core.cols, per_bg, resident)
+            place = pre.build()
+            # one new table (kern may be the compiled walk's scratch; rows too)
+            rec = {f: np.concatenate([place[f], kern[f]]) for f in RECORD_FIELDS}
+            cache[key] = (rec, np.array(rows) if NATIVE else rows, dict(count, WR=wr))
         rec, rows, cnt = cache[key]
         streams.append(rec)
         rows_per_group.append(rows)
@@ -740,11 +856,6 @@ def _plain_arg(e) -> bool:
     while isinstance(e, Prim) and e.name in ("convert_element_type", "copy", "copy_p") and len(e.args) == 1:
         e = e.args[0]
     return isinstance(e, Arg)
-
-
-def _concat(*builders: RecordBuilder) -> dict[str, np.ndarray]:
-    parts = [bb.build() for bb in builders]
-    return {f: np.concatenate([p[f] for p in parts]) for f in parts[0]}
 
 
 def _stats(records: Records, counts: list[dict], backend: Backend, op: PimOp, shapes, shared: bool,
