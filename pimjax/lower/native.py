@@ -97,9 +97,10 @@ def class_totals(op, phase, resident, n, n_ops, n_phases):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _put(out, p, op, bank, row, col, n, phase, reg, reg_step, src, aux, arg):
-    """Record p of out [14, N] (program.RECORD_FIELDS order; core -1,
-    resident 0, sync 0 -- `chunk`'s defaults)."""
+def put_record(out, p, op, bank, row, col, n, phase, reg, reg_step, src, aux, arg, core, resident, sync):
+    """Record p of out [14, N] in `program.RECORD_FIELDS` order: the one
+    writer every family's compiled record assembly uses (hbm-pim here,
+    `backends/attacc/native.py`, `backends/newton/native.py`)."""
     out[0, p] = op
     out[1, p] = bank
     out[2, p] = row
@@ -111,9 +112,15 @@ def _put(out, p, op, bank, row, col, n, phase, reg, reg_step, src, aux, arg):
     out[8, p] = src
     out[9, p] = aux
     out[10, p] = arg
-    out[11, p] = -1
-    out[12, p] = 0
-    out[13, p] = 0
+    out[11, p] = core
+    out[12, p] = resident
+    out[13, p] = sync
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _put(out, p, op, bank, row, col, n, phase, reg, reg_step, src, aux, arg):
+    """Record p of out [14, N] (core -1, resident 0, sync 0 -- `chunk`'s defaults)."""
+    put_record(out, p, op, bank, row, col, n, phase, reg, reg_step, src, aux, arg, -1, 0, 0)
 
 
 @njit(nogil=True, cache=True, inline="always")

@@ -18,6 +18,8 @@ import numpy as np
 from numba import njit, types
 from numba.typed import Dict
 
+from ...lower.native import put_record
+
 # level codes of `Geometry.level`
 BANK, BG, BUFFER = 0, 1, 2
 
@@ -79,20 +81,7 @@ def host_ids(vidx, ucls, KI):
 def _rec(out, p, write, op, bank, row, col, n, phase, reg, reg_step, src, aux, arg, sync):
     """Record p (core -1, resident 0); returns p + 1."""
     if write:
-        out[0, p] = op
-        out[1, p] = bank
-        out[2, p] = row
-        out[3, p] = col
-        out[4, p] = n
-        out[5, p] = phase
-        out[6, p] = reg
-        out[7, p] = reg_step
-        out[8, p] = src
-        out[9, p] = aux
-        out[10, p] = arg
-        out[11, p] = -1
-        out[12, p] = 0
-        out[13, p] = sync
+        put_record(out, p, op, bank, row, col, n, phase, reg, reg_step, src, aux, arg, -1, 0, sync)
     return p + 1
 
 

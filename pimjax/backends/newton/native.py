@@ -18,6 +18,8 @@ import threading
 import numpy as np
 from numba import njit
 
+from ...lower.native import put_record
+
 # the record fields in `program.RECORD_FIELDS` order
 _F = 14
 
@@ -26,20 +28,7 @@ _F = 14
 def _rec(out, p, write, op, bank, row, col, n, phase, reg, src, aux, arg, core):
     """Record p (reg_step, resident, sync 0) when it fits; returns p + 1."""
     if write and p < out.shape[1]:
-        out[0, p] = op
-        out[1, p] = bank
-        out[2, p] = row
-        out[3, p] = col
-        out[4, p] = n
-        out[5, p] = phase
-        out[6, p] = reg
-        out[7, p] = 0
-        out[8, p] = src
-        out[9, p] = aux
-        out[10, p] = arg
-        out[11, p] = core
-        out[12, p] = 0
-        out[13, p] = 0
+        put_record(out, p, op, bank, row, col, n, phase, reg, 0, src, aux, arg, core, 0, 0)
     return p + 1
 
 
