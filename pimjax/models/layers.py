@@ -138,6 +138,15 @@ def _attention(q, k_cache, v_cache, group: int):
     return o.reshape(B, H, hd)
 
 
+def _ffn(cfg: ModelConfig, params: dict, h):
+    """The feed-forward block on normalised h [..., d]: SwiGLU (LLaMA) or GELU (GPT-3)."""
+    if cfg.ffn == "swiglu":
+        u = jax.nn.silu(_linear(params, "_gate", h)) * _linear(params, "_up", h)
+    else:
+        u = jax.nn.gelu(_linear(params, "_up", h))
+    return _linear(params, "_down", u)
+
+
 def make_layer(cfg: ModelConfig, append: bool = True) -> Callable:
     """The decoder layer of `cfg` as `layer(params, x, k_cache, v_cache, pos)`
     (module docstring): returns (y [B, d], k_cache, v_cache) with this token's
@@ -161,11 +170,7 @@ def make_layer(cfg: ModelConfig, append: bool = True) -> Callable:
         o = _attention(q, k_cache, v_cache, group).reshape(B, H * hd)
         x = x + _linear(params, "o", o)
         h = _norm(cfg, x, params["ln2_g"], params.get("ln2_b"))
-        if cfg.ffn == "swiglu":
-            u = jax.nn.silu(_linear(params, "_gate", h)) * _linear(params, "_up", h)
-        else:
-            u = jax.nn.gelu(_linear(params, "_up", h))
-        y = x + _linear(params, "_down", u)
+        y = x + _ffn(cfg, params, h)
         return (y, k_cache, v_cache) if append else (y, k, v)
 
     layer.__name__ = f"{cfg.name.replace('-', '_')}_layer"
@@ -202,11 +207,7 @@ def make_prefill(cfg: ModelConfig) -> Callable:
         o = o.reshape(B, H, L, hd).transpose(0, 2, 1, 3).reshape(B, L, H * hd)
         x = x + _linear(params, "o", o)
         h = _norm(cfg, x, params["ln2_g"], params.get("ln2_b"))
-        if cfg.ffn == "swiglu":
-            u = jax.nn.silu(_linear(params, "_gate", h)) * _linear(params, "_up", h)
-        else:
-            u = jax.nn.gelu(_linear(params, "_up", h))
-        return x + _linear(params, "_down", u), k, v
+        return x + _ffn(cfg, params, h), k, v
 
     prefill.__name__ = f"{cfg.name.replace('-', '_')}_prefill"
     return prefill
