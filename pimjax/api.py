@@ -279,7 +279,8 @@ def residency(fn, args, graph: PimGraph, spec="auto") -> Residency:
       * a KV cache is resident: a plain array argument that a
         `dynamic_update_slice` (or an `.at[...].set` scatter) writes at an
         offset, the written copy read by an op PIM can run (attention's
-        scores or context);
+        scores or context) and returned (threaded to the next call); an
+        argument patched for this call only is not a cache;
       * any other plain array argument (an activation `x`, a position) is
         rearranged on every call.
     spec a sequence of argument names, positions or leaf paths
@@ -311,12 +312,27 @@ def residency(fn, args, graph: PimGraph, spec="auto") -> Residency:
                 why[vid] = f"named in resident={tuple(spec)!r}: placed in PIM layout once"
     inputs = set(graph.inputs)
     appends: dict[int, Append] = {}
+    # a cache is threaded through calls: the appended copy (or a later append
+    # of it) is returned; an argument only patched for this call is not one
+    next_append = {u[0]: u[2] for u in map(append_update, graph.ops) if u is not None}
+    outputs = set(graph.outputs)
+
+    def returned(v: int) -> bool:
+        seen = set()
+        while v not in outputs:
+            if v not in next_append or v in seen:
+                return False
+            seen.add(v)
+            v = next_append[v]
+        return True
+
     for n, op in enumerate(graph.ops):
         upd = append_update(op)
         if upd is None:
             continue
         base, update, result = upd
-        if spec == "auto" and base in inputs and base not in why and _feeds_pim(graph, result):
+        if (spec == "auto" and base in inputs and base not in why and _feeds_pim(graph, result)
+                and returned(result)):
             why[base] = ""                   # a KV cache: reason below
         if base in why or base in appends:
             total = int(np.prod(graph.values[base].shape, dtype=np.int64))
@@ -626,19 +642,26 @@ def _attention_ops(graph: PimGraph, block: tuple, backend: Backend, shapes: dict
     return ops, h_ns, family_of(backend).block_operands(ops)   # operands (q, K, V), the context result
 
 
+def _gpu_words(backend: Backend) -> str:
+    """The GPU placement compares with, in words: its name and time model
+    (`System.baseline`, `hw/gpu.py`)."""
+    gpu = backend.system.baseline
+    return f"{gpu.name} [{gpu.model} model]"
+
+
 def _predicted_placement(pred_ns: float, h_ns: float, placement: str, backend: Backend,
                          what: str = "PIM") -> tuple[str, str]:
     """(placement, reason) on the predicted figures (the `Lowered` view)."""
-    host = backend.system.baseline.name
+    host = _gpu_words(backend)
     if placement != "auto":
         pred = "no prediction" if np.isnan(pred_ns) else f"predicted {pred_ns:,.0f} ns"
-        return "pim", f"placement={placement!r}: on PIM ({pred}; the {host} roofline {h_ns:,.0f} ns)"
+        return "pim", f"placement={placement!r}: on PIM ({pred}; the {host} {h_ns:,.0f} ns)"
     if np.isnan(pred_ns):
         return "pim", (f"no predicted figure (the tuner predicts none here): PIM or host is decided on "
-                       f"the simulated figures at compile (the {host} roofline {h_ns:,.0f} ns)")
+                       f"the simulated figures at compile (the {host} {h_ns:,.0f} ns)")
     if pred_ns < h_ns:
-        return "pim", f"{what} (predicted {pred_ns:,.0f} ns) beats the {host} roofline {h_ns:,.0f} ns"
-    return "host", f"{host} roofline {h_ns:,.0f} ns beats {what} (predicted {pred_ns:,.0f} ns)"
+        return "pim", f"{what} (predicted {pred_ns:,.0f} ns) beats the {host} {h_ns:,.0f} ns"
+    return "host", f"{host} {h_ns:,.0f} ns beats {what} (predicted {pred_ns:,.0f} ns)"
 
 
 def _predict_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids,
@@ -705,14 +728,14 @@ def _verify_attention(graph, carrier: OpPlan, backend, tuner, shapes, placement:
         _refuse(score, backend, why)
     if choice is None or (placement == "auto" and float(choice.report.total_ns) >= h_ns):
         if choice is not None:
-            why = (f"{backend.system.baseline.name} roofline {h_ns:,.0f} ns beats the attention block on "
+            why = (f"{_gpu_words(backend)} {h_ns:,.0f} ns beats the attention block on "
                    f"PIM {float(choice.report.total_ns):,.0f} ns")
         return [OpPlan(i, graph.ops[i], "host", why, host_time(graph.ops[i], backend.system.baseline, shapes, eb))
                 for i in block]
     # the block runs where its last op (the context product) stood
     pim_ns = float(choice.report.total_ns)
-    verdict = (f"beats the roofline {h_ns:,.0f} ns" if pim_ns < h_ns else
-               f"placement={placement!r} (the {backend.system.baseline.name} roofline: {h_ns:,.0f} ns)")
+    verdict = (f"beats the {_gpu_words(backend)} {h_ns:,.0f} ns" if pim_ns < h_ns else
+               f"placement={placement!r} (the {_gpu_words(backend)}: {h_ns:,.0f} ns)")
     last = OpPlan(block[-1], ctx, "pim",
                   f"attention block (ops {', '.join(map(str, block))}) on PIM {pim_ns:,.0f} ns {verdict}",
                   h_ns, choice.draft, choice.program, choice.predicted_cycles, choice, res, block,
@@ -847,15 +870,15 @@ def verify_plans(graph: PimGraph, backend: Backend, tuner: Tuner, plans: list[Op
         pim_ns = float(choice.report.total_ns)
         if placement != "auto":
             why = (f"placement={placement!r}: on PIM ({pim_ns:,.0f} ns; the "
-                   f"{backend.system.baseline.name} roofline {h_ns:,.0f} ns)")
+                   f"{_gpu_words(backend)} {h_ns:,.0f} ns)")
             out.append(OpPlan(p.index, op, "pim", why, h_ns, choice.draft, choice.program,
                               choice.predicted_cycles, choice, res, proposal=p.proposal))
             continue
         if pim_ns < h_ns:
             where, why = "pim", (f"PIM {pim_ns:,.0f} ns (rearrangement included) beats the "
-                                 f"{backend.system.baseline.name} roofline {h_ns:,.0f} ns")
+                                 f"{_gpu_words(backend)} {h_ns:,.0f} ns")
         else:
-            where, why = "host", (f"{backend.system.baseline.name} roofline {h_ns:,.0f} ns beats "
+            where, why = "host", (f"{_gpu_words(backend)} {h_ns:,.0f} ns beats "
                                   f"PIM {pim_ns:,.0f} ns (rearrangement included)")
         out.append(OpPlan(p.index, op, where, why, h_ns, choice.draft, choice.program,
                           choice.predicted_cycles, choice, res, proposal=p.proposal))

@@ -88,7 +88,8 @@ def _attention(q, k_new, v_new, k_cache, v_cache, pos):
     k_cache = lax.dynamic_update_slice(k_cache, k_new[:, None, :], (0, pos, 0))
     v_cache = lax.dynamic_update_slice(v_cache, v_new[:, None, :], (0, pos, 0))
     s = jnp.einsum("hd,hnd->hn", q, k_cache)
-    return jnp.einsum("hn,hnd->hd", jax.nn.softmax(s, axis=-1), v_cache)
+    # a decode step hands the grown caches back (what makes them caches to "auto")
+    return jnp.einsum("hn,hnd->hd", jax.nn.softmax(s, axis=-1), v_cache), k_cache, v_cache
 
 
 def _attention_report(backend, ctx, resident, heads=4, hd=64):
@@ -255,13 +256,20 @@ def test_caches_written_by_scatter_or_held_in_a_container_append():
     inside a container is resident as a container and appends."""
     def scattered(q, k, k_cache, pos):
         k_cache = k_cache.at[:, pos].set(k)
-        return jnp.einsum("hd,hnd->hn", q, k_cache)
+        return jnp.einsum("hd,hnd->hn", q, k_cache), k_cache
 
     q = np.ones((4, 32), np.float16)
     res = pim_jit(scattered).trace(q, q, np.ones((4, 16, 32), np.float16), np.int32(2)).residency
     assert set(res.resident) == {"k_cache"} and "scatter" in res.resident["k_cache"]
     (app,) = res.appends.values()
     assert app.fraction == pytest.approx(1 / 16) and app.extents is None
+
+    def patched(q, k, k_cache, pos):        # written for this call only, not returned: no cache
+        k_cache = k_cache.at[:, pos].set(k)
+        return jnp.einsum("hd,hnd->hn", q, k_cache)
+
+    res = pim_jit(patched).trace(q, q, np.ones((4, 16, 32), np.float16), np.int32(2)).residency
+    assert res.resident == {} and "k_cache" in res.per_call and not res.appends
 
     def in_dict(q, k, cache, pos):
         kc = lax.dynamic_update_slice(cache["k"], k[:, None, :], (0, pos, 0))

@@ -127,7 +127,9 @@ def _attacc_gemm_ns(host, m, n, k, batch, eb) -> float:
     blocks = math.ceil(m / l1_tm) * math.ceil(n / l1_tn) * batch if fc else batch
     util = wave_utilisation(blocks, host.sms)
     t_mem = off / (_f(host.mem_bandwidth) * _f(host.bandwidth_efficiency) * util) * 1e9
-    flops_rate = _f(host.peak_flops) * _f(host.flops_efficiency) * util * int(2 / eb)
+    # AttAcc scales the FP16 peak by 2 / bytes (int(2 / dbyte) there: 0 for 4-byte data, a division by
+    # zero); as a ratio it is the A100's own: TF32 half the FP16 rate, INT8 twice (whitepaper)
+    flops_rate = _f(host.peak_flops) * _f(host.flops_efficiency) * util * (2.0 / eb)
     t_cmp = 2.0 * m * n * k * batch / flops_rate * 1e9
     return max(t_mem, t_cmp) + _f(host.launch_overhead_ns)
 

@@ -8,8 +8,10 @@ compiled walk of the same loop nest writes the records into a
 preallocated int table (milliseconds).  `tests/backends/test_newton_native.py`
 holds the two record-for-record identical.
 
-The walk runs twice: once counting (`write=False`), once writing into
-arrays of exactly that size.
+The walk runs once, writing into per-thread scratch sized by an upper
+bound on the records / host rows / read runs (`_stream_bound`), then copied
+into the program's table; only when the bound is short does a counting walk
+(`write=False`) size the arrays first.
 """
 from __future__ import annotations
 
