@@ -83,7 +83,8 @@ def test_baseline_and_random_drafts(name):
         table = drafts(op, BACKEND, shapes=shapes)
         base = baseline(op, BACKEND)
         _check_op(op, shapes, operands, expect, base)
-        for i in rng.choice(len(table), min(10, len(table)), replace=False):
+        # 5 sampled drafts per kind here; test_hundred_random_drafts (slow: make test-slow, CI) takes 100
+        for i in rng.choice(len(table), min(5, len(table)), replace=False):
             _check_op(op, shapes, operands, expect, table[int(i)])
     assert found, f"{name} has no HBM-PIM op"
 
