@@ -104,7 +104,8 @@ a model, the parameters one pytree argument: an argument that is a pytree
 node (a dict / list / tuple of arrays, an `nnx.State`, an equinox Module)
 is resident; a plain array argument written at an offset by
 `lax.dynamic_update_slice` / `.at[...].set` whose result feeds an op PIM
-can run is a KV cache, resident too; other plain array arguments
+can run and is returned (threaded to the next call) is a KV cache,
+resident too; other plain array arguments
 (activations) are rearranged every call.  No argument names are guessed
 at.  A sequence of names, positions or leaf paths replaces the rule, `()`
 turns it off.  An append into a resident value is resident with append:
