@@ -348,36 +348,35 @@ def save(fig, name: str, *tables) -> str:
     return os.path.join(out, f"{name}.png")
 
 
-def plot_compare(table, title: str, ax=None):
-    """Bars of the paper's figure beside ours, one pair per row of `compare`."""
+def _paired_bars(ax, left, right, names, labels, ylabel: str, title: str, per_bar: float, **tick):
+    """Two bars per x position (left / right series, log scale, a line at 1x);
+    a new figure when `ax` is None."""
     import matplotlib.pyplot as plt
-    ax = ax if ax is not None else plt.subplots(figsize=(max(6, 0.7 * len(table)), 3.5))[1]
-    x = np.arange(len(table))
-    ax.bar(x - 0.2, table["paper"], 0.4, label="DCC paper")
-    ax.bar(x + 0.2, table["ours"], 0.4, label="pimjax")
-    ax.set_xticks(x, [f"{k} {m}" for k, m in zip(table.kernel, table.metric)], fontsize=7, rotation=40, ha="right")
+    ax = ax if ax is not None else plt.subplots(figsize=(max(6, per_bar * len(labels)), 3.5))[1]
+    x = np.arange(len(labels))
+    ax.bar(x - 0.2, left, 0.4, label=names[0])
+    ax.bar(x + 0.2, right, 0.4, label=names[1])
+    ax.set_xticks(x, labels, **tick)
     ax.set_yscale("log")
     ax.axhline(1.0, color="grey", lw=0.5)
-    ax.set_ylabel("speedup (x)")
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend()
     return ax
+
+
+def plot_compare(table, title: str, ax=None):
+    """Bars of the paper's figure beside ours, one pair per row of `compare`."""
+    return _paired_bars(ax, table["paper"], table["ours"], ("DCC paper", "pimjax"),
+                        [f"{k} {m}" for k, m in zip(table.kernel, table.metric)], "speedup (x)", title, 0.7,
+                        fontsize=7, rotation=40, ha="right")
 
 
 def plot_cases(df, title: str, ax=None):
     """Per case: the baseline mapping and DCC's choice over the GPU (ours)."""
-    import matplotlib.pyplot as plt
-    ax = ax if ax is not None else plt.subplots(figsize=(max(6, 0.45 * len(df)), 3.5))[1]
-    x = np.arange(len(df))
-    ax.bar(x - 0.2, df.base_vs_gpu, 0.4, label="baseline mapping")
-    ax.bar(x + 0.2, df.dcc_vs_gpu, 0.4, label="pimjax search (DCC)")
-    ax.set_xticks(x, [f"{k} b{b}\n{s}" for k, b, s in zip(df.kernel, df.batch, df["size"])], fontsize=6)
-    ax.set_yscale("log")
-    ax.axhline(1.0, color="grey", lw=0.5)
-    ax.set_ylabel("speedup over the GPU (x)")
-    ax.set_title(title)
-    ax.legend()
-    return ax
+    return _paired_bars(ax, df.base_vs_gpu, df.dcc_vs_gpu, ("baseline mapping", "pimjax search (DCC)"),
+                        [f"{k} b{b}\n{s}" for k, b, s in zip(df.kernel, df.batch, df["size"])],
+                        "speedup over the GPU (x)", title, 0.45, fontsize=6)
 
 
 # ---------------------------------------------------------------------------
