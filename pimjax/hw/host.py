@@ -134,6 +134,40 @@ def a100(memory="hbm2e", model: str = "roofline") -> HostModel:
 
 
 # --------------------------------------------------------------------------
+# NVIDIA H100 SXM5 80GB (the GPU real kernel times were measured on: benchmarks/gpu_kernels.py)
+# --------------------------------------------------------------------------
+H100_PEAK_FP16_FLOPS = 989.4e12     # H100 SXM5 datasheet: 989.4 TFLOP/s FP16 dense tensor (1,979 with sparsity)
+H100_HBM3_BANDWIDTH = 3.35e12       # H100 SXM5 datasheet: 3.35 TB/s HBM3 (80 GB)
+H100_SMS = 132                      # H100 whitepaper: 132 SMs on the SXM5 part (PyTorch reports 132 on our device)
+H100_SMEM_PER_SM = 228 * 1024       # H100 whitepaper / CUDA Programming Guide (cc 9.0): up to 228 KB shared per SM
+H100_L1_PER_SM = 256 * 1024         # H100 whitepaper: 256 KB combined L1 / shared memory per SM
+H100_L2 = 50 * 1024 * 1024          # H100 whitepaper: 50 MB L2
+
+
+def h100(memory="hbm3", model: str = "roofline") -> HostModel:
+    """NVIDIA H100 SXM5 80GB on `memory` ("hbm3": its own 3.35 TB/s, or a
+    bandwidth in bytes/s), timed by the GPU model `model` (as `a100`: the
+    models' efficiencies and launch cost are the A100's, `GPU_MODEL_FACTORS`).
+    The GPU of the real kernel times in `benchmarks/gpu_kernels.py`; no paper
+    evaluates PIM against it, so no preset pairs with it."""
+    bw, label = _memory_bandwidth(memory, {"hbm3": H100_HBM3_BANDWIDTH}, "h100")
+    bw_eff, flops_eff, launch = _model_factors(model, "h100")
+    return HostModel(
+        name=f"H100-SXM5 ({label})",
+        peak_flops=H100_PEAK_FP16_FLOPS,
+        mem_bandwidth=bw,
+        flops_efficiency=flops_eff,
+        bandwidth_efficiency=bw_eff,
+        launch_overhead_ns=launch,
+        staging_buffer_bytes=H100_SMS * H100_SMEM_PER_SM,
+        model=model,
+        sms=H100_SMS,
+        l1_bytes_per_sm=H100_L1_PER_SM,
+        l2_bytes=H100_L2,
+    )
+
+
+# --------------------------------------------------------------------------
 # dual-socket Intel Xeon Gold 5220R (ATiM's UPMEM host)
 # --------------------------------------------------------------------------
 XEON_SOCKETS = 2                    # ATiM §6: "dual-socket Intel Xeon Gold 5220R"
@@ -227,4 +261,4 @@ def gpu_on(gpu, bandwidth_GBps: float, model: str = "occupancy") -> HostModel:
     return build(memory=float(bandwidth_GBps) * 1e9, model=model)
 
 
-HOSTS = {"a100": a100, "xeon_gold_5220r": xeon_gold_5220r, "rtx2060": rtx2060}
+HOSTS = {"a100": a100, "h100": h100, "xeon_gold_5220r": xeon_gold_5220r, "rtx2060": rtx2060}
