@@ -288,6 +288,13 @@ class System(_Replace):
     PIM units (`host.gpu_on`), so the comparison is fair; `host` stays the
     processor whose roofline times the PIM programs' own host work (read-back,
     merge) and that the cost-model features describe.
+
+    cogpu: the GPU that runs *beside* the PIM units, at the same time, on the
+    memory channels PIM does not use (PIMFlow §4.1's channel grouping: 16
+    GPU-only + 16 PIM channels of 32), while `gpu` is the GPU-only baseline on
+    every channel.  None (default): PIM and the GPU share their channels and
+    run one after the other.  `pimjax.search.mixed` plans the GPU + PIM modes
+    (MD-DP splits, pipelines) on it.
     """
     host: HostModel
     n_devices: int
@@ -295,6 +302,7 @@ class System(_Replace):
     link_bandwidth: Any
     readback_bandwidth: Any = None
     gpu: Any = None
+    cogpu: Any = None
 
     def __post_init__(self):
         if self.readback_bandwidth is None:
@@ -302,6 +310,8 @@ class System(_Replace):
         check_type(self, "host", HostModel)
         if self.gpu is not None:
             check_type(self, "gpu", HostModel)
+        if self.cogpu is not None:
+            check_type(self, "cogpu", HostModel)
         check_int(self, "n_devices", "groups_per_device")
         check_finite(self, "link_bandwidth", "readback_bandwidth")
         check_positive(self, "n_devices", "groups_per_device", "link_bandwidth", "readback_bandwidth")

@@ -116,15 +116,20 @@ def describe_system(backend: Backend) -> dict:
     groups (channels / pCH / ranks) and cores, internal / external GB/s
     (`derived_peaks`), and the baseline GPU (`System.baseline`:
     `HostModel.describe()`, plus `same_memory`: its bandwidth equals the PIM
-    system's external bandwidth, within 0.5 %)."""
+    system's external bandwidth, within 0.5 %, counting the GPU-only channels
+    of a system with a concurrent GPU), and `cogpu`: the GPU that runs beside
+    PIM on its own channels (`System.cogpu`; None without one)."""
     p = derived_peaks(backend)
     gpu = backend.system.baseline.describe()
+    cogpu = backend.system.cogpu.describe() if backend.system.cogpu is not None else None
     ext = float(np.asarray(p["external_bandwidth_GBps"]).ravel()[0])
+    memory = ext + (float(np.asarray(cogpu["bandwidth_GBps"]).ravel()[0]) if cogpu else 0.0)
     gbw = float(np.asarray(gpu["bandwidth_GBps"]).ravel()[0])
     return {"backend": f"{backend.name}/{backend.variant}", "devices": backend.system.n_devices,
             "groups_per_device": backend.system.groups_per_device, "groups": backend.n_groups,
             "cores": backend.n_cores, "internal_GBps": float(np.asarray(p["internal_bandwidth_GBps"]).ravel()[0]),
-            "external_GBps": ext, "gpu": gpu, "same_memory": bool(abs(gbw - ext) <= 0.005 * ext)}
+            "external_GBps": ext, "gpu": gpu, "same_memory": bool(abs(gbw - memory) <= 0.005 * memory),
+            "cogpu": cogpu}
 
 
 def system_line(backend: Backend) -> str:
@@ -138,4 +143,5 @@ def system_line(backend: Backend) -> str:
             f"{num(g['bandwidth_GBps']):,.1f} GB/s x {num(g['bandwidth_efficiency']):.2f}, "
             f"{num(g['peak_TFLOPs']):,.1f} TFLOP/s x {num(g['flops_efficiency']):.2f}, launch "
             f"{num(g['launch_ns']):,.0f} ns" + (f", {g['sms']} SMs" if g["sms"] else "")
-            + ("" if d["same_memory"] else " (NOT the PIM system's memory: the comparison is not like for like)"))
+            + ("" if d["same_memory"] else " (NOT the PIM system's memory: the comparison is not like for like)")
+            + (f" | beside PIM: {d['cogpu']['name']} on the GPU-only channels" if d["cogpu"] else ""))

@@ -462,7 +462,7 @@ def _newton_timing(clock: str) -> Timing:
 
 
 @_preset("newton")
-def newton(*, channels: int = 16, buffers: int = 4, clock: str = "pimflow",
+def newton(*, channels: int = 16, total_channels: int = 32, buffers: int = 4, clock: str = "pimflow",
            host: HostModel | None = None, gpu=None) -> Backend:
     """SK hynix Newton / AiM on GDDR6, as configured in PIMFlow.
 
@@ -470,15 +470,22 @@ def newton(*, channels: int = 16, buffers: int = 4, clock: str = "pimflow",
     and a reduction tree.
 
     channels: PIM channels (default 16: PIMFlow §6, 16 PIM-enabled of 32); <= 2 or even.
+    total_channels: the GDDR6 memory's channels (default 32, PIMFlow §5-6); the
+        total_channels - channels others are GPU-only.  PIMFlow's system: "vs GPU"
+        compares with the GPU-only baseline on every channel (`System.gpu`), and
+        while PIM runs the GPU runs beside it on its own channels (`System.cogpu`,
+        PIMFlow §4.1's channel grouping; None when every channel is PIM).
     buffers: global buffers per channel, 1 (Newton, 2 KB), 2 (AiM, 2 x 1 KB) or 4 (PIMFlow,
         4 KB; default).
     clock: "pimflow" (default, tCK = 8/7 ns, the clock of PIMFlow Table 1's cycles) or "aim"
         (tCK = 0.5 ns, AiM ISSCC'22 16 Gb/s/pin; reproduces its 1 TFLOPS per chip).
     host: HostModel override (default: PIMFlow's RTX 2060, `rtx2060()`).
     gpu: what "vs GPU" compares with (`System.gpu`): a GPU model name ("roofline", "dcc",
-        "occupancy" (default)) for the RTX 2060 on these PIM channels (channels x 14 GB/s at
-        the "pimflow" clock: 224 GB/s; PIMFlow's memory is 32 channels, 16 of them PIM), or a
-        HostModel; with `host=` and no `gpu`, that host.
+        "occupancy" (default)) for the RTX 2060 on all total_channels (x 14 GB/s at the
+        "pimflow" clock: 448 GB/s for 32), or a HostModel; with `host=` and no `gpu`, that
+        host.  The concurrent GPU (`System.cogpu`) is the RTX 2060 on the GPU-only channels
+        with the same GPU model (none with `host=` or a HostModel `gpu`: pass `System.cogpu`
+        by `Backend.replace`).
     """
     if not is_int(buffers) or buffers not in NEWTON_BUFFER_BYTES:
         raise ValueError(f"newton option buffers={buffers!r}: valid values are {sorted(NEWTON_BUFFER_BYTES)}")
@@ -486,6 +493,9 @@ def newton(*, channels: int = 16, buffers: int = 4, clock: str = "pimflow",
         raise ValueError(f"newton option clock={clock!r}: valid clocks are ['aim', 'pimflow']")
     _check_host("newton", host)
     n_devices, per_device = _split_groups("newton", channels, NEWTON_CHANNELS_PER_CHIP)
+    if not is_int(total_channels) or total_channels < channels:
+        raise ValueError(f"newton option total_channels={total_channels!r}: the memory's channels, an int >= "
+                         f"channels={channels} (the PIM-enabled ones)")
     timing = _newton_timing(clock)
     col_bytes = 32                        # PIMFlow Table 1: 256-bit column I/O
     core = Core(
@@ -518,9 +528,13 @@ def newton(*, channels: int = 16, buffers: int = 4, clock: str = "pimflow",
         groups_per_device=per_device,
         # one 32 B burst per tBL cycles on the channel: 14 GB/s at 875 MHz, 32 GB/s at AiM's 2 GHz
         link_bandwidth=bus_bandwidth(col_bytes, group.data_buses, timing),
-        # the GPU reading the same (PIM) channels
+        # PIMFlow's baseline: the GPU alone on every channel of the memory (PIM ones included)
         gpu=_baseline_gpu("newton", gpu, host, "rtx2060",
-                          n_devices * per_device * bus_bandwidth(col_bytes, group.data_buses, timing)),
+                          total_channels * bus_bandwidth(col_bytes, group.data_buses, timing)),
+        # PIMFlow §4.1: beside PIM, the GPU reads only the GPU-only channels
+        cogpu=(_baseline_gpu("newton", gpu, host, "rtx2060",
+                             (total_channels - channels) * bus_bandwidth(col_bytes, group.data_buses, timing))
+               if total_channels > channels and host is None and not isinstance(gpu, HostModel) else None),
     )
     energy = _dram_energy(row_bytes=32 * col_bytes, col_bytes=col_bytes, lanes=16,
                           unit_path_pj_per_bit=0.0,

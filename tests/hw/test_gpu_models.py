@@ -137,7 +137,8 @@ def test_host_time_on_graph_ops_is_the_same_model():
 
 FAIR = [("hbm-pim", {}), ("hbm-pim", dict(channels=16)), ("attacc", {}), ("attacc", dict(stacks=2)),
         ("attacc", dict(system="dcc")), ("attacc", dict(system="attacc")), ("attacc", dict(channels=2)),
-        ("attacc", dict(system="dcc", stacks=3)), ("newton", {}), ("newton", dict(clock="aim", channels=8))]
+        ("attacc", dict(system="dcc", stacks=3)), ("newton", {}), ("newton", dict(clock="aim", channels=8)),
+        ("newton", dict(total_channels=16))]
 
 
 @pytest.mark.parametrize("name,opts", FAIR)
@@ -146,7 +147,9 @@ def test_vs_gpu_reads_the_same_memory(name, opts):
     bandwidth is the PIM system's external bandwidth, whatever the stack / channel count."""
     b = get_backend(name, **opts)
     ext = float(derived_peaks(b)["external_bandwidth_GBps"])
-    assert b.system.baseline.mem_bandwidth / 1e9 == pytest.approx(ext, rel=1e-9)
+    # a system with a concurrent GPU (newton's PIMFlow memory): the baseline reads the GPU-only channels too
+    gpu_only = 0.0 if b.system.cogpu is None else b.system.cogpu.mem_bandwidth / 1e9
+    assert b.system.baseline.mem_bandwidth / 1e9 == pytest.approx(ext + gpu_only, rel=1e-9)
     assert describe_system(b)["same_memory"]
     assert "NOT the PIM system's memory" not in system_line(b)
 
@@ -193,3 +196,20 @@ def test_report_header_states_the_system():
     assert d["gpu"]["bandwidth_efficiency"] == pytest.approx(0.81) and d["same_memory"]
     text = rep.as_text()
     assert "external 83.2 GB/s" in text and "occupancy model" in text and "launch 1,000 ns" in text
+
+
+def test_newton_is_pimflows_channel_grouped_memory():
+    """PIMFlow §4.1 / §5: 32 GDDR6 channels, 16 PIM-enabled; the baseline GPU reads all 32, the GPU
+    beside PIM only its 16; per-channel bandwidth from the timing (one 32 B burst per tBL)."""
+    b = get_backend("newton")
+    per_channel = float(derived_peaks(b)["external_bandwidth_GBps"]) / b.n_groups
+    assert b.n_groups == 16
+    assert b.system.baseline.mem_bandwidth / 1e9 == pytest.approx(32 * per_channel)
+    assert b.system.cogpu.mem_bandwidth / 1e9 == pytest.approx(16 * per_channel)
+    assert b.system.cogpu.model == b.system.baseline.model == "occupancy"
+    assert "beside PIM: RTX 2060" in system_line(b)
+    b8 = get_backend("newton", channels=8)                 # a configurable share: 8 PIM + 24 GPU-only
+    assert b8.system.cogpu.mem_bandwidth / 1e9 == pytest.approx(24 * per_channel)
+    assert get_backend("newton", total_channels=16).system.cogpu is None     # every channel PIM
+    with pytest.raises(ValueError, match="total_channels"):
+        get_backend("newton", channels=16, total_channels=8)

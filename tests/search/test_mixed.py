@@ -1,0 +1,167 @@
+"""PIMFlow's mixed-parallel modes and Algorithm 1 (`pimjax.search.mixed`)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pimjax.search.mixed import (PIPELINE_PATTERNS, RATIOS, NodeTimes, execution_mode_search, op_node_times,
+                                 optimal_split, pipeline_devices, pipeline_ns)
+
+
+def linear(name, g, p, kind="fc", fixed_g=0.0, fixed_p=0.0, pim=True):
+    """A node whose GPU share r takes fixed_g + r g and whose PIM share 1 - r takes fixed_p + (1 - r) p."""
+    gpu = np.where(RATIOS > 0, fixed_g + RATIOS * g, 0.0)
+    pim_ns = np.where(RATIOS < 1, fixed_p + (1 - RATIOS) * p, 0.0) if pim else \
+        np.where(RATIOS < 1, np.nan, 0.0)
+    return NodeTimes(name, gpu, pim_ns, kind=kind)
+
+
+def test_node_times_validate():
+    with pytest.raises(ValueError, match="one time per share"):
+        NodeTimes("x", np.zeros(5), np.zeros(11))
+    with pytest.raises(ValueError, match="must be 0"):
+        NodeTimes("x", np.ones(11), np.zeros(11))
+    n = linear("dw", 10.0, 0.0, kind="dwconv", pim=False)
+    assert not n.candidate and linear("fc", 1.0, 1.0).candidate
+
+
+@pytest.mark.parametrize("g,p", [(100.0, 100.0), (100.0, 300.0), (300.0, 100.0), (100.0, 2000.0), (2000.0, 50.0)])
+def test_optimal_split_balances_the_two_devices(g, p):
+    """Linear times: the best 10 % step is the grid point nearest the balance r* = p / (g + p)."""
+    r, t = optimal_split(linear("n", g, p))
+    want = min(max(rr * g, (1 - rr) * p) for rr in RATIOS)
+    assert t == pytest.approx(want)
+    assert abs(r - p / (g + p)) <= 0.1 + 1e-9
+    # without MD-DP only the two ends are allowed
+    r0, t0 = optimal_split(linear("n", g, p), md_dp=False)
+    assert r0 in (0.0, 1.0) and t0 == pytest.approx(min(g, p))
+
+
+def test_pipeline_two_nodes_two_stages():
+    """PIM node then GPU node, 2 chunks: PIM chunk 1 overlaps GPU chunk 0 (Fig. 5)."""
+    a, b = 40.0, 70.0                      # each node's half on its device
+    pim_first = linear("pw", 1e9, 2 * a, kind="conv1x1")
+    gpu_next = linear("dw", 2 * b, 0.0, kind="dwconv", pim=False)
+    assert pipeline_devices([pim_first, gpu_next]) == ["pim", "gpu"]
+    t = pipeline_ns([pim_first, gpu_next], ["pim", "gpu"], stages=2)
+    assert t == pytest.approx(max(2 * a, a + b) + b)      # PIM: [0,a],[a,2a]; GPU: [a,a+b],[max(2a,a+b), +b]
+    assert t < 2 * a + 2 * b                               # beats running them one after the other
+    with pytest.raises(ValueError, match="stages"):
+        pipeline_ns([pim_first], ["pim"], stages=3)
+
+
+def _brute_force(nodes, md_dp=True, pipeline=True, stages=2):
+    """Every segmentation of the chain into single nodes and pattern-matching pipelines."""
+    n = len(nodes)
+    single = [optimal_split(nd, md_dp)[1] if nd.candidate else nd.gpu_ns[-1] for nd in nodes]
+    best = {n: 0.0}
+    for i in range(n - 1, -1, -1):
+        opts = [single[i] + best[i + 1]]
+        if pipeline:
+            for pat in PIPELINE_PATTERNS:
+                l = len(pat)
+                if i + l <= n and tuple(nd.kind for nd in nodes[i:i + l]) == pat:
+                    seg = nodes[i:i + l]
+                    opts.append(pipeline_ns(seg, pipeline_devices(seg), stages) + best[i + l])
+        best[i] = min(opts)
+    return best[0]
+
+
+node_st = st.tuples(st.sampled_from(["fc", "conv1x1", "dwconv", "conv", "other"]),
+                    st.floats(1.0, 500.0), st.floats(1.0, 500.0), st.floats(0.0, 50.0), st.floats(0.0, 50.0))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(node_st, min_size=1, max_size=8), st.booleans(), st.booleans())
+def test_algorithm_1_is_the_optimum_of_every_segmentation(spec, md_dp, pipeline):
+    nodes = [linear(f"n{i}", g, p, kind=k, fixed_g=fg, fixed_p=fp, pim=k not in ("dwconv", "other"))
+             for i, (k, g, p, fg, fp) in enumerate(spec)]
+    plan = execution_mode_search(nodes, md_dp=md_dp, pipeline=pipeline)
+    assert plan.total_ns == pytest.approx(_brute_force(nodes, md_dp, pipeline))
+    # the plan's segments add up to its total, and every node has a mode
+    segs = {}
+    for i, m in enumerate(plan.nodes):
+        assert m.mode in ("gpu", "pim", "md-dp", "pipeline")
+        segs[m.segment or (i, 1)] = m.segment_ns
+        if m.mode == "md-dp":
+            assert md_dp and 0 < m.ratio < 1
+        if m.mode == "pipeline":
+            assert pipeline
+        if not nodes[i].candidate:
+            assert m.mode in ("gpu", "pipeline") and m.ratio == 1.0
+    assert sum(segs.values()) == pytest.approx(plan.total_ns)
+    assert plan.table.shape == (len(nodes), len(nodes) + 1)
+
+
+def test_gpu_only_and_offload_only_mechanisms():
+    nodes = [linear("a", 100.0, 100.0), linear("b", 50.0, 400.0), linear("c", 30.0, 0.0, kind="other", pim=False)]
+    gpu_only = execution_mode_search(nodes, offload=False)
+    assert gpu_only.total_ns == pytest.approx(180.0) and {m.mode for m in gpu_only.nodes} == {"gpu"}
+    newton_plus = execution_mode_search(nodes, md_dp=False, pipeline=False)     # whole nodes only
+    assert newton_plus.total_ns == pytest.approx(100.0 + 50.0 + 30.0)
+    assert {m.mode for m in newton_plus.nodes} <= {"gpu", "pim"}
+    full = execution_mode_search(nodes)
+    best = [min(max(r * g, (1 - r) * p) for r in RATIOS) for g, p in ((100.0, 100.0), (50.0, 400.0))]
+    ratio = [float(RATIOS[np.argmin([max(r * g, (1 - r) * p) for r in RATIOS])]) for g, p in ((100.0, 100.0),
+                                                                                             (50.0, 400.0))]
+    assert full.total_ns == pytest.approx(sum(best) + 30.0)
+    assert [m.mode for m in full.nodes] == ["md-dp", "md-dp", "gpu"]
+    df = full.to_dataframe()
+    assert list(df["gpu_share"]) == ratio + [1.0]
+    share = full.split_share([nd.candidate for nd in nodes])
+    assert share[ratio[0]] == pytest.approx(0.5) and share[ratio[1]] == pytest.approx(0.5)
+    assert sum(share.values()) == pytest.approx(1.0)
+
+
+def test_long_chains_backtrack_without_recursion():
+    nodes = [linear(f"n{i}", 10.0 + i % 7, 12.0, kind=("conv1x1", "dwconv")[i % 2], pim=i % 2 == 0)
+             for i in range(400)]
+    plan = execution_mode_search(nodes)
+    assert len(plan.nodes) == 400 and all(m is not None for m in plan.nodes)
+
+
+def test_op_node_times_needs_a_concurrent_gpu():
+    from pimjax.hw.presets import get_backend
+    from pimjax.kernels import kernel_op
+    with pytest.raises(ValueError, match="no concurrent GPU"):
+        op_node_times("x", lambda s: kernel_op("gemv", [64, 64]), get_backend("newton", total_channels=16))
+
+
+def test_two_node_graph_best_plan_is_an_even_split_with_both_devices_busy():
+    """Two chained GEMVs on newton.  The concurrent GPU's bandwidth is chosen so that half a node on
+    it takes exactly as long as the other half simulated on PIM; PIM time rises as its share
+    grows and GPU time as its share grows, so 50/50 is the optimum and the plan's time is
+    max(GPU half, PIM half) per node, both devices busy the whole time."""
+    from pimjax.hw.host import gpu_on
+    from pimjax.hw.presets import get_backend
+    from pimjax.kernels import kernel_op
+    from pimjax.search.tuner import Tuner
+    from pimjax.sim.host import host_time
+
+    n, k = 1024, 256
+    backend = get_backend("newton")
+    tuner = Tuner(top_k=2)
+
+    def build(share):
+        return kernel_op("gemv", [max(16, int(round(share * n / 16)) * 16), k])
+
+    half_op, half_shapes = build(0.5)
+    pim_half = float(tuner.choose(half_op, backend, half_shapes, resident=(0,)).report.total_ns)
+    # the roofline GPU of the bandwidth that makes its half take pim_half (minus its fixed launch)
+    probe = gpu_on("rtx2060", 100.0, model="roofline")
+    bytes_half = (float(host_time(half_op, probe, half_shapes)) - float(probe.launch_overhead_ns)) \
+        * 100.0 * float(probe.bandwidth_efficiency)
+    gbps = bytes_half / ((pim_half - float(probe.launch_overhead_ns)) * float(probe.bandwidth_efficiency))
+    cogpu = gpu_on("rtx2060", gbps, model="roofline")
+    backend = backend.replace(system=backend.system.replace(cogpu=cogpu))
+    assert float(host_time(half_op, cogpu, half_shapes)) == pytest.approx(pim_half, rel=1e-9)
+
+    nodes = [op_node_times(f"gemv{j}", build, backend, tuner) for j in range(2)]
+    g, p = nodes[0].gpu_ns, nodes[0].pim_ns
+    assert np.all(np.diff(g) > 0) and np.all(np.diff(p[:-1]) < 0)     # monotone in the share
+    plan = execution_mode_search(nodes)
+    assert [(m.mode, m.ratio) for m in plan.nodes] == [("md-dp", 0.5), ("md-dp", 0.5)]
+    assert plan.total_ns == pytest.approx(2 * max(g[5], p[5]))
+    assert g[5] == pytest.approx(p[5], rel=1e-6)                       # both busy the whole node
+    assert plan.total_ns < 2 * min(g[-1], p[0])                          # beats either device alone
