@@ -285,3 +285,43 @@ def op_node_times(name: str, build, backend, tuner=None, *, kind: str = "fc", re
             if choice is not None:
                 pimt[i] = float(choice.report.total_ns)
     return NodeTimes(name, gpu, pimt, merge_ns, kind)
+
+
+def split_var(op) -> str | None:
+    """The loop variable MD-DP splits `op` along: the first output variable,
+    in the result's dimension order, that indexes a result dimension alone
+    and has extent > 1 -- an NHWC CONV's output rows H (PIMFlow §4.3.2: slices
+    and concatenations along H are contiguous, so no copies), an FC / GEMV's
+    outputs.  None when the op has no such variable."""
+    ext = op.extents
+    for e in op.result.index_map:
+        names = [v for v in op.output_vars if _is_var(e, v)]
+        if names and ext[names[0]] > 1:
+            return names[0]
+    return None
+
+
+def _is_var(expr, var: str) -> bool:
+    return str(expr) == var
+
+
+def share_builder(op, var: str | None = None):
+    """build(share) -> (op, shapes) for `op_node_times`: `op` over the first
+    ceil(share x extent) iterations of `var` (default `split_var(op)`), with
+    the operand and result shapes its index maps then imply (a CONV's input
+    rows include the kernel's halo).  The other share is the rest of the
+    range; both parts time alike by symmetry of the layout."""
+    import math
+    from dataclasses import replace
+    from ..partition.verify import infer_shapes
+    from ..trace.ir import LoopVar
+    var = var or split_var(op)
+    if var is None:
+        raise ValueError(f"op {op.name}: no output variable to split along (MD-DP needs one)")
+    full = op.extents[var]
+
+    def build(share: float):
+        n = max(1, min(full, math.ceil(share * full - 1e-9)))
+        sub = replace(op, loop_vars=tuple(LoopVar(lv.name, n) if lv.name == var else lv for lv in op.loop_vars))
+        return sub, infer_shapes(sub)
+    return build

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pimjax.search.mixed import (PIPELINE_PATTERNS, RATIOS, NodeTimes, execution_mode_search, op_node_times,
-                                 optimal_split, pipeline_devices, pipeline_ns)
+                                 optimal_split, pipeline_devices, pipeline_ns, share_builder, split_var)
 
 
 def linear(name, g, p, kind="fc", fixed_g=0.0, fixed_p=0.0, pim=True):
@@ -165,3 +165,29 @@ def test_two_node_graph_best_plan_is_an_even_split_with_both_devices_busy():
     assert plan.total_ns == pytest.approx(2 * max(g[5], p[5]))
     assert g[5] == pytest.approx(p[5], rel=1e-6)                       # both busy the whole node
     assert plan.total_ns < 2 * min(g[-1], p[0])                          # beats either device alone
+
+
+@pytest.mark.parametrize("H,K", [(8, 3), (9, 1), (7, 5)])
+def test_share_builder_splits_conv_rows_with_their_halo(H, K):
+    """PIMFlow splits a CONV along the output rows H; the input slice then needs K - 1 halo rows."""
+    from pimjax.kernels import kernel_op
+    op, shapes = kernel_op("conv", [H, 6, 4, 5, K])
+    assert split_var(op) == "h"
+    build = share_builder(op)
+    x = op.operands[0].value                            # the (padded) input the op reads
+    for share in RATIOS[1:]:
+        sub, sh = build(float(share))
+        rows = int(np.ceil(share * H - 1e-9))
+        assert sub.extents["h"] == rows and sh[op.result.value] == (1, rows, 6, 5)
+        assert sh[x][1] == rows + K - 1 and sh[x][2:] == shapes[x][2:]
+    assert build(1.0)[1][x] == shapes[x]
+
+
+def test_share_builder_splits_a_gemv_by_outputs():
+    from pimjax.kernels import kernel_op
+    op, _ = kernel_op("gemv", [100, 32])
+    sub, sh = share_builder(op)(0.3)
+    assert sh[op.operands[0].value] == (30, 32) and sh[op.result.value] == (30,)
+    red, _ = kernel_op("red", [1, 64])
+    with pytest.raises(ValueError, match="no output variable"):
+        share_builder(red)
