@@ -57,8 +57,9 @@ energy pJ; bytes; GB/s = bytes / ns.
                  call
   energy_pj      energy of the PIM ops (simulated only)
   ops            per op, in plan order: index, name, placement ("pim",
-                 "host", "fused"), reason, draft (in words), cycles, ns,
-                 gpu_ns (the op on the host roofline), space (drafts in
+                 "host", "fused", "md-dp"), reason, draft (in words), cycles, ns,
+                 gpu_ns (the op on the host roofline), gpu_share (mixed
+                 plans: the op's share on the GPU beside PIM), space (drafts in
                  its space), simulated_drafts (0 when predicted);
                  simulated only (None, bound "", in the predicted
                  figures of a PIM op): the breakdown rearrangement_cycles /
@@ -86,6 +87,11 @@ the backend cannot run stay on the host, and the report says why (a body
 the cores lack, data their arithmetic cannot hold exactly -- integers on
 fp16 / bf16 units, floats on UPMEM --, a 0-d op, a draft space that does
 not lower).  `placement="pim"` turns each of those into a PimCompileError.
+On a system whose GPU runs beside PIM on its own channels (`System.cogpu`,
+newton's PIMFlow memory), "auto" then runs PIMFlow's Algorithm 1 over the
+ops (`search.mixed.mixed_plans`): each op on the GPU, on PIM, or split
+between them at a 10 % ratio ("md-dp", both parts at once), or the whole
+function on the GPU alone when that is faster.
 An attention block a family fuses (AttAcc's softmax unit) is placed as
 one op; a candidate it cannot fuse (a mask or bias in the scores) is
 planned op by op -- its products as contractions, its softmax where the
@@ -179,6 +185,11 @@ class OpPlan:
     stage verifies; None for ops that stay on the host whatever the figures.
     resident: operand indices whose placement is paid once.
     block: the op indices of a fused block (AttAcc attention) this plan runs.
+    mixed_ns / gpu_share / split: on a system with a concurrent GPU
+    (`System.cogpu`), the op's time in PIMFlow's mixed-parallel plan, the share
+    of it on the GPU (1 host, 0 PIM, between: placement "md-dp") and an
+    md-dp op's `search.mixed.Split` (`search.mixed.mixed_plans`); NaN / None
+    elsewhere.
     """
     index: int
     op: PimOp
@@ -192,6 +203,9 @@ class OpPlan:
     resident: tuple = ()
     block: tuple = ()
     proposal: Any = field(default=None, repr=False)
+    mixed_ns: float = float("nan")
+    gpu_share: float = float("nan")
+    split: Any = None
 
     @property
     def draft_op(self) -> PimOp:
@@ -555,7 +569,8 @@ def pim_jit(fn: Callable | None = None, *, backend: str | Backend = "hbm-pim", r
     `resident` / `per_call` say which and why (`api.residency`).
     tuner: a `Tuner` or its mode ("predict", "exhaustive", "evolutionary").
     cache: JSON file of tuning decisions (memory only when None).
-    placement: "auto" (PIM only where it beats the host roofline),
+    placement: "auto" (PIM only where it beats the host roofline; with a
+    concurrent GPU, `System.cogpu`, PIMFlow's GPU / PIM / MD-DP modes),
     "prefer_pim" (every op the backend supports on PIM), "pim" (like
     prefer_pim, and an op the backend cannot run raises PimCompileError
     naming its primitive and source line).
@@ -883,7 +898,11 @@ def verify_plans(graph: PimGraph, backend: Backend, tuner: Tuner, plans: list[Op
                                   f"PIM {pim_ns:,.0f} ns (rearrangement included)")
         out.append(OpPlan(p.index, op, where, why, h_ns, choice.draft, choice.program,
                           choice.predicted_cycles, choice, res, proposal=p.proposal))
-    return _note_unfused(out, _attention_blocks(graph, backend)[1])
+    out = _note_unfused(out, _attention_blocks(graph, backend)[1])
+    if placement == "auto" and backend.system.cogpu is not None:
+        from .search.mixed import mixed_plans      # PIMFlow's GPU + PIM modes (Algorithm 1)
+        out = mixed_plans(graph, backend, tuner, out)
+    return out
 
 
 def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = frozenset(),
@@ -1043,6 +1062,13 @@ class Compiled:
             return env[vid]
         for p in sorted(self.plans, key=lambda q: q.index):
             if p.placement == "fused":          # computed by its block's program
+                continue
+            if p.placement == "md-dp":          # PIMFlow's split: the GPU's rows and PIM's at once
+                from .search.mixed import run_split
+                operands = [on_device(a.value) for a in p.op.operands]
+                full = host_op(graph, p.op, operands)[0]
+                info = graph.values[p.op.result.value]
+                env[p.op.result.value] = jnp.asarray(run_split(p.split, p.op, operands, full)).astype(info.dtype)
                 continue
             if p.placement == "pim":
                 fused = p.program.op             # the block's fused op for attention blocks

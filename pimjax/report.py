@@ -85,6 +85,7 @@ class OpReport:
     append_cycles: float = 0.0         # appended rows of resident operands, per call (in rearrangement)
     energy_pj: float = 0.0
     gpu_ns: float = 0.0
+    gpu_share: float = float("nan")     # mixed-parallel plans (System.cogpu): 1 GPU, 0 PIM, between md-dp
     baseline_ns: float = float("nan")
     bound: str = ""
     simulated_drafts: int = 0
@@ -198,7 +199,7 @@ class Report:
         ops = []
         for o in self.ops:
             d = {k: getattr(o, k) for k in ("index", "name", "placement", "reason", "draft", "cycles", "ns",
-                                           "energy_pj", "gpu_ns", "baseline_ns", "bound",
+                                           "energy_pj", "gpu_ns", "gpu_share", "baseline_ns", "bound",
                                            "simulated_drafts", "space")}
             for k in ("rearrangement", "compute", "readback", "merge", "resident", "append"):
                 d[f"{k}_cycles"] = getattr(o, k if k in PHASE_FIELDS else f"{k}_cycles")
@@ -280,7 +281,7 @@ class Report:
 
 
 OP_FIELDS = ("index", "name", "placement", "reason", "draft", "cycles", "ns", "energy_pj", "gpu_ns",
-             "baseline_ns", "bound", "simulated_drafts", "space", "rearrangement_cycles", "compute_cycles",
+             "gpu_share", "baseline_ns", "bound", "simulated_drafts", "space", "rearrangement_cycles", "compute_cycles",
              "readback_cycles", "merge_cycles", "resident_cycles", "append_cycles", "speedup_gpu",
              "speedup_baseline",
              "operand_bytes", "to_pim_bytes", "from_pim_bytes", "effective_GBps", "internal_pct",
@@ -344,8 +345,20 @@ def build_report(stage, figures: str = "simulated") -> Report:
     peaks = derived_peaks(be)
     nan = float("nan")
     for p in stage.plans:
-        o = OpReport(p.index, "attention" if p.block else p.op.name, p.placement, p.reason, gpu_ns=p.host_ns)
-        if p.placement == "pim" and figures == "predicted":
+        o = OpReport(p.index, "attention" if p.block else p.op.name, p.placement, p.reason, gpu_ns=p.host_ns,
+                     gpu_share=p.gpu_share)
+        if p.placement == "md-dp":         # PIMFlow's split: PIM's rows simulated, the GPU's beside them
+            r = p.choice.report
+            o.draft = (describe_draft(p.split.choice.program.op, p.draft)
+                       + f" | PIM: {p.split.pim_rows} of {p.op.extents[p.split.var]} along {p.split.var}")
+            o.cycles = float(r.total_cycles)
+            o.ns = float(p.mixed_ns)
+            o.rearrangement, o.compute = float(r.rearrangement), float(r.compute)
+            o.readback, o.merge = float(r.readback), float(r.merge)
+            o.resident_cycles = float(r.resident_cycles)
+            o.energy_pj = float(r.energy_pj)
+            o.simulated_drafts, o.space = p.choice.simulated, p.choice.space
+        elif p.placement == "pim" and figures == "predicted":
             o.draft = describe_draft(p.draft_op, p.draft) if p.draft is not None else ""
             o.cycles = float(p.predicted_cycles)
             o.ns = o.cycles * tck
@@ -366,6 +379,8 @@ def build_report(stage, figures: str = "simulated") -> Report:
             o.readback, o.merge = float(r.readback), float(r.merge)
             o.resident_cycles = float(r.resident_cycles)
             o.append_cycles = float(p.choice.append_cycles)
+            if not np.isnan(p.mixed_ns):
+                o.ns = float(p.mixed_ns)
             o.energy_pj = float(r.energy_pj)
             o.bound = r.bound_name(be.core.programmable)
             o.simulated_drafts, o.space = p.choice.simulated, p.choice.space
@@ -378,7 +393,8 @@ def build_report(stage, figures: str = "simulated") -> Report:
             if base is not None:
                 o.baseline_ns = float(base.total_ns)
         else:
-            o.ns = p.host_ns               # host ops at the roofline; fused ops are in their block
+            # host ops on the GPU model (beside PIM in a mixed plan); fused ops are in their block
+            o.ns = p.host_ns if np.isnan(p.mixed_ns) else float(p.mixed_ns)
         rep.ops.append(o)
     return rep
 

@@ -251,19 +251,23 @@ def execution_mode_search(nodes: list[NodeTimes], *, md_dp: bool = True, pipelin
 # node times from pimjax's own models
 # ---------------------------------------------------------------------------
 def op_node_times(name: str, build, backend, tuner=None, *, kind: str = "fc", resident=(0,),
-                  merge_ns=None, pim: bool = True) -> NodeTimes:
+                  merge_ns=None, pim: bool = True, dtype_bytes=2, shares=None, with_choices: bool = False,
+                  **lower_options):
     """A node's `NodeTimes` from pimjax's models: every share's GPU time on
     the backend's concurrent GPU (`System.cogpu`; `sim.host.host_time`) and
     every share's PIM time, tuned and simulated (`Tuner.choose`, the report's
     `total_ns`: kernel, read-back and host merge).
 
     build(share) -> (op, shapes): the node's op restricted to `share` (0 < share
-    <= 1) of its work, e.g. the first share x N rows of a GEMV's weight
-    (`pimjax.kernels.kernel_op`).  resident: operand positions resident in
-    PIM (the weights: placed once, not per call).  pim=False: a node PIM
-    cannot run (its PIM times NaN).  merge_ns: the split's cost per share
-    (default 0: PIMFlow's memory optimiser lays the two parts out
-    contiguously, §4.3.2)."""
+    <= 1) of its work (`share_builder(op)`: its first rows).  resident: operand
+    positions resident in PIM (the weights: placed once, not per call).
+    pim=False: a node PIM cannot run (its PIM times NaN).  merge_ns: the
+    split's cost per share (default 0: PIMFlow's memory optimiser lays the two
+    parts out contiguously, §4.3.2).  dtype_bytes: `host_time`'s element
+    sizes.  shares: the GPU ratios to evaluate (default every one of
+    `RATIOS`; the others stay NaN, i.e. not offered).  with_choices: also
+    return {GPU ratio: the PIM part's `Choice`}.  lower_options: `Tuner.choose`'s
+    (e.g. result_dtype)."""
     from ..sim.host import host_time
     from .tuner import Tuner
     cogpu = backend.system.cogpu
@@ -272,19 +276,27 @@ def op_node_times(name: str, build, backend, tuner=None, *, kind: str = "fc", re
                          f"a memory whose GPU-only channels run beside PIM (e.g. newton's total_channels > "
                          f"channels)")
     tuner = tuner if tuner is not None else Tuner()
-    gpu = np.zeros(len(RATIOS))
+    want = set(range(len(RATIOS))) if shares is None else \
+        {int(np.argmin(np.abs(RATIOS - r))) for r in shares} | {0, len(RATIOS) - 1}
+    gpu = np.full(len(RATIOS), np.nan)
+    gpu[0] = 0.0
     pimt = np.full(len(RATIOS), np.nan)
     pimt[-1] = 0.0
+    choices = {}
     for i, r in enumerate(RATIOS):
+        if i not in want:
+            continue
         if r > 0:
             op, shapes = build(float(r))
-            gpu[i] = float(host_time(op, cogpu, shapes))
+            gpu[i] = float(host_time(op, cogpu, shapes, dtype_bytes))
         if r < 1 and pim:
             op, shapes = build(float(np.round(1.0 - r, 2)))
-            choice = tuner.choose(op, backend, shapes, resident=tuple(resident))
+            choice = tuner.choose(op, backend, shapes, resident=tuple(resident), **lower_options)
             if choice is not None:
                 pimt[i] = float(choice.report.total_ns)
-    return NodeTimes(name, gpu, pimt, merge_ns, kind)
+                choices[float(r)] = choice
+    node = NodeTimes(name, gpu, pimt, merge_ns, kind)
+    return (node, choices) if with_choices else node
 
 
 def split_var(op) -> str | None:
@@ -325,3 +337,122 @@ def share_builder(op, var: str | None = None):
         sub = replace(op, loop_vars=tuple(LoopVar(lv.name, n) if lv.name == var else lv for lv in op.loop_vars))
         return sub, infer_shapes(sub)
     return build
+
+
+# ---------------------------------------------------------------------------
+# pim_jit: Algorithm 1 over a compiled graph (`api.verify_plans` calls it)
+# ---------------------------------------------------------------------------
+SPLIT_WITHIN = 8.0
+"""An op is offered MD-DP splits only when its whole-op GPU (beside PIM) and PIM
+times are within this factor of each other: PIMFlow §3 observation 2 -- a
+split pays where "neither hardware outperforms the other by a crushing
+margin"; at 8x the best split saves at most 1 / 9 of the faster device's time,
+and skipping the others keeps the nine extra tunings per op off ops that
+cannot gain."""
+
+
+@dataclass(frozen=True)
+class Split:
+    """An MD-DP op's split, what `Compiled` executes: the PIM part computes
+    the first `pim_rows` iterations of loop variable `var` (the result
+    dimension `result_dim`) with `choice`'s program; the GPU computes the
+    rest.  gpu_ns / pim_ns: the two parts' times, run at once."""
+    var: str
+    result_dim: int
+    pim_rows: int
+    choice: object
+    gpu_ns: float
+    pim_ns: float
+
+
+def mixed_plans(graph, backend, tuner, plans: list) -> list:
+    """Algorithm 1 on a compiled graph whose backend has a concurrent GPU
+    (`System.cogpu`): every op a node, in program order -- host ops on the GPU
+    beside PIM, PIM-capable ops also whole on PIM, and contractions whose two
+    times are within `SPLIT_WITHIN` also split in 10 % steps (each share's PIM
+    part tuned and simulated) -- then the plans rewritten to the search's
+    modes ("host" / "pim" / "md-dp", each with `mixed_ns`, its time in the
+    plan, and `gpu_share`).  If the GPU alone on every channel (PIM disabled,
+    PIMFlow §5) beats the best GPU + PIM plan, every op goes to the GPU with
+    that reason.  Fused attention blocks (AttAcc; no concurrent GPU) are left
+    as they are: the graph is returned unchanged."""
+    from dataclasses import replace as dc_replace
+    from ..api import _dtypes, _gpu_words, _shapes, host_bytes
+    from ..sim.host import host_time
+    cogpu = backend.system.cogpu
+    if cogpu is None or any(p.block for p in plans):
+        return plans
+    shapes, dtypes = _shapes(graph), _dtypes(graph)
+    eb = host_bytes(graph, backend)
+    order = sorted(plans, key=lambda q: q.index)
+    nodes, parts = [], {}
+    nan = np.full(len(RATIOS), np.nan)
+    for p in order:
+        op = p.op
+        g_full = float(host_time(op, cogpu, shapes, eb))
+        gpu = nan.copy()
+        gpu[0], gpu[-1] = 0.0, g_full
+        pim_t = nan.copy()
+        pim_t[-1] = 0.0
+        if p.choice is not None:
+            pim_t[0] = float(p.choice.report.total_ns)
+            var = split_var(op) if op.kind == "contraction" else None
+            if var is not None and max(g_full, pim_t[0]) <= SPLIT_WITHIN * min(g_full, pim_t[0]):
+                node, choices = op_node_times(
+                    f"{op.name}#{p.index}", share_builder(op, var), backend, tuner, resident=p.resident,
+                    dtype_bytes=eb, with_choices=True, result_dtype=dtypes[op.result.value])
+                gpu = np.where(np.isnan(node.gpu_ns), gpu, node.gpu_ns)
+                pim_t[:-1] = np.where(np.isnan(node.pim_ns[:-1]), pim_t[:-1], node.pim_ns[:-1])
+                pim_t[0] = float(p.choice.report.total_ns)          # the whole op as compiled
+                parts[p.index] = (var, choices, node)
+        nodes.append(NodeTimes(f"{op.name}#{p.index}", gpu, pim_t, None, "fc" if p.choice is not None else "other"))
+    mixed = execution_mode_search(nodes, pipeline=False)
+    gpu_only = float(sum(p.host_ns for p in order))
+    words = _gpu_words(backend)
+    if gpu_only <= mixed.total_ns:
+        why = (f"PIM disabled for this function: the {words} alone on every channel ({gpu_only:,.0f} ns) beats "
+               f"the best GPU + PIM plan ({mixed.total_ns:,.0f} ns; the GPU beside PIM reads only its own "
+               f"channels)")
+        return [dc_replace(p, placement="host", reason=why, mixed_ns=p.host_ns, gpu_share=1.0) for p in order]
+    out = []
+    beside = f"{cogpu.name} beside PIM"
+    for p, m, nd in zip(order, mixed.nodes, nodes):
+        if m.mode == "gpu":
+            why = f"on the {beside}: {nd.gpu_ns[-1]:,.0f} ns" + (
+                f" (PIM {nd.pim_ns[0]:,.0f} ns)" if np.isfinite(nd.pim_ns[0]) else f"; {p.reason}")
+            out.append(dc_replace(p, placement="host", reason=why, mixed_ns=float(nd.gpu_ns[-1]), gpu_share=1.0))
+        elif m.mode == "pim":
+            why = f"on PIM: {nd.pim_ns[0]:,.0f} ns beats the {beside} {nd.gpu_ns[-1]:,.0f} ns"
+            if np.isfinite(nd.split_ns()[1:-1]).any():
+                why += " and every split"
+            out.append(dc_replace(p, placement="pim", reason=why, mixed_ns=float(nd.pim_ns[0]), gpu_share=0.0))
+        else:
+            var, choices, node = parts[p.index]
+            i = int(np.argmin(np.abs(RATIOS - m.ratio)))
+            choice = choices[float(RATIOS[i])]
+            sub = choice.program.op
+            dim = next(d for d, e in enumerate(sub.result.index_map) if str(e) == var)
+            split = Split(var, dim, sub.extents[var], choice, float(nd.gpu_ns[i]), float(nd.pim_ns[i]))
+            why = (f"MD-DP: {m.ratio:.0%} of {var} on the {beside} ({nd.gpu_ns[i]:,.0f} ns) while PIM runs the "
+                   f"other {1 - m.ratio:.0%} ({nd.pim_ns[i]:,.0f} ns); whole: GPU {nd.gpu_ns[-1]:,.0f} / PIM "
+                   f"{nd.pim_ns[0]:,.0f} ns")
+            out.append(dc_replace(p, placement="md-dp", reason=why, draft=choice.draft, program=choice.program,
+                                  choice=choice, mixed_ns=float(m.segment_ns), gpu_share=float(m.ratio),
+                                  split=split))
+    return out
+
+
+def run_split(split: Split, op, operands: list, host_result):
+    """The values of an MD-DP op: its PIM part executed (`sim.execute`) on the
+    operands' leading slices its index maps read, the rest of `host_result`
+    (the op computed on the GPU) along the split dimension, concatenated."""
+    from ..partition.verify import infer_shapes
+    from ..sim.execute import execute
+    sub = split.choice.program.op
+    sub_shapes = infer_shapes(sub)
+    pim_in = [np.asarray(x)[tuple(slice(0, s) for s in sub_shapes[a.value])] for x, a in zip(operands, op.operands)]
+    pim_out = np.asarray(execute(split.choice.program, *pim_in, arithmetic="backend"))
+    rest = np.take(np.asarray(host_result), np.arange(split.pim_rows, np.shape(host_result)[split.result_dim]),
+                   axis=split.result_dim)
+    return np.concatenate([pim_out.reshape(sub_shapes[sub.result.value]).astype(rest.dtype), rest],
+                          axis=split.result_dim)

@@ -128,35 +128,38 @@ def test_op_node_times_needs_a_concurrent_gpu():
         op_node_times("x", lambda s: kernel_op("gemv", [64, 64]), get_backend("newton", total_channels=16))
 
 
-def test_two_node_graph_best_plan_is_an_even_split_with_both_devices_busy():
-    """Two chained GEMVs on newton.  The concurrent GPU's bandwidth is chosen so that half a node on
-    it takes exactly as long as the other half simulated on PIM; PIM time rises as its share
-    grows and GPU time as its share grows, so 50/50 is the optimum and the plan's time is
-    max(GPU half, PIM half) per node, both devices busy the whole time."""
+N_ROWS, K_COLS = 1024, 256
+
+
+@pytest.fixture(scope="module")
+def balanced():
+    """(backend, tuner, build): newton whose concurrent GPU (a roofline on a chosen bandwidth) takes
+    exactly as long for half of a 1024 x 256 GEMV as PIM's simulated half."""
     from pimjax.hw.host import gpu_on
     from pimjax.hw.presets import get_backend
     from pimjax.kernels import kernel_op
     from pimjax.search.tuner import Tuner
     from pimjax.sim.host import host_time
 
-    n, k = 1024, 256
     backend = get_backend("newton")
     tuner = Tuner(top_k=2)
-
-    def build(share):
-        return kernel_op("gemv", [max(16, int(round(share * n / 16)) * 16), k])
-
+    build = share_builder(kernel_op("gemv", [N_ROWS, K_COLS])[0])
     half_op, half_shapes = build(0.5)
     pim_half = float(tuner.choose(half_op, backend, half_shapes, resident=(0,)).report.total_ns)
-    # the roofline GPU of the bandwidth that makes its half take pim_half (minus its fixed launch)
     probe = gpu_on("rtx2060", 100.0, model="roofline")
-    bytes_half = (float(host_time(half_op, probe, half_shapes)) - float(probe.launch_overhead_ns)) \
-        * 100.0 * float(probe.bandwidth_efficiency)
-    gbps = bytes_half / ((pim_half - float(probe.launch_overhead_ns)) * float(probe.bandwidth_efficiency))
-    cogpu = gpu_on("rtx2060", gbps, model="roofline")
+    launch, eff = float(probe.launch_overhead_ns), float(probe.bandwidth_efficiency)
+    bytes_half = (float(host_time(half_op, probe, half_shapes)) - launch) * 100.0 * eff
+    cogpu = gpu_on("rtx2060", bytes_half / ((pim_half - launch) * eff), model="roofline")
     backend = backend.replace(system=backend.system.replace(cogpu=cogpu))
     assert float(host_time(half_op, cogpu, half_shapes)) == pytest.approx(pim_half, rel=1e-9)
+    return backend, tuner, build
 
+
+def test_two_node_graph_best_plan_is_an_even_split_with_both_devices_busy(balanced):
+    """Two GEMVs on newton.  Half a node on the concurrent GPU takes exactly as long as the other
+    half simulated on PIM; PIM time rises with its share and GPU time with its own, so 50/50 is
+    the optimum and the plan's time is max(GPU half, PIM half) per node, both devices busy."""
+    backend, tuner, build = balanced
     nodes = [op_node_times(f"gemv{j}", build, backend, tuner) for j in range(2)]
     g, p = nodes[0].gpu_ns, nodes[0].pim_ns
     assert np.all(np.diff(g) > 0) and np.all(np.diff(p[:-1]) < 0)     # monotone in the share
@@ -165,6 +168,35 @@ def test_two_node_graph_best_plan_is_an_even_split_with_both_devices_busy():
     assert plan.total_ns == pytest.approx(2 * max(g[5], p[5]))
     assert g[5] == pytest.approx(p[5], rel=1e-6)                       # both busy the whole node
     assert plan.total_ns < 2 * min(g[-1], p[0])                          # beats either device alone
+
+
+def test_pim_jit_splits_and_computes_both_parts(balanced):
+    """The same two GEMVs through pim_jit: Algorithm 1 runs at compile time, each op is split
+    50/50, the report says so, and the values (PIM rows from the simulated program, GPU rows
+    from the GPU) equal jax.jit's."""
+    import jax
+    import jax.numpy as jnp
+
+    import pimjax
+    backend, tuner, _ = balanced
+
+    def two(W1, W2, x):
+        return W1 @ x, W2 @ x
+
+    rng = np.random.default_rng(0)
+    W1, W2 = (jnp.asarray(rng.standard_normal((N_ROWS, K_COLS)), jnp.bfloat16) for _ in range(2))
+    x = jnp.asarray(rng.standard_normal(K_COLS), jnp.bfloat16)
+    f = pimjax.pim_jit(two, backend=backend, tuner=tuner, resident=("W1", "W2"))
+    got = f(W1, W2, x)
+    want = jax.jit(two)(W1, W2, x)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=2e-2, atol=0.25)
+    rep = f.lower(W1, W2, x).compile().cost_analysis()
+    ops = [o for o in rep["ops"] if o["placement"] != "host" or o["name"] == "dot_general"]
+    assert [(o["placement"], o["gpu_share"]) for o in ops] == [("md-dp", 0.5), ("md-dp", 0.5)]
+    assert "MD-DP: 50% of" in ops[0]["reason"] and "PIM: 512 of 1024" in ops[0]["draft"]
+    assert rep["total_ns"] == pytest.approx(sum(o["ns"] for o in rep["ops"]))
+    assert rep["speedup_gpu"] > 1
 
 
 @pytest.mark.parametrize("H,K", [(8, 3), (9, 1), (7, 5)])
