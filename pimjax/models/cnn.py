@@ -108,13 +108,16 @@ class CNNConfig:
     `_make_divisible`; the 1280 heads of the mobile models are not reduced below 1280,
     as torchvision); blocks: keep only the first `blocks` blocks / stages' blocks
     (inverted residuals, bottlenecks, VGG convolutions, BERT layers) -- None: all;
-    classes: classifier outputs; seq_len: BERT tokens; dtype: params and activations.
+    classes: classifier outputs; head: False drops the CNNs' head convolution, pool and
+    classifier (apply returns the last block's feature map [1, H', W', C']); seq_len:
+    BERT tokens; dtype: params and activations.
     """
     name: str
     resolution: int = 224
     width: float = 1.0
     blocks: int | None = None
     classes: int = 1000
+    head: bool = True
     seq_len: int = 64
     dtype: str = "float16"
 
@@ -283,6 +286,8 @@ def _mobilenet_v2(net: _Net, x):
     specs = [(t, c, s if i == 0 else 1) for t, c, n, s in MOBILENET_V2 for i in range(n)]
     for b, (t, c, s) in enumerate(specs[:net.blocks_kept(len(specs))]):
         x = _inverted_residual(net, f"b{b}", x, net.ch(c), 3, s, t, "relu6")
+    if not net.cfg.head:
+        return x
     x = net.conv("head", x, _divisible(1280 * max(1.0, net.cfg.width)), 1, act="relu6")
     return net.classifier(x)
 
@@ -293,6 +298,8 @@ def _efficientnet_b0(net: _Net, x):
     for b, (e, k, s, c) in enumerate(specs[:net.blocks_kept(len(specs))]):
         cin = x.shape[-1]
         x = _inverted_residual(net, f"b{b}", x, net.ch(c), k, s, e, "silu", max(1, cin // 4), "silu")
+    if not net.cfg.head:
+        return x
     x = net.conv("head", x, _divisible(1280 * max(1.0, net.cfg.width)), 1, act="silu")
     return net.classifier(x)
 
@@ -305,6 +312,8 @@ def _mnasnet1_0(net: _Net, x):
     specs = [(c, k, s if i == 0 else 1, e) for _, c, k, s, e, n in MNASNET1_0 for i in range(n)]
     for b, (c, k, s, e) in enumerate(specs[:net.blocks_kept(len(specs))]):
         x = _inverted_residual(net, f"b{b}", x, net.ch(c), k, s, e, "relu")
+    if not net.cfg.head:
+        return x
     x = net.conv("head", x, 1280, 1, act="relu")
     return net.classifier(x)
 
@@ -318,6 +327,8 @@ def _mnasnet_a1(net: _Net, x):
         cin = x.shape[-1]
         se_ch = max(1, int(cin * se)) if se else 0      # TF: int(input_filters * se_ratio)
         x = _inverted_residual(net, f"b{b}", x, net.ch(c), k, s, e, "relu", se_ch, "relu")
+    if not net.cfg.head:
+        return x
     x = net.conv("head", x, 1280, 1, act="relu")
     return net.classifier(x)
 
@@ -334,7 +345,7 @@ def _resnet_50(net: _Net, x):
         if first:          # torchvision: a downsample (1x1 conv, stride, BN) on each stage's first block
             x = net.conv(f"b{b}.down", x, out, 1, s)
         x = net.act(f"b{b}.act", net.add(f"b{b}.add", x, h), "relu")
-    return net.classifier(x)
+    return net.classifier(x) if net.cfg.head else x
 
 
 def _adaptive_pool7(net: _Net, x):
@@ -363,6 +374,8 @@ def _vgg_16(net: _Net, x):
         elif i < keep:
             x = net.conv(f"conv{i}", x, net.ch(v), 3, bn=False, bias=True, act="relu")
             i += 1
+    if not net.cfg.head:
+        return x
     x = _adaptive_pool7(net, x)
     with net.node("flatten", "other"):
         x = x.reshape(1, -1)
@@ -449,7 +462,8 @@ def init(key, cfg) -> dict:
 
 
 def make_apply(cfg) -> Callable:
-    """`apply(params, x)` of `cfg`: x [1, H, W, 3] NHWC -> logits [1, classes] (CNNs);
+    """`apply(params, x)` of `cfg`: x [1, H, W, 3] NHWC -> logits [1, classes] (CNNs;
+    the feature map [1, H', W', C'] with `head=False`);
     x [seq_len, 768] -> [seq_len, 768] (BERT's encoder)."""
     cfg = _cfg(cfg)
 
