@@ -496,7 +496,10 @@ class Layer:
     weight_bytes: parameters it reads; in_bytes / out_bytes: activations it reads
     (produced by other nodes, or the model input) / writes (read by other nodes or
     returned); inputs / consumers: node indices (-1: the model input);
-    pim_candidate: PIMFlow §4.2.1 -- CONV except depthwise and FC nodes.
+    pim_candidate: PIMFlow §4.2.1 -- CONV except depthwise and FC nodes;
+    contraction: the node's position among the model's contractions (convolutions and
+    dot_generals, in trace order; -1: none) -- the k-th contraction op of
+    `pimjax.make_graph(apply, ...)` (`match_graph`).
     """
     index: int
     name: str
@@ -519,6 +522,7 @@ class Layer:
     inputs: tuple
     consumers: tuple
     pim_candidate: bool
+    contraction: int = -1
 
     @property
     def act_bytes(self) -> int:
@@ -640,6 +644,7 @@ def layer_records(cfg) -> list[Layer]:
         return _size(v.aval) * v.aval.dtype.itemsize
 
     rows = []
+    n_contractions = 0
     for i, (name, eqns) in enumerate(groups):
         macs = flops = 0
         wbytes = 0
@@ -656,6 +661,10 @@ def layer_records(cfg) -> list[Layer]:
                 conv = e
             if e.primitive.name == "dot_general" and dot is None:
                 dot = e
+        contraction = -1
+        if conv is not None or dot is not None:
+            contraction = n_contractions
+            n_contractions += sum(e.primitive.name in ("conv_general_dilated", "dot_general") for e in eqns)
         outs = [v for e in eqns for v in e.outvars if v in outvars or v in read_outside]
         out_v = outs[0] if outs else eqns[-1].outvars[0]
         in_v = reads[i][0] if reads[i] else None
@@ -679,8 +688,28 @@ def layer_records(cfg) -> list[Layer]:
             groups=groups_, macs=macs, flops=flops, weight_bytes=wbytes,
             in_bytes=sum(nbytes(v) for v in reads[i]), out_bytes=sum(nbytes(v) for v in outs),
             inputs=tuple(sorted(producer[v] for v in reads[i])), consumers=tuple(sorted(consumers[i])),
-            pim_candidate=kind in ("conv", "fc")))
+            pim_candidate=kind in ("conv", "fc"), contraction=contraction))
     return rows
+
+
+def match_graph(table, graph) -> dict[int, int]:
+    """{table row: index into graph.ops} for the rows holding a contraction, `graph` =
+    `pimjax.make_graph(make_apply(cfg), param_shapes(cfg), cfg.input_spec())` of the
+    same config: the k-th contraction op (a convolution or dot_general, its epilogue
+    fused or not) is the node whose `contraction` is k.  ValueError when the counts or
+    the output sizes disagree (a graph of another model or resolution)."""
+    rows = [r for r in _rows(table) if r.contraction >= 0]
+    ops = [i for i, op in enumerate(graph.ops) if op.kind == "contraction"]
+    if len(ops) != (rows[-1].contraction + 1 if rows else 0):
+        raise ValueError(f"the graph has {len(ops)} contractions, the table {len(rows)} nodes with one")
+    out = {}
+    for r in rows:
+        i = ops[r.contraction]
+        size = int(np.prod(graph.values[graph.ops[i].results[0].value].shape))
+        if r.macs and size != r.Ho * r.Wo * r.F:
+            raise ValueError(f"node {r.name}: output of {r.Ho * r.Wo * r.F} elements, graph op {i} {size}")
+        out[r.index] = i
+    return out
 
 
 def to_dataframe(records: Sequence[Layer]):

@@ -224,3 +224,19 @@ def test_mobilenet_v2_blocks_on_newton_match_jit():
     """Four blocks at 32 x 32 (expansion 1x1, stride-2 depthwise, a residual add) and the
     head (1x1 to 1280, pool, FC): ~70 s here."""
     _pim_vs_jit(32, 4, head=True)
+
+
+@pytest.mark.parametrize("name", ["mobilenet-v2", "efficientnet-b0", "bert-base"])
+def test_table_rows_match_the_pim_graph(name):
+    """`match_graph`: each conv / FC / matmul node is one contraction op of pim_jit's graph,
+    with the same number of output elements and the same loop extent product (MACs)."""
+    cfg = cnn.get_cnn_config(name, 32, width=0.25, blocks=2, classes=10, seq_len=4)
+    g = pimjax.make_graph(cnn.make_apply(cfg), cnn.param_shapes(cfg), cfg.input_spec())
+    table = cnn.cnn_layers(cfg)
+    m = cnn.match_graph(table, g)
+    assert sorted(m) == list(table.index[table.macs > 0])
+    for row, i in m.items():
+        op = g.ops[i]
+        assert math.prod(v.extent for v in op.loop_vars) == table.macs[row], table.name[row]
+    with pytest.raises(ValueError):
+        cnn.match_graph(cnn.cnn_layers(cnn.get_cnn_config(name, 32, width=0.25, blocks=1, seq_len=4)), g)
