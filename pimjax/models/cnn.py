@@ -45,7 +45,7 @@ not from a second hand-written table.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from typing import Callable, NamedTuple, Sequence
 
 import jax
