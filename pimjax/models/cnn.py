@@ -528,6 +528,15 @@ class Layer:
     def act_bytes(self) -> int:
         return self.in_bytes + self.out_bytes
 
+    @property
+    def gemm(self) -> tuple[int, int, int]:
+        """(M, K, N) of the node as `groups` GEMMs after im2col lowering (PIMFlow §2: a 1x1
+        CONV is an FC layer): M = Ho Wo output pixels (FC: its rows), K = K^2 C / groups,
+        N = F / groups; (0, 0, 0) for "other" nodes.  groups M K N = macs."""
+        if self.kind == "other":
+            return 0, 0, 0
+        return self.Ho * self.Wo, self.K * self.K * self.C // self.groups, self.F // self.groups
+
 
 _LAYOUT = {"reshape", "broadcast_in_dim", "convert_element_type", "transpose", "squeeze", "expand_dims",
            "slice", "concatenate", "pad", "copy", "copy_p", "dynamic_slice", "dynamic_update_slice",
@@ -713,10 +722,14 @@ def match_graph(table, graph) -> dict[int, int]:
 
 
 def to_dataframe(records: Sequence[Layer]):
-    """The records as a pandas DataFrame (one row per node, `Layer`'s fields + act_bytes)."""
+    """The records as a pandas DataFrame (one row per node, `Layer`'s fields + act_bytes and
+    gemm_m, gemm_k, gemm_n from `Layer.gemm`)."""
     import pandas as pd
     df = pd.DataFrame([asdict(r) for r in records], columns=[f.name for f in fields(Layer)])
     df["act_bytes"] = df["in_bytes"] + df["out_bytes"]
+    gemm = [r.gemm for r in records]
+    for i, c in enumerate(("gemm_m", "gemm_k", "gemm_n")):
+        df[c] = [g[i] for g in gemm]
     return df
 
 

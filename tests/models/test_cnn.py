@@ -72,6 +72,9 @@ def test_node_figures_follow_from_shapes(name):
     assert (t.pim_candidate == t.kind.isin(("conv", "fc"))).all()
     # activations: every conv's output bytes are its output tensor (fp16)
     assert (conv.out_bytes == 2 * conv.Ho * conv.Wo * conv.F).all()
+    # the GEMM view: `groups` GEMMs of M x K x N are the node's MACs (conv and FC alike)
+    mm = t[t.kind != "other"]
+    assert (mm.groups * mm.gemm_m * mm.gemm_k * mm.gemm_n == mm.macs).all()
     # topological order: inputs come before a node, consumers after it
     for r in t.itertuples():
         assert all(i < r.index for i in r.inputs) and all(c > r.index for c in r.consumers)
