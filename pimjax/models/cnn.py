@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Callable, NamedTuple, Sequence
 
 import jax
+import jax.extend  # jax.extend.core: Jaxpr, ClosedJaxpr, Literal (the table reads the jaxpr)
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
