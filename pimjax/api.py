@@ -46,7 +46,9 @@ energy pJ; bytes; GB/s = bytes / ns.
                  prediction (the exhaustive tuner predicts none)
   pim_ns         the same in ns
   host_ns        the ops placed on the host, on the host roofline (ns)
-  total_ns       pim_ns + host_ns
+  split_ns       the ops split between the GPU and PIM ("md-dp", both
+                 parts at once; 0 without a concurrent GPU)
+  total_ns       pim_ns + host_ns + split_ns
   gpu_ns         every op on the host roofline (the GPU-only run, ns)
   speedup_gpu    gpu_ns / total_ns
   resident_ns    one-time placement of resident operands, not in total_ns
@@ -189,7 +191,8 @@ class OpPlan:
     (`System.cogpu`), the op's time in PIMFlow's mixed-parallel plan, the share
     of it on the GPU (1 host, 0 PIM, between: placement "md-dp") and an
     md-dp op's `search.mixed.Split` (`search.mixed.mixed_plans`); NaN / None
-    elsewhere.
+    elsewhere.  in_place: an append into a resident value (a KV cache),
+    timed as the update alone (`_in_place_ns`).
     """
     index: int
     op: PimOp
@@ -206,6 +209,7 @@ class OpPlan:
     mixed_ns: float = float("nan")
     gpu_share: float = float("nan")
     split: Any = None
+    in_place: bool = False
 
     @property
     def draft_op(self) -> PimOp:
@@ -801,7 +805,7 @@ def predict_plans(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids:
                 why += "; writes in place into a resident value (the update only)"
             if placement == "pim" and op.kind == "host":
                 _refuse(op, backend, why)
-            plans.append(OpPlan(i, op, "host", why, h_ns))
+            plans.append(OpPlan(i, op, "host", why, h_ns, in_place=in_place))
             continue
         # a reduction's or contraction's epilogue runs at the host merge (every family's read-back:
         # `Readback.epilogue_on_host`), so an operand only it reads (a causal mask's int32 iota)
@@ -845,14 +849,15 @@ def _with_appends(p: OpPlan, reads: set, appends: dict) -> OpPlan:
     return replace(p, proposal=replace(p.proposal, append=mine))
 
 
-def _in_place_ns(graph: PimGraph, op: PimOp, upd: tuple, backend: Backend, eb: dict) -> float:
+def _in_place_ns(graph: PimGraph, op: PimOp, upd: tuple, backend: Backend, eb: dict, host=None) -> float:
     """Host time of an append into a resident value (a KV cache): in place,
     the update read and written once and the index operands read (ns on the
-    host roofline; the GPU-only run updates its cache in place too)."""
+    host roofline of `host`, default `System.baseline`; the GPU-only run
+    updates its cache in place too)."""
     base, update, _ = upd
     size = lambda v: int(np.prod(graph.values[v].shape, dtype=np.int64)) * eb[v]   # noqa: E731
     moved = 2 * size(update) + sum(size(a.value) for a in op.operands if a.value not in (base, update))
-    return float(backend.system.baseline.time_ns(moved, 0))
+    return float((host if host is not None else backend.system.baseline).time_ns(moved, 0))
 
 
 def verify_plans(graph: PimGraph, backend: Backend, tuner: Tuner, plans: list[OpPlan],

@@ -187,6 +187,11 @@ class Report:
         return float(sum(o.ns for o in self.ops if o.placement == "host"))
 
     @property
+    def split_ns(self) -> float:
+        """The ops split between the GPU and PIM ("md-dp": both parts at once), ns."""
+        return float(sum(o.ns for o in self.ops if o.placement == "md-dp"))
+
+    @property
     def resident_ns(self) -> float:
         return float(sum(o.resident_cycles / self.clock_ghz for o in self.ops))
 
@@ -235,6 +240,7 @@ class Report:
         top = {"figures": self.figures, "backend": self.backend, "host": self.host, "clock_ghz": self.clock_ghz,
                "cost_model": self.cost_model, "system": self.system,
                "total_ns": total, "pim_cycles": self.pim_cycles, "pim_ns": self.pim_ns, "host_ns": self.host_ns,
+               "split_ns": self.split_ns,
                "gpu_ns": self.gpu_ns, "speedup_gpu": self.gpu_ns / total if total else float("nan"),
                "resident_ns": self.resident_ns, "energy_pj": self.energy_pj}
         return {**{k: _none_if_nan(v) for k, v in top.items()}, "resident": dict(self.resident),

@@ -145,11 +145,12 @@ def optimal_split(node: NodeTimes, md_dp: bool = True) -> tuple[float, float]:
 def pipeline_ns(nodes: list[NodeTimes], devices: list[str], stages: int = 2) -> float:
     """do_pipeline: ns of `nodes` (consecutive, each consuming the previous
     one's output) on `devices` ("gpu" / "pim" per node), each cut into
-    `stages` equal chunks.  Chunk c of node j starts when chunk c of node
-    j - 1 is done and its device is free; chunks are issued chunk by chunk
-    (c-major), the order PIMFlow's runtime launches the stage kernels in.
-    Chunk times are the nodes' share-1/stages times, so every launch and
-    per-kernel fixed cost the node times hold is paid once per chunk."""
+    `stages` equal chunks.  A list schedule: chunk c of node j starts when
+    chunk c of node j - 1 is done and its device has finished node j's
+    earlier chunks and every chunk of the nodes before j it runs (each
+    device takes its work node by node, chunks in order).  Chunk times are
+    the nodes' share-1/stages times, so every launch and per-kernel fixed
+    cost the node times hold is paid once per chunk."""
     if stages < 1 or 10 % stages:
         raise ValueError(f"pipeline stages={stages}: the shares are 10 % steps, so stages must divide 10")
     share = 1.0 / stages
@@ -202,7 +203,7 @@ def execution_mode_search(nodes: list[NodeTimes], *, md_dp: bool = True, pipelin
             r, t = 1.0, float(node.gpu_ns[-1])
         T[i, 1] = t
         choice[(i, 1)] = ("single", r)
-    if pipeline:
+    if pipeline and offload:            # a pipeline puts its candidates on PIM
         kinds = [nd.kind for nd in nodes]
         for i in range(n):
             for pat in patterns:
@@ -252,7 +253,7 @@ def execution_mode_search(nodes: list[NodeTimes], *, md_dp: bool = True, pipelin
 # ---------------------------------------------------------------------------
 def op_node_times(name: str, build, backend, tuner=None, *, kind: str = "fc", resident=(0,),
                   merge_ns=None, pim: bool = True, dtype_bytes=2, shares=None, with_choices: bool = False,
-                  **lower_options):
+                  dtypes=None, pim_whole: float | None = None, **lower_options):
     """A node's `NodeTimes` from pimjax's models: every share's GPU time on
     the backend's concurrent GPU (`System.cogpu`; `sim.host.host_time`) and
     every share's PIM time, tuned and simulated (`Tuner.choose`, the report's
@@ -266,8 +267,9 @@ def op_node_times(name: str, build, backend, tuner=None, *, kind: str = "fc", re
     parts out contiguously, §4.3.2).  dtype_bytes: `host_time`'s element
     sizes.  shares: the GPU ratios to evaluate (default every one of
     `RATIOS`; the others stay NaN, i.e. not offered).  with_choices: also
-    return {GPU ratio: the PIM part's `Choice`}.  lower_options: `Tuner.choose`'s
-    (e.g. result_dtype)."""
+    return {GPU ratio: the PIM part's `Choice`}.  dtypes: value id -> dtype
+    (`Tuner.choose`'s).  pim_whole: the whole op's PIM ns when the caller has
+    it (not tuned again).  lower_options: `Tuner.choose`'s (e.g. result_dtype)."""
     from ..sim.host import host_time
     from .tuner import Tuner
     cogpu = backend.system.cogpu
@@ -289,9 +291,11 @@ def op_node_times(name: str, build, backend, tuner=None, *, kind: str = "fc", re
         if r > 0:
             op, shapes = build(float(r))
             gpu[i] = float(host_time(op, cogpu, shapes, dtype_bytes))
-        if r < 1 and pim:
+        if r == 0 and pim and pim_whole is not None:
+            pimt[0] = float(pim_whole)
+        elif r < 1 and pim:
             op, shapes = build(float(np.round(1.0 - r, 2)))
-            choice = tuner.choose(op, backend, shapes, resident=tuple(resident), **lower_options)
+            choice = tuner.choose(op, backend, shapes, dtypes, resident=tuple(resident), **lower_options)
             if choice is not None:
                 pimt[i] = float(choice.report.total_ns)
                 choices[float(r)] = choice
@@ -377,7 +381,7 @@ def mixed_plans(graph, backend, tuner, plans: list) -> list:
     that reason.  Fused attention blocks (AttAcc; no concurrent GPU) are left
     as they are: the graph is returned unchanged."""
     from dataclasses import replace as dc_replace
-    from ..api import _dtypes, _gpu_words, _shapes, host_bytes
+    from ..api import _dtypes, _gpu_words, _in_place_ns, _shapes, append_update, host_bytes
     from ..sim.host import host_time
     cogpu = backend.system.cogpu
     if cogpu is None or any(p.block for p in plans):
@@ -389,7 +393,10 @@ def mixed_plans(graph, backend, tuner, plans: list) -> list:
     nan = np.full(len(RATIOS), np.nan)
     for p in order:
         op = p.op
-        g_full = float(host_time(op, cogpu, shapes, eb))
+        if p.in_place:                  # a KV cache's append: the update alone, as predict_plans times it
+            g_full = _in_place_ns(graph, op, append_update(op), backend, eb, host=cogpu)
+        else:
+            g_full = float(host_time(op, cogpu, shapes, eb))
         gpu = nan.copy()
         gpu[0], gpu[-1] = 0.0, g_full
         pim_t = nan.copy()
@@ -397,13 +404,16 @@ def mixed_plans(graph, backend, tuner, plans: list) -> list:
         if p.choice is not None:
             pim_t[0] = float(p.choice.report.total_ns)
             var = split_var(op) if op.kind == "contraction" else None
-            if var is not None and max(g_full, pim_t[0]) <= SPLIT_WITHIN * min(g_full, pim_t[0]):
+            # an op reading a growing KV cache pays its appended rows per call (`sim.append`), a
+            # charge the split shares' tunings do not carry: such ops run whole
+            grows = p.proposal is not None and bool(p.proposal.append)
+            if var is not None and not grows and max(g_full, pim_t[0]) <= SPLIT_WITHIN * min(g_full, pim_t[0]):
                 node, choices = op_node_times(
                     f"{op.name}#{p.index}", share_builder(op, var), backend, tuner, resident=p.resident,
-                    dtype_bytes=eb, with_choices=True, result_dtype=dtypes[op.result.value])
+                    dtype_bytes=eb, with_choices=True, dtypes=dtypes, pim_whole=pim_t[0],
+                    result_dtype=dtypes[op.result.value])
                 gpu = np.where(np.isnan(node.gpu_ns), gpu, node.gpu_ns)
                 pim_t[:-1] = np.where(np.isnan(node.pim_ns[:-1]), pim_t[:-1], node.pim_ns[:-1])
-                pim_t[0] = float(p.choice.report.total_ns)          # the whole op as compiled
                 parts[p.index] = (var, choices, node)
         nodes.append(NodeTimes(f"{op.name}#{p.index}", gpu, pim_t, None, "fc" if p.choice is not None else "other"))
     mixed = execution_mode_search(nodes, pipeline=False)

@@ -114,6 +114,13 @@ def test_gpu_only_and_offload_only_mechanisms():
     assert sum(share.values()) == pytest.approx(1.0)
 
 
+def test_no_offload_means_gpu_only_even_with_pipelines():
+    nodes = [linear("pw", 100.0, 10.0, kind="conv1x1"), linear("dw", 50.0, 0.0, kind="dwconv", pim=False)]
+    plan = execution_mode_search(nodes, offload=False)
+    assert {m.mode for m in plan.nodes} == {"gpu"} and plan.total_ns == pytest.approx(150.0)
+    assert execution_mode_search(nodes).total_ns < 150.0
+
+
 def test_long_chains_backtrack_without_recursion():
     nodes = [linear(f"n{i}", 10.0 + i % 7, 12.0, kind=("conv1x1", "dwconv")[i % 2], pim=i % 2 == 0)
              for i in range(400)]
@@ -191,12 +198,26 @@ def test_pim_jit_splits_and_computes_both_parts(balanced):
     want = jax.jit(two)(W1, W2, x)
     for a, b in zip(got, want):
         np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=2e-2, atol=0.25)
-    rep = f.lower(W1, W2, x).compile().cost_analysis()
+    compiled = f.lower(W1, W2, x).compile()
+    rep = compiled.cost_analysis()
     ops = [o for o in rep["ops"] if o["placement"] != "host" or o["name"] == "dot_general"]
     assert [(o["placement"], o["gpu_share"]) for o in ops] == [("md-dp", 0.5), ("md-dp", 0.5)]
     assert "MD-DP: 50% of" in ops[0]["reason"] and "PIM: 512 of 1024" in ops[0]["draft"]
-    assert rep["total_ns"] == pytest.approx(sum(o["ns"] for o in rep["ops"]))
+    splits = [p.split for p in compiled.plans if p.placement == "md-dp"]
+    for o, sp in zip(ops, splits):          # both parts at once: the slower one
+        assert o["ns"] == pytest.approx(max(sp.gpu_ns, sp.pim_ns)) and sp.pim_rows == N_ROWS // 2
+    assert rep["split_ns"] == pytest.approx(sum(o["ns"] for o in ops))
+    assert rep["total_ns"] == pytest.approx(rep["pim_ns"] + rep["host_ns"] + rep["split_ns"])
     assert rep["speedup_gpu"] > 1
+    # the PIM rows come from the PIM program: with a poisoned GPU result they survive, the rest not
+    from pimjax.search.mixed import run_split
+    p = next(q for q in compiled.plans if q.placement == "md-dp")
+    operands = [W1 if p.op.operands[0].value == compiled.graph.inputs[0] else W2, x]
+    out = run_split(p.split, p.op, operands, np.full(N_ROWS, np.nan, np.float32))
+    assert np.isfinite(out[:N_ROWS // 2]).all() and np.isnan(out[N_ROWS // 2:]).all()
+    np.testing.assert_allclose(out[:N_ROWS // 2], np.asarray(want[0], np.float32)[:N_ROWS // 2]
+                               if operands[0] is W1 else np.asarray(want[1], np.float32)[:N_ROWS // 2],
+                               rtol=2e-2, atol=0.25)
 
 
 @pytest.mark.parametrize("H,K", [(8, 3), (9, 1), (7, 5)])
