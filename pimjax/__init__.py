@@ -17,10 +17,11 @@ from .sim.host import host_time
 from .search.tuner import Choice, Proposal, Tuner
 from .api import Compiled, Lowered, OpPlan, PimFunction, Traced, pim_jit
 from .report import OpReport, Report
+from .dse import explore
 
 __all__ = ["PimCompileError", "PimTraceError", "PimGraph", "make_graph",
            "Backend", "System", "Group", "Core", "Timing", "Energy", "HostModel", "get_backend", "list_backends",
            "Draft", "drafts", "Program", "lower_program", "execute", "cycles", "cycles_batch", "sweep",
            "CycleReport", "host_time", "Tuner", "Proposal", "Choice",
-           "pim_jit", "PimFunction", "Traced", "Lowered", "Compiled", "OpPlan", "Report", "OpReport"]
+           "pim_jit", "PimFunction", "Traced", "Lowered", "Compiled", "OpPlan", "Report", "OpReport", "explore"]
 __version__ = "0.1.0"

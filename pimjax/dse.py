@@ -1,0 +1,180 @@
+"""Design-space exploration: the hardware and the mapping searched together (issue #27).
+
+`sim.sweep` times *fixed* programs under timing variants.  A structural
+change -- channels, stacks, units per channel, buffers, PIM level -- changes
+which mapping is best (DCC's argument), so `explore` tunes every structural
+point for itself and only then sweeps timing variants over that point's own
+programs:
+
+    from pimjax.dse import grid
+    points = grid("hbm-pim", channels=[16, 32, 64])
+    df = pimjax.explore(f, W, x, backends=points)           # one row per point
+    df = pimjax.explore(f, W, x, backends=points, timings={"channels=64": [t1, t2]},
+                 results="sweep.jsonl")                       # resumable
+
+Each row: the point's label, backend / variant, the function's total ns, PIM
+energy (pJ), the GPU-only ns of the same memory system and the speedup over
+it, the placement and chosen draft of every op, how many drafts were
+simulated and the tuning seconds.  A timing variant adds a row with
+`timing` = its index whose PIM ops are the point's programs re-timed
+(`reused_programs` True), host ops unchanged.
+
+Resuming: with `results=` every finished row is appended to that JSON-lines
+file (never pickled) at once, keyed by the point's label and
+`search.cache.backend_fingerprint`; a later call with the same file skips
+the points it holds.
+
+Not here yet (issue #27): parallel processes / `jax.distributed` over
+points, the evolutionary search over mixed axes, the notebook.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+
+import numpy as np
+
+from .hw.core import Backend
+
+COLUMNS = ("point", "backend", "variant", "timing", "total_ns", "pim_ns", "host_ns", "energy_pj", "gpu_ns",
+           "speedup_gpu", "placements", "drafts", "simulated_drafts", "tuning_s", "reused_programs")
+
+
+def grid(name: str, **axes) -> dict[str, Backend]:
+    """{label: backend} over the product of the preset options `axes`
+    (each a list of values): `grid("newton", channels=[8, 16], buffers=[1, 4])`
+    gives 4 structural points labelled "channels=8,buffers=1" and so on."""
+    from .hw.presets import get_backend
+    keys = list(axes)
+    for k in keys:
+        if not isinstance(axes[k], (list, tuple)) or not axes[k]:
+            raise ValueError(f"grid({name!r}, {k}=...): a non-empty list of values per axis, got {axes[k]!r}")
+    out = {}
+    for values in itertools.product(*(axes[k] for k in keys)):
+        opts = dict(zip(keys, values))
+        out[",".join(f"{k}={v}" for k, v in opts.items()) or name] = get_backend(name, **opts)
+    return out
+
+
+def _points(backends) -> list[tuple[str, Backend]]:
+    if isinstance(backends, dict):
+        items = list(backends.items())
+    else:
+        items = [(f"{b.name}/{b.variant}#{i}", b) for i, b in enumerate(backends)]
+    for label, b in items:
+        if not isinstance(b, Backend):
+            raise TypeError(f"explore: point {label!r} is a {type(b).__name__}, not a pimjax Backend "
+                            f"(build points with pimjax.explore.grid or pimjax.hw.get_backend)")
+    if len({label for label, _ in items}) != len(items):
+        raise ValueError("explore: two points share a label")
+    return items
+
+
+def _load(path: str | None) -> dict:
+    done: dict = {}
+    if path is None or not os.path.exists(path):
+        return done
+    with open(path) as fh:
+        for n, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+                done.setdefault((row["point"], row["fingerprint"]), []).append(row)
+            except (json.JSONDecodeError, KeyError, TypeError):     # a torn last line from an interrupt
+                import warnings
+                warnings.warn(f"explore results {path}:{n} is not a result row; ignored (that point runs again)",
+                              RuntimeWarning, stacklevel=3)
+    return done
+
+
+def _row(point: str, fp: str, backend: Backend, ca: dict, tuning_s: float, simulated: int,
+         timing: int | None = None, reused: bool = False) -> dict:
+    ops = ca["ops"]
+    return {"point": point, "fingerprint": fp, "backend": backend.name, "variant": backend.variant,
+            "timing": timing, "total_ns": ca["total_ns"], "pim_ns": ca["pim_ns"], "host_ns": ca["host_ns"],
+            "energy_pj": ca["energy_pj"], "gpu_ns": ca["gpu_ns"], "speedup_gpu": ca["speedup_gpu"],
+            "placements": "; ".join(f"{o['index']}:{o['name']}@{o['placement']}" for o in ops),
+            "drafts": "; ".join(f"{o['index']}:{o['draft']}" for o in ops if o["draft"]),
+            "simulated_drafts": simulated, "tuning_s": tuning_s, "reused_programs": reused}
+
+
+def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement: str = "auto",
+            results: str | None = None, progress: bool = True):
+    """One row per (structural point, timing variant) of `fn(*args)` on
+    every backend of `backends`, each point tuned for itself (see the
+    module docstring).
+
+    fn, args: the function and its arguments (arrays or ShapeDtypeStructs:
+    nothing is executed).  backends: {label: Backend} (`grid`) or a list of
+    Backends.  timings: {label: [Timing, ...]} -- timing / energy variants of
+    that point, timed on its own programs (`sim.sweep`).  tuner: the Tuner
+    mode each point is tuned with (a fresh Tuner per point: no point reuses
+    another's choices).  results: a JSON-lines file to append rows to and
+    resume from.  progress: a rich progress bar.  Returns a pandas DataFrame
+    (columns `COLUMNS`).
+    """
+    import pandas as pd
+    from .api import pim_jit
+    from .hw.core import stack_variants
+    from .search.cache import backend_fingerprint
+    from .search.tuner import Tuner
+    from .sim.cycles import sweep
+    items = _points(backends)
+    timings = dict(timings or {})
+    unknown = set(timings) - {label for label, _ in items}
+    if unknown:
+        raise ValueError(f"explore: timings for unknown points {sorted(unknown)}")
+    done = _load(results)
+    rows: list = []
+    if progress:
+        from rich.progress import track
+        it = track(items, description="exploring", transient=True)
+    else:
+        it = items
+    for label, be in it:
+        fp = backend_fingerprint(be)
+        if (label, fp) in done:
+            rows += done[(label, fp)]
+            continue
+        t0 = time.perf_counter()
+        compiled = pim_jit(fn, backend=be, tuner=Tuner(mode=tuner), placement=placement).lower(*args).compile()
+        tuning_s = time.perf_counter() - t0
+        ca = compiled.cost_analysis()
+        simulated = int(sum(p.choice.simulated for p in compiled.plans if p.choice is not None))
+        new = [_row(label, fp, be, ca, tuning_s, simulated)]
+        variants = timings.get(label, [])
+        if variants:
+            new += _timing_rows(label, fp, be, compiled, ca, variants, stack_variants, sweep, tuning_s, simulated)
+        rows += new
+        if results is not None:
+            with open(results, "a") as fh:
+                for r in new:
+                    fh.write(json.dumps(r, allow_nan=True) + "\n")
+    df = pd.DataFrame([{k: r.get(k) for k in COLUMNS} for r in rows], columns=list(COLUMNS))
+    return df
+
+
+def _timing_rows(label, fp, be, compiled, ca, variants, stack_variants, sweep, tuning_s, simulated) -> list:
+    """The point's PIM programs timed under each timing variant: PIM ops at
+    their swept ns, host ops (and md-dp ops' GPU parts) as compiled."""
+    pim = [p for p in compiled.plans if p.placement == "pim"]
+    out = []
+    if not pim:
+        for i, _ in enumerate(variants):
+            out.append({**_row(label, fp, be, ca, tuning_s, simulated, timing=i, reused=True)})
+        return out
+    rep = sweep([p.program for p in pim], stack_variants(variants), be)
+    ns = np.asarray(rep.total_ns, np.float64).reshape(len(variants), len(pim))
+    fixed = ca["total_ns"] - sum(float(p.choice.report.total_ns) for p in pim)
+    for i in range(len(variants)):
+        total = fixed + float(ns[i].sum())
+        r = _row(label, fp, be, ca, tuning_s, simulated, timing=i, reused=True)
+        r.update(total_ns=total, pim_ns=float(ns[i].sum()), speedup_gpu=ca["gpu_ns"] / total if total else None)
+        r["energy_pj"] = float(np.asarray(rep.energy_pj, np.float64).reshape(len(variants), len(pim))[i].sum()) \
+            if getattr(rep, "energy_pj", None) is not None else None
+        out.append(r)
+    return out

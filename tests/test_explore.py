@@ -1,0 +1,70 @@
+"""pimjax.explore (pimjax/dse.py): structural points tuned for themselves, timing variants on their programs, resume."""
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pimjax.dse import COLUMNS, explore, grid
+
+
+def gemv(W, x):
+    return W @ x
+
+
+ARGS = (jax.ShapeDtypeStruct((1024, 512), jnp.float16), jax.ShapeDtypeStruct((512,), jnp.float16))
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("explore") / "points.jsonl")
+    points = grid("hbm-pim", channels=[16, 64])
+    base = points["channels=64"].timing
+    variants = [base, base.replace(tRP=2 * base.tRP, tRCDRD=2 * base.tRCDRD)]
+    df = explore(gemv, *ARGS, backends=points, timings={"channels=64": variants}, results=path, progress=False)
+    return df, path, points, variants
+
+
+def test_one_row_per_point_and_variant(swept):
+    df, path, points, _ = swept
+    assert list(df.columns) == list(COLUMNS)
+    assert list(df["point"]) == ["channels=16", "channels=64", "channels=64", "channels=64"]
+    assert list(df["timing"].fillna(-1)) == [-1, -1, 0, 1]
+    assert list(df["reused_programs"]) == [False, False, True, True]
+    tuned = df[df["timing"].isna()].set_index("point")
+    # every point tuned for itself: 4x the channels is faster, and on a GPU of 4x the bandwidth
+    assert tuned.loc["channels=64", "total_ns"] < tuned.loc["channels=16", "total_ns"]
+    bw = {k: float(b.system.baseline.mem_bandwidth) for k, b in points.items()}
+    assert bw["channels=64"] == pytest.approx(4 * bw["channels=16"])
+    assert tuned.loc["channels=16", "gpu_ns"] > tuned.loc["channels=64", "gpu_ns"]
+    assert (tuned["speedup_gpu"] == tuned["gpu_ns"] / tuned["total_ns"]).all()
+    assert all("@pim" in p for p in tuned["placements"]) and (tuned["simulated_drafts"] > 0).all()
+
+
+def test_timing_variants_reuse_the_points_programs(swept):
+    df, _, points, variants = swept
+    rows = df[df["point"] == "channels=64"].reset_index(drop=True)
+    # variant 0 is the preset timing: the point's own figure; variant 1 (slower rows) costs more
+    assert rows.loc[1, "total_ns"] == pytest.approx(rows.loc[0, "total_ns"], rel=1e-6)
+    assert rows.loc[2, "total_ns"] > rows.loc[1, "total_ns"]
+    assert rows.loc[2, "drafts"] == rows.loc[0, "drafts"]
+
+
+def test_resume_skips_finished_points(swept, monkeypatch):
+    df, path, points, variants = swept
+    with open(path) as fh:
+        assert len([json.loads(line) for line in fh]) == len(df)
+    import pimjax.api
+    monkeypatch.setattr(pimjax.api, "pim_jit", lambda *a, **k: pytest.fail("a finished point was compiled again"))
+    again = explore(gemv, *ARGS, backends=points, timings={"channels=64": variants}, results=path, progress=False)
+    np.testing.assert_allclose(again["total_ns"], df["total_ns"])
+
+
+def test_bad_points_are_named():
+    with pytest.raises(TypeError, match="not a pimjax Backend"):
+        explore(gemv, *ARGS, backends={"x": "hbm-pim"}, progress=False)
+    with pytest.raises(ValueError, match="unknown points"):
+        explore(gemv, *ARGS, backends=grid("hbm-pim", channels=[16]), timings={"nope": []}, progress=False)
+    with pytest.raises(ValueError, match="non-empty list"):
+        grid("hbm-pim", channels=16)
