@@ -24,8 +24,14 @@ file (never pickled) at once, keyed by the point's label and
 `search.cache.backend_fingerprint`; a later call with the same file skips
 the points it holds.
 
-Not here yet (issue #27): parallel processes / `jax.distributed` over
-points, the evolutionary search over mixed axes, the notebook.
+Scale-out: `processes=N` compiles points in N spawned worker processes
+(`concurrent.futures`); `shard=(i, n)` or `shard="jax"` (after
+`jax.distributed.initialize`, one process per host) explores every n-th
+point, so n processes or hosts split one space and may share a results file.
+
+Not here yet (issue #27): the evolutionary search over mixed axes, timing
+variants sharded over devices (`sweep(mesh=)` is there; explore does not
+pass one), the notebook.
 """
 from __future__ import annotations
 
@@ -102,8 +108,26 @@ def _row(point: str, fp: str, backend: Backend, ca: dict, tuning_s: float, simul
             "simulated_drafts": simulated, "tuning_s": tuning_s, "reused_programs": reused}
 
 
+def _compile_point(fn, args, label, be, fp, variants, tuner, placement) -> list:
+    """One structural point: tuned for itself, its timing variants on its
+    programs; JSON-able row dicts (what a worker process sends back)."""
+    from .api import pim_jit
+    from .hw.core import stack_variants
+    from .search.tuner import Tuner
+    from .sim.cycles import sweep
+    t0 = time.perf_counter()
+    compiled = pim_jit(fn, backend=be, tuner=Tuner(mode=tuner), placement=placement).lower(*args).compile()
+    tuning_s = time.perf_counter() - t0
+    ca = compiled.cost_analysis()
+    simulated = int(sum(p.choice.simulated for p in compiled.plans if p.choice is not None))
+    new = [_row(label, fp, be, ca, tuning_s, simulated)]
+    if variants:
+        new += _timing_rows(label, fp, be, compiled, ca, variants, stack_variants, sweep, tuning_s, simulated)
+    return new
+
+
 def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement: str = "auto",
-            results: str | None = None, progress: bool = True):
+            results: str | None = None, progress: bool = True, processes: int = 1, shard=None):
     """One row per (structural point, timing variant) of `fn(*args)` on
     every backend of `backends`, each point tuned for itself (see the
     module docstring).
@@ -114,48 +138,66 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
     that point, timed on its own programs (`sim.sweep`).  tuner: the Tuner
     mode each point is tuned with (a fresh Tuner per point: no point reuses
     another's choices).  results: a JSON-lines file to append rows to and
-    resume from.  progress: a rich progress bar.  Returns a pandas DataFrame
-    (columns `COLUMNS`).
+    resume from.  progress: a rich progress bar.  processes: points compiled
+    in that many worker processes at once (`concurrent.futures`, spawned:
+    `fn` must be importable, e.g. a module-level function).  shard: (index,
+    count) -- this process explores points index, index + count, ... only
+    (one share per process of a multi-process or multi-host run; "jax" takes
+    `jax.process_index()` / `jax.process_count()` after
+    `jax.distributed.initialize`); the processes can share one results file.
+    Returns a pandas DataFrame (columns `COLUMNS`) of this process's points.
     """
     import pandas as pd
-    from .api import pim_jit
-    from .hw.core import stack_variants
     from .search.cache import backend_fingerprint
-    from .search.tuner import Tuner
-    from .sim.cycles import sweep
     items = _points(backends)
+    if shard is not None:
+        if shard == "jax":
+            import jax
+            shard = (jax.process_index(), jax.process_count())
+        index, count = (int(v) for v in shard)
+        if not 0 <= index < count:
+            raise ValueError(f"explore: shard=({index}, {count}) needs 0 <= index < count")
+        items = items[index::count]
     timings = dict(timings or {})
     unknown = set(timings) - {label for label, _ in items}
     if unknown:
         raise ValueError(f"explore: timings for unknown points {sorted(unknown)}")
     done = _load(results)
-    rows: list = []
-    if progress:
-        from rich.progress import track
-        it = track(items, description="exploring", transient=True)
-    else:
-        it = items
-    for label, be in it:
+    by_label: dict = {}
+    todo = []
+    for label, be in items:
         fp = backend_fingerprint(be)
         if (label, fp) in done:
-            rows += done[(label, fp)]
-            continue
-        t0 = time.perf_counter()
-        compiled = pim_jit(fn, backend=be, tuner=Tuner(mode=tuner), placement=placement).lower(*args).compile()
-        tuning_s = time.perf_counter() - t0
-        ca = compiled.cost_analysis()
-        simulated = int(sum(p.choice.simulated for p in compiled.plans if p.choice is not None))
-        new = [_row(label, fp, be, ca, tuning_s, simulated)]
-        variants = timings.get(label, [])
-        if variants:
-            new += _timing_rows(label, fp, be, compiled, ca, variants, stack_variants, sweep, tuning_s, simulated)
-        rows += new
-        if results is not None:
+            by_label[label] = done[(label, fp)]
+        else:
+            todo.append((label, be, fp))
+
+    def finished(new: list) -> None:
+        by_label[new[0]["point"]] = new
+        if results is not None:          # one write per point: a whole line or none survives an interrupt
             with open(results, "a") as fh:
-                for r in new:
-                    fh.write(json.dumps(r, allow_nan=True) + "\n")
-    df = pd.DataFrame([{k: r.get(k) for k in COLUMNS} for r in rows], columns=list(COLUMNS))
-    return df
+                fh.write("".join(json.dumps(r, allow_nan=True) + "\n" for r in new))
+
+    jobs = [(fn, args, label, be, fp, timings.get(label, []), tuner, placement) for label, be, fp in todo]
+    if processes > 1 and len(jobs) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        with ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(_compile_point, *job) for job in jobs]
+            for fut in _progress(as_completed(futures), len(futures), progress):
+                finished(fut.result())
+    else:
+        for job in _progress(jobs, len(jobs), progress):
+            finished(_compile_point(*job))
+    rows = [r for label, _ in items for r in by_label[label]]
+    return pd.DataFrame([{k: r.get(k) for k in COLUMNS} for r in rows], columns=list(COLUMNS))
+
+
+def _progress(it, total: int, on: bool):
+    if not on:
+        return it
+    from rich.progress import track
+    return track(it, total=total, description="exploring", transient=True)
 
 
 def _timing_rows(label, fp, be, compiled, ca, variants, stack_variants, sweep, tuning_s, simulated) -> list:

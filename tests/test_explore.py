@@ -68,3 +68,19 @@ def test_bad_points_are_named():
         explore(gemv, *ARGS, backends=grid("hbm-pim", channels=[16]), timings={"nope": []}, progress=False)
     with pytest.raises(ValueError, match="non-empty list"):
         grid("hbm-pim", channels=16)
+
+
+def test_two_local_processes_and_shards_give_the_serial_rows(swept, tmp_path):
+    """The multi-process path on this box: two spawned workers compile the two points, and two
+    shards (as two jax.distributed processes would take them) split the space; both give the rows
+    the serial run gave (each point's tuning is deterministic)."""
+    df, _, points, _ = swept
+    serial = df[df["timing"].isna()].set_index("point")["total_ns"]
+    path = str(tmp_path / "parallel.jsonl")
+    par = explore(gemv, *ARGS, backends=points, results=path, progress=False, processes=2)
+    assert list(par["point"]) == ["channels=16", "channels=64"]
+    np.testing.assert_allclose(par.set_index("point")["total_ns"], serial[par["point"]], rtol=1e-9)
+    halves = [explore(gemv, *ARGS, backends=points, progress=False, shard=(i, 2)) for i in range(2)]
+    assert [list(h["point"]) for h in halves] == [["channels=16"], ["channels=64"]]
+    with pytest.raises(ValueError, match="shard"):
+        explore(gemv, *ARGS, backends=points, progress=False, shard=(2, 2))
