@@ -29,9 +29,12 @@ Scale-out: `processes=N` compiles points in N spawned worker processes
 `jax.distributed.initialize`, one process per host) explores every n-th
 point, so n processes or hosts split one space and may share a results file.
 
-Not here yet (issue #27): the evolutionary search over mixed axes, timing
-variants sharded over devices (`sweep(mesh=)` is there; explore does not
-pass one), the notebook.
+Search, not only grids: `evolve(fn, *args, name=, axes=)` breeds points over
+mixed structural ("channels") and timing ("timing.tRP") axes (crossover and
+the tuner's one-knob-at-a-time mutation), each point explored as above.
+
+Not here yet (issue #27): timing variants sharded over devices
+(`sweep(mesh=)` is there; explore does not pass one), the notebook.
 """
 from __future__ import annotations
 
@@ -220,3 +223,86 @@ def _timing_rows(label, fp, be, compiled, ca, variants, stack_variants, sweep, t
             if getattr(rep, "energy_pj", None) is not None else None
         out.append(r)
     return out
+
+
+# ---------------------------------------------------------------------------
+# evolutionary search over mixed structural and timing axes
+# ---------------------------------------------------------------------------
+def point_backend(name: str, genes: dict) -> Backend:
+    """The backend of one design point: preset `name` with its options, then
+    every "timing.<field>" / "energy.<field>" gene set on the result."""
+    from .hw.presets import get_backend
+    opts = {k: v for k, v in genes.items() if "." not in k}
+    be = get_backend(name, **opts)
+    for k, v in genes.items():
+        if "." in k:
+            part, fld = k.split(".", 1)
+            if part not in ("timing", "energy"):
+                raise ValueError(f"axis {k!r}: dotted axes are 'timing.<field>' or 'energy.<field>'")
+            sub = getattr(be, part)
+            if fld not in {f for f in sub._dynamic_fields}:
+                raise ValueError(f"axis {k!r}: {type(sub).__name__} has no field {fld!r}")
+            be = be.replace(**{part: sub.replace(**{fld: v})})
+    return be
+
+
+def evolve(fn, *args, name: str, axes: dict, objective: str = "total_ns", population: int = 8,
+           generations: int = 4, seed: int = 0, results: str | None = None, progress: bool = True, **explore_kw):
+    """An evolutionary search over a design space too large to enumerate:
+    `axes` maps preset options ("channels") and timing / energy fields
+    ("timing.tRP") to their candidate values.  Each generation explores its
+    new points (each tuned for itself, `explore`), keeps the better half by
+    `objective` (a result column to minimise; "speedup_gpu" is maximised),
+    and breeds the rest: uniform crossover of two parents and, as the tuner's
+    evolutionary search moves one knob at a time (ATiM's balanced
+    mutation), one axis stepped to a neighbouring value.  Returns every
+    point explored (columns `COLUMNS` + the genes + "generation"), best
+    first.  Deterministic for a seed; `results` resumes as in `explore`."""
+    import pandas as pd
+    keys = list(axes)
+    for k in keys:
+        if not isinstance(axes[k], (list, tuple)) or not axes[k]:
+            raise ValueError(f"evolve: axis {k!r} needs a non-empty list of values")
+    sign = -1.0 if objective == "speedup_gpu" else 1.0
+    rng = np.random.default_rng(seed)
+    space = int(np.prod([len(axes[k]) for k in keys]))
+    label = lambda g: ",".join(f"{k}={axes[k][i]}" for k, i in zip(keys, g))      # noqa: E731
+    seen: dict = {}            # genome -> (score, row, generation)
+
+    def score(df) -> float:
+        v = float(df.loc[df["timing"].isna(), objective].iloc[0])
+        return sign * v if np.isfinite(v) else np.inf
+
+    pop: list = []
+    while len(pop) < min(population, space):
+        g = tuple(int(rng.integers(len(axes[k]))) for k in keys)
+        if g not in pop:
+            pop.append(g)
+    for gen in range(generations):
+        new = [g for g in pop if g not in seen]
+        if new:
+            pts = {label(g): point_backend(name, {k: axes[k][i] for k, i in zip(keys, g)}) for g in new}
+            df = explore(fn, *args, backends=pts, results=results, progress=progress, **explore_kw)
+            for g in new:
+                part = df[df["point"] == label(g)]
+                seen[g] = (score(part), part, gen)
+        if gen == generations - 1 or len(seen) == space:
+            break
+        ranked = sorted(seen, key=lambda g: seen[g][0])
+        parents = ranked[:max(2, population // 2)]
+        pop = list(parents)
+        tries = 0
+        while len(pop) < min(population, space) and tries < 50 * population:
+            tries += 1
+            a, b = (parents[int(i)] for i in rng.choice(len(parents), 2, replace=len(parents) < 2))
+            child = [a[j] if rng.random() < 0.5 else b[j] for j in range(len(keys))]
+            j = int(rng.integers(len(keys)))
+            child[j] = int(np.clip(child[j] + rng.choice([-1, 1]), 0, len(axes[keys[j]]) - 1))
+            child = tuple(child)
+            if child not in pop:
+                pop.append(child)
+    rows = []
+    for g, (_, part, gen) in sorted(seen.items(), key=lambda kv: kv[1][0]):
+        for _, r in part.iterrows():
+            rows.append({**r.to_dict(), **{k: axes[k][i] for k, i in zip(keys, g)}, "generation": gen})
+    return pd.DataFrame(rows)

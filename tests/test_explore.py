@@ -84,3 +84,26 @@ def test_two_local_processes_and_shards_give_the_serial_rows(swept, tmp_path):
     assert [list(h["point"]) for h in halves] == [["channels=16"], ["channels=64"]]
     with pytest.raises(ValueError, match="shard"):
         explore(gemv, *ARGS, backends=points, progress=False, shard=(2, 2))
+
+
+def test_evolve_finds_the_grid_optimum_of_a_mixed_space(tmp_path):
+    """Structural (channels) and timing (tRCDRD) axes together: the evolutionary search reaches the
+    best point of the full grid without exploring all of it (the grid itself is explored from the
+    same results file, so it costs nothing more)."""
+    from pimjax.dse import evolve, point_backend
+    small = (jax.ShapeDtypeStruct((256, 256), jnp.float16), jax.ShapeDtypeStruct((256,), jnp.float16))
+    t0 = float(point_backend("hbm-pim", {}).timing.tRCDRD)
+    axes = {"channels": [16, 32, 64], "timing.tRCDRD": [t0, 2 * t0, 4 * t0]}
+    path = str(tmp_path / "evolve.jsonl")
+    found = evolve(gemv, *small, name="hbm-pim", axes=axes, population=4, generations=3, seed=1,
+                   results=path, progress=False)
+    assert len(found) < 9 and found["generation"].max() <= 2
+    assert list(found["total_ns"]) == sorted(found["total_ns"])          # best first
+    full = explore(gemv, *small, backends={f"channels={c},timing.tRCDRD={t}":
+                                           point_backend("hbm-pim", {"channels": c, "timing.tRCDRD": t})
+                                           for c in axes["channels"] for t in axes["timing.tRCDRD"]},
+                   results=path, progress=False)
+    assert found["total_ns"].iloc[0] == pytest.approx(full["total_ns"].min())
+    assert found["channels"].iloc[0] == 64 and found["timing.tRCDRD"].iloc[0] == t0
+    with pytest.raises(ValueError, match="has no field"):
+        point_backend("hbm-pim", {"timing.nope": 1.0})
