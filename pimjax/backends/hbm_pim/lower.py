@@ -365,6 +365,11 @@ def _rearrange(b: RecordBuilder, layout_id: int, region: dict[int, np.ndarray], 
     _host_columns(b, Op.WR, Phase.REARRANGE, layout_id, region, cores, geom, resident)
 
 
+# a contraction's read-back records per (n_b, n_v, n_o, slots, t_out, ko, res_base, cores, geometry):
+# drafts of one op share them (built once, copied into each program's table by `_concat`)
+_READBACKS: dict = {}
+
+
 @functools.lru_cache(maxsize=16)
 def _dense_rearrange(layout_id: int, sizes: tuple, cores: int, resident: bool, geom: Geometry) -> dict:
     """`_rearrange` of the regions {parity: columns 0 .. count - 1} (sizes:
@@ -532,9 +537,19 @@ def _contraction(ctx: _Ctx) -> Program:
     resident = mi in set(ctx.options["resident"])
     pre = _dense_rearrange(0, tuple((p, counters[p] * bursts) for p in (0, 1) if counters[p]), tiles.cores,
                            resident, geom)
-    post = RecordBuilder()
-    _readback(post, 2, res_layout, tiles.cores, geom)
-    stream = _concat(pre, kernel, post.build())
+    # the read-back records: a function of the result layout, which these numbers and the geometry fix
+    post_key = (n_b, n_v, n_o, slots, t_out, ko, res_base, tiles.cores, geom)
+    post = _READBACKS.get(post_key)
+    if post is None:
+        b = RecordBuilder()
+        _readback(b, 2, res_layout, tiles.cores, geom)
+        post = b.build()
+        for a in post.values():
+            a.flags.writeable = False
+        if len(_READBACKS) >= 64:
+            _READBACKS.clear()
+        _READBACKS[post_key] = post
+    stream = _concat(pre, kernel, post)
     layouts = [m_layout, _vector_layout(tiles, V, vi, ctx.shapes), res_layout]
     rb_ = Readback(2, combiner="add", lane_partials=True, epilogue_on_host=True)
     meta = dict(kind="gemv-sequence", M=mi, v=vi, host_data_operands=(vi,), n_b=n_b, n_v=n_v, n_o=n_o, n_r=n_r, t_in=t_in,
