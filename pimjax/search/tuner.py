@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -55,6 +56,16 @@ from ..trace.ir import PimOp
 from .cache import TuneCache, cache_key, draft_from_dict, draft_to_dict
 
 
+EXHAUSTIVE_BATCH = 256
+"""Drafts the exhaustive search simulates at once (at most)."""
+EXHAUSTIVE_RECORDS = 1 << 21
+"""Records (every stream's slots, padding included) after which the
+exhaustive search simulates the drafts it has lowered: 2 M records pool
+into the native engine's reusable 64 MB scratch table (`cycles._arena`)."""
+EXHAUSTIVE_PIPELINE = True
+"""The exhaustive search simulates a batch on a worker thread while it
+lowers the next (one process; False: one after the other on the caller's
+thread, the same choice)."""
 
 # --------------------------------------------------------------------------
 # the tuner
@@ -433,17 +444,71 @@ class Tuner:
         return choice if base not in drafts else replace(choice, baseline=report(drafts.index(base)))
 
     def _exhaustive(self, op, table, backend, shapes, lower_options, lower_fn=lower) -> Choice | None:
-        idx = np.arange(len(table))
-        drafts, programs, totals, reports = [], [], [], []
-        for chunk in np.array_split(idx, max(1, len(idx) // 256)):
-            ds = [table[int(i)] for i in chunk]
-            p, t, r = self._simulate(op, ds, backend, shapes, lower_options, lower_fn=lower_fn)
-            drafts += ds
-            programs += p
-            totals.append(t)
-            reports += [partial(r, i) for i in range(len(p))]
-        return self._pick(drafts, programs, np.concatenate(totals), lambda i: reports[i](), None,
-                          "exhaustive", len(table))
+        """Every draft of `table` lowered and simulated, the fastest kept
+        (the first of equals, in table order).  Streamed: drafts are lowered
+        one at a time and simulated in batches of at most `EXHAUSTIVE_BATCH`
+        drafts / `EXHAUSTIVE_RECORDS` records, and only the best program so
+        far outlives its batch.  Keeping every program of a GEMV 20480 x 5120
+        search alive held 3.2 GB (Newton) to 13.5 GB (HBM-PIM) of records,
+        and first-touching that memory (page faults) cost more than lowering
+        and simulating it; a bounded batch reuses the same pages and the
+        native engine's scratch table.  With `EXHAUSTIVE_PIPELINE` a batch
+        is simulated on a worker thread while the next one is lowered (both
+        run compiled code that releases the GIL for most of their time, as
+        `costmodel.dataset.Labeller` does); at most two batches are alive."""
+        best = None                       # (total, draft, program, report)
+        errors, simulated = [], 0
+        drafts, programs, records = [], [], 0
+        pool = ThreadPoolExecutor(1) if EXHAUSTIVE_PIPELINE else None
+        pending = None
+
+        def simulate(ds, ps):
+            _, totals, report = self._simulate(op, ds, backend, shapes, lower_options, ps)
+            j = int(np.argmin(totals))
+            return len(ds), float(totals[j]), ds[j], ps[j], report(j)
+
+        def take(result):
+            nonlocal best, simulated
+            count, total, d, p, rep = result
+            simulated += count
+            if best is None or total < best[0]:           # strictly: an earlier equal draft stays
+                best = (total, d, p, rep)
+
+        def flush():
+            nonlocal pending, drafts, programs
+            if pool is None:
+                take(simulate(drafts, programs))
+            else:
+                if pending is not None:                   # in order: ties keep the earlier draft
+                    take(pending.result())
+                pending = pool.submit(simulate, drafts, programs)
+            drafts, programs = [], []
+
+        try:
+            for i in range(len(table)):
+                d = table[i]
+                p, = self._lower_each(op, [d], backend, shapes, lower_options, lower_fn)
+                if isinstance(p, PimCompileError):
+                    errors.append(p)
+                    continue
+                size = int(np.prod(np.shape(p.commands.op)))
+                if drafts and (records + size > EXHAUSTIVE_RECORDS or len(drafts) >= EXHAUSTIVE_BATCH):
+                    flush()
+                    records = 0
+                drafts.append(d)
+                programs.append(p)
+                records += size
+            if drafts:
+                flush()
+            if pending is not None:
+                take(pending.result())
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
+        if best is None:
+            return None
+        return Choice(best[1], best[2], best[3], float("nan"), simulated, len(table), "exhaustive",
+                      failed=len(errors), failure=_first_message(errors))
 
     def _against_baseline(self, choice, op, backend, shapes, lower_options, lower_fn, space) -> Choice | None:
         """`choice` (a search's pick, or None) or the backend's baseline

@@ -322,3 +322,34 @@ def test_linear_bodies_with_literals_run_on_pim(name):
         np.testing.assert_allclose(wide, expect, rtol=1e-5, atol=1e-5, err_msg=f"{name}: {d}")
         fp16 = np.asarray(execute(program, *operands, arithmetic="backend"), np.float64)
         assert np.all(np.abs(fp16 - expect) <= bound), f"{name}: fp16 error above the bound for {d}"
+
+
+def test_shared_rearrangement_and_readback_records_lower_the_same_programs():
+    """A contraction's matrix rearrangement and read-back records are built
+    once per the numbers that fix them and shared by the drafts of an op:
+    every draft lowers to the same records with the caches cold as warm
+    (and a cached table cannot be written through)."""
+    import pimjax.backends.hbm_pim.lower as hbm_lower
+    from pimjax.kernels import kernel_op
+    from pimjax.lower.program import RECORD_FIELDS
+    from pimjax.errors import PimCompileError
+    op, shapes = kernel_op("gemv", [1000, 200])
+    table = drafts(op, BACKEND, shapes=shapes)
+    warm, cold = [], []
+    for i in range(0, len(table), max(1, len(table) // 40)):
+        for out in (warm, cold):
+            if out is cold:
+                hbm_lower._READBACKS.clear()
+                hbm_lower._dense_rearrange.cache_clear()
+            try:
+                p = lower(op, table[i], BACKEND, shapes)
+            except PimCompileError:
+                continue
+            out.append([np.asarray(getattr(p.commands, f)).copy() for f in RECORD_FIELDS])
+    assert len(warm) == len(cold) > 10
+    for a, b in zip(warm, cold):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+    shared = next(iter(hbm_lower._READBACKS.values()))
+    with pytest.raises(ValueError):
+        shared["row"][0] = 0

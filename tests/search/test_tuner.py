@@ -297,3 +297,30 @@ def test_predict_mode_is_never_slower_than_the_baseline_above_its_threshold():
     assert _small_cycles().min() < base_cycles
     assert full.draft == SMALL[int(np.argmin(_small_cycles()))] and full.simulated == len(SMALL) + 1
     assert float(full.baseline.total_cycles) == pytest.approx(base_cycles)
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+@pytest.mark.parametrize("records, batch", [(1, 256), (1 << 21, 3)])
+def test_exhaustive_in_small_batches_picks_the_first_fastest(monkeypatch, pipeline, records, batch):
+    """The streamed exhaustive search (drafts lowered and simulated a batch
+    at a time, on a worker thread or not) picks what one batch of every
+    draft picks: the draft with the fewest simulated cycles, with its own
+    program and report, every draft counted as simulated; among equals the
+    first in table order (a lowering that gives every draft the same
+    program makes them all equal)."""
+    import pimjax.search.tuner as tuner
+    monkeypatch.setattr(tuner, "EXHAUSTIVE_RECORDS", records)      # 1: one draft a batch
+    monkeypatch.setattr(tuner, "EXHAUSTIVE_BATCH", batch)
+    monkeypatch.setattr(tuner, "EXHAUSTIVE_PIPELINE", pipeline)
+    tag = f"{records}-{batch}-{pipeline}"
+    choice = Tuner(mode="exhaustive").choose(SMALL_OP, SMALL_BE, SMALL_SHAPES, tag=tag)
+    cyc = _small_cycles()
+    best = int(np.argmin(cyc))
+    assert best > 0 and choice.draft == SMALL[best] and choice.program.draft == SMALL[best]
+    assert float(choice.report.total_cycles) == cyc[best]
+    assert (choice.simulated, choice.failed, choice.space) == (len(SMALL), 0, len(SMALL))
+
+    def same_program(op, draft, backend, shapes, **opts):
+        return lower(op, SMALL[best], backend, shapes, **opts)
+    tied = Tuner(mode="exhaustive").choose(SMALL_OP, SMALL_BE, SMALL_SHAPES, lower_fn=same_program, tag=tag + "t")
+    assert tied.draft == SMALL[0] and float(tied.report.total_cycles) == cyc[best]

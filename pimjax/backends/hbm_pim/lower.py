@@ -365,6 +365,26 @@ def _rearrange(b: RecordBuilder, layout_id: int, region: dict[int, np.ndarray], 
     _host_columns(b, Op.WR, Phase.REARRANGE, layout_id, region, cores, geom, resident)
 
 
+# a contraction's read-back records per (n_b, n_v, n_o, slots, t_out, ko, res_base, cores, geometry):
+# drafts of one op share them (built once, copied into each program's table by `_concat`)
+_READBACKS: dict = {}
+
+
+@functools.lru_cache(maxsize=16)
+def _dense_rearrange(layout_id: int, sizes: tuple, cores: int, resident: bool, geom: Geometry) -> dict:
+    """`_rearrange` of the regions {parity: columns 0 .. count - 1} (sizes:
+    ((parity, count), ...)) as read-only record arrays.  A contraction's
+    matrix region is always such a prefix, and the drafts of one op share a
+    few of them (10 lengths over 180 drafts of a GEMV 20480 x 5120): built
+    once, copied into each program's table by `_concat`."""
+    b = RecordBuilder()
+    _rearrange(b, layout_id, {p: np.arange(count) for p, count in sizes}, cores, resident, geom)
+    records = b.build()
+    for a in records.values():
+        a.flags.writeable = False
+    return records
+
+
 def _readback(b: RecordBuilder, layout_id: int, layout: TensorLayout, cores: int, geom: Geometry) -> None:
     """Host reads of the result region, one SB RD per used column per core."""
     pos = np.asarray(layout.positions)
@@ -515,12 +535,21 @@ def _contraction(ctx: _Ctx) -> Program:
               _frame_records("close", geom.banks) if frame else None)     # written once, in _concat
 
     resident = mi in set(ctx.options["resident"])
-    pre = RecordBuilder()
-    region = {p: np.arange(counters[p] * bursts) for p in (0, 1) if counters[p]}
-    _rearrange(pre, 0, region, tiles.cores, resident, geom)
-    post = RecordBuilder()
-    _readback(post, 2, res_layout, tiles.cores, geom)
-    stream = _concat(pre.build(), kernel, post.build())
+    pre = _dense_rearrange(0, tuple((p, counters[p] * bursts) for p in (0, 1) if counters[p]), tiles.cores,
+                           resident, geom)
+    # the read-back records: a function of the result layout, which these numbers and the geometry fix
+    post_key = (n_b, n_v, n_o, slots, t_out, ko, res_base, tiles.cores, geom)
+    post = _READBACKS.get(post_key)
+    if post is None:
+        b = RecordBuilder()
+        _readback(b, 2, res_layout, tiles.cores, geom)
+        post = b.build()
+        for a in post.values():
+            a.flags.writeable = False
+        if len(_READBACKS) >= 64:
+            _READBACKS.clear()
+        _READBACKS[post_key] = post
+    stream = _concat(pre, kernel, post)
     layouts = [m_layout, _vector_layout(tiles, V, vi, ctx.shapes), res_layout]
     rb_ = Readback(2, combiner="add", lane_partials=True, epilogue_on_host=True)
     meta = dict(kind="gemv-sequence", M=mi, v=vi, host_data_operands=(vi,), n_b=n_b, n_v=n_v, n_o=n_o, n_r=n_r, t_in=t_in,
