@@ -99,3 +99,29 @@ def test_lower_refuses_shapes_that_disagree_with_the_extents(name):
         lower(op, d, be, {**good, op.result.value: (36,)})
     with pytest.raises(ValueError, match="shapes has no entry for operand 1"):
         lower(op, d, be, {wv: (37, 13)})
+
+
+# --- 5. hardware validation covers the engines' arithmetic ------------------------------------
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_timings_the_engines_cannot_hold_are_refused_naming_the_field(name):
+    be = get_backend(name, **SMALL[name])
+    with pytest.raises(ValueError, match=r"Timing\.tRCDRD = 1e\+40 overflows float32"):
+        be.timing.replace(tRCDRD=1e40)
+    with pytest.raises(ValueError, match=r"Timing\.tFAW = 1000000000\.0 cycles exceeds 16777216"):
+        be.timing.replace(tFAW=1e9)
+    with pytest.raises(ValueError, match=r"Timing\.tCK = 1e-40 is below float32's smallest normal"):
+        be.timing.replace(tCK=1e-40)
+    with pytest.raises(ValueError, match=r"Energy\.act = 1e\+40 overflows float32"):
+        be.energy.replace(act=1e40)
+    t = be.timing.replace(tRCDRD=2.0 ** 24)         # the largest latency still held to the cycle
+    assert float(t.tRCDRD) == 2 ** 24
+
+
+def test_cycles_of_a_long_latency_stay_finite():
+    be = get_backend("hbm-pim", channels=4)
+    W, x = np.ones((64, 256), np.float32), np.ones(256, np.float32)
+    op = pimjax.make_graph(lambda W, x: W @ x, W, x).ops[0]
+    p = lower(op, baseline(op, be), be)
+    slow = be.replace(timing=be.timing.replace(tRCDRD=1e6))
+    c0, c1 = float(pimjax.cycles(p, be).total_cycles), float(pimjax.cycles(p, slow).total_cycles)
+    assert np.isfinite(c1) and c1 > c0 + 1e6
