@@ -140,6 +140,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
@@ -150,10 +151,11 @@ import numpy as np
 
 from .search.tuner import Tuner
 from .backends import family_of, has_family, missing_family
-from .errors import PimCompileError
+from .errors import PimCompileError, PrecisionWarning
 from .hw.core import Backend
 from .hw.presets import get_backend
 from .partition.verify import op_support
+from .precision import PRECISIONS, check_values, conversion, op_dtypes, unit_dtype
 from .sim.append import Append
 from .sim.execute import execute
 from .sim.host import host_time
@@ -450,10 +452,13 @@ class PimFunction:
 
     def __init__(self, fn: Callable, backend: str | Backend = "hbm-pim", resident: Sequence | str = "auto",
                  tuner: Tuner | str | None = None, cache: str | None = None, placement: str = "auto",
-                 **backend_options):
+                 precision: str = "convert", **backend_options):
         if placement not in PLACEMENTS:
             raise ValueError(f"placement {placement!r} not in {PLACEMENTS}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision {precision!r} not in {PRECISIONS}")
         self.placement = placement
+        self.precision = precision
         self.fn = fn
         self.backend = backend if isinstance(backend, Backend) else get_backend(backend, **backend_options)
         # "auto", one name or position, or a sequence of them ("W" is one name, not "W"'s letters)
@@ -498,7 +503,7 @@ class PimFunction:
         if f is None:
             axes = jax.tree_util.tree_map(lambda b: 0 if b else None, in_batched)
             f = cache[key] = PimFunction(jax.vmap(self.fn, in_axes=axes), self.backend, self.resident,
-                                         self.tuner, placement=self.placement)
+                                         self.tuner, placement=self.placement, precision=self.precision)
         return f
 
     def __call__(self, *args, **kwargs):
@@ -537,7 +542,7 @@ PLACEMENTS = ("auto", "prefer_pim", "pim")
 
 def pim_jit(fn: Callable | None = None, *, backend: str | Backend = "hbm-pim", resident: Sequence | str = "auto",
             tuner: Tuner | str | None = None, cache: str | None = None, placement: str = "auto",
-            **backend_options):
+            precision: str = "convert", **backend_options):
     """Compile `fn` (a jax.numpy function) for a PIM backend.
 
     backend: preset name or a Backend; backend_options go to `get_backend`.
@@ -559,6 +564,14 @@ def pim_jit(fn: Callable | None = None, *, backend: str | Backend = "hbm-pim", r
     "prefer_pim" (every op the backend supports on PIM), "pim" (like
     prefer_pim, and an op the backend cannot run raises PimCompileError
     naming its primitive and source line).
+    precision: "convert" (float32 / float64 data runs on fp16 / bf16 units
+    converted to their type: one `PrecisionWarning` per compile names the
+    ops, the report's per-op `precision` states each conversion) or
+    "strict" (a conversion raises PimCompileError naming the op).  Either
+    way every call checks the converted values and the PIM results:
+    overflow to inf, underflow to 0, inf / NaN from finite operands are a
+    `PrecisionWarning` and the report's per-op `saturation`
+    (`pimjax.precision`).
 
     The result composes with jax.jit, jax.vmap (the batch folded into the
     compiled shapes) and jax.grad (forward on PIM, backward by jax.vjp of
@@ -569,8 +582,8 @@ def pim_jit(fn: Callable | None = None, *, backend: str | Backend = "hbm-pim", r
         >>> y = f({"W": W}, x); print(f.lower({"W": W}, x).compile().report())     # doctest: +SKIP
     """
     if fn is None:
-        return lambda f: PimFunction(f, backend, resident, tuner, cache, placement, **backend_options)
-    return PimFunction(fn, backend, resident, tuner, cache, placement, **backend_options)
+        return lambda f: PimFunction(f, backend, resident, tuner, cache, placement, precision, **backend_options)
+    return PimFunction(fn, backend, resident, tuner, cache, placement, precision, **backend_options)
 
 
 class Traced:
@@ -984,6 +997,10 @@ class Compiled:
         self.plans = plans if plans is not None else verify_plans(
             self.graph, self.backend, owner.tuner, lowered.plans, owner.placement)
         self._report = None
+        # {op index: conversion in words} of the PIM ops, refused or warned once (`pimjax.precision`);
+        # {op index: what a call's values lost}, filled by calls
+        self.conversions = _conversions(self.graph, self.plans, self.backend, owner)
+        self.saturation: dict[int, str] = {}
         # reads of each value by host ops and as an output: a numpy argument that one host op
         # reads goes to the device inside `host_op` (its copy freed there); one that several
         # read, once per call in `__call__`.  Fixed by the plans, so counted once here.
@@ -1048,6 +1065,7 @@ class Compiled:
                 fused = p.program.op             # the block's fused op for attention blocks
                 operands = [env[a.value] for a in fused.operands]
                 out = execute(p.program, *operands, arithmetic="backend")
+                self._check_values(p, fused, operands, out)
                 info = graph.values[fused.result.value]
                 env[fused.result.value] = jnp.asarray(out).astype(info.dtype).reshape(info.shape)
             else:
@@ -1058,6 +1076,26 @@ class Compiled:
         if graph.out_tree is None:
             return outs[0] if len(outs) == 1 else tuple(outs)
         return jax.tree_util.tree_unflatten(graph.out_tree, outs)
+
+    def _check_values(self, p: OpPlan, op: PimOp, operands: list, out) -> None:
+        """Warn (PrecisionWarning) and record in the report's `saturation` what
+        the units' type did to one PIM op's values this call (`check_values`)."""
+        unit = unit_dtype(self.backend)
+        if unit is None:
+            return
+        events = check_values(operands, out, unit,
+                              reference=lambda: evaluate_op(self.graph, op, [jnp.asarray(a) for a in operands])[0])
+        if not events:
+            return
+        # distinct findings of every call so far (the latest last, at most 8)
+        seen = [e for e in self.saturation.get(p.index, "").split(" | ") if e]
+        text = " | ".join(([e for e in seen if e != "; ".join(events)] + ["; ".join(events)])[-8:])
+        self.saturation[p.index] = text
+        if self._report is not None:
+            self._report.ops[[o.index for o in self._report.ops].index(p.index)].saturation = text
+        warnings.warn(f"pim_jit({getattr(self.lowered.traced.owner.fn, '__name__', 'fn')}): "
+                      f"{op.name} at {op.source or '?'} on {self.backend.name}: {'; '.join(events)}",
+                      PrecisionWarning, stacklevel=4)
 
     def report(self):
         """The per-op and total report on the *simulated* figures
@@ -1075,6 +1113,33 @@ class Compiled:
     def as_text(self) -> str:
         """The chosen drafts and their programs, and the simulated report."""
         return plans_text(self.graph, self.backend, self.plans) + "\n\n" + self.report().as_text()
+
+
+def _conversions(graph: PimGraph, plans: list, backend: Backend, owner: PimFunction) -> dict[int, str]:
+    """{op index: conversion} of the PIM-placed plans whose data is wider than
+    the units (`precision.conversion`); precision="strict" refuses the first
+    with a PimCompileError, "convert" warns once, naming them all."""
+    out = {}
+    for p in plans:
+        if p.placement != "pim":
+            continue
+        op = p.program.op if p.program is not None else p.op
+        conv = conversion(op_dtypes(graph, op), backend)
+        if not conv:
+            continue
+        if owner.precision == "strict":
+            wide, unit = conv.split(" -> ")
+            _refuse(p.op, backend, f"precision='strict': its {wide} data would run converted to {unit} on "
+                                   f"the PIM units (cast it to {unit} yourself, or pass precision='convert')")
+        out[p.index] = conv
+    if out:
+        name = getattr(owner.fn, "__name__", "fn")
+        ops = ", ".join(f"{graph.ops[i].name} at {graph.ops[i].source or '?'} ({c})" for i, c in out.items())
+        warnings.warn(f"pim_jit({name}) on {backend.name} runs {len(out)} op(s) on data converted to the "
+                      f"units' type: {ops}. Values beyond its range become inf or 0 on PIM (checked per call: "
+                      "report 'saturation'); precision='strict' refuses conversions", PrecisionWarning,
+                      stacklevel=4)
+    return out
 
 
 # --- transforms: pim_jit inside jax.jit / jax.vmap / jax.grad -----------------------------

@@ -7,8 +7,10 @@ import pytest
 import jax
 import jax.numpy as jnp
 
+import warnings
+
 import pimjax
-from pimjax.errors import PimCompileError
+from pimjax.errors import PimCompileError, PrecisionWarning
 from pimjax.hw import get_backend
 from pimjax.lower import lower
 from pimjax.partition import op_support
@@ -17,6 +19,99 @@ from pimjax.sim.execute import execute
 
 SMALL = {"hbm-pim": dict(channels=4), "attacc": dict(channels=2), "newton": dict(channels=2),
          "upmem": dict(dpus=64)}
+
+
+# --- 1. precision is never silently lost --------------------------------------------------------
+def _gemv_fn(W, x):
+    return W @ x
+
+
+@pytest.mark.parametrize("name,unit", [("hbm-pim", "float16"), ("newton", "bfloat16")])
+def test_float32_on_half_units_is_a_stated_conversion(name, unit):
+    rng = np.random.default_rng(1)
+    W, x = rng.normal(size=(64, 256)).astype(np.float32), rng.normal(size=256).astype(np.float32)
+    f = pimjax.pim_jit(_gemv_fn, backend=name, placement="prefer_pim", **SMALL[name])
+    with pytest.warns(PrecisionWarning, match=rf"runs 1 op\(s\) on data converted.*dot_general at .*"
+                                              rf"\(float32 -> {unit}\).*precision='strict'"):
+        y = f(W, x)
+    want = np.asarray(jax.jit(_gemv_fn)(W, x))
+    np.testing.assert_allclose(np.asarray(y), want, atol=6e-2 * np.abs(want).max())
+    c = f.compiles()[0]
+    assert c.cost_analysis()["ops"][0]["precision"] == f"float32 -> {unit}"
+    df = c.report().to_dataframe()
+    assert df.loc[0, "precision"] == f"float32 -> {unit}" and df.loc[0, "saturation"] == ""
+    assert f.lower(W, x).cost_analysis()["ops"][0]["precision"] == f"float32 -> {unit}"   # predicted too
+    # data already in the units' type is no conversion: no warning, empty field
+    W16, x16 = W.astype(unit), x.astype(unit)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrecisionWarning)
+        f(W16, x16)
+    assert f.lower(W16, x16).compile().cost_analysis()["ops"][0]["precision"] == ""
+
+
+def test_strict_precision_refuses_a_conversion_naming_the_op():
+    W, x = np.ones((64, 256), np.float32), np.ones(256, np.float32)
+    f = pimjax.pim_jit(_gemv_fn, backend="hbm-pim", channels=4, placement="prefer_pim", precision="strict")
+    with pytest.raises(PimCompileError, match=r"dot_general at .*test_silent_wrong.py.* cannot run on hbm-pim: "
+                                              r"precision='strict': its float32 data would run converted "
+                                              r"to float16"):
+        f(W, x)
+    y = f(W.astype(np.float16), x.astype(np.float16))        # no conversion: runs
+    np.testing.assert_array_equal(np.asarray(y, np.float32), np.full(64, 256.0))
+    with pytest.raises(ValueError, match="precision 'loose' not in"):
+        pimjax.pim_jit(_gemv_fn, precision="loose")
+
+
+def test_overflow_and_underflow_of_converted_operands_are_flagged():
+    f = pimjax.pim_jit(lambda a, b: a + b, backend="hbm-pim", channels=4, placement="prefer_pim")
+    big = np.full((64, 256), 70000.0, np.float32)
+    big[0, 0] = 1.0
+    with pytest.warns(PrecisionWarning, match=r"add at .*operand 0: 16383 value\(s\) above 65504 overflow "
+                                              r"float16 \(inf\).*result: 16383 inf / NaN"):
+        y = np.asarray(f(big, big))
+    assert np.isinf(y[0, 1]) and y[0, 0] == 2.0    # the units' value, reported rather than hidden
+    tiny = np.full((64, 256), 1e-9, np.float32)
+    with pytest.warns(PrecisionWarning, match=r"operand 0: 16384 nonzero value\(s\) below 5.96e-08 "
+                                              r"underflow to 0 in float16"):
+        f(tiny, tiny)
+    sat = f.compiles()[0].report().to_dataframe().loc[0, "saturation"]
+    assert "overflow float16" in sat and "underflow to 0" in sat          # both calls' findings kept
+    ok = np.full((64, 256), 3.0, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrecisionWarning)
+        np.testing.assert_array_equal(np.asarray(f(ok, ok)), 6.0)
+
+
+def test_an_overflowing_fp16_running_sum_is_flagged():
+    """Rows of +-60 000: every partial fits fp16 but the units' running sum
+    passes 65 504 (NaN); jax.jit gives 0.  The value is flagged, not silent."""
+    W = np.tile(np.array([60000.0, 60000.0, -60000.0, -60000.0], np.float32), (64, 64))
+    x = np.ones(256, np.float32)
+    want = np.asarray(jax.jit(_gemv_fn)(W, x))
+    assert np.all(want == 0)
+    f = pimjax.pim_jit(_gemv_fn, backend="hbm-pim", channels=4, placement="prefer_pim")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y = np.asarray(f(W, x))
+    bad = ~np.isfinite(y)
+    msgs = [str(w.message) for w in caught if issubclass(w.category, PrecisionWarning)]
+    if bad.any():
+        assert any(f"result: {bad.sum()} inf / NaN value(s) from finite operands" in m for m in msgs), msgs
+        assert "float16 arithmetic overflowed" in f.compiles()[0].cost_analysis()["ops"][0]["saturation"]
+    else:                       # a lowering whose partial sums stay in range is right, not flagged
+        np.testing.assert_allclose(y, want, atol=1e-3)
+
+
+def test_an_inf_jax_gives_too_is_not_flagged():
+    f = pimjax.pim_jit(lambda a: jnp.log(a), backend="newton", channels=2, placement="prefer_pim")
+    a = np.zeros((16, 64), np.float32)
+    a[1:] = 1.0
+    try:
+        y = f(a.astype(jnp.bfloat16))
+    except PimCompileError:
+        pytest.skip("log does not run on newton")
+    assert f.compiles()[0].cost_analysis()["ops"][0]["saturation"] == ""
+    assert np.isneginf(np.asarray(y, np.float32)[0]).all()
 
 
 # --- 2. complex data never runs on PIM ------------------------------------------------------------

@@ -1,0 +1,129 @@
+"""The precision policy: data wider than a backend's units, and values they cannot hold.
+
+Policy (issue #28, "nothing silently wrong"):
+
+* Allowed by default: floating data wider than the units' type (float32 /
+  float64 on fp16 units -- HBM-PIM, AttAcc -- or bf16 units -- Newton) runs on
+  PIM converted to the units' type; that is what the hardware does with it.
+  `Compiled` warns once (`PrecisionWarning`, naming each converted op and its
+  dtypes) and the report states the conversion per op (`precision`, e.g.
+  "float32 -> float16").  Data the units cannot hold exactly at all
+  (integers on float units, floats on integer units, complex anywhere) never
+  runs on PIM (`partition.verify.op_support`).
+* `pim_jit(..., precision="strict")` refuses every conversion: an op that
+  would run converted raises `PimCompileError` naming it, its source line and
+  the dtypes.
+* Every call checks the values a PIM op ran on (`check_values`): finite
+  operands beyond the units' largest value (65504 in fp16) that would turn
+  into inf, nonzero operands that round to 0 (below ~3e-8 in fp16), and
+  inf / NaN results where `jax` gives a finite value (an fp16 running sum
+  that overflowed: rows of +-60 000 summing to NaN where `jax.jit` gives 0).
+  Each is a `PrecisionWarning` and the report's per-op `saturation`; the
+  value is returned as the units computed it, never silently replaced.
+
+Integer units (UPMEM) run only integer data of at most their width, so no
+conversion happens there; nothing is checked.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+PRECISIONS = ("convert", "strict")
+
+
+def unit_dtype(backend) -> np.dtype | None:
+    """The numpy dtype a backend's units compute in, for floating units
+    (float16 / bfloat16 / float32); None for integer units."""
+    name = backend.core.dtype
+    if name.startswith("int"):
+        return None
+    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+def _float(dt) -> bool:
+    try:
+        dt = np.dtype(dt)
+    except TypeError:
+        return False
+    return dt.kind == "f" or dt == np.dtype(ml_dtypes.bfloat16)
+
+
+def conversion(dtypes, backend) -> str:
+    """'' when every floating dtype in `dtypes` fits the backend's units, else
+    the conversion in words ("float32 -> float16"): a dtype is converted when
+    it is floating and not the units' type (wider, or another 16-bit format:
+    float16 data on bf16 units loses mantissa, bf16 on fp16 loses range)."""
+    unit = unit_dtype(backend)
+    if unit is None:
+        return ""
+    wide = sorted({str(np.dtype(d)) for d in dtypes if _float(d) and np.dtype(d) != unit})
+    return f"{', '.join(wide)} -> {unit}" if wide else ""
+
+
+def op_dtypes(graph, op) -> list:
+    """The dtypes of the data an op's PIM units compute on: the operands its
+    body reads (a reduction's or contraction's epilogue runs at the host
+    merge) and its results."""
+    body = set(op.body_operands) if op.kind in ("reduction", "contraction") else set(range(len(op.operands)))
+    return [graph.values[a.value].dtype for k, a in enumerate(op.operands) if a.index_map and k in body] + \
+        [graph.values[r.value].dtype for r in op.results]
+
+
+def _count(mask) -> int:
+    return int(np.count_nonzero(mask))
+
+
+def check_operand(x, unit: np.dtype) -> list[str]:
+    """What converting one operand to `unit` does to it: finite values that
+    overflow to inf, nonzero values that underflow to 0 (empty if nothing)."""
+    a = np.asarray(x)
+    if not _float(a.dtype) or a.dtype == unit or a.size == 0:
+        return []
+    info = ml_dtypes.finfo(unit)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        conv = np.asarray(a.astype(unit), np.float32)       # what the units hold
+    out = []
+    big = _count(np.isfinite(a) & np.isinf(conv))
+    if big:
+        out.append(f"{big} value(s) above {float(info.max):g} overflow {unit} (inf)")
+    small = _count((a != 0) & (conv == 0))
+    if small:
+        out.append(f"{small} nonzero value(s) below {float(info.smallest_subnormal):.3g} underflow to 0 in {unit}")
+    return out
+
+
+def check_values(operands, result, unit: np.dtype, reference=None) -> list[str]:
+    """Events of one PIM op's call: per operand what the conversion to `unit`
+    loses (`check_operand`), and inf / NaN in `result` where every operand
+    is finite.  reference: a callable giving the op's result by jax,
+    consulted only then: a result position counts when jax's is finite there
+    (a log of 0 is -inf for both); None counts every such position."""
+    out = []
+    for k, x in enumerate(operands):
+        out += [f"operand {k}: {e}" for e in check_operand(x, unit)]
+    res = np.asarray(result)
+    if not _float(res.dtype) or res.size == 0:
+        return out
+    bad = ~np.isfinite(np.asarray(res, np.float32))
+    if not bad.any():
+        return out
+    finite_in = all(np.all(np.isfinite(np.asarray(x, np.float32))) for x in operands
+                    if _float(np.asarray(x).dtype))
+    if not finite_in:
+        return out
+    if reference is not None:
+        try:
+            ref = np.asarray(reference(), np.float32).reshape(res.shape)
+            bad &= np.isfinite(ref)
+        except Exception:      # noqa: BLE001 -- no reference: every such position counts
+            pass
+    n = _count(bad)
+    if n:
+        out.append(f"result: {n} inf / NaN value(s) from finite operands where jax's are finite "
+                   f"(the {unit} arithmetic overflowed, e.g. a running sum above "
+                   f"{float(ml_dtypes.finfo(unit).max):g})")
+    return out
+
+
+__all__ = ["PRECISIONS", "unit_dtype", "conversion", "op_dtypes", "check_operand", "check_values"]
