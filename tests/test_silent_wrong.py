@@ -220,3 +220,59 @@ def test_cycles_of_a_long_latency_stay_finite():
     slow = be.replace(timing=be.timing.replace(tRCDRD=1e6))
     c0, c1 = float(pimjax.cycles(p, be).total_cycles), float(pimjax.cycles(p, slow).total_cycles)
     assert np.isfinite(c1) and c1 > c0 + 1e6
+
+
+# --- 6. caches and scripts ------------------------------------------------------------------------
+def test_a_tampered_cache_entry_is_checked_dropped_and_retuned(tmp_path):
+    import json
+    from pimjax.kernels import kernel_op
+    from pimjax.partition import drafts
+    from pimjax.search.cache import draft_to_dict
+    from pimjax.search.tuner import Tuner
+    from pimjax.sim.cycles import cycles_batch
+    be = get_backend("hbm-pim", channels=4)
+    op, shapes = kernel_op("gemv", [64, 64])
+    table = drafts(op, be, shapes=shapes)
+    cyc = np.asarray(cycles_batch([lower(op, d, be, shapes) for d in table], be).total_cycles, np.float64)
+    worst, best = table[int(np.argmax(cyc))], table[int(np.argmin(cyc))]
+    base = float(pimjax.cycles(lower(op, baseline(op, be), be, shapes), be).total_cycles)
+    assert cyc.max() > base          # the worst draft is slower than the baseline mapping
+    path = tmp_path / "tune.json"
+    t = Tuner(mode="exhaustive", cache=str(path))
+    honest = t.choose(op, be, shapes)
+    assert float(honest.report.total_cycles) == pytest.approx(min(cyc.min(), base))
+    best = honest.draft
+    (key, entry), = json.loads(path.read_text()).items()
+    # 1. a terrible draft claimed exhaustive with 1 cycle: the cycles disagree
+    path.write_text(json.dumps({key: dict(entry, draft=draft_to_dict(worst), cycles=1.0, mode="exhaustive")}))
+    with pytest.warns(RuntimeWarning, match=r"tuning cache entry for dot_general is wrong \(it claims 1 cycles, "
+                                            r"its draft simulates to .*\); dropped, tuning again"):
+        again = Tuner(mode="exhaustive", cache=str(path)).choose(op, be, shapes)
+    assert not again.cached and again.draft == best
+    assert json.loads(path.read_text())[key]["cycles"] == pytest.approx(min(cyc.min(), base))   # rewritten
+    # 2. the same draft with its true cycles, claimed exhaustive: slower than the baseline
+    path.write_text(json.dumps({key: dict(entry, draft=draft_to_dict(worst), cycles=float(cyc.max()),
+                                          mode="exhaustive")}))
+    with pytest.warns(RuntimeWarning, match=r"exhaustive choice simulates to .* slower than the baseline"):
+        again = Tuner(mode="exhaustive", cache=str(path)).choose(op, be, shapes)
+    assert again.draft == best
+    # 3. an honest entry answers from the cache, silently
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        hit = Tuner(mode="exhaustive", cache=str(path)).choose(op, be, shapes)
+    assert hit.cached and hit.draft == best and hit.baseline is not None
+
+
+def test_validate_reference_names_a_csv_that_is_not_utf8(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+    bad = tmp_path / "latin1.csv"
+    bad.write_bytes("backend,kernel\nhbm-pim,gemv caf\xe9\n".encode("latin-1"))
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(root / "experiments" / "validate_reference.py"), "--csv", str(bad)],
+                       capture_output=True, text=True, cwd=root, timeout=300,
+                       env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr and "UnicodeDecodeError" not in r.stderr
+    assert f"{bad}" in r.stderr and "not UTF-8" in r.stderr
