@@ -128,13 +128,18 @@ becomes part of the traced shapes: a `custom_vmap` rule compiles
 `jax.vmap(fn)` for the batched arguments (a GEMV mapped over its vector is
 one GEMM program; `f.vmapped(in_batched)` is that pim_jit, `f.compiles()`
 lists its compiles and reports); nested vmaps fold every batch axis in.
-Under `jax.grad` / `jax.vjp` / `jax.jacrev` the forward runs on PIM and the
-backward is `jax.vjp` of the plain function run with jax (a `custom_vjp`):
-gradients are those of the jnp reference at the inputs, not of the PIM
-arithmetic.  Forward mode (`jax.jvp`, `jax.jacfwd`, `jax.hessian`) takes the
-primal from PIM and tangents from `jax.jvp` of the plain function (a
-`custom_jvp`).  `jax.linearize` is not supported: its linear function raises
-jax's "can't apply forward-mode autodiff (jvp) to a custom_vjp function".
+Autodiff: the primal runs on PIM and the derivatives are those of the
+plain function run with jax (a `custom_jvp` whose tangents are `jax.jvp` of
+`fn`): `jax.grad` / `jax.vjp` / `jax.jacrev` give the gradients of the jnp
+reference at the inputs, not of the PIM arithmetic; `jax.jvp`,
+`jax.jacfwd`, `jax.hessian` and `jax.linearize` take the primal from PIM
+and the tangents from `jax.jvp` of the plain function.
+The staged API under a transform: `f.trace` / `f.lower` take tracers as
+their shapes and dtypes (`jax.ShapeDtypeStruct`s), so `f.lower(x)` inside
+`jax.jit` lowers for the traced shapes; a `Lowered`, `Compiled` or report
+is not a jax value (return it from the jitted function and jax says so).
+Calling `pim_jit` (the decorator) under a transform is a TypeError saying
+to decorate outside and call inside.
 """
 from __future__ import annotations
 
@@ -446,6 +451,19 @@ def enable_xla_cache(path: str | None = None) -> str | None:
     return path
 
 
+def _eager(method):
+    """Run a stage eagerly even when called inside a transform's trace
+    (`f.lower(x).compile()` inside jax.jit): jax.jit stages every jnp op it
+    sees, and the tracer, partitioner and tuner need concrete numbers."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        with jax.ensure_compile_time_eval():
+            return method(*args, **kwargs)
+    return wrapper
+
+
 class PimFunction:
     """A function compiled for a PIM backend per argument shapes (see module
     docstring).  Create with `pim_jit`."""
@@ -457,6 +475,10 @@ class PimFunction:
             raise ValueError(f"placement {placement!r} not in {PLACEMENTS}")
         if precision not in PRECISIONS:
             raise ValueError(f"precision {precision!r} not in {PRECISIONS}")
+        if not callable(fn):       # jax.jit(pim_jit)(x), pim_jit(y): a value where the function goes
+            raise TypeError(f"pim_jit needs a function, got a {type(fn).__name__}: apply pim_jit outside jax "
+                            "transforms (f = pim_jit(fn, backend=...)) and call f inside them "
+                            "(jax.jit(lambda x: f(x)), jax.vmap(f), jax.grad(...))")
         self.placement = placement
         self.precision = precision
         self.fn = fn
@@ -480,10 +502,14 @@ class PimFunction:
         leaves, tree = jax.tree_util.tree_flatten(args)
         return (tree, tuple(_leaf_signature(x) for x in leaves))
 
+    @_eager
     def trace(self, *args, **kwargs) -> "Traced":
         """Trace for these argument shapes (arrays or ShapeDtypeStructs);
         keyword arguments are bound to their positions."""
         args = _positional(self.fn, args, kwargs)
+        _check_array_leaves(self, args)
+        # under a transform (f.lower(x) inside jax.jit) the tracers stand for their shapes and dtypes
+        args = jax.tree_util.tree_map(lambda x: _abstract(x) if isinstance(x, jax.core.Tracer) else x, args)
         return Traced(self, make_graph(self.fn, *args), args)
 
     def lower(self, *args, **kwargs) -> "Lowered":
@@ -574,8 +600,8 @@ def pim_jit(fn: Callable | None = None, *, backend: str | Backend = "hbm-pim", r
     (`pimjax.precision`).
 
     The result composes with jax.jit, jax.vmap (the batch folded into the
-    compiled shapes) and jax.grad (forward on PIM, backward by jax.vjp of
-    `fn`); see the module docstring.
+    compiled shapes) and autodiff (jax.grad, jvp, linearize: the primal on
+    PIM, derivatives of `fn` run with jax); see the module docstring.
 
     Example:
         >>> f = pim_jit(lambda p, x: jax.nn.relu(p["W"] @ x), backend="hbm-pim")   # doctest: +SKIP
@@ -599,6 +625,7 @@ class Traced:
     def as_text(self) -> str:
         return self.graph.as_text()
 
+    @_eager
     def lower(self) -> "Lowered":
         """Partition and predict every op (cheap: no program is lowered and
         nothing is simulated; `Lowered.compile()` does that)."""
@@ -957,6 +984,7 @@ class Lowered:
         best draft and its predicted cycles."""
         return plans_text(self.graph, self.backend, self.plans)
 
+    @_eager
     def report(self):
         """The per-op and total report on the *predicted* figures
         (`pimjax.report.Report`, `figures == "predicted"`)."""
@@ -975,6 +1003,7 @@ class Lowered:
         gives the simulated figures with the placement paid once."""
         return self.report().to_dict()
 
+    @_eager
     def compile(self) -> "Compiled":
         """The search: lower the candidates of every op, simulate them, keep
         the fastest and place each op on the simulated figures.  Done once
@@ -1081,8 +1110,8 @@ class Compiled:
         """Warn (PrecisionWarning) and record in the report's `saturation` what
         the units' type did to one PIM op's values this call (`check_values`)."""
         unit = unit_dtype(self.backend)
-        if unit is None:
-            return
+        if unit is None or any(isinstance(a, jax.core.Tracer) for a in [out, *operands]):
+            return                      # values staged into a trace are checked when they run
         events = check_values(operands, out, unit,
                               reference=lambda: evaluate_op(self.graph, op, [jnp.asarray(a) for a in operands])[0])
         if not events:
@@ -1097,6 +1126,7 @@ class Compiled:
                       f"{op.name} at {op.source or '?'} on {self.backend.name}: {'; '.join(events)}",
                       PrecisionWarning, stacklevel=4)
 
+    @_eager
     def report(self):
         """The per-op and total report on the *simulated* figures
         (`pimjax.report.Report`, `figures == "simulated"`)."""
@@ -1156,7 +1186,21 @@ def _check_array_leaves(owner: PimFunction, args: tuple):
         where = "args" + jax.tree_util.keystr(path)
         raise TypeError(f"pim_jit({getattr(owner.fn, '__name__', 'fn')}): argument {where} is a "
                         f"{type(leaf).__name__}, not an array; pim_jit traces every argument leaf as an "
-                        "array (close over static values instead)")
+                        f"array ({_leaf_hint(leaf, args[path[0].idx] if path else None)})")
+
+
+def _leaf_hint(leaf, arg) -> str:
+    """How to pass what a non-array leaf holds: a function (an activation in
+    an equinox Module) is closed over or filtered out, a static value closed over."""
+    if not callable(leaf):
+        return "close over static values instead"
+    hint = ("a function is not an array: close over it (pim_jit(lambda x: model(x))) or pass only the "
+            "arrays")
+    if any(c.__module__.split(".")[0] == "equinox" for c in type(arg).__mro__):      # an eqx.Module
+        hint += (f"; for this equinox {type(arg).__name__}: arrays, static = eqx.partition(model, "
+                 "eqx.is_array) and pim_jit(lambda arrays, x: eqx.combine(arrays, static)(x))(arrays, x), "
+                 "or eqx.filter(model, eqx.is_array)")
+    return hint
 
 
 def _abstract(leaf) -> jax.ShapeDtypeStruct:
@@ -1176,9 +1220,6 @@ def _result_avals(compiled: "Compiled"):
     if g.out_tree is None:
         return outs[0] if len(outs) == 1 else tuple(outs)
     return jax.tree_util.tree_unflatten(g.out_tree, outs)
-
-
-_JVP_ERROR = "can't apply forward-mode autodiff (jvp) to a custom_vjp function"
 
 
 def _traces(leaves) -> set:
@@ -1201,14 +1242,13 @@ def _transformed_call(owner: PimFunction, leaves: list, tree, compiled: "Compile
     for the per-example shapes waits until a program of those shapes runs
     (usually never: the vmap rule compiles for the batched shapes)."""
     traces = _traces(leaves)
-    forward = "JVPTrace" in traces                 # a forward-mode trace: jax.jvp, jax.jacfwd, jax.hessian
     if compiled is not None:
-        runners = compiled.__dict__.setdefault("_composed", {})     # {forward mode: runner}
-        key, get = forward, (lambda: compiled)
+        runners = compiled.__dict__.setdefault("_composed", {})
+        key, get = None, (lambda: compiled)
     else:
         avals = jax.tree_util.tree_unflatten(tree, [_abstract(x) for x in leaves])
         runners = owner._composed
-        key = (tree, tuple(_leaf_signature(a) for a in jax.tree_util.tree_leaves(avals)), forward)
+        key = (tree, tuple(_leaf_signature(a) for a in jax.tree_util.tree_leaves(avals)))
         get = lambda: owner._compile_for(avals)   # noqa: E731
         if "BatchTrace" not in traces:
             compiled = get()                       # compile now: errors at the call, not in a callback
@@ -1217,20 +1257,11 @@ def _transformed_call(owner: PimFunction, leaves: list, tree, compiled: "Compile
         # result shapes: the graph's outputs, or jax.eval_shape while not compiled
         outs = (_result_avals(compiled) if compiled is not None else
                 jax.eval_shape(owner.fn, *jax.tree_util.tree_unflatten(tree, [_abstract(x) for x in leaves])))
-        run = runners[key] = _composable(owner, tree, get, outs, forward)
-    try:
-        return run(*leaves)
-    except TypeError as err:
-        if _JVP_ERROR not in str(err):
-            raise
-        name = getattr(owner.fn, "__name__", "fn")
-        raise TypeError(f"pim_jit({name}) cannot run under forward-mode autodiff (jax.jvp, jax.jacfwd) "
-                        "here: its PIM forward is a jax.custom_vjp whose backward is jax.vjp of "
-                        f"{name} run with jax. Use reverse mode (jax.grad, jax.vjp, jax.jacrev), or apply "
-                        f"the forward-mode transform to {name} itself") from None
+        run = runners[key] = _composable(owner, tree, get, outs)
+    return run(*leaves)
 
 
-def _composable(owner: PimFunction, tree, get_compiled: Callable, out_avals, forward: bool = False):
+def _composable(owner: PimFunction, tree, get_compiled: Callable, out_avals):
     """The compiled function as a jax-composable callable of the flat
     argument leaves:
 
@@ -1238,10 +1269,12 @@ def _composable(owner: PimFunction, tree, get_compiled: Callable, out_avals, for
       on the host, results shaped by `out_avals`;
     * `jax.vmap`: a `custom_vmap` rule calls `owner.vmapped(...)`, the
       pim_jit of `jax.vmap(fn)`: the batch is part of the traced shapes;
-    * autodiff: the forward as above; derivatives by the user's function run
-      with jax (the jnp reference): a `custom_vjp` whose backward is
-      `jax.vjp(fn)` (reverse mode), or with `forward` (a jvp trace among the
-      arguments') a `custom_jvp` whose tangents are `jax.jvp(fn)`."""
+    * autodiff: a `custom_jvp` whose primal is the PIM run and whose
+      tangents are `jax.jvp` of the user's function run with jax (the jnp
+      reference).  Those tangents are linear and transposable, so reverse
+      mode (jax.grad / vjp / jacrev: the vjp of the jnp reference at the
+      inputs), forward mode (jvp / jacfwd / hessian) and jax.linearize all
+      work, the primal on PIM."""
     def reference(*xs):
         return owner.fn(*jax.tree_util.tree_unflatten(tree, xs))
 
@@ -1258,30 +1291,15 @@ def _composable(owner: PimFunction, tree, get_compiled: Callable, out_avals, for
         out = batched(*jax.tree_util.tree_unflatten(tree, xs))
         return out, jax.tree_util.tree_map(lambda _: True, out)
 
-    if forward:
-        @jax.custom_jvp
-        def call_jvp(*xs):
-            return run(*xs)
-
-        @call_jvp.defjvp
-        def jvp(primals, tangents):
-            # the primal through pim_jit again: under a further forward-mode
-            # trace (jax.hessian's outer jacfwd) it is one more custom_jvp call
-            primal = owner(*jax.tree_util.tree_unflatten(tree, primals))
-            return primal, jax.jvp(reference, primals, tangents)[1]
-        return call_jvp
-
-    @jax.custom_vjp
+    @jax.custom_jvp
     def call(*xs):
         return run(*xs)
 
-    def fwd(*xs):
-        return run(*xs), xs
-
-    def bwd(xs, ct):
-        return jax.vjp(reference, *xs)[1](ct)
-
-    call.defvjp(fwd, bwd)
+    @call.defjvp
+    def jvp(primals, tangents):
+        # the primal through `call` again: under a further forward-mode trace
+        # (jax.hessian's outer jacfwd) it is one more custom_jvp call
+        return call(*primals), jax.jvp(reference, primals, tangents)[1]
     return call
 
 

@@ -276,3 +276,63 @@ def test_validate_reference_names_a_csv_that_is_not_utf8(tmp_path):
     assert r.returncode != 0
     assert "Traceback" not in r.stderr and "UnicodeDecodeError" not in r.stderr
     assert f"{bad}" in r.stderr and "not UTF-8" in r.stderr
+
+
+# --- 7. errors name the user's mistake; transforms that used to fail work --------------------------
+def test_an_unknown_keyword_is_named_not_the_missing_positional():
+    def g(x, z=1.0):
+        return x * z
+    f = pimjax.pim_jit(g, backend="hbm-pim", channels=4)
+    x = np.ones(8, np.float32)
+    for call in (lambda: f(y=x), lambda: f(x, y=2.0), lambda: f.lower(x, y=2.0)):
+        with pytest.raises(TypeError, match=r"pim_jit\(g\) got unexpected keyword argument\(s\) 'y'; "
+                                            r"its parameters are x, z"):
+            call()
+
+
+def test_pim_jit_applied_under_a_transform_says_where_it_goes():
+    x = np.ones(8, np.float32)
+    with pytest.raises(TypeError, match=r"pim_jit needs a function, got a .*Tracer: apply pim_jit outside jax "
+                                        r"transforms"):
+        jax.jit(pimjax.pim_jit)(x)
+    with pytest.raises(TypeError, match="pim_jit needs a function, got a ndarray"):
+        pimjax.pim_jit(x)
+
+
+def test_the_staged_api_and_linearize_under_transforms():
+    W = np.random.default_rng(0).normal(size=(64, 128)).astype(np.float32) * 0.1
+    x = np.ones(128, np.float32)
+
+    def ref(W, x):
+        return jnp.tanh(W @ x)
+    f = pimjax.pim_jit(ref, backend="hbm-pim", channels=4, placement="prefer_pim")
+    # jax.linearize: primal on PIM, the linear map of the jnp reference
+    y, lin = jax.linearize(lambda x: f(W, x), x)
+    y0, lin0 = jax.linearize(lambda x: ref(W, x), x)
+    np.testing.assert_allclose(np.asarray(y), np.asarray(y0), atol=3e-2)
+    np.testing.assert_allclose(np.asarray(lin(x)), np.asarray(lin0(x)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(jax.grad(lambda x: f(W, x).sum())(x)),
+                               np.asarray(jax.grad(lambda x: ref(W, x).sum())(x)), rtol=1e-5, atol=1e-6)
+    # f.lower inside jax.jit lowers for the tracers' shapes
+    ns = jax.jit(lambda x: jnp.float32(f.lower(W, x).compile().cost_analysis()["pim_ns"]) + 0 * x.sum())(x)
+    assert float(ns) == pytest.approx(f.lower(W, x).compile().cost_analysis()["pim_ns"])
+
+
+def test_an_equinox_module_with_a_function_leaf_points_to_closing_over_or_filtering():
+    eqx = pytest.importorskip("equinox")
+
+    class Dense(eqx.Module):
+        w: jax.Array
+        act: object
+
+        def __call__(self, x):
+            return self.act(self.w @ x)
+    m = Dense(jnp.ones((16, 8)), jax.nn.relu)
+    f = pimjax.pim_jit(lambda m, x: m(x), backend="hbm-pim", channels=4)
+    x = np.ones(8, np.float32)
+    with pytest.raises(TypeError, match=r"argument args\[0\]\.act is a .*, not an array.*a function is not an "
+                                        r"array: close over it.*equinox Dense.*eqx\.partition.*eqx\.filter"):
+        f(m, x)
+    arrays, static = eqx.partition(m, eqx.is_array)         # the way the message points to
+    g = pimjax.pim_jit(lambda a, x: eqx.combine(a, static)(x), backend="hbm-pim", channels=4)
+    np.testing.assert_allclose(np.asarray(g(arrays, x)), np.asarray(m(x)), rtol=3e-2)
