@@ -57,7 +57,12 @@ energy pJ; bytes; GB/s = bytes / ns.
                  call
   energy_pj      energy of the PIM ops (simulated only)
   ops            per op, in plan order: index, name, placement ("pim",
-                 "host", "fused"), reason, draft (in words), cycles, ns,
+                 "host", "fused"), reason, draft (in words), precision
+                 (the op's data converted to the units' type, e.g.
+                 "float32 -> float16"; "" when none), saturation (what
+                 calls found the units' type did to its values: overflow,
+                 underflow, inf / NaN; "" when nothing; `pimjax.precision`),
+                 cycles, ns,
                  gpu_ns (the op on the host roofline), space (drafts in
                  its space), simulated_drafts (0 when predicted);
                  simulated only (None, bound "", in the predicted
@@ -502,7 +507,6 @@ class PimFunction:
         leaves, tree = jax.tree_util.tree_flatten(args)
         return (tree, tuple(_leaf_signature(x) for x in leaves))
 
-    @_eager
     def trace(self, *args, **kwargs) -> "Traced":
         """Trace for these argument shapes (arrays or ShapeDtypeStructs);
         keyword arguments are bound to their positions."""

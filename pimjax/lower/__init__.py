@@ -31,8 +31,9 @@ def shape_error(op, shapes) -> str:
     """'' when `shapes` (value id -> shape) agrees with `op`'s index maps,
     else what disagrees: a value the op touches that `shapes` lacks, a rank
     other than its index map's, or -- for a contraction / reduction /
-    elementwise op, which reads and writes whole values -- a dimension other
-    than the one its loop extents imply (max index + 1).  Layout ops may
+    elementwise op -- an operand dimension smaller than its reads reach
+    (max index + 1 over the loop extents: it would read out of bounds) or a
+    result dimension other than the one the extents write.  Layout ops may
     gather out of bounds (pad, concatenate read zero there): only their
     ranks are checked."""
     from ..partition.verify import infer_shapes
@@ -50,9 +51,15 @@ def shape_error(op, shapes) -> str:
         if len(got) != len(acc.index_map):
             return (f"{what} has shape {got} in shapes, but the op indexes it with {len(acc.index_map)} "
                     f"dimensions (implied shape {implied[v]})")
-        if op.kind != "layout" and got != tuple(implied[v]):
+        if op.kind == "layout":
+            continue
+        result = any(r.value == v for r in op.results)
+        # operands may be read in part (a strided convolution skips the last rows), never out of bounds;
+        # the result is written whole
+        if (got != tuple(implied[v])) if result else any(g < i for g, i in zip(got, implied[v])):
             ext = ", ".join(f"{lv.name}<{lv.extent}" for lv in op.loop_vars)
-            return f"{what} has shape {got} in shapes, but the op's extents ({ext}) imply {tuple(implied[v])}"
+            need = "imply" if result else "read up to"
+            return f"{what} has shape {got} in shapes, but the op's extents ({ext}) {need} {tuple(implied[v])}"
     return ""
 
 
