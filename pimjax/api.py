@@ -148,6 +148,7 @@ to decorate outside and call inside.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import warnings
@@ -165,7 +166,7 @@ from .errors import PimCompileError, PrecisionWarning
 from .hw.core import Backend
 from .hw.presets import get_backend
 from .partition.verify import op_support
-from .precision import PRECISIONS, check_values, conversion, op_dtypes, unit_dtype
+from .precision import PRECISIONS, OperandChecks, check_values, conversion, op_dtypes, unit_dtype
 from .sim.append import Append
 from .sim.execute import execute
 from .sim.host import host_time
@@ -458,10 +459,8 @@ def enable_xla_cache(path: str | None = None) -> str | None:
 
 def _eager(method):
     """Run a stage eagerly even when called inside a transform's trace
-    (`f.lower(x).compile()` inside jax.jit): jax.jit stages every jnp op it
-    sees, and the tracer, partitioner and tuner need concrete numbers."""
-    import functools
-
+    (`f.lower(x).compile()` inside jax.jit: jax.jit stages every jnp op it
+    sees, and the partitioner and tuner need concrete numbers)."""
     @functools.wraps(method)
     def wrapper(*args, **kwargs):
         with jax.ensure_compile_time_eval():
@@ -1116,7 +1115,8 @@ class Compiled:
         unit = unit_dtype(self.backend)
         if unit is None or any(isinstance(a, jax.core.Tracer) for a in [out, *operands]):
             return                      # values staged into a trace are checked when they run
-        events = check_values(operands, out, unit,
+        checks = self.__dict__.setdefault("_operand_checks", OperandChecks())
+        events = check_values(operands, out, unit, checks=checks,
                               reference=lambda: evaluate_op(self.graph, op, [jnp.asarray(a) for a in operands])[0])
         if not events:
             return

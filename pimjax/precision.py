@@ -26,6 +26,8 @@ conversion happens there; nothing is checked.
 """
 from __future__ import annotations
 
+import weakref
+
 import ml_dtypes
 import numpy as np
 
@@ -83,9 +85,8 @@ def check_operand(x, unit: np.dtype) -> list[str]:
     info = ml_dtypes.finfo(unit)
     # the common case in three reductions: every magnitude inside the unit's range (a full cast of
     # a 64 MB weight per call costs more); the exact counts below only when one may not be
-    mag = np.abs(a)
-    hi = float(np.max(mag, where=np.isfinite(mag), initial=0.0))
-    lo = float(np.min(mag, where=mag > 0, initial=np.inf))
+    hi = max(float(np.max(a)), -float(np.min(a)))       # NaN / inf: the exact path
+    lo = float(np.min(np.abs(a), where=a != 0, initial=np.inf))
     if hi < float(info.max) and lo >= float(info.smallest_subnormal):
         return []
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
@@ -100,23 +101,51 @@ def check_operand(x, unit: np.dtype) -> list[str]:
     return out
 
 
-def check_values(operands, result, unit: np.dtype, reference=None) -> list[str]:
+class OperandChecks:
+    """`check_operand` remembered per immutable operand (a jax.Array, a
+    read-only numpy array: weights passed every call), so a resident 64 MB
+    weight is scanned once, not per call (three passes: ~30-90 ms here);
+    writeable numpy arrays are scanned every call (they may change in place)."""
+
+    def __init__(self):
+        self._seen: dict[int, tuple] = {}          # id -> (weakref, unit, events)
+
+    def __call__(self, x, unit: np.dtype) -> list[str]:
+        immutable = (type(x).__module__.startswith("jax") or
+                     (isinstance(x, np.ndarray) and not x.flags.writeable))
+        if not immutable:
+            return check_operand(x, unit)
+        hit = self._seen.get(id(x))
+        if hit is not None and hit[0]() is x and hit[1] == unit:
+            return hit[2]
+        events = check_operand(x, unit)
+        try:
+            self._seen[id(x)] = (weakref.ref(x), unit, events)
+        except TypeError:               # not weak-referenceable: not remembered
+            pass
+        if len(self._seen) > 256:       # drop entries whose arrays are gone
+            self._seen = {k: v for k, v in self._seen.items() if v[0]() is not None}
+        return events
+
+
+def check_values(operands, result, unit: np.dtype, reference=None, checks=check_operand) -> list[str]:
     """Events of one PIM op's call: per operand what the conversion to `unit`
     loses (`check_operand`), and inf / NaN in `result` where every operand
     is finite.  reference: a callable giving the op's result by jax,
     consulted only then: a result position counts when jax's is finite there
-    (a log of 0 is -inf for both); None counts every such position."""
+    (a log of 0 is -inf for both); None counts every such position.
+    checks: the operand check (`check_operand`, or an `OperandChecks`)."""
     out = []
     for k, x in enumerate(operands):
-        out += [f"operand {k}: {e}" for e in check_operand(x, unit)]
+        out += [f"operand {k}: {e}" for e in checks(x, unit)]
     res = np.asarray(result)
     if not _float(res.dtype) or res.size == 0:
         return out
     bad = ~np.isfinite(np.asarray(res, np.float32))
     if not bad.any():
         return out
-    finite_in = all(np.all(np.isfinite(np.asarray(x, np.float32))) for x in operands
-                    if _float(np.asarray(x).dtype))
+    finite_in = all(bool(np.isfinite(np.max(x)) and np.isfinite(np.min(x))) for x in map(np.asarray, operands)
+                    if _float(x.dtype) and x.size)     # only once the result is not finite
     if not finite_in:
         return out
     if reference is not None:
@@ -133,4 +162,5 @@ def check_values(operands, result, unit: np.dtype, reference=None) -> list[str]:
     return out
 
 
-__all__ = ["PRECISIONS", "unit_dtype", "conversion", "op_dtypes", "check_operand", "check_values"]
+__all__ = ["PRECISIONS", "unit_dtype", "conversion", "op_dtypes", "check_operand", "check_values",
+           "OperandChecks"]

@@ -82,6 +82,18 @@ def test_overflow_and_underflow_of_converted_operands_are_flagged():
         np.testing.assert_array_equal(np.asarray(f(ok, ok)), 6.0)
 
 
+def test_operand_checks_remember_immutable_operands_only():
+    from pimjax.precision import OperandChecks
+    checks, unit = OperandChecks(), np.dtype(np.float16)
+    a = np.ones((8, 8), np.float32)
+    assert checks(a, unit) == []
+    a[0, 0] = 1e6                                   # a writeable array changed in place: scanned again
+    assert checks(a, unit) == ["1 value(s) above 65504 overflow float16 (inf)"]
+    j = jnp.asarray(a)
+    assert checks(j, unit) == checks(j, unit) == ["1 value(s) above 65504 overflow float16 (inf)"]
+    assert checks(jnp.ones((8, 8)), unit) == []     # another array is another entry
+
+
 def test_an_overflowing_fp16_running_sum_is_flagged():
     """Rows of +-60 000: every partial fits fp16 but the units' running sum
     passes 65 504 (NaN); jax.jit gives 0.  The value is flagged, not silent."""
