@@ -275,19 +275,15 @@ def test_a_tampered_cache_entry_is_checked_dropped_and_retuned(tmp_path):
     assert hit.cached and hit.draft == best and hit.baseline is not None
 
 
-def test_validate_reference_names_a_csv_that_is_not_utf8(tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
+def test_validate_reference_names_a_csv_that_is_not_utf8(tmp_path, capsys):
+    from experiments import validate_reference
     bad = tmp_path / "latin1.csv"
     bad.write_bytes("backend,kernel\nhbm-pim,gemv caf\xe9\n".encode("latin-1"))
-    root = Path(__file__).resolve().parents[1]
-    r = subprocess.run([sys.executable, str(root / "experiments" / "validate_reference.py"), "--csv", str(bad)],
-                       capture_output=True, text=True, cwd=root, timeout=300,
-                       env={**__import__("os").environ, "PYTHONPATH": str(root)})
-    assert r.returncode != 0
-    assert "Traceback" not in r.stderr and "UnicodeDecodeError" not in r.stderr
-    assert f"{bad}" in r.stderr and "not UTF-8" in r.stderr
+    assert validate_reference.main(["--csv", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: not UTF-8 text" in err and "save the CSV as UTF-8" in err
+    assert validate_reference.main(["--csv", str(tmp_path / "absent.csv")]) == 2
+    assert "absent.csv: cannot be read" in capsys.readouterr().err
 
 
 # --- 7. errors name the user's mistake; transforms that used to fail work --------------------------
