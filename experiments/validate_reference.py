@@ -137,10 +137,21 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not 0 <= args.tolerance < 1:
         ap.error(f"--tolerance {args.tolerance} is a relative error: 0 <= tolerance < 1")
-    with open(args.csv, newline="") as f:
-        reader = csv.DictReader(f, skipinitialspace=True)
-        header = [c.strip() for c in (reader.fieldnames or [])]
-        rows = list(reader)
+    try:
+        with open(args.csv, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f, skipinitialspace=True)
+            header = [c.strip() for c in (reader.fieldnames or [])]
+            rows = list(reader)
+    except UnicodeDecodeError as err:
+        print(f"{args.csv}: not UTF-8 text ({err.reason}: byte 0x{err.object[err.start]:02x}); "
+              "save the CSV as UTF-8", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"{args.csv}: cannot be read ({err.strerror or err})", file=sys.stderr)
+        return 2
+    except csv.Error as err:
+        print(f"{args.csv}: not a CSV file ({err})", file=sys.stderr)
+        return 2
     absent = [c for c in COLUMNS if c not in header]
     if absent:
         print(f"{args.csv}: no column(s) {', '.join(absent)}; the header must name {','.join(COLUMNS)}",

@@ -4,7 +4,7 @@ Public names are re-exported flat here; see README.md for a tour.  No name
 here shadows a subpackage: `pimjax.lower` is the lowering subpackage (its
 function is `pimjax.lower.lower`, here `lower_program`), `pimjax.sim` the
 simulator (`pimjax.sim.execute` the module, `pimjax.execute` its function)."""
-from .errors import PimCompileError, PimTraceError
+from .errors import PimCompileError, PimTraceError, PrecisionWarning
 from .trace import PimGraph, make_graph
 from .hw import Backend, Core, Energy, Group, HostModel, System, Timing, get_backend, list_backends
 from .partition import Draft, drafts
@@ -19,7 +19,7 @@ from .api import Compiled, Lowered, OpPlan, PimFunction, Traced, pim_jit
 from .report import OpReport, Report
 from .dse import explore
 
-__all__ = ["PimCompileError", "PimTraceError", "PimGraph", "make_graph",
+__all__ = ["PimCompileError", "PimTraceError", "PrecisionWarning", "PimGraph", "make_graph",
            "Backend", "System", "Group", "Core", "Timing", "Energy", "HostModel", "get_backend", "list_backends",
            "Draft", "drafts", "Program", "lower_program", "execute", "cycles", "cycles_batch", "sweep",
            "CycleReport", "host_time", "Tuner", "Proposal", "Choice",

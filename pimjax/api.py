@@ -59,7 +59,12 @@ energy pJ; bytes; GB/s = bytes / ns.
                  call
   energy_pj      energy of the PIM ops (simulated only)
   ops            per op, in plan order: index, name, placement ("pim",
-                 "host", "fused", "md-dp"), reason, draft (in words), cycles, ns,
+                 "host", "fused", "md-dp"), reason, draft (in words), precision
+                 (the op's data converted to the units' type, e.g.
+                 "float32 -> float16"; "" when none), saturation (what
+                 calls found the units' type did to its values: overflow,
+                 underflow, inf / NaN; "" when nothing; `pimjax.precision`),
+                 cycles, ns,
                  gpu_ns (the op on the host roofline), gpu_share (mixed
                  plans: the op's share on the GPU beside PIM), space (drafts in
                  its space), simulated_drafts (0 when predicted);
@@ -136,18 +141,25 @@ becomes part of the traced shapes: a `custom_vmap` rule compiles
 `jax.vmap(fn)` for the batched arguments (a GEMV mapped over its vector is
 one GEMM program; `f.vmapped(in_batched)` is that pim_jit, `f.compiles()`
 lists its compiles and reports); nested vmaps fold every batch axis in.
-Under `jax.grad` / `jax.vjp` / `jax.jacrev` the forward runs on PIM and the
-backward is `jax.vjp` of the plain function run with jax (a `custom_vjp`):
-gradients are those of the jnp reference at the inputs, not of the PIM
-arithmetic.  Forward mode (`jax.jvp`, `jax.jacfwd`, `jax.hessian`) takes the
-primal from PIM and tangents from `jax.jvp` of the plain function (a
-`custom_jvp`).  `jax.linearize` is not supported: its linear function raises
-jax's "can't apply forward-mode autodiff (jvp) to a custom_vjp function".
+Autodiff: the primal runs on PIM and the derivatives are those of the
+plain function run with jax (a `custom_jvp` whose tangents are `jax.jvp` of
+`fn`): `jax.grad` / `jax.vjp` / `jax.jacrev` give the gradients of the jnp
+reference at the inputs, not of the PIM arithmetic; `jax.jvp`,
+`jax.jacfwd`, `jax.hessian` and `jax.linearize` take the primal from PIM
+and the tangents from `jax.jvp` of the plain function.
+The staged API under a transform: `f.trace` / `f.lower` take tracers as
+their shapes and dtypes (`jax.ShapeDtypeStruct`s), so `f.lower(x)` inside
+`jax.jit` lowers for the traced shapes; a `Lowered`, `Compiled` or report
+is not a jax value (return it from the jitted function and jax says so).
+Calling `pim_jit` (the decorator) under a transform is a TypeError saying
+to decorate outside and call inside.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import os
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
@@ -158,10 +170,11 @@ import numpy as np
 
 from .search.tuner import Tuner
 from .backends import family_of, has_family, missing_family
-from .errors import PimCompileError
+from .errors import PimCompileError, PrecisionWarning
 from .hw.core import Backend
 from .hw.presets import get_backend
 from .partition.verify import op_support
+from .precision import PRECISIONS, OperandChecks, check_values, conversion, op_dtypes, unit_dtype
 from .sim.append import Append
 from .sim.execute import execute
 from .sim.host import host_time
@@ -462,16 +475,34 @@ def enable_xla_cache(path: str | None = None) -> str | None:
     return path
 
 
+def _eager(method):
+    """Run a stage eagerly even when called inside a transform's trace
+    (`f.lower(x).compile()` inside jax.jit: jax.jit stages every jnp op it
+    sees, and the partitioner and tuner need concrete numbers)."""
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        with jax.ensure_compile_time_eval():
+            return method(*args, **kwargs)
+    return wrapper
+
+
 class PimFunction:
     """A function compiled for a PIM backend per argument shapes (see module
     docstring).  Create with `pim_jit`."""
 
     def __init__(self, fn: Callable, backend: str | Backend = "hbm-pim", resident: Sequence | str = "auto",
                  tuner: Tuner | str | None = None, cache: str | None = None, placement: str = "auto",
-                 **backend_options):
+                 precision: str = "convert", **backend_options):
         if placement not in PLACEMENTS:
             raise ValueError(f"placement {placement!r} not in {PLACEMENTS}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision {precision!r} not in {PRECISIONS}")
+        if not callable(fn):       # jax.jit(pim_jit)(x), pim_jit(y): a value where the function goes
+            raise TypeError(f"pim_jit needs a function, got a {type(fn).__name__}: apply pim_jit outside jax "
+                            "transforms (f = pim_jit(fn, backend=...)) and call f inside them "
+                            "(jax.jit(lambda x: f(x)), jax.vmap(f), jax.grad(...))")
         self.placement = placement
+        self.precision = precision
         self.fn = fn
         self.backend = backend if isinstance(backend, Backend) else get_backend(backend, **backend_options)
         # "auto", one name or position, or a sequence of them ("W" is one name, not "W"'s letters)
@@ -497,6 +528,9 @@ class PimFunction:
         """Trace for these argument shapes (arrays or ShapeDtypeStructs);
         keyword arguments are bound to their positions."""
         args = _positional(self.fn, args, kwargs)
+        _check_array_leaves(self, args)
+        # under a transform (f.lower(x) inside jax.jit) the tracers stand for their shapes and dtypes
+        args = jax.tree_util.tree_map(lambda x: _abstract(x) if isinstance(x, jax.core.Tracer) else x, args)
         return Traced(self, make_graph(self.fn, *args), args)
 
     def lower(self, *args, **kwargs) -> "Lowered":
@@ -516,7 +550,7 @@ class PimFunction:
         if f is None:
             axes = jax.tree_util.tree_map(lambda b: 0 if b else None, in_batched)
             f = cache[key] = PimFunction(jax.vmap(self.fn, in_axes=axes), self.backend, self.resident,
-                                         self.tuner, placement=self.placement)
+                                         self.tuner, placement=self.placement, precision=self.precision)
         return f
 
     def __call__(self, *args, **kwargs):
@@ -555,7 +589,7 @@ PLACEMENTS = ("auto", "prefer_pim", "pim")
 
 def pim_jit(fn: Callable | None = None, *, backend: str | Backend = "hbm-pim", resident: Sequence | str = "auto",
             tuner: Tuner | str | None = None, cache: str | None = None, placement: str = "auto",
-            **backend_options):
+            precision: str = "convert", **backend_options):
     """Compile `fn` (a jax.numpy function) for a PIM backend.
 
     backend: preset name or a Backend; backend_options go to `get_backend`.
@@ -578,18 +612,26 @@ def pim_jit(fn: Callable | None = None, *, backend: str | Backend = "hbm-pim", r
     "prefer_pim" (every op the backend supports on PIM), "pim" (like
     prefer_pim, and an op the backend cannot run raises PimCompileError
     naming its primitive and source line).
+    precision: "convert" (float32 / float64 data runs on fp16 / bf16 units
+    converted to their type: one `PrecisionWarning` per compile names the
+    ops, the report's per-op `precision` states each conversion) or
+    "strict" (a conversion raises PimCompileError naming the op).  Either
+    way every call checks the converted values and the PIM results:
+    overflow to inf, underflow to 0, inf / NaN from finite operands are a
+    `PrecisionWarning` and the report's per-op `saturation`
+    (`pimjax.precision`).
 
     The result composes with jax.jit, jax.vmap (the batch folded into the
-    compiled shapes) and jax.grad (forward on PIM, backward by jax.vjp of
-    `fn`); see the module docstring.
+    compiled shapes) and autodiff (jax.grad, jvp, linearize: the primal on
+    PIM, derivatives of `fn` run with jax); see the module docstring.
 
     Example:
         >>> f = pim_jit(lambda p, x: jax.nn.relu(p["W"] @ x), backend="hbm-pim")   # doctest: +SKIP
         >>> y = f({"W": W}, x); print(f.lower({"W": W}, x).compile().report())     # doctest: +SKIP
     """
     if fn is None:
-        return lambda f: PimFunction(f, backend, resident, tuner, cache, placement, **backend_options)
-    return PimFunction(fn, backend, resident, tuner, cache, placement, **backend_options)
+        return lambda f: PimFunction(f, backend, resident, tuner, cache, placement, precision, **backend_options)
+    return PimFunction(fn, backend, resident, tuner, cache, placement, precision, **backend_options)
 
 
 class Traced:
@@ -605,6 +647,7 @@ class Traced:
     def as_text(self) -> str:
         return self.graph.as_text()
 
+    @_eager
     def lower(self) -> "Lowered":
         """Partition and predict every op (cheap: no program is lowered and
         nothing is simulated; `Lowered.compile()` does that)."""
@@ -968,6 +1011,7 @@ class Lowered:
         best draft and its predicted cycles."""
         return plans_text(self.graph, self.backend, self.plans)
 
+    @_eager
     def report(self):
         """The per-op and total report on the *predicted* figures
         (`pimjax.report.Report`, `figures == "predicted"`)."""
@@ -986,6 +1030,7 @@ class Lowered:
         gives the simulated figures with the placement paid once."""
         return self.report().to_dict()
 
+    @_eager
     def compile(self) -> "Compiled":
         """The search: lower the candidates of every op, simulate them, keep
         the fastest and place each op on the simulated figures.  Done once
@@ -1008,6 +1053,10 @@ class Compiled:
         self.plans = plans if plans is not None else verify_plans(
             self.graph, self.backend, owner.tuner, lowered.plans, owner.placement)
         self._report = None
+        # {op index: conversion in words} of the PIM ops, refused or warned once (`pimjax.precision`);
+        # {op index: what a call's values lost}, filled by calls
+        self.conversions = _conversions(self.graph, self.plans, self.backend, owner)
+        self.saturation: dict[int, str] = {}
         # reads of each value by host ops and as an output: a numpy argument that one host op
         # reads goes to the device inside `host_op` (its copy freed there); one that several
         # read, once per call in `__call__`.  Fixed by the plans, so counted once here.
@@ -1079,6 +1128,7 @@ class Compiled:
                 fused = p.program.op             # the block's fused op for attention blocks
                 operands = [env[a.value] for a in fused.operands]
                 out = execute(p.program, *operands, arithmetic="backend")
+                self._check_values(p, fused, operands, out)
                 info = graph.values[fused.result.value]
                 env[fused.result.value] = jnp.asarray(out).astype(info.dtype).reshape(info.shape)
             else:
@@ -1090,6 +1140,28 @@ class Compiled:
             return outs[0] if len(outs) == 1 else tuple(outs)
         return jax.tree_util.tree_unflatten(graph.out_tree, outs)
 
+    def _check_values(self, p: OpPlan, op: PimOp, operands: list, out) -> None:
+        """Warn (PrecisionWarning) and record in the report's `saturation` what
+        the units' type did to one PIM op's values this call (`check_values`)."""
+        unit = unit_dtype(self.backend)
+        if unit is None or any(isinstance(a, jax.core.Tracer) for a in [out, *operands]):
+            return                      # values staged into a trace are checked when they run
+        checks = self.__dict__.setdefault("_operand_checks", OperandChecks())
+        events = check_values(operands, out, unit, checks=checks,
+                              reference=lambda: evaluate_op(self.graph, op, [jnp.asarray(a) for a in operands])[0])
+        if not events:
+            return
+        # distinct findings of every call so far (the latest last, at most 8)
+        seen = [e for e in self.saturation.get(p.index, "").split(" | ") if e]
+        text = " | ".join(([e for e in seen if e != "; ".join(events)] + ["; ".join(events)])[-8:])
+        self.saturation[p.index] = text
+        if self._report is not None:
+            self._report.ops[[o.index for o in self._report.ops].index(p.index)].saturation = text
+        warnings.warn(f"pim_jit({getattr(self.lowered.traced.owner.fn, '__name__', 'fn')}): "
+                      f"{op.name} at {op.source or '?'} on {self.backend.name}: {'; '.join(events)}",
+                      PrecisionWarning, stacklevel=4)
+
+    @_eager
     def report(self):
         """The per-op and total report on the *simulated* figures
         (`pimjax.report.Report`, `figures == "simulated"`)."""
@@ -1108,6 +1180,33 @@ class Compiled:
         return plans_text(self.graph, self.backend, self.plans) + "\n\n" + self.report().as_text()
 
 
+def _conversions(graph: PimGraph, plans: list, backend: Backend, owner: PimFunction) -> dict[int, str]:
+    """{op index: conversion} of the PIM-placed plans whose data is wider than
+    the units (`precision.conversion`); precision="strict" refuses the first
+    with a PimCompileError, "convert" warns once, naming them all."""
+    out = {}
+    for p in plans:
+        if p.placement != "pim":
+            continue
+        op = p.program.op if p.program is not None else p.op
+        conv = conversion(op_dtypes(graph, op), backend)
+        if not conv:
+            continue
+        if owner.precision == "strict":
+            wide, unit = conv.split(" -> ")
+            _refuse(p.op, backend, f"precision='strict': its {wide} data would run converted to {unit} on "
+                                   f"the PIM units (cast it to {unit} yourself, or pass precision='convert')")
+        out[p.index] = conv
+    if out:
+        name = getattr(owner.fn, "__name__", "fn")
+        ops = ", ".join(f"{graph.ops[i].name} at {graph.ops[i].source or '?'} ({c})" for i, c in out.items())
+        warnings.warn(f"pim_jit({name}) on {backend.name} runs {len(out)} op(s) on data converted to the "
+                      f"units' type: {ops}. Values beyond its range become inf or 0 on PIM (checked per call: "
+                      "report 'saturation'); precision='strict' refuses conversions", PrecisionWarning,
+                      stacklevel=4)
+    return out
+
+
 # --- transforms: pim_jit inside jax.jit / jax.vmap / jax.grad -----------------------------
 
 def _check_array_leaves(owner: PimFunction, args: tuple):
@@ -1122,7 +1221,21 @@ def _check_array_leaves(owner: PimFunction, args: tuple):
         where = "args" + jax.tree_util.keystr(path)
         raise TypeError(f"pim_jit({getattr(owner.fn, '__name__', 'fn')}): argument {where} is a "
                         f"{type(leaf).__name__}, not an array; pim_jit traces every argument leaf as an "
-                        "array (close over static values instead)")
+                        f"array ({_leaf_hint(leaf, args[path[0].idx] if path else None)})")
+
+
+def _leaf_hint(leaf, arg) -> str:
+    """How to pass what a non-array leaf holds: a function (an activation in
+    an equinox Module) is closed over or filtered out, a static value closed over."""
+    if not callable(leaf):
+        return "close over static values instead"
+    hint = ("a function is not an array: close over it (pim_jit(lambda x: model(x))) or pass only the "
+            "arrays")
+    if any(c.__module__.split(".")[0] == "equinox" for c in type(arg).__mro__):      # an eqx.Module
+        hint += (f"; for this equinox {type(arg).__name__}: arrays, static = eqx.partition(model, "
+                 "eqx.is_array) and pim_jit(lambda arrays, x: eqx.combine(arrays, static)(x))(arrays, x), "
+                 "or eqx.filter(model, eqx.is_array)")
+    return hint
 
 
 def _abstract(leaf) -> jax.ShapeDtypeStruct:
@@ -1142,9 +1255,6 @@ def _result_avals(compiled: "Compiled"):
     if g.out_tree is None:
         return outs[0] if len(outs) == 1 else tuple(outs)
     return jax.tree_util.tree_unflatten(g.out_tree, outs)
-
-
-_JVP_ERROR = "can't apply forward-mode autodiff (jvp) to a custom_vjp function"
 
 
 def _traces(leaves) -> set:
@@ -1167,14 +1277,13 @@ def _transformed_call(owner: PimFunction, leaves: list, tree, compiled: "Compile
     for the per-example shapes waits until a program of those shapes runs
     (usually never: the vmap rule compiles for the batched shapes)."""
     traces = _traces(leaves)
-    forward = "JVPTrace" in traces                 # a forward-mode trace: jax.jvp, jax.jacfwd, jax.hessian
     if compiled is not None:
-        runners = compiled.__dict__.setdefault("_composed", {})     # {forward mode: runner}
-        key, get = forward, (lambda: compiled)
+        runners = compiled.__dict__.setdefault("_composed", {})
+        key, get = None, (lambda: compiled)
     else:
         avals = jax.tree_util.tree_unflatten(tree, [_abstract(x) for x in leaves])
         runners = owner._composed
-        key = (tree, tuple(_leaf_signature(a) for a in jax.tree_util.tree_leaves(avals)), forward)
+        key = (tree, tuple(_leaf_signature(a) for a in jax.tree_util.tree_leaves(avals)))
         get = lambda: owner._compile_for(avals)   # noqa: E731
         if "BatchTrace" not in traces:
             compiled = get()                       # compile now: errors at the call, not in a callback
@@ -1183,20 +1292,11 @@ def _transformed_call(owner: PimFunction, leaves: list, tree, compiled: "Compile
         # result shapes: the graph's outputs, or jax.eval_shape while not compiled
         outs = (_result_avals(compiled) if compiled is not None else
                 jax.eval_shape(owner.fn, *jax.tree_util.tree_unflatten(tree, [_abstract(x) for x in leaves])))
-        run = runners[key] = _composable(owner, tree, get, outs, forward)
-    try:
-        return run(*leaves)
-    except TypeError as err:
-        if _JVP_ERROR not in str(err):
-            raise
-        name = getattr(owner.fn, "__name__", "fn")
-        raise TypeError(f"pim_jit({name}) cannot run under forward-mode autodiff (jax.jvp, jax.jacfwd) "
-                        "here: its PIM forward is a jax.custom_vjp whose backward is jax.vjp of "
-                        f"{name} run with jax. Use reverse mode (jax.grad, jax.vjp, jax.jacrev), or apply "
-                        f"the forward-mode transform to {name} itself") from None
+        run = runners[key] = _composable(owner, tree, get, outs)
+    return run(*leaves)
 
 
-def _composable(owner: PimFunction, tree, get_compiled: Callable, out_avals, forward: bool = False):
+def _composable(owner: PimFunction, tree, get_compiled: Callable, out_avals):
     """The compiled function as a jax-composable callable of the flat
     argument leaves:
 
@@ -1204,10 +1304,12 @@ def _composable(owner: PimFunction, tree, get_compiled: Callable, out_avals, for
       on the host, results shaped by `out_avals`;
     * `jax.vmap`: a `custom_vmap` rule calls `owner.vmapped(...)`, the
       pim_jit of `jax.vmap(fn)`: the batch is part of the traced shapes;
-    * autodiff: the forward as above; derivatives by the user's function run
-      with jax (the jnp reference): a `custom_vjp` whose backward is
-      `jax.vjp(fn)` (reverse mode), or with `forward` (a jvp trace among the
-      arguments') a `custom_jvp` whose tangents are `jax.jvp(fn)`."""
+    * autodiff: a `custom_jvp` whose primal is the PIM run and whose
+      tangents are `jax.jvp` of the user's function run with jax (the jnp
+      reference).  Those tangents are linear and transposable, so reverse
+      mode (jax.grad / vjp / jacrev: the vjp of the jnp reference at the
+      inputs), forward mode (jvp / jacfwd / hessian) and jax.linearize all
+      work, the primal on PIM."""
     def reference(*xs):
         return owner.fn(*jax.tree_util.tree_unflatten(tree, xs))
 
@@ -1224,30 +1326,15 @@ def _composable(owner: PimFunction, tree, get_compiled: Callable, out_avals, for
         out = batched(*jax.tree_util.tree_unflatten(tree, xs))
         return out, jax.tree_util.tree_map(lambda _: True, out)
 
-    if forward:
-        @jax.custom_jvp
-        def call_jvp(*xs):
-            return run(*xs)
-
-        @call_jvp.defjvp
-        def jvp(primals, tangents):
-            # the primal through pim_jit again: under a further forward-mode
-            # trace (jax.hessian's outer jacfwd) it is one more custom_jvp call
-            primal = owner(*jax.tree_util.tree_unflatten(tree, primals))
-            return primal, jax.jvp(reference, primals, tangents)[1]
-        return call_jvp
-
-    @jax.custom_vjp
+    @jax.custom_jvp
     def call(*xs):
         return run(*xs)
 
-    def fwd(*xs):
-        return run(*xs), xs
-
-    def bwd(xs, ct):
-        return jax.vjp(reference, *xs)[1](ct)
-
-    call.defvjp(fwd, bwd)
+    @call.defjvp
+    def jvp(primals, tangents):
+        # the primal through `call` again: under a further forward-mode trace
+        # (jax.hessian's outer jacfwd) it is one more custom_jvp call
+        return call(*primals), jax.jvp(reference, primals, tangents)[1]
     return call
 
 

@@ -10,3 +10,9 @@ class PimTraceError(Exception):
 class PimCompileError(Exception):
     """An op cannot be compiled for the requested PIM backend (unsupported
     primitive forced onto PIM, capacity exceeded, ...)."""
+
+
+class PrecisionWarning(UserWarning):
+    """Data converted to a PIM unit's narrower type (float32 on fp16 units), or
+    values the unit's type cannot hold (overflow to inf, underflow to 0, an
+    overflowed running sum): see `pimjax.precision`."""

@@ -34,6 +34,7 @@ from .hw.peaks import derived_peaks, describe_system, system_line
 from .lower import lower
 from .partition.dimsets import dimension_sets
 from .partition.draft import Draft
+from .precision import conversion, op_dtypes
 from .sim.append import charge_append
 from .sim.cycles import cycles_pooled
 from .sim.host import op_bytes
@@ -75,6 +76,8 @@ class OpReport:
     placement: str
     reason: str
     draft: str = ""
+    precision: str = ""         # data converted to the units' type ("float32 -> float16"), `pimjax.precision`
+    saturation: str = ""        # what the units' type did to the values of a call (overflow, underflow)
     cycles: float = 0.0
     ns: float = 0.0
     rearrangement: float = 0.0
@@ -203,9 +206,9 @@ class Report:
         """The `cost_analysis()` op fields per op, NaN where a figure is unknown."""
         ops = []
         for o in self.ops:
-            d = {k: getattr(o, k) for k in ("index", "name", "placement", "reason", "draft", "cycles", "ns",
-                                           "energy_pj", "gpu_ns", "gpu_share", "baseline_ns", "bound",
-                                           "simulated_drafts", "space")}
+            d = {k: getattr(o, k) for k in ("index", "name", "placement", "reason", "draft", "precision",
+                                           "saturation", "cycles", "ns", "energy_pj", "gpu_ns", "gpu_share",
+                                           "baseline_ns", "bound", "simulated_drafts", "space")}
             for k in ("rearrangement", "compute", "readback", "merge", "resident", "append"):
                 d[f"{k}_cycles"] = getattr(o, k if k in PHASE_FIELDS else f"{k}_cycles")
             d["speedup_gpu"] = o.speedup_gpu
@@ -286,8 +289,9 @@ class Report:
         return buf.getvalue()
 
 
-OP_FIELDS = ("index", "name", "placement", "reason", "draft", "cycles", "ns", "energy_pj", "gpu_ns",
-             "gpu_share", "baseline_ns", "bound", "simulated_drafts", "space", "rearrangement_cycles", "compute_cycles",
+OP_FIELDS = ("index", "name", "placement", "reason", "draft", "precision", "saturation", "cycles", "ns",
+             "energy_pj", "gpu_ns", "gpu_share",
+             "baseline_ns", "bound", "simulated_drafts", "space", "rearrangement_cycles", "compute_cycles",
              "readback_cycles", "merge_cycles", "resident_cycles", "append_cycles", "speedup_gpu",
              "speedup_baseline",
              "operand_bytes", "to_pim_bytes", "from_pim_bytes", "effective_GBps", "internal_pct",
@@ -401,8 +405,21 @@ def build_report(stage, figures: str = "simulated") -> Report:
         else:
             # host ops on the GPU model (beside PIM in a mixed plan); fused ops are in their block
             o.ns = p.host_ns if np.isnan(p.mixed_ns) else float(p.mixed_ns)
+        _precision_fields(o, p, stage, be)
         rep.ops.append(o)
     return rep
+
+
+def _precision_fields(o: OpReport, p, stage, be) -> None:
+    """The op's `precision` (its conversion to the units' type; a `Compiled`
+    knows them, a `Lowered`'s PIM ops are computed here) and `saturation`
+    (what calls found, `Compiled.saturation`)."""
+    conv = getattr(stage, "conversions", None)
+    if conv is not None:
+        o.precision = conv.get(p.index, "")
+    elif p.placement == "pim":
+        o.precision = conversion(op_dtypes(stage.graph, p.op), be)
+    o.saturation = getattr(stage, "saturation", {}).get(p.index, "")
 
 
 def baseline_report(plan_, backend, shapes: dict):

@@ -115,13 +115,47 @@ def check_non_negative(obj, *names: str) -> None:
             raise ValueError(f"{type(obj).__name__}.{n} must be non-negative, got {getattr(obj, n)!r}")
 
 
+# The engines' arithmetic: the lax.scan cycle engine (and the sweeps, energies and report
+# figures built on it) computes in float32, the native engine in float64.  A setting must be a
+# float32 number, and a latency in cycles an integer float32 holds exactly (below 2**24).
+F32_MAX = float(np.finfo(np.float32).max)
+F32_TINY = float(np.finfo(np.float32).tiny)
+CYCLES_MAX = 2 ** 24
+
+
 def check_finite(obj, *names: str) -> None:
-    """Reject inf / NaN: an infinite time or bandwidth turns a sweep's
-    arithmetic into inf - inf = NaN instead of an error."""
+    """Reject inf / NaN, and magnitudes float32 (the scan engine's type) cannot
+    hold: an infinite time or bandwidth turns a sweep's arithmetic into
+    inf - inf = NaN instead of an error, and 1e40 is finite in float64 but
+    inf in the scan."""
     for n in names:
         v = _concrete(getattr(obj, n))
         if v is not None and (not _numeric(v) or not np.all(np.isfinite(v))):
             raise ValueError(f"{type(obj).__name__}.{n} must be a finite number, got {getattr(obj, n)!r}")
+        if v is not None and v.dtype.kind == "f" and not np.all(np.abs(v) <= F32_MAX):
+            raise ValueError(f"{type(obj).__name__}.{n} = {getattr(obj, n)!r} overflows float32, the "
+                             f"cycle engine's arithmetic (largest {F32_MAX:.3g})")
+
+
+def check_cycles(obj, *names: str) -> None:
+    """A latency in command-clock cycles must be below 2**24: the scan engine
+    times in float32, which holds integers exactly only up to 2**24 (a
+    1e9-cycle latency would absorb every later command's few cycles)."""
+    for n in names:
+        v = _concrete(getattr(obj, n))
+        if v is not None and _numeric(v) and not np.all(v <= CYCLES_MAX):
+            raise ValueError(f"{type(obj).__name__}.{n} = {getattr(obj, n)!r} cycles exceeds {CYCLES_MAX} "
+                             "(2**24), the largest latency the float32 cycle engine holds to the cycle")
+
+
+def check_not_tiny(obj, *names: str) -> None:
+    """A positive divisor (a clock, a bandwidth) must be a normal float32:
+    1 / 1e-40 overflows float32."""
+    for n in names:
+        v = _concrete(getattr(obj, n))
+        if v is not None and _numeric(v) and not np.all(v >= F32_TINY):
+            raise ValueError(f"{type(obj).__name__}.{n} = {getattr(obj, n)!r} is below float32's "
+                             f"smallest normal number ({F32_TINY:.3g}): its inverse would overflow")
 
 
 def check_int(obj, *names: str) -> None:
@@ -500,6 +534,9 @@ class Timing(_Replace):
         check_positive(self, "tCK", "tBL", "tCCD_S", "tCCD_L", "tCCD_AB", "dpu_clock_ghz",
                        "dma_bytes_per_cycle", "tREFI")
         check_non_negative(self, *(f.name for f in fields(self)))
+        check_not_tiny(self, "tCK", "dpu_clock_ghz", "dma_bytes_per_cycle")
+        check_cycles(self, *(f.name for f in fields(self)
+                             if f.name not in ("tCK", "dpu_clock_ghz", "dma_bytes_per_cycle")))
         # a refresh must end before the next is due (tREFI 0 used to switch refresh
         # off through a NaN deadline; `refresh=False` is the way to do that)
         refi, rfc = _concrete(self.tREFI), _concrete(self.tRFC)

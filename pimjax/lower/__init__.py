@@ -27,17 +27,57 @@ def _check_call(op, draft, backend, options, known) -> None:
         raise PimCompileError(f"{backend.name}: {wrong}")
 
 
+def shape_error(op, shapes) -> str:
+    """'' when `shapes` (value id -> shape) agrees with `op`'s index maps,
+    else what disagrees: a value the op touches that `shapes` lacks, a rank
+    other than its index map's, or -- for a contraction / reduction /
+    elementwise op -- an operand dimension smaller than its reads reach
+    (max index + 1 over the loop extents: it would read out of bounds) or a
+    result dimension other than the one the extents write.  Layout ops may
+    gather out of bounds (pad, concatenate read zero there): only their
+    ranks are checked."""
+    from ..partition.verify import infer_shapes
+    implied = infer_shapes(op)
+    names = {v: n for v, n in ((a.value, f"operand {k}") for k, a in enumerate(op.operands))}
+    names.update((r.value, "result" if len(op.results) == 1 else f"result {k}") for k, r in enumerate(op.results))
+    for acc in list(op.operands) + list(op.results):
+        v = acc.value
+        if not acc.index_map:            # a scalar read, or a host op's whole value
+            continue
+        what = f"{names[v]} (value {v}) of {op.name}"
+        if v not in shapes:
+            return f"shapes has no entry for {what}"
+        got = tuple(int(d) for d in shapes[v])
+        if len(got) != len(acc.index_map):
+            return (f"{what} has shape {got} in shapes, but the op indexes it with {len(acc.index_map)} "
+                    f"dimensions (implied shape {implied[v]})")
+        if op.kind == "layout":
+            continue
+        result = any(r.value == v for r in op.results)
+        # operands may be read in part (a strided convolution skips the last rows), never out of bounds;
+        # the result is written whole
+        if (got != tuple(implied[v])) if result else any(g < i for g, i in zip(got, implied[v])):
+            ext = ", ".join(f"{lv.name}<{lv.extent}" for lv in op.loop_vars)
+            need = "imply" if result else "read up to"
+            return f"{what} has shape {got} in shapes, but the op's extents ({ext}) {need} {tuple(implied[v])}"
+    return ""
+
+
 def lower(op, draft, backend, shapes=None, **options) -> Program:
     """Lower one PimOp under `draft` to a command program for `backend`,
     by the lowering of its family (`pimjax.backends`).
 
-    shapes: value id -> shape (default: implied by the op's index maps).
+    shapes: value id -> shape (default: implied by the op's index maps);
+    a shape that disagrees with the op's extents is a ValueError naming the
+    value (`shape_error`).
     options: lowering switches (register_reuse, data_block_layout,
     channel_parallel, resident=(operand indices), ...), each on by default.
     """
     from ..backends import family_of        # the families import this package: resolved at call time
     family = family_of(backend)
     _check_call(op, draft, backend, options, family.options)
+    if shapes is not None and (wrong := shape_error(op, shapes)):
+        raise ValueError(f"lower: {wrong}")
     program = family.lower(op, draft, backend, shapes, **options)
     # the operand shapes it was lowered for, which `execute` checks (not every operand has a layout:
     # AttAcc's vector goes straight to the global buffer)

@@ -88,6 +88,21 @@ def _float_evidence(op: PimOp) -> str | None:
     return None
 
 
+def _complex_evidence(op: PimOp) -> str | None:
+    """A complex type the op's expressions name (constants, converts), or None."""
+    stack = [e for e in (op.body, op.epilogue) if e is not None]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Const) and "complex" in str(e.dtype):
+            return str(e.dtype)
+        if isinstance(e, Prim):
+            nd = e.param("new_dtype")
+            if e.name == "convert_element_type" and nd is not None and "complex" in str(nd):
+                return str(nd)
+            stack.extend(e.args)
+    return None
+
+
 def op_support(op: PimOp, backend: Backend, dtype=None) -> tuple[bool, str]:
     """(True, reason-or-"") when `backend` can run `op` on PIM, else (False, reason).
 
@@ -101,7 +116,9 @@ def op_support(op: PimOp, backend: Backend, dtype=None) -> tuple[bool, str]:
     0 / 1, are exact): fp16 holds integers exactly only up to 2048 and
     overflows above 65504, so an int32 GEMV would come back rounded or NaN.
     An op with no loop variables (one scalar) has nothing to spread over
-    cores: host.
+    cores: host.  Complex data (a complex `dtype`, or complex constants /
+    converts in the body) runs on no backend: no family's units have
+    complex arithmetic, and a real lowering would drop the imaginary part.
 
     >>> op_support(op, get_backend("upmem"), dtype="float32")   # doctest: +SKIP
     (False, 'upmem cores compute integers only (no FPU): float32 data stays on the host ...')
@@ -111,6 +128,12 @@ def op_support(op: PimOp, backend: Backend, dtype=None) -> tuple[bool, str]:
         return False, f"{op.kind} op: {why}"
     if not op.loop_vars:
         return False, "a scalar (0-d) op: nothing to spread over PIM cores"
+    given = [] if dtype is None else [np.dtype(d) for d in
+                                      (dtype if isinstance(dtype, (list, tuple)) else [dtype])]
+    cplx = next((str(d) for d in given if np.issubdtype(d, np.complexfloating)), None) or _complex_evidence(op)
+    if cplx:            # no family's units have complex arithmetic: a real lowering drops the imaginary part
+        return False, (f"{cplx} data: {backend.name} units have no complex arithmetic (the imaginary part "
+                       "would be dropped); it stays on the host")
     dtypes_int = backend.core.dtype.startswith("int")
     if op.kind == "elementwise" and op.body is not None and _is_relu(op.body):
         need = {"relu"}
@@ -133,8 +156,6 @@ def op_support(op: PimOp, backend: Backend, dtype=None) -> tuple[bool, str]:
             # UPMEM lowering's kernels are reductions too.  Newton's global buffer broadcasts any operand.
             return False, f"a contraction without a reduction (an outer product): {backend.name} lowers " \
                           "contractions as reductions along the lanes / tasklets"
-    given = [] if dtype is None else [np.dtype(d) for d in
-                                      (dtype if isinstance(dtype, (list, tuple)) else [dtype])]
     if dtypes_int:
         floats = [d for d in given if _is_float(d)]
         if floats or (not given and _float_evidence(op)):

@@ -300,9 +300,15 @@ class Tuner:
                 self.cache.drop(p.key)
             else:
                 predicted = hit.get("predicted")
-                return _with_append(Choice(draft, program, cycles_pooled(program, backend),
-                                           float("nan") if predicted is None else predicted,
-                                           0, hit.get("space", 0), hit.get("mode", self.mode), cached=True), p)
+                cached = Choice(draft, program, cycles_pooled(program, backend),
+                                float("nan") if predicted is None else predicted,
+                                0, hit.get("space", 0), hit.get("mode", self.mode), cached=True)
+                checked, wrong = self._check_claim(hit, cached, op, backend, shapes, lower_options, lower_fn)
+                if not wrong:
+                    return _with_append(checked, p)
+                warnings.warn(f"tuning cache entry for {op.name} is wrong ({wrong}); dropped, tuning again",
+                              RuntimeWarning, stacklevel=3)
+                self.cache.drop(p.key)
         if p.table is None:           # proposed from a cache entry that is gone or stale: predict now
             p = self._predict_space(p)
             if p is None:
@@ -327,6 +333,28 @@ class Tuner:
                                "cycles": float(choice.report.total_cycles), "space": choice.space,
                                "mode": choice.mode, "failed": int(choice.failed)})
         return _with_append(choice, p)
+
+    def _check_claim(self, hit: dict, cached: Choice, op, backend, shapes, lower_options,
+                     lower_fn) -> tuple[Choice, str]:
+        """(the cached choice with its baseline, '') when what the entry claims
+        holds, else (cached, what is wrong).  A cache file is data anyone
+        can edit: its cycles must be what the draft simulates to now (to
+        1e-3: the engines are float32), and its draft no slower than the
+        backend's baseline mapping (simulated here; the report needs it
+        anyway), which every mode's search beats or keeps."""
+        sim = float(cached.report.total_cycles)
+        claimed = hit.get("cycles")
+        if not isinstance(claimed, (int, float)) or isinstance(claimed, bool):
+            return cached, f"its cycles {claimed!r} are not a number"
+        if not abs(float(claimed) - sim) <= 1e-3 * max(abs(sim), 1.0):
+            return cached, f"it claims {float(claimed):,.6g} cycles, its draft simulates to {sim:,.6g}"
+        checked = self._against_baseline(cached, op, backend, shapes, lower_options, lower_fn,
+                                         cached.space)
+        if checked is not None and checked.draft != cached.draft:
+            base = float(checked.report.total_cycles)
+            return cached, (f"its {cached.mode} choice simulates to {sim:,.6g} cycles, slower than the "
+                            f"baseline mapping's {base:,.6g}")
+        return replace(checked, simulated=0), ""
 
     def _trusts(self, hit: dict) -> bool:
         """Whether a cached choice is at least as searched as this tuner would

@@ -16,6 +16,12 @@
      only permutes P's result or adds/drops unit dims (e.g. the transpose
      jnp.einsum emits after dot_general) -> P writes C's result directly.
 
+A fused body or epilogue is kept at most `MAX_FUSED_DEPTH` expressions
+deep: a longer elementwise chain (jax.jit takes 2 000 ops in a row) is
+split into several fused ops of that depth rather than one expression whose
+recursive walkers (re-indexing, hashing, lowering, printing) would exceed
+Python's recursion limit.
+
 Producer/consumer maps are built once and updated per rewrite, so the pass
 is linear in the number of ops (PimGraph.producer/consumers are linear scans
 and are not used here).
@@ -26,9 +32,15 @@ from collections import defaultdict
 
 from .affine import AffineExpr
 from .builder import ZERO
-from .ir import Acc, Access, Arg, Expr, PimOp, map_args
+from .ir import Acc, Access, Arg, Expr, PimOp, expr_depth, map_args
 
 _VIEW_LAYOUTS = ("broadcast_in_dim", "transpose", "squeeze", "reshape")
+
+# Deepest fused expression (body, or epilogue over a body).  Why 64: the expression walkers
+# recurse a few Python frames per level (the dataclasses' hash / eq included), so 64 levels stay
+# far below the default limit of 1 000; a fused body that deep (GELU is ~15) is far past the point
+# where fusing more saves anything (each fused op still reads its operands once).
+MAX_FUSED_DEPTH = 64
 
 
 def dead_code(ops: list[PimOp], outputs, effectful: set[int]) -> list[PimOp]:
@@ -227,6 +239,8 @@ def fuse(ops: list[PimOp], outputs, shapes) -> list[PimOp]:
             p = producer.get(vid)
             if p is None or slots[p].kind != "elementwise" or not sole_reader(vid, i):
                 continue
+            if expr_depth(slots[p].body) + expr_depth(op.body) > MAX_FUSED_DEPTH:
+                continue
             read = _bijective_read(op, vid, shapes[vid])
             if read is None:
                 continue
@@ -239,6 +253,9 @@ def fuse(ops: list[PimOp], outputs, shapes) -> list[PimOp]:
             p = producer.get(vid)
             if (p is None or slots[p].kind not in ("contraction", "reduction")
                     or not sole_reader(vid, i)):
+                continue
+            if (max(expr_depth(slots[p].body), expr_depth(slots[p].epilogue))
+                    + expr_depth(op.body) > MAX_FUSED_DEPTH):
                 continue
             read = _bijective_read(op, vid, shapes[vid])
             if read is None:

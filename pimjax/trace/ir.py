@@ -97,6 +97,20 @@ def expr_prims(expr: Expr) -> Iterator[str]:
             yield from expr_prims(a)
 
 
+def expr_depth(expr: Expr | None) -> int:
+    """Nesting depth of an expression (a leaf is 1, None 0); iterative, so
+    it measures expressions deeper than Python's recursion limit."""
+    if expr is None:
+        return 0
+    best, stack = 0, [(expr, 1)]
+    while stack:
+        e, d = stack.pop()
+        best = max(best, d)
+        if isinstance(e, Prim):
+            stack.extend((a, d + 1) for a in e.args)
+    return best
+
+
 def map_args(expr: Expr, fn) -> Expr:
     """Rebuild `expr` with every `Arg`/`InBounds` index replaced by `fn(index)`.
 

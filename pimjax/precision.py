@@ -1,0 +1,166 @@
+"""The precision policy: data wider than a backend's units, and values they cannot hold.
+
+Policy (issue #28, "nothing silently wrong"):
+
+* Allowed by default: floating data wider than the units' type (float32 /
+  float64 on fp16 units -- HBM-PIM, AttAcc -- or bf16 units -- Newton) runs on
+  PIM converted to the units' type; that is what the hardware does with it.
+  `Compiled` warns once (`PrecisionWarning`, naming each converted op and its
+  dtypes) and the report states the conversion per op (`precision`, e.g.
+  "float32 -> float16").  Data the units cannot hold exactly at all
+  (integers on float units, floats on integer units, complex anywhere) never
+  runs on PIM (`partition.verify.op_support`).
+* `pim_jit(..., precision="strict")` refuses every conversion: an op that
+  would run converted raises `PimCompileError` naming it, its source line and
+  the dtypes.
+* Every call checks the values a PIM op ran on (`check_values`): finite
+  operands beyond the units' largest value (65504 in fp16) that would turn
+  into inf, nonzero operands that round to 0 (below ~3e-8 in fp16), and
+  inf / NaN results where `jax` gives a finite value (an fp16 running sum
+  that overflowed: rows of +-60 000 summing to NaN where `jax.jit` gives 0).
+  Each is a `PrecisionWarning` and the report's per-op `saturation`; the
+  value is returned as the units computed it, never silently replaced.
+
+Integer units (UPMEM) run only integer data of at most their width, so no
+conversion happens there; nothing is checked.
+"""
+from __future__ import annotations
+
+import weakref
+
+import ml_dtypes
+import numpy as np
+
+PRECISIONS = ("convert", "strict")
+
+
+def unit_dtype(backend) -> np.dtype | None:
+    """The numpy dtype a backend's units compute in, for floating units
+    (float16 / bfloat16 / float32); None for integer units."""
+    name = backend.core.dtype
+    if name.startswith("int"):
+        return None
+    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+def _float(dt) -> bool:
+    try:
+        dt = np.dtype(dt)
+    except TypeError:
+        return False
+    return dt.kind == "f" or dt == np.dtype(ml_dtypes.bfloat16)
+
+
+def conversion(dtypes, backend) -> str:
+    """'' when every floating dtype in `dtypes` fits the backend's units, else
+    the conversion in words ("float32 -> float16"): a dtype is converted when
+    it is floating and not the units' type (wider, or another 16-bit format:
+    float16 data on bf16 units loses mantissa, bf16 on fp16 loses range)."""
+    unit = unit_dtype(backend)
+    if unit is None:
+        return ""
+    wide = sorted({str(np.dtype(d)) for d in dtypes if _float(d) and np.dtype(d) != unit})
+    return f"{', '.join(wide)} -> {unit}" if wide else ""
+
+
+def op_dtypes(graph, op) -> list:
+    """The dtypes of the data an op's PIM units compute on: the operands its
+    body reads (a reduction's or contraction's epilogue runs at the host
+    merge) and its results."""
+    body = set(op.body_operands) if op.kind in ("reduction", "contraction") else set(range(len(op.operands)))
+    return [graph.values[a.value].dtype for k, a in enumerate(op.operands) if a.index_map and k in body] + \
+        [graph.values[r.value].dtype for r in op.results]
+
+
+def _count(mask) -> int:
+    return int(np.count_nonzero(mask))
+
+
+def check_operand(x, unit: np.dtype) -> list[str]:
+    """What converting one operand to `unit` does to it: finite values that
+    overflow to inf, nonzero values that underflow to 0 (empty if nothing)."""
+    a = np.asarray(x)
+    if not _float(a.dtype) or a.dtype == unit or a.size == 0:
+        return []
+    info = ml_dtypes.finfo(unit)
+    # the common case in three reductions: every magnitude inside the unit's range (a full cast of
+    # a 64 MB weight per call costs more); the exact counts below only when one may not be
+    hi = max(float(np.max(a)), -float(np.min(a)))       # NaN / inf: the exact path
+    lo = float(np.min(np.abs(a), where=a != 0, initial=np.inf))
+    if hi < float(info.max) and lo >= float(info.smallest_subnormal):
+        return []
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        conv = np.asarray(a.astype(unit), np.float32)       # what the units hold
+    out = []
+    big = _count(np.isfinite(a) & np.isinf(conv))
+    if big:
+        out.append(f"{big} value(s) above {float(info.max):g} overflow {unit} (inf)")
+    small = _count((a != 0) & (conv == 0))
+    if small:
+        out.append(f"{small} nonzero value(s) below {float(info.smallest_subnormal):.3g} underflow to 0 in {unit}")
+    return out
+
+
+class OperandChecks:
+    """`check_operand` remembered per immutable operand (a jax.Array, a
+    read-only numpy array: weights passed every call), so a resident 64 MB
+    weight is scanned once, not per call (three passes: ~30-90 ms here);
+    writeable numpy arrays are scanned every call (they may change in place)."""
+
+    def __init__(self):
+        self._seen: dict[int, tuple] = {}          # id -> (weakref, unit, events)
+
+    def __call__(self, x, unit: np.dtype) -> list[str]:
+        immutable = (type(x).__module__.startswith("jax") or
+                     (isinstance(x, np.ndarray) and not x.flags.writeable))
+        if not immutable:
+            return check_operand(x, unit)
+        hit = self._seen.get(id(x))
+        if hit is not None and hit[0]() is x and hit[1] == unit:
+            return hit[2]
+        events = check_operand(x, unit)
+        try:
+            self._seen[id(x)] = (weakref.ref(x), unit, events)
+        except TypeError:               # not weak-referenceable: not remembered
+            pass
+        if len(self._seen) > 256:       # drop entries whose arrays are gone
+            self._seen = {k: v for k, v in self._seen.items() if v[0]() is not None}
+        return events
+
+
+def check_values(operands, result, unit: np.dtype, reference=None, checks=check_operand) -> list[str]:
+    """Events of one PIM op's call: per operand what the conversion to `unit`
+    loses (`check_operand`), and inf / NaN in `result` where every operand
+    is finite.  reference: a callable giving the op's result by jax,
+    consulted only then: a result position counts when jax's is finite there
+    (a log of 0 is -inf for both); None counts every such position.
+    checks: the operand check (`check_operand`, or an `OperandChecks`)."""
+    out = []
+    for k, x in enumerate(operands):
+        out += [f"operand {k}: {e}" for e in checks(x, unit)]
+    res = np.asarray(result)
+    if not _float(res.dtype) or res.size == 0:
+        return out
+    bad = ~np.isfinite(np.asarray(res, np.float32))
+    if not bad.any():
+        return out
+    finite_in = all(bool(np.isfinite(np.max(x)) and np.isfinite(np.min(x))) for x in map(np.asarray, operands)
+                    if _float(x.dtype) and x.size)     # only once the result is not finite
+    if not finite_in:
+        return out
+    if reference is not None:
+        try:
+            ref = np.asarray(reference(), np.float32).reshape(res.shape)
+            bad &= np.isfinite(ref)
+        except Exception:      # noqa: BLE001 -- no reference: every such position counts
+            pass
+    n = _count(bad)
+    if n:
+        out.append(f"result: {n} inf / NaN value(s) from finite operands where jax's are finite "
+                   f"(the {unit} arithmetic overflowed, e.g. a running sum above "
+                   f"{float(ml_dtypes.finfo(unit).max):g})")
+    return out
+
+
+__all__ = ["PRECISIONS", "unit_dtype", "conversion", "op_dtypes", "check_operand", "check_values",
+           "OperandChecks"]
