@@ -1186,7 +1186,7 @@ def _conversions(graph: PimGraph, plans: list, backend: Backend, owner: PimFunct
     with a PimCompileError, "convert" warns once, naming them all."""
     out = {}
     for p in plans:
-        if p.placement != "pim":
+        if p.placement not in ("pim", "md-dp"):      # an md-dp op's PIM part converts as well
             continue
         op = p.program.op if p.program is not None else p.op
         conv = conversion(op_dtypes(graph, op), backend)
