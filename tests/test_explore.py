@@ -107,3 +107,35 @@ def test_evolve_finds_the_grid_optimum_of_a_mixed_space(tmp_path):
     assert found["channels"].iloc[0] == 64 and found["timing.tRCDRD"].iloc[0] == t0
     with pytest.raises(ValueError, match="has no field"):
         point_backend("hbm-pim", {"timing.nope": 1.0})
+
+
+def test_explore_on_one_backend_equals_pim_jit(swept):
+    import pimjax
+    df, _, points, _ = swept
+    be = points["channels=16"]
+    ca = pimjax.pim_jit(gemv, backend=be).lower(*ARGS).compile().cost_analysis()
+    row = df[(df["point"] == "channels=16") & df["timing"].isna()].iloc[0]
+    assert row["total_ns"] == pytest.approx(ca["total_ns"]) and row["gpu_ns"] == pytest.approx(ca["gpu_ns"])
+    assert row["drafts"] == "; ".join(f"{o['index']}:{o['draft']}" for o in ca["ops"] if o["draft"])
+
+
+def test_a_structural_change_flips_the_best_draft(swept):
+    """The mapping tuned at 16 channels is not the best at 64: re-timed there it is slower than the
+    64-channel point's own pick, both simulated here."""
+    import pimjax
+    from pimjax.lower import lower
+    from pimjax.sim.cycles import cycles
+    df, _, points, _ = swept
+    picks = {}
+    for label in ("channels=16", "channels=64"):
+        c = pimjax.pim_jit(gemv, backend=points[label]).lower(*ARGS).compile()
+        (p,) = [q for q in c.plans if q.placement == "pim"]
+        picks[label] = p
+    small, big = picks["channels=16"], picks["channels=64"]
+    assert small.draft != big.draft
+    shapes = {i: v.shape for i, v in enumerate(pimjax.make_graph(gemv, *ARGS).values)}
+    be = points["channels=64"]
+    own = float(cycles(lower(big.op, big.draft, be, shapes, resident=big.resident), be).total_cycles)
+    moved = float(cycles(lower(small.op, small.draft, be, shapes, resident=small.resident), be).total_cycles)
+    assert own == pytest.approx(float(big.choice.report.total_cycles), rel=1e-6)
+    assert own < moved
