@@ -33,8 +33,9 @@ Search, not only grids: `evolve(fn, *args, name=, axes=)` breeds points over
 mixed structural ("channels") and timing ("timing.tRP") axes (crossover and
 the tuner's one-knob-at-a-time mutation), each point explored as above.
 
-Not here yet (issue #27): timing variants sharded over devices
-(`sweep(mesh=)` is there; explore does not pass one), the notebook.
+Timing variants shard over devices with `mesh=` (`sim.sweep`'s).
+
+Not here yet (issue #27): the notebook; the throughput target at LLaMA scale.
 """
 from __future__ import annotations
 
@@ -111,7 +112,7 @@ def _row(point: str, fp: str, backend: Backend, ca: dict, tuning_s: float, simul
             "simulated_drafts": simulated, "tuning_s": tuning_s, "reused_programs": reused}
 
 
-def _compile_point(fn, args, label, be, fp, variants, tuner, placement) -> list:
+def _compile_point(fn, args, label, be, fp, variants, tuner, placement, mesh=None) -> list:
     """One structural point: tuned for itself, its timing variants on its
     programs; JSON-able row dicts (what a worker process sends back)."""
     from .api import pim_jit
@@ -125,12 +126,13 @@ def _compile_point(fn, args, label, be, fp, variants, tuner, placement) -> list:
     simulated = int(sum(p.choice.simulated for p in compiled.plans if p.choice is not None))
     new = [_row(label, fp, be, ca, tuning_s, simulated)]
     if variants:
-        new += _timing_rows(label, fp, be, compiled, ca, variants, stack_variants, sweep, tuning_s, simulated)
+        new += _timing_rows(label, fp, be, compiled, ca, variants, stack_variants, sweep, tuning_s, simulated,
+                            mesh)
     return new
 
 
 def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement: str = "auto",
-            results: str | None = None, progress: bool = True, processes: int = 1, shard=None):
+            results: str | None = None, progress: bool = True, processes: int = 1, shard=None, mesh=None):
     """One row per (structural point, timing variant) of `fn(*args)` on
     every backend of `backends`, each point tuned for itself (see the
     module docstring).
@@ -148,6 +150,8 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
     (one share per process of a multi-process or multi-host run; "jax" takes
     `jax.process_index()` / `jax.process_count()` after
     `jax.distributed.initialize`); the processes can share one results file.
+    mesh: a one-axis `jax.sharding.Mesh`: each point's timing variants are
+    sharded over its devices (`sim.sweep(mesh=)`, the scan engine).
     Returns a pandas DataFrame (columns `COLUMNS`) of this process's points.
     """
     import pandas as pd
@@ -181,7 +185,7 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
             with open(results, "a") as fh:
                 fh.write("".join(json.dumps(r, allow_nan=True) + "\n" for r in new))
 
-    jobs = [(fn, args, label, be, fp, timings.get(label, []), tuner, placement) for label, be, fp in todo]
+    jobs = [(fn, args, label, be, fp, timings.get(label, []), tuner, placement, mesh) for label, be, fp in todo]
     if processes > 1 and len(jobs) > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -203,7 +207,8 @@ def _progress(it, total: int, on: bool):
     return track(it, total=total, description="exploring", transient=True)
 
 
-def _timing_rows(label, fp, be, compiled, ca, variants, stack_variants, sweep, tuning_s, simulated) -> list:
+def _timing_rows(label, fp, be, compiled, ca, variants, stack_variants, sweep, tuning_s, simulated,
+                 mesh=None) -> list:
     """The point's PIM programs timed under each timing variant: PIM ops at
     their swept ns, host ops (and md-dp ops' GPU parts) as compiled."""
     pim = [p for p in compiled.plans if p.placement == "pim"]
@@ -212,7 +217,7 @@ def _timing_rows(label, fp, be, compiled, ca, variants, stack_variants, sweep, t
         for i, _ in enumerate(variants):
             out.append({**_row(label, fp, be, ca, tuning_s, simulated, timing=i, reused=True)})
         return out
-    rep = sweep([p.program for p in pim], stack_variants(variants), be)
+    rep = sweep([p.program for p in pim], stack_variants(variants), be, mesh=mesh)
     ns = np.asarray(rep.total_ns, np.float64).reshape(len(variants), len(pim))
     fixed = ca["total_ns"] - sum(float(p.choice.report.total_ns) for p in pim)
     for i in range(len(variants)):

@@ -139,3 +139,15 @@ def test_a_structural_change_flips_the_best_draft(swept):
     moved = float(cycles(lower(small.op, small.draft, be, shapes, resident=small.resident), be).total_cycles)
     assert own == pytest.approx(float(big.choice.report.total_cycles), rel=1e-6)
     assert own < moved
+
+
+def test_timing_variants_sharded_over_a_mesh_equal_the_host_sweep(swept):
+    """mesh=: the variants go through sweep's sharded scan engine (one CPU device here; the
+    sharding itself is tested in tests/sim/test_sweep.py); same rows as the native sweep."""
+    from jax.sharding import Mesh
+    df, _, points, variants = swept
+    one = {"channels=64": points["channels=64"]}
+    mesh = Mesh(np.array(jax.devices()[:1]), ("d",))
+    got = explore(gemv, *ARGS, backends=one, timings={"channels=64": variants}, progress=False, mesh=mesh)
+    want = df[df["point"] == "channels=64"]
+    np.testing.assert_allclose(got["total_ns"], want["total_ns"], rtol=1e-5)
