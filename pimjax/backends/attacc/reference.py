@@ -54,7 +54,9 @@ def reference_program(row: dict) -> tuple[Program, Backend]:
         block = [g.ops[i] for i in match_attention(g)[0]]
         shapes = {i: v.shape for i, v in enumerate(g.values)}
         draft = baseline(block[0], backend)
-        return lower_attention(block, draft, backend, shapes, resident=(1, 2)), backend
+        # the trace generator gives every head its own K / V partition (rows of its own)
+        return lower_attention(block, draft, backend, shapes, resident=(1, 2), head_rows=True,
+                               trace_generator_pairs=True), backend
     if kernel == "gemv":
         m = re.fullmatch(r"(\d+)x(\d+)", shape)
         if m is None:
