@@ -1160,7 +1160,9 @@ def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | No
     the score, mac mode for the context).  Heads a unit holds run as head
     steps; two steps are software-pipelined like the reference (the next
     head's score overlaps this head's softmax and context) when the GEMV
-    and softmax buffers hold both.
+    and softmax buffers hold both.  Option `head_rows=True`: every stored
+    head's K and V start on a DRAM row of their own (AttAcc's trace
+    generator; packed by default).
 
     The program's op is a fused contraction with operands (q, K, V) and the
     context result; `execute(program, q, K, V)` returns the context.

@@ -25,6 +25,10 @@ def reference_program(row: dict) -> tuple[Program, Backend]:
           "channels": int, "refresh": "yes" | "no", ...}.
     The PIM figure to compare is `sim.cycles.cycles(program, backend).kernel_cycles`;
     with refresh "no" the backend's refresh interval is set beyond any run.
+    An attention program lays every head's K / V on rows of its own and
+    copies the trace generator's pair loop, whose second head runs the
+    first head's context MACs (`trace_generator_pairs`): its timing is the
+    reference's, its values are not the attention's for those heads.
 
     >>> prog, be = reference_program({"variant": "bank-pc", "kernel": "gemv", "shape": "256x256",
     ...                               "channels": 16, "refresh": "yes"})   # doctest: +SKIP

@@ -214,7 +214,7 @@ def _frame_close(b: RecordBuilder, banks: int, per_bg: int) -> None:
 @functools.lru_cache(maxsize=None)
 def _frame_records(which: str, banks: int, per_bg: int) -> dict[str, np.ndarray]:
     """The records of the fixed frame (read-only arrays, built once per bank
-    count: every lowering emits the same records, 57 on a 16-bank group).
+    count: every lowering emits the same records).
     The park reads touch every bank of the group, in the bank-group
     interleaved order the controller issues them (`bank_order`); the SB->HAB
     writes go to banks 0 and 1 of the lower and the upper half of the banks
