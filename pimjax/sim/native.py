@@ -37,7 +37,7 @@ import numpy as np
 from numba import njit
 
 from ..hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, CHAIN, CHAIN_LEN, FAW, N_LAT, NEVER, PREA_END, RAS, RC,
-                              RCD_RD, RCD_WR, RD_END, REF0, REFI, RFC, RP, RP_REF, RRD_L, RRD_S, RTP, RTP_AB, RTW,
+                              RCD_RD, RCD_WR, RD_END, REF0, REFI, REFW, RFC, RP, RP_REF, RRD_L, RRD_S, RTP, RTP_AB, RTW,
                               PARAMS, SIDE_BG, SIDE_END, SIDE_GAP, WR_END, WR_PRE, WTR_L, WTR_S,
                               compile_chains)
 from ..lower.program import Phase
@@ -107,7 +107,7 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
                 if open_row[b] >= 0:
                     start = max(start, b_act[b] + t[RAS], b_rd[b] + t[RTP], b_wr[b] + wr_pre)
             # a due refresh waits past a wave of fresh activations: a single-bank record whose ACT
-            # can issue within tRAS of the last ACT and before every open bank may be precharged
+            # can issue within tREFW of the last ACT and before every open bank may be precharged
             # (the controller keeps issuing while the refresh waits for its PREs; timing.py, 1)
             b0 = min(max(rec[1, i], 0), banks - 1)
             row0 = rec[2, i]
@@ -125,7 +125,7 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
                         k0 = j
                 act0 = max(ready0, b_act[b0] + t[RC], bg_act[b0 // per_bg] + t[RRD_L], last_act + t[RRD_S],
                            faw[k0] + t[FAW])
-                if act0 < min(start, last_act + t[RAS]):
+                if act0 < min(start, last_act + t[REFW]):
                     due = False
         if due:
             end_ref = start + t[RP_REF] + t[RFC]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..hw.dram_rules import (ACTAB_END, FAW, KINDS, NEVER, PRECHARGES, PREA_END, RAS, REF0, REFI, RFC, RP_REF, RULES,
+from ..hw.dram_rules import (ACTAB_END, FAW, KINDS, NEVER, PRECHARGES, PREA_END, REF0, REFW, REFI, RFC, RP_REF, RULES,
                               SIDE_GAP, compile_rules)
 from ..lower.program import Phase
 from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE, STAGGER,
@@ -161,7 +161,7 @@ def _refresh_waits(h: History, ch: Channel, lat: list, r: dict, banks: int) -> b
     if ch.open_row[b] >= 0:
         hh.issue("PRE", earliest(hh, lat, "PRE", b, levels=("bank",)), b)
     acts = h.log.get((("channel",), "ACT"), ())
-    fresh = max((tm for tm, _ in acts), default=NEVER) + lat[RAS]     # tRAS after the latest ACT
+    fresh = max((tm for tm, _ in acts), default=NEVER) + lat[REFW]    # tREFW after the latest ACT
     return earliest(hh, lat, "ACT", b, floor_t) < min(start, fresh)
 
 

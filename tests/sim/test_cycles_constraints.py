@@ -225,7 +225,7 @@ def test_refresh_waits_past_a_wave_of_fresh_activations():
     timing = BE.timing.replace(tREFI=1000.0, tREF0=20.0, tRFC=50.0)
     t = {k: float(v) for k, v in _timing_vector(timing).items()}
     wave = [rd(b, 9) for b in (0, 4, 8, 12)]
-    assert 3 * t["tRRD_S"] < t["tRAS"]                              # a fresh wave
+    assert 3 * t["tRRD_S"] < t["tREFW"]                             # a fresh wave (tREFW = tRAS)
     no_ref, _ = run(wave, timing=timing)
     assert no_ref > 20.0                                            # the deadline falls inside it
     assert _three_engines(wave, timing) == (no_ref, 0.0)
@@ -238,14 +238,19 @@ def test_refresh_waits_past_a_wave_of_fresh_activations():
 
 
 def test_refresh_does_not_wait_for_activations_tras_apart():
-    """Activations spaced at least tRAS apart are no wave: a refresh due
+    """Activations spaced at least tREFW apart are no wave: a refresh due
     before such a record is taken there (it only waits for the open banks'
-    precharges)."""
-    timing = BE.timing.replace(tREFI=1000.0, tREF0=20.0, tRFC=50.0, tRRD_S=float(T["tRAS"]),
-                               tRRD_L=float(T["tRAS"]), tFAW=float(4 * T["tRAS"]))
+    precharges); with tREFW = 0 (a controller whose refresh holds every
+    later request: Ramulator's) the refresh never waits for a wave."""
+    timing = BE.timing.replace(tREFI=1000.0, tREF0=20.0, tRFC=50.0, tRRD_S=float(T["tREFW"]),
+                               tRRD_L=float(T["tREFW"]), tFAW=float(4 * T["tREFW"]))
     t = {k: float(v) for k, v in _timing_vector(timing).items()}
     end, refs = _three_engines([rd(0, 9), rd(4, 9)], timing)
     assert refs == 1.0
     # bank 0 precharged at max(deadline, tRAS after its ACT, tRTP after its read); bank 4 opens after
     assert end == max(20.0, t["tRAS"], t["tRCDRD"] + t["tRTP_S"]) + t["tRP"] + t["tRFC"] \
         + t["tRCDRD"] + t["tCL"] + t["tBL"]
+    blocking = BE.timing.replace(tREFI=1000.0, tREF0=20.0, tRFC=50.0, tREFW=0.0)
+    wave = [rd(b, 9) for b in (0, 4, 8, 12)]
+    _, refs = _three_engines(wave, blocking)
+    assert refs == 1.0
