@@ -164,3 +164,20 @@ def test_estimate_spread_on_labelled_records(tmp_path):
     rep = json.loads((tmp_path / "estimate_spread.json").read_text())["upmem"]
     assert rep["drafts"] == 6 and rep["shapes"] == 1 and rep["picks"] == 1.0
     assert rep["total"]["spread"] < 1e-4 and rep["total"]["median"] == pytest.approx(1.0, rel=1e-4)
+
+
+def test_gemv_readback_follows_the_simulators_read_path():
+    """The reference's read-back reads one burst per output, 8 per unit, the
+    units of a pCH, then the next pCH (PIMKernel::readResult), as a run of its
+    own: the busiest pCH reads min(M, 64) bursts for M <= 4096, so the
+    read-back takes the same time for M = 64 .. 4096; beyond, every 4096
+    outputs add 64 bursts per pCH, streamed over alternating bank groups
+    tCCD_S apart (a 16 384-output read-back meets no refresh in its run)."""
+    from pimjax.hw import get_backend
+    t = get_backend("hbm-pim").timing
+
+    def rb(m):
+        return validate_reference.our_cycles(_row(shape=f"{m}x1024", channels="64", metric="readback"))
+    small = {m: rb(m) for m in (64, 1024, 4096)}
+    assert len(set(small.values())) == 1
+    assert rb(16384) - small[4096] == (256 - 64) * t.tCCD_S

@@ -498,6 +498,11 @@ class Timing(_Replace):
     `dma_latency_cycles`; unused elsewhere (set to 1 / 0).  `tREF0` is the
     first refresh deadline of the rank the program runs in (0 = tREFI); a
     controller that staggers refresh over its ranks gives rank 0 an earlier one.
+    `tREFW`: a due refresh waits past a single-bank ACT that can issue
+    within tREFW of the latest ACT, before the open banks may be precharged
+    (a controller that lets queued commands go while the refresh's
+    precharges are not issuable: DRAMSim2's, tRAS); 0 (default): the
+    refresh holds every later command (Ramulator's priority queue).
     """
     tCK: Any
     tCL: Any
@@ -526,6 +531,7 @@ class Timing(_Replace):
     dma_bytes_per_cycle: Any = 1.0
     dma_latency_cycles: Any = 0.0
     tREF0: Any = 0.0
+    tREFW: Any = 0.0
 
     def __post_init__(self):
         check_finite(self, *(f.name for f in fields(self)))

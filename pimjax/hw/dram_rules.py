@@ -54,7 +54,9 @@ arrays, vmappable), so an engine adding a compiled latency to a time does
 the same arithmetic wherever it runs.
 
 Not constraints but read with them (`SCHEDULE`): the refresh interval
-`tREFI` and the first refresh deadline `tREF0` (0: tREFI).
+`tREFI`, the first refresh deadline `tREF0` (0: tREFI) and `tREFW`, the
+window after an ACT in which a due refresh lets further activations go
+first (`sim/timing.py`, 1).
 """
 from __future__ import annotations
 
@@ -144,14 +146,14 @@ RULES: tuple[Rule, ...] = (
     Rule("SIDE_END", "channel", ("SIDE",), ("END",), "max(tBL, tCCD_S)"),
 )
 
-SCHEDULE: tuple[tuple[str, str], ...] = (("REFI", "tREFI"), ("REF0", "tREF0"))
+SCHEDULE: tuple[tuple[str, str], ...] = (("REFI", "tREFI"), ("REF0", "tREF0"), ("REFW", "tREFW"))
 """Entries of the compiled vector that are not constraints: (name, expression)."""
 
 NAMES = tuple(r.name for r in RULES) + tuple(n for n, _ in SCHEDULE)
 # indices into the compiled vector (module constants: numba folds them)
 (RAS, RTP, WR_PRE, RTP_AB, RP, RP_REF, RFC, RC, RRD_L, RRD_S, FAW, RCD_RD, RCD_WR, CCD_AB, CCD_L, CCD_L_AB, CCD_S,
  CCD_S_AB, RTW, WTR_L, WTR_S, COL_ORDER, SIDE_GAP, SIDE_BG, RD_END, WR_END, AB_END, ACTAB_END, PREA_END,
- SIDE_END, REFI, REF0) = range(len(NAMES))
+ SIDE_END, REFI, REF0, REFW) = range(len(NAMES))
 N_LAT = len(NAMES)
 
 

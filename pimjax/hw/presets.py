@@ -185,6 +185,10 @@ def _hbm_pim_timing() -> Timing:
         # refresh countdown at tREFI / ranks * (i + 1), so rank 0 (the data) at tREFI / 2
         tREF0=1950.0,
         tRFC=350.0,     # hbm-pim.md: tRFC=350 (all-bank refresh)
+        # PIMSimulator CommandQueue::process_refresh issues the refresh's PREs once issuable
+        # (tRAS after a bank's ACT) and process_command keeps issuing meanwhile: a due refresh
+        # waits past activations less than tRAS apart (the park-out: REF after its last read)
+        tREFW=33.0,     # = tRAS
     )
 
 

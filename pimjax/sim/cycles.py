@@ -36,7 +36,7 @@ import numpy as np
 
 from ..hw.core import Backend, Timing, check_timing_batch
 from ..hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, CHAIN, FAW, N_LAT, NEVER, PREA_END, RAS, RC,
-                              RCD_RD, RCD_WR, RD_END, REF0, REFI, RFC, RP, RP_REF, RRD_L, RRD_S, RTP, RTP_AB, RTW,
+                              RCD_RD, RCD_WR, RD_END, REF0, REFI, REFW, RFC, RP, RP_REF, RRD_L, RRD_S, RTP, RTP_AB, RTW,
                               SIDE_BG, SIDE_END, SIDE_GAP, WR_END, WR_PRE, WTR_L, WTR_S, compile_chains,
                               compile_rules)
 from ..lower.program import Phase, Program, Records
@@ -267,7 +267,18 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
             do_ref = valid & (s["t_end"] >= s["next_ref"])
             # the refresh precharges like a PREA (tRTP_L after an all-bank MAC)
             after_mac = jnp.where(s["last_allbank"], s["last_col"] + L[RTP_AB], NEVER)
-            r_end = jnp.maximum(jnp.maximum(s["next_ref"], pre_open), after_mac) + L[RP_REF] + L[RFC]
+            r_start = jnp.maximum(jnp.maximum(s["next_ref"], pre_open), after_mac)
+            # a due refresh waits past a wave of fresh activations: a single-bank record whose ACT
+            # can issue within tREFW of the last ACT and before every open bank may be precharged
+            # (the controller keeps issuing while the refresh waits for its PREs; timing.py, 1)
+            open0 = row_b >= 0
+            need0 = is_col & ~allbank & (x["row"] >= 0) & (jnp.where(open0, row_b, -1) != x["row"])
+            ready0 = jnp.maximum(jnp.where(open0, pre_b + L[RP], ready_b), jnp.maximum(zero, s["ref_end"]))
+            ready0 = jnp.where(wait, jnp.maximum(ready0, s["t_end"]), ready0)
+            act0 = jnp.maximum(jnp.maximum(jnp.maximum(ready0, t_act_b + L[RC]), bg_act_b + L[RRD_L]),
+                               jnp.maximum(s["last_act"] + L[RRD_S], _rows(jnp.minimum, s["faw"]) + L[FAW]))
+            do_ref = do_ref & ~(need0 & (act0 < jnp.minimum(r_start, s["last_act"] + L[REFW])))
+            r_end = r_start + L[RP_REF] + L[RFC]
             missed = jnp.floor((s["t_end"] - s["next_ref"]) / L[REFI])
             next_ref = jnp.where(do_ref, next_ref + L[REFI] * (1.0 + missed), next_ref)
             ref_end = jnp.where(do_ref, r_end, ref_end)

@@ -37,7 +37,7 @@ import numpy as np
 from numba import njit
 
 from ..hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, CHAIN, CHAIN_LEN, FAW, N_LAT, NEVER, PREA_END, RAS, RC,
-                              RCD_RD, RCD_WR, RD_END, REF0, REFI, RFC, RP, RP_REF, RRD_L, RRD_S, RTP, RTP_AB, RTW,
+                              RCD_RD, RCD_WR, RD_END, REF0, REFI, REFW, RFC, RP, RP_REF, RRD_L, RRD_S, RTP, RTP_AB, RTW,
                               PARAMS, SIDE_BG, SIDE_END, SIDE_GAP, WR_END, WR_PRE, WTR_L, WTR_S,
                               compile_chains)
 from ..lower.program import Phase
@@ -98,13 +98,36 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
         # 1. refresh between records: every open bank precharged (like PREA:
         # tRTP_L after an all-bank MAC), all banks busy for tRP + tRFC
         floor_t = 0.0
-        if refresh and t_end >= next_ref:
-            start = next_ref
+        due = refresh and t_end >= next_ref
+        start = next_ref
+        if due:
             if last_allbank:
                 start = max(start, last_col + t[RTP_AB])
             for b in range(banks):
                 if open_row[b] >= 0:
                     start = max(start, b_act[b] + t[RAS], b_rd[b] + t[RTP], b_wr[b] + wr_pre)
+            # a due refresh waits past a wave of fresh activations: a single-bank record whose ACT
+            # can issue within tREFW of the last ACT and before every open bank may be precharged
+            # (the controller keeps issuing while the refresh waits for its PREs; timing.py, 1)
+            b0 = min(max(rec[1, i], 0), banks - 1)
+            row0 = rec[2, i]
+            if is_col and not allbank and row0 >= 0 and open_row[b0] != row0:
+                if open_row[b0] >= 0:
+                    ready0 = max(b_act[b0] + t[RAS], b_rd[b0] + t[RTP], b_wr[b0] + wr_pre) + t[RP]
+                else:
+                    ready0 = b_ready[b0]
+                ready0 = max(ready0, ref_end, 0.0)
+                if cls[op, WAIT] == 1 or rec[7, i] == 1:
+                    ready0 = max(ready0, t_end)
+                k0 = 0
+                for j in range(1, 4):
+                    if faw[j] < faw[k0]:
+                        k0 = j
+                act0 = max(ready0, b_act[b0] + t[RC], bg_act[b0 // per_bg] + t[RRD_L], last_act + t[RRD_S],
+                           faw[k0] + t[FAW])
+                if act0 < min(start, last_act + t[REFW]):
+                    due = False
+        if due:
             end_ref = start + t[RP_REF] + t[RFC]
             for b in range(banks):
                 open_row[b] = -1

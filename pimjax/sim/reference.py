@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..hw.dram_rules import (ACTAB_END, FAW, KINDS, NEVER, PRECHARGES, PREA_END, REF0, REFI, RFC, RP_REF, RULES,
+from ..hw.dram_rules import (ACTAB_END, FAW, KINDS, NEVER, PRECHARGES, PREA_END, REF0, REFW, REFI, RFC, RP_REF, RULES,
                               SIDE_GAP, compile_rules)
 from ..lower.program import Phase
 from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE, STAGGER,
@@ -140,6 +140,31 @@ def _precharge_all(h: History, ch: Channel, lat: list, kind: str, floor: float) 
     return t
 
 
+def _refresh_waits(h: History, ch: Channel, lat: list, r: dict, banks: int) -> bool:
+    """Whether a due refresh waits past record r: r is a single-bank column
+    record that opens a row, and its ACT (timed without the refresh) can
+    issue before every open bank may be precharged and within tRAS of the
+    latest ACT (a wave of fresh activations).  The controller keeps
+    issuing while the refresh waits for its precharges (DRAMSim2's
+    CommandQueue: the refresh's PREs have priority only once issuable), so a
+    wave of fresh activations -- HBM-PIM's park-out -- holds the refresh
+    until it ends."""
+    flags = CLASS_TABLE[r["op"]]
+    b = min(max(r["bank"], 0), banks - 1)
+    if not flags[COLUMN] or flags[ALLBANK] or r["row"] < 0 or ch.open_row[b] == r["row"]:
+        return False
+    start = _precharge_all(h, ch, lat, "PREREF", ch.next_ref)
+    hh = History(h.banks, h.banks_per_bg, h.depth, {k: list(v) for k, v in h.log.items()})
+    floor_t = max(0.0, ch.ref_end)
+    if bool(flags[WAIT]) or r.get("sync", 0) == 1:
+        floor_t = max(floor_t, ch.t_end)
+    if ch.open_row[b] >= 0:
+        hh.issue("PRE", earliest(hh, lat, "PRE", b, levels=("bank",)), b)
+    acts = h.log.get((("channel",), "ACT"), ())
+    fresh = max((tm for tm, _ in acts), default=NEVER) + lat[REFW]    # tREFW after the latest ACT
+    return earliest(hh, lat, "ACT", b, floor_t) < min(start, fresh)
+
+
 def simulate(records: list[dict], t: dict, banks: int, banks_per_bg: int, refresh: bool = True) -> dict:
     """Time a list of records (dicts with op, bank, row, n, phase, resident,
     pre, sync) under timing parameters t (cycles).  Returns the same buckets
@@ -162,7 +187,7 @@ def simulate(records: list[dict], t: dict, banks: int, banks_per_bg: int, refres
 
         # 1. refresh between records: PREREF (like a PREA), REF tRP later,
         # the banks closed until tRFC after it
-        if refresh and ch.t_end >= ch.next_ref:
+        if refresh and ch.t_end >= ch.next_ref and not _refresh_waits(h, ch, lat, r, banks):
             start = _precharge_all(h, ch, lat, "PREREF", ch.next_ref)
             h.issue("PREREF", start, ALL)
             t_ref = start + lat[RP_REF]       # tRP after its own precharge

@@ -56,7 +56,14 @@ Semantics of one record (all times in command-clock cycles, in order; each
    passed while the group was idle are skipped.  Commands issue in order,
    so no later record -- whatever its class: a barrier or a data-movement
    record the refresh fell on does not touch the banks -- starts before the
-   refresh ends.
+   refresh ends.  Except: the refresh waits past a single-bank column
+   record that opens a row when that ACT (timed without the refresh) can
+   issue both before every open bank may be precharged and within tRAS of
+   the latest ACT -- a wave of fresh activations, such as HBM-PIM's
+   park-out.  The reference's controller (DRAMSim2's CommandQueue) gives
+   the refresh's precharges priority only once they are issuable and keeps
+   issuing meanwhile, so such a wave holds the refresh until it ends; one
+   still due after the last record falls outside the run.
 2. row: a column record to a bank whose open row differs (and a row >= 0:
    a record with row < 0, a buffer access such as Newton's GWRITE, issues
    on the bank as it is) precharges it at

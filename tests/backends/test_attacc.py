@@ -459,3 +459,49 @@ def test_side_rows_give_the_row_gathers_values(monkeypatch):
         np.testing.assert_allclose(got[0], ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
         for x, y in zip(got, w):
             np.testing.assert_array_equal(x, y)
+
+
+# --------------------------------------------------------------------------
+# one K / V partition per head (the reference's trace generator; issue 28 item 8)
+# --------------------------------------------------------------------------
+def _attention_block(H, D, L, channels):
+    be = get_backend("attacc", variant="bank-npc", channels=channels)
+    f32 = jnp.float32
+    g = pimjax.make_graph(_attention, jax.ShapeDtypeStruct((H, D), f32), jax.ShapeDtypeStruct((H, L, D), f32),
+                                jax.ShapeDtypeStruct((H, L, D), f32))
+    ops = [g.ops[i] for i in match_attention(g)[0]]
+    return be, ops, {i: v.shape for i, v in enumerate(g.values)}
+
+
+def test_head_rows_cost_one_row_switch_per_head_and_phase():
+    """At L = 128 a head's K (and V) is 16 columns of each bank: packed, two
+    pipelined heads share one 1 KB row per phase; with `head_rows` (AttAcc's
+    generator: one partition per head) each head opens its own, one more row
+    switch per phase and pair: PREA tRTP_L after the last MAC, ACTAB tRP
+    later, the next MAC tRCD after it, instead of tCCD_AB after the last MAC.
+    The generator's pair loop gives the second head the first head's context
+    addresses (its open row): the reference program (`trace_generator_pairs`)
+    pays only the score phase's switch."""
+    be, ops, shapes = _attention_block(32, 128, 128, 16)          # 2 heads per channel: one pair
+    d = baseline(ops[0], be)
+    t = be.timing
+
+    def kc(**o):
+        return float(cycles(lower_attention(ops, d, be, shapes, resident=(1, 2), **o), be).kernel_cycles)
+    packed, rows, ref = kc(), kc(head_rows=True), kc(head_rows=True, trace_generator_pairs=True)
+    switch = t.tRTP_L + t.tRP + t.tRCDRD - t.tCCD_AB
+    assert rows - packed == 2 * switch
+    assert ref - packed == switch
+    prog, _ = reference_program({"variant": "bank-npc", "kernel": "attention", "shape": "h32_d128_L128",
+                                 "channels": 16, "refresh": "yes"})
+    assert float(cycles(prog, be).kernel_cycles) == ref
+
+
+def test_head_rows_values():
+    """Row-aligned heads (`head_rows`) compute the same attention."""
+    g, arrays, shapes, ops = _attention_case()
+    prog = lower_attention(ops, baseline(ops[0], BE), BE, shapes, head_rows=True)
+    assert prog.meta["pipelined"]
+    ref = np.asarray(g.evaluate(*arrays))
+    got = np.asarray(execute(prog, *arrays, arithmetic="wide"))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * float(np.abs(arrays[2]).max()))

@@ -353,3 +353,55 @@ def test_shared_rearrangement_and_readback_records_lower_the_same_programs():
     shared = next(iter(hbm_lower._READBACKS.values()))
     with pytest.raises(ValueError):
         shared["row"][0] = 0
+
+
+# --------------------------------------------------------------------------
+# the Samsung simulator's placement and frame (issue 28 item 8)
+# --------------------------------------------------------------------------
+def _gemv_op(M, N):
+    import jax
+
+    from pimjax.trace.frontend import make_graph
+    g = make_graph(lambda W, x: W @ x, jax.ShapeDtypeStruct((M, N), jnp.float16),
+                   jax.ShapeDtypeStruct((N,), jnp.float16))
+    return g.ops[0], {i: v.shape for i, v in enumerate(g.values)}
+
+
+@pytest.mark.parametrize("M", [8, 64, 1024, 4096, 16384])
+def test_baseline_gemv_outputs_fill_registers_then_units_then_pch(M):
+    """PIMKernel::preloadGemv / readResult place output o of a 4096-output
+    tile in GRF_B o % 8 of unit (o // 8) % 8 of pCH o // 64: a GEMV of
+    M < 4096 outputs uses M / 64 pCH fully, not every pCH partly."""
+    be = get_backend("hbm-pim", channels=64)
+    op, _ = _gemv_op(M, 256)
+    d = baseline(op, be)
+    ko, C, G = d.ko, be.cores_per_group, be.n_groups
+    cores = min(C, max(1, M // ko))
+    groups = min(G, max(1, M // (ko * cores)))
+    from pimjax.partition.dimsets import dimension_sets
+    out = [p for p, s in zip(d.parts, dimension_sets(op)) if not s.reduction][0]
+    assert (out.groups, out.cores) == (groups, cores)
+
+
+def test_refresh_due_in_the_park_out_waits_for_its_end():
+    """The park-out activates the 16 banks tRRD apart (the HAB -> SB PREs left
+    every bank closed), less than tRAS apart: a refresh falling due there is
+    issued after the last read, outside the timed kernel (the Samsung
+    simulator's RELU on 1 M elements on 64 pCH: 2042 cycles, refresh
+    deadline at 1950); one falling due in the kernel body costs tRP + tRFC
+    at least."""
+    be0 = get_backend("hbm-pim", channels=4)
+    import jax
+
+    from pimjax.trace.frontend import make_graph
+    g = make_graph(lambda a: jnp.maximum(a, jnp.zeros((), a.dtype)),
+                   jax.ShapeDtypeStruct((4 * 2048 * 4,), jnp.float16))
+    op = g.ops[0]
+    shapes = {i: v.shape for i, v in enumerate(g.values)}
+    prog = lower(op, baseline(op, be0), be0, shapes, resident=(0,))
+    t0 = float(cycles(prog, be0, refresh=False).kernel_cycles)
+    # the park-out is the last 16 reads: its ACTs span at least 15 tRRD_S
+    late = be0.replace(timing=be0.timing.replace(tREF0=t0 - 8 * be0.timing.tRRD_S))
+    assert float(cycles(prog, late).kernel_cycles) == t0
+    mid = be0.replace(timing=be0.timing.replace(tREF0=t0 / 2))
+    assert float(cycles(prog, mid).kernel_cycles) >= t0 + be0.timing.tRFC

@@ -20,7 +20,7 @@ def _expected(t) -> dict:
         "WTR_S": g("tWL") + g("tBL") + g("tWTR_S"), "COL_ORDER": 0.0, "SIDE_GAP": max(g("tBL"), g("tCCD_S")),
         "SIDE_BG": g("tCCD_L"), "RD_END": g("tCL") + g("tBL"), "WR_END": g("tWL") + g("tBL"),
         "AB_END": g("tCCD_AB"), "ACTAB_END": g("tRCDRD"), "PREA_END": g("tRP"),
-        "SIDE_END": max(g("tBL"), g("tCCD_S")), "REFI": g("tREFI"), "REF0": g("tREF0")}
+        "SIDE_END": max(g("tBL"), g("tCCD_S")), "REFI": g("tREFI"), "REF0": g("tREF0"), "REFW": g("tREFW")}
 
 
 @pytest.mark.parametrize("name", ["hbm-pim", "attacc", "newton"])

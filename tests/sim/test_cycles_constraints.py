@@ -193,3 +193,64 @@ def test_all_bank_activations_count_and_cost_per_bank():
     out = scan_stream(arr, _timing_vector(be.timing), be.group.banks, be.group.banks_per_bank_group, False)
     counts = np.asarray(out["counts"])
     assert counts[0] == be.group.banks and counts[7] == be.group.banks and counts[3] == 4
+
+
+def _three_engines(recs, timing, refresh=True):
+    """(end, REF count) of one record list on the scan, the native engine and
+    the reference model."""
+    from pimjax.sim.native import RECORD_FIELDS, time_streams, timing_table
+    from pimjax.sim.reference import simulate
+    t = {k: float(v) for k, v in _timing_vector(timing).items()}
+    full = [{f: r.get(f, int(Phase.COMPUTE) if f == "phase" else 0)
+             for f in ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")} for r in recs]
+    scan_end, scan_counts = run(recs, refresh=refresh, timing=timing)
+    ref = simulate(full, t, BE.group.banks, BE.group.banks_per_bank_group, refresh)
+    rec = np.array([[r[f] for r in full] for f in RECORD_FIELDS], np.int32)
+    nat = time_streams(rec, np.zeros(1, np.int64), np.array([len(full)]), np.zeros(1, np.int64), timing_table(t),
+                       BE.group.banks, BE.group.banks_per_bank_group, refresh)
+    out = {(scan_end, float(scan_counts[4])), (float(ref["end"]), float(ref["counts"][4])),
+           (float(nat["end"][0]), float(nat["counts"][0][4]))}
+    assert len(out) == 1, out
+    return out.pop()
+
+
+def test_refresh_waits_past_a_wave_of_fresh_activations():
+    """A refresh falls due during a wave of single-bank reads, each opening a
+    bank of another bank group tRRD_S after the last (HBM-PIM's park-out):
+    every open bank was activated less than tRAS ago, so its precharge cannot
+    issue yet and the controller keeps issuing the wave (the Samsung
+    simulator's DRAMSim2 controller: the refresh's PREs take priority only
+    once issuable); the refresh comes after the last command, outside the
+    run: the wave takes as long as without refresh."""
+    timing = BE.timing.replace(tREFI=1000.0, tREF0=20.0, tRFC=50.0)
+    t = {k: float(v) for k, v in _timing_vector(timing).items()}
+    wave = [rd(b, 9) for b in (0, 4, 8, 12)]
+    assert 3 * t["tRRD_S"] < t["tREFW"]                             # a fresh wave (tREFW = tRAS)
+    no_ref, _ = run(wave, timing=timing)
+    assert no_ref > 20.0                                            # the deadline falls inside it
+    assert _three_engines(wave, timing) == (no_ref, 0.0)
+    # a record that opens no row (a hit on bank 0) takes it: all banks precharged tRAS after the
+    # wave's last ACT, tRP + tRFC, then bank 0 activates its row again
+    end, refs = _three_engines(wave + [rd(0, 9)], timing)
+    last_act = 3 * t["tRRD_S"]
+    assert refs == 1.0
+    assert end == last_act + t["tRAS"] + t["tRP"] + t["tRFC"] + t["tRCDRD"] + t["tCL"] + t["tBL"]
+
+
+def test_refresh_does_not_wait_for_activations_tras_apart():
+    """Activations spaced at least tREFW apart are no wave: a refresh due
+    before such a record is taken there (it only waits for the open banks'
+    precharges); with tREFW = 0 (a controller whose refresh holds every
+    later request: Ramulator's) the refresh never waits for a wave."""
+    timing = BE.timing.replace(tREFI=1000.0, tREF0=20.0, tRFC=50.0, tRRD_S=float(T["tREFW"]),
+                               tRRD_L=float(T["tREFW"]), tFAW=float(4 * T["tREFW"]))
+    t = {k: float(v) for k, v in _timing_vector(timing).items()}
+    end, refs = _three_engines([rd(0, 9), rd(4, 9)], timing)
+    assert refs == 1.0
+    # bank 0 precharged at max(deadline, tRAS after its ACT, tRTP after its read); bank 4 opens after
+    assert end == max(20.0, t["tRAS"], t["tRCDRD"] + t["tRTP_S"]) + t["tRP"] + t["tRFC"] \
+        + t["tRCDRD"] + t["tCL"] + t["tBL"]
+    blocking = BE.timing.replace(tREFI=1000.0, tREF0=20.0, tRFC=50.0, tREFW=0.0)
+    wave = [rd(b, 9) for b in (0, 4, 8, 12)]
+    _, refs = _three_engines(wave, blocking)
+    assert refs == 1.0

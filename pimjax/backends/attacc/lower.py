@@ -91,7 +91,7 @@ SB_ROWS = 512
 HOST_ONE = -2                   # host-data index meaning the constant 1.0 (RED's ones vector)
 
 DEFAULT_OPTIONS = dict(register_reuse=True, data_block_layout=True, channel_parallel=True,
-                       resident=(), result_dtype="float32", sb_rows=SB_ROWS, gb_tile=None)
+                       resident=(), result_dtype="float32", sb_rows=SB_ROWS, gb_tile=None, head_rows=False)
 
 
 # --------------------------------------------------------------------------
@@ -142,9 +142,15 @@ class Geometry:
         return _unit_tables(self, C)
 
 
+    @property
+    def row_span(self) -> int:
+        """Virtual columns per DRAM row of a unit (`address`: bank 32, bg
+        4 banks x 32, buffer 32 banks x 32)."""
+        return {"bank": 32, "bg": 128, "buffer": 1024}[self.level]
+
     def row_of(self, v: int) -> int:
         """`address(v)[1]` for one int."""
-        return v // {"bank": 32, "bg": 128, "buffer": 1024}[self.level]
+        return v // self.row_span
 
     def pch(self, c) -> np.ndarray:
         return self.core_base(c) // 32
@@ -444,17 +450,19 @@ class _Gemv:
     size: np.ndarray
     order_is: bool
     n_store: int | None = None   # distinct matrices stored (< n_b when instances share one: GQA)
+    stride: int | None = None    # virtual columns from one instance to the next (None: size.sum())
 
     @property
     def v_total(self) -> int:
-        return int(self.size.sum()) * (self.n_b if self.n_store is None else self.n_store)
+        step = int(self.size.sum()) if self.stride is None else self.stride
+        return step * (self.n_b if self.n_store is None else self.n_store)
 
     def shared(self, which: np.ndarray) -> "_Gemv":
         """The plan with instance b reading stored matrix `which[b]` (the
         query heads of one KV head read its K / V once stored)."""
         n_store = int(which.max()) + 1 if len(which) else 0
         return _Gemv(self.mode, len(which), self.n_v, self.n_o, self.n_r, self.E, self.KI, self.t_in,
-                     self.t_out, self.start[which], self.size, self.order_is, n_store)
+                     self.t_out, self.start[which], self.size, self.order_is, n_store, self.stride)
 
     def ke(self, i: int) -> int:
         """Entries of input tile i."""
@@ -468,7 +476,10 @@ class _Gemv:
 
 
 def _plan(mode: int, n_b: int, n_v: int, n_o: int, n_r: int, cap: int, order_is: bool,
-          gb_tile: int | None = None) -> _Gemv:
+          gb_tile: int | None = None, align: int = 1) -> _Gemv:
+    """align: instances start at multiples of this many virtual columns
+    (a unit's DRAM row, `Geometry.row_span`, for the reference's one
+    partition per head; 1: packed back to back)."""
     E = max(1, -(-n_r // LANES))
     KI = min(E, cap if gb_tile is None else min(cap, gb_tile))
     t_in = -(-E // KI)
@@ -485,8 +496,10 @@ def _plan(mode: int, n_b: int, n_v: int, n_o: int, n_r: int, cap: int, order_is:
     ends = np.cumsum(seq.reshape(-1)).reshape(seq.shape)
     first = ends - seq
     one = first.T if order_is else first
-    start = (one[None] + np.arange(n_b)[:, None, None] * int(size.sum())).astype(np.int64)
-    return _Gemv(mode, n_b, n_v, n_o, n_r, E, KI, t_in, t_out, start, size, order_is)
+    stride = -(-int(size.sum()) // align) * align
+    start = (one[None] + np.arange(n_b)[:, None, None] * stride).astype(np.int64)
+    return _Gemv(mode, n_b, n_v, n_o, n_r, E, KI, t_in, t_out, start, size, order_is,
+                 stride=None if align == 1 else stride)
 
 
 def _matrix_positions(gp: _Gemv, geo: Geometry, row_base: int) -> np.ndarray:
@@ -1147,7 +1160,9 @@ def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | No
     the score, mac mode for the context).  Heads a unit holds run as head
     steps; two steps are software-pipelined like the reference (the next
     head's score overlaps this head's softmax and context) when the GEMV
-    and softmax buffers hold both.
+    and softmax buffers hold both.  Option `head_rows=True`: every stored
+    head's K and V start on a DRAM row of their own (AttAcc's trace
+    generator; packed by default).
 
     The program's op is a fused contraction with operands (q, K, V) and the
     context result; `execute(program, q, K, V)` returns the context.
@@ -1187,10 +1202,14 @@ def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | No
     # the same rows
     k_store = _stored_instance(bh, box, set(K.vars))
     v_store = _stored_instance(bh, box, {at.c2s[v] for v in V.vars})
+    # head_rows: every stored head's K and V start on a DRAM row of their own, as AttAcc's trace
+    # generator lays them out (one partition per head, sized for its maxlen); packed (the
+    # default), two short heads share a row and the second one's MACs hit the open row
+    align = geo.row_span if opts["head_rows"] else 1
     gs = _plan(TREE, int(k_store.max()) + 1, 1, n_n, n_d, cap, lay_is(-(-n_d // LANES)),
-               opts["gb_tile"]).shared(k_store)
+               opts["gb_tile"], align).shared(k_store)
     gc = _plan(MACMODE, int(v_store.max()) + 1, 1, n_d, n_n, cap, lay_is(-(-n_n // LANES)),
-               opts["gb_tile"]).shared(v_store)
+               opts["gb_tile"], align).shared(v_store)
     rows_k = int(geo.address(max(gs.v_total - 1, 0))[1]) + 1
     k_vars, v_vars = tuple(bh + [n, dk]), tuple(bh_c + [dv, n_c])
     if rows_k + int(geo.address(max(gc.v_total - 1, 0))[1]) + 1 > backend.core.rows:
@@ -1361,7 +1380,10 @@ def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | No
         phase([ctx_block(k0, j, 0, pb[0]) for j in range(Lc)], [ctx_drain(k0, j, True) for j in range(Lc)],
               merge({0: [sfm(k1)]}, spread(p1, Lc // 2, Lc, Op.MVGB)))
         sb.release(srows.pop(k1).values())
-        phase([ctx_block(k1, j, 0, pb[1]) for j in range(Lc)], [ctx_drain(k1, j, True) for j in range(Lc)], {})
+        # the trace generator's pair loop emits the FIRST head's context MACs for the second head
+        # ("Head1: Context" reuses cmd_context_mac[i]): timing-only replica, see `reference_program`
+        kv = k0 if opts.get("trace_generator_pairs") else k1
+        phase([ctx_block(kv, j, 0, pb[1]) for j in range(Lc)], [ctx_drain(k1, j, True) for j in range(Lc)], {})
 
     pipelined = (gs.t_in == 1 and gc.t_in == 1 and 2 * gs.E <= cap and 2 * gc.E <= cap
                  and gs.E + gc.E <= cap and opts["register_reuse"]

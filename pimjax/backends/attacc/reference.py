@@ -25,6 +25,10 @@ def reference_program(row: dict) -> tuple[Program, Backend]:
           "channels": int, "refresh": "yes" | "no", ...}.
     The PIM figure to compare is `sim.cycles.cycles(program, backend).kernel_cycles`;
     with refresh "no" the backend's refresh interval is set beyond any run.
+    An attention program lays every head's K / V on rows of its own and
+    copies the trace generator's pair loop, whose second head runs the
+    first head's context MACs (`trace_generator_pairs`): its timing is the
+    reference's, its values are not the attention's for those heads.
 
     >>> prog, be = reference_program({"variant": "bank-pc", "kernel": "gemv", "shape": "256x256",
     ...                               "channels": 16, "refresh": "yes"})   # doctest: +SKIP
@@ -54,7 +58,9 @@ def reference_program(row: dict) -> tuple[Program, Backend]:
         block = [g.ops[i] for i in match_attention(g)[0]]
         shapes = {i: v.shape for i, v in enumerate(g.values)}
         draft = baseline(block[0], backend)
-        return lower_attention(block, draft, backend, shapes, resident=(1, 2)), backend
+        # the trace generator gives every head its own K / V partition (rows of its own)
+        return lower_attention(block, draft, backend, shapes, resident=(1, 2), head_rows=True,
+                               trace_generator_pairs=True), backend
     if kernel == "gemv":
         m = re.fullmatch(r"(\d+)x(\d+)", shape)
         if m is None:

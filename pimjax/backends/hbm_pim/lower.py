@@ -42,7 +42,7 @@ from ...trace.ir import Acc, Arg, Const, PimOp, Prim
 from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
 from ...lower.native import class_totals, column_runs, gemv_sequence
 from ...lower.program import (RECORD_FIELDS, LazyArray, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records,
-                      SlotTable, TensorLayout, bank_order_key, chunk, concat, record_count, stack_streams, streamed)
+                      SlotTable, TensorLayout, bank_order, bank_order_key, chunk, concat, record_count, stack_streams, streamed)
 from ...lower.tiles import CoreTiles, core_tiles
 
 # rows of the mode / configuration frame (hbm-pim.md)
@@ -201,27 +201,36 @@ def lower_hbm_pim(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None
 # --------------------------------------------------------------------------
 # shared pieces
 # --------------------------------------------------------------------------
-def _frame_open(b: RecordBuilder, banks: int) -> None:
+def _frame_open(b: RecordBuilder, banks: int, per_bg: int) -> None:
     """Park-in, SB->HAB and the CRF program (hbm-pim.md "Fixed frame")."""
-    b.extend(_frame_records("open", banks))
+    b.extend(_frame_records("open", banks, per_bg))
 
 
-def _frame_close(b: RecordBuilder, banks: int) -> None:
+def _frame_close(b: RecordBuilder, banks: int, per_bg: int) -> None:
     """HAB->SB and park-out."""
-    b.extend(_frame_records("close", banks))
+    b.extend(_frame_records("close", banks, per_bg))
 
 
 @functools.lru_cache(maxsize=None)
-def _frame_records(which: str, banks: int) -> dict[str, np.ndarray]:
+def _frame_records(which: str, banks: int, per_bg: int) -> dict[str, np.ndarray]:
     """The records of the fixed frame (read-only arrays, built once per bank
-    count: every lowering emits the same records, 55 on a 16-bank group).
-    The park reads touch every bank of the group; the SB->HAB writes go to
-    banks 0 and 1 of the lower and the upper half of the banks (0, 8, 1, 9
-    on 16 banks)."""
+    count: every lowering emits the same records).
+    The park reads touch every bank of the group, in the bank-group
+    interleaved order the controller issues them (`bank_order`); the SB->HAB
+    writes go to banks 0 and 1 of the lower and the upper half of the banks
+    (0, 8, 1, 9 on 16 banks).  The park rows do not stay open: the
+    controller closes a row with no pending hit (the reference's open-page
+    policy), and in HAB / HAB_PIM mode every ACT / PRE reaches all even or
+    odd banks -- the records time all-bank commands on banks 0 / 1, so a
+    PREA after the park-in says that the other banks hold no open row when
+    the park-out activates each of them (and lets a refresh that falls due
+    during the park-out wait for it, as the reference's controller does)."""
     b = RecordBuilder()
+    park = bank_order(range(banks), per_bg)
     if which == "open":
-        for bank in range(banks):
+        for bank in park:
             b.add(Op.RD, bank=bank, row=PARK_ROW, col=0, aux=Crf.MODE)
+        b.add(Op.PREA, bank=0, row=0, col=0, n=1, aux=Crf.MODE)
         half = banks // 2
         for bank in (0, half, 1, half + 1) if banks >= 4 else (0, 1):
             b.add(Op.WR, bank=bank, row=SB_TO_HAB_ROW, col=31, aux=Crf.MODE)
@@ -229,7 +238,7 @@ def _frame_records(which: str, banks: int) -> dict[str, np.ndarray]:
     else:
         for bank in (0, 1):
             b.add(Op.WR, bank=bank, row=HAB_TO_SB_ROW, col=0, aux=Crf.MODE)
-        for bank in range(banks):
+        for bank in park:
             b.add(Op.RD, bank=bank, row=PARK_ROW, col=0, aux=Crf.MODE)
     records = b.build()
     for a in records.values():
@@ -531,8 +540,8 @@ def _contraction(ctx: _Ctx) -> Program:
                        (dataflow == "os", bool(reuse), bool(order_is)),
                        (geom.cols, 0 if geom.pair else geom.data_rows))
     frame = ctx.options["frame"]
-    kernel = (_frame_records("open", geom.banks) if frame else None, seq,
-              _frame_records("close", geom.banks) if frame else None)     # written once, in _concat
+    kernel = (_frame_records("open", geom.banks, geom.banks_per_bg) if frame else None, seq,
+              _frame_records("close", geom.banks, geom.banks_per_bg) if frame else None)     # written once, in _concat
 
     resident = mi in set(ctx.options["resident"])
     pre = _dense_rearrange(0, tuple((p, counters[p] * bursts) for p in (0, 1) if counters[p]), tiles.cores,
@@ -999,7 +1008,7 @@ def _elementwise(ctx: _Ctx) -> Program:
 
     b = RecordBuilder()
     if ctx.options["frame"]:
-        _frame_open(b, ctx.geom.banks)
+        _frame_open(b, ctx.geom.banks, ctx.geom.banks_per_bg)
     if consts:
         b.add(Op.AB_WR, bank=1, row=CONF_ROW, col=SRF_COL, n=1, reg=SRF, aux=Crf.HOST_SRF)
     _enter_pim(b)
@@ -1018,7 +1027,7 @@ def _elementwise(ctx: _Ctx) -> Program:
                       src=lid[-1])
     _exit_pim(b)
     if ctx.options["frame"]:
-        _frame_close(b, ctx.geom.banks)
+        _frame_close(b, ctx.geom.banks, ctx.geom.banks_per_bg)
     pre = RecordBuilder()
     resident = set(ctx.options["resident"])
     for k in bank_ops:
@@ -1122,7 +1131,7 @@ def _reduction(ctx: _Ctx) -> Program:
 
     b = RecordBuilder()
     if ctx.options["frame"]:
-        _frame_open(b, ctx.geom.banks)
+        _frame_open(b, ctx.geom.banks, ctx.geom.banks_per_bg)
     _enter_pim(b)
     for jb_ in range(t_acc):
         p = jb_ % 2
@@ -1137,7 +1146,7 @@ def _reduction(ctx: _Ctx) -> Program:
             b.add(Op.PIM_WR, bank=bank, row=row, col=c0, n=nn, reg=reg + off, reg_step=1, aux=Crf.STORE, src=1)
     _exit_pim(b)
     if ctx.options["frame"]:
-        _frame_close(b, ctx.geom.banks)
+        _frame_close(b, ctx.geom.banks, ctx.geom.banks_per_bg)
     pre = RecordBuilder()
     region = {p: np.arange(-(-(t_acc - p) // 2) * cols_per_acc * ko) for p in (0, 1) if t_acc > p}
     _rearrange(pre, 0, region, tiles.cores, 0 in set(ctx.options["resident"]), geom)

@@ -67,7 +67,7 @@ PLAN_KEYS = ("n_b", "n_v", "n_o", "n_rc", "cc", "t_in", "kv", "ki", "lo", "is_fl
 # inside the kernel (GWRITE), compute, read-back
 PRE, K_REARR, COMPUTE, READBACK = range(4)
 # the timing parameters the rules read, refresh left out (`_walk`'s horizon sums them)
-RULE_FIELDS = tuple(f for f in PARAMS if f not in ("tREFI", "tRFC", "tREF0"))
+RULE_FIELDS = tuple(f for f in PARAMS if f not in ("tREFI", "tRFC", "tREF0", "tREFW"))
 
 
 def _after(x: float, chain) -> float:
