@@ -91,6 +91,17 @@ def _model_factors(model: str, who: str) -> tuple[float, float, float]:
     return GPU_MODEL_FACTORS[model]
 
 
+def _gpu(name: str, peak_flops: float, bw: float, factors: tuple, model: str, sms: int, smem_per_sm: int,
+         l1_per_sm: int = 0, l2: int = 0) -> HostModel:
+    """A GPU's HostModel: its peak, memory and SMs, the GPU model's (bandwidth
+    efficiency, FLOP/s efficiency, launch ns), shared memory as the staging
+    buffer, the caches AttAcc's tiling reads (0: not modelled)."""
+    bw_eff, flops_eff, launch = factors
+    return HostModel(name=name, peak_flops=peak_flops, mem_bandwidth=bw, flops_efficiency=flops_eff,
+                     bandwidth_efficiency=bw_eff, launch_overhead_ns=launch, staging_buffer_bytes=sms * smem_per_sm,
+                     model=model, sms=sms, l1_bytes_per_sm=l1_per_sm, l2_bytes=l2)
+
+
 def a100(memory="hbm2e", model: str = "roofline") -> HostModel:
     """NVIDIA A100-80GB on `memory`, timed by the GPU model `model`.
 
@@ -117,20 +128,8 @@ def a100(memory="hbm2e", model: str = "roofline") -> HostModel:
     """
     bw, label = _memory_bandwidth(memory, {"hbm2e": A100_HBM2E_BANDWIDTH, "hbm3": A100_HBM3_BANDWIDTH,
                                            "hbm-pim": A100_ON_HBM_PIM_BANDWIDTH}, "a100")
-    bw_eff, flops_eff, launch = _model_factors(model, "a100")
-    return HostModel(
-        name=f"A100-80GB ({label})",         # the model is a field of its own (HostModel.model)
-        peak_flops=A100_PEAK_FP16_FLOPS,
-        mem_bandwidth=bw,
-        flops_efficiency=flops_eff,
-        bandwidth_efficiency=bw_eff,
-        launch_overhead_ns=launch,
-        staging_buffer_bytes=A100_SMS * A100_SMEM_PER_SM,   # 18,137,088 B
-        model=model,
-        sms=A100_SMS,
-        l1_bytes_per_sm=A100_L1_PER_SM,
-        l2_bytes=A100_L2,
-    )
+    return _gpu(f"A100-80GB ({label})", A100_PEAK_FP16_FLOPS, bw, _model_factors(model, "a100"), model,
+                A100_SMS, A100_SMEM_PER_SM, A100_L1_PER_SM, A100_L2)     # staging 18,137,088 B
 
 
 # --------------------------------------------------------------------------
@@ -151,20 +150,8 @@ def h100(memory="hbm3", model: str = "roofline") -> HostModel:
     The GPU of the real kernel times in `benchmarks/gpu_kernels.py`; no paper
     evaluates PIM against it, so no preset pairs with it."""
     bw, label = _memory_bandwidth(memory, {"hbm3": H100_HBM3_BANDWIDTH}, "h100")
-    bw_eff, flops_eff, launch = _model_factors(model, "h100")
-    return HostModel(
-        name=f"H100-SXM5 ({label})",
-        peak_flops=H100_PEAK_FP16_FLOPS,
-        mem_bandwidth=bw,
-        flops_efficiency=flops_eff,
-        bandwidth_efficiency=bw_eff,
-        launch_overhead_ns=launch,
-        staging_buffer_bytes=H100_SMS * H100_SMEM_PER_SM,
-        model=model,
-        sms=H100_SMS,
-        l1_bytes_per_sm=H100_L1_PER_SM,
-        l2_bytes=H100_L2,
-    )
+    return _gpu(f"H100-SXM5 ({label})", H100_PEAK_FP16_FLOPS, bw, _model_factors(model, "h100"), model,
+                H100_SMS, H100_SMEM_PER_SM, H100_L1_PER_SM, H100_L2)
 
 
 # --------------------------------------------------------------------------
@@ -233,19 +220,11 @@ def rtx2060(memory="gddr6", model: str = "roofline") -> HostModel:
     bw, label = _memory_bandwidth(memory, {"gddr6": RTX2060_BANDWIDTH}, "rtx2060")
     if model == "attacc":
         raise ValueError("rtx2060(model='attacc'): AttAcc's system model describes the A100a / H100 only")
-    bw_eff, flops_eff, launch = ((RTX2060_BW_EFFICIENCY, RTX2060_FLOPS_EFFICIENCY, RTX2060_LAUNCH_NS)
-                                 if model == "roofline" else _model_factors(model, "rtx2060"))
-    return HostModel(
-        name="RTX 2060" if memory == "gddr6" else f"RTX 2060 ({label})",
-        peak_flops=RTX2060_TENSOR_CORES * RTX2060_FP16_FMA_PER_TC * 2 * RTX2060_BOOST_GHZ * 1e9,
-        mem_bandwidth=bw,
-        flops_efficiency=flops_eff,
-        bandwidth_efficiency=bw_eff,
-        launch_overhead_ns=launch,
-        staging_buffer_bytes=RTX2060_SMS * RTX2060_SMEM_PER_SM,
-        model=model,
-        sms=RTX2060_SMS,
-    )
+    factors = ((RTX2060_BW_EFFICIENCY, RTX2060_FLOPS_EFFICIENCY, RTX2060_LAUNCH_NS)
+               if model == "roofline" else _model_factors(model, "rtx2060"))
+    return _gpu("RTX 2060" if memory == "gddr6" else f"RTX 2060 ({label})",
+                RTX2060_TENSOR_CORES * RTX2060_FP16_FMA_PER_TC * 2 * RTX2060_BOOST_GHZ * 1e9, bw, factors, model,
+                RTX2060_SMS, RTX2060_SMEM_PER_SM)
 
 
 def gpu_on(gpu, bandwidth_GBps: float, model: str = "occupancy") -> HostModel:

@@ -66,41 +66,31 @@ def _is_relu(expr) -> bool:
             and any(getattr(a, "value", None) == 0 for a in expr.args))
 
 
-def _float_evidence(op: PimOp) -> str | None:
-    """A floating-point type the op's expressions name (constants, converts), or None."""
-
-    def walk(e):
-        if isinstance(e, Const) and "float" in str(e.dtype):
+def _dtype_evidence(op: PimOp, word: str) -> str | None:
+    """The first type containing `word` ("float", "complex") that the op's
+    expressions name (constants, converts), in expression order, or None.
+    Iterative: fused expressions can be deep."""
+    stack = [e for e in (op.epilogue, op.body) if e is not None]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Const) and word in str(e.dtype):
             return str(e.dtype)
         if isinstance(e, Prim):
             nd = e.param("new_dtype")
-            if e.name == "convert_element_type" and nd is not None and "float" in str(nd):
+            if e.name == "convert_element_type" and nd is not None and word in str(nd):
                 return str(nd)
-            for a in e.args:
-                hit = walk(a)
-                if hit:
-                    return hit
-        return None
-    for e in (op.body, op.epilogue):
-        hit = walk(e) if e is not None else None
-        if hit:
-            return hit
+            stack.extend(reversed(e.args))
     return None
+
+
+def _float_evidence(op: PimOp) -> str | None:
+    """A floating-point type the op's expressions name (constants, converts), or None."""
+    return _dtype_evidence(op, "float")
 
 
 def _complex_evidence(op: PimOp) -> str | None:
     """A complex type the op's expressions name (constants, converts), or None."""
-    stack = [e for e in (op.body, op.epilogue) if e is not None]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, Const) and "complex" in str(e.dtype):
-            return str(e.dtype)
-        if isinstance(e, Prim):
-            nd = e.param("new_dtype")
-            if e.name == "convert_element_type" and nd is not None and "complex" in str(nd):
-                return str(nd)
-            stack.extend(e.args)
-    return None
+    return _dtype_evidence(op, "complex")
 
 
 def op_support(op: PimOp, backend: Backend, dtype=None) -> tuple[bool, str]:
