@@ -19,8 +19,9 @@ def _phases(compiled, args):
 def test_llama2_7b_layer_places_gemvs_and_attention_on_pim(backend, opts):
     """LLaMA-2 7B, fp16, called as model code calls it -- `layer(params, x, k_cache, v_cache, pos)`,
     params a dict, the caches appended at `pos` -- with pim_jit's defaults (resident="auto"), batch 1,
-    context 512: every weight GEMV and the attention's contractions run on PIM, and the layer beats
-    the GPU on the same memory system."""
+    context 512: every weight GEMV and the attention's contractions run on PIM (on newton, whose GPU
+    runs beside PIM, some GEMVs split with at most half of their rows on the GPU), and the layer
+    beats the GPU on the same memory system."""
     cfg = get_config("llama2-7b")
     args = layer_shapes(cfg, 1, 512)
     compiled = pim_jit(make_layer(cfg), backend=backend, **opts).lower(*args).compile()
@@ -29,8 +30,9 @@ def test_llama2_7b_layer_places_gemvs_and_attention_on_pim(backend, opts):
     assert "KV cache" in rep.resident["k_cache"]
     contractions = [(o, p) for o, p in zip(rep.ops, compiled.plans) if p.op.kind == "contraction"]
     assert len(contractions) == 3 + 1 + 3 + 2         # QKV, projection, FFN, score and context
-    assert all(o.placement in ("pim", "fused") for o, _ in contractions), \
-        [(o.name, o.placement, o.reason) for o, _ in contractions]
+    # on PIM, or (newton's concurrent GPU, PIMFlow's MD-DP) split with most of it on PIM
+    assert all(o.placement in ("pim", "fused") or (o.placement == "md-dp" and o.gpu_share <= 0.5)
+               for o, _ in contractions), [(o.name, o.placement, o.reason) for o, _ in contractions]
     assert rep.gpu_ns / rep.total_ns > 1
 
 
