@@ -282,56 +282,49 @@ def _inverted_residual(net: _Net, name, x, cout, k, stride, expand, act, se_ch=0
     return h
 
 
-def _mobilenet_v2(net: _Net, x):
-    x = net.conv("stem", x, net.ch(32), 3, 2, act="relu6")
-    specs = [(t, c, s if i == 0 else 1) for t, c, n, s in MOBILENET_V2 for i in range(n)]
-    for b, (t, c, s) in enumerate(specs[:net.blocks_kept(len(specs))]):
-        x = _inverted_residual(net, f"b{b}", x, net.ch(c), 3, s, t, "relu6")
+def _mbconv_net(net: _Net, x, act: str, blocks: list, head_ch: int, separable: bool = False):
+    """The MobileNet-V2 / EfficientNet / MnasNet skeleton: a 3 x 3 stride-2 stem
+    to 32 channels, [MnasNet's separable 3 x 3 conv to 16], the MBConv blocks
+    (cout, k, stride, expand, se) -- se(cin) gives a block's squeeze-excite
+    channels (0: none) --, then [a 1 x 1 head conv to `head_ch` and the
+    classifier]; every activation, SE's included, is `act`."""
+    x = net.conv("stem", x, net.ch(32), 3, 2, act=act)
+    if separable:       # torchvision: the separable conv 32 -> 16 (depthwise + pointwise, no residual)
+        x = net.conv("sep.dw", x, x.shape[-1], 3, 1, groups=x.shape[-1], act=act)
+        x = net.conv("sep.project", x, net.ch(16), 1)
+    for b, (c, k, s, e, se) in enumerate(blocks[:net.blocks_kept(len(blocks))]):
+        x = _inverted_residual(net, f"b{b}", x, net.ch(c), k, s, e, act, se(x.shape[-1]), act)
     if not net.cfg.head:
         return x
-    x = net.conv("head", x, _divisible(1280 * max(1.0, net.cfg.width)), 1, act="relu6")
+    x = net.conv("head", x, head_ch, 1, act=act)
     return net.classifier(x)
+
+
+def _no_se(cin: int) -> int:
+    return 0
+
+
+def _mobilenet_v2(net: _Net, x):
+    blocks = [(c, 3, s if i == 0 else 1, t, _no_se) for t, c, n, s in MOBILENET_V2 for i in range(n)]
+    return _mbconv_net(net, x, "relu6", blocks, _divisible(1280 * max(1.0, net.cfg.width)))
 
 
 def _efficientnet_b0(net: _Net, x):
-    x = net.conv("stem", x, net.ch(32), 3, 2, act="silu")
-    specs = [(e, k, s if i == 0 else 1, c) for e, k, s, _, c, n in EFFICIENTNET_B0 for i in range(n)]
-    for b, (e, k, s, c) in enumerate(specs[:net.blocks_kept(len(specs))]):
-        cin = x.shape[-1]
-        x = _inverted_residual(net, f"b{b}", x, net.ch(c), k, s, e, "silu", max(1, cin // 4), "silu")
-    if not net.cfg.head:
-        return x
-    x = net.conv("head", x, _divisible(1280 * max(1.0, net.cfg.width)), 1, act="silu")
-    return net.classifier(x)
+    quarter = lambda cin: max(1, cin // 4)         # noqa: E731 - SE ratio 0.25 of the block's input
+    blocks = [(c, k, s if i == 0 else 1, e, quarter) for e, k, s, _, c, n in EFFICIENTNET_B0 for i in range(n)]
+    return _mbconv_net(net, x, "silu", blocks, _divisible(1280 * max(1.0, net.cfg.width)))
 
 
 def _mnasnet1_0(net: _Net, x):
-    x = net.conv("stem", x, net.ch(32), 3, 2, act="relu")
-    # torchvision: the separable conv 32 -> 16 (depthwise + pointwise, no residual)
-    x = net.conv("sep.dw", x, x.shape[-1], 3, 1, groups=x.shape[-1], act="relu")
-    x = net.conv("sep.project", x, net.ch(16), 1)
-    specs = [(c, k, s if i == 0 else 1, e) for _, c, k, s, e, n in MNASNET1_0 for i in range(n)]
-    for b, (c, k, s, e) in enumerate(specs[:net.blocks_kept(len(specs))]):
-        x = _inverted_residual(net, f"b{b}", x, net.ch(c), k, s, e, "relu")
-    if not net.cfg.head:
-        return x
-    x = net.conv("head", x, 1280, 1, act="relu")
-    return net.classifier(x)
+    blocks = [(c, k, s if i == 0 else 1, e, _no_se) for _, c, k, s, e, n in MNASNET1_0 for i in range(n)]
+    return _mbconv_net(net, x, "relu", blocks, 1280, separable=True)
 
 
 def _mnasnet_a1(net: _Net, x):
-    x = net.conv("stem", x, net.ch(32), 3, 2, act="relu")
-    x = net.conv("sep.dw", x, x.shape[-1], 3, 1, groups=x.shape[-1], act="relu")
-    x = net.conv("sep.project", x, net.ch(16), 1)
-    specs = [(c, k, s if i == 0 else 1, e, se) for n, k, s, e, _, c, se in MNASNET_A1 for i in range(n)]
-    for b, (c, k, s, e, se) in enumerate(specs[:net.blocks_kept(len(specs))]):
-        cin = x.shape[-1]
-        se_ch = max(1, int(cin * se)) if se else 0      # TF: int(input_filters * se_ratio)
-        x = _inverted_residual(net, f"b{b}", x, net.ch(c), k, s, e, "relu", se_ch, "relu")
-    if not net.cfg.head:
-        return x
-    x = net.conv("head", x, 1280, 1, act="relu")
-    return net.classifier(x)
+    def se_of(ratio):     # TF: int(input_filters * se_ratio)
+        return (lambda cin: max(1, int(cin * ratio))) if ratio else _no_se
+    blocks = [(c, k, s if i == 0 else 1, e, se_of(se)) for n, k, s, e, _, c, se in MNASNET_A1 for i in range(n)]
+    return _mbconv_net(net, x, "relu", blocks, 1280, separable=True)
 
 
 def _resnet_50(net: _Net, x):
