@@ -116,9 +116,7 @@ def _compile_point(fn, args, label, be, fp, variants, tuner, placement, mesh=Non
     """One structural point: tuned for itself, its timing variants on its
     programs; JSON-able row dicts (what a worker process sends back)."""
     from .api import pim_jit
-    from .hw.core import stack_variants
     from .search.tuner import Tuner
-    from .sim.cycles import sweep
     t0 = time.perf_counter()
     compiled = pim_jit(fn, backend=be, tuner=Tuner(mode=tuner), placement=placement).lower(*args).compile()
     tuning_s = time.perf_counter() - t0
@@ -126,8 +124,7 @@ def _compile_point(fn, args, label, be, fp, variants, tuner, placement, mesh=Non
     simulated = int(sum(p.choice.simulated for p in compiled.plans if p.choice is not None))
     new = [_row(label, fp, be, ca, tuning_s, simulated)]
     if variants:
-        new += _timing_rows(label, fp, be, compiled, ca, variants, stack_variants, sweep, tuning_s, simulated,
-                            mesh)
+        new += _timing_rows(label, fp, be, compiled, ca, variants, tuning_s, simulated, mesh)
     return new
 
 
@@ -207,25 +204,27 @@ def _progress(it, total: int, on: bool):
     return track(it, total=total, description="exploring", transient=True)
 
 
-def _timing_rows(label, fp, be, compiled, ca, variants, stack_variants, sweep, tuning_s, simulated,
-                 mesh=None) -> list:
+def _timing_rows(label, fp, be, compiled, ca, variants, tuning_s, simulated, mesh=None) -> list:
     """The point's PIM programs timed under each timing variant: PIM ops at
-    their swept ns, host ops (and md-dp ops' GPU parts) as compiled."""
+    their swept ns and energy; host ops and md-dp ops (both parts) as
+    compiled."""
+    from .hw.core import stack_variants
+    from .sim.cycles import sweep
     pim = [p for p in compiled.plans if p.placement == "pim"]
-    out = []
     if not pim:
-        for i, _ in enumerate(variants):
-            out.append({**_row(label, fp, be, ca, tuning_s, simulated, timing=i, reused=True)})
-        return out
+        return [_row(label, fp, be, ca, tuning_s, simulated, timing=i, reused=True) for i in range(len(variants))]
+    out = []
     rep = sweep([p.program for p in pim], stack_variants(variants), be, mesh=mesh)
-    ns = np.asarray(rep.total_ns, np.float64).reshape(len(variants), len(pim))
+    shape = (len(variants), len(pim))
+    pim_ns = np.asarray(rep.total_ns, np.float64).reshape(shape).sum(axis=1)
+    energy = np.asarray(rep.energy_pj, np.float64).reshape(shape).sum(axis=1)
     fixed = ca["total_ns"] - sum(float(p.choice.report.total_ns) for p in pim)
+    fixed_pj = (ca["energy_pj"] or 0.0) - sum(float(p.choice.report.energy_pj) for p in pim)   # md-dp parts
     for i in range(len(variants)):
-        total = fixed + float(ns[i].sum())
+        total = fixed + float(pim_ns[i])
         r = _row(label, fp, be, ca, tuning_s, simulated, timing=i, reused=True)
-        r.update(total_ns=total, pim_ns=float(ns[i].sum()), speedup_gpu=ca["gpu_ns"] / total if total else None)
-        r["energy_pj"] = float(np.asarray(rep.energy_pj, np.float64).reshape(len(variants), len(pim))[i].sum()) \
-            if getattr(rep, "energy_pj", None) is not None else None
+        r.update(total_ns=total, pim_ns=float(pim_ns[i]), energy_pj=fixed_pj + float(energy[i]),
+                 speedup_gpu=ca["gpu_ns"] / total if total else None)
         out.append(r)
     return out
 

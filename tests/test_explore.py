@@ -151,3 +151,10 @@ def test_timing_variants_sharded_over_a_mesh_equal_the_host_sweep(swept):
     got = explore(gemv, *ARGS, backends=one, timings={"channels=64": variants}, progress=False, mesh=mesh)
     want = df[df["point"] == "channels=64"]
     np.testing.assert_allclose(got["total_ns"], want["total_ns"], rtol=1e-5)
+
+
+def test_the_preset_timing_variant_reproduces_the_points_energy(swept):
+    df, _, _, _ = swept
+    rows = df[df["point"] == "channels=64"].reset_index(drop=True)
+    assert rows.loc[1, "energy_pj"] == pytest.approx(rows.loc[0, "energy_pj"], rel=1e-6)
+    assert rows.loc[1, "pim_ns"] == pytest.approx(rows.loc[0, "pim_ns"], rel=1e-6)

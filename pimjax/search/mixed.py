@@ -252,7 +252,7 @@ def execution_mode_search(nodes: list[NodeTimes], *, md_dp: bool = True, pipelin
 # node times from pimjax's own models
 # ---------------------------------------------------------------------------
 def op_node_times(name: str, build, backend, tuner=None, *, kind: str = "fc", resident=(0,),
-                  merge_ns=None, pim: bool = True, dtype_bytes=2, shares=None, with_choices: bool = False,
+                  merge_ns=None, pim: bool = True, dtype_bytes=2, with_choices: bool = False,
                   dtypes=None, pim_whole: float | None = None, **lower_options):
     """A node's `NodeTimes` from pimjax's models: every share's GPU time on
     the backend's concurrent GPU (`System.cogpu`; `sim.host.host_time`) and
@@ -265,8 +265,7 @@ def op_node_times(name: str, build, backend, tuner=None, *, kind: str = "fc", re
     pim=False: a node PIM cannot run (its PIM times NaN).  merge_ns: the
     split's cost per share (default 0: PIMFlow's memory optimiser lays the two
     parts out contiguously, §4.3.2).  dtype_bytes: `host_time`'s element
-    sizes.  shares: the GPU ratios to evaluate (default every one of
-    `RATIOS`; the others stay NaN, i.e. not offered).  with_choices: also
+    sizes.  with_choices: also
     return {GPU ratio: the PIM part's `Choice`}.  dtypes: value id -> dtype
     (`Tuner.choose`'s).  pim_whole: the whole op's PIM ns when the caller has
     it (not tuned again).  lower_options: `Tuner.choose`'s (e.g. result_dtype)."""
@@ -278,16 +277,12 @@ def op_node_times(name: str, build, backend, tuner=None, *, kind: str = "fc", re
                          f"a memory whose GPU-only channels run beside PIM (e.g. newton's total_channels > "
                          f"channels)")
     tuner = tuner if tuner is not None else Tuner()
-    want = set(range(len(RATIOS))) if shares is None else \
-        {int(np.argmin(np.abs(RATIOS - r))) for r in shares} | {0, len(RATIOS) - 1}
     gpu = np.full(len(RATIOS), np.nan)
     gpu[0] = 0.0
     pimt = np.full(len(RATIOS), np.nan)
     pimt[-1] = 0.0
     choices = {}
     for i, r in enumerate(RATIOS):
-        if i not in want:
-            continue
         if r > 0:
             op, shapes = build(float(r))
             gpu[i] = float(host_time(op, cogpu, shapes, dtype_bytes))
@@ -309,16 +304,14 @@ def split_var(op) -> str | None:
     and has extent > 1 -- an NHWC CONV's output rows H (PIMFlow §4.3.2: slices
     and concatenations along H are contiguous, so no copies), an FC / GEMV's
     outputs.  None when the op has no such variable."""
-    ext = op.extents
-    for e in op.result.index_map:
-        names = [v for v in op.output_vars if _is_var(e, v)]
-        if names and ext[names[0]] > 1:
-            return names[0]
-    return None
+    return next((v for _, v in _result_vars(op) if op.extents[v] > 1), None)
 
 
-def _is_var(expr, var: str) -> bool:
-    return str(expr) == var
+def _result_vars(op) -> list[tuple[int, str]]:
+    """(result dimension, output variable) of each result dimension that one
+    output variable indexes alone, in dimension order."""
+    outs = set(op.output_vars)
+    return [(d, str(e)) for d, e in enumerate(op.result.index_map) if str(e) in outs]
 
 
 def share_builder(op, var: str | None = None):
@@ -441,7 +434,7 @@ def mixed_plans(graph, backend, tuner, plans: list) -> list:
             i = int(np.argmin(np.abs(RATIOS - m.ratio)))
             choice = choices[float(RATIOS[i])]
             sub = choice.program.op
-            dim = next(d for d, e in enumerate(sub.result.index_map) if str(e) == var)
+            dim = next(d for d, v in _result_vars(sub) if v == var)
             split = Split(var, dim, sub.extents[var], choice, float(nd.gpu_ns[i]), float(nd.pim_ns[i]))
             why = (f"MD-DP: {m.ratio:.0%} of {var} on the {beside} ({nd.gpu_ns[i]:,.0f} ns) while PIM runs the "
                    f"other {1 - m.ratio:.0%} ({nd.pim_ns[i]:,.0f} ns); whole: GPU {nd.gpu_ns[-1]:,.0f} / PIM "
