@@ -295,6 +295,8 @@ def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, n_draft
 
 # --------------------------------------------------------------------------- the cache
 def load_cache(path: str = CACHE) -> dict:
+    """The cache: {"meta": settings, "layers": {cache_key: [layer_times records]}, "validation":
+    [validate records]} (empty when the file does not exist)."""
     if os.path.exists(path):
         with open(path) as f:
             return json.load(f)
@@ -302,6 +304,7 @@ def load_cache(path: str = CACHE) -> dict:
 
 
 def save_cache(data: dict, path: str = CACHE) -> None:
+    """Write the cache as JSON (through a temporary file: a killed run leaves the old one whole)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -310,6 +313,7 @@ def save_cache(data: dict, path: str = CACHE) -> None:
 
 
 def cache_key(model: str, pim_channels: int) -> str:
+    """The cache's key of one model on the system with `pim_channels` PIM channels of 32."""
     return f"{model}@{pim_channels}"
 
 
