@@ -385,7 +385,8 @@ Newton+ / Newton++ hurt more by the lost GPU channels. Ours is best at the fewes
 PIM rarely faster than the GPU on a CONV layer, every channel given to PIM is bandwidth the GPU loses
 (our GPU model is bandwidth-bound on most of these layers, where the paper's Fig. 3 finds the
 compute-intensive models "not noticeably impacted" by halving the GPU's channels). PIMFlow's splits
-still help more than Newton+'s whole-layer offload at every division, as in the paper."""),
+help more than Newton+'s whole-layer offload as PIM gets more channels (equal for ResNet50 at 8),
+as the paper finds."""),
         ("code", """\
 f13 = pf.fig13(data)
 if len(f13):
