@@ -53,7 +53,7 @@ from math import gcd
 
 import numpy as np
 
-from ...hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, FAW, NEVER, PARAMS, PREA_END, RAS, RC,
+from ...hw.dram_rules import (AB_END, ACTAB_END, BUF_ACT, CCD_AB, CCD_L, CCD_S, FAW, NEVER, PARAMS, PREA_END, RAS, RC,
                               RCD_RD, RCD_WR, RD_END, RP, RRD_L, RRD_S, RTP, RTP_AB, RTW, WR_END, WR_PRE, WTR_L,
                               WTR_S, compile_chains, compile_rules)
 from .lower import _runs, _segments, readres_bursts, row_runs
@@ -95,6 +95,7 @@ class _Channel:
         self.last_act = NEVER
         self.faw = [NEVER] * 4
         self.last_col, self.last_bg, self.last_ab = NEVER, -1, False
+        self.last_arr, self.last_buf = NEVER, NEVER     # the last bank-array column / GWRITE column
         self.last_rd, self.last_wr, self.last_wr_bg = NEVER, NEVER, -1
         self.end = 0.0
 
@@ -105,7 +106,7 @@ class _Channel:
                 if a[k] > NEVER / 2:
                     a[k] += dt
         self.last_act = self.last_act + dt if self.last_act > NEVER / 2 else self.last_act
-        for f in ("last_col", "last_rd", "last_wr", "end"):
+        for f in ("last_col", "last_arr", "last_buf", "last_rd", "last_wr", "end"):
             v = getattr(self, f)
             setattr(self, f, v + dt if v > NEVER / 2 else v)
 
@@ -120,7 +121,8 @@ class _Channel:
             return -np.inf if v < e - horizon else v - e
         arrays = tuple(tuple(rel(v) for v in a) for a in (self.act, self.rd, self.wr, self.ready, self.bg_act))
         return arrays + (tuple(sorted(rel(v) for v in self.faw)), tuple(o >= 0 for o in self.open),
-                         rel(self.last_act), rel(self.last_col), rel(self.last_rd), rel(self.last_wr),
+                         rel(self.last_act), rel(self.last_col), rel(self.last_arr), rel(self.last_buf),
+                         rel(self.last_rd), rel(self.last_wr),
                          self.last_bg, self.last_ab, self.last_wr_bg)
 
     def _pre_ok(self, b: int) -> float:
@@ -133,8 +135,9 @@ class _Channel:
         return d
 
     def column(self, b: int, row: int, n: int, write: bool, allbank: bool, wait: bool = False,
-               spacing: float | None = None) -> float:
-        """A column record (WR, GWRITE, COMP, READRES); returns the time it adds."""
+               spacing: float | None = None, buffer: bool = False) -> float:
+        """A column record (WR, GWRITE, COMP, READRES; `buffer`: a GWRITE, a
+        global-buffer write); returns the time it adds."""
         L = self.L
         bg = b // self.per_bg
         need = row >= 0 and self.open[b] != row
@@ -168,6 +171,10 @@ class _Channel:
         else:
             self.rd[b], self.last_rd = last, last
         self.last_col, self.last_bg, self.last_ab = last, bg, allbank
+        if buffer:
+            self.last_buf = last
+        else:
+            self.last_arr = last
         return self._advance(end)
 
     def prea(self) -> float:
@@ -181,7 +188,8 @@ class _Channel:
     def g_act(self, row: int, stagger: float) -> float:
         L = self.L
         ready = max(self._pre_ok(b) + L[RP] if self.open[b] >= 0 else self.ready[b] for b in range(len(self.open)))
-        a = max(ready, max(self.act) + L[RC], self.last_col) + stagger
+        # after the last column; after the last GWRITE only under BUF_ACT (off: GWRITE latency hiding)
+        a = max(ready, max(self.act) + L[RC], max(self.last_arr, self.last_buf + L[BUF_ACT])) + stagger
         for b in range(len(self.open)):
             self.open[b], self.act[b] = row, a
         return self._advance(a + L[ACTAB_END])
@@ -311,7 +319,7 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
         chunks = [ig * ki + ji for ji in range(ki) if ig * ki + ji < t_in]
         width = int(max(seg_cols[i] for i in chunks))
         for j in range(kv * ki * width):
-            add(K_REARR, ch.column(gw_banks[j % len(gw_banks)], -1, 1, True, False))
+            add(K_REARR, ch.column(gw_banks[j % len(gw_banks)], -1, 1, True, False, buffer=True))
         state["loaded"] = (p, bb, vg, ig)
 
     def comp(bb, o, i, vg):
