@@ -77,14 +77,21 @@ def _after(x: float, chain) -> float:
     return x
 
 
+def _compiled(t: dict) -> tuple:
+    """(latencies [N_LAT], chains [N_LAT][CHAIN]) of `hw.dram_rules` for timing t, as floats."""
+    return ([float(x) for x in compile_rules(t)], [[float(x) for x in row] for row in compile_chains(t)])
+
+
 class _Channel:
     """The timing state the Newton commands read (timing.py's rules 2-4),
     with the latencies of `hw.dram_rules` (compiled from t)."""
 
-    def __init__(self, t: dict, banks: int, per_bg: int):
-        self.L = [float(x) for x in compile_rules(t)]
+    def __init__(self, t: dict, banks: int, per_bg: int, compiled: tuple | None = None):
+        # compiled: `_compiled(t)`, passed by a caller that walks many drafts under one timing
+        L, C = compiled if compiled is not None else _compiled(t)
+        self.L = list(L)
         # latencies this walk adds term by term (as the rules written out did)
-        self.C = [[float(x) for x in row] for row in compile_chains(t)]
+        self.C = [list(row) for row in C]
         self.per_bg = per_bg
         self.open = [-1] * banks
         self.act = [NEVER] * banks
@@ -254,16 +261,18 @@ def _run_units(units: list, sig: list, run, buckets: list, state_of, shift=None,
 
 
 def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: int,
-          n_bg: int, rr_bursts: int, interleave_limit: int, steady: bool = True) -> tuple[float, float, float, float, int]:
+          n_bg: int, rr_bursts: int, interleave_limit: int, steady: bool = True,
+          compiled: tuple | None = None) -> tuple[float, float, float, float, int]:
     """(leading rearrangement, rearrangement inside the kernel, compute,
     read-back) cycles of one group's stream, refresh left out, and the
-    columns the host writes to the group."""
+    columns the host writes to the group (compiled: `_compiled(t)`, if the
+    caller has it)."""
     n_b, n_v, n_o, n_rc, cc, t_in, kv, ki, lo, is_flow, passes = key
     n_vg, n_ig, n_ob = -(-n_v // kv), -(-t_in // ki), -(-n_o // lo)
     dataflow = "is" if is_flow else "os"
     seg_base, _ = _segments(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow, True, cols)
     seg_cols = np.minimum(cc, n_rc - np.arange(t_in) * cc)
-    ch = _Channel(t, banks, per_bg)
+    ch = _Channel(t, banks, per_bg, compiled)
     # no timing rule looks further back than the sum of the constraints (and the G_ACT stagger)
     horizon = 4.0 * (sum(t[k] for k in RULE_FIELDS) + n_bg * ch.L[FAW])
     # ---- host writes of every column a COMP reads, the banks in turn -----------------
@@ -440,11 +449,13 @@ def _cached(t, banks, per_bg, cols, n_bg, backend, limit, steady=True):
     if key not in _WALKS:
         if len(_WALKS) >= 8:            # a timing sweep: keep the memory bounded
             _WALKS.clear()
+        compiled = _compiled(t)         # once per timing, not per draft
+
         @lru_cache(maxsize=65536)
         def walk(k):
             pk = dict(zip(PLAN_KEYS, k))
             rr = int(readres_bursts(backend, pk["kv"] * pk["lo"], False))
-            return _walk(k[:len(PLAN_KEYS)], k[-1], t, banks, per_bg, cols, n_bg, rr, limit, steady)
+            return _walk(k[:len(PLAN_KEYS)], k[-1], t, banks, per_bg, cols, n_bg, rr, limit, steady, compiled)
         _WALKS[key] = walk
     return _WALKS[key]
 
