@@ -19,7 +19,9 @@ write; the tFAW window; the channel's last column, read and write):
     kernel         PREA + GWRITE columns per load (the first load's count as
                    leading rearrangement, as the simulator buckets them),
                    G_ACT (tRC, precharge after tRAS / tRTP, (bank groups - 1)
-                   tFAW of staggered activations, after the last column),
+                   tFAW of staggered activations, after the last column --
+                   after the last GWRITE column only under rule BUF_ACT,
+                   off with GWRITE latency hiding),
                    COMPs tCCD_AB apart after tRCD and the write-to-read
                    turnaround, READRES after everything before it
     read-back      the READRES bursts, tCCD_L apart, and their latency
