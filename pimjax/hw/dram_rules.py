@@ -168,8 +168,8 @@ SCHEDULE: tuple[tuple[str, str], ...] = (("REFI", "tREFI"), ("REF0", "tREF0"), (
 NAMES = tuple(r.name for r in RULES) + tuple(n for n, _ in SCHEDULE)
 # indices into the compiled vector (module constants: numba folds them)
 (RAS, RTP, WR_PRE, RTP_AB, RP, RP_REF, RFC, RC, RRD_L, RRD_S, FAW, RCD_RD, RCD_WR, CCD_AB, CCD_L, CCD_L_AB, CCD_S,
- CCD_S_AB, RTW, WTR_L, WTR_S, COL_ORDER, BUF_ORDER, BUF_ACT, SIDE_GAP, SIDE_BG, RD_END, WR_END, AB_END, ACTAB_END, PREA_END,
- SIDE_END, REFI, REF0, REFW) = range(len(NAMES))
+ CCD_S_AB, RTW, WTR_L, WTR_S, COL_ORDER, BUF_ORDER, BUF_ACT, SIDE_GAP, SIDE_BG, RD_END, WR_END, AB_END, ACTAB_END,
+ PREA_END, SIDE_END, REFI, REF0, REFW) = range(len(NAMES))
 N_LAT = len(NAMES)
 
 

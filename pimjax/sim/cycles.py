@@ -35,9 +35,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..hw.core import Backend, Timing, check_timing_batch
-from ..hw.dram_rules import (AB_END, ACTAB_END, BUF_ACT, CCD_AB, CCD_L, CCD_S, CHAIN, FAW, N_LAT, NEVER, PREA_END, RAS, RC,
-                              RCD_RD, RCD_WR, RD_END, REF0, REFI, REFW, RFC, RP, RP_REF, RRD_L, RRD_S, RTP, RTP_AB, RTW,
-                              SIDE_BG, SIDE_END, SIDE_GAP, WR_END, WR_PRE, WTR_L, WTR_S, compile_chains,
+from ..hw.dram_rules import (AB_END, ACTAB_END, BUF_ACT, CCD_AB, CCD_L, CCD_S, CHAIN, FAW, N_LAT, NEVER, PREA_END,
+                              RAS, RC, RCD_RD, RCD_WR, RD_END, REF0, REFI, REFW, RFC, RP, RP_REF, RRD_L, RRD_S, RTP,
+                              RTP_AB, RTW, SIDE_BG, SIDE_END, SIDE_GAP, WR_END, WR_PRE, WTR_L, WTR_S, compile_chains,
                               compile_rules)
 from ..lower.program import Phase, Program, Records
 from ..backends import family_of, has_family
@@ -199,7 +199,8 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
         open_row=jnp.full((banks, N), -1, i32), t_act=never(banks), pre_ok=never(banks),
         t_ready=jnp.zeros((banks, N), f32), bg_act=never(n_bg), side_bg=never(n_bg), faw=never(4),
         pre_open=never(),
-        last_act=never(), last_col=never(), last_arr=never(), last_buf=never(), last_col_bg=jnp.full((1, N), -1, i32), last_allbank=no,
+        last_act=never(), last_col=never(), last_col_bg=jnp.full((1, N), -1, i32), last_allbank=no,
+        last_arr=never(), last_buf=never(),      # the last bank-array column / GWRITE (BUFWR) column
         last_rd=never(), last_wr=never(), last_wr_bg=jnp.full((1, N), -1, i32), last_side=never(),
         t_issue=never(), t_bar=never(), t_end=zero, ref_end=never(), next_ref=jnp.where(L[REF0] > 0, L[REF0], L[REFI]),
         # the previous record's bank-state updates, for `apply` (a NOP to start)
