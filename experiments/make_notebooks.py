@@ -326,8 +326,9 @@ differences behind it, largest first:
    layers of the mobile CNNs that is the activation tensor, which the host writes into the banks on
    every call and whose every output latch is read back through READRES. Where the filter is the
    larger operand it is resident here too (its writes not charged).
-3. **Newton++'s GWRITE latency hiding and 1x1 command scheduling are missing** (issue #26 item 5;
-   branch gw), so our PIM is slower than the paper's PIMFlow PIM by up to its Fig. 14's 22 %.
+3. **The per-layer PIM times here are Newton+'s** (one global buffer, no GWRITE latency hiding). The
+   Newton++ options exist (`hw.presets.newton_config("newton++")`, Fig. 14 below), but this cache was
+   computed without them, so our PIM is slower than the paper's PIMFlow PIM by up to its Fig. 14's 22 %.
 4. **Half the GPU bandwidth in every PIM mode.** As in the paper, GPU layers run on the 16 GPU-only
    channels while PIM is on; with PIM this slow, the lost bandwidth costs more than PIM saves, so
    every mode is slower than the GPU baseline. PIMFlow lets an application disable PIM (§5: then all
@@ -401,15 +402,14 @@ else:
         ("md", """\
 ## Fig. 14: the Newton++ command optimisations
 
-GWRITE latency hiding and multiple global buffers against Newton+ (paper: 9 %, 14 % and 22 %). Built on
-another branch (`experiments/pimflow_fig14.py`, `fig14_table()`); shown here once it is merged."""),
+GWRITE latency hiding and multiple global buffers, each alone and together, against Newton+ (paper: 9 %,
+14 % and 22 %), on MobileNet-V2's 20 distinct PIM-candidate CONV shapes, from the cache of
+`experiments/pimflow_fig14.py` (`--recompute` re-measures, about 10 min). Why ours differ (our lowering
+keeps the larger operand in the banks; the preset gives one result latch per buffer):
+`experiments/README.md`."""),
         ("code", """\
-try:
-    from experiments.pimflow_fig14 import fig14_table
-except ImportError as err:
-    print(f"Fig. 14 not available in this checkout ({err}); it comes with experiments/pimflow_fig14.py")
-else:
-    display(fig14_table())"""),
+from experiments.pimflow_fig14 import fig14_table
+display(fig14_table())"""),
         ("code", 'print(f"notebook ran in {time.perf_counter() - t_start:.0f} s")'),
     ]
 
