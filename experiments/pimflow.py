@@ -343,7 +343,7 @@ def pim_bound(pim) -> np.ndarray:
     (the extra rows padded and dropped).  The shares' estimates walk only a few drafts with the
     whole op's knobs (`pim_time`'s `like`), which now and then map a share worse than the whole."""
     p = np.asarray(pim, np.float64).copy()
-    p[:-1] = np.minimum.accumulate(p[:-1])
+    p[:-1] = np.fmin.accumulate(p[:-1])        # fmin: a share without an estimate (NaN) caps nothing
     return p
 
 

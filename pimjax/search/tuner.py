@@ -502,7 +502,8 @@ class Tuner:
         alone), drafts go in increasing order of their bound and the search
         stops at the first whose bound exceeds the best total simulated so
         far -- no later draft can win, so the pick is the exhaustive one
-        (`Choice.pruned` counts the drafts it never lowered)."""
+        (`Choice.pruned` counts the drafts it never lowered; `Choice.failed`
+        counts lowering failures among the drafts it did lower)."""
         best = None                       # (total, table index, draft, program, report)
         errors, simulated = [], 0
         drafts, programs, index, records = [], [], [], 0

@@ -12,7 +12,8 @@ consecutive column commands of a channel at least
 
 apart (the `among=COLUMNS` rules cover every pair of a bank column and an
 all-bank column).  The GEMV sequence's commands (GRF writes, MACs, GRF_B
-stores) are all timed to bank group 0 (`isa.py`), so W host writes followed
+stores) are all timed to banks 0 / 1 (`isa.py`), one bank group when it holds
+two banks or more (else g_same is taken as g), so W host writes followed
 by K sequence commands span at least W g + (K - 1) g_same cycles, and the
 program's total (rearrangement, kernel, read-back, then the host's merge;
 refresh only delays) is no shorter.  W and K count columns the
@@ -40,20 +41,22 @@ from ...hw.core import Backend
 from ...hw.dram_rules import CCD_AB, CCD_L, CCD_L_AB, CCD_S, CCD_S_AB, compile_rules
 from ...lower.layout import value_shapes
 from ...partition.dimsets import dimension_sets
+from ...partition.draft import DATAFLOWS
 from ...partition.table import DraftTable
 from ...partition.verify import matrix_and_vector
 from ...trace.ir import PimOp
 from .lower import DEFAULT_OPTIONS
 
-DATAFLOWS = ("os", "is")          # DraftTable's dataflow codes
-
 
 def column_gaps(backend: Backend) -> tuple[float, float]:
     """(g, g_same): the least spacing of two consecutive column commands of a
-    channel, and of two to one bank group, under the backend's timing (cycles)."""
+    channel, and of two to one bank group, under the backend's timing (cycles).
+    The sequence's commands go to banks 0 and 1: one bank group only when a
+    bank group holds two banks or more, else g_same is g."""
     lat = compile_rules(backend.timing)
     same = min(float(lat[k]) for k in (CCD_L, CCD_AB, CCD_L_AB))
-    return min(same, float(lat[CCD_S]), float(lat[CCD_S_AB])), same
+    g = min(same, float(lat[CCD_S]), float(lat[CCD_S_AB]))
+    return g, (same if backend.group.banks_per_bank_group >= 2 else g)
 
 
 def lower_bound(op: PimOp, table: DraftTable, backend: Backend, shapes: dict | None = None,
