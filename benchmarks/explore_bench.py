@@ -31,11 +31,21 @@ def gemv(W, x):
     return W @ x
 
 
-def _llama_layer(name: str, context: int):
+def model_layer(params, x, k_cache, v_cache, pos):
+    """The decoder layer of the model named by $PIMJAX_BENCH_MODEL (module level, with the layer's own
+    argument names, so that `processes=N`'s spawned workers import it and residency sees the names)."""
+    import os
     from pimjax.models.configs import get_config
-    from pimjax.models.layers import layer_shapes, make_layer
-    cfg = get_config(name)
-    return make_layer(cfg), layer_shapes(cfg, 1, context)
+    from pimjax.models.layers import make_layer
+    return make_layer(get_config(os.environ["PIMJAX_BENCH_MODEL"]))(params, x, k_cache, v_cache, pos)
+
+
+def _llama_layer(name: str, context: int):
+    import os
+    from pimjax.models.configs import get_config
+    from pimjax.models.layers import layer_shapes
+    os.environ["PIMJAX_BENCH_MODEL"] = name          # read by model_layer, here and in spawned workers
+    return model_layer, layer_shapes(get_config(name), 1, context)
 
 
 def main() -> None:
