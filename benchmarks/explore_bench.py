@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/explore_bench.py [--backend hbm-pim] [--axis channels=8,16,32,64]
                                                  [--shape 4096x4096 | --model llama2-7b [--context 2048]]
-                                                 [--variants 100] [--processes 1] [--profile OUT.prof]
+                                                 [--variants 100] [--processes 1] [--warmup all|first]
+                                                 [--profile OUT.prof]
 
 `pimjax.explore` of a GEMV y = W x (fp16, the shape given), or with `--model` of one decoder layer of
 that model (`pimjax.models.layers`, batch 1, a decode step at `--context` tokens), over the structural
@@ -10,8 +11,8 @@ points of one preset option (each point tuned for itself: a fresh Tuner, predict
 with `--variants` timing variants per point (tRCDRD scaled 1.0 .. 2.0, re-timed on each point's own
 programs by `sim.sweep`; 0: skipped).  Prints points per minute (wall clock, and the process's CPU
 time, which other jobs on a shared machine disturb less) and the variants' extra time as a ratio,
-both timed after a warm-up pass on the first point (every point still tuned afresh: a new Tuner each
-time).  `--profile` writes cProfile stats of the tuned pass.
+both timed after a warm-up pass (every point still tuned afresh: a new Tuner each time) over every
+point (`--warmup all`) or over the first only (`first`: the others unseen, as in a sweep).  `--profile` writes cProfile stats of the tuned pass.
 Target (issue #27): 1 000 points of a LLaMA-2-7B decode layer in <= 15 min (>= 67 points / min),
 1 000 variants per point in <= 20 % extra time.
 """
@@ -60,6 +61,7 @@ def main() -> None:
     ap.add_argument("--variants", type=int, default=100)
     ap.add_argument("--processes", type=int, default=1)
     ap.add_argument("--profile", default=None)
+    ap.add_argument("--warmup", choices=("all", "first"), default="all")
     a = ap.parse_args()
     key, values = a.axis.split("=")
     points = grid(a.backend, **{key: [int(v) if v.isdigit() else v for v in values.split(",")]})
@@ -71,10 +73,12 @@ def main() -> None:
         m, n = (int(v) for v in a.shape.split("x"))
         fn, args = gemv, (jax.ShapeDtypeStruct((m, n), jnp.float16), jax.ShapeDtypeStruct((n,), jnp.float16))
         what = f"GEMV {a.shape}"
-    # a first pass on one point fills the process's first-use caches (XLA, numba, draft tables): the
-    # timed passes below then see a warm process, so their difference is the variants
-    first = dict([next(iter(points.items()))])
-    pimjax.explore(fn, *args, backends=first, progress=False)
+    # a first pass fills the process's first-use caches (XLA, numba): "all" over every point, so that
+    # both timed passes see the same warm process and their difference is the variants; "first" over
+    # the first point only, so that the tuned pass meets the other points unseen (as a sweep of new
+    # points does: per-op caches such as the core tiles of (op, draft) stay cold for them)
+    warm = points if a.warmup == "all" else dict([next(iter(points.items()))])
+    pimjax.explore(fn, *args, backends=warm, progress=False)
     prof = None
     if a.profile:
         import cProfile

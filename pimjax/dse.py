@@ -35,7 +35,11 @@ the tuner's one-knob-at-a-time mutation), each point explored as above.
 
 Timing variants shard over devices with `mesh=` (`sim.sweep`'s).
 
-Not here yet (issue #27): the notebook; the throughput target at LLaMA scale.
+Research use: `experiments/dse.ipynb` (sweeps computed by
+`experiments/dse_sweeps.py`); throughput: `benchmarks/explore_bench.py`
+(a LLaMA-2-7B decode layer point ≈ 1 CPU s, benchmarks/README.md).  Not
+yet: 1 000 timing variants per LLaMA point cost ~5x the tuning (the
+engine times every stream of every variant).
 """
 from __future__ import annotations
 
