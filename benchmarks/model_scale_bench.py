@@ -6,8 +6,11 @@
 
 (1) `Tuner(mode="exhaustive").choose` of y = W @ x, W 20480 x 5120 fp16 (the
 kernel catalogue's `gemv`; GPT-3 13B's FFN up-projection, d_model 5120) on
-each backend: every draft of the pruned space lowered and simulated
-(`cycles_batch`, the native engine), the fastest kept.  Run twice in one
+each backend: every draft of the pruned space that can win lowered and
+simulated (`cycles_batch`, the native engine), the fastest kept.  "pruned"
+counts the drafts the branch and bound never lowered (their family's lower
+bound on the cycles exceeded the best total found: HBM-PIM's
+`backends/hbm_pim/bounds.py`).  Run twice in one
 process: "cold" includes the one-time costs of a process (numba loading or
 compiling the lowerings' and the cycle model's compiled loops, first-use
 caches), "warm" is a second Tuner (its own memory cache, so nothing is
@@ -89,6 +92,7 @@ def tune(backend_name: str, shape, sample: int | None = None) -> dict:
     sim = tuner.t["sim"]
     scale = space / choice.space
     return {"drafts": space, "timed": choice.space, "failed": round(choice.failed * scale),
+            "pruned": round(choice.pruned * scale),
             "lower": tuner.t["lower"] * scale, "sim": sim * scale, "total": total * scale, "cpu": cpu * scale,
             "best": float(choice.report.total_cycles), "extrapolated": scale > 1}
 
@@ -130,7 +134,7 @@ def main() -> None:
     console = Console(width=150)
     t = Table(title=f"Exhaustive tuning of GEMV {opts.shape[0]} x {opts.shape[1]} fp16 (every draft lowered "
                     "and simulated; seconds)")
-    for col in ("backend", "drafts (failed to lower)", "run", "lower s", "simulate s", "total s", "user + sys s",
+    for col in ("backend", "drafts (failed to lower, pruned)", "run", "lower s", "simulate s", "total s", "user + sys s",
                 "per draft ms", "best cycles"):
         t.add_column(col, justify="left" if col in ("backend", "run") else "right")
     samples = dict(s.split("=") for s in opts.sample)
@@ -139,7 +143,7 @@ def main() -> None:
             console.print(f"[dim]{name} {run}...[/dim]")
             r = tune(name, opts.shape, int(samples[name]) if name in samples else None)
             how = f" [{r['timed']} timed, scaled]" if r["extrapolated"] else ""
-            t.add_row(name if run == "cold" else "", f"{r['drafts']:,} ({r['failed']})", run + how,
+            t.add_row(name if run == "cold" else "", f"{r['drafts']:,} ({r['failed']}, {r['pruned']})", run + how,
                       f"{r['lower']:.2f}", f"{r['sim']:.2f}", f"{r['total']:.2f}", f"{r['cpu']:.2f}",
                       f"{1000 * r['total'] / r['drafts']:.1f}",
                       f"{r['best']:,.0f}" + (" (of the sample)" if r["extrapolated"] else ""),

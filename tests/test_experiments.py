@@ -196,3 +196,58 @@ def test_dse_sweeps_points_and_pareto():
     df = pd.DataFrame({"t": [1.0, 2.0, 3.0, 2.0, 1.0], "e": [3.0, 2.0, 1.0, 3.0, 3.0]})
     # (2, 3) is beaten by (2, 2); the two (1, 3) rows tie, neither beats the other
     assert list(d.pareto(df, ["t", "e"])) == [True, True, True, False, True]
+
+
+def _fig14_json(tmp_path, layers):
+    from experiments import pimflow_fig14 as F
+    path = tmp_path / "fig14.json"
+    path.write_text(json.dumps({"model": "m", "quick": False, "configs": list(F.CONFIGS), "paper_pct": F.PAPER,
+                                "layers": layers, "seconds": 0}))
+    return str(path)
+
+
+def test_pimflow_fig14_table_weights_layers_by_count(tmp_path):
+    """fig14_table: per optimisation the count-weighted speedup of the layers'
+    total time and the geometric mean of the per-layer speedups, beside the
+    paper's 9 / 14 / 22 %; derived here from two made-up layers."""
+    from experiments import pimflow_fig14 as F
+    a = {"newton+": 100.0, "newton+gw": 80.0, "newton+gb": 50.0, "newton++": 40.0}
+    b = {"newton+": 200.0, "newton+gw": 200.0, "newton+gb": 100.0, "newton++": 100.0}
+    layers = [dict(shape=[7, 7, 8, 8, 1], count=3, names=["a"], **a, **{k + F.NOREF: v / 2 for k, v in a.items()}),
+              dict(shape=[7, 7, 8, 16, 1], count=1, names=["b"], **b, **{k + F.NOREF: v for k, v in b.items()})]
+    df = F.fig14_table(_fig14_json(tmp_path, layers))
+    assert list(df.index) == ["newton+gw", "newton+gb", "newton++"]
+    assert df.loc["newton+gw", "ours_pct"] == round(100 * (500 / 440 - 1), 1)
+    assert df.loc["newton++", "ours_pct"] == round(100 * (500 / 220 - 1), 1)
+    assert df.loc["newton+gw", "ours_geomean_pct"] == round(100 * ((100 / 80) ** 0.5 - 1), 1)
+    assert df.loc["newton+gw", "ours_norefresh_pct"] == round(100 * (350 / 320 - 1), 1)
+    assert list(df["paper_pct"]) == [9.0, 14.0, 22.0]
+    assert F.main(["--out", str(tmp_path / "missing.json")]) == 2          # no cache: says so
+
+
+def test_pimflow_fig14_cache_is_current():
+    """The committed cache covers the model's distinct PIM-candidate CONV
+    shapes with their counts, every configuration timed, and hiding never
+    slower than the same buffers without it."""
+    from experiments import pimflow_fig14 as F
+    with open(F.DATA) as f:
+        data = json.load(f)
+    layers = F.layer_set(data["model"], data["quick"])
+    assert [(l["shape"], l["count"]) for l in data["layers"]] == [(l["shape"], l["count"]) for l in layers]
+    noref = F.NOREF
+    for l in data["layers"]:       # refresh off: hiding never slower (with it, a refresh may move)
+        assert l["newton+gw" + noref] <= l["newton+" + noref] and l["newton++" + noref] <= l["newton+gb" + noref]
+    assert len(F.fig14_table()) == 3
+
+
+@pytest.mark.slow
+def test_pimflow_fig14_recomputes_a_cached_layer():
+    """One cached layer measured again gives the cached times."""
+    from experiments import pimflow_fig14 as F
+    with open(F.DATA) as f:
+        data = json.load(f)
+    lay = min(data["layers"], key=lambda l: l["shape"][0] * l["shape"][1] * l["shape"][2] * l["shape"][3])
+    again = F.time_layer(lay["shape"])
+    for c in F.CONFIGS:
+        assert again[c] == pytest.approx(lay[c], rel=1e-6), c
+        assert again[c + F.NOREF] == pytest.approx(lay[c + F.NOREF], rel=1e-6), c

@@ -64,6 +64,10 @@ class Family:
     timing_classes: {opcode: names of its timing-class flags} of the
               family's own commands (its `isa.py`), which the DRAM engines
               read (`pimjax.sim.timing.CLASS_TABLE`).
+    lower_bound: (op, table, backend, shapes, options) -> [n] cycles no
+              draft of `table` can beat when simulated, or None (no bound
+              for this op): the exhaustive tuner's branch and bound skips
+              the drafts whose bound exceeds the best total found.
     """
     name: str
     lower: Callable
@@ -78,6 +82,7 @@ class Family:
     lower_block: Callable | None = None
     block_operands: Callable | None = None
     timing_classes: dict = field(default_factory=dict)
+    lower_bound: Callable | None = None
 
 
 FAMILIES: dict[str, Family] = {}

@@ -503,6 +503,9 @@ class Timing(_Replace):
     (a controller that lets queued commands go while the refresh's
     precharges are not issuable: DRAMSim2's, tRAS); 0 (default): the
     refresh holds every later command (Ramulator's priority queue).
+    `gwrite_hiding` (0 / 1, not cycles): 1 switches off the G_ACT's wait for
+    the global-buffer writes before it (`dram_rules` BUF_ACT; PIMFlow §4.1's
+    GWRITE latency hiding, for PIM channels fed from separate GPU channels).
     """
     tCK: Any
     tCL: Any
@@ -532,9 +535,13 @@ class Timing(_Replace):
     dma_latency_cycles: Any = 0.0
     tREF0: Any = 0.0
     tREFW: Any = 0.0
+    gwrite_hiding: Any = 0.0
 
     def __post_init__(self):
         check_finite(self, *(f.name for f in fields(self)))
+        hide = _concrete(self.gwrite_hiding)
+        if hide is not None and not np.all((hide == 0) | (hide == 1)):
+            raise ValueError(f"Timing.gwrite_hiding must be 0 or 1 (a switch), got {self.gwrite_hiding!r}")
         # column spacings are divisors of every peak and the cadence of every
         # MAC: at 0 a PIM kernel would be free (and derived_peaks divides by them)
         check_positive(self, "tCK", "tBL", "tCCD_S", "tCCD_L", "tCCD_AB", "dpu_clock_ghz",

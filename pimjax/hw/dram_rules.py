@@ -21,7 +21,10 @@ Command kinds (`KINDS`).  A record of `sim/timing.py` issues some of:
     PREA    a precharge of every bank (PREA)
     PREREF  the precharge of every bank a refresh starts with
     REF     the refresh itself
-    RD, WR  column read / write of one bank (host access, MACBK, GWRITE...)
+    RD, WR  column read / write of one bank (host access, MACBK...)
+    BUFWR   a column write to a channel's global buffer (Newton GWRITE): a
+            WR on the data bus and the column pipeline (every column rule
+            treats it as one), which touches no bank
     PIM_RD, PIM_WR  all-bank column commands (MACAB, COMP, PIM_RD / PIM_WR)
     SIDE    a data-movement command on AttAcc's separate datapath
     FIXED   a fixed-latency command (AttAcc SFM)
@@ -47,6 +50,11 @@ between two all-bank commands, else tCCD_L within a bank group, tCCD_S
 across), not -- as Ramulator's bank-group level would -- by the latest
 column to the next one's bank group.
 
+`unless` names a 0 / 1 `Timing` field that switches the rule off: where it
+is 1 the rule's compiled latency is `NEVER`, so it never binds (a hardware
+option as data: `Timing.gwrite_hiding` drops BUF_ACT, the G_ACT's wait for
+the GWRITEs before it -- PIMFlow §4.1's GWRITE latency hiding).
+
 A latency is an expression over `Timing` fields: `+`, `-`, `*`, numbers
 and `max(...)`.  `compile_rules` evaluates them left to right in the dtype
 and with the leading axes of the timing leaves (numpy floats or jnp
@@ -69,23 +77,25 @@ NEVER = -1.0e7
 """"Long ago": the time of a command that was never issued (float32-exact,
 far below any latency's reach)."""
 
-KINDS = ("ACT", "ACTAB", "PRE", "PREA", "PREREF", "REF", "RD", "WR", "PIM_RD", "PIM_WR", "SIDE", "FIXED", "END")
+KINDS = ("ACT", "ACTAB", "PRE", "PREA", "PREREF", "REF", "RD", "WR", "BUFWR", "PIM_RD", "PIM_WR", "SIDE", "FIXED",
+         "END")
 LEVELS = ("bank", "bankgroup", "channel")
 
 # families of kinds
 ACTS = ("ACT", "ACTAB")
 PRECHARGES = ("PRE", "PREA", "PREREF")
 READS = ("RD", "PIM_RD")
-WRITES = ("WR", "PIM_WR")
-BANK_COLUMNS = ("RD", "WR")
+WRITES = ("WR", "BUFWR", "PIM_WR")
+BANK_COLUMNS = ("RD", "WR", "BUFWR")
 ALLBANK_COLUMNS = ("PIM_RD", "PIM_WR")
 COLUMNS = BANK_COLUMNS + ALLBANK_COLUMNS
+ARRAY_COLUMNS = ("RD", "WR") + ALLBANK_COLUMNS      # the columns that touch the banks (not BUFWR)
 
 
 @dataclass(frozen=True)
 class Rule:
     """`next` issues >= latest `prev` at `level` + `latency` (see the module
-    docstring for `window`, `among` and `bank_group`)."""
+    docstring for `window`, `among`, `bank_group` and `unless`)."""
     name: str
     level: str
     prev: tuple[str, ...]
@@ -94,6 +104,7 @@ class Rule:
     window: int = 1
     among: tuple[str, ...] | None = None
     bank_group: str | None = None
+    unless: str | None = None
     note: str = ""
 
     @property
@@ -132,14 +143,19 @@ RULES: tuple[Rule, ...] = (
     Rule("WTR_L", "channel", WRITES, READS, "tWL + tBL + tWTR_L", bank_group="same",
          note="write -> read turnaround"),
     Rule("WTR_S", "channel", WRITES, READS, "tWL + tBL + tWTR_S", bank_group="other"),
-    Rule("COL_ORDER", "channel", COLUMNS, ("ACTAB", "PREA", "FIXED"), "0", among=COLUMNS,
+    Rule("COL_ORDER", "channel", ARRAY_COLUMNS, ("ACTAB", "PREA", "FIXED"), "0",
          note="issued in order after the last column"),
+    Rule("BUF_ORDER", "channel", ("BUFWR",), ("PREA", "FIXED"), "0",
+         note="issued in order after the last global-buffer write"),
+    Rule("BUF_ACT", "channel", ("BUFWR",), ("ACTAB",), "0", unless="gwrite_hiding",
+         note="a G_ACT waits for the GWRITEs before it; off with GWRITE latency hiding (PIMFlow §4.1: "
+              "the G_ACT issues while the buffer is written)"),
     # ---- AttAcc's data-movement datapath -----------------------------------------------------------
     Rule("SIDE_GAP", "channel", ("SIDE",), ("SIDE",), "max(tBL, tCCD_S)", note="the channel's data bus"),
     Rule("SIDE_BG", "bankgroup", ("SIDE",), ("SIDE",), "tCCD_L"),
     # ---- completion: when a record's work is done --------------------------------------------------
     Rule("RD_END", "channel", ("RD",), ("END",), "tCL + tBL", note="read data back"),
-    Rule("WR_END", "channel", ("WR",), ("END",), "tWL + tBL", note="write data in"),
+    Rule("WR_END", "channel", ("WR", "BUFWR"), ("END",), "tWL + tBL", note="write data in"),
     Rule("AB_END", "channel", ALLBANK_COLUMNS, ("END",), "tCCD_AB", note="an all-bank command's slot"),
     Rule("ACTAB_END", "channel", ("ACTAB",), ("END",), "tRCDRD", note="the rows are readable"),
     Rule("PREA_END", "channel", ("PREA",), ("END",), "tRP", note="the banks are closed"),
@@ -152,8 +168,8 @@ SCHEDULE: tuple[tuple[str, str], ...] = (("REFI", "tREFI"), ("REF0", "tREF0"), (
 NAMES = tuple(r.name for r in RULES) + tuple(n for n, _ in SCHEDULE)
 # indices into the compiled vector (module constants: numba folds them)
 (RAS, RTP, WR_PRE, RTP_AB, RP, RP_REF, RFC, RC, RRD_L, RRD_S, FAW, RCD_RD, RCD_WR, CCD_AB, CCD_L, CCD_L_AB, CCD_S,
- CCD_S_AB, RTW, WTR_L, WTR_S, COL_ORDER, SIDE_GAP, SIDE_BG, RD_END, WR_END, AB_END, ACTAB_END, PREA_END,
- SIDE_END, REFI, REF0, REFW) = range(len(NAMES))
+ CCD_S_AB, RTW, WTR_L, WTR_S, COL_ORDER, BUF_ORDER, BUF_ACT, SIDE_GAP, SIDE_BG, RD_END, WR_END, AB_END, ACTAB_END,
+ PREA_END, SIDE_END, REFI, REF0, REFW) = range(len(NAMES))
 N_LAT = len(NAMES)
 
 
@@ -180,8 +196,9 @@ def _parse(expr: str):
 
 
 _EXPRS = tuple(_parse(r.latency) for r in RULES) + tuple(_parse(e) for _, e in SCHEDULE)
-PARAMS = tuple(sorted(set().union(*(names for _, names in _EXPRS))))
-"""The Timing fields the rules read."""
+_SWITCHES = tuple(r.unless for r in RULES if r.unless is not None)
+PARAMS = tuple(sorted(set().union(*(names for _, names in _EXPRS), _SWITCHES)))
+"""The Timing fields the rules read (latencies and `unless` switches)."""
 
 
 def _check_table() -> None:
@@ -199,7 +216,7 @@ def _check_table() -> None:
             raise ValueError(f"rule {r.name}: bank_group is 'same' / 'other' on a channel-level rule")
         if r.window < 1 or (r.window > 1 and r.level != "channel"):
             raise ValueError(f"rule {r.name}: a window applies to a channel-level rule")
-        unknown = names - fields
+        unknown = (names | ({r.unless} if r.unless else set())) - fields
         if unknown:
             raise ValueError(f"rule {r.name}: {sorted(unknown)} are not Timing fields")
     if len(set(NAMES)) != len(NAMES):
@@ -247,6 +264,10 @@ def compile_rules(t, dtype=None):
             return vals[node.id]
         return xp.asarray(node.value, out_dtype)
     cols = [xp.broadcast_to(xp.asarray(ev(tree), out_dtype), shape) for tree, _ in _EXPRS]
+    # a rule switched off by its `unless` field (1) never binds: its latency is "long ago"
+    for k, r in enumerate(RULES):
+        if r.unless is not None:
+            cols[k] = xp.where(vals[r.unless] != 0, xp.asarray(NEVER, out_dtype), cols[k]).astype(out_dtype)
     return xp.stack(cols, axis=-1)
 
 
@@ -300,5 +321,6 @@ def rules_table() -> str:
     for r in RULES:
         where = r.level + (f" [{r.bank_group} bank group]" if r.bank_group else "") + \
             (f" window {r.window}" if r.window > 1 else "")
-        lines.append(f"{r.name:10s} {where:30s} {','.join(r.prev):22s} -> {','.join(r.next):24s} {r.latency}")
+        off = f"  (off where {r.unless} = 1)" if r.unless else ""
+        lines.append(f"{r.name:10s} {where:30s} {','.join(r.prev):22s} -> {','.join(r.next):24s} {r.latency}{off}")
     return "\n".join(lines)

@@ -467,7 +467,7 @@ def _newton_timing(clock: str) -> Timing:
 
 @_preset("newton")
 def newton(*, channels: int = 16, total_channels: int = 32, buffers: int = 4, clock: str = "pimflow",
-           host: HostModel | None = None, gpu=None) -> Backend:
+           host: HostModel | None = None, gpu=None, gwrite_hiding: bool = False) -> Backend:
     """SK hynix Newton / AiM on GDDR6, as configured in PIMFlow.
 
     Group = channel (16 banks, global buffer(s)); core = one bank with 16 BF16 multipliers
@@ -490,7 +490,19 @@ def newton(*, channels: int = 16, total_channels: int = 32, buffers: int = 4, cl
         host.  The concurrent GPU (`System.cogpu`) is the RTX 2060 on the GPU-only channels
         with the same GPU model (none with `host=` or a HostModel `gpu`: pass `System.cogpu`
         by `Backend.replace`).
+    gwrite_hiding: PIMFlow §4.1's GWRITE latency hiding (default off): a G_ACT issues without
+        waiting for the GWRITEs before it (`Timing.gwrite_hiding`, rule BUF_ACT of
+        `hw.dram_rules` off); the COMPs still wait for the buffer data (tWL + tBL + tWTR).
+        "Data can be fetched from GPU channels while PIM channels activate memory rows", so it
+        needs GPU-only channels (total_channels > channels).  `newton_config("newton++")` turns
+        it on with four buffers.
     """
+    if gwrite_hiding not in (False, True):
+        raise ValueError(f"newton option gwrite_hiding={gwrite_hiding!r}: a bool")
+    if gwrite_hiding and is_int(total_channels) and total_channels <= channels:
+        raise ValueError(f"newton option gwrite_hiding=True needs GPU-only channels to fetch the GWRITE data "
+                         f"from while the PIM channels activate rows (PIMFlow §4.1): total_channels="
+                         f"{total_channels} must exceed channels={channels}")
     if not is_int(buffers) or buffers not in NEWTON_BUFFER_BYTES:
         raise ValueError(f"newton option buffers={buffers!r}: valid values are {sorted(NEWTON_BUFFER_BYTES)}")
     if clock not in ("pimflow", "aim"):
@@ -501,6 +513,8 @@ def newton(*, channels: int = 16, total_channels: int = 32, buffers: int = 4, cl
         raise ValueError(f"newton option total_channels={total_channels!r}: the memory's channels, an int >= "
                          f"channels={channels} (the PIM-enabled ones)")
     timing = _newton_timing(clock)
+    if gwrite_hiding:
+        timing = timing.replace(gwrite_hiding=1.0)
     col_bytes = 32                        # PIMFlow Table 1: 256-bit column I/O
     core = Core(
         banks_per_core=1,                 # PIMFlow §2.1: MAC logic per bank
@@ -548,8 +562,32 @@ def newton(*, channels: int = 16, total_channels: int = 32, buffers: int = 4, cl
              "rows=16384 is an assumption (no paper gives the row count)")
     if clock == "aim":
         notes += ("clock=aim: PIMFlow's array latencies kept in ns at tCK=0.5 ns (assumption)",)
-    return Backend(name="newton", variant=f"{clock}-gb{buffers}", system=system, group=group,
+    return Backend(name="newton", variant=f"{clock}-gb{buffers}" + ("-gwh" if gwrite_hiding else ""),
+                   system=system, group=group,
                    core=core, timing=timing, energy=energy, notes=notes)
+
+
+NEWTON_CONFIGS = {
+    # PIMFlow §6: "Newton+: the baseline Newton [26] with offloading support for CONV and FC
+    # layers ... and command scheduling for multiple channels" -- one global buffer (Newton's)
+    "newton+": dict(buffers=1, gwrite_hiding=False),
+    # "Newton++: Newton+ with the PIM command optimizations" (§4.1): four global buffers
+    # (GWRITE_4 reusing each G_ACT) and GWRITE latency hiding
+    "newton++": dict(buffers=4, gwrite_hiding=True),
+    # Fig. 14's single optimisations
+    "newton+gw": dict(buffers=1, gwrite_hiding=True),
+    "newton+gb": dict(buffers=4, gwrite_hiding=False),
+}
+"""PIMFlow's named Newton configurations (Fig. 9 / Fig. 14): `newton` preset options."""
+
+
+def newton_config(name: str, **options) -> Backend:
+    """The `newton` preset as PIMFlow's configuration `name` (a key of
+    `NEWTON_CONFIGS`: "newton+", "newton++", "newton+gw", "newton+gb");
+    `options` pass on to `newton` (channels, clock, ...)."""
+    if name not in NEWTON_CONFIGS:
+        raise ValueError(f"newton configuration {name!r}: valid names are {sorted(NEWTON_CONFIGS)}")
+    return newton(**{**NEWTON_CONFIGS[name], **options})
 
 
 # --------------------------------------------------------------------------

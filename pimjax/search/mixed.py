@@ -181,18 +181,28 @@ def pipeline_devices(nodes: list[NodeTimes]) -> list[str]:
 
 
 def execution_mode_search(nodes: list[NodeTimes], *, md_dp: bool = True, pipeline: bool = True,
-                          offload: bool = True, stages: int = 2, patterns=PIPELINE_PATTERNS) -> MixedPlan:
+                          offload: bool = True, stages: int = 2, patterns=PIPELINE_PATTERNS,
+                          segments=None, pipe_nodes=None) -> MixedPlan:
     """Algorithm 1 (PIMFlow §4.2.2): the execution mode and task size of every
     node of a topologically sorted chain.
 
     nodes: per node its `NodeTimes`.  md_dp: allow 10 %-step splits;
     pipeline: allow pipelined subgraphs matching `patterns` (node kinds);
-    offload: allow all-PIM (False: GPU only).  The four mechanisms of PIMFlow's
+    offload: allow all-PIM (False: GPU only).  segments: the pipelining
+    candidates as (start, length) pairs, when the caller knows which chains
+    may be pipelined (`pimjax.models.cnn.find_patterns` checks that each
+    node's output feeds only the next one, which node kinds alone cannot);
+    None: every run of kinds matching `patterns`.  pipe_nodes: the nodes' times
+    when pipelined (default `nodes`): a node split for MD-DP along one dimension
+    (say output channels) may be cut into pipeline chunks along another (rows).
+    The four mechanisms of PIMFlow's
     Fig. 9 are offload only (Newton+ / Newton++), md_dp (PIMFlow-md),
     pipeline (PIMFlow-pl) and both (PIMFlow).  Returns a `MixedPlan` whose
     table is T [N, N + 1] (T[i, l]: best ns of nodes i .. i + l - 1).
     """
     n = len(nodes)
+    if pipe_nodes is not None and len(pipe_nodes) != n:
+        raise ValueError(f"pipe_nodes: one per node ({n}), got {len(pipe_nodes)}")
     inf = float("inf")
     T = np.full((n, n + 1), inf)
     choice: dict = {}          # (i, l) -> ("single", ratio) | ("pipe", l) | ("cut", k)
@@ -205,15 +215,17 @@ def execution_mode_search(nodes: list[NodeTimes], *, md_dp: bool = True, pipelin
         choice[(i, 1)] = ("single", r)
     if pipeline and offload:            # a pipeline puts its candidates on PIM
         kinds = [nd.kind for nd in nodes]
-        for i in range(n):
-            for pat in patterns:
-                l = len(pat)
-                if i + l <= n and tuple(kinds[i:i + l]) == tuple(pat):
-                    seg = nodes[i:i + l]
-                    t = pipeline_ns(seg, pipeline_devices(seg), stages)
-                    if t < T[i, l]:
-                        T[i, l] = t
-                        choice[(i, l)] = ("pipe", l)
+        if segments is None:
+            segments = [(i, len(pat)) for i in range(n) for pat in patterns
+                        if i + len(pat) <= n and tuple(kinds[i:i + len(pat)]) == tuple(pat)]
+        for i, l in segments:
+            if not (l >= 2 and 0 <= i and i + l <= n):
+                raise ValueError(f"pipeline segment ({i}, {l}): needs 2 or more nodes inside the chain of {n}")
+            seg = (nodes if pipe_nodes is None else pipe_nodes)[i:i + l]
+            t = pipeline_ns(seg, pipeline_devices(seg), stages)
+            if t < T[i, l]:
+                T[i, l] = t
+                choice[(i, l)] = ("pipe", l)
     # lines 23-28: the interval DP over the recorded table (vectorised over i)
     for l in range(2, n + 1):
         m = n - l + 1
@@ -305,6 +317,31 @@ def split_var(op) -> str | None:
     and concatenations along H are contiguous, so no copies), an FC / GEMV's
     outputs.  None when the op has no such variable."""
     return next((v for _, v in _result_vars(op) if op.extents[v] > 1), None)
+
+
+def split_vars(op) -> dict[str, str]:
+    """The MD-DP split variants of `op` (PIMFlow §4.2.1; issue: "along output
+    channels, or along the output's spatial rows with a halo"): {"rows": the
+    first output variable indexing a result dimension alone (`split_var`: an
+    NHWC CONV's H, a GEMV's outputs), "channels": the last such variable when
+    it is another one (an NHWC CONV's output channels F, an FC's outputs)}
+    -- only the variables with extent > 1."""
+    vs = [v for _, v in _result_vars(op) if op.extents[v] > 1]
+    out = {}
+    if vs:
+        out["rows"] = vs[0]
+        if vs[-1] != vs[0]:
+            out["channels"] = vs[-1]
+    return out
+
+
+def choose_split(variants: dict) -> tuple[str, NodeTimes]:
+    """(name, NodeTimes) of the split variant whose best split (`optimal_split`)
+    is fastest; ties keep the first.  variants: {name: NodeTimes} of one node
+    split different ways (e.g. `split_vars`' "rows" and "channels")."""
+    if not variants:
+        raise ValueError("choose_split: no variant")
+    return min(variants.items(), key=lambda kv: optimal_split(kv[1])[1])
 
 
 def _result_vars(op) -> list[tuple[int, str]]:

@@ -47,7 +47,7 @@ from ..errors import PimCompileError
 from ..hw.core import Backend, is_int
 from ..lower import lower
 from ..partition import drafts as make_drafts
-from ..backends import baseline
+from ..backends import baseline, family_of, has_family
 from ..partition.draft import Draft
 from ..partition.table import DraftTable
 from ..sim.append import append_factor, charge
@@ -66,6 +66,14 @@ EXHAUSTIVE_PIPELINE = True
 """The exhaustive search simulates a batch on a worker thread while it
 lowers the next (one process; False: one after the other on the caller's
 thread, the same choice)."""
+EXHAUSTIVE_BOUND = True
+"""The exhaustive search skips the drafts whose lower bound (the family's
+`lower_bound`) exceeds the best total found (False: every draft, the same
+choice)."""
+EXHAUSTIVE_FIRST = 8
+"""With a bound, the first this many drafts (the smallest bounds) are
+simulated at once, on the caller's thread: the best total they give starts
+the pruning."""
 
 # --------------------------------------------------------------------------
 # the tuner
@@ -85,6 +93,8 @@ class Choice:
     none).
     append_cycles: the per-call placement of appended resident operands
     (`sim.append`), included in `report` (and in `baseline`).
+    pruned: drafts the exhaustive search never lowered because their lower
+    bound exceeded the best total found (`Family.lower_bound`).
     """
     draft: Draft
     program: Any
@@ -99,6 +109,7 @@ class Choice:
     failed: int = 0
     failure: str = ""
     append_cycles: float = 0.0
+    pruned: int = 0
 
 
 @dataclass
@@ -494,48 +505,64 @@ class Tuner:
         return choice if base not in drafts else replace(choice, baseline=report(drafts.index(base)))
 
     def _exhaustive(self, op, table, backend, shapes, lower_options, lower_fn=lower) -> Choice | None:
-        """Every draft of `table` lowered and simulated, the fastest kept
-        (the first of equals, in table order).  Streamed: drafts are lowered
-        one at a time and simulated in batches of at most `EXHAUSTIVE_BATCH`
-        drafts / `EXHAUSTIVE_RECORDS` records, and only the best program so
-        far outlives its batch.  Keeping every program of a GEMV 20480 x 5120
-        search alive held 3.2 GB (Newton) to 13.5 GB (HBM-PIM) of records,
-        and first-touching that memory (page faults) cost more than lowering
-        and simulating it; a bounded batch reuses the same pages and the
-        native engine's scratch table.  With `EXHAUSTIVE_PIPELINE` a batch
-        is simulated on a worker thread while the next one is lowered (both
-        run compiled code that releases the GIL for most of their time, as
-        `costmodel.dataset.Labeller` does); at most two batches are alive."""
-        best = None                       # (total, draft, program, report)
+        """Every draft of `table` that can win lowered and simulated, the
+        fastest kept (the first of equals, in table order).  Streamed: drafts
+        are lowered one at a time and simulated in batches of at most
+        `EXHAUSTIVE_BATCH` drafts / `EXHAUSTIVE_RECORDS` records, and only the
+        best program so far outlives its batch.  Keeping every program of a
+        GEMV 20480 x 5120 search alive held 3.2 GB (Newton) to 13.5 GB
+        (HBM-PIM) of records, and first-touching that memory (page faults)
+        cost more than lowering and simulating it; a bounded batch reuses the
+        same pages and the native engine's scratch table.  With
+        `EXHAUSTIVE_PIPELINE` a batch is simulated on a worker thread while
+        the next one is lowered (both run compiled code that releases the GIL
+        for most of their time, as `costmodel.dataset.Labeller` does); at most
+        two batches are alive.
+
+        Branch and bound: where the backend's family gives a lower bound on
+        each draft's simulated cycles (`Family.lower_bound`, from the table
+        alone), drafts go in increasing order of their bound and the search
+        stops at the first whose bound exceeds the best total simulated so
+        far -- no later draft can win, so the pick is the exhaustive one
+        (`Choice.pruned` counts the drafts it never lowered)."""
+        best = None                       # (total, table index, draft, program, report)
         errors, simulated = [], 0
-        drafts, programs, records = [], [], 0
+        drafts, programs, index, records = [], [], [], 0
         pool = ThreadPoolExecutor(1) if EXHAUSTIVE_PIPELINE else None
         pending = None
+        bound = self._lower_bound(op, table, backend, shapes, lower_options, lower_fn)
+        order = range(len(table)) if bound is None else np.argsort(bound, kind="stable")
 
-        def simulate(ds, ps):
+        def simulate(ds, ps, ix):
             _, totals, report = self._simulate(op, ds, backend, shapes, lower_options, ps)
-            j = int(np.argmin(totals))
-            return len(ds), float(totals[j]), ds[j], ps[j], report(j)
+            j = min(range(len(ds)), key=lambda k: (float(totals[k]), ix[k]))
+            return len(ds), float(totals[j]), ix[j], ds[j], ps[j], report(j)
 
         def take(result):
             nonlocal best, simulated
-            count, total, d, p, rep = result
+            count, total, i, d, p, rep = result
             simulated += count
-            if best is None or total < best[0]:           # strictly: an earlier equal draft stays
-                best = (total, d, p, rep)
+            if best is None or (total, i) < best[:2]:    # ties keep the earlier draft of the table
+                best = (total, i, d, p, rep)
 
         def flush():
-            nonlocal pending, drafts, programs
+            nonlocal pending, drafts, programs, index
             if pool is None:
-                take(simulate(drafts, programs))
+                take(simulate(drafts, programs, index))
             else:
-                if pending is not None:                   # in order: ties keep the earlier draft
+                if pending is not None:
                     take(pending.result())
-                pending = pool.submit(simulate, drafts, programs)
-            drafts, programs = [], []
+                pending = pool.submit(simulate, drafts, programs, index)
+            drafts, programs, index = [], [], []
 
+        pruned = 0
         try:
-            for i in range(len(table)):
+            for n_done, i in enumerate(order):
+                i = int(i)
+                # strictly above the best total (float32 cycles; a margin for its rounding): cannot win
+                if bound is not None and best is not None and bound[i] > best[0] * (1 + 1e-6) + 1.0:
+                    pruned = len(table) - n_done
+                    break
                 d = table[i]
                 p, = self._lower_each(op, [d], backend, shapes, lower_options, lower_fn)
                 if isinstance(p, PimCompileError):
@@ -547,7 +574,11 @@ class Tuner:
                     records = 0
                 drafts.append(d)
                 programs.append(p)
+                index.append(i)
                 records += size
+                if bound is not None and best is None and pending is None and len(drafts) >= EXHAUSTIVE_FIRST:
+                    take(simulate(drafts, programs, index))       # a best to prune against, now
+                    drafts, programs, index, records = [], [], [], 0
             if drafts:
                 flush()
             if pending is not None:
@@ -557,8 +588,17 @@ class Tuner:
                 pool.shutdown(wait=True)
         if best is None:
             return None
-        return Choice(best[1], best[2], best[3], float("nan"), simulated, len(table), "exhaustive",
-                      failed=len(errors), failure=_first_message(errors))
+        return Choice(best[2], best[3], best[4], float("nan"), simulated, len(table), "exhaustive",
+                      failed=len(errors), failure=_first_message(errors), pruned=pruned)
+
+    def _lower_bound(self, op, table, backend, shapes, lower_options, lower_fn):
+        """The family's lower bound on each draft's cycles ([n]) when
+        `EXHAUSTIVE_BOUND` is on and the drafts are lowered by `lower` (a
+        block lowering has its own costs), else None."""
+        if not EXHAUSTIVE_BOUND or lower_fn is not lower or not has_family(backend):
+            return None
+        fn = family_of(backend).lower_bound
+        return None if fn is None else fn(op, table, backend, shapes, lower_options)
 
     def _against_baseline(self, choice, op, backend, shapes, lower_options, lower_fn, space) -> Choice | None:
         """`choice` (a search's pick, or None) or the backend's baseline

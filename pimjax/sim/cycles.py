@@ -35,16 +35,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..hw.core import Backend, Timing, check_timing_batch
-from ..hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, CHAIN, FAW, N_LAT, NEVER, PREA_END, RAS, RC,
-                              RCD_RD, RCD_WR, RD_END, REF0, REFI, REFW, RFC, RP, RP_REF, RRD_L, RRD_S, RTP, RTP_AB, RTW,
-                              SIDE_BG, SIDE_END, SIDE_GAP, WR_END, WR_PRE, WTR_L, WTR_S, compile_chains,
+from ..hw.dram_rules import (AB_END, ACTAB_END, BUF_ACT, CCD_AB, CCD_L, CCD_S, CHAIN, FAW, N_LAT, NEVER, PREA_END,
+                              RAS, RC, RCD_RD, RCD_WR, RD_END, REF0, REFI, REFW, RFC, RP, RP_REF, RRD_L, RRD_S, RTP,
+                              RTP_AB, RTW, SIDE_BG, SIDE_END, SIDE_GAP, WR_END, WR_PRE, WTR_L, WTR_S, compile_chains,
                               compile_rules)
 from ..lower.program import Phase, Program, Records
 from ..backends import family_of, has_family
 from .engines import check_banks, check_programs, resolve_engine
 from .padding import fine, pow2
 from .report import BOUNDS, CycleReport
-from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, N_FLAGS, PRE_ALL,
+from .timing import (ACT_ALL, ALLBANK, BARRIER, BUFFER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, N_FLAGS, PRE_ALL,
                      SIDE, STAGGER, STREAM, WAIT, WRITE)
 
 SCAN_FIELDS = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
@@ -216,6 +216,7 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
         t_ready=jnp.zeros((banks, N), f32), bg_act=never(n_bg), side_bg=never(n_bg), faw=never(4),
         pre_open=never(),
         last_act=never(), last_col=never(), last_col_bg=jnp.full((1, N), -1, i32), last_allbank=no,
+        last_arr=never(), last_buf=never(),      # the last bank-array column / GWRITE (BUFWR) column
         last_rd=never(), last_wr=never(), last_wr_bg=jnp.full((1, N), -1, i32), last_side=never(),
         t_issue=never(), t_bar=never(), t_end=zero, ref_end=never(), next_ref=jnp.where(L[REF0] > 0, L[REF0], L[REFI]),
         # the previous record's bank-state updates, for `apply` (a NOP to start)
@@ -320,7 +321,9 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
             ready_all = jnp.where(do_ref, jnp.maximum(_rows(jnp.maximum, s["t_ready"]), r_end),
                                   _rows(jnp.maximum, jnp.where(opened, s["pre_ok"] + L[RP], s["t_ready"])))
             ready_all = jnp.maximum(ready_all, _rows(jnp.maximum, s["t_act"]) + L[RC])   # ACT -> ACT: tRC
-            t_actall = jnp.maximum(ready_all, jnp.maximum(floor_t, s["last_col"]))
+            # after the last column [COL_ORDER]; after the last GWRITE only under BUF_ACT
+            after_cols = jnp.maximum(s["last_arr"], s["last_buf"] + L[BUF_ACT])
+            t_actall = jnp.maximum(ready_all, jnp.maximum(floor_t, after_cols))
             # staggered (per bank group, tFAW apart): the last group opens last
             t_actall = t_actall + jnp.where(flag(STAGGER), (n_bg - 1) * L[FAW], 0.0)
         if "pre_all" in features:
@@ -380,6 +383,10 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
         side_new = jnp.where(side, jnp.where(fixed, s0 + n - side_gap, side_last), s["last_side"])
         new["last_act"] = jnp.where(need, jnp.maximum(s["last_act"], t_act), s["last_act"])
         new["last_col"] = jnp.where(is_col, t_last, s["last_col"])
+        if "act_all" in features:
+            buf = flag(BUFFER)
+            new["last_arr"] = jnp.where(is_col & ~buf, t_last, s["last_arr"])
+            new["last_buf"] = jnp.where(is_col & buf, t_last, s["last_buf"])
         new["last_col_bg"] = jnp.where(is_col, bg, s["last_col_bg"])
         new["last_allbank"] = jnp.where(is_col, allbank, s["last_allbank"])
         new["last_rd"] = jnp.where(rd_col, t_last, s["last_rd"])

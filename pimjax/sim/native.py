@@ -38,11 +38,11 @@ from numba import njit
 
 from ..hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, CHAIN, CHAIN_LEN, FAW, N_LAT, NEVER, PREA_END, RAS, RC,
                               RCD_RD, RCD_WR, RD_END, REF0, REFI, REFW, RFC, RP, RP_REF, RRD_L, RRD_S, RTP, RTP_AB, RTW,
-                              PARAMS, SIDE_BG, SIDE_END, SIDE_GAP, WR_END, WR_PRE, WTR_L, WTR_S,
+                              PARAMS, SIDE_BG, SIDE_END, SIDE_GAP, WR_END, WR_PRE, WTR_L, WTR_S, BUF_ACT,
                               compile_chains)
 from ..lower.program import Phase
-from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE, STAGGER,
-                     STREAM, WAIT, WRITE)
+from .timing import (ACT_ALL, ALLBANK, BARRIER, BUFFER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE,
+                     STAGGER, STREAM, WAIT, WRITE)
 
 # record fields, rows of the [8, M] record table
 RECORD_FIELDS = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
@@ -80,6 +80,7 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
     side_bg = np.full(n_bg, NEVER)
     faw = np.full(4, NEVER)
     last_act = last_col = last_rd = last_wr = last_side = t_issue = t_bar = ref_end = NEVER
+    last_arr = last_buf = NEVER          # the latest bank-array column / global-buffer write (BUFWR)
     last_col_bg = last_wr_bg = -1
     last_allbank = False
     t_end = 0.0
@@ -209,6 +210,10 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
                 last_rd = t_last
                 counts[3 if allbank else 1] += n
             last_col = t_last
+            if cls[op, BUFFER] == 1:
+                last_buf = t_last
+            else:
+                last_arr = t_last
             last_col_bg = bg
             last_allbank = allbank
             t_issue = max(t_issue, t_last)
@@ -233,7 +238,8 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
         elif cls[op, BARRIER] == 1:
             t_bar = max(t_bar, t_issue + 1.0)
         elif cls[op, ACT_ALL] == 1:
-            t_act = max(floor_t, last_col)
+            # after the last column [COL_ORDER], the last GWRITE's only under BUF_ACT
+            t_act = max(floor_t, max(last_arr, last_buf + t[BUF_ACT]))
             for b in range(banks):
                 if open_row[b] >= 0:
                     ready = max(b_act[b] + t[RAS], b_rd[b] + t[RTP], b_wr[b] + wr_pre) + t[RP]

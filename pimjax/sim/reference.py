@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from ..hw.dram_rules import (ACTAB_END, FAW, KINDS, NEVER, PRECHARGES, PREA_END, REF0, REFW, REFI, RFC, RP_REF, RULES,
                               SIDE_GAP, compile_rules)
 from ..lower.program import Phase
-from .timing import (ACT_ALL, ALLBANK, BARRIER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE, STAGGER,
-                     STREAM, WAIT, WRITE)
+from .timing import (ACT_ALL, ALLBANK, BARRIER, BUFFER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE,
+                     STAGGER, STREAM, WAIT, WRITE)
 
 ALL = -1   # `bank` of a command to every bank
 
@@ -205,7 +205,8 @@ def simulate(records: list[dict], t: dict, banks: int, banks_per_bg: int, refres
 
         end = ch.t_end
         if is_col:
-            kind = ("PIM_WR" if write else "PIM_RD") if allbank else ("WR" if write else "RD")
+            kind = ("PIM_WR" if write else "PIM_RD") if allbank else \
+                ("BUFWR" if flags[BUFFER] else "WR") if write else "RD"
             b = min(max(r["bank"], 0), banks - 1)
             # 2. open the row if needed (a column with row < 0, a buffer
             # access such as Newton's GWRITE, opens none)

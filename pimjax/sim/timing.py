@@ -35,6 +35,9 @@ stagger    an all-bank activation issued as one activation per bank group,
 stream     a host transfer run whose columns the controller interleaves
            with the runs to other bank groups: its columns are tCCD_S apart
            (the link bandwidth) instead of tCCD_L
+buffer     a write column to the channel's global buffer (Newton GWRITE):
+           command kind BUFWR, timed as a WR, except that a G_ACT waits
+           for it only under rule BUF_ACT (off with GWRITE latency hiding)
 barrier    AttAcc PIM_BARRIER: no time of its own; every later column,
            data-movement (side) and fixed command issues at least one cycle
            after the latest issue of any earlier such command.  Row
@@ -93,10 +96,10 @@ import numpy as np
 from ..lower.program import Op
 
 # columns of the class table
-COLUMN, WRITE, ALLBANK, DATA_BUS, ACT_ALL, PRE_ALL, FIXED, SIDE, WAIT, STREAM, BARRIER, STAGGER = range(12)
-N_FLAGS = 12
+COLUMN, WRITE, ALLBANK, DATA_BUS, ACT_ALL, PRE_ALL, FIXED, SIDE, WAIT, STREAM, BARRIER, STAGGER, BUFFER = range(13)
+N_FLAGS = 13
 FLAG_NAMES = ("column", "write", "allbank", "data_bus", "act_all", "pre_all", "fixed", "side", "wait", "stream",
-              "barrier", "stagger")
+              "barrier", "stagger", "buffer")
 
 # the timing classes of the commands every family shares (host column reads and writes); each
 # family declares its own commands' classes in its folder (`pimjax/backends/<family>/isa.py`,

@@ -17,15 +17,16 @@ def _expected(t) -> dict:
         "FAW": g("tFAW"), "RCD_RD": g("tRCDRD"), "RCD_WR": g("tRCDWR"), "CCD_AB": g("tCCD_AB"),
         "CCD_L": g("tCCD_L"), "CCD_L_AB": g("tCCD_L"), "CCD_S": g("tCCD_S"), "CCD_S_AB": g("tCCD_S"),
         "RTW": g("tCL") + g("tBL") + g("tRTRS") - g("tWL"), "WTR_L": g("tWL") + g("tBL") + g("tWTR_L"),
-        "WTR_S": g("tWL") + g("tBL") + g("tWTR_S"), "COL_ORDER": 0.0, "SIDE_GAP": max(g("tBL"), g("tCCD_S")),
+        "WTR_S": g("tWL") + g("tBL") + g("tWTR_S"), "COL_ORDER": 0.0, "BUF_ORDER": 0.0,
+        "BUF_ACT": R.NEVER if g("gwrite_hiding") else 0.0, "SIDE_GAP": max(g("tBL"), g("tCCD_S")),
         "SIDE_BG": g("tCCD_L"), "RD_END": g("tCL") + g("tBL"), "WR_END": g("tWL") + g("tBL"),
         "AB_END": g("tCCD_AB"), "ACTAB_END": g("tRCDRD"), "PREA_END": g("tRP"),
         "SIDE_END": max(g("tBL"), g("tCCD_S")), "REFI": g("tREFI"), "REF0": g("tREF0"), "REFW": g("tREFW")}
 
 
-@pytest.mark.parametrize("name", ["hbm-pim", "attacc", "newton"])
+@pytest.mark.parametrize("name", ["hbm-pim", "attacc", "newton", "newton-gwh"])
 def test_compiled_latencies_follow_the_parameters(name):
-    t = get_backend(name).timing
+    t = (get_backend("newton", gwrite_hiding=True) if name == "newton-gwh" else get_backend(name)).timing
     lat = R.compile_rules(t)
     assert lat.shape == (R.N_LAT,) and lat.dtype == np.float64
     exp = _expected(t)
@@ -72,6 +73,22 @@ def test_table_is_well_formed():
     with pytest.raises(ValueError, match="unsupported"):
         R._parse("tRP / 2")
     assert "tFAW" in R.rules_table()
+
+
+def test_unless_switches_a_rule_off_per_variant():
+    """BUF_ACT (a G_ACT after the GWRITEs) is off where Timing.gwrite_hiding
+    is 1: "long ago" (never binds), in numpy and jnp, per stacked variant;
+    no other rule moves."""
+    base = get_backend("newton").timing
+    batch = stack_variants([base, base.replace(gwrite_hiding=1.0)])
+    for lat in (R.compile_rules(batch), np.asarray(jax.jit(R.compile_rules)(jax.tree.map(jnp.asarray, batch)))):
+        assert lat[0, R.BUF_ACT] == 0.0 and lat[1, R.BUF_ACT] == R.NEVER
+        others = [k for k in range(R.N_LAT) if k != R.BUF_ACT]
+        np.testing.assert_array_equal(lat[0, others], lat[1, others])
+    assert R.compile_chains(batch)[1, R.BUF_ACT, 0] == R.NEVER
+    assert "off where gwrite_hiding" in R.rules_table()
+    with pytest.raises(ValueError, match="0 or 1"):
+        base.replace(gwrite_hiding=0.5)
 
 
 def test_chains_hold_the_terms_in_order():

@@ -244,3 +244,44 @@ def test_share_builder_splits_a_gemv_by_outputs():
     red, _ = kernel_op("red", [1, 64])
     with pytest.raises(ValueError, match="no output variable"):
         share_builder(red)
+
+
+def test_split_vars_rows_and_channels():
+    """A CONV splits along output rows (H) or output channels (F); a GEMV has one output variable."""
+    from pimjax.kernels import kernel_op
+    from pimjax.search.mixed import _result_vars, split_vars
+    op, _ = kernel_op("conv", [8, 6, 4, 5, 3])
+    vs = split_vars(op)
+    assert vs["rows"] == "h" == split_var(op)
+    dims = {v: d for d, v in _result_vars(op)}
+    assert dims[vs["channels"]] == len(op.result.index_map) - 1 and op.extents[vs["channels"]] == 5
+    sub, sh = share_builder(op, vs["channels"])(0.4)
+    assert sh[op.result.value] == (1, 8, 6, 2)                       # ceil(0.4 x 5) channels, every row
+    gv, _ = kernel_op("gemv", [100, 32])
+    assert list(split_vars(gv)) == ["rows"]
+
+
+def test_choose_split_takes_the_faster_variant():
+    from pimjax.search.mixed import choose_split
+    rows = linear("n", 100.0, 100.0)                                  # best split 50
+    chans = linear("n", 100.0, 100.0, fixed_g=30.0)                   # every split pays 30 more on the GPU
+    assert choose_split({"rows": rows, "channels": chans})[0] == "rows"
+    assert choose_split({"rows": chans, "channels": rows})[0] == "channels"
+    with pytest.raises(ValueError):
+        choose_split({})
+
+
+def test_explicit_pipeline_segments():
+    """segments= restricts pipelining to the given chains: the kinds alone would also pipeline
+    (1, 2), which the caller rules out (e.g. a node whose output has a second consumer)."""
+    nodes = [linear("pw", 1e9, 20.0, kind="conv1x1"), linear("dw", 40.0, 0.0, kind="dwconv", pim=False),
+             linear("pw2", 1e9, 20.0, kind="conv1x1")]
+    free = execution_mode_search(nodes, md_dp=False)
+    only_first = execution_mode_search(nodes, md_dp=False, segments=[(0, 2)])
+    none = execution_mode_search(nodes, md_dp=False, segments=[])
+    assert none.total_ns == pytest.approx(20.0 + 40.0 + 20.0)
+    assert only_first.total_ns == pytest.approx(pipeline_ns(nodes[:2], ["pim", "gpu"]) + 20.0)
+    assert free.total_ns <= only_first.total_ns <= none.total_ns
+    assert [m.mode for m in only_first.nodes] == ["pipeline", "pipeline", "pim"]
+    with pytest.raises(ValueError, match="segment"):
+        execution_mode_search(nodes, segments=[(2, 2)])

@@ -19,10 +19,17 @@ OPS = {
                Op.RDACC, Op.BARRIER, Op.RD, Op.WR],
     "newton": [Op.G_ACT, Op.COMP, Op.GWRITE, Op.READRES, Op.RD, Op.WR],
 }
+# newton with GWRITE latency hiding: rule BUF_ACT switched off (`Timing.gwrite_hiding`)
+OPS["newton-gwh"] = OPS["newton"]
+
+
+def backend_of(name):
+    """The preset a test name stands for ("newton-gwh": newton with GWRITE latency hiding)."""
+    return get_backend("newton", gwrite_hiding=True) if name == "newton-gwh" else get_backend(name)
 
 
 def record_lists(backend_name):
-    be = get_backend(backend_name)
+    be = backend_of(backend_name)
     banks = be.group.banks
     rec = st.fixed_dictionaries({
         "op": st.sampled_from([int(o) for o in OPS[backend_name]]),
@@ -40,7 +47,7 @@ def record_lists(backend_name):
 
 
 def run_both(records, backend_name, refresh, short_refresh):
-    be = get_backend(backend_name)
+    be = backend_of(backend_name)
     if short_refresh:  # make refreshes frequent so small programs exercise them
         be = be.replace(timing=be.timing.replace(tREFI=97.0, tRFC=31.0, tREF0=0.0))
     t = _timing_vector(be.timing)
@@ -93,7 +100,7 @@ def test_streams_packed_in_lanes_equal_reference(backend_name, data):
     the initial state: every stream's result equals the reference model's
     for that stream alone, whatever shares its lane."""
     from pimjax.sim.cycles import scan_lanes
-    be = get_backend(backend_name)
+    be = backend_of(backend_name)
     streams = data.draw(st.lists(record_lists(backend_name), min_size=1, max_size=5))
     refresh = data.draw(st.booleans())
     lane_of = [data.draw(st.integers(0, 1)) for _ in streams]

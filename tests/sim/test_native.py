@@ -12,11 +12,11 @@ from pimjax.sim.cycles import _timing_vector
 from pimjax.sim.native import RECORD_FIELDS, time_streams, timing_table
 from pimjax.sim.reference import simulate
 
-from .test_cycles_reference import OPS, record_lists
+from .test_cycles_reference import OPS, backend_of, record_lists
 
 
 def _timing(backend_name, short_refresh):
-    be = get_backend(backend_name)
+    be = backend_of(backend_name)
     if short_refresh:   # frequent refreshes, so that small programs exercise them
         be = be.replace(timing=be.timing.replace(tREFI=97.0, tRFC=31.0, tREF0=0.0))
     return be, {k: float(v) for k, v in _timing_vector(be.timing).items()}
@@ -82,7 +82,7 @@ def test_bad_arguments_raise():
             time_streams(rec, one + lo, one + hi, one, table, 16, 4, True)
 
 
-@pytest.mark.parametrize("backend_name", ["hbm-pim", "attacc", "newton"])
+@pytest.mark.parametrize("backend_name", ["hbm-pim", "attacc", "newton", "newton-gwh"])
 def test_engines_agree_on_lowered_programs(backend_name):
     """Every report field of the two engines on lowered programs of three
     kernels (resident matrices), one program at a
@@ -92,7 +92,9 @@ def test_engines_agree_on_lowered_programs(backend_name):
     from pimjax.partition import drafts
     from pimjax.sim.cycles import cycles, cycles_batch, sweep
 
-    be = get_backend(backend_name, channels=4) if backend_name != "attacc" else get_backend(backend_name)
+    be = get_backend(backend_name, channels=4) if backend_name not in ("attacc", "newton-gwh") else \
+        get_backend("newton", channels=4, gwrite_hiding=True) if backend_name == "newton-gwh" else \
+        get_backend(backend_name)
     rng = np.random.default_rng(3)
     progs = []
     for kernel, shape in (("gemv", [256, 512]), ("mmtv", [1, 4, 64, 32]), ("va", [1 << 12]), ("red", [16, 1024])):

@@ -5,14 +5,17 @@ programmed through all-bank-mode column commands and a CRF microkernel.
     lower.py     Draft -> Program (the SIMD unit's microkernel, GRF blocking)
     execute.py   the value interpreter of its records
     baseline.py  the Samsung simulator's mapping
+    bounds.py    a lower bound on a contraction draft's cycles (exhaustive tuning's pruning)
 """
 from .. import Family, register
 from .isa import TIMING_CLASSES
 from .baseline import hbm_pim_baseline
+from .bounds import lower_bound
 from .execute import execute_hbm_pim
 from .lower import DEFAULT_OPTIONS, lower_hbm_pim
 
 FAMILY = register(Family(
     name="hbm-pim", lower=lower_hbm_pim, options=frozenset(DEFAULT_OPTIONS) | {"result_dtype"},
     timing_classes=TIMING_CLASSES,
-    execute=execute_hbm_pim, baseline=hbm_pim_baseline, kernels=("gemv", "red", "va", "relu", "mmtv")))
+    execute=execute_hbm_pim, baseline=hbm_pim_baseline, kernels=("gemv", "red", "va", "relu", "mmtv"),
+    lower_bound=lower_bound))

@@ -78,11 +78,12 @@ it does not express (PIMFlow's Ramulator fork, `src/GDDR6.cpp`, differs):
   issues G_ACT0..3 (one per bank group) nFAW apart, i.e. 3 tFAW = 51 more
   cycles per row on Table 1's clock — missing: an activation class that
   opens the banks of one bank group and counts them in the tFAW window.
-* GWRITE is a host column write (data bus, tCCD_S apart across bank groups,
+* GWRITE is a host column write to the global buffer (timing class
+  `buffer`, kind BUFWR: data bus, tCCD_S apart across bank groups,
   write->read turnaround before the first COMP); a G_ACT waits for its last
-  column.  PIMFlow's "GWRITE latency hiding" (a G_ACT issued while the
-  buffer is still being written) needs a buffer-write class that occupies
-  the data bus without touching bank state or the column pipeline.
+  column (rule BUF_ACT) unless `Timing.gwrite_hiding` (PIMFlow's GWRITE
+  latency hiding, `newton(gwrite_hiding=True)`) switches that rule off: the
+  G_ACT then issues while the buffer is written.
 * READRES is a data-bus read that waits for every earlier record (the COMPs
   must finish); it has to name an open row (latches need none).
 """

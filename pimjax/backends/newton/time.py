@@ -19,7 +19,9 @@ write; the tFAW window; the channel's last column, read and write):
     kernel         PREA + GWRITE columns per load (the first load's count as
                    leading rearrangement, as the simulator buckets them),
                    G_ACT (tRC, precharge after tRAS / tRTP, (bank groups - 1)
-                   tFAW of staggered activations, after the last column),
+                   tFAW of staggered activations, after the last column --
+                   after the last GWRITE column only under rule BUF_ACT,
+                   off with GWRITE latency hiding),
                    COMPs tCCD_AB apart after tRCD and the write-to-read
                    turnaround, READRES after everything before it
     read-back      the READRES bursts, tCCD_L apart, and their latency
@@ -53,7 +55,7 @@ from math import gcd
 
 import numpy as np
 
-from ...hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, FAW, NEVER, PARAMS, PREA_END, RAS, RC,
+from ...hw.dram_rules import (AB_END, ACTAB_END, BUF_ACT, CCD_AB, CCD_L, CCD_S, FAW, NEVER, PARAMS, PREA_END, RAS, RC,
                               RCD_RD, RCD_WR, RD_END, RP, RRD_L, RRD_S, RTP, RTP_AB, RTW, WR_END, WR_PRE, WTR_L,
                               WTR_S, compile_chains, compile_rules)
 from .lower import _runs, _segments, readres_bursts, row_runs
@@ -77,14 +79,21 @@ def _after(x: float, chain) -> float:
     return x
 
 
+def _compiled(t: dict) -> tuple:
+    """(latencies [N_LAT], chains [N_LAT][CHAIN]) of `hw.dram_rules` for timing t, as floats."""
+    return ([float(x) for x in compile_rules(t)], [[float(x) for x in row] for row in compile_chains(t)])
+
+
 class _Channel:
     """The timing state the Newton commands read (timing.py's rules 2-4),
     with the latencies of `hw.dram_rules` (compiled from t)."""
 
-    def __init__(self, t: dict, banks: int, per_bg: int):
-        self.L = [float(x) for x in compile_rules(t)]
+    def __init__(self, t: dict, banks: int, per_bg: int, compiled: tuple | None = None):
+        # compiled: `_compiled(t)`, passed by a caller that walks many drafts under one timing
+        L, C = compiled if compiled is not None else _compiled(t)
+        self.L = list(L)
         # latencies this walk adds term by term (as the rules written out did)
-        self.C = [[float(x) for x in row] for row in compile_chains(t)]
+        self.C = [list(row) for row in C]
         self.per_bg = per_bg
         self.open = [-1] * banks
         self.act = [NEVER] * banks
@@ -95,6 +104,7 @@ class _Channel:
         self.last_act = NEVER
         self.faw = [NEVER] * 4
         self.last_col, self.last_bg, self.last_ab = NEVER, -1, False
+        self.last_arr, self.last_buf = NEVER, NEVER     # the last bank-array column / GWRITE column
         self.last_rd, self.last_wr, self.last_wr_bg = NEVER, NEVER, -1
         self.end = 0.0
 
@@ -105,7 +115,7 @@ class _Channel:
                 if a[k] > NEVER / 2:
                     a[k] += dt
         self.last_act = self.last_act + dt if self.last_act > NEVER / 2 else self.last_act
-        for f in ("last_col", "last_rd", "last_wr", "end"):
+        for f in ("last_col", "last_arr", "last_buf", "last_rd", "last_wr", "end"):
             v = getattr(self, f)
             setattr(self, f, v + dt if v > NEVER / 2 else v)
 
@@ -120,7 +130,8 @@ class _Channel:
             return -np.inf if v < e - horizon else v - e
         arrays = tuple(tuple(rel(v) for v in a) for a in (self.act, self.rd, self.wr, self.ready, self.bg_act))
         return arrays + (tuple(sorted(rel(v) for v in self.faw)), tuple(o >= 0 for o in self.open),
-                         rel(self.last_act), rel(self.last_col), rel(self.last_rd), rel(self.last_wr),
+                         rel(self.last_act), rel(self.last_col), rel(self.last_arr), rel(self.last_buf),
+                         rel(self.last_rd), rel(self.last_wr),
                          self.last_bg, self.last_ab, self.last_wr_bg)
 
     def _pre_ok(self, b: int) -> float:
@@ -133,8 +144,9 @@ class _Channel:
         return d
 
     def column(self, b: int, row: int, n: int, write: bool, allbank: bool, wait: bool = False,
-               spacing: float | None = None) -> float:
-        """A column record (WR, GWRITE, COMP, READRES); returns the time it adds."""
+               spacing: float | None = None, buffer: bool = False) -> float:
+        """A column record (WR, GWRITE, COMP, READRES; `buffer`: a GWRITE, a
+        global-buffer write); returns the time it adds."""
         L = self.L
         bg = b // self.per_bg
         need = row >= 0 and self.open[b] != row
@@ -168,6 +180,10 @@ class _Channel:
         else:
             self.rd[b], self.last_rd = last, last
         self.last_col, self.last_bg, self.last_ab = last, bg, allbank
+        if buffer:
+            self.last_buf = last
+        else:
+            self.last_arr = last
         return self._advance(end)
 
     def prea(self) -> float:
@@ -181,7 +197,8 @@ class _Channel:
     def g_act(self, row: int, stagger: float) -> float:
         L = self.L
         ready = max(self._pre_ok(b) + L[RP] if self.open[b] >= 0 else self.ready[b] for b in range(len(self.open)))
-        a = max(ready, max(self.act) + L[RC], self.last_col) + stagger
+        # after the last column; after the last GWRITE only under BUF_ACT (off: GWRITE latency hiding)
+        a = max(ready, max(self.act) + L[RC], max(self.last_arr, self.last_buf + L[BUF_ACT])) + stagger
         for b in range(len(self.open)):
             self.open[b], self.act[b] = row, a
         return self._advance(a + L[ACTAB_END])
@@ -246,16 +263,18 @@ def _run_units(units: list, sig: list, run, buckets: list, state_of, shift=None,
 
 
 def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: int,
-          n_bg: int, rr_bursts: int, interleave_limit: int, steady: bool = True) -> tuple[float, float, float, float, int]:
+          n_bg: int, rr_bursts: int, interleave_limit: int, steady: bool = True,
+          compiled: tuple | None = None) -> tuple[float, float, float, float, int]:
     """(leading rearrangement, rearrangement inside the kernel, compute,
     read-back) cycles of one group's stream, refresh left out, and the
-    columns the host writes to the group."""
+    columns the host writes to the group (compiled: `_compiled(t)`, if the
+    caller has it)."""
     n_b, n_v, n_o, n_rc, cc, t_in, kv, ki, lo, is_flow, passes = key
     n_vg, n_ig, n_ob = -(-n_v // kv), -(-t_in // ki), -(-n_o // lo)
     dataflow = "is" if is_flow else "os"
     seg_base, _ = _segments(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow, True, cols)
     seg_cols = np.minimum(cc, n_rc - np.arange(t_in) * cc)
-    ch = _Channel(t, banks, per_bg)
+    ch = _Channel(t, banks, per_bg, compiled)
     # no timing rule looks further back than the sum of the constraints (and the G_ACT stagger)
     horizon = 4.0 * (sum(t[k] for k in RULE_FIELDS) + n_bg * ch.L[FAW])
     # ---- host writes of every column a COMP reads, the banks in turn -----------------
@@ -311,7 +330,7 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
         chunks = [ig * ki + ji for ji in range(ki) if ig * ki + ji < t_in]
         width = int(max(seg_cols[i] for i in chunks))
         for j in range(kv * ki * width):
-            add(K_REARR, ch.column(gw_banks[j % len(gw_banks)], -1, 1, True, False))
+            add(K_REARR, ch.column(gw_banks[j % len(gw_banks)], -1, 1, True, False, buffer=True))
         state["loaded"] = (p, bb, vg, ig)
 
     def comp(bb, o, i, vg):
@@ -432,11 +451,13 @@ def _cached(t, banks, per_bg, cols, n_bg, backend, limit, steady=True):
     if key not in _WALKS:
         if len(_WALKS) >= 8:            # a timing sweep: keep the memory bounded
             _WALKS.clear()
+        compiled = _compiled(t)         # once per timing, not per draft
+
         @lru_cache(maxsize=65536)
         def walk(k):
             pk = dict(zip(PLAN_KEYS, k))
             rr = int(readres_bursts(backend, pk["kv"] * pk["lo"], False))
-            return _walk(k[:len(PLAN_KEYS)], k[-1], t, banks, per_bg, cols, n_bg, rr, limit, steady)
+            return _walk(k[:len(PLAN_KEYS)], k[-1], t, banks, per_bg, cols, n_bg, rr, limit, steady, compiled)
         _WALKS[key] = walk
     return _WALKS[key]
 

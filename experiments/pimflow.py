@@ -1,0 +1,556 @@
+"""PIMFlow (CNNs on a GPU + PIM memory) reproduced on pimjax's models: Fig. 9, Table 2, Fig. 13.
+
+    python experiments/pimflow.py                  # use / extend the cache, print the tables
+    python experiments/pimflow.py --recompute      # recompute every layer (about 30-40 min here)
+    python experiments/pimflow.py --validate 4     # also check the fast PIM time on 4 layers against
+                                                   #   lowering + full simulation (tens of s per layer)
+
+System (`get_backend("newton", channels=P, total_channels=32)`, PIMFlow §5 / Table 1): a 32-channel
+GDDR6 memory, P of the channels PIM-enabled (Newton units, 4 global buffers), the RTX 2060 GPU
+(`hw.host.rtx2060`, the "occupancy" kernel model) beside PIM on the 32 - P GPU-only channels
+(`System.cogpu`); the GPU baseline runs on all 32 channels (`System.gpu`).
+
+Per layer of each model (`pimjax.models.cnn.cnn_layers`, 224 x 224, batch 1, fp16):
+
+* GPU time: the layer's op (a CONV / DW CONV / FC traced alone with its stride and padding) on the
+  GPU model (`sim.host.host_time`), every share of its output rows (and of its output channels)
+  on the concurrent GPU, the whole op on the baseline GPU; other nodes (activations, adds, pools)
+  stream their bytes (`hw.gpu.elementwise_ns`).
+* PIM time (`pim_time`): every share of a PIM-candidate layer on newton, by the *closed-form*
+  estimate instead of tuning by full simulation (5-135 s per layer: too slow for ~300 layers x 19
+  shares).  The draft space is cut to the drafts that use every bank, broadcast commands and every
+  global buffer; `N_DRAFTS` of them (seeded) get the exact closed-form command walk
+  (`backends/newton/time.py` via the cost model's `est_t_total`: host writes, GWRITE, G_ACT /
+  COMP, READRES, the host merge) plus refresh, k = floor((stream + k (tRP + tRFC)) / tREFI)
+  refreshes of tRP + tRFC each (costmodel README); the smallest is the layer's time.  The
+  filter (FC weight) is resident, placed once as PIMFlow §2.2 does: where Newton keeps it in the
+  banks (pimjax keeps the *larger* operand there), its host writes are not charged; where the
+  activations are larger they are the banks' matrix and are written every call.
+  `validate` compares it with lowering + full simulation (the simulator's own refresh) of the same
+  draft and with the predict-mode tuner's pick (the cost model's top 8 simulated); the errors are
+  printed and stored, and `tests/test_pimflow.py` asserts them on small layers (2 %, plus up to
+  200 ns where the filter is resident: the first buffer load's GWRITEs go with its writes).
+* MD-DP splits: along output rows (PIMFlow §4.3.2: contiguous NHWC slices, the halo rows read
+  by both parts, no merge copy) and along output channels (the concatenation along C is not
+  contiguous in NHWC: charged one copy of the output on the concurrent GPU); per node the variant
+  whose best split is faster (`search.mixed.choose_split`); pipelined nodes use the row times
+  (PIMFlow's pipeline chunks are row slices).
+
+Modes (`search.mixed.execution_mode_search` = Algorithm 1 on the chain of CONV / DW / FC nodes,
+other nodes on the concurrent GPU in between): Newton+ (whole layers, PIM where faster), PIMFlow-md
+(MD-DP in 10 % steps), PIMFlow-pl (pipelining of `cnn.find_patterns`' 1x1-DW, DW-1x1, 1x1-DW-1x1
+subgraphs, 2 stages) and PIMFlow (both).  Our PIM is newton's default: 4 global buffers (one of
+Newton++'s two command optimisations) and no GWRITE latency hiding (the other; branch gw), so
+"Newton+" here sits between the paper's Newton+ and Newton++.
+
+Fig. 12 (energy) is not reproduced: pimjax's GPU models give time only (no GPU power model), so a
+GPU-vs-PIM energy ratio cannot be formed honestly.
+
+Cache: experiments/data/pimflow_layers.json (JSON; keyed by model and PIM channel count).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+CACHE = os.path.join(HERE, "data", "pimflow_layers.json")
+MODELS = ("mobilenet-v2", "efficientnet-b0", "mnasnet1_0", "resnet-50", "vgg-16")
+LABELS = {"mobilenet-v2": "MBNetV2", "efficientnet-b0": "ENetB0", "mnasnet1_0": "MnasNet",
+          "resnet-50": "ResNet50", "vgg-16": "VGG16"}
+PIM_CHANNELS = 16                     # PIMFlow §6: 16 PIM-enabled of 32
+TOTAL_CHANNELS = 32
+FIG13_CHANNELS = (8, 16, 24)          # PIM channels of 32 (Fig. 13 sweeps the division)
+FIG13_MODELS = ("efficientnet-b0", "resnet-50")   # the two models Fig. 13's text discusses
+N_DRAFTS = 48                         # drafts walked per whole op (seeded sample of the cut space)
+N_LIKE = 4                            # drafts walked per share of an op (with the whole op's knobs)
+SEED = 0
+STAGES = 2                            # pipeline stages (PIMFlow §4.2.1's example)
+MODES = ("Newton+", "PIMFlow-md", "PIMFlow-pl", "PIMFlow")
+MODE_FLAGS = {"Newton+": dict(md_dp=False, pipeline=False), "PIMFlow-md": dict(md_dp=True, pipeline=False),
+              "PIMFlow-pl": dict(md_dp=False, pipeline=True), "PIMFlow": dict(md_dp=True, pipeline=True)}
+
+# PIMFlow's numbers as its text states them (§1, §6.1; `../shared/papers/pimflow-cnn-gpu-pim.txt`).
+# Fig. 9's bars are not in the text; only these are.  "speedup s" read as T_gpu / T = 1 + s
+# (the paper does not define it; "82 %" as a time reduction would be a 5.6x speedup).
+PAPER = {
+    "conv_speedup": {"efficientnet-b0": 0.43, "vgg-16": 0.17},        # §6.1: PIMFlow, CONV layers
+    "e2e_speedup": {"efficientnet-b0": 0.43 + 0.27, "vgg-16": 0.17 + 0.05},   # "+27 % and +5 % on top"
+    "conv_mean": 0.30,          # PIMFlow, CONV layers, mean over the 5 models
+    "conv_max_mobile": 0.48,    # "up to 48 % with ENetB0, MBNetV2 and MnasNet"
+    "e2e_max": 0.82,            # §1: "up to 82 %" end to end (model not named)
+    "e2e_mean": 0.34,           # §1: "34 % on average" against the GPU
+    "mobile_mean": {"PIMFlow-md": 0.38, "PIMFlow-pl": 0.41, "PIMFlow": 0.43},  # §6.1, ENetB0/MBNetV2/MnasNet
+    "table2": {0.0: 0.41, 0.1: 0.05, 0.2: 0.06, 0.3: 0.09, 0.4: 0.03, 0.5: 0.10, 0.6: 0.05, 0.7: 0.06,
+               0.8: 0.08, 0.9: 0.06, 1.0: 0.0},                                       # Table 2
+    "table2_split": 0.58,       # §6.1: "58 % of the PIM-candidate layers are split"
+}
+
+
+# --------------------------------------------------------------------------- ops of one layer
+def layer_op(row):
+    """(op, shapes) of one CONV / DW CONV / FC layer of a `cnn_layers` row traced alone:
+    NHWC input [1, H, W, C], HWIO weight [K, K, C / groups, F], stride and padding (K - 1) // 2
+    as the model; FC: x [W, C] @ w [C, F] (the table reads a 2-D [M, C] as H = 1, W = M)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    import pimjax
+    f16 = jnp.float16
+    H, W, C, F, K, s, g = (int(row[k]) for k in ("H", "W", "C", "F", "K", "stride", "groups"))
+    if row["kind"] == "fc":
+        graph = pimjax.make_graph(lambda x, w: x @ w, jax.ShapeDtypeStruct((W, C), f16),
+                                  jax.ShapeDtypeStruct((C, F), f16))
+    else:
+        p = (K - 1) // 2
+
+        def conv(x, w):
+            return lax.conv_general_dilated(x, w, (s, s), [(p, p), (p, p)],
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=g)
+        graph = pimjax.make_graph(conv, jax.ShapeDtypeStruct((1, H, W, C), f16),
+                                  jax.ShapeDtypeStruct((K, K, C // g, F), f16))
+    ops = [o for o in graph.ops if o.kind == "contraction"]
+    if len(ops) != 1:
+        raise ValueError(f"layer {row['name']}: traced to {len(ops)} contractions")
+    return ops[0], {i: v.shape for i, v in enumerate(graph.values)}
+
+
+def with_refresh(total_cycles, merge_cycles, timing):
+    """Cycles of a PIM stream plus its refresh: the DRAM part (total - host merge) S pays
+    k = floor((S + k (tRP + tRFC)) / tREFI) refreshes of tRP + tRFC each (the fixed point,
+    costmodel README); the host merge pays none."""
+    S = np.asarray(total_cycles, np.float64) - np.asarray(merge_cycles, np.float64)
+    c, R = float(timing.tRP + timing.tRFC), float(timing.tREFI)
+    k = np.floor(S / R)
+    for _ in range(64):
+        k2 = np.floor((S + k * c) / R)
+        if np.array_equal(k2, k):
+            break
+        k = k2
+    return np.asarray(total_cycles, np.float64) + k * c
+
+
+def _knobs(table, i) -> tuple:
+    """A draft's mapping knobs: cores per dimension set, dataflow, global buffers."""
+    return (tuple(int(c) for c in np.asarray(table.cores)[i]), int(table.column("dataflow")[i]),
+            int(table.column("buffers")[i]))
+
+
+def pim_time(op, shapes, backend, n_drafts: int = N_DRAFTS, seed: int = SEED, like: tuple | None = None,
+             n_like: int = N_LIKE, resident_weight: bool = True):
+    """(ns, knobs, draft) of `op` on a newton backend by the closed-form estimate (module docstring):
+    the drafts using every bank, broadcast and every global buffer (all broadcast drafts when
+    none does), `n_drafts` of them sampled with `seed`, each `est_t_total` + refresh; the fastest,
+    and its `_knobs`.  like: knobs of the whole op's pick -- a share of the op then walks only
+    `n_like` drafts with those knobs (the sample of the cut space when none has them): the
+    shares of one layer map alike, and walking 48 drafts for each of 19 shares of ~100 layers
+    does not fit this box.  resident_weight: operand 1 (the filter / FC weight) is placed in
+    PIM once, as PIMFlow does -- where it is the matrix Newton keeps in the banks, its host
+    writes are not charged (`lower(..., resident=(1,))` books them apart likewise); pimjax's
+    Newton keeps the *larger* operand in the banks, so where the activations are larger they
+    are the matrix and written every call.  (nan, None, None) when the op has no broadcast draft."""
+    from pimjax.costmodel.features import FEATURE_NAMES, features_table
+    from pimjax.partition import drafts as make_drafts
+    from pimjax.partition.verify import matrix_and_vector
+    table = make_drafts(op, backend, shapes=shapes)
+    if len(table) == 0:
+        return float("nan"), None, None
+    cores = np.asarray(table.cores).prod(axis=1)
+    bcast = table.column("granularity") != 1
+    buf = table.column("buffers")
+    keep = (cores == cores[bcast].max()) & bcast & (buf == buf[bcast].max()) if bcast.any() else bcast
+    idx = np.flatnonzero(keep)
+    if len(idx) == 0:
+        return float("nan"), None, None
+    rng = np.random.default_rng(seed)
+    same = [i for i in idx if _knobs(table, i) == like] if like is not None else []
+    if same:
+        idx = np.sort(rng.choice(same, min(n_like, len(same)), replace=False))
+    elif len(idx) > n_drafts:
+        idx = np.sort(rng.choice(idx, n_drafts, replace=False))
+    sub = table.take(idx)
+    import pimjax.costmodel.features as feat_mod
+    phases = []
+    walk = feat_mod.newton_phases
+
+    def keep_phases(*args, **kw):       # the walk's phases, which the features sum into est_t_rearr
+        out = walk(*args, **kw)
+        phases.append(out)
+        return out
+    feat_mod.newton_phases = keep_phases
+    try:
+        feats = features_table(op, sub, backend, shapes).astype(np.float64)
+    finally:
+        feat_mod.newton_phases = walk
+    col = lambda name: 2.0 ** feats[:, FEATURE_NAMES.index(name)] - 1.0     # noqa: E731 - log2(1 + x)
+    tot, merge = col("est_t_total"), col("est_t_merge")
+    if resident_weight and matrix_and_vector(op, shapes)[0] == 1:
+        # the filter is the matrix and sits in the banks already (PIMFlow §2.2: "we place the filters
+        # in the memory cell array in advance"): the host's leading writes of it are not paid per
+        # call (the simulator books resident writes apart); the GWRITEs of the inputs stay
+        if len(phases) != 1 or len(phases[0]["k_rearr"]) != len(sub):
+            raise RuntimeError("pim_time: the features did not walk the drafts once each")
+        lead = col("est_t_rearr") - np.nan_to_num(phases[0]["k_rearr"])
+        tot = tot - lead
+    cyc = with_refresh(tot, merge, backend.timing)
+    best = int(np.nanargmin(cyc))
+    return float(cyc[best] * float(backend.timing.tCK)), _knobs(table, int(idx[best])), sub[best]
+
+
+# --------------------------------------------------------------------------- per-layer times
+def _other_ns(host, row) -> float:
+    """A non-contraction node on the GPU: its bytes streamed (pools reduce their window)."""
+    from pimjax.hw.gpu import elementwise_ns
+    outputs = max(1, int(row["Ho"]) * int(row["Wo"]) * int(row["F"]))
+    red = max(1, int(row["H"]) * int(row["W"]) // max(1, int(row["Ho"]) * int(row["Wo"]))) \
+        if row["op"] == "pool" else 1
+    return float(elementwise_ns(host, float(row["in_bytes"] + row["out_bytes"]), float(row["flops"]),
+                                outputs=outputs, reduction=red, kind="act"))
+
+
+def _variant_times(op, var, backend, memo, key, n_drafts):
+    """{gpu: [11], pim: [11], merge: [11]} of `op` split along loop variable `var`: share r of
+    the iterations on the concurrent GPU, 1 - r on PIM (`search.mixed.share_builder`)."""
+    from pimjax.search.mixed import RATIOS, share_builder
+    from pimjax.sim.host import host_time
+    build = share_builder(op, var)
+    gpu, pim = [0.0] * len(RATIOS), [0.0] * len(RATIOS)
+    whole = (key, "whole", 1.0)
+    if whole not in memo:
+        o, sh = build(1.0)
+        memo[whole] = pim_time(o, sh, backend, n_drafts)
+    like = memo[whole][1]
+    for i, r in enumerate(RATIOS):
+        if r > 0:
+            o, sh = build(float(r))
+            gpu[i] = float(host_time(o, backend.system.cogpu, sh, 2))
+        if r < 1:
+            share = float(np.round(1.0 - r, 2))
+            mk = (key, var, share) if share < 1 else whole
+            if mk not in memo:
+                o, sh = build(share)
+                memo[mk] = pim_time(o, sh, backend, n_drafts, like=like)
+            pim[i] = memo[mk][0]
+    return dict(gpu=gpu, pim=pim)
+
+
+def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, n_drafts: int = N_DRAFTS,
+                variants=("rows", "channels"), log=print) -> list[dict]:
+    """Per node of `model` (224 x 224): name, kind, op, candidate, gpu_ns (baseline GPU, all
+    channels), cogpu_ns (beside PIM), and for PIM candidates per split variant (`split_vars`)
+    its gpu / pim lists over `RATIOS` and merge_ns (ns)."""
+    from pimjax.hw.gpu import elementwise_ns
+    from pimjax.hw.presets import get_backend
+    from pimjax.models import cnn
+    from pimjax.search.mixed import split_vars
+    from pimjax.sim.host import host_time
+    backend = get_backend("newton", channels=pim_channels, total_channels=TOTAL_CHANNELS)
+    memo = {} if memo is None else memo
+    table = cnn.cnn_layers(model)
+    out = []
+    t0 = time.perf_counter()
+    for row in table.to_dict("records"):
+        rec = dict(name=row["name"], kind=row["kind"], op=row["op"], K=int(row["K"]),
+                   groups=int(row["groups"]), candidate=bool(row["pim_candidate"]))
+        if row["kind"] == "other":
+            rec["gpu_ns"] = _other_ns(backend.system.gpu, row)
+            rec["cogpu_ns"] = _other_ns(backend.system.cogpu, row)
+            out.append(rec)
+            continue
+        op, shapes = layer_op(row)
+        rec["gpu_ns"] = float(host_time(op, backend.system.gpu, shapes, 2))
+        rec["cogpu_ns"] = float(host_time(op, backend.system.cogpu, shapes, 2))
+        if rec["candidate"]:
+            key = (row["kind"], row["H"], row["W"], row["C"], row["F"], row["K"], row["stride"], pim_channels)
+            vs = split_vars(op)
+            rec["variants"] = {}
+            for name in variants:
+                if name not in vs:
+                    continue
+                v = _variant_times(op, vs[name], backend, memo, key, n_drafts)
+                # channels: the two parts' outputs interleave along C in NHWC -- one copy of the output
+                # on the concurrent GPU to concatenate them; rows: contiguous (PIMFlow §4.3.2), free
+                merge = 0.0 if name == "rows" else float(elementwise_ns(
+                    backend.system.cogpu, 2.0 * row["out_bytes"], 0.0,
+                    outputs=int(row["Ho"]) * int(row["Wo"]) * int(row["F"]), kind="copy"))
+                v["merge_ns"] = merge
+                v["var"] = vs[name]
+                rec["variants"][name] = v
+            log(f"    {row['name']}: GPU beside PIM {rec['cogpu_ns']:,.0f} ns, PIM "
+                f"{rec['variants']['rows']['pim'][0]:,.0f} ns ({time.perf_counter() - t0:.0f} s)")
+        out.append(rec)
+    log(f"  {model} @ {pim_channels} PIM channels: {len(out)} nodes in {time.perf_counter() - t0:.0f} s")
+    return out
+
+
+# --------------------------------------------------------------------------- the cache
+def load_cache(path: str = CACHE) -> dict:
+    """The cache: {"meta": settings, "layers": {cache_key: [layer_times records]}, "validation":
+    [validate records]} (empty when the file does not exist)."""
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    return {"meta": {}, "layers": {}}
+
+
+def save_cache(data: dict, path: str = CACHE) -> None:
+    """Write the cache as JSON (through a temporary file: a killed run leaves the old one whole)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=0, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def cache_key(model: str, pim_channels: int) -> str:
+    """The cache's key of one model on the system with `pim_channels` PIM channels of 32."""
+    return f"{model}@{pim_channels}"
+
+
+def compute(models=MODELS, configs=None, recompute: bool = False, path: str = CACHE, log=print) -> dict:
+    """Fill the cache: every model at PIM_CHANNELS (both split variants) and FIG13_MODELS at
+    FIG13_CHANNELS (row splits only, to bound the time); saved after each model."""
+    data = load_cache(path)
+    data["meta"] = dict(n_drafts=N_DRAFTS, seed=SEED, total_channels=TOTAL_CHANNELS,
+                        note="ns; gpu/pim lists over search.mixed.RATIOS (GPU share 0..1)")
+    configs = configs if configs is not None else \
+        [(m, PIM_CHANNELS, ("rows", "channels")) for m in models] + \
+        [(m, c, ("rows",)) for m in FIG13_MODELS for c in FIG13_CHANNELS if c != PIM_CHANNELS]
+    memo: dict = {}
+    for model, ch, variants in configs:
+        k = cache_key(model, ch)
+        if k in data["layers"] and not recompute:
+            continue
+        data["layers"][k] = layer_times(model, ch, memo, variants=variants, log=log)
+        save_cache(data, path)
+    return data
+
+
+# --------------------------------------------------------------------------- modes
+def pim_bound(pim) -> np.ndarray:
+    """[11] PIM times over `RATIOS` (index i: share 1 - i / 10 on PIM) with each share capped by
+    every larger share's time: a share can always run as the larger share's program on its rows
+    (the extra rows padded and dropped).  The shares' estimates walk only a few drafts with the
+    whole op's knobs (`pim_time`'s `like`), which now and then map a share worse than the whole."""
+    p = np.asarray(pim, np.float64).copy()
+    p[:-1] = np.minimum.accumulate(p[:-1])
+    return p
+
+
+def node_times(rec: dict, variant: str | None = None):
+    """`NodeTimes` of one contraction node from its record: a candidate's split variant
+    (`variant`, default the one whose best split is fastest), else GPU only."""
+    from pimjax.search.mixed import RATIOS, NodeTimes, choose_split
+    kind = {"dwconv": "dwconv", "fc": "fc"}.get(rec["kind"], "conv1x1" if rec["K"] == 1 else "conv")
+    if not rec.get("variants"):
+        gpu = np.where(RATIOS > 0, np.nan, 0.0)
+        gpu[-1] = rec["cogpu_ns"]
+        pim = np.where(RATIOS < 1, np.nan, 0.0)
+        return NodeTimes(rec["name"], gpu, pim, None, kind), None
+    vs = {name: NodeTimes(rec["name"], v["gpu"], pim_bound(v["pim"]), v["merge_ns"], kind)
+          for name, v in rec["variants"].items()}
+    if variant is not None and variant in vs:
+        return vs[variant], variant
+    name, nt = choose_split(vs)
+    return nt, name
+
+
+def chain(model: str, records: list[dict]):
+    """(chain nodes, row variant nodes, their record indices, other ns on the concurrent GPU, other
+    ns on the baseline GPU, pipeline segments in chain positions) of one model's records."""
+    from pimjax.models import cnn
+    idx = [i for i, r in enumerate(records) if r["kind"] != "other"]
+    pos = {i: j for j, i in enumerate(idx)}
+    nodes = [node_times(records[i]) for i in idx]
+    rows = [node_times(records[i], "rows")[0] for i in idx]
+    other_co = sum(r["cogpu_ns"] for r in records if r["kind"] == "other")
+    other_gpu = sum(r["gpu_ns"] for r in records if r["kind"] == "other")
+    segs = []
+    table = cnn.cnn_layers(model)
+    for p in cnn.find_patterns(table):
+        members = [i for i in range(p.start, p.start + p.length) if records[i]["kind"] != "other"]
+        segs.append((pos[members[0]], len(members)))
+    return nodes, rows, idx, other_co, other_gpu, sorted(set(segs))
+
+
+def run_modes(model: str, records: list[dict], modes=MODES, stages: int = STAGES) -> dict:
+    """{mode: {total_ns, conv_ns, plan}} and the GPU baseline {gpu_ns, gpu_conv_ns} of one model.
+    conv_ns: the plan's time of the PIM-candidate CONV nodes (a pipelined segment holding one
+    counts whole, its DW node included); the baseline's the same nodes on all 32 channels."""
+    from pimjax.search.mixed import execution_mode_search
+    nodes, rows, idx, other_co, other_gpu, segs = chain(model, records)
+    out = {"GPU": dict(total_ns=sum(r["gpu_ns"] for r in records))}
+    for mode in modes:
+        flags = MODE_FLAGS[mode]
+        # pipelined chunks are row slices (their row variant); MD-DP takes each node's better split
+        plan = execution_mode_search([nd for nd, _ in nodes], stages=stages, segments=segs, pipe_nodes=rows,
+                                     **flags)
+        conv_segs, conv_ns, base_conv = set(), 0.0, 0.0
+        for j, m in enumerate(plan.nodes):
+            r = records[idx[j]]
+            seg = m.segment or (j, 1)
+            if r["kind"] == "conv" and seg not in conv_segs:
+                conv_segs.add(seg)
+                conv_ns += m.segment_ns
+                base_conv += sum(records[idx[k]]["gpu_ns"] for k in range(seg[0], seg[0] + seg[1]))
+        out[mode] = dict(total_ns=plan.total_ns + other_co, conv_ns=conv_ns, plan=plan)
+        out["GPU"]["conv_" + mode] = base_conv
+    return out
+
+
+def fig9(data: dict, models=MODELS) -> "pd.DataFrame":
+    """Fig. 9: per model and mode, CONV-layer and end-to-end time normalised to the GPU baseline."""
+    import pandas as pd
+    rows = []
+    for m in models:
+        recs = data["layers"][cache_key(m, PIM_CHANNELS)]
+        res = run_modes(m, recs)
+        for mode in MODES:
+            rows.append(dict(model=LABELS[m], mode=mode,
+                             conv=res[mode]["conv_ns"] / res["GPU"]["conv_" + mode],
+                             e2e=res[mode]["total_ns"] / res["GPU"]["total_ns"]))
+    return pd.DataFrame(rows)
+
+
+def fig9_vs_paper(df) -> "pd.DataFrame":
+    """PIMFlow's end-to-end and CONV speedups (T_gpu / T - 1), ours beside the paper's where its
+    text gives them; miss_pp: ours - paper in percentage points (NaN where the paper is silent)."""
+    import pandas as pd
+    inv = {v: k for k, v in LABELS.items()}
+    rows = []
+    for _, r in df[df["mode"] == "PIMFlow"].iterrows():
+        m = inv[r["model"]]
+        ours_e2e, ours_conv = 1.0 / r["e2e"] - 1.0, 1.0 / r["conv"] - 1.0
+        pe, pc = PAPER["e2e_speedup"].get(m, np.nan), PAPER["conv_speedup"].get(m, np.nan)
+        rows.append(dict(model=r["model"], ours_e2e=ours_e2e, paper_e2e=pe, miss_e2e_pp=100 * (ours_e2e - pe),
+                         ours_conv=ours_conv, paper_conv=pc, miss_conv_pp=100 * (ours_conv - pc)))
+    out = pd.DataFrame(rows)
+    mean = dict(model="mean", ours_e2e=out["ours_e2e"].mean(), paper_e2e=PAPER["e2e_mean"],
+                ours_conv=out["ours_conv"].mean(), paper_conv=PAPER["conv_mean"])
+    mean["miss_e2e_pp"] = 100 * (mean["ours_e2e"] - mean["paper_e2e"])
+    mean["miss_conv_pp"] = 100 * (mean["ours_conv"] - mean["paper_conv"])
+    return pd.concat([out, pd.DataFrame([mean])], ignore_index=True)
+
+
+def table2(data: dict, models=MODELS, mode: str = "PIMFlow-md") -> "pd.DataFrame":
+    """Table 2: the share of the PIM-candidate layers (all models pooled) at each GPU ratio of
+    `mode`'s plan, beside the paper's."""
+    import pandas as pd
+    from pimjax.search.mixed import RATIOS
+    counts = {float(r): 0 for r in RATIOS}
+    n = 0
+    for m in models:
+        recs = data["layers"][cache_key(m, PIM_CHANNELS)]
+        res = run_modes(m, recs, modes=(mode,))
+        _, _, idx, *_ = chain(m, recs)
+        for j, node in enumerate(res[mode]["plan"].nodes):
+            if recs[idx[j]]["candidate"]:
+                counts[float(node.ratio)] += 1
+                n += 1
+    return pd.DataFrame(dict(gpu_ratio=list(counts), ours=[c / max(n, 1) for c in counts.values()],
+                             paper=[PAPER["table2"][r] for r in counts]))
+
+
+def split_variants(data: dict, models=MODELS) -> "pd.DataFrame":
+    """Per model: candidate nodes whose best split is along rows / along channels."""
+    import pandas as pd
+    rows = []
+    for m in models:
+        recs = data["layers"][cache_key(m, PIM_CHANNELS)]
+        picks = [node_times(r)[1] for r in recs if r.get("variants")]
+        rows.append(dict(model=LABELS[m], rows=picks.count("rows"), channels=picks.count("channels")))
+    return pd.DataFrame(rows)
+
+
+def fig13(data: dict, models=FIG13_MODELS, channels=FIG13_CHANNELS) -> "pd.DataFrame":
+    """Fig. 13: end-to-end time normalised to the GPU on all 32 channels, per PIM channel count
+    (of 32), for Newton+ and PIMFlow (row splits)."""
+    import pandas as pd
+    rows = []
+    for m in models:
+        for c in channels:
+            recs = data["layers"].get(cache_key(m, c))
+            if recs is None:
+                continue
+            recs = [dict(r, variants={"rows": r["variants"]["rows"]}) if r.get("variants") else r for r in recs]
+            res = run_modes(m, recs, modes=("Newton+", "PIMFlow"))
+            for mode in ("Newton+", "PIMFlow"):
+                rows.append(dict(model=LABELS[m], pim_channels=c, gpu_channels=TOTAL_CHANNELS - c, mode=mode,
+                                 e2e=res[mode]["total_ns"] / res["GPU"]["total_ns"]))
+    return pd.DataFrame(rows)
+
+
+def validate(n_layers: int = 4, path: str = CACHE, log=print) -> list[dict]:
+    """The fast PIM time against lowering + full simulation on `n_layers` small PIM-candidate
+    layers (MobileNet-V2's, smallest MACs first): est_ns (`pim_time`), sim_ns (the same draft
+    lowered and simulated, refresh included), tuned_ns (the predict-mode tuner's pick, simulated);
+    rel_err = est / sim - 1, gap = est / tuned - 1.  Stored in the cache's "validation"."""
+    from pimjax.hw.presets import get_backend
+    from pimjax.lower import lower
+    from pimjax.models import cnn
+    from pimjax.search.tuner import Tuner
+    from pimjax.sim.cycles import cycles
+    backend = get_backend("newton", channels=PIM_CHANNELS, total_channels=TOTAL_CHANNELS)
+    table = cnn.cnn_layers("mobilenet-v2")
+    cands = table[table.pim_candidate & (table.kind == "conv")].sort_values("macs")
+    out = []
+    tuner = Tuner()
+    for row in cands.head(n_layers).to_dict("records"):
+        op, shapes = layer_op(row)
+        t0 = time.perf_counter()
+        est, _, draft = pim_time(op, shapes, backend)
+        t1 = time.perf_counter()
+        rep = cycles(lower(op, draft, backend, shapes, resident=(1,)), backend)
+        sim = float(rep.total_ns)
+        t2 = time.perf_counter()
+        tuned = float(tuner.choose(op, backend, shapes, resident=(1,)).report.total_ns)
+        t3 = time.perf_counter()
+        rec = dict(name=row["name"], shape=[int(row[k]) for k in ("H", "W", "C", "F", "K", "stride")],
+                   est_ns=est, sim_ns=sim, tuned_ns=tuned, rel_err=est / sim - 1.0, gap=est / tuned - 1.0,
+                   est_s=t1 - t0, sim_s=t2 - t1, tune_s=t3 - t2)
+        log(f"  {rec['name']} {rec['shape']}: estimate {est:,.0f} ns, same draft simulated {sim:,.0f} ns "
+            f"({100 * rec['rel_err']:+.1f} %), tuner's pick {tuned:,.0f} ns ({100 * rec['gap']:+.1f} %); "
+            f"{rec['est_s']:.1f} s vs {rec['sim_s'] + rec['tune_s']:.0f} s")
+        out.append(rec)
+    data = load_cache(path)
+    data["validation"] = out
+    save_cache(data, path)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--recompute", action="store_true", help="recompute every cached model")
+    ap.add_argument("--models", nargs="*", default=list(MODELS))
+    ap.add_argument("--validate", type=int, default=0, help="layers to check against full simulation")
+    ap.add_argument("--no-fig13", action="store_true", help="skip the channel sweep's extra configs")
+    a = ap.parse_args(argv)
+    import pandas as pd
+    pd.set_option("display.width", 200)
+    configs = [(m, PIM_CHANNELS, ("rows", "channels")) for m in a.models]
+    if not a.no_fig13:
+        configs += [(m, c, ("rows",)) for m in FIG13_MODELS for c in FIG13_CHANNELS if c != PIM_CHANNELS]
+    data = compute(a.models, configs, a.recompute)
+    if a.validate:
+        validate(a.validate)
+    models = [m for m in MODELS if cache_key(m, PIM_CHANNELS) in data["layers"]]
+    df = fig9(data, models)
+    print(df.pivot(index="model", columns="mode", values=["conv", "e2e"]).round(3))
+    print(fig9_vs_paper(df).round(3))
+    print(table2(data, models).round(3))
+    print(split_variants(data, models))
+    print(fig13(data).round(3))
+
+
+if __name__ == "__main__":
+    main()
