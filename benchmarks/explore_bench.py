@@ -1,13 +1,18 @@
 """Design-space exploration throughput: tuned structural points per minute, and what timing variants add.
 
     .venv/bin/python benchmarks/explore_bench.py [--backend hbm-pim] [--axis channels=8,16,32,64]
-                                                 [--shape 4096x4096] [--variants 100] [--processes 1]
+                                                 [--shape 4096x4096 | --model llama2-7b [--context 2048]]
+                                                 [--variants 100] [--processes 1] [--warmup all|first]
+                                                 [--profile OUT.prof]
 
-`pimjax.explore` of a GEMV y = W x (fp16, the shape given) over the structural points of one
-preset option (each point tuned for itself: a fresh Tuner, predict mode), then again with
-`--variants` timing variants per point (tRCDRD scaled 1.0 .. 2.0, re-timed on each point's own
-programs by `sim.sweep`).  Prints points per minute and the variants' extra time as a ratio,
-both timed after a warm-up pass (every point still tuned afresh: a new Tuner each time).
+`pimjax.explore` of a GEMV y = W x (fp16, the shape given), or with `--model` of one decoder layer of
+that model (`pimjax.models.layers`, batch 1, a decode step at `--context` tokens), over the structural
+points of one preset option (each point tuned for itself: a fresh Tuner, predict mode), then again
+with `--variants` timing variants per point (tRCDRD scaled 1.0 .. 2.0, re-timed on each point's own
+programs by `sim.sweep`; 0: skipped).  Prints points per minute (wall clock, and the process's CPU
+time, which other jobs on a shared machine disturb less) and the variants' extra time as a ratio,
+both timed after a warm-up pass (every point still tuned afresh: a new Tuner each time) over every
+point (`--warmup all`) or over the first only (`first`: the others unseen, as in a sweep).  `--profile` writes cProfile stats of the tuned pass.
 Target (issue #27): 1 000 points of a LLaMA-2-7B decode layer in <= 15 min (>= 67 points / min),
 1 000 variants per point in <= 20 % extra time.
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +32,23 @@ def gemv(W, x):
     return W @ x
 
 
+def model_layer(params, x, k_cache, v_cache, pos):
+    """The decoder layer of the model named by $PIMJAX_BENCH_MODEL (module level, with the layer's own
+    argument names, so that `processes=N`'s spawned workers import it and residency sees the names)."""
+    import os
+    from pimjax.models.configs import get_config
+    from pimjax.models.layers import make_layer
+    return make_layer(get_config(os.environ["PIMJAX_BENCH_MODEL"]))(params, x, k_cache, v_cache, pos)
+
+
+def _llama_layer(name: str, context: int):
+    import os
+    from pimjax.models.configs import get_config
+    from pimjax.models.layers import layer_shapes
+    os.environ["PIMJAX_BENCH_MODEL"] = name          # read by model_layer, here and in spawned workers
+    return model_layer, layer_shapes(get_config(name), 1, context)
+
+
 def main() -> None:
     import pimjax
     from pimjax.dse import grid
@@ -33,34 +56,59 @@ def main() -> None:
     ap.add_argument("--backend", default="hbm-pim")
     ap.add_argument("--axis", default="channels=8,16,32,64")
     ap.add_argument("--shape", default="4096x4096")
+    ap.add_argument("--model", default=None, help="a pimjax.models config: explore its decoder layer")
+    ap.add_argument("--context", type=int, default=2048)
     ap.add_argument("--variants", type=int, default=100)
     ap.add_argument("--processes", type=int, default=1)
+    ap.add_argument("--profile", default=None)
+    ap.add_argument("--warmup", choices=("all", "first"), default="all")
     a = ap.parse_args()
     key, values = a.axis.split("=")
-    points = grid(a.backend, **{key: [int(v) for v in values.split(",")]})
-    m, n = (int(v) for v in a.shape.split("x"))
-    args = (jax.ShapeDtypeStruct((m, n), jnp.float16), jax.ShapeDtypeStruct((n,), jnp.float16))
-    # a first pass fills the process's first-use caches (XLA, numba, draft tables): both timed
-    # passes below then see the same warm process, so their difference is the variants
-    pimjax.explore(gemv, *args, backends=points, progress=False, processes=a.processes)
-    t0 = time.perf_counter()
-    pimjax.explore(gemv, *args, backends=points, progress=False, processes=a.processes)
-    tuned = time.perf_counter() - t0
-    timings = {}
-    for label, be in points.items():
-        t = be.timing
-        timings[label] = [t.replace(tRCDRD=float(t.tRCDRD) * (1.0 + i / max(1, a.variants - 1)))
-                          for i in range(a.variants)]
-    t0 = time.perf_counter()
-    df = pimjax.explore(gemv, *args, backends=points, timings=timings, progress=False, processes=a.processes)
-    both = time.perf_counter() - t0
-    tab = Table(title=f"explore: {a.backend} {a.axis}, GEMV {a.shape}, {a.processes} process(es)")
-    for col in ("points", "tuned s", "points / min", f"+ {a.variants} variants / point s", "variants' extra",
-                "rows"):
+    points = grid(a.backend, **{key: [int(v) if v.isdigit() else v for v in values.split(",")]})
+    if a.model:
+        fn, args = _llama_layer(a.model, a.context)
+        what = f"{a.model} decode layer (L {a.context})"
+        warnings.simplefilter("ignore")          # the layer's float32 norms' PrecisionWarning, once per point
+    else:
+        m, n = (int(v) for v in a.shape.split("x"))
+        fn, args = gemv, (jax.ShapeDtypeStruct((m, n), jnp.float16), jax.ShapeDtypeStruct((n,), jnp.float16))
+        what = f"GEMV {a.shape}"
+    # a first pass fills the process's first-use caches (XLA, numba): "all" over every point, so that
+    # both timed passes see the same warm process and their difference is the variants; "first" over
+    # the first point only, so that the tuned pass meets the other points unseen (as a sweep of new
+    # points does: per-op caches such as the core tiles of (op, draft) stay cold for them)
+    warm = points if a.warmup == "all" else dict([next(iter(points.items()))])
+    pimjax.explore(fn, *args, backends=warm, progress=False)
+    prof = None
+    if a.profile:
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
+    t0, c0 = time.perf_counter(), time.process_time()
+    pimjax.explore(fn, *args, backends=points, progress=False, processes=a.processes)
+    tuned, cpu = time.perf_counter() - t0, time.process_time() - c0
+    if prof is not None:
+        prof.disable()
+        prof.dump_stats(a.profile)
+    both, rows = float("nan"), len(points)
+    if a.variants:
+        timings = {}
+        for label, be in points.items():
+            t = be.timing
+            timings[label] = [t.replace(tRCDRD=float(t.tRCDRD) * (1.0 + i / max(1, a.variants - 1)))
+                              for i in range(a.variants)]
+        t0 = time.perf_counter()
+        df = pimjax.explore(fn, *args, backends=points, timings=timings, progress=False, processes=a.processes)
+        both, rows = time.perf_counter() - t0, len(df)
+    tab = Table(title=f"explore: {a.backend} {a.axis}, {what}, {a.processes} process(es)")
+    for col in ("points", "tuned s", "points / min", "s / point", "CPU s / point",
+                f"+ {a.variants} variants / point s", "variants' extra", "rows"):
         tab.add_column(col, justify="right")
     k = len(points)
-    tab.add_row(str(k), f"{tuned:.1f}", f"{60 * k / tuned:.1f}", f"{both:.1f}", f"{both / tuned - 1:+.0%}",
-                str(len(df)))
+    # with worker processes the parent's CPU time is not the work's: shown only for one process
+    cpu_pp = f"{cpu / k:.2f}" if a.processes == 1 else "—"
+    tab.add_row(str(k), f"{tuned:.1f}", f"{60 * k / tuned:.1f}", f"{tuned / k:.2f}", cpu_pp,
+                f"{both:.1f}", f"{both / tuned - 1:+.0%}" if a.variants else "—", str(rows))
     Console().print(tab)
 
 

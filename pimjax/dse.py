@@ -35,7 +35,11 @@ the tuner's one-knob-at-a-time mutation), each point explored as above.
 
 Timing variants shard over devices with `mesh=` (`sim.sweep`'s).
 
-Not here yet (issue #27): the notebook; the throughput target at LLaMA scale.
+Research use: `experiments/dse.ipynb` (sweeps computed by
+`experiments/dse_sweeps.py`); throughput: `benchmarks/explore_bench.py`
+(a LLaMA-2-7B decode layer point ≈ 1 CPU s, benchmarks/README.md).  Not
+yet: 1 000 timing variants per LLaMA point cost ~5x the tuning (the
+engine times every stream of every variant).
 """
 from __future__ import annotations
 
@@ -112,13 +116,14 @@ def _row(point: str, fp: str, backend: Backend, ca: dict, tuning_s: float, simul
             "simulated_drafts": simulated, "tuning_s": tuning_s, "reused_programs": reused}
 
 
-def _compile_point(fn, args, label, be, fp, variants, tuner, placement, mesh=None) -> list:
+def _compile_point(fn, args, label, be, fp, variants, tuner, placement, mesh=None, resident="auto") -> list:
     """One structural point: tuned for itself, its timing variants on its
     programs; JSON-able row dicts (what a worker process sends back)."""
     from .api import pim_jit
     from .search.tuner import Tuner
     t0 = time.perf_counter()
-    compiled = pim_jit(fn, backend=be, tuner=Tuner(mode=tuner), placement=placement).lower(*args).compile()
+    compiled = pim_jit(fn, backend=be, tuner=Tuner(mode=tuner), placement=placement,
+                       resident=resident).lower(*args).compile()
     tuning_s = time.perf_counter() - t0
     ca = compiled.cost_analysis()
     simulated = int(sum(p.choice.simulated for p in compiled.plans if p.choice is not None))
@@ -129,7 +134,8 @@ def _compile_point(fn, args, label, be, fp, variants, tuner, placement, mesh=Non
 
 
 def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement: str = "auto",
-            results: str | None = None, progress: bool = True, processes: int = 1, shard=None, mesh=None):
+            results: str | None = None, progress: bool = True, processes: int = 1, shard=None, mesh=None,
+            resident="auto"):
     """One row per (structural point, timing variant) of `fn(*args)` on
     every backend of `backends`, each point tuned for itself (see the
     module docstring).
@@ -149,6 +155,8 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
     `jax.distributed.initialize`); the processes can share one results file.
     mesh: a one-axis `jax.sharding.Mesh`: each point's timing variants are
     sharded over its devices (`sim.sweep(mesh=)`, the scan engine).
+    resident: `pim_jit`'s resident spec (argument names or positions kept
+    in PIM memory between calls; "auto" its default).
     Returns a pandas DataFrame (columns `COLUMNS`) of this process's points.
     """
     import pandas as pd
@@ -182,7 +190,8 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
             with open(results, "a") as fh:
                 fh.write("".join(json.dumps(r, allow_nan=True) + "\n" for r in new))
 
-    jobs = [(fn, args, label, be, fp, timings.get(label, []), tuner, placement, mesh) for label, be, fp in todo]
+    jobs = [(fn, args, label, be, fp, timings.get(label, []), tuner, placement, mesh, resident)
+            for label, be, fp in todo]
     if processes > 1 and len(jobs) > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed

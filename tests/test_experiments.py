@@ -183,6 +183,21 @@ def test_gemv_readback_follows_the_simulators_read_path():
     assert rb(16384) - small[4096] == (256 - 64) * t.tCCD_S
 
 
+def test_dse_sweeps_points_and_pareto():
+    """dse_sweeps: a structural point reaches the Backend (stacks -> channels, units -> the level's
+    units per channel, buffer -> GEMV buffer entries); the Pareto mask keeps exactly the rows no
+    other row beats in every column and strictly in one."""
+    import pandas as pd
+    from experiments import dse_sweeps as d
+    be = d.structural_point(2, 16, 8)
+    assert (be.n_groups, be.cores_per_group, be.core.n_input_regs, be.variant) == (32, 16, 8, "bg-pc")
+    assert d.area_proxy(be) == {"units": 512, "buffer_kib": 512 * 8 * be.core.reg_bytes / 1024}
+    assert len(d.structure_grid()) == len(d.STACKS) * len(d.LEVELS) * len(d.BUFFERS)
+    df = pd.DataFrame({"t": [1.0, 2.0, 3.0, 2.0, 1.0], "e": [3.0, 2.0, 1.0, 3.0, 3.0]})
+    # (2, 3) is beaten by (2, 2); the two (1, 3) rows tie, neither beats the other
+    assert list(d.pareto(df, ["t", "e"])) == [True, True, True, False, True]
+
+
 def _fig14_json(tmp_path, layers):
     from experiments import pimflow_fig14 as F
     path = tmp_path / "fig14.json"

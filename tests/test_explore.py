@@ -158,3 +158,21 @@ def test_the_preset_timing_variant_reproduces_the_points_energy(swept):
     rows = df[df["point"] == "channels=64"].reset_index(drop=True)
     assert rows.loc[1, "energy_pj"] == pytest.approx(rows.loc[0, "energy_pj"], rel=1e-6)
     assert rows.loc[1, "pim_ns"] == pytest.approx(rows.loc[0, "pim_ns"], rel=1e-6)
+
+
+def test_resident_is_pim_jits():
+    """explore(resident=) compiles each point as pim_jit(resident=) does: decode attention with its
+    K / V resident runs on AttAcc's PIM, the same figures as pim_jit's."""
+    import pimjax
+    from pimjax.models.layers import _attention
+
+    def attention(q, k_cache, v_cache):
+        return _attention(q, k_cache, v_cache, 1)
+
+    S = jax.ShapeDtypeStruct
+    args = (S((1, 2, 64), jnp.float16), S((1, 2, 64, 64), jnp.float16), S((1, 2, 64, 64), jnp.float16))
+    be = pimjax.hw.get_backend("attacc", stacks=1)
+    df = explore(attention, *args, backends={"bank": be}, resident=("k_cache", "v_cache"), progress=False)
+    ca = pimjax.pim_jit(attention, backend=be, resident=("k_cache", "v_cache")).lower(*args).compile().cost_analysis()
+    assert "@pim" in df["placements"].iloc[0]
+    assert df["total_ns"].iloc[0] == pytest.approx(ca["total_ns"]) and df["energy_pj"].iloc[0] == pytest.approx(ca["energy_pj"])

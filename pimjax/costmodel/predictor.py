@@ -49,9 +49,79 @@ def read_blob(data: bytes) -> dict:
 
 def gelu(x: np.ndarray) -> np.ndarray:
     """jax.nn.gelu(approximate=True) in float32:
-    0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+
+    The same float32 operations in the same order as that expression, on two
+    buffers instead of one temporary per operation (the tuner predicts tens
+    of thousands of drafts per op: the temporaries were most of the cost)."""
     c = np.float32(math.sqrt(2.0 / math.pi))
-    return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(c * (x + np.float32(0.044715) * x * x * x)))
+    t = np.multiply(np.float32(0.044715), x)
+    t *= x
+    t *= x
+    t += x
+    t *= c
+    np.tanh(t, out=t)
+    t += np.float32(1.0)
+    h = np.multiply(np.float32(0.5), x)
+    h *= t
+    return h
+
+
+_BLAS_THREADS = None      # (get, set) of the loaded OpenBLAS's thread count; False: none found
+
+
+def _openblas_threads():
+    """(get, set) of the OpenBLAS numpy is linked to, or None (another BLAS,
+    or no /proc): found once, by the library's path in this process's maps."""
+    global _BLAS_THREADS
+    if _BLAS_THREADS is None:
+        _BLAS_THREADS = False
+        try:
+            import ctypes
+            with open("/proc/self/maps") as fh:
+                paths = sorted({ln.split()[-1] for ln in fh if "openblas" in ln.lower() and ".so" in ln})
+            for path in paths:
+                lib = ctypes.CDLL(path)
+                for prefix, suffix in (("scipy_openblas", "64_"), ("scipy_openblas", ""),
+                                       ("openblas", "64_"), ("openblas", "")):
+                    get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
+                    put = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
+                    if get is not None and put is not None:
+                        put.argtypes = [ctypes.c_int]
+                        _BLAS_THREADS = (get, put)
+                        break
+                if _BLAS_THREADS:
+                    break
+        except OSError:       # no /proc (macOS) or a library ctypes cannot open: BLAS threads left as they are
+            pass
+    return _BLAS_THREADS or None
+
+
+class one_blas_thread:
+    """Run the MLP's matrix products on one OpenBLAS thread, restoring the
+    count after.  The products are small ([n, 215] @ [215, 128]): OpenBLAS's
+    worker threads spin-wait for each one, and on a loaded or oversubscribed
+    machine (two cores, several processes) that made the tuner's predictions
+    3-5x slower than one thread.  The products' last bits can differ from
+    a multi-threaded run's (OpenBLAS blocks them differently); with one
+    thread they no longer depend on the machine's core count.  The shipped
+    ranking is unchanged (the report hash is).  Without OpenBLAS (another
+    BLAS, no /proc) it does nothing."""
+
+    def __enter__(self):
+        ctl = _openblas_threads()
+        self._was = None
+        if ctl is not None:
+            self._was = int(ctl[0]())
+            if self._was != 1:
+                ctl[1](1)
+        return self
+
+    def __exit__(self, *exc):
+        ctl = _openblas_threads()
+        if ctl is not None and self._was not in (None, 1):
+            ctl[1](self._was)
+        return False
 
 
 Layer = tuple[np.ndarray, np.ndarray]          # (kernel [a, b], bias [b]) float32
@@ -77,11 +147,17 @@ def forward(members: list[tuple[list[Layer], Layer]], x: np.ndarray, y_mean: flo
     log-cycles added to every member's output (a residual model's
     closed-form estimate, `base_log`), or 0."""
     logs = []
-    for layers, (wo, bo) in members:
-        h = x
-        for w, b in layers:
-            h = gelu(h @ w + b)
-        z = (h @ wo + bo).astype(np.float64) * y_scale + y_mean          # log-cycles [n, heads]
+    with one_blas_thread():
+        outs = []
+        for layers, (wo, bo) in members:
+            h = x
+            for w, b in layers:
+                h = h @ w
+                h += b
+                h = gelu(h)
+            outs.append(h @ wo + bo)
+    for z in outs:
+        z = z.astype(np.float64) * y_scale + y_mean                      # log-cycles [n, heads]
         z = z + np.reshape(offset, (-1, 1))
         if z.shape[1] > 1:                                               # total = sum of the phases
             zm = z.max(axis=1, keepdims=True)

@@ -1,5 +1,6 @@
 """Draft -> Program lowering (see README.md in this folder)."""
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -35,7 +36,21 @@ def shape_error(op, shapes) -> str:
     (max index + 1 over the loop extents: it would read out of bounds) or a
     result dimension other than the one the extents write.  Layout ops may
     gather out of bounds (pad, concatenate read zero there): only their
-    ranks are checked."""
+    ranks are checked.
+
+    Kept per (op, shapes of the values it touches): the tuner lowers
+    hundreds of drafts of one op with the same shapes."""
+    touched = tuple((a.value, None if a.value not in shapes else tuple(int(d) for d in shapes[a.value]))
+                    for a in (*op.operands, *op.results))
+    return _shape_error(op, touched)
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape_error(op, touched: tuple) -> str:
+    return _shape_error_of(op, {v: s for v, s in touched if s is not None})
+
+
+def _shape_error_of(op, shapes) -> str:
     from ..partition.verify import infer_shapes
     implied = infer_shapes(op)
     names = {v: n for v, n in ((a.value, f"operand {k}") for k, a in enumerate(op.operands))}

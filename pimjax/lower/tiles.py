@@ -15,7 +15,7 @@ import numpy as np
 
 from ..partition.dimsets import dimension_sets
 from ..partition.draft import Draft
-from ..partition.tiles import band, set_tilings, tile_digits
+from ..partition.tiles import _radix, set_tilings
 from ..trace.affine import AffineExpr
 from ..trace.ir import PimOp
 
@@ -72,39 +72,45 @@ def _core_tiles(op: PimOp, parts: tuple) -> CoreTiles:
 
 
 def _compute_core_tiles(op: PimOp, draft: Draft) -> CoreTiles:
+    """Every core's ranges at once, as [G, C] arrays: a core's data-tile
+    digit of each set is its mixed-radix group / core digit (`tile_digits`),
+    its band that tile's values (`band`), its loop range the band's (`_band_box`
+    for a compound mapping).  Sets are applied in order, a later one
+    narrowing a variable an earlier set's band bounded, as `var_ranges`."""
     sets = dimension_sets(op)
     tilings = set_tilings(op, sets, draft)
     G, C = draft.groups_used, draft.cores_used
     names = tuple(lv.name for lv in op.loop_vars)
     ext = op.extents
-    start = np.zeros((G, C, len(names)), np.int64)
-    length = np.zeros((G, C, len(names)), np.int64)
-    band_lo = {i: np.zeros((G, C), np.int64) for i, t in enumerate(tilings) if t.mapping.single_var is None}
-    band_hi = {i: np.zeros((G, C), np.int64) for i in band_lo}
-    for g in range(G):
-        for c in range(C):
-            taus = tile_digits(tilings, g, c)
-            rng = {v: (0, e) for v, e in ext.items()}
-            for i, (t, tau) in enumerate(zip(tilings, taus)):
-                a, b = band(t, tau)
-                if t.mapping.single_var is not None:
-                    v = t.mapping.single_var
-                    rng[v] = (min(a, ext[v]), min(max(a, b), ext[v]))
-                else:
-                    band_lo[i][g, c], band_hi[i][g, c] = a, b
-                    for v, lo_hi in _band_box(t.mapping, a, b, ext).items():
-                        rng[v] = lo_hi
-            for k, v in enumerate(names):
-                lo, hi = rng[v]
-                start[g, c, k] = lo
-                length[g, c, k] = max(0, hi - lo)
-    bands = tuple((tilings[i].mapping, band_lo[i], band_hi[i]) for i in band_lo)
-    return CoreTiles(names, start, length, bands, G, C)
+    g = np.arange(G, dtype=np.int64)[:, None]
+    c = np.arange(C, dtype=np.int64)[None, :]
+    lo = {v: np.zeros((G, C), np.int64) for v in names}
+    hi = {v: np.full((G, C), ext[v], np.int64) for v in names}
+    bands = []
+    gstr = _radix([t.groups for t in tilings])
+    cstr = _radix([t.cores for t in tilings])
+    for t, gs, cs in zip(tilings, gstr, cstr):
+        tau = np.broadcast_to(((g // gs) % t.groups) * t.cores + (c // cs) % t.cores, (G, C))
+        a = t.lo + tau * t.tile                                  # `band`, per core
+        b = np.minimum(a + t.tile, t.lo + t.length)
+        v = t.mapping.single_var
+        if v is not None:
+            lo[v] = np.minimum(a, ext[v])
+            hi[v] = np.minimum(np.maximum(a, b), ext[v])
+        else:
+            bands.append((t.mapping, a, b))
+            for w, (l, h) in _band_box(t.mapping, a, b, ext).items():
+                lo[w], hi[w] = l, h
+    start = np.stack([lo[v] for v in names], axis=-1) if names else np.zeros((G, C, 0), np.int64)
+    length = np.stack([np.maximum(0, hi[v] - lo[v]) for v in names], axis=-1) if names else \
+        np.zeros((G, C, 0), np.int64)
+    return CoreTiles(names, np.ascontiguousarray(start), np.ascontiguousarray(length), tuple(bands), G, C)
 
 
-def _band_box(expr: AffineExpr, a: int, b: int, ext: dict[str, int]) -> dict[str, tuple[int, int]]:
-    """Bounding range of each variable of `expr` over the points with
-    a <= expr < b (the other variables free in their extents)."""
+def _band_box(expr: AffineExpr, a, b, ext: dict[str, int]) -> dict:
+    """Bounding range (lo, hi) of each variable of `expr` over the points with
+    a <= expr < b (the other variables free in their extents); a, b: ints or
+    [G, C] arrays (one band per core), lo / hi alike."""
     out = {}
     for v, c in expr.terms:
         rest_lo = rest_hi = 0
@@ -120,7 +126,7 @@ def _band_box(expr: AffineExpr, a: int, b: int, ext: dict[str, int]) -> dict[str
         else:
             lo = -(-(b - 1 - rest_lo) // c)
             hi = (a - rest_hi) // c + 1
-        out[v] = (max(0, lo), min(ext[v], max(hi, 0)))
-        if out[v][1] < out[v][0]:
-            out[v] = (out[v][0], out[v][0])
+        lo = np.maximum(0, lo)
+        hi = np.minimum(ext[v], np.maximum(hi, 0))
+        out[v] = (lo, np.maximum(hi, lo))                      # an empty range starts where it ends
     return out

@@ -11,6 +11,7 @@ cores assigns every iteration point to exactly one core.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..trace.affine import AffineExpr
 from ..trace.ir import PimOp
@@ -71,7 +72,15 @@ def dimension_sets(op: PimOp) -> tuple[DimensionSet, ...]:
     joined.  Loop variables that no tensor dimension uses form their own set
     (mapping = the variable), so every loop variable belongs to one set.
     Sets are ordered by their first loop variable.
+
+    Kept per op (the result is immutable): every lowering and check of a
+    draft asks for its op's sets, a few hundred times per op when tuning.
     """
+    return _dimension_sets(op)
+
+
+@lru_cache(maxsize=4096)
+def _dimension_sets(op: PimOp) -> tuple[DimensionSet, ...]:
     order = [lv.name for lv in op.loop_vars]
     parent = {v: v for v in order}
 

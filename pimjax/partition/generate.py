@@ -217,11 +217,18 @@ def drafts(op: PimOp, backend: Backend, prune_drafts: bool = True, *, memo: bool
     # redundant drafts are counted but never built.
     rows_gc, rows_r = [], []
     n_all = 0
+    kept: dict = {}             # rule 1 per (set, candidates, unsplit): allocations repeat them thousands of times
     for alloc in allocs:
         valid = [[r for r, n in enumerate(ls) if g * c <= n] for (g, c), ls in zip(alloc, lengths)]
         n_all += int(np.prod([len(v) for v in valid]))
         if prune_drafts:
-            valid = [prune.rule1(s, v, g * c) for s, v, (g, c) in zip(sets, valid, alloc)]
+            pruned = []
+            for i, (v, (g, c)) in enumerate(zip(valid, alloc)):
+                key = (i, tuple(v), g * c == 1)
+                if key not in kept:
+                    kept[key] = prune.rule1(sets[i], v, g * c)
+                pruned.append(kept[key])
+            valid = pruned
         for reps in itertools.product(*valid):
             rows_gc.append(alloc)
             rows_r.append(reps)

@@ -8,6 +8,8 @@ verifier (§5.2.4), applied before any draft is lowered or simulated.
 """
 from __future__ import annotations
 
+import math
+
 from typing import Sequence
 
 import jax.numpy as jnp
@@ -302,8 +304,8 @@ def mesh_error(op: PimOp, draft: Draft, backend: Backend) -> str:
             return f"mapping {p.rep} of set {'/'.join(s.vars)} does not exist (it has {len(s.candidates)})"
     if draft.lane_var is not None and draft.lane_var not in op.extents:
         return f"lane variable {draft.lane_var!r} is not a loop variable of {op.name} ({sorted(op.extents)})"
-    groups = int(np.prod([p.groups for p in draft.parts]))
-    cores = int(np.prod([p.cores for p in draft.parts]))
+    groups = math.prod(int(p.groups) for p in draft.parts)
+    cores = math.prod(int(p.cores) for p in draft.parts)
     if groups > backend.n_groups:
         return f"the draft uses {groups} groups; {backend.name} has {backend.n_groups}"
     if cores > backend.cores_per_group:

@@ -193,6 +193,10 @@ class Tuner:
         self.seed, self.balanced, self.include_baseline = seed, balanced, include_baseline
         self._models: dict[str, Any] = {}
         self._model = model
+        # {(cache key, mode, threshold): (table, predicted cycles, mode)} of the latest predicted op spaces: a layer's
+        # ops of one signature (LLaMA's q / k / v projections) are proposed together, before any of
+        # them is verified and cached, and would each generate and predict the same space
+        self._spaces: dict[str, tuple] = {}
         self.cache = cache if isinstance(cache, TuneCache) else TuneCache(cache)
 
     # -- model ---------------------------------------------------------------
@@ -271,21 +275,39 @@ class Tuner:
     def _predict_space(self, proposal: Proposal) -> Proposal | None:
         """`proposal` with the op's draft table, each draft's predicted cycles
         and the predicted best (None when the table is empty)."""
+        # the key covers the op's signature, shapes, dtypes, backend and options: the same space
+        # and predictions (a `keep` mask is a caller's function: not assumed equal, not reused)
+        known = self._spaces.get((proposal.key, self.mode, self.threshold)) if proposal.keep is None else None
+        table, pred, mode = known if known is not None else self._space(proposal)
+        if table is None:
+            return None
+        if pred is None:                               # exhaustive: the ground truth, no prediction
+            return replace(proposal, table=table, space=len(table), mode=mode)
+        best = int(np.argsort(pred, kind="stable")[0])
+        return replace(proposal, table=table, predicted=pred, draft=table[best],
+                       predicted_cycles=float(pred[best]), space=len(table), mode=mode)
+
+    def _space(self, proposal: Proposal) -> tuple:
+        """(draft table, predicted cycles or None (exhaustive), search mode) of
+        an op, remembered by its key; (None, None, "") when it has no draft."""
         op, backend, shapes = proposal.op, proposal.backend, proposal.shapes
         table = make_drafts(op, backend, shapes=shapes)
         if proposal.keep is not None and len(table):
             table = table.take(np.flatnonzero(proposal.keep(table)))
         if len(table) == 0:
-            return None
+            return None, None, ""
         mode = self.mode
         if mode == "predict" and len(table) > self.threshold:
             mode = "evolutionary"
-        if self.mode == "exhaustive":                  # the ground truth: no prediction
-            return replace(proposal, table=table, space=len(table), mode=mode)
-        pred = self.predict(op, table, backend, shapes)
-        best = int(np.argsort(pred, kind="stable")[0])
-        return replace(proposal, table=table, predicted=pred, draft=table[best],
-                       predicted_cycles=float(pred[best]), space=len(table), mode=mode)
+        pred = None if self.mode == "exhaustive" else self.predict(op, table, backend, shapes)
+        if proposal.keep is None:
+            if len(self._spaces) >= self.SPACES_KEPT:
+                self._spaces.pop(next(iter(self._spaces)))
+            self._spaces[(proposal.key, self.mode, self.threshold)] = (table, pred, mode)
+        return table, pred, mode
+
+    SPACES_KEPT = 32
+    """Predicted op spaces a Tuner keeps (`_predict_space`), the latest."""
 
     def verify(self, proposal: Proposal | None) -> Choice | None:
         """The verify half of `choose`: lower and simulate the candidates of

@@ -51,7 +51,23 @@ SCAN_FIELDS = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
 
 
 def _timing_vector(t: Timing) -> dict:
-    return {f: jnp.asarray(getattr(t, f), jnp.float32) for f in t._dynamic_fields}
+    """{field: float32 jax scalar / array} of a Timing's dynamic fields.  A
+    timing of plain numbers (a preset's) is converted once and kept: the
+    tuner times one backend dozens of times per layer, and two dozen
+    `jnp.asarray` calls cost ~10 ms each time."""
+    values = [getattr(t, f) for f in t._dynamic_fields]
+    if not all(isinstance(v, (int, float, np.integer, np.floating)) for v in values):
+        return {f: jnp.asarray(v, jnp.float32) for f, v in zip(t._dynamic_fields, values)}
+    key = tuple(zip(t._dynamic_fields, (float(v) for v in values)))
+    out = _TIMING_VECTORS.get(key)
+    if out is None:
+        if len(_TIMING_VECTORS) >= 256:
+            _TIMING_VECTORS.clear()
+        out = _TIMING_VECTORS[key] = {f: jnp.asarray(v, jnp.float32) for f, v in zip(t._dynamic_fields, values)}
+    return dict(out)
+
+
+_TIMING_VECTORS: dict = {}
 
 
 VALID = N_FLAGS      # bit of a record's packed flags set when n > 0

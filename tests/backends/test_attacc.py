@@ -505,3 +505,30 @@ def test_head_rows_values():
     ref = np.asarray(g.evaluate(*arrays))
     got = np.asarray(execute(prog, *arrays, arithmetic="wide"))
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * float(np.abs(arrays[2]).max()))
+
+
+def test_an_attention_draft_of_more_units_than_the_backend_has_is_refused():
+    """A block is lowered by the family directly (not through `lower`'s checks): a draft tuned for 64
+    bank-level units per channel, lowered for 16 bank-group units, is a PimCompileError (it used to
+    index past the placement tables)."""
+    import jax
+    import jax.numpy as jnp
+    import pimjax
+    from pimjax.backends import family_of
+    from pimjax.errors import PimCompileError
+    from pimjax.models.layers import _attention
+
+    def attention(q, k_cache, v_cache):
+        return _attention(q, k_cache, v_cache, 1)
+
+    S = jax.ShapeDtypeStruct
+    args = (S((1, 4, 64), jnp.float16), S((1, 4, 256, 64), jnp.float16), S((1, 4, 256, 64), jnp.float16))
+    bank = pimjax.hw.get_backend("attacc", variant="bank-pc", stacks=1)
+    c = pimjax.pim_jit(attention, backend=bank, resident=("k_cache", "v_cache")).lower(*args).compile()
+    (p,) = [q for q in c.plans if q.block]
+    cores = int(np.prod([d.cores for d in p.draft.parts]))
+    bg = pimjax.hw.get_backend("attacc", variant="bg-pc", stacks=1)
+    assert cores > bg.cores_per_group          # the bank-level pick uses more units than a bank-group channel has
+    pr = p.proposal
+    with pytest.raises(PimCompileError, match="cores per group"):
+        family_of(bg).lower_block(p.choice.program.meta["block_ops"], p.draft, bg, pr.shapes, **pr.lower_options)

@@ -54,3 +54,24 @@ def test_predicted_top8_holds_the_optimum_on_held_out_cases(backend, kernel, sha
     # and the model orders the space broadly right
     rc, rp = np.argsort(np.argsort(cyc)), np.argsort(np.argsort(pred))
     assert np.corrcoef(rc, rp)[0, 1] > 0.8
+
+
+def test_gelu_on_two_buffers_is_the_expression_bit_for_bit():
+    import math
+    from pimjax.costmodel.predictor import gelu
+    x = np.random.default_rng(0).standard_normal((257, 33)).astype(np.float32) * 4
+    c = np.float32(math.sqrt(2.0 / math.pi))
+    want = np.float32(0.5) * x * (np.float32(1.0) + np.tanh(c * (x + np.float32(0.044715) * x * x * x)))
+    got = gelu(x)
+    assert got.dtype == np.float32 and np.array_equal(got, want)
+
+
+def test_one_blas_thread_restores_the_thread_count():
+    from pimjax.costmodel.predictor import _openblas_threads, one_blas_thread
+    ctl = _openblas_threads()
+    if ctl is None:
+        pytest.skip("numpy is not linked to OpenBLAS here")
+    before = int(ctl[0]())
+    with one_blas_thread():
+        assert int(ctl[0]()) == 1
+    assert int(ctl[0]()) == before

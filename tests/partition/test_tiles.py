@@ -95,3 +95,43 @@ def test_compute_tiles_cover_iteration_space_once(data, kind, G, C):
         if d.reduction == "complete":
             assert (producers <= 1).all(), "a complete draft split an output over cores"
         assert (producers >= 1).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data(), st.sampled_from(sorted(OPS)), st.sampled_from([1, 2, 3, 4]), st.sampled_from([1, 2, 4]))
+def test_core_tiles_of_all_cores_at_once_equal_each_core_alone(data, kind, G, C):
+    """`lower.tiles.core_tiles` computes every core's loop ranges and bands as [G, C] arrays; each
+    core's entries equal that core's own `tile_digits` -> `band` -> range, computed here one core at
+    a time (a compound mapping's band bounding its variables as a box)."""
+    from pimjax.lower.tiles import _compute_core_tiles
+    op = OPS[kind](data)
+    table = drafts(op, backend(G, C))
+    if len(table) == 0:
+        return
+    draft = table[data.draw(st.integers(0, len(table) - 1))]
+    tiles = _compute_core_tiles(op, draft)
+    tilings = set_tilings(op, dimension_sets(op), draft)
+    ext = op.extents
+    names = [lv.name for lv in op.loop_vars]
+    compound = [i for i, t in enumerate(tilings) if t.mapping.single_var is None]
+    assert len(tiles.bands) == len(compound)
+    for g in range(draft.groups_used):
+        for c in range(draft.cores_used):
+            rng = {v: (0, e) for v, e in ext.items()}
+            for i, (t, tau) in enumerate(zip(tilings, tile_digits(tilings, g, c))):
+                a, b = band(t, tau)
+                if t.mapping.single_var is not None:
+                    v = t.mapping.single_var
+                    rng[v] = (min(a, ext[v]), min(max(a, b), ext[v]))
+                    continue
+                expr, lo, hi = tiles.bands[compound.index(i)]
+                assert (int(lo[g, c]), int(hi[g, c])) == (a, b)
+                for v, k in expr.terms:       # a <= k v + rest < b, rest over the other variables' extents
+                    rest = [k2 * (ext[w] - 1) for w, k2 in expr.terms if w != v]
+                    r_lo, r_hi = sum(min(0, x) for x in rest), sum(max(0, x) for x in rest)
+                    vals = [x for x in range(ext[v]) if a - r_hi <= k * x <= b - 1 - r_lo]
+                    rng[v] = (vals[0], vals[-1] + 1) if vals else (rng[v][0], rng[v][0])
+            for j, v in enumerate(names):
+                lo_v, hi_v = rng[v]
+                assert tiles.start[g, c, j] == lo_v or hi_v <= lo_v
+                assert tiles.length[g, c, j] == max(0, hi_v - lo_v)

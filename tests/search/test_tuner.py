@@ -324,3 +324,23 @@ def test_exhaustive_in_small_batches_picks_the_first_fastest(monkeypatch, pipeli
         return lower(op, SMALL[best], backend, shapes, **opts)
     tied = Tuner(mode="exhaustive").choose(SMALL_OP, SMALL_BE, SMALL_SHAPES, lower_fn=same_program, tag=tag + "t")
     assert tied.draft == SMALL[0] and float(tied.report.total_cycles) == cyc[best]
+
+
+def test_ops_of_one_key_proposed_together_share_one_predicted_space(monkeypatch):
+    """A layer's q / k / v projections are proposed before any is verified: the second proposal of
+    the same cache key reuses the first's draft table and predictions (predicted once), and both
+    verify to the choice a fresh tuner makes alone."""
+    tuner = Tuner()
+    calls = []
+    predict = Tuner.predict
+    monkeypatch.setattr(Tuner, "predict", lambda self, *a: calls.append(1) or predict(self, *a))
+    first = tuner.propose(OP, BE, SHAPES)
+    second = tuner.propose(OP, BE, SHAPES)
+    assert len(calls) == 1 and second.table is first.table and second.draft == first.draft
+    assert np.array_equal(second.predicted, first.predicted) and second.key == first.key
+    # a caller's `keep` mask is its own function: never answered from another proposal's space
+    kept = tuner.propose(OP, BE, SHAPES, keep=lambda t: np.arange(len(t)) % 2 == 0)
+    assert len(calls) == 2 and len(kept.table) == (len(first.table) + 1) // 2
+    a, b = tuner.verify(first), tuner.verify(second)
+    alone = Tuner().choose(OP, BE, SHAPES)
+    assert a.draft == b.draft == alone.draft and float(a.report.total_cycles) == float(alone.report.total_cycles)

@@ -1172,6 +1172,11 @@ def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | No
         raise PimCompileError(f"lower_attention needs an attacc backend, got {backend.name}")
     at = _attention_parts(block_ops)
     S, X = at.S, at.X
+    from ...partition.verify import mesh_error
+    if wrong := mesh_error(S, draft, backend):
+        # what `lower` checks of every op's draft; a block is lowered here directly, and a draft of
+        # more units than the backend has would index past the placement tables (a crash, not an error)
+        raise PimCompileError(f"{backend.name}: {wrong}")
     if shapes is None:
         from ...partition.verify import infer_shapes
         shapes = {}

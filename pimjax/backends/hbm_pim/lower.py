@@ -188,6 +188,10 @@ def lower_hbm_pim(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None
     if max(draft.ki, draft.ko) > GRF_SIZE:
         raise PimCompileError(f"hbm-pim family: GRF_A / GRF_B hold {GRF_SIZE} registers, the draft needs "
                               f"ki={draft.ki}, ko={draft.ko}")
+    if op.kind == "elementwise" and (why := _body_error(op)):
+        # a body the units cannot run fails every draft alike: said before the draft's tiles are
+        # built, once per op (the tuner tries each draft of such an op; a LLaMA layer's RoPE has ~400)
+        raise PimCompileError(why)
     ctx = _Ctx(op, draft, backend, core_tiles(op, draft), value_shapes(op, shapes), opts, geom)
     if op.kind == "contraction":
         return _contraction(ctx)
@@ -1039,6 +1043,16 @@ def _elementwise(ctx: _Ctx) -> Program:
     meta = dict(kind="elementwise", steps=steps, srf=consts, tiles=t, ko=ko)
     return _program(ctx, layouts, [_concat(pre, b, post)], host_data,
                     Readback(lid[-1], combiner="add", lane_partials=False, epilogue_on_host=False), meta)
+
+
+@functools.lru_cache(maxsize=1024)
+def _body_error(op: PimOp) -> str:
+    """'' when the units can run the elementwise op's body, else why not."""
+    try:
+        _compile_elementwise(op, op.scalar_operands)
+    except PimCompileError as err:
+        return str(err)
+    return ""
 
 
 def _compile_elementwise(op: PimOp, scalar_ops: set[int]):
