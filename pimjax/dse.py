@@ -20,9 +20,11 @@ simulated and the tuning seconds.  A timing variant adds a row with
 (`reused_programs` True), host ops unchanged.
 
 Resuming: with `results=` every finished row is appended to that JSON-lines
-file (never pickled) at once, keyed by the point's label and
-`search.cache.backend_fingerprint`; a later call with the same file skips
-the points it holds.
+file (never pickled) at once, keyed by the point's label,
+`search.cache.backend_fingerprint` and a digest of the run's settings (the
+function's name, the arguments' shapes and dtypes, tuner, placement,
+resident); a later call with the same file and settings skips the points it
+holds, and one with other settings runs them again.
 
 Scale-out: `processes=N` compiles points in N spawned worker processes
 (`concurrent.futures`); `shard=(i, n)` or `shard="jax"` (after
@@ -84,6 +86,18 @@ def _points(backends) -> list[tuple[str, Backend]]:
     if len({label for label, _ in items}) != len(items):
         raise ValueError("explore: two points share a label")
     return items
+
+
+def _settings_digest(fn, args, tuner, placement, resident) -> str:
+    """8 hex digits naming what a results row depends on besides the backend:
+    a row computed under other settings must not answer this run."""
+    import hashlib
+    import jax
+    leaves = [(tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", type(x).__name__)))
+              for x in jax.tree_util.tree_leaves(args)]
+    text = repr((getattr(fn, "__module__", ""), getattr(fn, "__qualname__", repr(fn)), leaves, str(tuner),
+                 placement, repr(resident)))
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
 
 
 def _load(path: str | None) -> dict:
@@ -177,8 +191,9 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
     done = _load(results)
     by_label: dict = {}
     todo = []
+    settings = _settings_digest(fn, args, tuner, placement, resident)
     for label, be in items:
-        fp = backend_fingerprint(be)
+        fp = f"{backend_fingerprint(be)}-{settings}"
         if (label, fp) in done:
             by_label[label] = done[(label, fp)]
         else:

@@ -79,7 +79,9 @@ def _openblas_threads():
         try:
             import ctypes
             with open("/proc/self/maps") as fh:
-                paths = sorted({ln.split()[-1] for ln in fh if "openblas" in ln.lower() and ".so" in ln})
+                paths = {ln.split()[-1] for ln in fh if "openblas" in ln.lower() and ".so" in ln}
+            # numpy's own copy first (a wheel's numpy.libs/), whatever other OpenBLAS (scipy's) is loaded
+            paths = sorted(paths, key=lambda p: ("numpy" not in p, p))
             for path in paths:
                 lib = ctypes.CDLL(path)
                 for prefix, suffix in (("scipy_openblas", "64_"), ("scipy_openblas", ""),
