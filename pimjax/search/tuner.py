@@ -112,6 +112,11 @@ class Proposal:
     the predicted cycles of each (None when a cache entry answered, or in
     exhaustive mode for `predicted`).  lower_fn: `choose`'s (None: `lower`).
     space: drafts in the op's space.
+    predicted_sigma / extrapolating / beyond: how far to trust
+    predicted_cycles (`Predictor.predict_full` of the predicted best): the
+    ensemble's spread of log-cycles (a relative uncertainty), whether the
+    draft's features leave the model's training range, and which ones (nan
+    / None / () when there is no prediction or the model cannot tell).
     mode: the search `verify` runs ("predict", "evolutionary",
     "exhaustive"; a cache entry's mode).  cached: answered by the cache.
     append: {value id: `sim.append.Append`} of the resident operands that
@@ -133,6 +138,9 @@ class Proposal:
     table: Any = field(default=None, repr=False)
     predicted: Any = field(default=None, repr=False)
     space: int = 0
+    predicted_sigma: float = float("nan")
+    extrapolating: bool | None = None
+    beyond: tuple = ()
     mode: str = ""
     cached: bool = False
     append: dict = field(default_factory=dict)
@@ -273,8 +281,20 @@ class Tuner:
             return replace(proposal, table=table, space=len(table), mode=mode)
         pred = self.predict(op, table, backend, shapes)
         best = int(np.argsort(pred, kind="stable")[0])
+        trust = self._trust(op, table[best], backend, shapes)
         return replace(proposal, table=table, predicted=pred, draft=table[best],
-                       predicted_cycles=float(pred[best]), space=len(table), mode=mode)
+                       predicted_cycles=float(pred[best]), space=len(table), mode=mode, **trust)
+
+    def _trust(self, op: PimOp, draft, backend: Backend, shapes: dict) -> dict:
+        """The Proposal's predicted_sigma / extrapolating / beyond of one draft
+        (`Predictor.predict_full`; {} for a model without it)."""
+        model = self.model_for(backend)
+        if not hasattr(model, "predict_full"):
+            return {}
+        from ..costmodel.features import features
+        full = model.predict_full(features(op, draft, backend, shapes)[None])
+        return {"predicted_sigma": float(full["sigma"][0]), "extrapolating": bool(full["extrapolating"][0]),
+                "beyond": tuple(full["beyond"][0])}
 
     def verify(self, proposal: Proposal | None) -> Choice | None:
         """The verify half of `choose`: lower and simulate the candidates of
