@@ -176,11 +176,15 @@ class Tuner:
     mapping (above `threshold` too), so a poor prediction or a short
     search never picks worse than the baseline.  The "evolutionary" mode
     itself does not: it is the search alone, as ATiM measures it.
+    label_store: None (default) or a `costmodel.online.LabelStore`: opt-in
+    online refinement (DCC §IV-D) -- the features and simulated cycles of
+    every draft predict mode's top-k simulates are appended to it, for
+    `costmodel.online.refine` to fine-tune a copy of the model on.
     """
 
     def __init__(self, mode: str = "predict", top_k: int = 8, model=None, cache=None,
                  trials: int = 64, threshold: int = 200_000, seed: int = 0, balanced: bool = True,
-                 include_baseline: bool = True):
+                 include_baseline: bool = True, label_store=None):
         if mode not in ("predict", "exhaustive", "evolutionary"):
             raise ValueError(f"tuner mode {mode!r} not in ('predict', 'exhaustive', 'evolutionary')")
         for name, value in (("top_k", top_k), ("trials", trials), ("threshold", threshold)):
@@ -188,6 +192,7 @@ class Tuner:
                 raise ValueError(f"Tuner {name} must be a positive int, got {value!r}")
         self.mode, self.top_k, self.trials, self.threshold = mode, top_k, trials, threshold
         self.seed, self.balanced, self.include_baseline = seed, balanced, include_baseline
+        self.label_store = label_store
         self._models: dict[str, Any] = {}
         self._model = model
         self.cache = cache if isinstance(cache, TuneCache) else TuneCache(cache)
@@ -483,6 +488,8 @@ class Tuner:
         if not drafts:
             return None
         programs, totals, report = self._simulate(op, drafts, backend, shapes, lower_options, programs)
+        if self.label_store is not None:
+            self._store_labels(op, drafts, totals, backend, shapes)
         choice = self._pick(drafts, programs, totals, report, predicted, "predict", len(table))
         if choice is None:
             return None
@@ -490,6 +497,18 @@ class Tuner:
         # the baseline's report from the same batch: the api's speedup over the
         # baseline mapping needs it, and timing it alone would compile another scan
         return choice if base not in drafts else replace(choice, baseline=report(drafts.index(base)))
+
+    def _store_labels(self, op, drafts, totals, backend: Backend, shapes: dict) -> None:
+        """Append the simulated drafts' features and cycles to the label store
+        (online refinement; the drafts of one op and backend form a group)."""
+        from ..costmodel.features import features
+        from .cache import backend_fingerprint, op_signature
+        ok = [i for i, t in enumerate(totals) if np.isfinite(t)]
+        if not ok:
+            return
+        X = np.stack([features(op, drafts[i], backend, shapes) for i in ok])
+        group = f"{op_signature(op)}|{backend_fingerprint(backend)}"
+        self.label_store.append(backend.family, group, X, np.asarray(totals, np.float64)[ok])
 
     def _exhaustive(self, op, table, backend, shapes, lower_options, lower_fn=lower) -> Choice | None:
         """Every draft of `table` lowered and simulated, the fastest kept
