@@ -247,7 +247,7 @@ from pimjax.costmodel.kernels import make_case
 from pimjax.costmodel.predictor import load_default
 from pimjax.partition.generate import lane_candidates
 from pimjax.costmodel.features import features_table
-sample = sorted(data["drafts"], key=lambda r: r["sim"])[:3]
+sample = sorted((r for r in data["drafts"] if "record" in r), key=lambda r: r["sim"])[:3]
 for r in sample:
     rec = r["record"]
     be = backend_of(rec["backend"], rec.get("hw"))

@@ -335,7 +335,7 @@ def training_cases(backend: str, plan: Plan | None = None, seed: int = 0) -> lis
 
 def generate(backend: Backend, cases: list[tuple[str, tuple]], plan: Plan, *, seed: int = 0,
              path: str | None = None, model=None, model_top: int = 0, progress=None,
-             time_budget: float | None = None) -> list[dict]:
+             time_budget: float | None = None, exact: bool = False) -> list[dict]:
     """Label drafts of every case (appending to the record file `path`) and
     return all records of these cases (old and new).
 
@@ -343,7 +343,10 @@ def generate(backend: Backend, cases: list[tuple[str, tuple]], plan: Plan, *, se
     `plan.estimate_per_case` best by the closed-form time estimate.
     Round 2 (model given): the `model_top` drafts the model ranks best that
     are not labelled yet.  Already-labelled drafts are never simulated again.
-    time_budget: stop starting new cases after this many seconds."""
+    time_budget: stop starting new cases after this many seconds.
+    exact: return only the records of the drafts this call selects (an
+    evaluation set whose sample must not depend on what earlier runs, with
+    other case lists, left in the file), not every record of the cases."""
     name = backend.name
     path = path or records_path(name)
     have = read_records(path)
@@ -385,6 +388,9 @@ def generate(backend: Backend, cases: list[tuple[str, tuple]], plan: Plan, *, se
             pred = model.predict(X)
             order = np.argsort(pred, kind="stable")
             want += [(int(i), "model") for i in order[: model_top * 4]]
+        if exact:
+            wanted = {json.dumps(row_of(table, i), sort_keys=True) for i, _ in want}
+            old = [r for r in old if json.dumps(r["row"], sort_keys=True) in wanted]
         new_idx, new_src, seen = [], [], set(done_rows)
         for i, src in want:
             k = json.dumps(row_of(table, i), sort_keys=True)
