@@ -72,6 +72,7 @@ def _cnn_shapes(name: str, limit: int = 8) -> list[tuple]:
 
 @lru_cache(maxsize=4)
 def _cases(split: str) -> tuple:
+    from ..backends import family_of
     from .kernels import SUPPORTED
     if split not in ("train", "heldout"):
         raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
@@ -95,8 +96,8 @@ def _cases(split: str) -> tuple:
         variants = [{}] + hw[backend]
         for k in kernels:
             for i, s in enumerate(dict.fromkeys(shapes.get(k, []))):
-                if backend == "upmem" and k in ("gemv", "mmtv") and s[0] * s[-1] > (1 << 25):
-                    continue          # int32 on DPUs: the 70B FFN is minutes per draft of MRAM DMA
+                if family_of(backend).integer and k in ("gemv", "mmtv") and s[0] * s[-1] > (1 << 25):
+                    continue          # int32 on DPUs (UPMEM): the 70B FFN is minutes per draft of MRAM DMA
                 # every shape on the preset; on the variants a rotation, so each variant gets
                 # every kernel but not every shape (the labelling budget)
                 for j, opts in enumerate(variants):
