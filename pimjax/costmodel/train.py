@@ -232,7 +232,9 @@ def main(argv=None) -> int:
     ap.add_argument("--steps1", type=_arg(positive_int), default=2000,
                     help="Adam steps before each model-driven round")
     ap.add_argument("--steps2", type=_arg(positive_int), default=5000, help="Adam steps of the final fit")
-    ap.add_argument("--seconds", type=_arg(positive_float), default=60.0, help="training time cap per backend")
+    ap.add_argument("--seconds", type=_arg(positive_float), default=900.0,
+                    help="training time cap per backend (a guard: the steps decide, so the weights are "
+                         "reproducible on a loaded box; 60 s stopped a fit at 200 of 5 000 steps there)")
     ap.add_argument("--model-top", type=_arg(model_top_list), default=[10, 10],
                     help="drafts per training shape labelled in each model-driven round (comma list)")
     ap.add_argument("--seed", type=_arg(non_negative_int), default=0)
