@@ -68,6 +68,10 @@ energy pJ; bytes; GB/s = bytes / ns.
                  gpu_ns (the op on the host roofline), gpu_share (mixed
                  plans: the op's share on the GPU beside PIM), space (drafts in
                  its space), simulated_drafts (0 when predicted);
+                 predicted only (None when simulated): uncertainty (the cost
+                 model's ensemble spread of log-cycles: 0.05 ~ +-5 %) and
+                 extrapolating (True when the draft's features lie outside
+                 the model's training range: treat the figure with care);
                  simulated only (None, bound "", in the predicted
                  figures of a PIM op): the breakdown rearrangement_cycles /
                  compute_cycles / readback_cycles / merge_cycles /
@@ -983,6 +987,11 @@ def plans_text(graph: PimGraph, backend: Backend, plans: list[OpPlan]) -> str:
                 lines.append("       " + p.program.as_text(max_lines=8).replace("\n", "\n       "))
             else:
                 pred = "none" if np.isnan(p.predicted_cycles) else f"{p.predicted_cycles:,.0f}"
+                prop = p.proposal
+                if prop is not None and not np.isnan(prop.predicted_sigma):
+                    pred += f" (±{100 * np.expm1(prop.predicted_sigma):.0f} %"
+                    pred += f"; extrapolating: {', '.join(prop.beyond)} beyond the training range)" \
+                        if prop.extrapolating else ")"
                 lines.append(f"       predicted cycles: {pred}; {p.reason}")
         elif p.placement == "fused":
             lines.append(f"    -> fused: {p.reason}")

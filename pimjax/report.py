@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -93,6 +94,10 @@ class OpReport:
     bound: str = ""
     simulated_drafts: int = 0
     space: int = 0
+    # predicted figures only (`Tuner._trust`): the ensemble's spread of log-cycles (relative), and
+    # whether the draft lies outside the cost model's training range (NaN -> None: simulated / unknown)
+    uncertainty: float = float("nan")
+    extrapolating: Any = float("nan")
     operand_bytes: int = 0             # operands read once + the result written once (PIM elements)
     to_pim_bytes: int = 0              # host -> PIM per call (rearrangement + register writes)
     from_pim_bytes: int = 0            # PIM -> host per call (read-back)
@@ -208,7 +213,8 @@ class Report:
         for o in self.ops:
             d = {k: getattr(o, k) for k in ("index", "name", "placement", "reason", "draft", "precision",
                                            "saturation", "cycles", "ns", "energy_pj", "gpu_ns", "gpu_share",
-                                           "baseline_ns", "bound", "simulated_drafts", "space")}
+                                           "baseline_ns", "bound", "simulated_drafts", "space",
+                                           "uncertainty", "extrapolating")}
             for k in ("rearrangement", "compute", "readback", "merge", "resident", "append"):
                 d[f"{k}_cycles"] = getattr(o, k if k in PHASE_FIELDS else f"{k}_cycles")
             d["speedup_gpu"] = o.speedup_gpu
@@ -263,8 +269,10 @@ class Report:
                 parts = [o.rearrangement, o.compute, o.readback, o.merge]
                 pct = "/".join(f"{100 * p / o.cycles:.0f}" for p in parts)
             what = (o.draft or o.reason) if o.placement == "pim" else o.reason
-            t.add_row(str(o.index), o.name, o.placement, what,
-                      _count(o.cycles) if o.placement == "pim" else "", _count(o.ns), pct,
+            cyc = _count(o.cycles) if o.placement == "pim" else ""
+            if cyc and not np.isnan(o.uncertainty):        # a predicted figure: its spread, and a warning
+                cyc += f" ±{100 * np.expm1(o.uncertainty):.0f}%" + (" (extrapolating)" if o.extrapolating is True else "")
+            t.add_row(str(o.index), o.name, o.placement, what, cyc, _count(o.ns), pct,
                       _bandwidth(o), f"{o.energy_pj / 1e3:,.1f}" if o.energy_pj and not np.isnan(o.energy_pj) else "",
                       _times(o.speedup_gpu), _times(o.speedup_baseline))
         speedup = self.gpu_ns / self.total_ns if self.total_ns else float("nan")
@@ -291,7 +299,8 @@ class Report:
 
 OP_FIELDS = ("index", "name", "placement", "reason", "draft", "precision", "saturation", "cycles", "ns",
              "energy_pj", "gpu_ns", "gpu_share",
-             "baseline_ns", "bound", "simulated_drafts", "space", "rearrangement_cycles", "compute_cycles",
+             "baseline_ns", "bound", "simulated_drafts", "space", "uncertainty", "extrapolating",
+             "rearrangement_cycles", "compute_cycles",
              "readback_cycles", "merge_cycles", "resident_cycles", "append_cycles", "speedup_gpu",
              "speedup_baseline",
              "operand_bytes", "to_pim_bytes", "from_pim_bytes", "effective_GBps", "internal_pct",
@@ -375,6 +384,10 @@ def build_report(stage, figures: str = "simulated") -> Report:
             o.rearrangement = o.compute = o.readback = o.merge = o.resident_cycles = o.energy_pj = nan
             o.append_cycles = nan
             o.space = p.proposal.space if p.proposal is not None else 0
+            if p.proposal is not None:
+                o.uncertainty = float(p.proposal.predicted_sigma)
+                if p.proposal.extrapolating is not None:
+                    o.extrapolating = bool(p.proposal.extrapolating)
             o.operand_bytes = op_bytes(_data_op(p, be, stage.graph), shapes, be.core.elem_bytes)
             o.to_pim_bytes = o.from_pim_bytes = nan
             o.internal_peak_GBps = float(peaks["internal_bandwidth_GBps"])

@@ -37,6 +37,7 @@ from ..hw.core import Backend
 from ..partition import DraftTable
 from ..partition.table import KNOB_COLUMNS
 from .features import FEATURE_NAMES, features_table
+from .broad import backend_of, hw_key
 from .kernels import SUPPORTED, Case, case_drafts, default_cases, lower_case, make_case
 
 CACHE_DIR = os.environ.get("PIMJAX_COSTMODEL_CACHE", "/tmp/costmodel")
@@ -274,8 +275,12 @@ def append_records(path: str, records: list[dict]) -> None:
             f.write(json.dumps(r, separators=(",", ":")) + "\n")
 
 
-def _case_key(backend: str, kernel: str, shape) -> str:
-    return f"{backend}|{kernel}|{'x'.join(map(str, shape))}"
+def _case_key(backend: str, kernel: str, shape, hw: dict | None = None) -> str:
+    """A case's key: backend, kernel, shape and, on a structural variant, its
+    preset options (`broad.hw_key`; the preset's own key has no suffix, so
+    record files written before variants existed keep their keys)."""
+    key = f"{backend}|{kernel}|{'x'.join(map(str, shape))}"
+    return key + (f"|{hw_key(hw)}" if hw else "")
 
 
 # --------------------------------------------------------------------------
@@ -330,7 +335,7 @@ def training_cases(backend: str, plan: Plan | None = None, seed: int = 0) -> lis
 
 def generate(backend: Backend, cases: list[tuple[str, tuple]], plan: Plan, *, seed: int = 0,
              path: str | None = None, model=None, model_top: int = 0, progress=None,
-             time_budget: float | None = None) -> list[dict]:
+             time_budget: float | None = None, exact: bool = False) -> list[dict]:
     """Label drafts of every case (appending to the record file `path`) and
     return all records of these cases (old and new).
 
@@ -338,19 +343,27 @@ def generate(backend: Backend, cases: list[tuple[str, tuple]], plan: Plan, *, se
     `plan.estimate_per_case` best by the closed-form time estimate.
     Round 2 (model given): the `model_top` drafts the model ranks best that
     are not labelled yet.  Already-labelled drafts are never simulated again.
-    time_budget: stop starting new cases after this many seconds."""
+    time_budget: stop starting new cases after this many seconds.
+    exact: return only the records of the drafts this call selects (an
+    evaluation set whose sample must not depend on what earlier runs, with
+    other case lists, left in the file), not every record of the cases."""
     name = backend.name
     path = path or records_path(name)
     have = read_records(path)
     by_case: dict[str, list[dict]] = {}
     for r in have:
-        by_case.setdefault(_case_key(r["backend"], r["kernel"], r["shape"]), []).append(r)
+        by_case.setdefault(_case_key(r["backend"], r["kernel"], r["shape"], r.get("hw")), []).append(r)
     est_col = FEATURE_NAMES.index("est_t_total")
     t_start = time.time()
     out = []
-    labeller = Labeller(backend)
-    for ci, (kernel, shape) in enumerate(cases):
-        key = _case_key(name, kernel, shape)
+    labellers: dict[str, Labeller] = {}
+    preset = backend
+    for ci, item in enumerate(cases):
+        kernel, shape = item[0], item[1]
+        hw = dict(item[2]) if len(item) > 2 and item[2] else {}
+        backend = backend_of(name, hw) if hw else preset
+        labeller = labellers.setdefault(hw_key(hw), Labeller(backend))
+        key = _case_key(name, kernel, shape, hw)
         old = by_case.get(key, [])
         if time_budget is not None and time.time() - t_start > time_budget:
             out += old
@@ -375,6 +388,9 @@ def generate(backend: Backend, cases: list[tuple[str, tuple]], plan: Plan, *, se
             pred = model.predict(X)
             order = np.argsort(pred, kind="stable")
             want += [(int(i), "model") for i in order[: model_top * 4]]
+        if exact:
+            wanted = {json.dumps(row_of(table, i), sort_keys=True) for i, _ in want}
+            old = [r for r in old if json.dumps(r["row"], sort_keys=True) in wanted]
         new_idx, new_src, seen = [], [], set(done_rows)
         for i, src in want:
             k = json.dumps(row_of(table, i), sort_keys=True)
@@ -388,12 +404,16 @@ def generate(backend: Backend, cases: list[tuple[str, tuple]], plan: Plan, *, se
         for i, src in zip(new_idx, new_src):
             meta = {"backend": name, "kernel": kernel, "shape": list(shape), "row": row_of(table, i),
                     "source": src}
+            if hw:
+                meta["hw"] = hw
             labeller.add(meta, try_lower(case, table[i], backend))
         out += old
         out += _write(labeller.ready(), path)       # batches done so far; the worker runs on
         if progress is not None:
-            progress(ci + 1, len(cases), f"{kernel} {list(shape)}: {n} drafts, +{len(new_idx)} queued")
-    out += _write(labeller.flush(), path)
+            progress(ci + 1, len(cases), f"{kernel} {list(shape)}{' ' + hw_key(hw) if hw else ''}: "
+                                         f"{n} drafts, +{len(new_idx)} queued")
+    for lab in labellers.values():
+        out += _write(lab.flush(), path)
     return out
 
 
@@ -409,19 +429,21 @@ def relabel(backend: Backend, path: str, progress=None) -> tuple[int, int]:
     by_case: dict[str, list[int]] = {}
     for k, r in enumerate(recs):
         if r["backend"] == backend.name:
-            by_case.setdefault(_case_key(r["backend"], r["kernel"], r["shape"]), []).append(k)
+            by_case.setdefault(_case_key(r["backend"], r["kernel"], r["shape"], r.get("hw")), []).append(k)
     from ..partition.generate import lane_candidates
-    labeller = Labeller(backend)
+    labellers: dict[str, Labeller] = {}
     for ci, ks in enumerate(by_case.values()):
         r0 = recs[ks[0]]
-        case = make_case(backend, r0["kernel"], r0["shape"])
-        table = table_from_rows([recs[k]["row"] for k in ks], lane_candidates(case.op, backend))
+        be = backend_of(backend.name, r0["hw"]) if r0.get("hw") else backend
+        labeller = labellers.setdefault(hw_key(r0.get("hw")), Labeller(be))
+        case = make_case(be, r0["kernel"], r0["shape"])
+        table = table_from_rows([recs[k]["row"] for k in ks], lane_candidates(case.op, be))
         for j, k in enumerate(ks):
-            labeller.add(k, try_lower(case, table[j], backend))
+            labeller.add(k, try_lower(case, table[j], be))
         if progress is not None:
             progress(ci + 1, len(by_case), f"{r0['kernel']} {r0['shape']}")
     changed = 0
-    for k, v in labeller.flush():
+    for k, v in [kv for lab in labellers.values() for kv in lab.flush()]:
         ok = bool(np.isfinite(v[0]))
         old = recs[k].get("cycles")
         new = float(v[0]) if ok else None
@@ -455,13 +477,14 @@ def featurise(records: list[dict], backend: Backend, phases: bool = False):
     for r in records:
         if r.get("cycles") is None or r["backend"] != backend.name:
             continue
-        by_case.setdefault(_case_key(r["backend"], r["kernel"], r["shape"]), []).append(r)
+        by_case.setdefault(_case_key(r["backend"], r["kernel"], r["shape"], r.get("hw")), []).append(r)
     Xs, ys, gs, keys, ps = [], [], [], [], []
     for g, (key, recs) in enumerate(sorted(by_case.items())):
-        case = make_case(backend, recs[0]["kernel"], recs[0]["shape"])
+        be = backend_of(backend.name, recs[0]["hw"]) if recs[0].get("hw") else backend   # a variant's own hardware
+        case = make_case(be, recs[0]["kernel"], recs[0]["shape"])
         from ..partition.generate import lane_candidates
-        table = table_from_rows([r["row"] for r in recs], lane_candidates(case.op, backend))
-        Xs.append(features_table(case.target, table, backend, case.shapes))
+        table = table_from_rows([r["row"] for r in recs], lane_candidates(case.op, be))
+        Xs.append(features_table(case.target, table, be, case.shapes))
         ys.append(np.array([r["cycles"] for r in recs], np.float64))
         ps.append(np.array([r["phases"] for r in recs], np.float64).reshape(len(recs), 4))
         gs.append(np.full(len(recs), g, np.int64))

@@ -44,7 +44,7 @@ from flax import nnx, serialization
 
 from ..hw.core import is_int
 from .features import F, FEATURE_NAMES, is_time_estimate
-from .predictor import FORMAT_VERSION, base_log, check_meta, feature_rows, forward, member_arrays
+from .predictor import FORMAT_VERSION, _ranges, base_log, check_meta, feature_rows, forward, member_arrays
 
 
 class MLP(nnx.Module):
@@ -153,6 +153,12 @@ class CostModel:
         self.x_mean = np.zeros(self.n_features, np.float32)
         self.x_scale = np.ones(self.n_features, np.float32)
         self.y_mean, self.y_scale = 0.0, 1.0
+        # the training range of the raw features and (residual models) of log(cycles / estimate),
+        # the union over every `update`: saved with the weights, `Predictor.predict_full`'s
+        # extrapolation flag and the clip of the network's correction
+        self.x_min: np.ndarray | None = None
+        self.x_max: np.ndarray | None = None
+        self.bound: tuple | None = None
         self.fitted = False
         self.meta = dict(meta or {})
         self.history: list[dict] = []
@@ -197,6 +203,12 @@ class CostModel:
         g = np.zeros(len(y), np.int64) if groups is None else np.asarray(groups, np.int64)[ok]
         if len(y) == 0:
             raise ValueError("update needs at least one row with finite features (and phases)")
+        lo, hi = X.min(axis=0), X.max(axis=0)
+        self.x_min = lo if self.x_min is None else np.minimum(self.x_min, lo)
+        self.x_max = hi if self.x_max is None else np.maximum(self.x_max, hi)
+        if self.hp["base"] is not None:
+            r = (float(y.min()), float(y.max()))
+            self.bound = r if self.bound is None else (min(self.bound[0], r[0]), max(self.bound[1], r[1]))
         if not self.fitted:
             # float64 statistics and a relative threshold: a feature constant in
             # the training set (the backend's own hardware features) must get
@@ -228,7 +240,7 @@ class CostModel:
         if self._np_params is None:
             self._np_params = member_arrays(nnx.to_pure_dict(nnx.state(self.net, nnx.Param)), len(self.hidden))
         return forward(self._np_params, (X - self.x_mean) / self.x_scale, self.y_mean, self.y_scale,
-                       base_log(X, self.hp["base"]))
+                       base_log(X, self.hp["base"]), self.bound)
 
     def save(self, path: str) -> None:
         """Write the model to `path` (msgpack; see module docstring)."""
@@ -236,9 +248,14 @@ class CostModel:
         meta = dict(self.meta, format=FORMAT_VERSION, n_features=self.n_features, hidden=list(self.hidden),
                     hp=self.hp, fitted=self.fitted, feature_names=list(FEATURE_NAMES)
                     if self.n_features == F else None, history=self.history)
+        norm = {"x_mean": self.x_mean, "x_scale": self.x_scale,
+                "y": np.array([self.y_mean, self.y_scale], np.float64)}
+        if self.x_min is not None:
+            norm.update(x_min=np.asarray(self.x_min, np.float32), x_max=np.asarray(self.x_max, np.float32))
+        if self.bound is not None:
+            norm["bound"] = np.array(self.bound, np.float64)
         blob = {"params": jax.tree.map(np.asarray, state),
-                "norm": {"x_mean": self.x_mean, "x_scale": self.x_scale,
-                         "y": np.array([self.y_mean, self.y_scale], np.float64)},
+                "norm": norm,
                 "meta": json.dumps(meta, sort_keys=True)}
         with open(path, "wb") as f:
             f.write(serialization.msgpack_serialize(blob))
@@ -267,6 +284,8 @@ class CostModel:
         model.x_mean = np.asarray(blob["norm"]["x_mean"], np.float32)
         model.x_scale = np.asarray(blob["norm"]["x_scale"], np.float32)
         model.y_mean, model.y_scale = (float(v) for v in np.asarray(blob["norm"]["y"]))
+        r = _ranges(blob["norm"])
+        model.x_min, model.x_max, model.bound = r.get("x_min"), r.get("x_max"), r.get("bound")
         model.fitted = bool(meta["fitted"])
         model.history = list(meta.get("history", []))
         return model

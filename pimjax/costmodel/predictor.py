@@ -13,7 +13,9 @@ integer keys):
 
     {"params": {"members": {k: {"layers": {i: {"kernel": [a, b], "bias": [b]}},
                                 "out": {"kernel": [h, heads], "bias": [heads]}}}},
-     "norm": {"x_mean": [F], "x_scale": [F], "y": [2] (mean, scale of log-cycles)},
+     "norm": {"x_mean": [F], "x_scale": [F], "y": [2] (mean, scale of log-cycles),
+              "x_min": [F], "x_max": [F] (the training range of the raw features; optional),
+              "bound": [2] (a residual model's clip of its correction, log-cycles; optional)},
      "meta": JSON string (format, n_features, hidden, hp, feature_names, ...)}
 """
 from __future__ import annotations
@@ -139,15 +141,18 @@ def base_log(X: np.ndarray, base: str | None) -> np.ndarray | float:
     return np.log(np.maximum(np.exp2(f) - 1.0, 1.0))
 
 
-def forward(members: list[tuple[list[Layer], Layer]], x: np.ndarray, y_mean: float, y_scale: float,
-            offset=0.0) -> np.ndarray:
-    """[n] predicted cycles of standardised features x [n, F].
+def member_logs(members: list[tuple[list[Layer], Layer]], x: np.ndarray, y_mean: float, y_scale: float,
+                offset=0.0, bound: tuple[float, float] | None = None) -> np.ndarray:
+    """[K, n] log-cycles of every ensemble member on standardised features x [n, F].
 
-    members: per ensemble member its hidden layers and output layer; each
-    member gives log-cycles (a multi-head member: log of the sum of its
-    phase heads), the members' log-cycles are averaged.  offset: [n]
-    log-cycles added to every member's output (a residual model's
-    closed-form estimate, `base_log`), or 0."""
+    Each member gives log-cycles (a multi-head member: log of the sum of its
+    phase heads).  offset: [n] log-cycles added to every member's output (a
+    residual model's closed-form estimate, `base_log`), or 0.  bound: (lo,
+    hi) in log-cycles, the range of the residual log(cycles / estimate) seen
+    in training: a residual model's correction is clipped to it, so a case
+    beyond the training range (a 28 672-row GEMV where training stopped at
+    2 048) falls back on the estimate times a correction the training data
+    supports, instead of whatever the network extrapolates to."""
     logs = []
     with one_blas_thread():
         outs = []
@@ -160,12 +165,34 @@ def forward(members: list[tuple[list[Layer], Layer]], x: np.ndarray, y_mean: flo
             outs.append(h @ wo + bo)
     for z in outs:
         z = z.astype(np.float64) * y_scale + y_mean                      # log-cycles [n, heads]
+        if bound is not None:
+            z = np.clip(z, bound[0], bound[1])
         z = z + np.reshape(offset, (-1, 1))
         if z.shape[1] > 1:                                               # total = sum of the phases
             zm = z.max(axis=1, keepdims=True)
             z = zm + np.log(np.exp(z - zm).sum(axis=1, keepdims=True))
         logs.append(z[:, 0])
-    return np.exp(np.mean(logs, axis=0))
+    return np.stack(logs)
+
+
+def forward(members: list[tuple[list[Layer], Layer]], x: np.ndarray, y_mean: float, y_scale: float,
+            offset=0.0, bound: tuple[float, float] | None = None) -> np.ndarray:
+    """[n] predicted cycles of standardised features x [n, F]: the members'
+    log-cycles (`member_logs`) averaged, exponentiated."""
+    return np.exp(np.mean(member_logs(members, x, y_mean, y_scale, offset, bound), axis=0))
+
+
+# a feature counts as out of the training range when it lies more than this share of its
+# training span (and at least EXTRAP_MIN, log2 units: 2.5 % of a size) beyond the span
+EXTRAP_TOL = 0.05
+EXTRAP_MIN = 0.035
+
+
+def out_of_range(X: np.ndarray, x_min: np.ndarray, x_max: np.ndarray) -> np.ndarray:
+    """[n, F] bool: features of raw rows X [n, F] outside the training range
+    [x_min, x_max] (widened by EXTRAP_TOL of the span, at least EXTRAP_MIN)."""
+    tol = np.maximum(EXTRAP_TOL * (x_max - x_min), EXTRAP_MIN).astype(np.float32)
+    return (X < x_min - tol) | (X > x_max + tol)
 
 
 def feature_rows(features, n_features: int) -> np.ndarray:
@@ -210,15 +237,44 @@ class Predictor:
     n_features: int
     meta: dict
 
+    x_min: np.ndarray | None = None         # [F] training range of the raw features (None: not saved)
+    x_max: np.ndarray | None = None
+    bound: tuple | None = None              # (lo, hi) residual log-cycles seen in training (None: unbounded)
+
     @property
     def fitted(self) -> bool:
         return bool(self.meta.get("fitted", False))
 
+    def _logs(self, X: np.ndarray) -> np.ndarray:
+        return member_logs(list(self.members), (X - self.x_mean) / self.x_scale, self.y_mean, self.y_scale,
+                           base_log(X, self.meta.get("hp", {}).get("base")), self.bound)
+
     def predict(self, features) -> np.ndarray:
         """[n] predicted cycles of feature rows [n, F] (`features.features_table`)."""
+        return np.exp(np.mean(self._logs(feature_rows(features, self.n_features)), axis=0))
+
+    def predict_full(self, features) -> dict:
+        """The prediction with how far to trust it, for feature rows [n, F]:
+
+        cycles        [n] predicted cycles (= `predict`);
+        sigma         [n] the ensemble's spread: the standard deviation of the
+                      members' log-cycles (0 for one member), a relative
+                      uncertainty (0.05 ~ +-5 %);
+        extrapolating [n] bool: some feature lies outside the training range
+                      saved with the weights (`out_of_range`); False for all
+                      when the file has no range (older weights);
+        beyond        [n] list of the names of those features (at most 4)."""
         X = feature_rows(features, self.n_features)
-        return forward(list(self.members), (X - self.x_mean) / self.x_scale, self.y_mean, self.y_scale,
-                       base_log(X, self.meta.get("hp", {}).get("base")))
+        logs = self._logs(X)
+        n = X.shape[0]
+        if self.x_min is not None:
+            oor = out_of_range(X, self.x_min, self.x_max)
+            ext = oor.any(axis=1)
+            beyond = [[FEATURE_NAMES[j] for j in np.nonzero(row)[0][:4]] if e else [] for row, e in zip(oor, ext)]
+        else:
+            ext, beyond = np.zeros(n, bool), [[] for _ in range(n)]
+        return {"cycles": np.exp(logs.mean(axis=0)), "sigma": logs.std(axis=0), "extrapolating": ext,
+                "beyond": beyond}
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str = "<bytes>") -> "Predictor":
@@ -236,7 +292,8 @@ class Predictor:
             model = cls(members=tuple(member_arrays(blob["params"], len(meta["hidden"]))),
                         x_mean=np.asarray(blob["norm"]["x_mean"], np.float32),
                         x_scale=np.asarray(blob["norm"]["x_scale"], np.float32),
-                        y_mean=float(y[0]), y_scale=float(y[1]), n_features=int(meta["n_features"]), meta=meta)
+                        y_mean=float(y[0]), y_scale=float(y[1]), n_features=int(meta["n_features"]), meta=meta,
+                        **_ranges(blob["norm"]))
         except Exception as err:  # noqa: BLE001
             raise ValueError(f"{where}: a damaged cost model ({type(err).__name__}: {err})") from None
         widths = [w.shape[1] for w, _ in model.members[0][0]] if model.members else []
@@ -250,6 +307,18 @@ class Predictor:
     def load(cls, path: str) -> "Predictor":
         with open(path, "rb") as f:
             return cls.from_bytes(f.read(), path)
+
+
+def _ranges(norm: dict) -> dict:
+    """x_min / x_max / bound of a file's "norm" map (absent in older files)."""
+    out = {}
+    if "x_min" in norm and "x_max" in norm:
+        out["x_min"] = np.asarray(norm["x_min"], np.float32)
+        out["x_max"] = np.asarray(norm["x_max"], np.float32)
+    if "bound" in norm:
+        b = np.asarray(norm["bound"], np.float64)
+        out["bound"] = (float(b[0]), float(b[1]))
+    return out
 
 
 def check_meta(meta: dict, where: str) -> None:

@@ -123,6 +123,11 @@ class Proposal:
     the predicted cycles of each (None when a cache entry answered, or in
     exhaustive mode for `predicted`).  lower_fn: `choose`'s (None: `lower`).
     space: drafts in the op's space.
+    predicted_sigma / extrapolating / beyond: how far to trust
+    predicted_cycles (`Predictor.predict_full` of the predicted best): the
+    ensemble's spread of log-cycles (a relative uncertainty), whether the
+    draft's features leave the model's training range, and which ones (nan
+    / None / () when there is no prediction or the model cannot tell).
     mode: the search `verify` runs ("predict", "evolutionary",
     "exhaustive"; a cache entry's mode).  cached: answered by the cache.
     append: {value id: `sim.append.Append`} of the resident operands that
@@ -144,6 +149,9 @@ class Proposal:
     table: Any = field(default=None, repr=False)
     predicted: Any = field(default=None, repr=False)
     space: int = 0
+    predicted_sigma: float = float("nan")
+    extrapolating: bool | None = None
+    beyond: tuple = ()
     mode: str = ""
     cached: bool = False
     append: dict = field(default_factory=dict)
@@ -179,11 +187,15 @@ class Tuner:
     mapping (above `threshold` too), so a poor prediction or a short
     search never picks worse than the baseline.  The "evolutionary" mode
     itself does not: it is the search alone, as ATiM measures it.
+    label_store: None (default) or a `costmodel.online.LabelStore`: opt-in
+    online refinement (DCC §IV-D) -- the features and simulated cycles of
+    every draft predict mode's top-k simulates are appended to it, for
+    `costmodel.online.refine` to fine-tune a copy of the model on.
     """
 
     def __init__(self, mode: str = "predict", top_k: int = 8, model=None, cache=None,
                  trials: int = 64, threshold: int = 200_000, seed: int = 0, balanced: bool = True,
-                 include_baseline: bool = True):
+                 include_baseline: bool = True, label_store=None):
         if mode not in ("predict", "exhaustive", "evolutionary"):
             raise ValueError(f"tuner mode {mode!r} not in ('predict', 'exhaustive', 'evolutionary')")
         for name, value in (("top_k", top_k), ("trials", trials), ("threshold", threshold)):
@@ -191,6 +203,7 @@ class Tuner:
                 raise ValueError(f"Tuner {name} must be a positive int, got {value!r}")
         self.mode, self.top_k, self.trials, self.threshold = mode, top_k, trials, threshold
         self.seed, self.balanced, self.include_baseline = seed, balanced, include_baseline
+        self.label_store = label_store
         self._models: dict[str, Any] = {}
         self._model = model
         # {(cache key, mode, threshold): (table, predicted cycles, mode)} of the latest predicted op spaces: a layer's
@@ -284,8 +297,9 @@ class Tuner:
         if pred is None:                               # exhaustive: the ground truth, no prediction
             return replace(proposal, table=table, space=len(table), mode=mode)
         best = int(np.argsort(pred, kind="stable")[0])
+        trust = self._trust(proposal.op, table[best], proposal.backend, proposal.shapes)
         return replace(proposal, table=table, predicted=pred, draft=table[best],
-                       predicted_cycles=float(pred[best]), space=len(table), mode=mode)
+                       predicted_cycles=float(pred[best]), space=len(table), mode=mode, **trust)
 
     def _space(self, proposal: Proposal) -> tuple:
         """(draft table, predicted cycles or None (exhaustive), search mode) of
@@ -308,6 +322,17 @@ class Tuner:
 
     SPACES_KEPT = 32
     """Predicted op spaces a Tuner keeps (`_predict_space`), the latest."""
+
+    def _trust(self, op: PimOp, draft, backend: Backend, shapes: dict) -> dict:
+        """The Proposal's predicted_sigma / extrapolating / beyond of one draft
+        (`Predictor.predict_full`; {} for a model without it)."""
+        model = self.model_for(backend)
+        if not hasattr(model, "predict_full"):
+            return {}
+        from ..costmodel.features import features
+        full = model.predict_full(features(op, draft, backend, shapes)[None])
+        return {"predicted_sigma": float(full["sigma"][0]), "extrapolating": bool(full["extrapolating"][0]),
+                "beyond": tuple(full["beyond"][0])}
 
     def verify(self, proposal: Proposal | None) -> Choice | None:
         """The verify half of `choose`: lower and simulate the candidates of
@@ -496,6 +521,8 @@ class Tuner:
         if not drafts:
             return None
         programs, totals, report = self._simulate(op, drafts, backend, shapes, lower_options, programs)
+        if self.label_store is not None:
+            self._store_labels(op, drafts, totals, backend, shapes)
         choice = self._pick(drafts, programs, totals, report, predicted, "predict", len(table))
         if choice is None:
             return None
@@ -503,6 +530,18 @@ class Tuner:
         # the baseline's report from the same batch: the api's speedup over the
         # baseline mapping needs it, and timing it alone would compile another scan
         return choice if base not in drafts else replace(choice, baseline=report(drafts.index(base)))
+
+    def _store_labels(self, op, drafts, totals, backend: Backend, shapes: dict) -> None:
+        """Append the simulated drafts' features and cycles to the label store
+        (online refinement; the drafts of one op and backend form a group)."""
+        from ..costmodel.features import features
+        from .cache import backend_fingerprint, op_signature
+        ok = [i for i, t in enumerate(totals) if np.isfinite(t)]
+        if not ok:
+            return
+        X = np.stack([features(op, drafts[i], backend, shapes) for i in ok])
+        group = f"{op_signature(op)}|{backend_fingerprint(backend)}"
+        self.label_store.append(backend.family, group, X, np.asarray(totals, np.float64)[ok])
 
     def _exhaustive(self, op, table, backend, shapes, lower_options, lower_fn=lower) -> Choice | None:
         """Every draft of `table` that can win lowered and simulated, the

@@ -1,0 +1,130 @@
+"""Online refinement (DCC §IV-D): the simulations the tuner runs anyway become
+labels, and a copy of the shipped model is fine-tuned on them.  Opt-in.
+
+    store = LabelStore("~/.cache/pimjax/labels.jsonl")
+    tuner = Tuner(label_store=store)            # every verified top-k is appended
+    ...                                          # compile as usual
+    model = refine("hbm-pim", store, out="~/.cache/pimjax/hbm-pim.msgpack", seconds=20)
+    tuner = Tuner(model=model)                   # ranks with the refined copy
+
+* `LabelStore` -- JSON lines, one per simulated draft: {"family", "group",
+  "x": [F features], "cycles"} (no pickle).  Appends only.  A line that
+  cannot be read (a torn write, another pimjax's feature width) is skipped;
+  a file that cannot be read at all is reported with a warning, moved aside
+  to `<path>.corrupt` and started again -- the tuning cache's rule
+  (`search.cache`): never a crash, never silently wrong labels.
+* `refine` -- the family's shipped weights loaded as a `CostModel`,
+  `update`d on the store's rows of that family for at most `seconds`, saved
+  to `out`, returned as a `Predictor` (with its spread and its training
+  range, now including the refined rows).  It refuses to write over the
+  shipped weights: they stay what `make train` reproduces.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import warnings
+
+import numpy as np
+
+from .features import F
+
+
+class LabelStore:
+    """Simulated drafts as cost-model labels, appended to a JSON-lines file."""
+
+    def __init__(self, path: str):
+        self.path = os.path.expanduser(path)
+        self._lock = threading.Lock()
+
+    def append(self, family: str, group: str, X: np.ndarray, cycles) -> int:
+        """Append rows X [n, F] with their simulated cycles [n] (rows whose
+        cycles are not finite and > 0 are left out); returns rows written."""
+        X = np.asarray(X, np.float32).reshape(-1, F)
+        y = np.asarray(cycles, np.float64).reshape(-1)
+        ok = np.isfinite(y) & (y > 0) & np.isfinite(X).all(axis=1)
+        if not ok.any():
+            return 0
+        lines = [json.dumps({"family": family, "group": group, "x": [float(v) for v in X[i]],
+                             "cycles": float(y[i])}, separators=(",", ":")) for i in np.nonzero(ok)[0]]
+        with self._lock:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            try:
+                with open(self.path, "a") as f:
+                    f.write("\n".join(lines) + "\n")
+            except OSError as err:          # labels are a bonus: the compile carries on
+                warnings.warn(f"pimjax label store {self.path} cannot be written ({err})", RuntimeWarning,
+                              stacklevel=2)
+                return 0
+        return int(ok.sum())
+
+    def read(self, family: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(X [n, F] float32, cycles [n], group ids [n] int) of `family`'s
+        readable rows.  An unreadable file is moved to `<path>.corrupt` with
+        a warning and counts as empty."""
+        if not os.path.exists(self.path):
+            return np.zeros((0, F), np.float32), np.zeros(0), np.zeros(0, np.int64)
+        rows, bad = [], 0
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as err:
+            self._set_aside(f"unreadable ({type(err).__name__}: {err})")
+            return self.read(family)
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+                x = np.asarray(r["x"], np.float32)
+                c = float(r["cycles"])
+                if x.shape != (F,) or not (np.isfinite(c) and c > 0):
+                    raise ValueError("width or label")
+            except Exception:  # noqa: BLE001 - a torn or foreign line is skipped, not the file
+                bad += 1
+                continue
+            if r.get("family") == family:
+                rows.append((x, c, str(r.get("group", ""))))
+        if bad and not rows and bad == sum(1 for ln in text.splitlines() if ln.strip()):
+            self._set_aside(f"none of its {bad} lines is a label")
+            return np.zeros((0, F), np.float32), np.zeros(0), np.zeros(0, np.int64)
+        if bad:
+            warnings.warn(f"pimjax label store {self.path}: skipped {bad} unreadable lines", RuntimeWarning,
+                          stacklevel=2)
+        if not rows:
+            return np.zeros((0, F), np.float32), np.zeros(0), np.zeros(0, np.int64)
+        groups = {g: i for i, g in enumerate(dict.fromkeys(g for _, _, g in rows))}
+        return (np.stack([x for x, _, _ in rows]), np.array([c for _, c, _ in rows]),
+                np.array([groups[g] for _, _, g in rows], np.int64))
+
+    def _set_aside(self, why: str) -> None:
+        warnings.warn(f"pimjax label store {self.path}: {why}; moved to {self.path}.corrupt and started again",
+                      RuntimeWarning, stacklevel=3)
+        os.replace(self.path, self.path + ".corrupt")
+
+
+def refine(family: str, store: LabelStore, out: str, *, seconds: float = 30.0, steps: int = 500,
+           min_rows: int = 8):
+    """A copy of `family`'s shipped model fine-tuned on the store's labels
+    for at most `seconds` (and `steps` Adam steps), saved to `out` and
+    returned as a `Predictor`.  ValueError when `out` is the shipped
+    weights file or the store holds fewer than `min_rows` rows of the
+    family (nothing worth fine-tuning on: the shipped model is returned
+    unchanged by the caller's choice, not silently here)."""
+    from .model import CostModel, check_seconds
+    from .predictor import Predictor, weights_path
+    check_seconds(seconds)
+    shipped = weights_path(family)
+    out = os.path.expanduser(out)
+    if os.path.realpath(out) == os.path.realpath(shipped):
+        raise ValueError(f"refine never writes the shipped weights ({shipped}); give another `out`")
+    X, y, g = store.read(family)
+    if len(y) < min_rows:
+        raise ValueError(f"the label store holds {len(y)} rows of {family} (< {min_rows}): nothing to refine on")
+    model = CostModel.load(shipped)
+    model.update(X, y, g, steps=steps, seconds=seconds)
+    model.meta["refined"] = {"rows": int(len(y)), "groups": int(len(np.unique(g))), "store": store.path}
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    model.save(out)
+    return Predictor.load(out)
