@@ -18,7 +18,7 @@ demo: $(STAMP)
 
 # the suite without the cases marked slow (notebooks included); CI (.ci/run) runs those too
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow" --durations=25
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile -m slow
