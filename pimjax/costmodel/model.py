@@ -203,10 +203,15 @@ class CostModel:
         g = np.zeros(len(y), np.int64) if groups is None else np.asarray(groups, np.int64)[ok]
         if len(y) == 0:
             raise ValueError("update needs at least one row with finite features (and phases)")
-        lo, hi = X.min(axis=0), X.max(axis=0)
-        self.x_min = lo if self.x_min is None else np.minimum(self.x_min, lo)
-        self.x_max = hi if self.x_max is None else np.maximum(self.x_max, hi)
-        if self.hp["base"] is not None:
+        # the training range: widened by every update; a model fitted before ranges were recorded
+        # (loaded without them) keeps none, so a fine-tune on a few rows does not clip and flag everything
+        # else as beyond the range those rows span
+        unknown = self.fitted and self.x_min is None
+        if not unknown:
+            lo, hi = X.min(axis=0), X.max(axis=0)
+            self.x_min = lo if self.x_min is None else np.minimum(self.x_min, lo)
+            self.x_max = hi if self.x_max is None else np.maximum(self.x_max, hi)
+        if self.hp["base"] is not None and not (self.fitted and self.bound is None):
             r = (float(y.min()), float(y.max()))
             self.bound = r if self.bound is None else (min(self.bound[0], r[0]), max(self.bound[1], r[1]))
         if not self.fitted:

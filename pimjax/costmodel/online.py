@@ -67,9 +67,10 @@ class LabelStore:
             return np.zeros((0, F), np.float32), np.zeros(0), np.zeros(0, np.int64)
         rows, bad = [], 0
         try:
-            with open(self.path, encoding="utf-8") as f:
+            # a bad byte spoils its line only (replaced, then that line fails to parse and is skipped)
+            with open(self.path, encoding="utf-8", errors="replace") as f:
                 text = f.read()
-        except (OSError, UnicodeDecodeError) as err:
+        except OSError as err:
             self._set_aside(f"unreadable ({type(err).__name__}: {err})")
             return self.read(family)
         for line in text.splitlines():
@@ -99,9 +100,20 @@ class LabelStore:
                 np.array([groups[g] for _, _, g in rows], np.int64))
 
     def _set_aside(self, why: str) -> None:
-        warnings.warn(f"pimjax label store {self.path}: {why}; moved to {self.path}.corrupt and started again",
+        """Move the store aside under a name no earlier set-aside file holds
+        (`<path>.corrupt`, then `.corrupt.1`, ...), so none is overwritten."""
+        dest, k = self.path + ".corrupt", 0
+        while os.path.exists(dest):
+            k += 1
+            dest = f"{self.path}.corrupt.{k}"
+        try:
+            os.replace(self.path, dest)
+        except OSError as err:
+            warnings.warn(f"pimjax label store {self.path}: {why}; it cannot be moved aside ({err}): ignored",
+                          RuntimeWarning, stacklevel=3)
+            return
+        warnings.warn(f"pimjax label store {self.path}: {why}; moved to {dest} and started again",
                       RuntimeWarning, stacklevel=3)
-        os.replace(self.path, self.path + ".corrupt")
 
 
 def refine(family: str, store: LabelStore, out: str, *, seconds: float = 30.0, steps: int = 500,
@@ -117,8 +129,12 @@ def refine(family: str, store: LabelStore, out: str, *, seconds: float = 30.0, s
     check_seconds(seconds)
     shipped = weights_path(family)
     out = os.path.expanduser(out)
-    if os.path.realpath(out) == os.path.realpath(shipped):
-        raise ValueError(f"refine never writes the shipped weights ({shipped}); give another `out`")
+    weights_dir = os.path.realpath(os.path.dirname(shipped))
+    real = os.path.realpath(out)
+    # no file of the shipped weights' folder (any family's), nor a link to one
+    if os.path.dirname(real) == weights_dir or (os.path.exists(out) and any(
+            os.path.samefile(out, os.path.join(weights_dir, n)) for n in os.listdir(weights_dir))):
+        raise ValueError(f"refine never writes the shipped weights ({weights_dir}); give another `out`")
     X, y, g = store.read(family)
     if len(y) < min_rows:
         raise ValueError(f"the label store holds {len(y)} rows of {family} (< {min_rows}): nothing to refine on")
@@ -126,5 +142,7 @@ def refine(family: str, store: LabelStore, out: str, *, seconds: float = 30.0, s
     model.update(X, y, g, steps=steps, seconds=seconds)
     model.meta["refined"] = {"rows": int(len(y)), "groups": int(len(np.unique(g))), "store": store.path}
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    model.save(out)
+    tmp = f"{out}.tmp{os.getpid()}"
+    model.save(tmp)
+    os.replace(tmp, out)          # a new file: a hard link elsewhere keeps its old contents
     return Predictor.load(out)

@@ -28,19 +28,28 @@ def _rows(seed: int, n_groups: int = 24, per: int = 12, scale: float = 1.0):
 
 def test_residual_is_bounded_by_the_training_range(tmp_path):
     """The correction of a residual model is clipped to the residuals seen
-    in training (here log 2 everywhere): a row far outside the training
-    range gets the estimate x 2, whatever the network extrapolates to; the
-    range and the bound survive save / load and the numpy Predictor agrees
-    with the trained model bit for bit."""
+    in training (here log 2 + 0.1 sin(size), so in [log 2 - 0.1, log 2 +
+    0.1]): a row far outside the training range gets the estimate times a
+    correction inside that range, where the unclipped network goes beyond
+    it; the range and the bound survive save / load and the numpy Predictor
+    agrees with the trained model bit for bit."""
     X, y, g = _rows(0)
+    y = y * np.exp(0.1 * np.sin(X[:, 0].astype(np.float64)))      # a residual that varies
+    resid = np.log(y / (np.exp2(X[:, EST].astype(np.float64)) - 1.0))
     m = CostModel(hidden=(16, 16), steps=200, seed=0, base="est_t_total", members=3)
     m.update(X, y, g)
-    assert m.bound[0] == pytest.approx(np.log(2.0), abs=1e-6) and m.bound[1] == pytest.approx(np.log(2.0), abs=1e-6)
+    assert m.bound[0] == pytest.approx(resid.min(), abs=1e-6) and m.bound[1] == pytest.approx(resid.max(), abs=1e-6)
     far = X[:4].copy()
     far[:, 0] = 60.0                     # 50 log2 units beyond the training sizes
     far[:, 5] = -40.0
     est = np.exp2(far[:, EST].astype(np.float64)) - 1.0
-    np.testing.assert_allclose(m.predict(far), 2.0 * est, rtol=1e-6)
+    clipped = np.log(m.predict(far) / est)
+    assert np.all(clipped >= m.bound[0] - 1e-6) and np.all(clipped <= m.bound[1] + 1e-6)
+    bound, m.bound = m.bound, None
+    free = np.log(m.predict(far) / est)
+    m.bound = bound
+    assert np.any((free < bound[0] - 1e-3) | (free > bound[1] + 1e-3)), \
+        f"the unclipped network stays inside the range here ({free}): the clip is not exercised"
     path = tmp_path / "m.msgpack"
     m.save(str(path))
     p = Predictor.load(str(path))

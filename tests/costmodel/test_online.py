@@ -32,8 +32,9 @@ def test_tuner_appends_its_simulations_and_refine_leaves_the_shipped_weights(tmp
     assert 4 <= len(y) <= 5 and X.shape == (len(y), F) and len(set(g.tolist())) == 1
     assert y.min() == pytest.approx(sim)          # the chosen draft's simulated cycles are among the labels
     before = _digest(weights_path("hbm-pim"))
-    with pytest.raises(ValueError, match="never writes the shipped weights"):
-        refine("hbm-pim", store, weights_path("hbm-pim"), min_rows=1)
+    for target in ("hbm-pim", "attacc"):            # nor another family's shipped file
+        with pytest.raises(ValueError, match="never writes the shipped weights"):
+            refine("hbm-pim", store, weights_path(target), min_rows=1)
     with pytest.raises(ValueError, match="nothing to refine on"):
         refine("hbm-pim", store, str(tmp_path / "r.msgpack"), min_rows=100)
     model = refine("hbm-pim", store, str(tmp_path / "r.msgpack"), seconds=20, steps=30, min_rows=1)
@@ -59,3 +60,28 @@ def test_corrupted_store_is_set_aside_and_torn_lines_skipped(tmp_path):
         X3, y3, _ = store.read("newton")
     assert len(y3) == 0 and (tmp_path / "labels.jsonl.corrupt").exists() and not path.exists()
     assert store.append("newton", "g", X[:1], [5.0]) == 1 and store.read("newton")[1].tolist() == [5.0]
+    # a bad byte inside a good file spoils its line, not the file
+    with open(path, "ab") as f:
+        f.write(b'{"family": "newton", "x": [\xff]}\n')
+    with pytest.warns(RuntimeWarning, match="skipped 1"):
+        assert store.read("newton")[1].tolist() == [5.0]
+    # a second corrupted store is set aside beside the first, not over it
+    path.write_bytes(b"not json at all\n")
+    with pytest.warns(RuntimeWarning, match="corrupt.1"):
+        store.read("newton")
+    assert (tmp_path / "labels.jsonl.corrupt").read_bytes().startswith(b"\xff\xfe")
+    assert (tmp_path / "labels.jsonl.corrupt.1").read_bytes() == b"not json at all\n"
+
+
+def test_refining_weights_without_a_recorded_range_keeps_none(tmp_path):
+    """Newton's shipped weights predate the saved training range: a fine-tune
+    on a few rows must not invent a range from those rows alone (it would
+    clip every other prediction to their residuals and flag every other
+    shape as extrapolating)."""
+    from pimjax.costmodel.predictor import Predictor
+    assert Predictor.load(weights_path("newton")).x_min is None
+    store = LabelStore(str(tmp_path / "labels.jsonl"))
+    X = np.random.default_rng(0).normal(0, 1, (8, F)).astype(np.float32)
+    store.append("newton", "g", X, np.linspace(100.0, 800.0, 8))
+    model = refine("newton", store, str(tmp_path / "r.msgpack"), seconds=10, steps=5, min_rows=1)
+    assert model.x_min is None and model.bound is None
