@@ -74,7 +74,8 @@ def _jitted(banks, per_bg, refresh, feats):
 # attacc's streams are the longest (~1-2 min per test on 2 cores): those run with the slow cases
 # (`make test-slow`, CI); the native engine's agreement with the reference on attacc programs stays in
 # `make test` (tests/sim/test_native.py)
-BACKENDS = [pytest.param(b, marks=pytest.mark.slow) if b == "attacc" else b for b in sorted(OPS)]
+# attacc's streams and the hiding variant's (newton's op set again, 15-20 s) run with the slow cases
+BACKENDS = [pytest.param(b, marks=pytest.mark.slow) if b in ("attacc", "newton-gwh") else b for b in sorted(OPS)]
 
 @pytest.mark.parametrize("backend_name", BACKENDS)
 @settings(max_examples=220)
