@@ -647,7 +647,15 @@ def stack_variants(variants):
         if jax.tree_util.tree_structure(v) != first:
             raise ValueError(f"variant {i} differs from variant 0 in a static field "
                              "(counts / geometry / names); only leaves may vary in a sweep")
-    return jax.tree.map(lambda *xs: jax.numpy.stack([jax.numpy.asarray(x) for x in xs]), *variants)
+    return jax.tree.map(_stack_leaf, *variants)
+
+
+def _stack_leaf(*xs):
+    """One leaf of `stack_variants`: stacked on the host and put on the device
+    once, in the dtype `jnp.asarray` gives one leaf (one jnp.asarray per
+    variant and leaf cost ~0.1 ms each: 1 000 timing variants took 3.8 s)."""
+    dtype = jax.numpy.asarray(xs[0]).dtype
+    return jax.numpy.asarray(np.stack([np.asarray(x) for x in xs]).astype(dtype, copy=False))
 
 
 def batch_size(batch, what: str = "batch") -> int:

@@ -218,17 +218,23 @@ def drafts(op: PimOp, backend: Backend, prune_drafts: bool = True, *, memo: bool
     rows_gc, rows_r = [], []
     n_all = 0
     kept: dict = {}             # rule 1 per (set, candidates, unsplit): allocations repeat them thousands of times
+    per_set: dict = {}          # (set, units) -> (candidates that fit, those rule 1 keeps): likewise
     for alloc in allocs:
-        valid = [[r for r, n in enumerate(ls) if g * c <= n] for (g, c), ls in zip(alloc, lengths)]
-        n_all += int(np.prod([len(v) for v in valid]))
-        if prune_drafts:
-            pruned = []
-            for i, (v, (g, c)) in enumerate(zip(valid, alloc)):
-                key = (i, tuple(v), g * c == 1)
-                if key not in kept:
-                    kept[key] = prune.rule1(sets[i], v, g * c)
-                pruned.append(kept[key])
-            valid = pruned
+        valid, n_here = [], 1
+        for i, (g, c) in enumerate(alloc):
+            got = per_set.get((i, g * c))
+            if got is None:
+                v = [r for r, n in enumerate(lengths[i]) if g * c <= n]
+                if prune_drafts:
+                    key = (i, tuple(v), g * c == 1)
+                    if key not in kept:
+                        kept[key] = prune.rule1(sets[i], v, g * c)
+                    got = per_set[(i, g * c)] = (len(v), kept[key])
+                else:
+                    got = per_set[(i, g * c)] = (len(v), v)
+            n_here *= got[0]
+            valid.append(got[1])
+        n_all += n_here
         for reps in itertools.product(*valid):
             rows_gc.append(alloc)
             rows_r.append(reps)
