@@ -314,11 +314,17 @@ class _Emitter:
         The first MVSB into a freshly allocated row overwrites it (route
         source 1), later ones add (the channel accumulator)."""
         cmds = _drain_commands(self.geo, rows, self.gran, self.C)
-        for bank, d in cmds:
-            dl = d.tolist()
-            fresh = sb.fresh
-            self.side(Op.MVSB, bank, arg=self.t.route(np.array([1 if r >= 0 and r in fresh else -1 for r in dl]), d))
-            fresh.difference_update(r for r in dl if r >= 0)
+        fresh = sb.fresh
+        for bank, d, written, all_fresh in cmds:
+            new = [r for r in written if r in fresh]
+            if not new:                  # every target already written: the accumulator adds
+                src = _constant_route(-1, len(d))
+            elif len(new) == len(written):
+                src = all_fresh
+            else:
+                src = np.where(np.isin(d, new), 1, -1)
+            self.side(Op.MVSB, bank, arg=self.t.route(src, d))
+            fresh.difference_update(written)
         return len(cmds)
 
 
@@ -378,8 +384,9 @@ def _load_arrays(need: dict, C: int):
 
 
 def _drain_commands(geo: Geometry, rows: np.ndarray, gran: str, C: int) -> list:
-    """(address bank, dst[C]) per MVSB: per pCH, one (SID, row) adder-tree
-    output per command (read-only arrays: drains with the same rows recur
+    """(address bank, dst[C], rows written, route source if all are fresh
+    [C]) per MVSB: per pCH, one (SID, row) adder-tree output per command
+    (read-only arrays: drains with the same rows recur
     head after head, the answers are cached)."""
     rows = np.asarray(rows)
     key = (geo, gran, C, rows.dtype.str, rows.tobytes())
@@ -387,13 +394,26 @@ def _drain_commands(geo: Geometry, rows: np.ndarray, gran: str, C: int) -> list:
     if hit is None:
         if len(_DRAINS) > 4096:
             _DRAINS.clear()
-        hit = _DRAINS[key] = _drain_commands_now(geo, rows, gran, C)
-        for _, d in hit:
+        hit = []
+        for bank, d in _drain_commands_now(geo, rows, gran, C):
             d.setflags(write=False)
+            # the rows it writes and its route source when all are fresh (per-unit lists cost O(C))
+            src = np.where(d >= 0, 1, -1).astype(np.int32)
+            src.setflags(write=False)
+            hit.append((bank, d, sorted(set(d[d >= 0].tolist())), src))
+        _DRAINS[key] = hit
     return hit
 
 
 _DRAINS: dict = {}
+
+
+@lru_cache(maxsize=256)
+def _constant_route(value: int, C: int) -> np.ndarray:
+    out = np.full(C, value, np.int32)
+    out.setflags(write=False)
+    return out
+
 
 
 def _drain_commands_now(geo: Geometry, rows: np.ndarray, gran: str, C: int) -> list:
@@ -624,8 +644,7 @@ def _classes(tiles: CoreTiles, vars_: list[str]) -> np.ndarray:
         return np.zeros(tiles.cores, np.int64)
     key = np.concatenate([tiles.start[:, :, idx], tiles.length[:, :, idx]], -1)   # [G, C, 2V]
     key = np.transpose(key, (1, 0, 2)).reshape(tiles.cores, -1)
-    _, inv = np.unique(key, axis=0, return_inverse=True)
-    return inv.reshape(-1)
+    return _unique_rows(key)[1]
 
 
 def _out_flat(tiles: CoreTiles, name: str, vars_: tuple, index_map, shape) -> tuple[np.ndarray, np.ndarray]:
@@ -1302,12 +1321,16 @@ def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | No
     def ctx_block(k, j, i, base):
         return lambda: em.macs(int(gc.start[k, j, i]), int(gc.size[j, i]), rows_k, MACMODE, 0, base)
 
+    # unit -> position of its class in ids_s / ids_c: a drain's per-unit rows by one gather
+    # (a list over the units per drain cost O(C) in Python, thousands of times per program)
+    pos_s, pos_c = np.searchsorted(ids_s, cls_s), np.searchsorted(ids_c, cls_c)
+
     def score_drain(k, j):
-        return lambda: em.drain(np.array([srows[k][(int(cls_s[c]), j)] for c in range(C)]), sb)
+        return lambda: em.drain(np.array([srows[k][(cl, j)] for cl in ids_s])[pos_s], sb)
 
     def ctx_drain(k, j, complete):
         def f():
-            em.drain(np.array([crows[k][(int(cls_c[c]), j)] for c in range(C)]), sb)
+            em.drain(np.array([crows[k][(cl, j)] for cl in ids_c])[pos_c], sb)
             if complete:
                 for cl in ids_c:
                     flat = np.full((G, LANES), -1, np.int64)
