@@ -1,13 +1,15 @@
 """Design-space exploration throughput: tuned structural points per minute, and what timing variants add.
 
-    .venv/bin/python benchmarks/explore_bench.py [--backend hbm-pim] [--axis channels=8,16,32,64]
+    .venv/bin/python benchmarks/explore_bench.py [--backend hbm-pim] [--axis channels=8,16,32,64 ...]
+                                                 [--core n_input_regs=4,8 ...] [--every N]
                                                  [--shape 4096x4096 | --model llama2-7b [--context 2048]]
                                                  [--variants 100] [--processes 1] [--warmup all|first]
                                                  [--profile OUT.prof]
 
 `pimjax.explore` of a GEMV y = W x (fp16, the shape given), or with `--model` of one decoder layer of
 that model (`pimjax.models.layers`, batch 1, a decode step at `--context` tokens), over the structural
-points of one preset option (each point tuned for itself: a fresh Tuner, predict mode), then again
+points of the product of preset options (`--axis`, repeated) and `Core` fields (`--core`), each point
+tuned for itself (a fresh Tuner, predict mode), then again
 with `--variants` timing variants per point (tRCDRD scaled 1.0 .. 2.0, re-timed on each point's own
 programs by `sim.sweep`; 0: skipped).  Prints points per minute (wall clock, and the process's CPU
 time, which other jobs on a shared machine disturb less) and the variants' extra time as a ratio,
@@ -19,6 +21,7 @@ Target (issue #27): 1 000 points of a LLaMA-2-7B decode layer in <= 15 min (>= 6
 from __future__ import annotations
 
 import argparse
+import os
 import time
 import warnings
 
@@ -49,12 +52,38 @@ def _llama_layer(name: str, context: int):
     return model_layer, layer_shapes(get_config(name), 1, context)
 
 
+def _values(spec: str) -> tuple[str, list]:
+    key, values = spec.split("=")
+    return key, [int(v) if v.isdigit() else v for v in values.split(",")]
+
+
+def structural_grid(backend: str, axes: list[str], core: list[str]) -> dict:
+    """{label: Backend}: the product of preset options `axes` ("key=v1,v2") and of `Core` fields `core`
+    ("field=v1,v2", set with `Core.replace` on each preset point)."""
+    import itertools
+    from pimjax.dse import grid
+    base = grid(backend, **dict(_values(x) for x in axes))
+    fields = [_values(x) for x in core]
+    out = {}
+    for label, be in base.items():
+        for combo in itertools.product(*(v for _, v in fields)):
+            changes = {k: v for (k, _), v in zip(fields, combo)}
+            tag = ",".join(f"{k}={v}" for k, v in changes.items())
+            out[f"{label},{tag}" if tag else label] = be.replace(core=be.core.replace(**changes)) if changes else be
+    return out
+
+
 def main() -> None:
     import pimjax
-    from pimjax.dse import grid
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="hbm-pim")
-    ap.add_argument("--axis", default="channels=8,16,32,64")
+    ap.add_argument("--axis", action="append", default=None,
+                    help="a preset option and its values, e.g. stacks=1,2,4; repeat for a grid (default "
+                         "channels=8,16,32,64)")
+    ap.add_argument("--core", action="append", default=[],
+                    help="a `Core` field and its values, e.g. n_input_regs=4,8,16 (AttAcc's GEMV buffer "
+                         "entries); crossed with the --axis grid")
+    ap.add_argument("--every", type=int, default=1, help="keep every n-th point of the grid (a sample of it)")
     ap.add_argument("--shape", default="4096x4096")
     ap.add_argument("--model", default=None, help="a pimjax.models config: explore its decoder layer")
     ap.add_argument("--context", type=int, default=2048)
@@ -63,12 +92,13 @@ def main() -> None:
     ap.add_argument("--profile", default=None)
     ap.add_argument("--warmup", choices=("all", "first"), default="all")
     a = ap.parse_args()
-    key, values = a.axis.split("=")
-    points = grid(a.backend, **{key: [int(v) if v.isdigit() else v for v in values.split(",")]})
+    points = structural_grid(a.backend, a.axis or ["channels=8,16,32,64"], a.core)
+    points = dict(list(points.items())[::a.every])
     if a.model:
         fn, args = _llama_layer(a.model, a.context)
         what = f"{a.model} decode layer (L {a.context})"
         warnings.simplefilter("ignore")          # the layer's float32 norms' PrecisionWarning, once per point
+        os.environ["PYTHONWARNINGS"] = "ignore"  # and in `processes=N`'s spawned workers
     else:
         m, n = (int(v) for v in a.shape.split("x"))
         fn, args = gemv, (jax.ShapeDtypeStruct((m, n), jnp.float16), jax.ShapeDtypeStruct((n,), jnp.float16))
@@ -100,7 +130,8 @@ def main() -> None:
         t0 = time.perf_counter()
         df = pimjax.explore(fn, *args, backends=points, timings=timings, progress=False, processes=a.processes)
         both, rows = time.perf_counter() - t0, len(df)
-    tab = Table(title=f"explore: {a.backend} {a.axis}, {what}, {a.processes} process(es)")
+    axes = " × ".join((a.axis or ["channels=8,16,32,64"]) + a.core)
+    tab = Table(title=f"explore: {a.backend} {axes}, {what}, {a.processes} process(es)")
     for col in ("points", "tuned s", "points / min", "s / point", "CPU s / point",
                 f"+ {a.variants} variants / point s", "variants' extra", "rows"):
         tab.add_column(col, justify="right")

@@ -1008,6 +1008,21 @@ def _pool_streams(programs: list[Program], include_resident: bool = False, scrat
     return rec, np.asarray(starts, np.int64), np.asarray(stops, np.int64), who
 
 
+def _distinct_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first stream of each distinct record content [U], distinct index of
+    every stream [K]) of the streams rec[:, starts[k]:stops[k]]."""
+    seen: dict = {}
+    first, inv = [], np.empty(len(starts), np.int64)
+    for k, (a, b) in enumerate(zip(starts.tolist(), stops.tolist())):
+        key = rec[:, a:b].tobytes()
+        u = seen.get(key)
+        if u is None:
+            u = seen[key] = len(first)
+            first.append(k)
+        inv[k] = u
+    return np.asarray(first, np.int64), inv
+
+
 def _native_outputs(programs: list[Program], table: np.ndarray, backend: Backend, refresh: bool,
                     threads: int | None = None, include_resident: bool = False):
     """Per-stream results of P programs under each of V timing rows
@@ -1017,8 +1032,16 @@ def _native_outputs(programs: list[Program], table: np.ndarray, backend: Backend
     rec, starts, stops, who = _pool_streams(programs, include_resident, scratch=True)
     V, P, K = table.shape[0], len(programs), len(who)
     S = max(p.commands.op.shape[0] for p in programs)
-    res = time_streams(rec, np.tile(starts, V), np.tile(stops, V), np.repeat(np.arange(V), K), table,
-                       backend.group.banks, backend.group.banks_per_bank_group, refresh, threads)
+    # a stream's result depends only on its records and the timing row: equal streams (the q / k / v
+    # projections of a layer, channels that run alike) are timed once per row -- what a sweep of many
+    # rows pays for every stream it times
+    first, inv = _distinct_streams(rec, starts, stops) if V > 1 else (np.arange(K), np.arange(K))
+    U = len(first)
+    res = time_streams(rec, np.tile(starts[first], V), np.tile(stops[first], V), np.repeat(np.arange(V), U),
+                       table, backend.group.banks, backend.group.banks_per_bank_group, refresh, threads)
+    if U < K:
+        gather = (np.arange(V)[:, None] * U + inv[None, :]).reshape(-1)      # [V * K] -> its distinct run
+        res = {k: v[gather] for k, v in res.items()}
     out = {"buckets": np.zeros((V, P, S, 5), np.float32), "end": np.zeros((V, P, S), np.float32),
            "counts": np.zeros((V, P, S, 8), np.float32)}
     resident = np.zeros((V, P, S), np.float32)

@@ -85,6 +85,36 @@ def test_sweep_over_timing_variants_equals_replaced_backends(engine):
     assert np.all(np.diff(np.asarray(out.total_cycles), axis=0) >= 0)
 
 
+def test_sweep_times_equal_streams_once_and_gives_each_program_its_figures():
+    """Programs repeated in a sweep (a layer's q / k / v projections) share their streams: the engine
+    times each distinct stream once per variant, and every program still gets the figures `cycles`
+    gives it under each variant -- also past the 4 x 256 programs where the combine switches chunk."""
+    from pimjax.sim import native
+    be, progs = _programs()
+    batch = [progs[0], progs[5], progs[0], progs[1], progs[5]]      # two distinct GEMV / VA programs repeated
+    values = [10.0, 14.0, 18.0]
+    out = sweep(batch, stack_variants([be.timing.replace(tRCDRD=v) for v in values]), be, engine="native")
+    for i, v in enumerate(values):
+        bv = be.replace(timing=be.timing.replace(tRCDRD=v))
+        for field in ("total_cycles", "compute", "energy_pj"):
+            np.testing.assert_array_equal(np.asarray(getattr(out, field))[i],
+                                          np.asarray([float(getattr(cycles(p, bv), field)) for p in batch],
+                                                     np.float32), err_msg=field)
+    timed = []
+    real = native.time_streams
+    try:
+        native.time_streams = lambda rec, starts, *a, **k: (timed.append(len(starts)), real(rec, starts, *a, **k))[1]
+        many = stack_variants([be.timing.replace(tRCDRD=10.0 + 0.01 * k) for k in range(400)])
+        big = sweep(batch, many, be, engine="native")                # 2 000 programs: the large-chunk combine
+    finally:
+        native.time_streams = real
+    streams = {id(p): p.commands.op.shape[0] for p in batch}
+    distinct = sum(streams[id(p)] for p in (progs[0], progs[5], progs[1]))
+    assert timed == [400 * distinct]
+    np.testing.assert_array_equal(np.asarray(big.total_cycles)[:, 0], np.asarray(big.total_cycles)[:, 2])
+    np.testing.assert_array_equal(np.asarray(big.total_cycles)[0], np.asarray(out.total_cycles)[0])
+
+
 def test_sweep_shards_over_four_devices():
     code = textwrap.dedent("""
         import numpy as np, jax
