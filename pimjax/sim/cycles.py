@@ -908,10 +908,11 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
 def _combine_chunks(arrs: list[dict], out: dict, resident: np.ndarray, t: dict, backend: Backend) -> CycleReport:
     """CycleReports [P] from the per-stream results of P programs (out
     leaves [P, S, ...], resident [P, S]; arrs: their `program_arrays` or
-    `_program_scalars`, or those stacked: {SCALARS key: [P, ...]}): `_combine` in padded chunks of 256 programs (they
-    share compiles), of SWEEP_CHUNK where there are more than 4 of those
-    (a sweep's variants x programs: 1 000 variants of 14 programs took
-    55 dispatches of ~20 ms).  t: timing leaves, scalars or [P]."""
+    `_program_scalars`, or those stacked: {SCALARS key: [P, ...]}):
+    `_combine` in padded chunks of 256 programs (they share compiles), of
+    SWEEP_CHUNK where there are more than 4 of those (a sweep's variants x
+    programs: 1 000 variants of 14 programs took 55 dispatches of ~20 ms).
+    t: timing leaves, scalars or [P]."""
     scal = arrs if isinstance(arrs, dict) else {k: np.stack([a[k] for a in arrs]) for k in SCALARS}
     P = len(next(iter(scal.values())))
     per_prog = {k for k, v in t.items() if np.ndim(v) > 0}

@@ -415,7 +415,6 @@ def _constant_route(value: int, C: int) -> np.ndarray:
     return out
 
 
-
 def _drain_commands_now(geo: Geometry, rows: np.ndarray, gran: str, C: int) -> list:
     if gran == "core":
         out = []
