@@ -167,8 +167,11 @@ def _onehot(col: np.ndarray, values) -> list[np.ndarray]:
 class _OpInfo:
     """Op-level facts shared by every row (computed once per call)."""
 
-    def __init__(self, op, ctx, lane_vars: tuple, shapes: dict):
+    def __init__(self, op, ctx, lane_vars: tuple, shapes: dict, matrix: int | None = None):
         self.op, self.ctx = op, ctx
+        self.matrix = matrix        # the operand kept in the banks (None: the larger, matrix_and_vector)
+        if matrix is not None and op.kind == "contraction":
+            matrix_and_vector(op, shapes, matrix)   # a bad index fails here, not in the silent fallbacks below
         self.sets = dimension_sets(op)
         self.lane_vars = tuple(lane_vars)
         ext = op.extents
@@ -225,7 +228,7 @@ class _OpInfo:
         self.contraction = op.kind == "contraction"
         if self.contraction:
             try:
-                m, v = matrix_and_vector(op, shapes)
+                m, v = matrix_and_vector(op, shapes, matrix)
                 self.vector_vars = set(op.operands[v].vars)
             except Exception:  # noqa: BLE001 - a contraction with one operand
                 self.vector_vars = set()
@@ -268,15 +271,18 @@ def _runs(acc, lens: dict, shape, n: int) -> tuple[np.ndarray, np.ndarray]:
     return _cdiv(total, np.maximum(run, 1)), run
 
 
-def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None = None) -> np.ndarray:
+def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None = None,
+                   matrix: int | None = None) -> np.ndarray:
     """[n, F] float32 features of every draft of `table` (see module docstring).
 
     op: the PimOp the table's drafts tile (or an attention block tuple).
     shapes: value id -> tensor shape (default: implied by the index maps).
+    matrix: the contraction operand kept in the banks, as the lowering option
+    of that name (None: the larger one, `partition.verify.matrix_and_vector`).
     """
     op_, ctx = _split_target(op)
     shapes = _all_shapes(op_, ctx, shapes)
-    info = _OpInfo(op_, ctx, table.lane_vars, shapes)
+    info = _OpInfo(op_, ctx, table.lane_vars, shapes, matrix)
     n = len(table)
     if n == 0:
         return np.zeros((0, F), np.float32)
@@ -554,7 +560,7 @@ def _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend):
     if "global_buffer" not in backend.group.units or op_.kind != "contraction":
         return None
     try:
-        mi, vi = matrix_and_vector(op_, info.shapes)
+        mi, vi = matrix_and_vector(op_, info.shapes, info.matrix)
     except Exception:  # noqa: BLE001 - a contraction Newton cannot run (it will not lower)
         return None
     mv, vv = set(op_.operands[mi].vars), set(op_.operands[vi].vars)
