@@ -1,14 +1,16 @@
 """PIMFlow (CNNs on a GPU + PIM memory) reproduced on pimjax's models: Fig. 9, Table 2, Fig. 13.
 
     python experiments/pimflow.py                  # use / extend the cache, print the tables
-    python experiments/pimflow.py --recompute      # recompute every layer (about 30-40 min here)
+    python experiments/pimflow.py --recompute      # recompute every layer (about 15 min here, 2 processes)
     python experiments/pimflow.py --validate 4     # also check the fast PIM time on 4 layers against
                                                    #   lowering + full simulation (tens of s per layer)
 
-System (`get_backend("newton", channels=P, total_channels=32)`, PIMFlow §5 / Table 1): a 32-channel
-GDDR6 memory, P of the channels PIM-enabled (Newton units, 4 global buffers), the RTX 2060 GPU
-(`hw.host.rtx2060`, the "occupancy" kernel model) beside PIM on the 32 - P GPU-only channels
-(`System.cogpu`); the GPU baseline runs on all 32 channels (`System.gpu`).
+System (`backend_for(config, P)` = `hw.presets.newton_config(config, channels=P, total_channels=32)`,
+PIMFlow §5 / Table 1): a 32-channel GDDR6 memory, P of the channels PIM-enabled (Newton units), the
+RTX 2060 GPU (`hw.host.rtx2060`, the "occupancy" kernel model) beside PIM on the 32 - P GPU-only
+channels (`System.cogpu`); the GPU baseline runs on all 32 channels (`System.gpu`).  config: PIMFlow's
+Newton++ (4 global buffers + GWRITE latency hiding, which needs the GPU-only channels) for every mode
+but Newton+, whose column uses Newton+ (one buffer, no hiding), as the paper's Fig. 9.
 
 Per layer of each model (`pimjax.models.cnn.cnn_layers`, 224 x 224, batch 1, fp16):
 
@@ -22,10 +24,13 @@ Per layer of each model (`pimjax.models.cnn.cnn_layers`, 224 x 224, batch 1, fp1
   global buffer; `N_DRAFTS` of them (seeded) get the exact closed-form command walk
   (`backends/newton/time.py` via the cost model's `est_t_total`: host writes, GWRITE, G_ACT /
   COMP, READRES, the host merge) plus refresh, k = floor((stream + k (tRP + tRFC)) / tREFI)
-  refreshes of tRP + tRFC each (costmodel README); the smallest is the layer's time.  The
-  filter (FC weight) is resident, placed once as PIMFlow §2.2 does: where Newton keeps it in the
-  banks (pimjax keeps the *larger* operand there), its host writes are not charged; where the
-  activations are larger they are the banks' matrix and are written every call.
+  refreshes of tRP + tRFC each (costmodel README); the smallest is the layer's time.
+  Placement (`pim_time_placed`): each layer and each MD-DP share is timed with the input
+  activations in the banks and with the filter (FC weight) there (the lowering option `matrix=`;
+  pimjax's default is the larger operand), and the faster is kept and named in the cache.  With
+  the filter in the banks it is resident, placed once as PIMFlow §2.2 does (its host writes not
+  charged) and the activations go through GWRITE; with the activations there they are written
+  into the banks every call and the filter goes through GWRITE.
   `validate` compares it with lowering + full simulation (the simulator's own refresh) of the same
   draft and with the predict-mode tuner's pick (the cost model's top 8 simulated); the errors are
   printed and stored, and `tests/test_pimflow.py` asserts them on small layers (2 %, plus up to
@@ -37,11 +42,10 @@ Per layer of each model (`pimjax.models.cnn.cnn_layers`, 224 x 224, batch 1, fp1
   (PIMFlow's pipeline chunks are row slices).
 
 Modes (`search.mixed.execution_mode_search` = Algorithm 1 on the chain of CONV / DW / FC nodes,
-other nodes on the concurrent GPU in between): Newton+ (whole layers, PIM where faster), PIMFlow-md
+other nodes on the concurrent GPU in between): Newton+ (whole layers on Newton+, PIM where faster), PIMFlow-md
 (MD-DP in 10 % steps), PIMFlow-pl (pipelining of `cnn.find_patterns`' 1x1-DW, DW-1x1, 1x1-DW-1x1
-subgraphs, 2 stages) and PIMFlow (both).  Our PIM is newton's default: 4 global buffers (one of
-Newton++'s two command optimisations) and no GWRITE latency hiding (the other; branch gw), so
-"Newton+" here sits between the paper's Newton+ and Newton++.
+subgraphs, 2 stages) and PIMFlow (both); Newton++ (whole layers, like Newton+, on Newton++).
+BERT-base (PIMFlow §6.4) at 1 x 3 and 1 x 64 tokens: `bert`.
 
 Fig. 12 (energy) is not reproduced: pimjax's GPU models give time only (no GPU power model), so a
 GPU-vs-PIM energy ratio cannot be formed honestly.
@@ -81,6 +85,18 @@ MODE_FLAGS = {"Newton+": dict(md_dp=False, pipeline=False), "Newton++": dict(md_
               "PIMFlow-md": dict(md_dp=True, pipeline=False),
               "PIMFlow-pl": dict(md_dp=False, pipeline=True), "PIMFlow": dict(md_dp=True, pipeline=True)}
 
+# PIMFlow §6.4: BERT-base's FC layers at 1 x 3 and 1 x 64 tokens (`pimjax.models.cnn`, seq_len)
+BERT_MODELS = {"bert-base-s3": ("bert-base", dict(seq_len=3)), "bert-base-s64": ("bert-base", dict(seq_len=64))}
+LABELS.update({"bert-base-s3": "BERT 1x3", "bert-base-s64": "BERT 1x64"})
+
+
+def model_table(model: str):
+    """`cnn.cnn_layers` of `model` (one of MODELS, or a BERT_MODELS key: BERT-base at a token count)."""
+    from pimjax.models import cnn
+    name, changes = BERT_MODELS.get(model, (model, {}))
+    return cnn.cnn_layers(name, **changes)
+
+
 # PIMFlow's PIM configurations (`hw.presets.newton_config`): Newton+ (one global buffer, no GWRITE
 # latency hiding) for the Newton+ column, Newton++ (4 buffers + hiding) for every other mode (§4.1, §6)
 CONFIGS = ("newton+", "newton++")
@@ -110,6 +126,9 @@ PAPER = {
     "table2": {0.0: 0.41, 0.1: 0.05, 0.2: 0.06, 0.3: 0.09, 0.4: 0.03, 0.5: 0.10, 0.6: 0.05, 0.7: 0.06,
                0.8: 0.08, 0.9: 0.06, 1.0: 0.0},                                       # Table 2
     "table2_split": 0.58,       # §6.1: "58 % of the PIM-candidate layers are split"
+    # §6.4: "for small input (1x3) PIMFlow performs the same as Newton++ ... a 32 % extra speedup
+    # over Newton++ for 1x64 input by executing FC layers in the MD-DP mode"
+    "bert_over_newtonpp": {"bert-base-s3": 0.0, "bert-base-s64": 0.32},
 }
 
 
@@ -287,7 +306,7 @@ def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, n_draft
     backend = backend_for(PIMFLOW_CONFIG, pim_channels)
     plus = backend_for("newton+", pim_channels)
     memo = {} if memo is None else memo
-    table = cnn.cnn_layers(model)
+    table = model_table(model)
     out = []
     t0 = time.perf_counter()
     for row in table.to_dict("records"):
@@ -357,8 +376,8 @@ def cache_key(model: str, pim_channels: int) -> str:
 
 
 def compute(models=MODELS, configs=None, recompute: bool = False, path: str = CACHE, log=print) -> dict:
-    """Fill the cache: every model at PIM_CHANNELS (both split variants) and FIG13_MODELS at
-    FIG13_CHANNELS (row splits only, to bound the time); saved after each model."""
+    """Fill the cache: every model and BERT_MODELS at PIM_CHANNELS (both split variants) and
+    FIG13_MODELS at FIG13_CHANNELS (row splits only, to bound the time); saved after each model."""
     data = load_cache(path)
     data["meta"] = dict(n_drafts=N_DRAFTS, n_like=N_LIKE, seed=SEED, total_channels=TOTAL_CHANNELS,
                         configs=dict(plus="newton+", pimflow=PIMFLOW_CONFIG), placements=list(PLACEMENTS.values()),
@@ -366,7 +385,7 @@ def compute(models=MODELS, configs=None, recompute: bool = False, path: str = CA
                              f"{PIMFLOW_CONFIG} under the faster placement (matrix lists the winner); "
                              "newton+: the whole layer on Newton+")
     configs = configs if configs is not None else \
-        [(m, PIM_CHANNELS, ("rows", "channels")) for m in models] + \
+        [(m, PIM_CHANNELS, ("rows", "channels")) for m in tuple(models) + tuple(BERT_MODELS)] + \
         [(m, c, ("rows",)) for m in FIG13_MODELS for c in FIG13_CHANNELS if c != PIM_CHANNELS]
     memo: dict = {}
     for model, ch, variants in configs:
@@ -427,17 +446,18 @@ def chain(model: str, records: list[dict]):
     other_co = sum(r["cogpu_ns"] for r in records if r["kind"] == "other")
     other_gpu = sum(r["gpu_ns"] for r in records if r["kind"] == "other")
     segs = []
-    table = cnn.cnn_layers(model)
+    table = model_table(model)
     for p in cnn.find_patterns(table):
         members = [i for i in range(p.start, p.start + p.length) if records[i]["kind"] != "other"]
         segs.append((pos[members[0]], len(members)))
     return nodes, rows, idx, other_co, other_gpu, sorted(set(segs)), plus
 
 
-def run_modes(model: str, records: list[dict], modes=MODES, stages: int = STAGES) -> dict:
+def run_modes(model: str, records: list[dict], modes=MODES, stages: int = STAGES, kind: str = "conv") -> dict:
     """{mode: {total_ns, conv_ns, plan}} and the GPU baseline {gpu_ns, gpu_conv_ns} of one model.
     conv_ns: the plan's time of the PIM-candidate CONV nodes (a pipelined segment holding one
-    counts whole, its DW node included); the baseline's the same nodes on all 32 channels."""
+    counts whole, its DW node included); the baseline's the same nodes on all 32 channels.
+    kind: the node kind conv_ns counts ("fc" for BERT's FC layers)."""
     from pimjax.search.mixed import execution_mode_search
     nodes, rows, idx, other_co, other_gpu, segs, plus = chain(model, records)
     out = {"GPU": dict(total_ns=sum(r["gpu_ns"] for r in records))}
@@ -451,7 +471,7 @@ def run_modes(model: str, records: list[dict], modes=MODES, stages: int = STAGES
         for j, m in enumerate(plan.nodes):
             r = records[idx[j]]
             seg = m.segment or (j, 1)
-            if r["kind"] == "conv" and seg not in conv_segs:
+            if r["kind"] == kind and seg not in conv_segs:
                 conv_segs.add(seg)
                 conv_ns += m.segment_ns
                 base_conv += sum(records[idx[k]]["gpu_ns"] for k in range(seg[0], seg[0] + seg[1]))
@@ -542,7 +562,7 @@ def placements(data: dict, models=MODELS) -> "pd.DataFrame":
     rows = []
     for m in models:
         recs = data["layers"][cache_key(m, PIM_CHANNELS)]
-        table = cnn.cnn_layers(m).to_dict("records")
+        table = model_table(m).to_dict("records")
         cand = [(r, t) for r, t in zip(recs, table) if r.get("variants")]
         pp = [r[PIMFLOW_CONFIG] for r, _ in cand]
         default = [larger_operand(t) for _, t in cand]
@@ -572,6 +592,28 @@ def fig13(data: dict, models=FIG13_MODELS, channels=FIG13_CHANNELS) -> "pd.DataF
             for mode in ("Newton+", "PIMFlow"):
                 rows.append(dict(model=LABELS[m], pim_channels=c, gpu_channels=TOTAL_CHANNELS - c, mode=mode,
                                  e2e=res[mode]["total_ns"] / res["GPU"]["total_ns"]))
+    return pd.DataFrame(rows)
+
+
+def bert(data: dict, models=tuple(BERT_MODELS)) -> "pd.DataFrame":
+    """PIMFlow §6.4 on BERT-base: per token count, the FC layers' and the end-to-end time of each
+    mode normalised to the GPU, and PIMFlow's extra speedup over Newton++ (T_Newton++ / T_PIMFlow
+    - 1; the paper: 0 at 1 x 3, 32 % at 1 x 64)."""
+    import pandas as pd
+    rows = []
+    for m in models:
+        recs = data["layers"].get(cache_key(m, PIM_CHANNELS))
+        if recs is None:
+            continue
+        res = run_modes(m, recs, kind="fc")
+        row = dict(model=LABELS[m])
+        for mode in MODES:
+            row[f"fc {mode}"] = res[mode]["conv_ns"] / res["GPU"]["conv_" + mode]
+            row[f"e2e {mode}"] = res[mode]["total_ns"] / res["GPU"]["total_ns"]
+        row["PIMFlow over Newton++ (fc)"] = res["Newton++"]["conv_ns"] / res["PIMFlow"]["conv_ns"] - 1.0
+        row["PIMFlow over Newton++ (e2e)"] = res["Newton++"]["total_ns"] / res["PIMFlow"]["total_ns"] - 1.0
+        row["paper: PIMFlow over Newton++"] = PAPER["bert_over_newtonpp"][m]
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -621,10 +663,11 @@ def main(argv=None):
     ap.add_argument("--models", nargs="*", default=list(MODELS))
     ap.add_argument("--validate", type=int, default=0, help="layers to check against full simulation")
     ap.add_argument("--no-fig13", action="store_true", help="skip the channel sweep's extra configs")
+    ap.add_argument("--no-bert", action="store_true", help="skip BERT-base (PIMFlow §6.4)")
     a = ap.parse_args(argv)
     import pandas as pd
     pd.set_option("display.width", 200)
-    configs = [(m, PIM_CHANNELS, ("rows", "channels")) for m in a.models]
+    configs = [(m, PIM_CHANNELS, ("rows", "channels")) for m in a.models + ([] if a.no_bert else list(BERT_MODELS))]
     if not a.no_fig13:
         configs += [(m, c, ("rows",)) for m in FIG13_MODELS for c in FIG13_CHANNELS if c != PIM_CHANNELS]
     data = compute(a.models, configs, a.recompute)
@@ -636,7 +679,9 @@ def main(argv=None):
     print(fig9_vs_paper(df).round(3))
     print(table2(data, models).round(3))
     print(split_variants(data, models))
+    print(placements(data, models).round(3))
     print(fig13(data).round(3))
+    print(bert(data).round(3).T)
 
 
 if __name__ == "__main__":

@@ -580,9 +580,9 @@ def _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend):
     return counts, newton_phases(plan, np.asarray(C).prod(axis=1), gran == 1, backend), rb_groups
 
 
-def features(op, draft, backend: Backend, shapes: dict | None = None) -> np.ndarray:
+def features(op, draft, backend: Backend, shapes: dict | None = None, matrix: int | None = None) -> np.ndarray:
     """[F] float32 features of one `Draft` of `op` (equal to its row of
-    `features_table`)."""
+    `features_table`; matrix: as there)."""
     op_, _ = _split_target(op)
     sets = dimension_sets(op_)
     tiles = np.array([[t.tile for t in set_tilings(op_, sets, draft)]], np.int64)
@@ -590,4 +590,4 @@ def features(op, draft, backend: Backend, shapes: dict | None = None) -> np.ndar
     if draft.lane_var not in lane_vars:
         lane_vars = lane_vars + (draft.lane_var,)
     table = from_drafts([draft], lane_vars, tiles)
-    return features_table(op, table, backend, shapes)[0]
+    return features_table(op, table, backend, shapes, matrix=matrix)[0]
