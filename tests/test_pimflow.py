@@ -122,3 +122,18 @@ def test_modes_on_the_cached_layers():
     assert recs[i]["variants"]["rows"]["pim"][0] == pytest.approx(whole["ns"])
     assert recs[i]["variants"]["rows"]["matrix"][0] == whole["matrix"]
     assert recs[i]["newton+"]["ns"] == pytest.approx(pf.pim_time_placed(op, shapes, pf.backend_for("newton+"))["ns"])
+
+
+@needs_cache
+def test_bert_modes_on_the_cached_layers():
+    """BERT-base (PIMFlow §6.4): PIMFlow's space holds Newton++'s (never slower); at 1 x 3 tokens
+    the FC layers' best plan is the same as Newton++'s (the paper: "performs the same")."""
+    data = pf.load_cache()
+    bt = pf.bert(data).set_index("model")
+    assert set(bt.index) == {pf.LABELS[m] for m in pf.BERT_MODELS}
+    assert (bt["PIMFlow over Newton++ (fc)"] >= -1e-9).all() and (bt["PIMFlow over Newton++ (e2e)"] >= -1e-9).all()
+    assert bt.loc["BERT 1x3", "PIMFlow over Newton++ (fc)"] == pytest.approx(0.0, abs=1e-9)
+    # the FC layers of 1 x 3 are the model's only PIM candidates, each timed under both placements
+    recs = data["layers"][pf.cache_key("bert-base-s3", pf.PIM_CHANNELS)]
+    assert {r["kind"] for r in recs if r["candidate"]} == {"fc"}
+    assert all(set(r[pf.PIMFLOW_CONFIG]["ns_by"]) == set(pf.PLACEMENTS.values()) for r in recs if r["candidate"])
