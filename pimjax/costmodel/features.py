@@ -489,7 +489,7 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
         t_comp = t_dpu + DEFAULT_LINK.launch_ns / tck
     else:
         t_dpu = np.zeros(n)
-    nt = _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend)
+    nt = _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend, R)
     if nt is not None:
         nt, ph, rb_groups = nt
         # Newton reads every latch back in READRES bursts, and the host adds them up:
@@ -552,7 +552,7 @@ def _dpu_constants(op_) -> dict | None:
         return None
 
 
-def _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend):
+def _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend, reps=None):
     """Newton's per-group command counts (`backends/newton/counts.py`) and phase times
     (`newton_phases`) of a contraction on a backend with a global buffer per
     group, and the groups' READRES summed over groups in units of the worst
@@ -568,8 +568,9 @@ def _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend):
     # C to a group, so the fullest group has min(C, tiles) busy cores along it (the vector
     # classes, i.e. passes, count only those)
     busy = np.minimum(C, used_tiles)
-    counts = newton_counts(op_, mv, vv, lens, info.sets, busy, df, buf, gran == 1, backend)
-    plan = newton_plan(op_, mv, vv, lens, info.sets, busy, df, buf, backend)
+    # reps: each set's mapping candidate (a convolution's halo set split along h alone keeps one vector class)
+    counts = newton_counts(op_, mv, vv, lens, info.sets, busy, df, buf, gran == 1, backend, reps)
+    plan = newton_plan(op_, mv, vv, lens, info.sets, busy, df, buf, backend, reps)
     # every group reads back its own classes' latches: along a set the vector reads, the groups
     # hold ceil(L / T) busy cores between them, against G x min(C, tiles) counted per group
     dims = {v for v in op_.output_vars if v in vv} | set(op_.reduction_vars)

@@ -472,5 +472,5 @@ def draft_plans(op, table, shapes, backend, matrix: int | None = None) -> tuple[
     mi, vi = matrix_and_vector(op, shapes, matrix)
     cores = np.asarray(table.cores)
     plan = newton_plan(op, set(op.operands[mi].vars), set(op.operands[vi].vars), lens, sets, cores,
-                       table.column("dataflow"), table.column("buffers"), backend)
+                       table.column("dataflow"), table.column("buffers"), backend, np.asarray(table.reps))
     return plan, cores.prod(axis=1), table.column("granularity") == 1
