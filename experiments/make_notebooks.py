@@ -487,7 +487,7 @@ side.round(3)"""),
 **Why ours misses the paper's speedups** (every end-to-end miss here is far beyond 15 percentage
 points, in the same direction: PIM rarely pays on our models). The per-layer table below shows why: on
 our models a CONV layer on the 16 PIM channels takes several times as long as on the 16 GPU-only
-channels (Newton++, the faster placement: median 3.2× MBNetV2, 3.8× MnasNet, 5.4× ResNet50, 24×
+channels (Newton++, the faster placement: median 3.2× MBNetV2, 3.8× MnasNet, 5.4× ResNet50, 10×
 VGG16; ENetB0's median 0.43× comes from its many squeeze-excite FC layers), where the paper finds the
 two "within a close range" for pointwise CONVs (§3). The modelling differences behind it, largest first:
 
@@ -498,8 +498,11 @@ two "within a close range" for pointwise CONVs (§3). The modelling differences 
 2. **Which operand sits in the banks — now searched, and not the cause.** Every layer and MD-DP share
    is timed with the filter in the banks (PIMFlow §2.2) and with the activations there (pimjax's
    default where they are larger); the placement table above shows the faster one cuts the candidates'
-   summed PIM time 1.2× (mobile CNNs), 2.2× (ResNet50) and 4.0× (VGG16) against the larger-operand
-   rule, yet the end-to-end times move by at most a few points: the GPU floor (item 4) dominates. On
+   summed PIM time 1.04–1.07× (mobile CNNs), 1.24× (ResNet50) and 1.40× (VGG16) against the
+   larger-operand rule, yet the end-to-end times move by at most 0.01–0.02: the GPU floor (item 4)
+   dominates. The faster placement differs from the larger-operand rule on 11 / 5 / 8 / 17 / 6 of the
+   36 / 66 / 36 / 54 / 16 candidates (MBNetV2 / ENetB0 / MnasNet / ResNet50 / VGG16); the filter wins
+   on 4 of ResNet50's 17 and 2 of VGG16's 13 K × K layers and on no stem. On
    the early, wide layers of the mobile CNNs the activations stay the faster matrix under our command
    model (MobileNet-V2's b3.expand, 56 × 56 × 24 → 144 on Newton++: 47 µs with the activations in the
    banks, 320 µs with the filter there and the 3 136 pixel vectors streamed through GWRITE), so
@@ -564,7 +567,7 @@ pf.split_variants(data, models)"""),
         ("md", """\
 **Why the ratios sit at the other end from the paper's.** A split pays where neither device wins by a
 crushing margin (PIMFlow §3), and our search splits about as large a share of the candidates as the
-paper's 58 % (49 %); but with our PIM several times slower than the GPU beside it on CONV layers (the
+paper's 58 % (50 %); but with our PIM several times slower than the GPU beside it on CONV layers (the
 per-layer table above), the best split gives PIM 10–30 %, not 50–100 %. The layers wholly on PIM are
 the FC layers (the classifier and EfficientNet's squeeze-excite FCs), whose weights stay resident in the
 banks; no CONV layer goes wholly to PIM, where the paper sends 41 % of the candidates."""),

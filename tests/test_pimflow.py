@@ -61,17 +61,19 @@ def test_fast_pim_time_matches_full_simulation(kind, H, W, C, F, K, resident):
     assert _close(est_half, sim_half, resident), (est_half, sim_half)
 
 
-def test_both_placements_match_full_simulation_on_newtonpp():
-    """Newton++ (4 buffers + GWRITE latency hiding), a 1x1 CONV whose activations (2 048 elements)
-    are larger than its filter (512): the fast PIM time under either placement (`matrix=`) matches
-    lowering + full simulation of its draft with that placement, and `pim_time_placed` keeps the
-    faster and names it."""
+@pytest.mark.parametrize("H,C,F,K", [(8, 32, 16, 1), (12, 8, 8, 3)])
+def test_both_placements_match_full_simulation_on_newtonpp(H, C, F, K):
+    """Newton++ (4 buffers + GWRITE latency hiding), a 1x1 and a 3x3 CONV whose activations
+    (2 048 / 1 152 elements) are larger than their filter (512 / 576): the fast PIM time under
+    either placement (`matrix=`) matches lowering + full simulation of its draft with that
+    placement, and `pim_time_placed` keeps the faster and names it."""
     from pimjax.lower import lower
     from pimjax.sim.cycles import cycles
     backend = pf.backend_for("newton++")
     assert backend.timing.gwrite_hiding == 1 and backend.group.n_global_buffers == 4
-    op, shapes = pf.layer_op(dict(name="t", kind="conv", H=8, W=8, C=32, F=16, K=1, stride=1, groups=1))
-    assert pf.larger_operand(dict(H=8, W=8, C=32, F=16, K=1, groups=1)) == "input"
+    row = dict(name="t", kind="conv", H=H, W=H, C=C, F=F, K=K, stride=1, groups=1)
+    op, shapes = pf.layer_op(row)
+    assert pf.larger_operand(row) == "input"
     ns = {}
     for k, name in pf.PLACEMENTS.items():
         est, _, draft = pf.pim_time(op, shapes, backend, matrix=k)
