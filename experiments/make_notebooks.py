@@ -396,7 +396,7 @@ the other 16. Per layer it chooses GPU, PIM, an MD-DP split (10 % steps) or a pi
   PIMFlow (both), the last three on Newton++.
 
 The per-layer times come from `experiments/data/pimflow_layers.json` (`python experiments/pimflow.py`
-recomputes it, ~10 min on 2 shared cores); this notebook recomputes a sample of layers to check it."""),
+recomputes it, ~40 min in one process on the shared 2-core box); this notebook recomputes a sample of layers to check it."""),
         ("code", """\
 import os, sys, time
 ROOT = os.path.abspath("..") if os.path.basename(os.getcwd()) == "experiments" else os.getcwd()

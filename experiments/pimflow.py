@@ -1,7 +1,7 @@
 """PIMFlow (CNNs on a GPU + PIM memory) reproduced on pimjax's models: Fig. 9, Table 2, Fig. 13.
 
     python experiments/pimflow.py                  # use / extend the cache, print the tables
-    python experiments/pimflow.py --recompute      # recompute every layer (about 15 min here, 2 processes)
+    python experiments/pimflow.py --recompute      # recompute every layer (~40 min here; 15-25 min split over 2 processes)
     python experiments/pimflow.py --validate 4     # also check the fast PIM time on 4 layers against
                                                    #   lowering + full simulation (tens of s per layer)
 
