@@ -1,14 +1,16 @@
 """PIMFlow (CNNs on a GPU + PIM memory) reproduced on pimjax's models: Fig. 9, Table 2, Fig. 13.
 
     python experiments/pimflow.py                  # use / extend the cache, print the tables
-    python experiments/pimflow.py --recompute      # recompute every layer (about 30-40 min here)
+    python experiments/pimflow.py --recompute      # recompute every layer (~40 min here; 15-25 min split over 2 processes)
     python experiments/pimflow.py --validate 4     # also check the fast PIM time on 4 layers against
                                                    #   lowering + full simulation (tens of s per layer)
 
-System (`get_backend("newton", channels=P, total_channels=32)`, PIMFlow §5 / Table 1): a 32-channel
-GDDR6 memory, P of the channels PIM-enabled (Newton units, 4 global buffers), the RTX 2060 GPU
-(`hw.host.rtx2060`, the "occupancy" kernel model) beside PIM on the 32 - P GPU-only channels
-(`System.cogpu`); the GPU baseline runs on all 32 channels (`System.gpu`).
+System (`backend_for(config, P)` = `hw.presets.newton_config(config, channels=P, total_channels=32)`,
+PIMFlow §5 / Table 1): a 32-channel GDDR6 memory, P of the channels PIM-enabled (Newton units), the
+RTX 2060 GPU (`hw.host.rtx2060`, the "occupancy" kernel model) beside PIM on the 32 - P GPU-only
+channels (`System.cogpu`); the GPU baseline runs on all 32 channels (`System.gpu`).  config: PIMFlow's
+Newton++ (4 global buffers + GWRITE latency hiding, which needs the GPU-only channels) for every mode
+but Newton+, whose column uses Newton+ (one buffer, no hiding), as the paper's Fig. 9.
 
 Per layer of each model (`pimjax.models.cnn.cnn_layers`, 224 x 224, batch 1, fp16):
 
@@ -22,10 +24,13 @@ Per layer of each model (`pimjax.models.cnn.cnn_layers`, 224 x 224, batch 1, fp1
   global buffer; `N_DRAFTS` of them (seeded) get the exact closed-form command walk
   (`backends/newton/time.py` via the cost model's `est_t_total`: host writes, GWRITE, G_ACT /
   COMP, READRES, the host merge) plus refresh, k = floor((stream + k (tRP + tRFC)) / tREFI)
-  refreshes of tRP + tRFC each (costmodel README); the smallest is the layer's time.  The
-  filter (FC weight) is resident, placed once as PIMFlow §2.2 does: where Newton keeps it in the
-  banks (pimjax keeps the *larger* operand there), its host writes are not charged; where the
-  activations are larger they are the banks' matrix and are written every call.
+  refreshes of tRP + tRFC each (costmodel README); the smallest is the layer's time.
+  Placement (`pim_time_placed`): each layer and each MD-DP share is timed with the input
+  activations in the banks and with the filter (FC weight) there (the lowering option `matrix=`;
+  pimjax's default is the larger operand), and the faster is kept and named in the cache.  With
+  the filter in the banks it is resident, placed once as PIMFlow §2.2 does (its host writes not
+  charged) and the activations go through GWRITE; with the activations there they are written
+  into the banks every call and the filter goes through GWRITE.
   `validate` compares it with lowering + full simulation (the simulator's own refresh) of the same
   draft and with the predict-mode tuner's pick (the cost model's top 8 simulated); the errors are
   printed and stored, and `tests/test_pimflow.py` asserts them on small layers (2 %, plus up to
@@ -37,11 +42,10 @@ Per layer of each model (`pimjax.models.cnn.cnn_layers`, 224 x 224, batch 1, fp1
   (PIMFlow's pipeline chunks are row slices).
 
 Modes (`search.mixed.execution_mode_search` = Algorithm 1 on the chain of CONV / DW / FC nodes,
-other nodes on the concurrent GPU in between): Newton+ (whole layers, PIM where faster), PIMFlow-md
+other nodes on the concurrent GPU in between): Newton+ (whole layers on Newton+, PIM where faster), PIMFlow-md
 (MD-DP in 10 % steps), PIMFlow-pl (pipelining of `cnn.find_patterns`' 1x1-DW, DW-1x1, 1x1-DW-1x1
-subgraphs, 2 stages) and PIMFlow (both).  Our PIM is newton's default: 4 global buffers (one of
-Newton++'s two command optimisations) and no GWRITE latency hiding (the other; branch gw), so
-"Newton+" here sits between the paper's Newton+ and Newton++.
+subgraphs, 2 stages) and PIMFlow (both); Newton++ (whole layers, like Newton+, on Newton++).
+BERT-base (PIMFlow §6.4) at 1 x 3 and 1 x 64 tokens: `bert`.
 
 Fig. 12 (energy) is not reproduced: pimjax's GPU models give time only (no GPU power model), so a
 GPU-vs-PIM energy ratio cannot be formed honestly.
@@ -76,9 +80,37 @@ N_DRAFTS = 48                         # drafts walked per whole op (seeded sampl
 N_LIKE = 4                            # drafts walked per share of an op (with the whole op's knobs)
 SEED = 0
 STAGES = 2                            # pipeline stages (PIMFlow §4.2.1's example)
-MODES = ("Newton+", "PIMFlow-md", "PIMFlow-pl", "PIMFlow")
-MODE_FLAGS = {"Newton+": dict(md_dp=False, pipeline=False), "PIMFlow-md": dict(md_dp=True, pipeline=False),
+MODES = ("Newton+", "Newton++", "PIMFlow-md", "PIMFlow-pl", "PIMFlow")
+MODE_FLAGS = {"Newton+": dict(md_dp=False, pipeline=False), "Newton++": dict(md_dp=False, pipeline=False),
+              "PIMFlow-md": dict(md_dp=True, pipeline=False),
               "PIMFlow-pl": dict(md_dp=False, pipeline=True), "PIMFlow": dict(md_dp=True, pipeline=True)}
+
+# PIMFlow §6.4: BERT-base's FC layers at 1 x 3 and 1 x 64 tokens (`pimjax.models.cnn`, seq_len)
+BERT_MODELS = {"bert-base-s3": ("bert-base", dict(seq_len=3)), "bert-base-s64": ("bert-base", dict(seq_len=64))}
+LABELS.update({"bert-base-s3": "BERT 1x3", "bert-base-s64": "BERT 1x64"})
+
+
+def model_table(model: str):
+    """`cnn.cnn_layers` of `model` (one of MODELS, or a BERT_MODELS key: BERT-base at a token count)."""
+    from pimjax.models import cnn
+    name, changes = BERT_MODELS.get(model, (model, {}))
+    return cnn.cnn_layers(name, **changes)
+
+
+# PIMFlow's PIM configurations (`hw.presets.newton_config`): Newton+ (one global buffer, no GWRITE
+# latency hiding) for the Newton+ column, Newton++ (4 buffers + hiding) for every other mode (§4.1, §6)
+CONFIGS = ("newton+", "newton++")
+PIMFLOW_CONFIG = "newton++"
+# the operand kept in the banks (`lower(..., matrix=k)`): layer_op traces (x, w), so 0 = the input
+# activations, 1 = the filter / FC weight; each layer (and share) takes the faster placement
+PLACEMENTS = {0: "input", 1: "filter"}
+
+
+def backend_for(config: str, pim_channels: int = PIM_CHANNELS):
+    """The PIMFlow system with `pim_channels` PIM channels of 32 under PIM configuration `config`."""
+    from pimjax.hw.presets import newton_config
+    return newton_config(config, channels=pim_channels, total_channels=TOTAL_CHANNELS)
+
 
 # PIMFlow's numbers as its text states them (§1, §6.1; `../shared/papers/pimflow-cnn-gpu-pim.txt`).
 # Fig. 9's bars are not in the text; only these are.  "speedup s" read as T_gpu / T = 1 + s
@@ -94,6 +126,9 @@ PAPER = {
     "table2": {0.0: 0.41, 0.1: 0.05, 0.2: 0.06, 0.3: 0.09, 0.4: 0.03, 0.5: 0.10, 0.6: 0.05, 0.7: 0.06,
                0.8: 0.08, 0.9: 0.06, 1.0: 0.0},                                       # Table 2
     "table2_split": 0.58,       # §6.1: "58 % of the PIM-candidate layers are split"
+    # §6.4: "for small input (1x3) PIMFlow performs the same as Newton++ ... a 32 % extra speedup
+    # over Newton++ for 1x64 input by executing FC layers in the MD-DP mode"
+    "bert_over_newtonpp": {"bert-base-s3": 0.0, "bert-base-s64": 0.32},
 }
 
 
@@ -147,7 +182,7 @@ def _knobs(table, i) -> tuple:
 
 
 def pim_time(op, shapes, backend, n_drafts: int = N_DRAFTS, seed: int = SEED, like: tuple | None = None,
-             n_like: int = N_LIKE, resident_weight: bool = True):
+             n_like: int = N_LIKE, resident_weight: bool = True, matrix: int | None = None):
     """(ns, knobs, draft) of `op` on a newton backend by the closed-form estimate (module docstring):
     the drafts using every bank, broadcast and every global buffer (all broadcast drafts when
     none does), `n_drafts` of them sampled with `seed`, each `est_t_total` + refresh; the fastest,
@@ -189,12 +224,12 @@ def pim_time(op, shapes, backend, n_drafts: int = N_DRAFTS, seed: int = SEED, li
         return out
     feat_mod.newton_phases = keep_phases
     try:
-        feats = features_table(op, sub, backend, shapes).astype(np.float64)
+        feats = features_table(op, sub, backend, shapes, matrix=matrix).astype(np.float64)
     finally:
         feat_mod.newton_phases = walk
     col = lambda name: 2.0 ** feats[:, FEATURE_NAMES.index(name)] - 1.0     # noqa: E731 - log2(1 + x)
     tot, merge = col("est_t_total"), col("est_t_merge")
-    if resident_weight and matrix_and_vector(op, shapes)[0] == 1:
+    if resident_weight and matrix_and_vector(op, shapes, matrix)[0] == 1:
         # the filter is the matrix and sits in the banks already (PIMFlow §2.2: "we place the filters
         # in the memory cell array in advance"): the host's leading writes of it are not paid per
         # call (the simulator books resident writes apart); the GWRITEs of the inputs stay
@@ -205,6 +240,21 @@ def pim_time(op, shapes, backend, n_drafts: int = N_DRAFTS, seed: int = SEED, li
     cyc = with_refresh(tot, merge, backend.timing)
     best = int(np.nanargmin(cyc))
     return float(cyc[best] * float(backend.timing.tCK)), _knobs(table, int(idx[best])), sub[best]
+
+
+def pim_time_placed(op, shapes, backend, n_drafts: int = N_DRAFTS, like: dict | None = None):
+    """`pim_time` under both placements (`PLACEMENTS`: the input activations or the filter in the
+    banks), the faster kept: {"ns", "matrix" (the winner's name), "ns_by" {name: ns}, "knobs"
+    {name: knobs}}.  like: a whole op's result -- each placement of a share then walks the drafts
+    with that placement's whole-op knobs (`pim_time`'s `like`)."""
+    ns_by, knobs = {}, {}
+    for k, name in PLACEMENTS.items():
+        lk = None if like is None else like["knobs"].get(name)
+        ns, knobs[name], _ = pim_time(op, shapes, backend, n_drafts, like=lk, matrix=k)
+        ns_by[name] = ns
+    finite = {n: v for n, v in ns_by.items() if np.isfinite(v)}
+    win = min(finite, key=finite.get) if finite else None
+    return dict(ns=finite[win] if win else float("nan"), matrix=win, ns_by=ns_by, knobs=knobs)
 
 
 # --------------------------------------------------------------------------- per-layer times
@@ -219,17 +269,17 @@ def _other_ns(host, row) -> float:
 
 
 def _variant_times(op, var, backend, memo, key, n_drafts):
-    """{gpu: [11], pim: [11], merge: [11]} of `op` split along loop variable `var`: share r of
-    the iterations on the concurrent GPU, 1 - r on PIM (`search.mixed.share_builder`)."""
+    """{gpu: [11], pim: [11], matrix: [11]} of `op` split along loop variable `var`: share r of
+    the iterations on the concurrent GPU, 1 - r on PIM (`search.mixed.share_builder`), each PIM
+    share under its faster placement (`pim_time_placed`; matrix: the winner's name, None at r = 1)."""
     from pimjax.search.mixed import RATIOS, share_builder
     from pimjax.sim.host import host_time
     build = share_builder(op, var)
-    gpu, pim = [0.0] * len(RATIOS), [0.0] * len(RATIOS)
+    gpu, pim, mat = [0.0] * len(RATIOS), [0.0] * len(RATIOS), [None] * len(RATIOS)
     whole = (key, "whole", 1.0)
     if whole not in memo:
         o, sh = build(1.0)
-        memo[whole] = pim_time(o, sh, backend, n_drafts)
-    like = memo[whole][1]
+        memo[whole] = pim_time_placed(o, sh, backend, n_drafts)
     for i, r in enumerate(RATIOS):
         if r > 0:
             o, sh = build(float(r))
@@ -239,9 +289,9 @@ def _variant_times(op, var, backend, memo, key, n_drafts):
             mk = (key, var, share) if share < 1 else whole
             if mk not in memo:
                 o, sh = build(share)
-                memo[mk] = pim_time(o, sh, backend, n_drafts, like=like)
-            pim[i] = memo[mk][0]
-    return dict(gpu=gpu, pim=pim)
+                memo[mk] = pim_time_placed(o, sh, backend, n_drafts, like=memo[whole])
+            pim[i], mat[i] = memo[mk]["ns"], memo[mk]["matrix"]
+    return dict(gpu=gpu, pim=pim, matrix=mat)
 
 
 def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, n_drafts: int = N_DRAFTS,
@@ -250,13 +300,13 @@ def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, n_draft
     channels), cogpu_ns (beside PIM), and for PIM candidates per split variant (`split_vars`)
     its gpu / pim lists over `RATIOS` and merge_ns (ns)."""
     from pimjax.hw.gpu import elementwise_ns
-    from pimjax.hw.presets import get_backend
     from pimjax.models import cnn
     from pimjax.search.mixed import split_vars
     from pimjax.sim.host import host_time
-    backend = get_backend("newton", channels=pim_channels, total_channels=TOTAL_CHANNELS)
+    backend = backend_for(PIMFLOW_CONFIG, pim_channels)
+    plus = backend_for("newton+", pim_channels)
     memo = {} if memo is None else memo
-    table = cnn.cnn_layers(model)
+    table = model_table(model)
     out = []
     t0 = time.perf_counter()
     for row in table.to_dict("records"):
@@ -273,6 +323,11 @@ def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, n_draft
         if rec["candidate"]:
             key = (row["kind"], row["H"], row["W"], row["C"], row["F"], row["K"], row["stride"], pim_channels)
             vs = split_vars(op)
+            # the Newton+ column: the whole layer on Newton+ (one buffer, no hiding), faster placement
+            pk = (key, "whole", "newton+")
+            if pk not in memo:
+                memo[pk] = pim_time_placed(op, shapes, plus, n_drafts)
+            rec["newton+"] = dict(ns=memo[pk]["ns"], matrix=memo[pk]["matrix"], ns_by=memo[pk]["ns_by"])
             rec["variants"] = {}
             for name in variants:
                 if name not in vs:
@@ -286,8 +341,11 @@ def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, n_draft
                 v["merge_ns"] = merge
                 v["var"] = vs[name]
                 rec["variants"][name] = v
-            log(f"    {row['name']}: GPU beside PIM {rec['cogpu_ns']:,.0f} ns, PIM "
-                f"{rec['variants']['rows']['pim'][0]:,.0f} ns ({time.perf_counter() - t0:.0f} s)")
+            w = memo[(key, "whole", 1.0)]
+            rec[PIMFLOW_CONFIG] = dict(ns=w["ns"], matrix=w["matrix"], ns_by=w["ns_by"])
+            log(f"    {row['name']}: GPU beside PIM {rec['cogpu_ns']:,.0f} ns, PIM {w['ns']:,.0f} ns "
+                f"({w['matrix']} in the banks; Newton+ {rec['newton+']['ns']:,.0f} ns) "
+                f"({time.perf_counter() - t0:.0f} s)")
         out.append(rec)
     log(f"  {model} @ {pim_channels} PIM channels: {len(out)} nodes in {time.perf_counter() - t0:.0f} s")
     return out
@@ -318,13 +376,16 @@ def cache_key(model: str, pim_channels: int) -> str:
 
 
 def compute(models=MODELS, configs=None, recompute: bool = False, path: str = CACHE, log=print) -> dict:
-    """Fill the cache: every model at PIM_CHANNELS (both split variants) and FIG13_MODELS at
-    FIG13_CHANNELS (row splits only, to bound the time); saved after each model."""
+    """Fill the cache: every model and BERT_MODELS at PIM_CHANNELS (both split variants) and
+    FIG13_MODELS at FIG13_CHANNELS (row splits only, to bound the time); saved after each model."""
     data = load_cache(path)
-    data["meta"] = dict(n_drafts=N_DRAFTS, seed=SEED, total_channels=TOTAL_CHANNELS,
-                        note="ns; gpu/pim lists over search.mixed.RATIOS (GPU share 0..1)")
+    data["meta"] = dict(n_drafts=N_DRAFTS, n_like=N_LIKE, seed=SEED, total_channels=TOTAL_CHANNELS,
+                        configs=dict(plus="newton+", pimflow=PIMFLOW_CONFIG), placements=list(PLACEMENTS.values()),
+                        note="ns; gpu/pim lists over search.mixed.RATIOS (GPU share 0..1), PIM shares on "
+                             f"{PIMFLOW_CONFIG} under the faster placement (matrix lists the winner); "
+                             "newton+: the whole layer on Newton+")
     configs = configs if configs is not None else \
-        [(m, PIM_CHANNELS, ("rows", "channels")) for m in models] + \
+        [(m, PIM_CHANNELS, ("rows", "channels")) for m in tuple(models) + tuple(BERT_MODELS)] + \
         [(m, c, ("rows",)) for m in FIG13_MODELS for c in FIG13_CHANNELS if c != PIM_CHANNELS]
     memo: dict = {}
     for model, ch, variants in configs:
@@ -347,11 +408,19 @@ def pim_bound(pim) -> np.ndarray:
     return p
 
 
-def node_times(rec: dict, variant: str | None = None):
+def node_times(rec: dict, variant: str | None = None, config: str = PIMFLOW_CONFIG):
     """`NodeTimes` of one contraction node from its record: a candidate's split variant
-    (`variant`, default the one whose best split is fastest), else GPU only."""
+    (`variant`, default the one whose best split is fastest), else GPU only.  config "newton+":
+    whole layers only (GPU or the Newton+ PIM time; no shares)."""
     from pimjax.search.mixed import RATIOS, NodeTimes, choose_split
     kind = {"dwconv": "dwconv", "fc": "fc"}.get(rec["kind"], "conv1x1" if rec["K"] == 1 else "conv")
+    if config == "newton+" and rec.get("variants"):
+        v = rec["variants"]["rows"]
+        pim = np.where(RATIOS < 1, np.nan, 0.0)
+        pim[0] = rec["newton+"]["ns"]
+        gpu = np.where(RATIOS > 0, np.nan, 0.0)
+        gpu[-1] = v["gpu"][-1]
+        return NodeTimes(rec["name"], gpu, pim, None, kind), "rows"
     if not rec.get("variants"):
         gpu = np.where(RATIOS > 0, np.nan, 0.0)
         gpu[-1] = rec["cogpu_ns"]
@@ -373,33 +442,36 @@ def chain(model: str, records: list[dict]):
     pos = {i: j for j, i in enumerate(idx)}
     nodes = [node_times(records[i]) for i in idx]
     rows = [node_times(records[i], "rows")[0] for i in idx]
+    plus = [node_times(records[i], config="newton+")[0] for i in idx]
     other_co = sum(r["cogpu_ns"] for r in records if r["kind"] == "other")
     other_gpu = sum(r["gpu_ns"] for r in records if r["kind"] == "other")
     segs = []
-    table = cnn.cnn_layers(model)
+    table = model_table(model)
     for p in cnn.find_patterns(table):
         members = [i for i in range(p.start, p.start + p.length) if records[i]["kind"] != "other"]
         segs.append((pos[members[0]], len(members)))
-    return nodes, rows, idx, other_co, other_gpu, sorted(set(segs))
+    return nodes, rows, idx, other_co, other_gpu, sorted(set(segs)), plus
 
 
-def run_modes(model: str, records: list[dict], modes=MODES, stages: int = STAGES) -> dict:
+def run_modes(model: str, records: list[dict], modes=MODES, stages: int = STAGES, kind: str = "conv") -> dict:
     """{mode: {total_ns, conv_ns, plan}} and the GPU baseline {gpu_ns, gpu_conv_ns} of one model.
     conv_ns: the plan's time of the PIM-candidate CONV nodes (a pipelined segment holding one
-    counts whole, its DW node included); the baseline's the same nodes on all 32 channels."""
+    counts whole, its DW node included); the baseline's the same nodes on all 32 channels.
+    kind: the node kind conv_ns counts ("fc" for BERT's FC layers)."""
     from pimjax.search.mixed import execution_mode_search
-    nodes, rows, idx, other_co, other_gpu, segs = chain(model, records)
+    nodes, rows, idx, other_co, other_gpu, segs, plus = chain(model, records)
     out = {"GPU": dict(total_ns=sum(r["gpu_ns"] for r in records))}
     for mode in modes:
         flags = MODE_FLAGS[mode]
-        # pipelined chunks are row slices (their row variant); MD-DP takes each node's better split
-        plan = execution_mode_search([nd for nd, _ in nodes], stages=stages, segments=segs, pipe_nodes=rows,
-                                     **flags)
+        # pipelined chunks are row slices (their row variant); MD-DP takes each node's better split;
+        # Newton+ runs whole layers on its own configuration (one buffer, no hiding)
+        chain_nodes = plus if mode == "Newton+" else [nd for nd, _ in nodes]
+        plan = execution_mode_search(chain_nodes, stages=stages, segments=segs, pipe_nodes=rows, **flags)
         conv_segs, conv_ns, base_conv = set(), 0.0, 0.0
         for j, m in enumerate(plan.nodes):
             r = records[idx[j]]
             seg = m.segment or (j, 1)
-            if r["kind"] == "conv" and seg not in conv_segs:
+            if r["kind"] == kind and seg not in conv_segs:
                 conv_segs.add(seg)
                 conv_ns += m.segment_ns
                 base_conv += sum(records[idx[k]]["gpu_ns"] for k in range(seg[0], seg[0] + seg[1]))
@@ -472,6 +544,39 @@ def split_variants(data: dict, models=MODELS) -> "pd.DataFrame":
     return pd.DataFrame(rows)
 
 
+def larger_operand(row) -> str:
+    """The placement pimjax's default rule picks for a `cnn_layers` row (`matrix_and_vector`: the
+    larger operand in the banks, the first on a tie): "input" (x [1, H, W, C] / [W, C]) or "filter"."""
+    x = int(row["H"]) * int(row["W"]) * int(row["C"])
+    w = int(row["K"]) ** 2 * (int(row["C"]) // int(row["groups"])) * int(row["F"])
+    return "input" if x >= w else "filter"
+
+
+def placements(data: dict, models=MODELS) -> "pd.DataFrame":
+    """Per model, the PIM-candidate layers' placements (the operand in the banks): how many whole
+    layers put the filter there on Newton++ and on Newton+, how many of those differ from the
+    larger-operand default, and the summed whole-layer Newton++ PIM time under the default rule
+    against the faster placement (ns)."""
+    import pandas as pd
+    from pimjax.models import cnn
+    rows = []
+    for m in models:
+        recs = data["layers"][cache_key(m, PIM_CHANNELS)]
+        table = model_table(m).to_dict("records")
+        cand = [(r, t) for r, t in zip(recs, table) if r.get("variants")]
+        pp = [r[PIMFLOW_CONFIG] for r, _ in cand]
+        default = [larger_operand(t) for _, t in cand]
+        rows.append(dict(model=LABELS[m], candidates=len(cand),
+                         filter_newtonpp=sum(p["matrix"] == "filter" for p in pp),
+                         filter_newtonp=sum(r["newton+"]["matrix"] == "filter" for r, _ in cand),
+                         not_default_newtonpp=sum(p["matrix"] != d for p, d in zip(pp, default)),
+                         pim_default_ns=sum(p["ns_by"][d] for p, d in zip(pp, default)),
+                         pim_best_ns=sum(p["ns"] for p in pp)))
+    out = pd.DataFrame(rows)
+    out["default / best"] = out.pim_default_ns / out.pim_best_ns
+    return out
+
+
 def fig13(data: dict, models=FIG13_MODELS, channels=FIG13_CHANNELS) -> "pd.DataFrame":
     """Fig. 13: end-to-end time normalised to the GPU on all 32 channels, per PIM channel count
     (of 32), for Newton+ and PIMFlow (row splits)."""
@@ -490,35 +595,59 @@ def fig13(data: dict, models=FIG13_MODELS, channels=FIG13_CHANNELS) -> "pd.DataF
     return pd.DataFrame(rows)
 
 
+def bert(data: dict, models=tuple(BERT_MODELS)) -> "pd.DataFrame":
+    """PIMFlow §6.4 on BERT-base: per token count, the FC layers' and the end-to-end time of each
+    mode normalised to the GPU, and PIMFlow's extra speedup over Newton++ (T_Newton++ / T_PIMFlow
+    - 1; the paper: 0 at 1 x 3, 32 % at 1 x 64)."""
+    import pandas as pd
+    rows = []
+    for m in models:
+        recs = data["layers"].get(cache_key(m, PIM_CHANNELS))
+        if recs is None:
+            continue
+        res = run_modes(m, recs, kind="fc")
+        row = dict(model=LABELS[m])
+        for mode in MODES:
+            row[f"fc {mode}"] = res[mode]["conv_ns"] / res["GPU"]["conv_" + mode]
+            row[f"e2e {mode}"] = res[mode]["total_ns"] / res["GPU"]["total_ns"]
+        row["PIMFlow over Newton++ (fc)"] = res["Newton++"]["conv_ns"] / res["PIMFlow"]["conv_ns"] - 1.0
+        row["PIMFlow over Newton++ (e2e)"] = res["Newton++"]["total_ns"] / res["PIMFlow"]["total_ns"] - 1.0
+        row["paper: PIMFlow over Newton++"] = PAPER["bert_over_newtonpp"][m]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def validate(n_layers: int = 4, path: str = CACHE, log=print) -> list[dict]:
     """The fast PIM time against lowering + full simulation on `n_layers` small PIM-candidate
     layers (MobileNet-V2's, smallest MACs first): est_ns (`pim_time`), sim_ns (the same draft
     lowered and simulated, refresh included), tuned_ns (the predict-mode tuner's pick, simulated);
     rel_err = est / sim - 1, gap = est / tuned - 1.  Stored in the cache's "validation"."""
-    from pimjax.hw.presets import get_backend
     from pimjax.lower import lower
     from pimjax.models import cnn
     from pimjax.search.tuner import Tuner
     from pimjax.sim.cycles import cycles
-    backend = get_backend("newton", channels=PIM_CHANNELS, total_channels=TOTAL_CHANNELS)
+    backend = backend_for(PIMFLOW_CONFIG)
     table = cnn.cnn_layers("mobilenet-v2")
     cands = table[table.pim_candidate & (table.kind == "conv")].sort_values("macs")
     out = []
     tuner = Tuner()
+    matrix_of = {name: k for k, name in PLACEMENTS.items()}
     for row in cands.head(n_layers).to_dict("records"):
         op, shapes = layer_op(row)
         t0 = time.perf_counter()
-        est, _, draft = pim_time(op, shapes, backend)
+        mk = matrix_of[pim_time_placed(op, shapes, backend)["matrix"]]
+        est, _, draft = pim_time(op, shapes, backend, matrix=mk)
         t1 = time.perf_counter()
-        rep = cycles(lower(op, draft, backend, shapes, resident=(1,)), backend)
+        rep = cycles(lower(op, draft, backend, shapes, resident=(1,), matrix=mk), backend)
         sim = float(rep.total_ns)
         t2 = time.perf_counter()
-        tuned = float(tuner.choose(op, backend, shapes, resident=(1,)).report.total_ns)
+        tuned = float(tuner.choose(op, backend, shapes, resident=(1,), matrix=mk).report.total_ns)
         t3 = time.perf_counter()
         rec = dict(name=row["name"], shape=[int(row[k]) for k in ("H", "W", "C", "F", "K", "stride")],
+                   matrix=PLACEMENTS[mk],
                    est_ns=est, sim_ns=sim, tuned_ns=tuned, rel_err=est / sim - 1.0, gap=est / tuned - 1.0,
                    est_s=t1 - t0, sim_s=t2 - t1, tune_s=t3 - t2)
-        log(f"  {rec['name']} {rec['shape']}: estimate {est:,.0f} ns, same draft simulated {sim:,.0f} ns "
+        log(f"  {rec['name']} {rec['shape']} ({rec['matrix']} in the banks): estimate {est:,.0f} ns, same draft simulated {sim:,.0f} ns "
             f"({100 * rec['rel_err']:+.1f} %), tuner's pick {tuned:,.0f} ns ({100 * rec['gap']:+.1f} %); "
             f"{rec['est_s']:.1f} s vs {rec['sim_s'] + rec['tune_s']:.0f} s")
         out.append(rec)
@@ -534,10 +663,11 @@ def main(argv=None):
     ap.add_argument("--models", nargs="*", default=list(MODELS))
     ap.add_argument("--validate", type=int, default=0, help="layers to check against full simulation")
     ap.add_argument("--no-fig13", action="store_true", help="skip the channel sweep's extra configs")
+    ap.add_argument("--no-bert", action="store_true", help="skip BERT-base (PIMFlow §6.4)")
     a = ap.parse_args(argv)
     import pandas as pd
     pd.set_option("display.width", 200)
-    configs = [(m, PIM_CHANNELS, ("rows", "channels")) for m in a.models]
+    configs = [(m, PIM_CHANNELS, ("rows", "channels")) for m in a.models + ([] if a.no_bert else list(BERT_MODELS))]
     if not a.no_fig13:
         configs += [(m, c, ("rows",)) for m in FIG13_MODELS for c in FIG13_CHANNELS if c != PIM_CHANNELS]
     data = compute(a.models, configs, a.recompute)
@@ -549,7 +679,9 @@ def main(argv=None):
     print(fig9_vs_paper(df).round(3))
     print(table2(data, models).round(3))
     print(split_variants(data, models))
+    print(placements(data, models).round(3))
     print(fig13(data).round(3))
+    print(bert(data).round(3).T)
 
 
 if __name__ == "__main__":

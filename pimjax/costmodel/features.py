@@ -167,8 +167,11 @@ def _onehot(col: np.ndarray, values) -> list[np.ndarray]:
 class _OpInfo:
     """Op-level facts shared by every row (computed once per call)."""
 
-    def __init__(self, op, ctx, lane_vars: tuple, shapes: dict):
+    def __init__(self, op, ctx, lane_vars: tuple, shapes: dict, matrix: int | None = None):
         self.op, self.ctx = op, ctx
+        self.matrix = matrix        # the operand kept in the banks (None: the larger, matrix_and_vector)
+        if matrix is not None and op.kind == "contraction":
+            matrix_and_vector(op, shapes, matrix)   # a bad index fails here, not in the silent fallbacks below
         self.sets = dimension_sets(op)
         self.lane_vars = tuple(lane_vars)
         ext = op.extents
@@ -225,7 +228,7 @@ class _OpInfo:
         self.contraction = op.kind == "contraction"
         if self.contraction:
             try:
-                m, v = matrix_and_vector(op, shapes)
+                m, v = matrix_and_vector(op, shapes, matrix)
                 self.vector_vars = set(op.operands[v].vars)
             except Exception:  # noqa: BLE001 - a contraction with one operand
                 self.vector_vars = set()
@@ -268,15 +271,18 @@ def _runs(acc, lens: dict, shape, n: int) -> tuple[np.ndarray, np.ndarray]:
     return _cdiv(total, np.maximum(run, 1)), run
 
 
-def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None = None) -> np.ndarray:
+def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None = None,
+                   matrix: int | None = None) -> np.ndarray:
     """[n, F] float32 features of every draft of `table` (see module docstring).
 
     op: the PimOp the table's drafts tile (or an attention block tuple).
     shapes: value id -> tensor shape (default: implied by the index maps).
+    matrix: the contraction operand kept in the banks, as the lowering option
+    of that name (None: the larger one, `partition.verify.matrix_and_vector`).
     """
     op_, ctx = _split_target(op)
     shapes = _all_shapes(op_, ctx, shapes)
-    info = _OpInfo(op_, ctx, table.lane_vars, shapes)
+    info = _OpInfo(op_, ctx, table.lane_vars, shapes, matrix)
     n = len(table)
     if n == 0:
         return np.zeros((0, F), np.float32)
@@ -483,7 +489,7 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
         t_comp = t_dpu + DEFAULT_LINK.launch_ns / tck
     else:
         t_dpu = np.zeros(n)
-    nt = _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend)
+    nt = _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend, R)
     if nt is not None:
         nt, ph, rb_groups = nt
         # Newton reads every latch back in READRES bursts, and the host adds them up:
@@ -546,7 +552,7 @@ def _dpu_constants(op_) -> dict | None:
         return None
 
 
-def _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend):
+def _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend, reps=None):
     """Newton's per-group command counts (`backends/newton/counts.py`) and phase times
     (`newton_phases`) of a contraction on a backend with a global buffer per
     group, and the groups' READRES summed over groups in units of the worst
@@ -554,7 +560,7 @@ def _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend):
     if "global_buffer" not in backend.group.units or op_.kind != "contraction":
         return None
     try:
-        mi, vi = matrix_and_vector(op_, info.shapes)
+        mi, vi = matrix_and_vector(op_, info.shapes, info.matrix)
     except Exception:  # noqa: BLE001 - a contraction Newton cannot run (it will not lower)
         return None
     mv, vv = set(op_.operands[mi].vars), set(op_.operands[vi].vars)
@@ -562,8 +568,9 @@ def _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend):
     # C to a group, so the fullest group has min(C, tiles) busy cores along it (the vector
     # classes, i.e. passes, count only those)
     busy = np.minimum(C, used_tiles)
-    counts = newton_counts(op_, mv, vv, lens, info.sets, busy, df, buf, gran == 1, backend)
-    plan = newton_plan(op_, mv, vv, lens, info.sets, busy, df, buf, backend)
+    # reps: each set's mapping candidate (a convolution's halo set split along h alone keeps one vector class)
+    counts = newton_counts(op_, mv, vv, lens, info.sets, busy, df, buf, gran == 1, backend, reps)
+    plan = newton_plan(op_, mv, vv, lens, info.sets, busy, df, buf, backend, reps)
     # every group reads back its own classes' latches: along a set the vector reads, the groups
     # hold ceil(L / T) busy cores between them, against G x min(C, tiles) counted per group
     dims = {v for v in op_.output_vars if v in vv} | set(op_.reduction_vars)
@@ -574,9 +581,9 @@ def _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend):
     return counts, newton_phases(plan, np.asarray(C).prod(axis=1), gran == 1, backend), rb_groups
 
 
-def features(op, draft, backend: Backend, shapes: dict | None = None) -> np.ndarray:
+def features(op, draft, backend: Backend, shapes: dict | None = None, matrix: int | None = None) -> np.ndarray:
     """[F] float32 features of one `Draft` of `op` (equal to its row of
-    `features_table`)."""
+    `features_table`; matrix: as there)."""
     op_, _ = _split_target(op)
     sets = dimension_sets(op_)
     tiles = np.array([[t.tile for t in set_tilings(op_, sets, draft)]], np.int64)
@@ -584,4 +591,4 @@ def features(op, draft, backend: Backend, shapes: dict | None = None) -> np.ndar
     if draft.lane_var not in lane_vars:
         lane_vars = lane_vars + (draft.lane_var,)
     table = from_drafts([draft], lane_vars, tiles)
-    return features_table(op, table, backend, shapes)[0]
+    return features_table(op, table, backend, shapes, matrix=matrix)[0]

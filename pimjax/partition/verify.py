@@ -208,19 +208,32 @@ def footprint_elements(op: PimOp, lengths: dict[str, np.ndarray], shapes: dict[i
     return total
 
 
-def matrix_and_vector(op: PimOp, shapes: dict) -> tuple[int, int]:
-    """(M, v) operand indices of a contraction `sum M * v`: M, the larger
-    operand, stays in the banks; v is fed to the units (registers, GEMV or
-    global buffers) — Newton's "one large operand with low reuse and one small
-    operand".  A contraction whose body reads one tensor (the other factor
-    folded to a constant, e.g. `ones @ x`) has no vector to feed the units:
-    PimCompileError (the op stays on the host)."""
+def matrix_and_vector(op: PimOp, shapes: dict, matrix: int | None = None) -> tuple[int, int]:
+    """(M, v) operand indices of a contraction `sum M * v`: M stays in the
+    banks; v is fed to the units (registers, GEMV or global buffers).
+
+    matrix: None (default) picks the larger operand as M -- Newton's "one
+    large operand with low reuse and one small operand"; an operand index
+    (one of the two the body multiplies) places that operand in the banks
+    instead, e.g. a CNN layer's filters even where its activations are
+    larger (PIMFlow §2.2: the filters are placed in the cell array in
+    advance, the input streamed through GWRITE).  This function is the one
+    owner of the rule: lowerings, closed forms and features all ask it.
+    A contraction whose body reads one tensor (the other factor folded to a
+    constant, e.g. `ones @ x`) has no vector to feed the units:
+    PimCompileError (the op stays on the host); a `matrix` that is not one
+    of the two multiplied operands: ValueError."""
     if len(op.body_operands) < 2:
         from ..errors import PimCompileError
         raise PimCompileError(f"{op.name}: a contraction that reads one tensor (a constant factor, as in "
                               "`ones @ x`, or the tensor with itself, `x @ x`) has no vector operand for the "
                               "PIM units")
     a, b = op.body_operands[:2]
+    if matrix is not None:
+        if isinstance(matrix, bool) or not isinstance(matrix, (int, np.integer)) or int(matrix) not in (a, b):
+            raise ValueError(f"matrix={matrix!r}: {op.name} multiplies operands {a} and {b}; the matrix "
+                             "must be one of them")
+        return (a, b) if int(matrix) == a else (b, a)
     size = lambda k: int(np.prod(shapes[op.operands[k].value], dtype=np.int64))  # noqa: E731
     return (a, b) if size(a) >= size(b) else (b, a)
 

@@ -243,15 +243,28 @@ class Tuner:
             f" on {backend.name}'s own features (no model is trained for {backend.name})"
         return f"the {backend.family} family's shipped model{own}; top {self.top_k} simulated"
 
-    def predict(self, op: PimOp, table: DraftTable, backend: Backend, shapes: dict) -> np.ndarray:
-        """Predicted cycles of every draft of `table` ([n])."""
+    def predict(self, op: PimOp, table: DraftTable, backend: Backend, shapes: dict,
+                matrix: int | None = None) -> np.ndarray:
+        """Predicted cycles of every draft of `table` ([n]).  matrix: the
+        lowering option of that name (the operand kept in the banks), which
+        the features must describe as the lowering will run it."""
         from ..costmodel.features import features_table
-        return np.asarray(self.model_for(backend).predict(features_table(op, table, backend, shapes)))
+        return np.asarray(self.model_for(backend).predict(features_table(op, table, backend, shapes, matrix=matrix)))
 
-    def _predict_one(self, op: PimOp, draft, backend: Backend, shapes: dict) -> float:
+    def _predict_table(self, op: PimOp, table: DraftTable, backend: Backend, shapes: dict,
+                       lower_options: dict) -> np.ndarray:
+        """`predict` with the lowering options the features must know (`matrix`), passed only
+        when set: a subclass's `predict(op, table, backend, shapes)` keeps working."""
+        matrix = lower_options.get("matrix")
+        if matrix is None:
+            return self.predict(op, table, backend, shapes)
+        return self.predict(op, table, backend, shapes, matrix=matrix)
+
+    def _predict_one(self, op: PimOp, draft, backend: Backend, shapes: dict, matrix: int | None = None) -> float:
         """Predicted cycles of one draft outside the table (the baseline)."""
         from ..costmodel.features import features
-        return float(np.asarray(self.model_for(backend).predict(features(op, draft, backend, shapes)[None]))[0])
+        return float(np.asarray(self.model_for(backend).predict(
+            features(op, draft, backend, shapes, matrix=matrix)[None]))[0])
 
     # -- choosing: predict, then verify ----------------------------------------
     def choose(self, op: PimOp, backend: Backend, shapes: dict, dtypes: dict | None = None,
@@ -313,7 +326,8 @@ class Tuner:
         mode = self.mode
         if mode == "predict" and len(table) > self.threshold:
             mode = "evolutionary"
-        pred = None if self.mode == "exhaustive" else self.predict(op, table, backend, shapes)
+        pred = None if self.mode == "exhaustive" else \
+            self._predict_table(op, table, backend, shapes, proposal.lower_options)
         if proposal.keep is None:
             if len(self._spaces) >= self.SPACES_KEPT:
                 self._spaces.pop(next(iter(self._spaces)))
@@ -504,7 +518,8 @@ class Tuner:
     def _top_k(self, op, table, backend, shapes, lower_options, lower_fn=lower, pred=None) -> Choice | None:
         """The fastest simulated of the best predicted top_k drafts that lower
         (and the baseline); `pred`: the drafts' predicted cycles, when known."""
-        pred = self.predict(op, table, backend, shapes) if pred is None else pred
+        matrix = lower_options.get("matrix")
+        pred = self._predict_table(op, table, backend, shapes, lower_options) if pred is None else pred
         # the best predicted top_k that lower: a draft that does not fit gives its place to the next
         rows, programs, errors = self._first_lowering(op, table, np.argsort(pred, kind="stable"), self.top_k,
                                                       backend, shapes, lower_options, lower_fn)
@@ -517,7 +532,7 @@ class Tuner:
             if not isinstance(program, PimCompileError):
                 drafts.append(base)
                 programs.append(program)
-                predicted.append(self._predict_one(op, base, backend, shapes))
+                predicted.append(self._predict_one(op, base, backend, shapes, matrix=matrix))
         if not drafts:
             return None
         programs, totals, report = self._simulate(op, drafts, backend, shapes, lower_options, programs)
@@ -660,7 +675,7 @@ class Tuner:
         rep = report(0)
         if choice is not None and float(choice.report.total_cycles) <= float(totals[0]):
             return replace(choice, simulated=choice.simulated + 1, baseline=rep)
-        predicted = self._predict_one(op, base, backend, shapes)
+        predicted = self._predict_one(op, base, backend, shapes, matrix=lower_options.get("matrix"))
         if choice is None:
             return Choice(base, program, rep, predicted, 1, space, "evolutionary", baseline=rep)
         return replace(choice, draft=base, program=program, report=rep, predicted_cycles=predicted,

@@ -175,6 +175,26 @@ def test_corpus_contractions(name):
     assert ran
 
 
+@pytest.mark.parametrize("name", ["conv1x1", "conv3x3"])
+def test_either_operand_in_the_banks_keeps_values(name):
+    """`matrix=` puts either operand in the banks: on conv1x1 the activations
+    are the larger operand (the default matrix) and the filter the smaller,
+    on conv3x3 the reverse; both placements execute to jnp's values, and
+    the default is the larger operand."""
+    op, operands, ref, S, K = case(name)
+    sizes = [a.size for a in operands]
+    larger = op.body_operands[0] if sizes[op.body_operands[0]] >= sizes[op.body_operands[1]] else op.body_operands[1]
+    d = baseline(op, BE)
+    assert lower(op, d, BE).meta["M"] == larger
+    for m in op.body_operands[:2]:
+        for dr in [d] + sample(name, 4, seed=5):
+            prog = lower(op, dr, BE, matrix=m)
+            assert prog.meta["M"] == m and prog.meta["v"] != m
+            check_values(prog, name, backend_too=False)
+    with pytest.raises(ValueError, match="matrix"):
+        lower(op, d, BE, matrix=len(op.operands))
+
+
 def test_operand_shapes_are_checked():
     op, operands, ref, S, K = case("gemv")
     prog = lower(op, baseline(op, BE), BE)

@@ -344,3 +344,33 @@ def test_ops_of_one_key_proposed_together_share_one_predicted_space(monkeypatch)
     a, b = tuner.verify(first), tuner.verify(second)
     alone = Tuner().choose(OP, BE, SHAPES)
     assert a.draft == b.draft == alone.draft and float(a.report.total_cycles) == float(alone.report.total_cycles)
+
+
+def test_matrix_option_reaches_the_features():
+    """`matrix=` (the Newton operand kept in the banks) changes the program; the tuner's
+    predictions must describe that program: with matrix= given they are the features of that
+    placement (`features_table(..., matrix=)`), not the default's, and the chosen program keeps it."""
+    import jax
+    from jax import lax
+    import pimjax
+    from pimjax.costmodel.features import features_table
+    from pimjax.hw.presets import get_backend
+    from pimjax.partition import drafts
+    be = get_backend("newton", channels=2)
+
+    def conv(x, k):
+        return lax.conv_general_dilated(x, k, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    graph = pimjax.make_graph(conv, jax.ShapeDtypeStruct((1, 6, 6, 40), np.float32),
+                              jax.ShapeDtypeStruct((1, 1, 40, 12), np.float32))
+    (op,) = [o for o in graph.ops if o.kind == "contraction"]
+    shapes = {v: info.shape for v, info in enumerate(graph.values)}
+    x, w = op.body_operands[:2]                    # the activations are the larger: the default matrix
+    table = drafts(op, be, shapes=shapes)
+    tuner = Tuner()
+    model = tuner.model_for(be)
+    want = np.asarray(model.predict(features_table(op, table, be, shapes, matrix=w)))
+    got = tuner._predict_table(op, table, be, shapes, {"matrix": w})
+    np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(got, tuner._predict_table(op, table, be, shapes, {}))
+    choice = tuner.choose(op, be, shapes, matrix=w)
+    assert choice.program.meta["M"] == w

@@ -57,7 +57,8 @@ def _spans(n_loads, segs, per_row):
     return N * s // r + N - N // (r // np.gcd(s, r))
 
 
-def newton_plan(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow, buffers, backend) -> dict:
+def newton_plan(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow, buffers, backend,
+                reps=None) -> dict:
     """`newton._plan`'s per-core geometry for every draft at once ([n] int64
     each; is_flow bool): n_b / n_v / n_o (batch, vector-only, matrix-only
     outputs), n_r, n_rc (columns per output), cc (columns per chunk), t_in
@@ -67,7 +68,9 @@ def newton_plan(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow, b
     mvars / vvars: loop vars of the matrix and the vector operand; lens:
     worst-core loop lengths (var -> [n]); sets: the op's dimension sets;
     cores [n, S]: cores per group along each set; dataflow [n] (0 os,
-    1 is); buffers [n] (global buffers per load)."""
+    1 is); buffers [n] (global buffers per load); reps [n, S]: each set's
+    mapping candidate (None: every split of a set the vector reads makes
+    classes, the count before candidates were told apart)."""
     core, group = backend.core, backend.group
     outs = list(op.output_vars)
     red = [v for v in (lv.name for lv in op.loop_vars) if v in op.reduction_vars]
@@ -96,19 +99,28 @@ def newton_plan(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow, b
     dims = {v for v in outs if v in vvars} | set(red)
     passes = np.ones(n, np.int64)
     for si, s in enumerate(sets):
-        if dims & set(s.vars):
+        if not dims & set(s.vars):
+            continue
+        if reps is None or len(s.vars) == 1:
             passes = passes * np.asarray(cores)[:, si]
+            continue
+        # a compound set (a convolution's h, kh): a mapping that splits one variable only gives
+        # the cores different vectors when that variable is the vector's (`lower._classes` compares
+        # the vector dims' tiles); a split of the combined index splits both
+        splits = np.array([(v in dims) if (v := s.mapping(r).single_var) is not None else True
+                           for r in range(len(s.candidates))], bool)
+        passes = passes * np.where(splits[np.asarray(reps)[:, si]], np.asarray(cores)[:, si], 1)
     return dict(n_b=n_b, n_v=n_v, n_o=n_o, n_r=n_r, n_rc=n_rc, cc=cc, t_in=t_in, kv=kv, ki=ki, lo=lo,
                 n_vg=_cdiv(n_v, kv), n_ig=_cdiv(t_in, ki), n_ob=_cdiv(n_o, lo), is_flow=is_flow,
                 passes=passes)
 
 
 def newton_counts(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow, buffers, per_core,
-                  backend) -> dict:
+                  backend, reps=None) -> dict:
     """Per-group command counts ([n] int64 each, keys COUNTS) of Newton drafts
     (arguments as `newton_plan`; per_core [n] bool: single-bank commands)."""
     core = backend.core
-    pl = newton_plan(op, mvars, vvars, lens, sets, cores, dataflow, buffers, backend)
+    pl = newton_plan(op, mvars, vvars, lens, sets, cores, dataflow, buffers, backend, reps)
     n_b, n_v, n_o, n_rc, cc, t_in = (pl[k] for k in ("n_b", "n_v", "n_o", "n_rc", "cc", "t_in"))
     kv, ki, lo, is_flow, passes = (pl[k] for k in ("kv", "ki", "lo", "is_flow", "passes"))
     n_vg, n_ig, n_ob = pl["n_vg"], pl["n_ig"], pl["n_ob"]

@@ -107,8 +107,9 @@ from ...lower.tiles import CoreTiles, core_tiles
 
 M_LAYOUT, V_LAYOUT, R_LAYOUT = 0, 1, 2
 
+# matrix: the operand index kept in the banks (None: the larger, `partition.verify.matrix_and_vector`)
 DEFAULT_OPTIONS = dict(register_reuse=True, data_block_layout=True, channel_parallel=True,
-                       resident=(), result_dtype="float32")
+                       resident=(), result_dtype="float32", matrix=None)
 
 
 # --------------------------------------------------------------------------
@@ -163,7 +164,7 @@ def _pow2_floor(n: int) -> int:
 
 
 def _plan(op: PimOp, draft: Draft, backend: Backend, tiles: CoreTiles, shapes: dict, opts: dict) -> _Plan:
-    mi, vi = matrix_and_vector(op, shapes)
+    mi, vi = matrix_and_vector(op, shapes, opts["matrix"])
     M, V = op.operands[mi], op.operands[vi]
     mvars, vvars = set(M.vars), set(V.vars)
     outs = list(op.output_vars)
@@ -757,7 +758,8 @@ def lower_newton(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
     contents change, READRES only when results are final), data_block_layout,
     channel_parallel (host->PIM writes of the groups overlap through the
     host's staging buffer), resident=(operand indices placed once, their
-    writes flagged `resident`), result_dtype.
+    writes flagged `resident`), result_dtype, matrix (the operand index kept
+    in the banks; default None: the larger operand, `matrix_and_vector`).
 
     Example:
         >>> prog = lower_newton(op, draft, get_backend("newton"))   # doctest: +SKIP

@@ -462,14 +462,15 @@ def _cached(t, banks, per_bg, cols, n_bg, backend, limit, steady=True):
     return _WALKS[key]
 
 
-def draft_plans(op, table, shapes, backend) -> tuple[dict, np.ndarray, np.ndarray]:
+def draft_plans(op, table, shapes, backend, matrix: int | None = None) -> tuple[dict, np.ndarray, np.ndarray]:
     """`newton_phases`' inputs for every draft of `table` with the cores per
     group as drafted: (plan, banks used [n], per-core flags [n]).  (The
-    features pass the busy cores instead, `features._newton`.)"""
+    features pass the busy cores instead, `features._newton`.)  matrix: the
+    operand kept in the banks, as the lowering option (None: the larger)."""
     sets = dimension_sets(op)
     lens = per_core_var_lengths(op, sets, np.asarray(table.reps), np.asarray(table.tile))
-    mi, vi = matrix_and_vector(op, shapes)
+    mi, vi = matrix_and_vector(op, shapes, matrix)
     cores = np.asarray(table.cores)
     plan = newton_plan(op, set(op.operands[mi].vars), set(op.operands[vi].vars), lens, sets, cores,
-                       table.column("dataflow"), table.column("buffers"), backend)
+                       table.column("dataflow"), table.column("buffers"), backend, np.asarray(table.reps))
     return plan, cores.prod(axis=1), table.column("granularity") == 1
