@@ -379,11 +379,16 @@ def compute(models=MODELS, configs=None, recompute: bool = False, path: str = CA
     """Fill the cache: every model and BERT_MODELS at PIM_CHANNELS (both split variants) and
     FIG13_MODELS at FIG13_CHANNELS (row splits only, to bound the time); saved after each model."""
     data = load_cache(path)
-    data["meta"] = dict(n_drafts=N_DRAFTS, n_like=N_LIKE, seed=SEED, total_channels=TOTAL_CHANNELS,
-                        configs=dict(plus="newton+", pimflow=PIMFLOW_CONFIG), placements=list(PLACEMENTS.values()),
-                        note="ns; gpu/pim lists over search.mixed.RATIOS (GPU share 0..1), PIM shares on "
-                             f"{PIMFLOW_CONFIG} under the faster placement (matrix lists the winner); "
-                             "newton+: the whole layer on Newton+")
+    meta = dict(n_drafts=N_DRAFTS, n_like=N_LIKE, seed=SEED, total_channels=TOTAL_CHANNELS,
+                configs=dict(plus="newton+", pimflow=PIMFLOW_CONFIG), placements=list(PLACEMENTS.values()),
+                note="ns; gpu/pim lists over search.mixed.RATIOS (GPU share 0..1), PIM shares on "
+                     f"{PIMFLOW_CONFIG} under the faster placement (matrix lists the winner); "
+                     "newton+: the whole layer on Newton+")
+    if data["layers"] and data.get("meta") != meta:
+        # layers computed under other settings (or an older record layout) must not pass for these
+        log(f"{path}: cached under other settings ({data.get('meta')}): every layer is recomputed")
+        data["layers"] = {}
+    data["meta"] = meta
     configs = configs if configs is not None else \
         [(m, PIM_CHANNELS, ("rows", "channels")) for m in tuple(models) + tuple(BERT_MODELS)] + \
         [(m, c, ("rows",)) for m in FIG13_MODELS for c in FIG13_CHANNELS if c != PIM_CHANNELS]

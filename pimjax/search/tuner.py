@@ -310,7 +310,8 @@ class Tuner:
         if pred is None:                               # exhaustive: the ground truth, no prediction
             return replace(proposal, table=table, space=len(table), mode=mode)
         best = int(np.argsort(pred, kind="stable")[0])
-        trust = self._trust(proposal.op, table[best], proposal.backend, proposal.shapes)
+        trust = self._trust(proposal.op, table[best], proposal.backend, proposal.shapes,
+                            proposal.lower_options.get("matrix"))
         return replace(proposal, table=table, predicted=pred, draft=table[best],
                        predicted_cycles=float(pred[best]), space=len(table), mode=mode, **trust)
 
@@ -337,14 +338,15 @@ class Tuner:
     SPACES_KEPT = 32
     """Predicted op spaces a Tuner keeps (`_predict_space`), the latest."""
 
-    def _trust(self, op: PimOp, draft, backend: Backend, shapes: dict) -> dict:
+    def _trust(self, op: PimOp, draft, backend: Backend, shapes: dict, matrix: int | None = None) -> dict:
         """The Proposal's predicted_sigma / extrapolating / beyond of one draft
-        (`Predictor.predict_full`; {} for a model without it)."""
+        (`Predictor.predict_full`; {} for a model without it), its features
+        of the placement the lowering runs (`matrix`)."""
         model = self.model_for(backend)
         if not hasattr(model, "predict_full"):
             return {}
         from ..costmodel.features import features
-        full = model.predict_full(features(op, draft, backend, shapes)[None])
+        full = model.predict_full(features(op, draft, backend, shapes, matrix=matrix)[None])
         return {"predicted_sigma": float(full["sigma"][0]), "extrapolating": bool(full["extrapolating"][0]),
                 "beyond": tuple(full["beyond"][0])}
 
@@ -537,7 +539,7 @@ class Tuner:
             return None
         programs, totals, report = self._simulate(op, drafts, backend, shapes, lower_options, programs)
         if self.label_store is not None:
-            self._store_labels(op, drafts, totals, backend, shapes)
+            self._store_labels(op, drafts, totals, backend, shapes, lower_options.get("matrix"))
         choice = self._pick(drafts, programs, totals, report, predicted, "predict", len(table))
         if choice is None:
             return None
@@ -546,16 +548,17 @@ class Tuner:
         # baseline mapping needs it, and timing it alone would compile another scan
         return choice if base not in drafts else replace(choice, baseline=report(drafts.index(base)))
 
-    def _store_labels(self, op, drafts, totals, backend: Backend, shapes: dict) -> None:
+    def _store_labels(self, op, drafts, totals, backend: Backend, shapes: dict, matrix: int | None = None) -> None:
         """Append the simulated drafts' features and cycles to the label store
-        (online refinement; the drafts of one op and backend form a group)."""
+        (online refinement; the drafts of one op, backend and placement form a
+        group); the features of the placement the programs ran (`matrix`)."""
         from ..costmodel.features import features
         from .cache import backend_fingerprint, op_signature
         ok = [i for i, t in enumerate(totals) if np.isfinite(t)]
         if not ok:
             return
-        X = np.stack([features(op, drafts[i], backend, shapes) for i in ok])
-        group = f"{op_signature(op)}|{backend_fingerprint(backend)}"
+        X = np.stack([features(op, drafts[i], backend, shapes, matrix=matrix) for i in ok])
+        group = f"{op_signature(op)}|{backend_fingerprint(backend)}" + ("" if matrix is None else f"|matrix={matrix}")
         self.label_store.append(backend.family, group, X, np.asarray(totals, np.float64)[ok])
 
     def _exhaustive(self, op, table, backend, shapes, lower_options, lower_fn=lower) -> Choice | None:
@@ -700,7 +703,7 @@ class Tuner:
         balanced = self.balanced if balanced is None else balanced
         rng = np.random.default_rng(self.seed)
         n = len(table)
-        pred = self.predict(op, table, backend, shapes) if pred is None else pred
+        pred = self._predict_table(op, table, backend, shapes, lower_options) if pred is None else pred
         genes = _gene_matrix(table)
         neighbours = _neighbour_index(genes)
         rfactor = np.asarray(table.reduction) != 0              # "complete" is code 0

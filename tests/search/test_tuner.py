@@ -374,3 +374,19 @@ def test_matrix_option_reaches_the_features():
     assert not np.array_equal(got, tuner._predict_table(op, table, be, shapes, {}))
     choice = tuner.choose(op, be, shapes, matrix=w)
     assert choice.program.meta["M"] == w
+
+    class Store:                                   # what the online label store is handed
+        rows: list = []
+
+        def append(self, family, group, X, cycles):
+            self.rows.append((group, np.asarray(X), np.asarray(cycles)))
+
+    from pimjax.costmodel.features import features
+    store = Store()
+    labelled = Tuner(label_store=store).choose(op, be, shapes, matrix=w)
+    (group, X, _), = store.rows
+    assert group.endswith(f"|matrix={w}")          # never pooled with the default placement's labels
+    ran, default = (features(op, labelled.draft, be, shapes, matrix=m) for m in (w, None))
+    assert not np.array_equal(ran, default)
+    assert any(np.array_equal(r, ran) for r in X)  # the features of the placement the programs ran
+    assert not any(np.array_equal(r, default) for r in X)

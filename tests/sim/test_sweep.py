@@ -143,3 +143,16 @@ def test_sweep_shards_over_four_devices():
                          timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.startswith("ok")
+
+
+def test_stack_variants_promotes_and_refuses_ints_that_would_wrap():
+    """Variants are stacked on the host: an int leaf in one variant and a float in another stack as
+    floats (as jnp.stack promoted them), and an int that 32-bit JAX would wrap is refused by name."""
+    be = get_backend("hbm-pim", channels=8)
+    mixed = stack_variants([be.timing.replace(tRP=14), be.timing.replace(tRP=14.5)])
+    np.testing.assert_array_equal(np.asarray(mixed.tRP), [14.0, 14.5])
+    host = be.system.host
+    with pytest.raises(OverflowError, match="do not fit"):
+        stack_variants([host.replace(mem_bandwidth=448 * 10**9), host.replace(mem_bandwidth=449 * 10**9)])
+    ok = stack_variants([host.replace(mem_bandwidth=448e9), host.replace(mem_bandwidth=449e9)])
+    np.testing.assert_allclose(np.asarray(ok.mem_bandwidth), [448e9, 449e9], rtol=1e-6)
