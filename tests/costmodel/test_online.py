@@ -74,14 +74,14 @@ def test_corrupted_store_is_set_aside_and_torn_lines_skipped(tmp_path):
 
 
 def test_refining_weights_without_a_recorded_range_keeps_none(tmp_path):
-    """Newton's shipped weights predate the saved training range: a fine-tune
+    """UPMEM's shipped weights predate the saved training range: a fine-tune
     on a few rows must not invent a range from those rows alone (it would
     clip every other prediction to their residuals and flag every other
     shape as extrapolating)."""
     from pimjax.costmodel.predictor import Predictor
-    assert Predictor.load(weights_path("newton")).x_min is None
+    assert Predictor.load(weights_path("upmem")).x_min is None
     store = LabelStore(str(tmp_path / "labels.jsonl"))
     X = np.random.default_rng(0).normal(0, 1, (8, F)).astype(np.float32)
-    store.append("newton", "g", X, np.linspace(100.0, 800.0, 8))
-    model = refine("newton", store, str(tmp_path / "r.msgpack"), seconds=10, steps=5, min_rows=1)
+    store.append("upmem", "g", X, np.linspace(100.0, 800.0, 8))
+    model = refine("upmem", store, str(tmp_path / "r.msgpack"), seconds=10, steps=5, min_rows=1)
     assert model.x_min is None and model.bound is None
