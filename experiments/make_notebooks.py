@@ -328,9 +328,8 @@ as the processor of the ops left off PIM: HBM-PIM (64 pseudo-channels), AttAcc (
 32 GDDR6 channels with PIM) and UPMEM (2048 DPUs; its preset has no separate GPU, so the A100 is its
 host — an assumption). Models: LLaMA-2-7B and GPT-3 13B decode layers (batch 1, L 2048) and the
 BERT-base encoder (64 tokens, batch 1: GEMMs, not GEMVs). `speedup_gpu` is the GPU-only time over the
-time with each op where it is faster (`placement="auto"`). **Incomplete:** BERT-base has its HBM-PIM row
-only — its AttAcc tuning had not finished after 20 minutes on the shared 2-core box when the cache was
-written, so the sweep was stopped there (`python experiments/dse_sweeps.py --only families` resumes it)."""),
+time with each op where it is faster (`placement="auto"`). Each row's `tuning_s` is the time its point took
+to tune when the cache was written (`python experiments/dse_sweeps.py --only families` recomputes missing rows)."""),
         ("code", """\
 fam = dse.load("families")
 fam["model"] = fam["point"].str.split(" on ").str[0]; fam["family"] = fam["point"].str.split(" on ").str[1]
