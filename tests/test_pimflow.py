@@ -231,3 +231,21 @@ def test_energy_sums_over_the_plan():
     f12 = pf.fig12(pf.load_cache(pf.ENERGY_CACHE), [model]).set_index("mode")
     assert f12.loc["GPU", "energy"] == 1.0
     assert f12.loc["Newton++", "energy"] == pytest.approx(e["Newton++"]["pj"] / e["GPU"]["pj"])
+
+
+@needs_energy
+def test_energy_cache_follows_the_time_cache():
+    """The energy cache was filled from the current time cache and GPU energy constants: its
+    settings name them, and every model's per-mode end-to-end times are the plans' times now (a
+    recomputed time cache leaves the energy cache stale until `--energy` runs again)."""
+    from pimjax.hw.core import HOST_ENERGY_FIELDS
+    energy, layers = pf.load_cache(pf.ENERGY_CACHE), pf.load_cache()
+    host = pf.backend_for(pf.PIMFLOW_CONFIG).system.gpu
+    assert energy["meta"]["layers_meta"] == layers["meta"]
+    assert energy["meta"]["gpu_energy"] == {f: float(np.asarray(getattr(host, f))) for f in HOST_ENERGY_FIELDS}
+    assert set(energy["models"]) == {pf.cache_key(m, pf.PIM_CHANNELS) for m in pf.ENERGY_MODELS}
+    for m in pf.ENERGY_MODELS:
+        k = pf.cache_key(m, pf.PIM_CHANNELS)
+        res = pf.run_modes(m, layers["layers"][k], kind="fc" if m in pf.BERT_MODELS else "conv")
+        for mode in ("GPU",) + pf.MODES:
+            assert energy["models"][k][mode]["total_ns"] == pytest.approx(res[mode]["total_ns"], rel=1e-12)
