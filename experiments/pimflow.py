@@ -1,6 +1,7 @@
-"""PIMFlow (CNNs on a GPU + PIM memory) reproduced on pimjax's models: Fig. 9, Table 2, Fig. 13.
+"""PIMFlow (CNNs on a GPU + PIM memory) reproduced on pimjax's models: Fig. 9, Table 2, Fig. 12, Fig. 13.
 
     python experiments/pimflow.py                  # use / extend the cache, print the tables
+    python experiments/pimflow.py --energy         # also the Fig. 12 energy cache (~2 min from the time cache)
     python experiments/pimflow.py --recompute      # recompute every layer (~40 min here; 15-25 min split over 2 processes)
     python experiments/pimflow.py --validate 4     # also check the fast PIM time on 4 layers against
                                                    #   lowering + full simulation (tens of s per layer)
@@ -47,10 +48,17 @@ other nodes on the concurrent GPU in between): Newton+ (whole layers on Newton+,
 subgraphs, 2 stages) and PIMFlow (both); Newton++ (whole layers, like Newton+, on Newton++).
 BERT-base (PIMFlow §6.4) at 1 x 3 and 1 x 64 tokens: `bert`.
 
-Fig. 12 (energy) is not reproduced: pimjax's GPU models give time only (no GPU power model), so a
-GPU-vs-PIM energy ratio cannot be formed honestly.
+Fig. 12 (energy; `--energy`, `compute_energy` -> `fig12`): the time-optimal plans above, their energy.
+GPU work: `hw.gpu.gpu_energy_pj` on the bytes the GPU time model counts, constants in the GPU's
+`HostModel` (AttAcc's GPU ENERGY_TABLE; its HBM memory path reused for GDDR6, an assumption); PIM
+work: the program behind each plan's PIM time (the same draft, its time checked equal to the time
+cache's) lowered and simulated (`CycleReport.energy_pj`, the preset's per-command energies).  GPU
+static power: `HostModel.static_power_w` x each run's end-to-end time, 0 by default (no source gives
+the RTX 2060's; PIMFlow's AccelWattch includes it; `breakeven_static_w` gives the static power at
+which each mode's energy equals the GPU's).  PIM background power is not modelled.
 
-Cache: experiments/data/pimflow_layers.json (JSON; keyed by model and PIM channel count).
+Caches: experiments/data/pimflow_layers.json (JSON; keyed by model and PIM channel count), and
+experiments/data/pimflow_energy.json (the energies at 16 PIM channels, from the first).
 """
 from __future__ import annotations
 
@@ -662,6 +670,279 @@ def validate(n_layers: int = 4, path: str = CACHE, log=print) -> list[dict]:
     return out
 
 
+# --------------------------------------------------------------------------- energy (Fig. 12)
+ENERGY_CACHE = os.path.join(HERE, "data", "pimflow_energy.json")
+ENERGY_MODELS = MODELS + tuple(BERT_MODELS)
+# PIMFlow §6.1 "Energy consumption": energy saved against the GPU baseline, the mean over the five
+# CNNs (Fig. 12's bars are not in the text), and Newton++ against Newton+
+PAPER_ENERGY = {"saving_vs_gpu": {"Newton++": 0.18, "PIMFlow": 0.26}, "newtonpp_vs_newtonp": 0.17}
+
+
+def _layer_key(row, pim_channels: int = PIM_CHANNELS) -> tuple:
+    """The shape key the time cache's memo uses (layers of one shape share their PIM programs)."""
+    return (row["kind"], int(row["H"]), int(row["W"]), int(row["C"]), int(row["F"]), int(row["K"]),
+            int(row["stride"]), pim_channels)
+
+
+def pim_energy(op, shapes, backend, placement: str, like: tuple | None = None, n_drafts: int = N_DRAFTS) -> dict:
+    """The energy of the PIM program `pim_time` picks for `op` with `placement` ("input" / "filter"
+    in the banks; like: the whole op's knobs for a share, as `_variant_times`): the draft lowered
+    (filter resident, as `validate`) and simulated (`sim.cycles`, refresh included).
+    {"ns": the estimate (the time cache's figure), "pj": CycleReport.energy_pj, "sim_ns": its
+    simulated time, "knobs"}."""
+    from pimjax.lower import lower
+    from pimjax.sim.cycles import cycles
+    mk = {v: k for k, v in PLACEMENTS.items()}[placement]
+    ns, knobs, draft = pim_time(op, shapes, backend, n_drafts, like=like, matrix=mk)
+    if draft is None:
+        raise ValueError(f"pim_energy: no broadcast draft with the {placement} in the banks")
+    rep = cycles(lower(op, draft, backend, shapes, resident=(1,), matrix=mk), backend)
+    return dict(ns=float(ns), pj=float(rep.energy_pj), sim_ns=float(rep.total_ns), knobs=knobs)
+
+
+def gpu_dynamic_pj(op, shapes, host) -> float:
+    """Dynamic pJ of `op` on the GPU `host` (`sim.host.host_energy` without static power, which
+    `energy_modes` charges over the whole run)."""
+    from pimjax.sim.host import host_energy
+    return host_energy(op, host, shapes, 2, ns=0.0)
+
+
+def _other_pj(host, row) -> float:
+    """Dynamic pJ of a non-contraction node: the bytes `_other_ns` streams, FLOP / 2 MACs (AttAcc
+    charges its elementwise layers flops / 2 x alu), a register access per byte (AttAcc)."""
+    from pimjax.hw.gpu import gpu_energy_pj
+    b = float(row["in_bytes"] + row["out_bytes"])
+    return gpu_energy_pj(host, b, float(row["flops"]) / 2.0, 0.0, reg_accesses=b)
+
+
+def _bound_index(pim, i: int) -> int:
+    """The share whose program gives `pim_bound(pim)[i]`: the first k <= i (k: larger PIM shares)
+    with the smallest time -- its program is what runs (padded) at share index i."""
+    p = np.asarray(pim, np.float64)[:i + 1]
+    return int(np.nanargmin(p)) if np.isfinite(p).any() else i
+
+
+def energy_model(model: str, records: list[dict], memo: dict | None = None, log=print) -> dict:
+    """Energy of the GPU baseline and of every mode's plan (`run_modes`, time-optimal; energy
+    plays no part in the choice) of one model at PIM_CHANNELS.
+
+    Per node: GPU work = `gpu_dynamic_pj` of the op or share it runs (non-contraction nodes
+    `_other_pj`; a channel split's output copy as a copy kernel), PIM work = `pim_energy` of the
+    program behind the plan's time (a share capped by a larger one's time runs that share's
+    program, `pim_bound`), x stages for a pipelined chunk.  Static power: the GPU host's
+    `static_power_w` x the run's end-to-end time (the GPU idles while PIM works); PIM's
+    background power is not modelled (Energy has no such field).
+    Returns {"GPU": {...}, mode: {...}} with total_ns, gpu_pj, pim_pj, static_pj, pj (their
+    sum), "pim_items": {item key "name|config|split var|PIM share|placement": pim_energy record
+    (+ "cached_ns", the time cache's figure)} and "whole_layers": {candidate name: gpu_pj (dynamic,
+    beside PIM), gpu_ns, per configuration its whole-layer PIM pJ and ns}."""
+    from pimjax.search.mixed import RATIOS, share_builder
+    from pimjax.hw.gpu import gpu_energy_pj
+    memo = {} if memo is None else memo
+    kind = "fc" if model in BERT_MODELS else "conv"
+    backends = {c: backend_for(c) for c in CONFIGS}
+    sysm = backends[PIMFLOW_CONFIG].system
+    gpu, cogpu = sysm.gpu, sysm.cogpu
+    table = model_table(model).to_dict("records")
+    res = run_modes(model, records, kind=kind)
+    nodes, rows, idx, *_ = chain(model, records)
+    items: dict = {}
+    t0 = time.perf_counter()
+
+    def pim_item(row, op, shapes, config, var, share, placement, cached_ns):
+        key = _layer_key(row)
+        ik = f"{row['name']}|{config}|{var}|{share:.1f}|{placement}"
+        mk = (key, config, var, round(share, 2), placement)
+        if mk not in memo:
+            be = backends[config]
+            if share >= 1.0:
+                memo[mk] = pim_energy(op, shapes, be, placement)
+            else:
+                wk = (key, config, "whole", 1.0, placement)
+                if wk not in memo:
+                    memo[wk] = pim_energy(op, shapes, be, placement)
+                o, sh = share_builder(op, var)(float(share))      # `share` of the iterations
+                memo[mk] = pim_energy(o, sh, be, placement, like=memo[wk]["knobs"])
+        rec = {k: v for k, v in memo[mk].items() if k != "knobs"}
+        items[ik] = dict(rec, cached_ns=float(cached_ns))
+        return rec["pj"]
+
+    def pim_share(row, rec, op, shapes, var, i):
+        """pJ of the PIM part at GPU ratio index i of split variant `var` (Newton++)."""
+        v = rec["variants"][var]
+        k = _bound_index(v["pim"], i)
+        share = float(np.round(1.0 - RATIOS[k], 2))
+        return pim_item(row, op, shapes, PIMFLOW_CONFIG, v["var"] if share < 1 else "whole", share,
+                        v["matrix"][k], v["pim"][k])
+
+    other_dyn = sum(_other_pj(gpu, row) for row, r in zip(table, records) if r["kind"] == "other")
+    ops = {}
+    base_dyn = other_dyn
+    for i in idx:
+        ops[i] = layer_op(table[i])
+        base_dyn += gpu_dynamic_pj(*ops[i], gpu)
+    P = float(np.asarray(gpu.static_power_w))
+    out = {"GPU": dict(total_ns=res["GPU"]["total_ns"], gpu_pj=base_dyn, pim_pj=0.0,
+                       static_pj=P * res["GPU"]["total_ns"] * 1e3)}
+    for mode in MODES:
+        plan = res[mode]["plan"]
+        g_pj, p_pj = other_dyn, 0.0
+        for j, m in enumerate(plan.nodes):
+            i = idx[j]
+            rec, row = records[i], table[i]
+            op, shapes = ops[i]
+            if m.mode == "gpu":
+                g_pj += gpu_dynamic_pj(op, shapes, cogpu)
+            elif m.mode == "pim":
+                config = "newton+" if mode == "Newton+" else PIMFLOW_CONFIG
+                p_pj += pim_item(row, op, shapes, config, "whole", 1.0, rec[config]["matrix"], rec[config]["ns"])
+            elif m.mode == "md-dp":
+                name = nodes[j][1]
+                v = rec["variants"][name]
+                ri = int(round(m.ratio * 10))
+                o, sh = share_builder(op, v["var"])(float(m.ratio))
+                g_pj += gpu_dynamic_pj(o, sh, cogpu)
+                if name == "channels":         # the output copy `layer_times` charges (merge_ns)
+                    b = 2.0 * float(row["out_bytes"])
+                    g_pj += gpu_energy_pj(cogpu, b, 0.0, 0.0, reg_accesses=b)
+                p_pj += pim_share(row, rec, op, shapes, name, ri)
+            elif m.mode == "pipeline":
+                share = 1.0 / STAGES
+                ri = int(round((1.0 - share) * 10)) if m.device == "pim" else int(round(share * 10))
+                if m.device == "pim":
+                    p_pj += STAGES * pim_share(row, rec, op, shapes, "rows", ri)
+                else:
+                    if not rec.get("variants"):
+                        raise ValueError(f"{model} {rec['name']}: a pipelined GPU node without row shares")
+                    o, sh = share_builder(op, rec["variants"]["rows"]["var"])(share)
+                    g_pj += STAGES * gpu_dynamic_pj(o, sh, cogpu)
+            else:
+                raise ValueError(f"energy_model: unknown node mode {m.mode!r}")
+        tot = res[mode]["total_ns"]
+        out[mode] = dict(total_ns=tot, gpu_pj=g_pj, pim_pj=p_pj, static_pj=P * tot * 1e3)
+    for v in out.values():
+        v["pj"] = v["gpu_pj"] + v["pim_pj"] + v["static_pj"]
+    # every candidate wholly on PIM under each configuration (its faster placement) beside its
+    # dynamic GPU energy on the GPU-only channels: the per-layer comparison no plan choice colours
+    whole = {}
+    for i in idx:
+        rec = records[i]
+        if not rec.get("variants"):
+            continue
+        op, shapes = ops[i]
+        w = dict(gpu_pj=gpu_dynamic_pj(op, shapes, cogpu), gpu_ns=rec["cogpu_ns"])
+        for config in CONFIGS:
+            w[config] = pim_item(table[i], op, shapes, config, "whole", 1.0, rec[config]["matrix"], rec[config]["ns"])
+            w[config + "_ns"] = rec[config]["ns"]
+        whole[rec["name"]] = w
+    out["whole_layers"] = whole
+    out["pim_items"] = items
+    log(f"  {model}: energy of {len(MODES)} modes, {len(items)} PIM programs simulated "
+        f"({time.perf_counter() - t0:.0f} s)")
+    return out
+
+
+def compute_energy(models=ENERGY_MODELS, path: str = ENERGY_CACHE, layers_path: str = CACHE,
+                   recompute: bool = False, log=print) -> dict:
+    """Fill the energy cache (JSON, keyed like the time cache) for `models` at PIM_CHANNELS from
+    the time cache's plans; saved after each model.  Entries whose time-cache settings or GPU
+    energy constants differ are recomputed."""
+    layers = load_cache(layers_path)
+    host = backend_for(PIMFLOW_CONFIG).system.gpu
+    from pimjax.hw.core import HOST_ENERGY_FIELDS
+    meta = dict(layers_meta=layers["meta"], stages=STAGES, layout=2,
+                gpu_energy={f: float(np.asarray(getattr(host, f))) for f in HOST_ENERGY_FIELDS},
+                note="pJ; ns; per mode: gpu_pj (dynamic), pim_pj (simulated programs), static_pj "
+                     "(GPU static power x end-to-end time), pj (sum)")
+    data = load_cache(path) if os.path.exists(path) else {"meta": {}, "models": {}}
+    if data.get("meta") != meta:
+        data = {"meta": meta, "models": {}}
+    memo: dict = {}
+    for m in models:
+        k = cache_key(m, PIM_CHANNELS)
+        if k in data["models"] and not recompute:
+            continue
+        data["models"][k] = energy_model(m, layers["layers"][k], memo, log=log)
+        save_cache(data, path)
+    return data
+
+
+def fig12(energy: dict, models=ENERGY_MODELS) -> "pd.DataFrame":
+    """Fig. 12: per model and mode, the energy normalised to the GPU baseline's (pj / GPU pj),
+    with its parts (GPU dynamic, PIM, GPU static) as shares of the baseline's energy."""
+    import pandas as pd
+    rows = []
+    for m in models:
+        e = energy["models"].get(cache_key(m, PIM_CHANNELS))
+        if e is None:
+            continue
+        base = e["GPU"]["pj"]
+        for mode in ("GPU",) + MODES:
+            rows.append(dict(model=LABELS[m], mode=mode, energy=e[mode]["pj"] / base,
+                             gpu_dyn=e[mode]["gpu_pj"] / base, pim=e[mode]["pim_pj"] / base,
+                             static=e[mode]["static_pj"] / base, time=e[mode]["total_ns"] / e["GPU"]["total_ns"]))
+    return pd.DataFrame(rows)
+
+
+def breakeven_static_w(energy: dict, models=ENERGY_MODELS) -> "pd.DataFrame":
+    """The GPU static power (W) at which each mode's energy equals the GPU baseline's:
+    P = (E_gpu_dyn - E_mode_dyn) / (T_mode - T_gpu) (pJ / ns = 1e3 W; static power accrues over each
+    run's end-to-end time).  Below P a slower mode that saves dynamic energy saves energy; above P
+    a faster mode that spends more saves energy; NaN where no static power makes them equal (the
+    mode costs more dynamic energy and more time, or less of both)."""
+    import pandas as pd
+    rows = []
+    for m in models:
+        e = energy["models"].get(cache_key(m, PIM_CHANNELS))
+        if e is None:
+            continue
+        g = e["GPU"]
+        row = dict(model=LABELS[m])
+        for mode in MODES:
+            d_e = g["gpu_pj"] - (e[mode]["gpu_pj"] + e[mode]["pim_pj"])
+            d_t = e[mode]["total_ns"] - g["total_ns"]
+            p = d_e / d_t / 1e3 if d_t != 0 else float("nan")
+            row[mode] = p if p > 0 else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def layer_energy(energy: dict, models=ENERGY_MODELS) -> "pd.DataFrame":
+    """Per model, the PIM-candidate layers wholly on PIM against the GPU beside PIM (dynamic
+    energy): the median per-layer Newton++ / GPU and Newton++ / Newton+ energy ratios, the summed
+    ones, and how many layers Newton++ runs on less energy than Newton+."""
+    import pandas as pd
+    rows = []
+    for m in models:
+        e = energy["models"].get(cache_key(m, PIM_CHANNELS))
+        if e is None or not e.get("whole_layers"):
+            continue
+        w = pd.DataFrame(e["whole_layers"]).T.astype(float)
+        rows.append(dict(model=LABELS[m], candidates=len(w),
+                         median_pim_over_gpu=float((w[PIMFLOW_CONFIG] / w.gpu_pj).median()),
+                         sum_pim_over_gpu=float(w[PIMFLOW_CONFIG].sum() / w.gpu_pj.sum()),
+                         median_npp_over_np=float((w[PIMFLOW_CONFIG] / w["newton+"]).median()),
+                         sum_npp_over_np=float(w[PIMFLOW_CONFIG].sum() / w["newton+"].sum()),
+                         npp_lower=int((w[PIMFLOW_CONFIG] < w["newton+"]).sum())))
+    return pd.DataFrame(rows)
+
+
+def fig12_vs_paper(df) -> "pd.DataFrame":
+    """The text's figures beside ours: the mean (over the five CNNs) energy saving against the GPU
+    of Newton++ and PIMFlow (1 - E / E_gpu), and Newton++'s saving against Newton+."""
+    import pandas as pd
+    cnn = df[df.model.isin([LABELS[m] for m in MODELS])]
+    piv = cnn.pivot(index="model", columns="mode", values="energy")
+    rows = [dict(figure=f"{mode} saving vs GPU (mean of 5 CNNs)", ours=float((1.0 - piv[mode]).mean()),
+                 paper=PAPER_ENERGY["saving_vs_gpu"][mode]) for mode in ("Newton++", "PIMFlow")]
+    rows.append(dict(figure="Newton++ saving vs Newton+ (mean of 5 CNNs)",
+                     ours=float((1.0 - piv["Newton++"] / piv["Newton+"]).mean()),
+                     paper=PAPER_ENERGY["newtonpp_vs_newtonp"]))
+    out = pd.DataFrame(rows)
+    out["miss_pp"] = 100 * (out.ours - out.paper)
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--recompute", action="store_true", help="recompute every cached model")
@@ -669,6 +950,8 @@ def main(argv=None):
     ap.add_argument("--validate", type=int, default=0, help="layers to check against full simulation")
     ap.add_argument("--no-fig13", action="store_true", help="skip the channel sweep's extra configs")
     ap.add_argument("--no-bert", action="store_true", help="skip BERT-base (PIMFlow §6.4)")
+    ap.add_argument("--energy", action="store_true", help="also fill the Fig. 12 energy cache (simulates "
+                    "the PIM programs of every mode's plan)")
     a = ap.parse_args(argv)
     import pandas as pd
     pd.set_option("display.width", 200)
@@ -687,6 +970,13 @@ def main(argv=None):
     print(placements(data, models).round(3))
     print(fig13(data).round(3))
     print(bert(data).round(3).T)
+    if a.energy:
+        e = compute_energy([m for m in ENERGY_MODELS if cache_key(m, PIM_CHANNELS) in data["layers"]])
+        f12 = fig12(e)
+        print(f12.pivot(index="model", columns="mode", values="energy").round(3))
+        print(fig12_vs_paper(f12).round(3))
+        print(layer_energy(e).round(3))
+        print(breakeven_static_w(e).round(1))
 
 
 if __name__ == "__main__":

@@ -139,3 +139,113 @@ def test_bert_modes_on_the_cached_layers():
     recs = data["layers"][pf.cache_key("bert-base-s3", pf.PIM_CHANNELS)]
     assert {r["kind"] for r in recs if r["candidate"]} == {"fc"}
     assert all(set(r[pf.PIMFLOW_CONFIG]["ns_by"]) == set(pf.PLACEMENTS.values()) for r in recs if r["candidate"])
+
+
+# --------------------------------------------------------------------------- Fig. 12 (energy)
+def test_gpu_energy_of_a_layer_is_attaccs_formula():
+    """A 1x1 CONV's GPU energy = its bytes (input, filter, output once each) x (mem + L2 + L1 pJ/B)
+    + 3 register accesses per MAC + MACs x ALU pJ + static W x ns, every constant read from the
+    HostModel, the bytes and MACs derived here from the layer's shape; the memory figure is the
+    DRAM path the PIM side's per-command energies are built from (AttAcc's FGDRAM per-bit figures)."""
+    from pimjax.hw import presets
+    from pimjax.models import cnn
+    from pimjax.sim.host import host_energy
+    host = pf.backend_for(pf.PIMFLOW_CONFIG).system.gpu
+    path = (presets.E_ACT_PRE_PJ_PER_BIT + presets.E_CELL_RDWR_PJ_PER_BIT + presets.E_COL_TO_BGMUX
+            + presets.E_BGMUX_TO_GIO + presets.E_TSV + presets.E_INTERPOSER)
+    assert float(host.e_mem_pj_per_byte) == pytest.approx(8 * path)
+    assert float(host.e_alu_pj_per_mac) == presets.E_ALU_PJ_PER_MAC
+    table = cnn.cnn_layers("mobilenet-v2")
+    row = table[table.pim_candidate & (table.K == 1)].iloc[0].to_dict()
+    op, shapes = pf.layer_op(row)
+    H, W, C, F = (int(row[k]) for k in ("H", "W", "C", "F"))
+    nbytes = 2 * (H * W * C + C * F + H * W * F)            # stride 1: the output is H x W x F
+    macs = H * W * C * F
+    for P in (0.0, 37.5):                                    # static power: none (the default), and some
+        h = host.replace(static_power_w=P)
+        ns = 12_345.0
+        want = (nbytes * (float(h.e_mem_pj_per_byte) + float(h.e_l2_pj_per_byte) + float(h.e_l1_pj_per_byte))
+                + 3 * macs * float(h.e_reg_pj) + macs * float(h.e_alu_pj_per_mac) + P * ns * 1e3)
+        assert host_energy(op, h, shapes, 2, ns=ns) == pytest.approx(want, rel=1e-12)
+    assert pf.gpu_dynamic_pj(op, shapes, host) == pytest.approx(want - P * ns * 1e3, rel=1e-12)
+
+
+needs_energy = pytest.mark.skipif(not (os.path.exists(pf.ENERGY_CACHE) and os.path.exists(pf.CACHE)),
+                                  reason="experiments/data/pimflow_energy.json not computed "
+                                         "(python experiments/pimflow.py --energy)")
+
+
+@needs_energy
+def test_cached_pim_energy_is_the_simulated_energy_of_its_draft():
+    """The smallest cached whole-layer PIM program of MobileNet-V2 (Newton++): its draft picked again
+    by the closed-form walk (its time = the time cache's), lowered and simulated here: the cached
+    energy is that CycleReport's energy_pj."""
+    from pimjax.lower import lower
+    from pimjax.models import cnn
+    from pimjax.sim.cycles import cycles
+    e = pf.load_cache(pf.ENERGY_CACHE)["models"][pf.cache_key("mobilenet-v2", pf.PIM_CHANNELS)]
+    whole = {k: v for k, v in e["pim_items"].items() if k.split("|")[1:4] == [pf.PIMFLOW_CONFIG, "whole", "1.0"]}
+    key = min(whole, key=lambda k: whole[k]["sim_ns"])
+    name, config, _, _, placement = key.split("|")
+    table = cnn.cnn_layers("mobilenet-v2")
+    row = table[table.name == name].iloc[0].to_dict()
+    op, shapes = pf.layer_op(row)
+    backend = pf.backend_for(config)
+    mk = {v: k for k, v in pf.PLACEMENTS.items()}[placement]
+    ns, _, draft = pf.pim_time(op, shapes, backend, matrix=mk)
+    rec = [r for r in pf.load_cache()["layers"][pf.cache_key("mobilenet-v2", pf.PIM_CHANNELS)] if r["name"] == name][0]
+    assert ns == pytest.approx(rec[config]["ns_by"][placement], rel=1e-12) == whole[key]["cached_ns"]
+    rep = cycles(lower(op, draft, backend, shapes, resident=(1,), matrix=mk), backend)
+    assert whole[key]["pj"] == pytest.approx(float(rep.energy_pj), rel=1e-6)
+    assert whole[key]["sim_ns"] == pytest.approx(float(rep.total_ns), rel=1e-6)
+
+
+@needs_energy
+def test_energy_sums_over_the_plan():
+    """BERT-base 1 x 3 tokens: Newton++ puts every FC layer on PIM, so its PIM energy is the sum of
+    the cached programs of the FC nodes (the same shape, the same program), its GPU energy the other
+    nodes' (their bytes x (mem + L2 + L1 + reg) + FLOP / 2 x ALU, derived here), and each mode's
+    total the sum of its parts; every cached program's time is the time cache's."""
+    model = "bert-base-s3"
+    k = pf.cache_key(model, pf.PIM_CHANNELS)
+    e = pf.load_cache(pf.ENERGY_CACHE)["models"][k]
+    recs = pf.load_cache()["layers"][k]
+    host = pf.backend_for(pf.PIMFLOW_CONFIG).system.gpu
+    table = pf.model_table(model).to_dict("records")
+    items = e["pim_items"]
+    fc = [r for r in recs if r["kind"] == "fc"]
+    pim = sum(items[f"{r['name']}|{pf.PIMFLOW_CONFIG}|whole|1.0|{r[pf.PIMFLOW_CONFIG]['matrix']}"]["pj"] for r in fc)
+    per_byte = float(host.e_mem_pj_per_byte + host.e_l2_pj_per_byte + host.e_l1_pj_per_byte + host.e_reg_pj)
+    other = sum((t["in_bytes"] + t["out_bytes"]) * per_byte + t["flops"] / 2 * float(host.e_alu_pj_per_mac)
+                for t, r in zip(table, recs) if r["kind"] == "other")
+    res = pf.run_modes(model, recs, modes=("Newton++",), kind="fc")
+    assert all(n.mode == "pim" for n in res["Newton++"]["plan"].nodes)
+    assert e["Newton++"]["pim_pj"] == pytest.approx(pim, rel=1e-9)
+    assert e["Newton++"]["gpu_pj"] == pytest.approx(other, rel=1e-9)
+    for mode in ("GPU",) + pf.MODES:
+        m = e[mode]
+        assert m["pj"] == pytest.approx(m["gpu_pj"] + m["pim_pj"] + m["static_pj"], rel=1e-12)
+        assert m["static_pj"] == pytest.approx(float(host.static_power_w) * m["total_ns"] * 1e3)
+    for it in items.values():
+        assert it["ns"] == it["cached_ns"]
+    f12 = pf.fig12(pf.load_cache(pf.ENERGY_CACHE), [model]).set_index("mode")
+    assert f12.loc["GPU", "energy"] == 1.0
+    assert f12.loc["Newton++", "energy"] == pytest.approx(e["Newton++"]["pj"] / e["GPU"]["pj"])
+
+
+@needs_energy
+def test_energy_cache_follows_the_time_cache():
+    """The energy cache was filled from the current time cache and GPU energy constants: its
+    settings name them, and every model's per-mode end-to-end times are the plans' times now (a
+    recomputed time cache leaves the energy cache stale until `--energy` runs again)."""
+    from pimjax.hw.core import HOST_ENERGY_FIELDS
+    energy, layers = pf.load_cache(pf.ENERGY_CACHE), pf.load_cache()
+    host = pf.backend_for(pf.PIMFLOW_CONFIG).system.gpu
+    assert energy["meta"]["layers_meta"] == layers["meta"]
+    assert energy["meta"]["gpu_energy"] == {f: float(np.asarray(getattr(host, f))) for f in HOST_ENERGY_FIELDS}
+    assert set(energy["models"]) == {pf.cache_key(m, pf.PIM_CHANNELS) for m in pf.ENERGY_MODELS}
+    for m in pf.ENERGY_MODELS:
+        k = pf.cache_key(m, pf.PIM_CHANNELS)
+        res = pf.run_modes(m, layers["layers"][k], kind="fc" if m in pf.BERT_MODELS else "conv")
+        for mode in ("GPU",) + pf.MODES:
+            assert energy["models"][k][mode]["total_ns"] == pytest.approx(res[mode]["total_ns"], rel=1e-12)

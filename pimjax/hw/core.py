@@ -202,6 +202,10 @@ class _Replace:
 # --------------------------------------------------------------------------
 # the levels
 # --------------------------------------------------------------------------
+HOST_ENERGY_FIELDS = ("e_mem_pj_per_byte", "e_l2_pj_per_byte", "e_l1_pj_per_byte", "e_reg_pj", "e_alu_pj_per_mac",
+                      "static_power_w")
+
+
 @pytree_dataclass(static=("name", "staging_buffer_bytes", "model", "sms", "l1_bytes_per_sm", "l2_bytes"))
 class HostModel(_Replace):
     """The host (GPU / CPU) and its time model.
@@ -219,6 +223,12 @@ class HostModel(_Replace):
     sms: streaming multiprocessors (thread-block slots of the occupancy and
     attacc models; 0 = not modelled); l1_bytes_per_sm / l2_bytes: the cache
     capacities AttAcc's tiling search reads.
+
+    Energy (`hw.gpu.gpu_energy_pj`; all 0 = no energy model, the default for a
+    host that does not give one): e_mem_pj_per_byte, e_l2_pj_per_byte,
+    e_l1_pj_per_byte: pJ per byte moved to / from the memory, through L2, through
+    L1; e_reg_pj: pJ per register-file access; e_alu_pj_per_mac: pJ per MAC;
+    static_power_w: W drawn whatever the kernel does, charged over the time.
     """
     name: str
     peak_flops: Any
@@ -231,6 +241,12 @@ class HostModel(_Replace):
     sms: int = 0
     l1_bytes_per_sm: int = 0
     l2_bytes: int = 0
+    e_mem_pj_per_byte: Any = 0.0
+    e_l2_pj_per_byte: Any = 0.0
+    e_l1_pj_per_byte: Any = 0.0
+    e_reg_pj: Any = 0.0
+    e_alu_pj_per_mac: Any = 0.0
+    static_power_w: Any = 0.0
 
     def __post_init__(self):
         from .gpu import GPU_MODELS
@@ -238,7 +254,7 @@ class HostModel(_Replace):
         check_finite(self, *self._dynamic_fields)
         check_positive(self, "peak_flops", "mem_bandwidth", "flops_efficiency", "bandwidth_efficiency")
         check_non_negative(self, "launch_overhead_ns", "staging_buffer_bytes", "sms", "l1_bytes_per_sm",
-                           "l2_bytes")
+                           "l2_bytes", *HOST_ENERGY_FIELDS)
         for n in ("flops_efficiency", "bandwidth_efficiency"):
             v = _concrete(getattr(self, n))
             if v is not None and not np.all(v <= 1):

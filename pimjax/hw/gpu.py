@@ -256,6 +256,25 @@ def gpu_time(host, kind: str, **shape) -> float:
                      f"['allreduce', 'attention', 'elementwise', 'gemm', 'gemv']")
 
 
+def gpu_energy_pj(host, bytes_moved: float, macs: float, ns: float, reg_accesses: float | None = None) -> float:
+    """pJ of one kernel on `host` (AttAcc's GPU energy, devices.py `_get_energy`, plus static power):
+
+        bytes_moved x (e_mem + e_l2 + e_l1) + reg_accesses x e_reg + macs x e_alu + static_power_w x ns x 1e3
+
+    bytes_moved: the memory traffic the time model counts (each operand read once, the result
+    written once: `sim.host.op_bytes`), charged once at every level -- AttAcc's elementwise
+    kernels do so; its GEMMs charge L2 / L1 the re-reads of their tiles, which the occupancy /
+    roofline models do not count, so on a product this is the lower bound of the on-chip part.
+    macs: multiply-accumulates (FLOP / 2, as AttAcc).  ns: the kernel's time (static power x
+    time; W x ns = 1e3 pJ).  reg_accesses: register-file accesses (default 3 per MAC -- AttAcc's
+    reg traffic m n k per operand of a product; an elementwise kernel passes its bytes, as AttAcc).
+    Constants: the host's energy fields (`HostModel`; 0 where the host gives none)."""
+    reg = 3.0 * macs if reg_accesses is None else reg_accesses
+    per_byte = _f(host.e_mem_pj_per_byte) + _f(host.e_l2_pj_per_byte) + _f(host.e_l1_pj_per_byte)
+    return float(bytes_moved * per_byte + reg * _f(host.e_reg_pj) + macs * _f(host.e_alu_pj_per_mac)
+                 + _f(host.static_power_w) * ns * 1e3)
+
+
 def _occupied_ns(host, bytes_moved: float, flops: float, blocks: int) -> float:
     """The occupancy model: bandwidth and FLOP/s scaled by the SMs the blocks keep
     busy (wave quantisation), plus the launch."""

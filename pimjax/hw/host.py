@@ -91,15 +91,39 @@ def _model_factors(model: str, who: str) -> tuple[float, float, float]:
     return GPU_MODEL_FACTORS[model]
 
 
+# --------------------------------------------------------------------------
+# GPU dynamic energy (`hw.gpu.gpu_energy_pj`): AttAcc's GPU ENERGY_TABLE
+# --------------------------------------------------------------------------
+# scale-snu/attacc_simulator src/config.py (commit c600051), ENERGY_TABLE['GPU'], "pJ per byte";
+# devices.py `_get_energy` charges mem / l2 / l1 per byte of each level's traffic, 'reg' per
+# register access (its reg traffic is m n k per operand, not multiplied by the element size) and
+# 'alu' per MAC (get_flops() / 2)
+GPU_E_MEM_PJ_PER_BYTE = (0.11 + 0.44 + 1.01 + 1.23 + 0.5 + 0.3) * 8   # 28.72: HBM's FGDRAM path (ACT/PRE 0.11,
+                                    #   cell 0.44, col->BG mux 1.01, BG mux->GIO 1.23, TSV 0.5, interposer 0.3 pJ/b)
+GPU_E_L2_PJ_PER_BYTE = 0.3 * 8      # config.py 'l2'
+GPU_E_L1_PJ_PER_BYTE = 0.16 * 8     # config.py 'l1' ("4-way cache, ref: arxiv 1509.02308")
+GPU_E_REG_PJ = 0.0675               # config.py 'reg', per access
+GPU_E_ALU_PJ_PER_MAC = 0.32         # config.py 'alu', per MAC
+# static power: AttAcc models none; no source in reach gives one for the GPUs here (PIMFlow's
+# AccelWattch RTX 2060 figure is not published in its text), so it is 0 -- GPU energies here are
+# dynamic only (a `replace(static_power_w=...)` adds one, charged over the time)
+GPU_STATIC_POWER_W = 0.0
+
+
 def _gpu(name: str, peak_flops: float, bw: float, factors: tuple, model: str, sms: int, smem_per_sm: int,
          l1_per_sm: int = 0, l2: int = 0) -> HostModel:
     """A GPU's HostModel: its peak, memory and SMs, the GPU model's (bandwidth
     efficiency, FLOP/s efficiency, launch ns), shared memory as the staging
-    buffer, the caches AttAcc's tiling reads (0: not modelled)."""
+    buffer, the caches AttAcc's tiling reads (0: not modelled), AttAcc's GPU
+    energy table (every GPU here: AttAcc gives one table, for HBM; on a GDDR6
+    card such as the RTX 2060 the memory figure is an assumption)."""
     bw_eff, flops_eff, launch = factors
     return HostModel(name=name, peak_flops=peak_flops, mem_bandwidth=bw, flops_efficiency=flops_eff,
                      bandwidth_efficiency=bw_eff, launch_overhead_ns=launch, staging_buffer_bytes=sms * smem_per_sm,
-                     model=model, sms=sms, l1_bytes_per_sm=l1_per_sm, l2_bytes=l2)
+                     model=model, sms=sms, l1_bytes_per_sm=l1_per_sm, l2_bytes=l2,
+                     e_mem_pj_per_byte=GPU_E_MEM_PJ_PER_BYTE, e_l2_pj_per_byte=GPU_E_L2_PJ_PER_BYTE,
+                     e_l1_pj_per_byte=GPU_E_L1_PJ_PER_BYTE, e_reg_pj=GPU_E_REG_PJ,
+                     e_alu_pj_per_mac=GPU_E_ALU_PJ_PER_MAC, static_power_w=GPU_STATIC_POWER_W)
 
 
 def a100(memory="hbm2e", model: str = "roofline") -> HostModel:

@@ -117,3 +117,19 @@ def host_time(op: PimOp, host: HostModel, shapes: dict | None = None,
     kind = "copy" if op.kind in ("host", "layout") else ("reduce" if reduction > 1 else "act")
     return host.elementwise_ns(op_bytes(op, shapes, dtype_bytes), op_flops(op), outputs=outputs,
                                reduction=reduction, kind=kind)
+
+
+def host_energy(op: PimOp, host: HostModel, shapes: dict | None = None, dtype_bytes: dict | int = 2,
+                ns: float | None = None) -> float:
+    """pJ of `op` on the host (`hw.gpu.gpu_energy_pj`): its `op_bytes` (the traffic `host_time`
+    counts), `op_flops` / 2 MACs, 3 register accesses per MAC of a contraction and one per byte
+    of any other op (AttAcc), static power over `ns` (default `host_time` of the op)."""
+    from ..hw.gpu import gpu_energy_pj
+    if shapes is None:
+        from ..partition.verify import infer_shapes
+        shapes = infer_shapes(op)
+    nbytes = float(op_bytes(op, shapes, dtype_bytes))
+    macs = float(op_flops(op)) / 2.0
+    t = float(host_time(op, host, shapes, dtype_bytes)) if ns is None else float(ns)
+    reg = None if op.kind == "contraction" else nbytes
+    return gpu_energy_pj(host, nbytes, macs, t, reg_accesses=reg)
