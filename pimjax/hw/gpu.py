@@ -21,9 +21,11 @@ dispatches on it, so graph ops (`pimjax.sim.host.host_time`) and code without a 
 * ``"occupancy"`` (the presets' default) -- real kernels on few heads / small GEMVs:
   the roofline's bytes and efficiencies, a kernel launch per op, and the SM
   occupancy of the thread blocks the kernel has (AttAcc's wave quantisation, on the
-  thread-block mapping of ordinary CUDA kernels: a warp per output of a GEMV, a
-  128 x 128 tile of a GEMM, a block per row of a row reduction, 8 elements per
-  thread of a map).  Constants and sources below.
+  thread-block mapping of ordinary CUDA kernels: a warp per output of a GEMV; a
+  GEMM's block per output tile and k slice, with the tile (128 x 128 down to
+  32 x 32) and the split-K factor that a library's heuristic would pick, modelled
+  as the fastest; a block per row of a row reduction, 8 elements per thread of a
+  map).  Constants and sources below.
 
 Units: ns; bytes; FLOP.  Shapes: a product is `batch` independent (m x k) . (k x n)
 products (AttAcc's m, n, k, numOp); m is the token / query side.
@@ -51,7 +53,14 @@ OCC_THREADS_PER_BLOCK = 256     # CUDA C++ Best Practices Guide, "Thread and Blo
                                 #   threads per block is "a good initial range"; 256 = 8 warps
 OCC_WARP = 32                   # CUDA Programming Guide: 32 threads per warp
 OCC_ELEMS_PER_THREAD = 8        # CUDA Best Practices ("Coalesced Access"): 16 B vector accesses; 16 B = 8 FP16
-OCC_GEMM_TILE = 128             # CUTLASS's default sm80 FP16 tensor-op threadblock tile 128 x 128 (x 32)
+OCC_GEMM_TILES = ((128, 128), (128, 64), (64, 128), (64, 64), (64, 32), (32, 64), (32, 32))
+                                # FP16 tensor-op threadblock tiles (m x n): 128 x 128 CUTLASS's
+                                #   default_gemm_configuration; the smaller ones the shapes cuBLAS's kernel
+                                #   names carry (recalled: "..._128x64_...", "..._64x64_...",
+                                #   "..._tilesize32x32x64_..."), which its heuristic picks for small products
+OCC_SPLIT_K = (1, 2, 4, 8, 16)  # split-K slices (CUTLASS / cuBLAS "splitK"): each slice a block per output tile
+OCC_TILE_K = 32                 # a slice holds at least one 32-deep k step of the tile
+OCC_PARTIAL_BYTES = 4           # a split's FP32 partial sums, written by the slices and read by one reduction kernel
 OCC_GEMM_MIN = 64               # assumption: a product whose m and n are both >= 64 runs as a tiled tensor-core
                                 #   GEMM; a narrower one as a GEMV kernel (a warp per output, split-free)
 
@@ -155,10 +164,26 @@ def gemm_ns(host, m: int, n: int, k: int, batch: int = 1, elem_bytes: int = 2) -
         return float(host.time_ns(bytes_moved, flops))
     # occupancy: the kernel's thread blocks, its launch
     if m >= OCC_GEMM_MIN and n >= OCC_GEMM_MIN:
-        blocks = batch * math.ceil(m / OCC_GEMM_TILE) * math.ceil(n / OCC_GEMM_TILE)
-    else:
-        blocks = batch * math.ceil(m * n / (OCC_THREADS_PER_BLOCK // OCC_WARP))   # a warp per output
+        return min(_tiled_ns(host, bytes_moved, flops, m, n, k, batch, tile, s)
+                   for tile in OCC_GEMM_TILES for s in OCC_SPLIT_K if s == 1 or s * OCC_TILE_K <= k)
+    blocks = batch * math.ceil(m * n / (OCC_THREADS_PER_BLOCK // OCC_WARP))   # a warp per output
     return _occupied_ns(host, bytes_moved, flops, blocks)
+
+
+def _tiled_ns(host, bytes_moved: float, flops: float, m: int, n: int, k: int, batch: int, tile: tuple,
+              split: int) -> float:
+    """ns of the product as a tensor-core GEMM of threadblock tile `tile` (tm, tn) with k split into
+    `split` slices: a block per (output tile, slice).  A split writes split x m x n FP32 partial sums
+    and a second kernel (one more launch) reads them back and writes the result -- why a library
+    splits k only where the output tiles alone leave SMs idle.  The operands are counted once
+    whatever the tile (L2 absorbs a smaller tile's re-reads: an assumption that favours small tiles).
+    The heuristic that picks a kernel is modelled as the fastest of these candidates."""
+    tm, tn = tile
+    blocks = batch * math.ceil(m / tm) * math.ceil(n / tn) * split
+    if split == 1:
+        return _occupied_ns(host, bytes_moved, flops, blocks)
+    partial = 2.0 * split * batch * m * n * OCC_PARTIAL_BYTES
+    return _occupied_ns(host, bytes_moved + partial, flops, blocks) + _f(host.launch_overhead_ns)
 
 
 def elementwise_ns(host, bytes_moved: float, flops: float = 0.0, *, outputs: int, reduction: int = 1,

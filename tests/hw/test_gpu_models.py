@@ -107,6 +107,34 @@ def test_occupancy_model_launch_and_waves():
     assert gpu.attention_ns(5, D_HEAD, 129) > 3 * 1000.0
 
 
+def test_occupancy_model_gemm_picks_its_tile_and_split():
+    """A GEMM (m, n >= 64) is the fastest of its tiled kernels: a block per (tile, k slice); a split
+    of k adds its FP32 partial sums (written and read) and a reduction launch.  Derived here for
+    BERT's 64-token FC on the RTX 2060 (30 SMs): a 128 x 128 tile would give 6 blocks (a fifth of the
+    SMs), 32 x 32 tiles 48."""
+    from pimjax.hw import get_backend
+    gpu = get_backend("newton").system.gpu
+    bw, fl, launch = (float(gpu.mem_bandwidth * gpu.bandwidth_efficiency),
+                      float(gpu.peak_flops * gpu.flops_efficiency), float(gpu.launch_overhead_ns))
+    m, n, k = 64, 768, 768
+    base = (m * k + k * n + m * n) * 2
+
+    def kernel(tm, tn, s):
+        blocks = math.ceil(m / tm) * math.ceil(n / tn) * s
+        util = blocks / (math.ceil(blocks / gpu.sms) * gpu.sms)
+        extra = 2.0 * s * m * n * 4 if s > 1 else 0.0
+        t = max((base + extra) / (bw * util), 2.0 * m * n * k / (fl * util)) * 1e9 + launch
+        return t + (launch if s > 1 else 0.0)
+
+    tiles = [(128, 128), (128, 64), (64, 128), (64, 64), (64, 32), (32, 64), (32, 32)]
+    want = min(kernel(tm, tn, s) for tm, tn in tiles for s in (1, 2, 4, 8, 16))
+    assert gemm_ns(gpu, m, n, k) == pytest.approx(want, rel=1e-9)
+    assert want < kernel(128, 128, 1) / 3            # the one-tile-size model's 6 blocks
+    # no cliff where the GEMV kernel (a warp per output) gives way to the tiled GEMM
+    for n_, k_ in ((768, 768), (3072, 768), (768, 3072)):
+        assert gemm_ns(gpu, 64, n_, k_) < 1.3 * gemm_ns(gpu, 63, n_, k_)
+
+
 def test_dcc_and_roofline_models_are_the_roofline():
     dcc = a100("hbm3", model="dcc")            # dcc.md: 312 TFLOP/s, 3352 GB/s x 0.81
     bytes_ = (4096 * 4096 + 2 * 4096) * 2
