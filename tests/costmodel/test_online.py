@@ -73,13 +73,20 @@ def test_corrupted_store_is_set_aside_and_torn_lines_skipped(tmp_path):
     assert (tmp_path / "labels.jsonl.corrupt.1").read_bytes() == b"not json at all\n"
 
 
-def test_refining_weights_without_a_recorded_range_keeps_none(tmp_path):
-    """UPMEM's shipped weights predate the saved training range: a fine-tune
-    on a few rows must not invent a range from those rows alone (it would
-    clip every other prediction to their residuals and flag every other
-    shape as extrapolating)."""
-    from pimjax.costmodel.predictor import Predictor
-    assert Predictor.load(weights_path("upmem")).x_min is None
+def test_refining_weights_without_a_recorded_range_keeps_none(tmp_path, monkeypatch):
+    """Weights saved before the training range was (a user's older files):
+    a fine-tune on a few rows must not invent a range from those rows alone
+    (it would clip every other prediction to their residuals and flag every
+    other shape as extrapolating)."""
+    from pimjax.costmodel import predictor
+    from pimjax.costmodel.model import CostModel
+    old = CostModel.load(weights_path("upmem"))
+    old.x_min = old.x_max = old.bound = None             # as such a file loads
+    base = tmp_path / "weights" / "upmem.msgpack"
+    base.parent.mkdir()
+    old.save(str(base))
+    monkeypatch.setattr(predictor, "weights_path", lambda name: str(base))
+    assert predictor.Predictor.load(str(base)).x_min is None
     store = LabelStore(str(tmp_path / "labels.jsonl"))
     X = np.random.default_rng(0).normal(0, 1, (8, F)).astype(np.float32)
     store.append("upmem", "g", X, np.linspace(100.0, 800.0, 8))
