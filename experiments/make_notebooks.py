@@ -486,12 +486,14 @@ side.round(3)"""),
 **Why ours misses the paper's speedups** (every end-to-end miss here is far beyond 15 percentage
 points, in the same direction: PIM rarely pays on our models). The per-layer table below shows why: on
 our models a CONV layer on the 16 PIM channels takes several times as long as on the 16 GPU-only
-channels (Newton++, the faster placement: median 3.2× MBNetV2, 3.8× MnasNet, 5.4× ResNet50, 10×
-VGG16; ENetB0's median 0.43× comes from its many squeeze-excite FC layers), where the paper finds the
+channels (Newton++, the faster placement: median 5.5× MBNetV2, 5.8× MnasNet, 9.6× ResNet50, 16×
+VGG16; ENetB0's median 1.7× comes from its many squeeze-excite FC layers), where the paper finds the
 two "within a close range" for pointwise CONVs (§3). The modelling differences behind it, largest first:
 
 1. **Our GPU is a roofline with wave quantisation ("occupancy" model), not Accel-Sim running cuDNN.**
-   Small mobile-CNN kernels reach a large fraction of the 448 / 224 GB/s in our model; cycle-level
+   A GEMM runs as the fastest of its tiled kernels (tiles 128 × 128 down to 32 × 32, split-K: the
+   pick a library's heuristic would make), so small mobile-CNN kernels keep the SMs busy and reach a
+   large fraction of the 448 / 224 GB/s in our model; cycle-level
    simulation of real cuDNN kernels (implicit GEMM tiles, im2col traffic, L2 misses, launch gaps) is
    much slower on them, which is what left room for PIM in the paper.
 2. **Which operand sits in the banks — now searched, and not the cause.** Every layer and MD-DP share
@@ -511,14 +513,19 @@ two "within a close range" for pointwise CONVs (§3). The modelling differences 
    our Fig. 14 below:
    the buffers gain more, hiding less, than the paper's).
 4. **Half the GPU bandwidth in every PIM mode.** As in the paper, GPU layers run on the 16 GPU-only
-   channels while PIM is on (1.71–1.89× the baseline's time here); with PIM this slow, the lost
+   channels while PIM is on (1.69–1.82× the baseline's time here); with PIM this slow, the lost
    bandwidth costs more than PIM saves, so every mode is slower than the GPU baseline. PIMFlow lets an
    application disable PIM (§5: then all channels serve the GPU); `pim_jit` does so
    (`search.mixed.mixed_plans`), which would give 1.00 here.
 5. The PIM times of the MD-DP shares walk only 4 drafts per placement with the whole layer's knobs
    (capped by the larger shares' times), an upper bound; see `experiments/pimflow.py`. The GPU model's
-   share times are not monotone in the share (e.g. a product with both sides ≥ 64 switches to a tiled
-   GEMM kernel: BERT below), which the MD-DP search exploits where it happens."""),
+   share times still step where a product's two sides reach 64 and the GEMV-style kernel (a warp per
+   output) gives way to the tiled GEMM (≈ 1.2× on BERT's FC, below), which the MD-DP search exploits
+   where it happens.
+6. **Pipelining is timed but never pays.** A pipelined 1x1-DW(-1x1) block runs its depthwise CONV's
+   row chunks on the GPU beside PIM and its 1x1 CONVs' chunks on PIM; with PIM several times slower,
+   a pipelined block takes a median 1.9–2.3× (per model; never below 1.2×) the time of its nodes each
+   in their best single mode, so Algorithm 1 never picks one and PIMFlow-pl equals Newton++."""),
         ("code", """\
 per_layer = []
 for m in models:
@@ -565,11 +572,13 @@ display(t2.set_index("gpu_ratio").T.round(3))
 pf.split_variants(data, models)"""),
         ("md", """\
 **Why the ratios sit at the other end from the paper's.** A split pays where neither device wins by a
-crushing margin (PIMFlow §3), and our search splits about as large a share of the candidates as the
-paper's 58 % (50 %); but with our PIM several times slower than the GPU beside it on CONV layers (the
-per-layer table above), the best split gives PIM 10–30 %, not 50–100 %. The layers wholly on PIM are
-the FC layers (the classifier and EfficientNet's squeeze-excite FCs), whose weights stay resident in the
-banks; no CONV layer goes wholly to PIM, where the paper sends 41 % of the candidates."""),
+crushing margin (PIMFlow §3). With our PIM several times slower than the GPU beside it on CONV layers
+(the per-layer table above), a split saves little: our search splits 19 % of the candidates (paper
+58 %), nearly all of them with 10 % on PIM, and leaves 63 % wholly on the GPU (paper 0 %). The layers
+wholly on PIM (18 %, paper 41 %) are the FC layers (the classifier and EfficientNet's squeeze-excite
+FCs), whose weights stay resident in the banks; no CONV layer goes wholly to PIM. (Before the GPU model
+picked its GEMM tile, a one-size 128 × 128 tile left most SMs idle on mid-sized CONVs, and 50 % of the
+candidates were split, at 70–90 % on the GPU: the split share tracked the GPU model's idle SMs, not PIM.)"""),
         ("md", """\
 ## Fig. 12: energy, normalised to the GPU
 
@@ -667,13 +676,14 @@ display(le.round(3))
 print("GPU static power (W) at which each mode's energy equals the GPU's (NaN: none):")
 display(pf.breakeven_static_w(energy).round(1))"""),
         ("md", """\
-**Why ours misses** (the savings against the GPU by 24 and 51 points; Newton++ against Newton+ in
-the plans by 26 points, but within 1–2 points on the same layers):
+**Why ours misses** (the savings against the GPU by 9 and 24 points; Newton++ against Newton+ in
+the plans by 17 points, but within 1 point on the same layers):
 
-1. **PIM is slower here (Fig. 9), so the plans put fewer, and costlier, layers on PIM.** Newton++ uses
-   *more* energy than Newton+ in the plans only because, being faster, it is chosen for more layers;
-   layer for layer it uses 12–18 % less energy than Newton+ (summed; median per layer 0.85–0.96 ×):
-   the paper's 17 %, which it credits to fewer bank activations, reproduced on the same layers.
+1. **PIM is slower here (Fig. 9), so the plans put few layers on PIM.** Newton+ and Newton++ put the
+   same layers there (the FC layers, whose saving is all of theirs), so in the plans they use the same
+   energy; layer for layer Newton++ uses 12–18 % less energy than Newton+ (summed; median per layer
+   0.84–0.96 ×): the paper's 17 %, which it credits to fewer bank activations, reproduced on the same
+   layers. PIMFlow's MD-DP shares put CONV work on PIM, which costs more than on the GPU (item 2).
 2. **A candidate layer wholly on PIM costs 2–13 × its GPU dynamic energy** (median per model; ENetB0's
    2.1 × thanks to its squeeze-excite FC layers), an FC layer with its weights resident less (BERT
    1 × 3: 0.44 ×). Newton's COMP reads a 32 B column in each of the
@@ -684,14 +694,16 @@ the plans by 26 points, but within 1–2 points on the same layers):
    (56 × 56 × 24 → 144, Newton++, activations in the banks): 175 µJ on PIM, 61 % of it COMP reads,
    against 40 µJ on the GPU. The paper's PIM energy (CACTI 7 with parameters from [54]) and its
    plans (41 % of the candidates wholly on PIM, Table 2) give PIM the savings; ours do not.
-3. **No static power** (above): the PIM modes are 1.1–1.9 × slower than the GPU here, so their
-   energy would grow with any static power. VGG16's Newton+ / Newton++ save 33 % of the dynamic
-   energy (the FC layers on PIM, weights resident) but lose it above ~29 W of GPU static power — the
-   paper's "limited or negative gains" for VGG16 / ResNet50, reached through the missing term.
+3. **No static power** (above): the CNNs' PIM modes are 1.04–1.8 × slower than the GPU here, so their
+   energy would grow with any static power: the mobile CNNs' and ResNet50's Newton+ / Newton++ savings
+   (1.5–3.7 %) vanish above 0.2–0.3 W, VGG16's 33 % (the FC layers on PIM, weights resident) above
+   ~91–96 W — the paper's "limited or negative gains" for VGG16 / ResNet50, reached through the
+   missing term.
 4. **The GPU's on-chip energy is a lower bound** (one L2 / L1 pass per byte, no tile re-reads), and its
    memory figure is HBM's for GDDR6: both understate the GPU's energy, so both understate PIM's savings.
-5. BERT 1 × 64's PIMFlow (time 0.63 ×, energy 1.5 ×) inherits the GPU-model artefact of the BERT
-   section below: the time gain is the GEMM-kernel threshold, and the energy pays for the PIM share."""),
+5. BERT 1 × 64's PIMFlow (FC time 0.84 × Newton++'s, energy 1.5 ×) inherits the GPU-model step of the
+   BERT section below: the time gain is the GEMV / GEMM kernel step, and the energy pays for the PIM
+   share."""),
         ("md", """\
 ## Fig. 13: GPU / PIM channel division
 
@@ -727,11 +739,12 @@ or FC only; both are shown).
 Ours: at 1 × 3 every FC layer runs wholly on PIM (the weights resident in the banks, 1.6× faster than
 the GPU on its FC layers) and PIMFlow equals Newton++, as in the paper. At 1 × 64 PIM is ~5× slower
 than the GPU beside it per FC layer and Newton++ keeps them on the GPU; PIMFlow's extra speedup over
-it (2.6× on the FC layers) is **an artefact of our GPU model, not a reproduction**: the "occupancy"
-model runs a product whose two sides are both ≥ 64 as a 128 × 128-tiled GEMM (`hw.gpu.OCC_GEMM_MIN`,
-an assumption), so 64 × 768 → 768 gets 6 thread blocks on 30 SMs (38.9 µs on the 16 GPU-only
-channels), while 58 tokens run as a GEMV-style kernel (8.5 µs); MD-DP's 90 % GPU share (58 tokens)
-lands under the threshold."""),
+it (20 % on the FC layers, 15 % end to end; paper 32 %) comes from **a step in our GPU model, not from
+PIM's work**: the "occupancy" model runs a product with fewer than 64 rows as a GEMV-style kernel (a
+warp per output, `hw.gpu.OCC_GEMM_MIN`, an assumption) and a larger one as a tiled GEMM, so
+64 × 768 → 768 takes 10.5 µs on the 16 GPU-only channels and 58 tokens 8.5 µs; MD-DP's 90 % GPU share
+(58 tokens) lands under the threshold. (With one 128 × 128 tile size, before the GPU model picked its
+tile, the step was 38.9 against 8.5 µs and PIMFlow's gain 2.6×.)"""),
         ("code", """\
 bt = pf.bert(data)
 display(bt.set_index("model").T.round(3)) if len(bt) else print("BERT not cached")"""),

@@ -302,6 +302,13 @@ def _variant_times(op, var, backend, memo, key, n_drafts):
     return dict(gpu=gpu, pim=pim, matrix=mat)
 
 
+def _share_gpu_ns(build, share: float, host) -> float:
+    """ns on `host` of `share` of an op's iterations (`share_builder`'s build)."""
+    from pimjax.sim.host import host_time
+    op, shapes = build(share)
+    return float(host_time(op, host, shapes, 2))
+
+
 def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, n_drafts: int = N_DRAFTS,
                 variants=("rows", "channels"), log=print) -> list[dict]:
     """Per node of `model` (224 x 224): name, kind, op, candidate, gpu_ns (baseline GPU, all
@@ -309,7 +316,7 @@ def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, n_draft
     its gpu / pim lists over `RATIOS` and merge_ns (ns)."""
     from pimjax.hw.gpu import elementwise_ns
     from pimjax.models import cnn
-    from pimjax.search.mixed import split_vars
+    from pimjax.search.mixed import RATIOS, share_builder, split_vars
     from pimjax.sim.host import host_time
     backend = backend_for(PIMFLOW_CONFIG, pim_channels)
     plus = backend_for("newton+", pim_channels)
@@ -328,6 +335,13 @@ def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, n_draft
         op, shapes = layer_op(row)
         rec["gpu_ns"] = float(host_time(op, backend.system.gpu, shapes, 2))
         rec["cogpu_ns"] = float(host_time(op, backend.system.cogpu, shapes, 2))
+        rows_var = split_vars(op).get("rows")
+        if not rec["candidate"] and rows_var is not None:
+            # a GPU-only node (a depthwise CONV) inside a pipelined subgraph runs as row chunks
+            # beside PIM: its row shares on the concurrent GPU, what `pipeline_ns` charges a chunk
+            build = share_builder(op, rows_var)
+            rec["gpu_rows"] = dict(var=rows_var, gpu=[_share_gpu_ns(build, float(r), backend.system.cogpu)
+                                                      if r > 0 else 0.0 for r in RATIOS])
         if rec["candidate"]:
             key = (row["kind"], row["H"], row["W"], row["C"], row["F"], row["K"], row["stride"], pim_channels)
             vs = split_vars(op)
@@ -391,7 +405,7 @@ def compute(models=MODELS, configs=None, recompute: bool = False, path: str = CA
                 configs=dict(plus="newton+", pimflow=PIMFLOW_CONFIG), placements=list(PLACEMENTS.values()),
                 note="ns; gpu/pim lists over search.mixed.RATIOS (GPU share 0..1), PIM shares on "
                      f"{PIMFLOW_CONFIG} under the faster placement (matrix lists the winner); "
-                     "newton+: the whole layer on Newton+")
+                     "newton+: the whole layer on Newton+; gpu_rows: a GPU-only node's row shares beside PIM")
     if data["layers"] and data.get("meta") != meta:
         # layers computed under other settings (or an older record layout) must not pass for these
         log(f"{path}: cached under other settings ({data.get('meta')}): every layer is recomputed")
@@ -435,8 +449,11 @@ def node_times(rec: dict, variant: str | None = None, config: str = PIMFLOW_CONF
         gpu[-1] = v["gpu"][-1]
         return NodeTimes(rec["name"], gpu, pim, None, kind), "rows"
     if not rec.get("variants"):
-        gpu = np.where(RATIOS > 0, np.nan, 0.0)
-        gpu[-1] = rec["cogpu_ns"]
+        if rec.get("gpu_rows"):           # GPU only, with its row shares (a pipelined DW CONV's chunks)
+            gpu = np.asarray(rec["gpu_rows"]["gpu"], np.float64)
+        else:
+            gpu = np.where(RATIOS > 0, np.nan, 0.0)
+            gpu[-1] = rec["cogpu_ns"]
         pim = np.where(RATIOS < 1, np.nan, 0.0)
         return NodeTimes(rec["name"], gpu, pim, None, kind), None
     vs = {name: NodeTimes(rec["name"], v["gpu"], pim_bound(v["pim"]), v["merge_ns"], kind)
@@ -812,9 +829,11 @@ def energy_model(model: str, records: list[dict], memo: dict | None = None, log=
                 if m.device == "pim":
                     p_pj += STAGES * pim_share(row, rec, op, shapes, "rows", ri)
                 else:
-                    if not rec.get("variants"):
+                    var = rec["variants"]["rows"]["var"] if rec.get("variants") else \
+                        (rec.get("gpu_rows") or {}).get("var")
+                    if var is None:
                         raise ValueError(f"{model} {rec['name']}: a pipelined GPU node without row shares")
-                    o, sh = share_builder(op, rec["variants"]["rows"]["var"])(share)
+                    o, sh = share_builder(op, var)(share)
                     g_pj += STAGES * gpu_dynamic_pj(o, sh, cogpu)
             else:
                 raise ValueError(f"energy_model: unknown node mode {m.mode!r}")

@@ -127,6 +127,37 @@ def test_modes_on_the_cached_layers():
 
 
 @needs_cache
+def test_pipelining_runs_its_depthwise_chunks_on_the_gpu():
+    """PIMFlow-pl can pipeline MobileNet-V2's 1x1-DW(-1x1) blocks: a depthwise CONV (GPU only)
+    keeps its row shares beside PIM, so each pipelined segment has a finite time, `pipeline_ns` of
+    its nodes' chunk times (the DW chunk recomputed here from the GPU model), and Algorithm 1's
+    recorded table holds nothing slower for that segment."""
+    from pimjax.search.mixed import pipeline_devices, pipeline_ns, share_builder
+    from pimjax.sim.host import host_time
+    model = "mobilenet-v2"
+    recs = pf.load_cache()["layers"][pf.cache_key(model, pf.PIM_CHANNELS)]
+    table = pf.model_table(model).to_dict("records")
+    res = pf.run_modes(model, recs, modes=("PIMFlow-pl",))
+    nodes, rows, idx, _, _, segs, _ = pf.chain(model, recs)
+    T = res["PIMFlow-pl"]["plan"].table
+    cogpu = pf.backend_for(pf.PIMFLOW_CONFIG).system.cogpu
+    assert len(segs) >= 10
+    for start, length in segs:
+        chunk = rows[start:start + length]
+        devs = pipeline_devices(chunk)
+        assert "gpu" in devs and "pim" in devs
+        for j, dev in zip(range(start, start + length), devs):
+            if dev == "gpu":
+                rec, row = recs[idx[j]], table[idx[j]]
+                op, _ = pf.layer_op(row)
+                sub, shapes = share_builder(op, rec["gpu_rows"]["var"])(1.0 / pf.STAGES)
+                want = float(host_time(sub, cogpu, shapes, 2))
+                assert chunk[j - start].share_ns("gpu", 1.0 / pf.STAGES) == pytest.approx(want, rel=1e-12)
+        t = pipeline_ns(chunk, devs, pf.STAGES)
+        assert np.isfinite(t) and T[start, length] <= t * (1 + 1e-12)
+
+
+@needs_cache
 def test_bert_modes_on_the_cached_layers():
     """BERT-base (PIMFlow §6.4): PIMFlow's space holds Newton++'s (never slower); at 1 x 3 tokens
     the FC layers' best plan is the same as Newton++'s (the paper: "performs the same")."""
