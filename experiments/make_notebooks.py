@@ -491,8 +491,9 @@ VGG16; ENetB0's median 1.7× comes from its many squeeze-excite FC layers), wher
 two "within a close range" for pointwise CONVs (§3). The modelling differences behind it, largest first:
 
 1. **Our GPU is a roofline with wave quantisation ("occupancy" model), not Accel-Sim running cuDNN.**
-   A GEMM runs as the fastest of its tiled kernels (tiles 128 × 128 down to 32 × 32, split-K: the
-   pick a library's heuristic would make), so small mobile-CNN kernels keep the SMs busy and reach a
+   A GEMM runs as the fastest of its tiled kernels (tiles 128 × 128 down to 32 × 32, split-K; with the
+   operands counted once and no per-tile cost the most-occupying tile wins, an optimistic bound on a
+   library's pick that no measured GEMM has checked yet), so small mobile-CNN kernels keep the SMs busy and reach a
    large fraction of the 448 / 224 GB/s in our model; cycle-level
    simulation of real cuDNN kernels (implicit GEMM tiles, im2col traffic, L2 misses, launch gaps) is
    much slower on them, which is what left room for PIM in the paper.
@@ -574,7 +575,8 @@ pf.split_variants(data, models)"""),
 **Why the ratios sit at the other end from the paper's.** A split pays where neither device wins by a
 crushing margin (PIMFlow §3). With our PIM several times slower than the GPU beside it on CONV layers
 (the per-layer table above), a split saves little: our search splits 19 % of the candidates (paper
-58 %), nearly all of them with 10 % on PIM, and leaves 63 % wholly on the GPU (paper 0 %). The layers
+58 %), 15 of those 19 points with 10 % on PIM (3 with 20 %, 1 with 90 %), and leaves 63 % wholly on the
+GPU (paper 0 %). The layers
 wholly on PIM (18 %, paper 41 %) are the FC layers (the classifier and EfficientNet's squeeze-excite
 FCs), whose weights stay resident in the banks; no CONV layer goes wholly to PIM. (Before the GPU model
 picked its GEMM tile, a one-size 128 × 128 tile left most SMs idle on mid-sized CONVs, and 50 % of the
@@ -682,7 +684,7 @@ the plans by 17 points, but within 1 point on the same layers):
 1. **PIM is slower here (Fig. 9), so the plans put few layers on PIM.** Newton+ and Newton++ put the
    same layers there (the FC layers, whose saving is all of theirs), so in the plans they use the same
    energy; layer for layer Newton++ uses 12–18 % less energy than Newton+ (summed; median per layer
-   0.84–0.96 ×): the paper's 17 %, which it credits to fewer bank activations, reproduced on the same
+   0.85–0.96 ×): the paper's 17 %, which it credits to fewer bank activations, reproduced on the same
    layers. PIMFlow's MD-DP shares put CONV work on PIM, which costs more than on the GPU (item 2).
 2. **A candidate layer wholly on PIM costs 2–13 × its GPU dynamic energy** (median per model; ENetB0's
    2.1 × thanks to its squeeze-excite FC layers), an FC layer with its weights resident less (BERT
@@ -701,7 +703,7 @@ the plans by 17 points, but within 1 point on the same layers):
    missing term.
 4. **The GPU's on-chip energy is a lower bound** (one L2 / L1 pass per byte, no tile re-reads), and its
    memory figure is HBM's for GDDR6: both understate the GPU's energy, so both understate PIM's savings.
-5. BERT 1 × 64's PIMFlow (FC time 0.84 × Newton++'s, energy 1.5 ×) inherits the GPU-model step of the
+5. BERT 1 × 64's PIMFlow (FC time 0.84 × Newton++'s, energy 1.49 ×) inherits the GPU-model step of the
    BERT section below: the time gain is the GEMV / GEMM kernel step, and the energy pays for the PIM
    share."""),
         ("md", """\

@@ -781,6 +781,11 @@ def energy_model(model: str, records: list[dict], memo: dict | None = None, log=
                 o, sh = share_builder(op, var)(float(share))      # `share` of the iterations
                 memo[mk] = pim_energy(o, sh, be, placement, like=memo[wk]["knobs"])
         rec = {k: v for k, v in memo[mk].items() if k != "knobs"}
+        if not np.isclose(rec["ns"], float(cached_ns), rtol=1e-9, atol=0.0):
+            # the energy must be that of the program behind the plan's time, or it describes another plan
+            raise ValueError(f"{ik}: the draft picked again times {rec['ns']:,.1f} ns, the time cache says "
+                             f"{float(cached_ns):,.1f} ns: recompute the time cache (python experiments/pimflow.py "
+                             "--recompute) before --energy")
         items[ik] = dict(rec, cached_ns=float(cached_ns))
         return rec["pj"]
 

@@ -117,6 +117,12 @@ def test_modes_on_the_cached_layers():
     from pimjax.sim.host import host_time
     backend = pf.backend_for(pf.PIMFLOW_CONFIG)
     table = cnn.cnn_layers(model)
+    # every contraction node's GPU times (the GEMM tiles, the GEMV kernels) are the GPU model's now
+    for row, r in zip(table.to_dict("records"), recs):
+        if r["kind"] != "other":
+            o, sh = pf.layer_op(row)
+            assert r["gpu_ns"] == pytest.approx(float(host_time(o, backend.system.gpu, sh, 2)), rel=1e-12)
+            assert r["cogpu_ns"] == pytest.approx(float(host_time(o, backend.system.cogpu, sh, 2)), rel=1e-12)
     i = int(table.index[table.pim_candidate][-2])          # the head's 1x1 CONV
     op, shapes = pf.layer_op(table.iloc[i].to_dict())
     assert recs[i]["cogpu_ns"] == pytest.approx(float(host_time(op, backend.system.cogpu, shapes, 2)))
@@ -257,11 +263,57 @@ def test_energy_sums_over_the_plan():
         m = e[mode]
         assert m["pj"] == pytest.approx(m["gpu_pj"] + m["pim_pj"] + m["static_pj"], rel=1e-12)
         assert m["static_pj"] == pytest.approx(float(host.static_power_w) * m["total_ns"] * 1e3)
-    for it in items.values():
-        assert it["ns"] == it["cached_ns"]
+    for em in pf.load_cache(pf.ENERGY_CACHE)["models"].values():   # every program behind every plan
+        for it in em["pim_items"].values():
+            assert it["ns"] == pytest.approx(it["cached_ns"], rel=1e-9)
     f12 = pf.fig12(pf.load_cache(pf.ENERGY_CACHE), [model]).set_index("mode")
     assert f12.loc["GPU", "energy"] == 1.0
     assert f12.loc["Newton++", "energy"] == pytest.approx(e["Newton++"]["pj"] / e["GPU"]["pj"])
+
+
+@needs_energy
+def test_md_dp_energy_is_its_shares_energy():
+    """MobileNet-V2's PIMFlow-md plan: its GPU energy is the other nodes', the GPU-mode nodes' whole
+    and the MD-DP nodes' GPU shares (each `gpu_dynamic_pj` of the share's op on the GPU beside PIM,
+    plus a channel split's output copy), its PIM energy the cached programs of the PIM shares the
+    plan's ratios name (a share capped by a larger share's time charged as that share)."""
+    from pimjax.hw.gpu import gpu_energy_pj
+    from pimjax.search.mixed import RATIOS, share_builder
+    model = "mobilenet-v2"
+    k = pf.cache_key(model, pf.PIM_CHANNELS)
+    e = pf.load_cache(pf.ENERGY_CACHE)["models"][k]
+    recs = pf.load_cache()["layers"][k]
+    table = pf.model_table(model).to_dict("records")
+    cogpu, gpu = pf.backend_for(pf.PIMFLOW_CONFIG).system.cogpu, pf.backend_for(pf.PIMFLOW_CONFIG).system.gpu
+    plan = pf.run_modes(model, recs, modes=("PIMFlow-md",))["PIMFlow-md"]["plan"]
+    nodes, _, idx, *_ = pf.chain(model, recs)
+    g = sum(pf._other_pj(gpu, t) for t, r in zip(table, recs) if r["kind"] == "other")
+    p, splits = 0.0, 0
+    for j, m in enumerate(plan.nodes):
+        rec, row = recs[idx[j]], table[idx[j]]
+        op, shapes = pf.layer_op(row)
+        if m.mode == "gpu":
+            g += pf.gpu_dynamic_pj(op, shapes, cogpu)
+            continue
+        if m.mode == "pim":
+            p += e["pim_items"][f"{row['name']}|{pf.PIMFLOW_CONFIG}|whole|1.0|{rec[pf.PIMFLOW_CONFIG]['matrix']}"]["pj"]
+            continue
+        assert m.mode == "md-dp"
+        splits += 1
+        v = rec["variants"][nodes[j][1]]
+        g += pf.gpu_dynamic_pj(*share_builder(op, v["var"])(float(m.ratio)), cogpu)
+        if nodes[j][1] == "channels":
+            b = 2.0 * float(row["out_bytes"])
+            g += gpu_energy_pj(cogpu, b, 0.0, 0.0, reg_accesses=b)
+        i = int(round(m.ratio * 10))
+        bounded = pf.pim_bound(v["pim"])
+        kk = min(kk for kk in range(i + 1) if v["pim"][kk] == bounded[i])   # the share whose program runs
+        share = float(np.round(1.0 - RATIOS[kk], 2))
+        key = f"{row['name']}|{pf.PIMFLOW_CONFIG}|{v['var'] if share < 1 else 'whole'}|{share:.1f}|{v['matrix'][kk]}"
+        p += e["pim_items"][key]["pj"]
+    assert splits >= 3
+    assert e["PIMFlow-md"]["gpu_pj"] == pytest.approx(g, rel=1e-9)
+    assert e["PIMFlow-md"]["pim_pj"] == pytest.approx(p, rel=1e-9)
 
 
 @needs_energy

@@ -23,8 +23,10 @@ dispatches on it, so graph ops (`pimjax.sim.host.host_time`) and code without a 
   occupancy of the thread blocks the kernel has (AttAcc's wave quantisation, on the
   thread-block mapping of ordinary CUDA kernels: a warp per output of a GEMV; a
   GEMM's block per output tile and k slice, with the tile (128 x 128 down to
-  32 x 32) and the split-K factor that a library's heuristic would pick, modelled
-  as the fastest; a block per row of a row reduction, 8 elements per thread of a
+  32 x 32) and the split-K factor that make it fastest -- with the operands counted
+  once and no per-tile efficiency cost, the most-occupying tile wins (mostly 32 x 32
+  on CNN layers): an optimistic bound on a library's pick, not yet checked against a
+  measured GEMM; a block per row of a row reduction, 8 elements per thread of a
   map).  Constants and sources below.
 
 Units: ns; bytes; FLOP.  Shapes: a product is `batch` independent (m x k) . (k x n)
@@ -177,7 +179,7 @@ def _tiled_ns(host, bytes_moved: float, flops: float, m: int, n: int, k: int, ba
     and a second kernel (one more launch) reads them back and writes the result -- why a library
     splits k only where the output tiles alone leave SMs idle.  The operands are counted once
     whatever the tile (L2 absorbs a smaller tile's re-reads: an assumption that favours small tiles).
-    The heuristic that picks a kernel is modelled as the fastest of these candidates."""
+    The library's pick is modelled as the fastest of these candidates (an optimistic bound)."""
     tm, tn = tile
     blocks = batch * math.ceil(m / tm) * math.ceil(n / tn) * split
     if split == 1:
@@ -286,14 +288,21 @@ def gpu_energy_pj(host, bytes_moved: float, macs: float, ns: float, reg_accesses
 
         bytes_moved x (e_mem + e_l2 + e_l1) + reg_accesses x e_reg + macs x e_alu + static_power_w x ns x 1e3
 
-    bytes_moved: the memory traffic the time model counts (each operand read once, the result
-    written once: `sim.host.op_bytes`), charged once at every level -- AttAcc's elementwise
+    bytes_moved: the operand traffic (each operand read once, the result written once:
+    `sim.host.op_bytes`; a split-K pick's FP32 partials, which the occupancy time model adds,
+    are not charged -- a lower bound), charged once at every level -- AttAcc's elementwise
     kernels do so; its GEMMs charge L2 / L1 the re-reads of their tiles, which the occupancy /
     roofline models do not count, so on a product this is the lower bound of the on-chip part.
     macs: multiply-accumulates (FLOP / 2, as AttAcc).  ns: the kernel's time (static power x
     time; W x ns = 1e3 pJ).  reg_accesses: register-file accesses (default 3 per MAC -- AttAcc's
     reg traffic m n k per operand of a product; an elementwise kernel passes its bytes, as AttAcc).
-    Constants: the host's energy fields (`HostModel`; 0 where the host gives none)."""
+    Constants: the host's energy fields (`HostModel`); ValueError when they are all 0 (a host
+    without an energy model, e.g. UPMEM's Xeon: no silent 0 pJ)."""
+    from .core import HOST_ENERGY_FIELDS
+    if not any(_f(getattr(host, f)) for f in HOST_ENERGY_FIELDS):
+        raise ValueError(f"host {getattr(host, 'name', host)!r} has no energy model (its HostModel energy fields "
+                         f"{HOST_ENERGY_FIELDS} are all 0); give them values with a source, e.g. "
+                         "`replace(host, e_mem_pj_per_byte=..., ...)` (hw/host.py cites AttAcc's for the GPUs)")
     reg = 3.0 * macs if reg_accesses is None else reg_accesses
     per_byte = _f(host.e_mem_pj_per_byte) + _f(host.e_l2_pj_per_byte) + _f(host.e_l1_pj_per_byte)
     return float(bytes_moved * per_byte + reg * _f(host.e_reg_pj) + macs * _f(host.e_alu_pj_per_mac)

@@ -143,14 +143,11 @@ def test_shipped_weights_flag_a_32k_gemv_and_not_an_in_range_one(backend):
     big = model.predict_full(_gemv_rows(backend, (32768, 32768))[3][:64])
     assert big["extrapolating"].all()
     small = model.predict_full(_gemv_rows(backend, (256, 256))[3])
-    if backend == "upmem":
-        # UPMEM's 256 x 256 GEMV has 11 664 drafts, its training a sample of 7 272 drafts over 176
-        # shapes: the space's corners (a 256-row tile on one DPU, 13 tasklet points) lie beyond
-        # the sampled drafts' features and are flagged -- a handful, never the draft ranked first
-        assert small["extrapolating"].mean() < 0.01
-        assert not small["extrapolating"][int(np.argmin(small["cycles"]))]
-    else:
-        assert not small["extrapolating"].any()
+    # training labels a sample of each shape's drafts: a space's corners (UPMEM: a 256-row tile on
+    # one DPU, 48 of 11 664 drafts) may lie beyond the sampled features and be flagged -- a handful,
+    # never the draft ranked first
+    assert small["extrapolating"].mean() < 0.01
+    assert not small["extrapolating"][int(np.argmin(small["cycles"]))]
     assert np.isfinite(small["sigma"]).all() and np.median(small["sigma"]) < 0.1
 
 

@@ -130,6 +130,16 @@ def test_occupancy_model_gemm_picks_its_tile_and_split():
     want = min(kernel(tm, tn, s) for tm, tn in tiles for s in (1, 2, 4, 8, 16))
     assert gemm_ns(gpu, m, n, k) == pytest.approx(want, rel=1e-9)
     assert want < kernel(128, 128, 1) / 3            # the one-tile-size model's 6 blocks
+    # a long k on a small output: 4 tiles fill 4 of 30 SMs, so split-K pays despite its partials
+    m, n, k = 64, 64, 8192
+    base = (m * k + k * n + m * n) * 2
+    split = min(kernel(tm, tn, s) for tm, tn in tiles for s in (2, 4, 8, 16))
+    assert split < min(kernel(tm, tn, 1) for tm, tn in tiles)
+    assert gemm_ns(gpu, m, n, k) == pytest.approx(split, rel=1e-9)
+    # k = 48 holds one 32-deep step: no split is allowed
+    m, n, k = 64, 64, 48
+    base = (m * k + k * n + m * n) * 2
+    assert gemm_ns(gpu, m, n, k) == pytest.approx(min(kernel(tm, tn, 1) for tm, tn in tiles), rel=1e-9)
     # no cliff where the GEMV kernel (a warp per output) gives way to the tiled GEMM
     for n_, k_ in ((768, 768), (3072, 768), (768, 3072)):
         assert gemm_ns(gpu, 64, n_, k_) < 1.3 * gemm_ns(gpu, 63, n_, k_)
