@@ -400,3 +400,380 @@ def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np
             list(pool.map(part, range(len(edges) - 1)))
     return {"buckets": buckets, "end": end, "counts": counts}
 
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Many timing variants of one stream at once (a sweep's V rows): `_stream` with every piece of state that
+# depends on the timing given a trailing variant axis
+
+
+@njit(nogil=True, cache=True)
+def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts, t_end):
+    """`_stream` of records lo:hi of `rec` under W timing variants at once,
+    record by record: the record's decoding (op, class, bank, row, n,
+    bucket) is done once, then each variant's state is advanced in an inner
+    loop over the variants, every operation as `_stream` does it (results
+    bit-identical to W `_stream` calls).
+
+    t: [N_LAT, W] float64 latencies, chains: [N_LAT, CHAIN, W] their chains
+    (the variant axis last: the inner loop reads them contiguously).
+    Adds into buckets [5, W] and counts [8, W]; writes the end times into
+    t_end [W] (which must hold zeros)."""
+    W = t.shape[1]
+    n_bg = max(1, banks // per_bg)
+    open_row = np.full((banks, W), -1, np.int64)
+    b_act = np.full((banks, W), NEVER)
+    b_rd = np.full((banks, W), NEVER)
+    b_wr = np.full((banks, W), NEVER)
+    b_ready = np.zeros((banks, W))
+    bg_act = np.full((n_bg, W), NEVER)
+    side_bg = np.full((n_bg, W), NEVER)
+    faw = np.full((4, W), NEVER)
+    last_act = np.full(W, NEVER)
+    last_col = np.full(W, NEVER)
+    last_rd = np.full(W, NEVER)
+    last_wr = np.full(W, NEVER)
+    last_side = np.full(W, NEVER)
+    t_issue = np.full(W, NEVER)
+    t_bar = np.full(W, NEVER)
+    ref_end = np.full(W, NEVER)
+    last_arr = np.full(W, NEVER)
+    last_buf = np.full(W, NEVER)
+    floor_t = np.zeros(W)
+    end = np.zeros(W)
+    need = np.zeros(W, np.bool_)
+    tmp = np.zeros(W)
+    next_ref = np.empty(W)
+    for v in range(W):
+        next_ref[v] = t[REF0, v] if t[REF0, v] > 0 else t[REFI, v]
+    # the record-determined state: the same in every variant
+    last_col_bg = last_wr_bg = -1
+    last_allbank = False
+    # the counts every variant adds alike (columns, data bus, commands), summed once in the same order
+    c_rd = c_wr = c_ab = c_bus = c_cmd = 0.0
+    for i in range(lo, hi):
+        n_i = rec[3, i]
+        if n_i <= 0:
+            continue
+        op = rec[0, i]
+        n = float(n_i)
+        is_col = cls[op, COLUMN] == 1
+        write = cls[op, WRITE] == 1
+        allbank = cls[op, ALLBANK] == 1
+        op_wait = cls[op, WAIT] == 1
+        wait = op_wait or rec[7, i] == 1
+        b = min(max(rec[1, i], 0), banks - 1)
+        row = rec[2, i]
+
+        # 1. refresh between records, per variant (each variant's refresh falls at its own time)
+        for v in range(W):
+            due = refresh and t_end[v] >= next_ref[v]
+            if due:
+                start = next_ref[v]
+                if last_allbank:
+                    start = max(start, last_col[v] + t[RTP_AB, v])
+                wr_pre = t[WR_PRE, v]
+                for bb in range(banks):
+                    if open_row[bb, v] >= 0:
+                        start = max(start, b_act[bb, v] + t[RAS, v], b_rd[bb, v] + t[RTP, v], b_wr[bb, v] + wr_pre)
+                if is_col and not allbank and row >= 0 and open_row[b, v] != row:
+                    if open_row[b, v] >= 0:
+                        ready0 = max(b_act[b, v] + t[RAS, v], b_rd[b, v] + t[RTP, v], b_wr[b, v] + wr_pre) + t[RP, v]
+                    else:
+                        ready0 = b_ready[b, v]
+                    ready0 = max(ready0, ref_end[v], 0.0)
+                    if wait:
+                        ready0 = max(ready0, t_end[v])
+                    k0 = 0
+                    for j in range(1, 4):
+                        if faw[j, v] < faw[k0, v]:
+                            k0 = j
+                    act0 = max(ready0, b_act[b, v] + t[RC, v], bg_act[b // per_bg, v] + t[RRD_L, v],
+                               last_act[v] + t[RRD_S, v], faw[k0, v] + t[FAW, v])
+                    if act0 < min(start, last_act[v] + t[REFW, v]):
+                        due = False
+                if due:
+                    end_ref = start + t[RP_REF, v] + t[RFC, v]
+                    for bb in range(banks):
+                        open_row[bb, v] = -1
+                        b_ready[bb, v] = max(b_ready[bb, v], end_ref)
+                    missed = np.floor((t_end[v] - next_ref[v]) / t[REFI, v])
+                    next_ref[v] += t[REFI, v] * (1.0 + missed)
+                    ref_end[v] = end_ref
+                    counts[4, v] += 1.0
+            f = max(0.0, ref_end[v])         # commands issue in order
+            if wait:
+                f = max(f, t_end[v])
+            floor_t[v] = f
+            end[v] = t_end[v]
+
+        if is_col:
+            bg = b // per_bg
+            per_bank = float(banks) if allbank else 1.0
+            rcd_k = RCD_WR if write else RCD_RD
+            if allbank and last_allbank:
+                gap_k = CCD_AB
+            elif bg == last_col_bg:
+                gap_k = CCD_L
+            else:
+                gap_k = CCD_S
+            wtr = WTR_L if bg == last_wr_bg else WTR_S
+            if allbank:
+                sp_k = CCD_AB
+            elif cls[op, STREAM] == 1:
+                sp_k = CCD_S
+            else:
+                sp_k = CCD_L
+            buffer = cls[op, BUFFER] == 1
+            # 2. open the row where needed (row < 0: a buffer access opens none): the variants whose row is
+            # open (refreshes close rows at each variant's own times) skip it
+            any_need = False
+            if row >= 0:
+                for v in range(W):
+                    need[v] = open_row[b, v] != row
+                    any_need |= need[v]
+            else:
+                need[:] = False
+            if any_need:
+                for v in range(W):
+                    if need[v]:
+                        if open_row[b, v] >= 0:
+                            ready = max(b_act[b, v] + t[RAS, v], b_rd[b, v] + t[RTP, v],
+                                        b_wr[b, v] + t[WR_PRE, v]) + t[RP, v]
+                            counts[7, v] += per_bank
+                        else:
+                            ready = b_ready[b, v]
+                        ready = max(ready, floor_t[v])
+                        k = 0                                   # the oldest of the last four ACTs
+                        for j in range(1, 4):
+                            if faw[j, v] < faw[k, v]:
+                                k = j
+                        t_act = max(ready, b_act[b, v] + t[RC, v], bg_act[bg, v] + t[RRD_L, v],
+                                    last_act[v] + t[RRD_S, v], faw[k, v] + t[FAW, v])
+                        open_row[b, v] = row
+                        b_act[b, v] = t_act
+                        bg_act[bg, v] = t_act
+                        last_act[v] = max(last_act[v], t_act)
+                        faw[k, v] = t_act
+                        counts[0, v] += per_bank
+            # 3. the first column, then n columns `spacing` apart (branches on the record only)
+            for v in range(W):
+                col_ready = b_act[b, v] + t[rcd_k, v]
+                if not need[v]:
+                    col_ready = max(col_ready, floor_t[v])
+                t0 = max(col_ready, last_col[v] + t[gap_k, v])
+                if write:
+                    x = last_rd[v]
+                    for j in range(N_RTW):
+                        x += chains[RTW, j, v]
+                else:
+                    x = last_wr[v]
+                    for j in range(N_WTR):
+                        x += chains[wtr, j, v]
+                t0 = max(t0, x)
+                if op_wait:
+                    t0 = max(t0, t_end[v])
+                t0 = max(t0, t_bar[v])
+                t_last = t0 + (n - 1.0) * t[sp_k, v]
+                if allbank:
+                    e = t_last + t[AB_END, v]
+                elif write:
+                    e = t_last
+                    for j in range(N_WR_END):
+                        e += chains[WR_END, j, v]
+                else:
+                    e = t_last
+                    for j in range(N_RD_END):
+                        e += chains[RD_END, j, v]
+                end[v] = e
+                if write:
+                    b_wr[b, v] = t_last
+                    last_wr[v] = t_last
+                else:
+                    b_rd[b, v] = t_last
+                    last_rd[v] = t_last
+                last_col[v] = t_last
+                if buffer:
+                    last_buf[v] = t_last
+                else:
+                    last_arr[v] = t_last
+                t_issue[v] = max(t_issue[v], t_last)
+            if write:
+                last_wr_bg = bg
+                if allbank:
+                    c_ab += n
+                else:
+                    c_wr += n
+            elif allbank:
+                c_ab += n
+            else:
+                c_rd += n
+            last_col_bg = bg
+            last_allbank = allbank
+        elif cls[op, SIDE] == 1:
+            bg = b // per_bg
+            fixed = cls[op, FIXED] == 1
+            for v in range(W):
+                gap = t[SIDE_GAP, v]
+                s0 = max(max(last_side[v] + gap, floor_t[v]), max(side_bg[bg, v] + t[SIDE_BG, v], t_bar[v]))
+                if op_wait:
+                    s0 = max(s0, t_end[v])
+                if fixed:
+                    end[v] = s0 + n
+                    ls = s0 + n - gap
+                else:
+                    ls = s0 + (n - 1.0) * max(gap, t[SIDE_BG, v])
+                    end[v] = ls + t[SIDE_END, v]
+                last_side[v] = ls
+                side_bg[bg, v] = ls
+                t_issue[v] = max(t_issue[v], ls)
+        elif cls[op, FIXED] == 1:
+            for v in range(W):
+                f0 = max(max(last_col[v], t_end[v]), max(floor_t[v], t_bar[v]))
+                end[v] = f0 + n
+                t_issue[v] = max(t_issue[v], f0 + n - 1.0)
+        elif cls[op, BARRIER] == 1:
+            for v in range(W):
+                t_bar[v] = max(t_bar[v], t_issue[v] + 1.0)
+        elif cls[op, ACT_ALL] == 1:
+            # after the last column [COL_ORDER], the last GWRITE's only under BUF_ACT; each variant's max over
+            # the banks in bank order, as `_stream`, with the variants inner (contiguous)
+            for v in range(W):
+                tmp[v] = max(floor_t[v], max(last_arr[v], last_buf[v] + t[BUF_ACT, v]))
+            for bb in range(banks):
+                for v in range(W):
+                    if open_row[bb, v] >= 0:
+                        ready = max(b_act[bb, v] + t[RAS, v], b_rd[bb, v] + t[RTP, v], b_wr[bb, v] + t[WR_PRE, v]) \
+                            + t[RP, v]
+                    else:
+                        ready = b_ready[bb, v]
+                    tmp[v] = max(tmp[v], ready, b_act[bb, v] + t[RC, v])
+            if cls[op, STAGGER] == 1:          # one activation per bank group, tFAW apart
+                for v in range(W):
+                    tmp[v] += (n_bg - 1) * t[FAW, v]
+            for bb in range(banks):
+                for v in range(W):
+                    open_row[bb, v] = row
+                    b_act[bb, v] = tmp[v]
+            for v in range(W):
+                end[v] = tmp[v] + t[ACTAB_END, v]
+                counts[0, v] += float(banks)
+        elif cls[op, PRE_ALL] == 1:
+            for v in range(W):
+                tmp[v] = max(floor_t[v], last_col[v] + (t[RTP_AB, v] if last_allbank else 0.0))
+            for bb in range(banks):
+                for v in range(W):
+                    if open_row[bb, v] >= 0:
+                        tmp[v] = max(tmp[v], b_act[bb, v] + t[RAS, v], b_rd[bb, v] + t[RTP, v], b_wr[bb, v] + t[WR_PRE, v])
+            for bb in range(banks):
+                for v in range(W):
+                    open_row[bb, v] = -1
+                    b_ready[bb, v] = tmp[v] + t[RP, v]
+            for v in range(W):
+                end[v] = tmp[v] + t[PREA_END, v]
+                counts[7, v] += float(banks)
+
+        # 4. the time the record adds goes to its report bucket
+        if rec[5, i] == 1:
+            kb = 4
+        elif rec[6, i] == 1:
+            kb = 0
+        elif rec[4, i] == READBACK:
+            kb = 3
+        elif rec[4, i] == REARRANGE:
+            kb = 1
+        else:
+            kb = 2
+        for v in range(W):
+            buckets[kb, v] += max(end[v] - t_end[v], 0.0)
+            t_end[v] = max(t_end[v], end[v])
+        if cls[op, DATA_BUS] == 1:
+            c_bus += n
+        if cls[op, BARRIER] != 1:
+            c_cmd += n if (is_col or cls[op, SIDE] == 1) else 1.0
+    for v in range(W):
+        counts[1, v] += c_rd
+        counts[2, v] += c_wr
+        counts[3, v] += c_ab
+        counts[5, v] += c_bus
+        counts[6, v] += c_cmd
+
+
+@njit(nogil=True, cache=True)
+def _streams_v(rec, starts, stops, items_u, items_b, t, chains, cls, banks, per_bg, refresh, buckets, end, counts):
+    """`_stream_v` of work items k: stream items_u[k] (records
+    starts[u]:stops[u] of `rec`) under variant block items_b[k] (latencies
+    t[b] [N_LAT, W], chains[b] [N_LAT, CHAIN, W]); results into
+    buckets[b, u] [5, W], end[b, u] [W], counts[b, u] [8, W]."""
+    for k in range(items_u.shape[0]):
+        u, b = items_u[k], items_b[k]
+        _stream_v(rec, starts[u], stops[u], t[b], chains[b], cls, banks, per_bg, refresh, buckets[b, u],
+                  counts[b, u], end[b, u])
+
+
+BLOCK = 32
+"""Variants a `_stream_v` call advances together: its per-bank state, [banks, BLOCK] float64 tables, stays in
+the L1 cache (16 banks x 32 variants x 6 tables = 24 KB)."""
+
+
+def time_streams_variants(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, table: np.ndarray,
+                          banks: int, per_bg: int, refresh: bool, threads: int | None = None,
+                          block: int | None = None) -> dict:
+    """Time U record streams under every one of V timing rows: what
+    `time_streams` gives for the U * V (stream, row) pairs, bit for bit,
+    with each stream's records decoded once per block of variants.
+
+    rec:    [8, M] int32 records (rows RECORD_FIELDS), streams side by side;
+    starts, stops: [U] int64, stream u is rec[:, starts[u]:stops[u]];
+    table:  [V, N_LAT, CHAIN] float64 latency chains (`timing_table`), cycles.
+    Returns {"buckets": [V, U, 5], "end": [V, U], "counts": [V, U, 8]}
+    float64 (row-major as `time_streams` of the pairs ordered variant by
+    variant).  The variants go in blocks of `block` (default BLOCK; the
+    last is padded with copies of row V - 1, whose results are dropped);
+    the (stream, block) items are dealt to `threads` threads (default
+    THREADS) in contiguous slices of about equal record counts."""
+    rec = np.ascontiguousarray(rec, np.int32)
+    starts, stops = (np.ascontiguousarray(a, np.int64) for a in (starts, stops))
+    chains = np.ascontiguousarray(table, np.float64)
+    if chains.ndim != 3 or chains.shape[1:] != (N_LAT, CHAIN) or chains.shape[0] < 1:
+        raise ValueError(f"time_streams_variants: table [V, {N_LAT}, {CHAIN}] expected (`timing_table`), "
+                         f"got {chains.shape}")
+    U, V = starts.shape[0], chains.shape[0]
+    if rec.shape[0] != len(RECORD_FIELDS) or stops.shape != (U,):
+        raise ValueError(f"time_streams_variants: rec [{len(RECORD_FIELDS)}, M] and starts / stops [U] expected, "
+                         f"got {rec.shape}, {starts.shape}, {stops.shape}")
+    # the loop is compiled without bounds checks: a bad index would read past the arrays
+    if U and (starts.min() < 0 or (stops < starts).any() or stops.max() > rec.shape[1]):
+        raise ValueError(f"time_streams_variants: streams must lie in the {rec.shape[1]} records "
+                         "(0 <= start <= stop)")
+    lat = chains[..., 0]
+    for j in range(1, CHAIN):           # each rule's latency: its chain summed in order, as time_streams
+        lat = lat + chains[..., j]
+    W = max(1, min(int(block or BLOCK), V))
+    NB = -(-V // W)
+    pad = np.minimum(np.arange(NB * W), V - 1)            # the last block padded with row V - 1
+    t = np.ascontiguousarray(lat[pad].reshape(NB, W, N_LAT).transpose(0, 2, 1))
+    ch = np.ascontiguousarray(chains[pad].reshape(NB, W, N_LAT, CHAIN).transpose(0, 2, 3, 1))
+    buckets, end, counts = np.zeros((NB, U, 5, W)), np.zeros((NB, U, W)), np.zeros((NB, U, 8, W))
+    cls = np.ascontiguousarray(CLASS_TABLE, np.int32)
+    items_u = np.tile(np.arange(U, dtype=np.int64), NB)
+    items_b = np.repeat(np.arange(NB, dtype=np.int64), U)
+    threads = THREADS if threads is None else max(1, int(threads))
+    work = np.cumsum((stops - starts)[items_u] * W)
+    total = int(work[-1]) if U else 0
+    args = (t, ch, cls, banks, per_bg, bool(refresh), buckets, end, counts)
+    if threads == 1 or len(items_u) < 2 or total < 20_000:
+        _streams_v(rec, starts, stops, items_u, items_b, *args)
+    else:
+        cuts = np.unique(np.searchsorted(work, np.arange(1, threads) * total / threads))
+        edges = [0, *[int(c) for c in cuts if 0 < c < len(items_u)], len(items_u)]
+
+        def part(k):
+            a, b = edges[k], edges[k + 1]
+            _streams_v(rec, starts, stops, items_u[a:b], items_b[a:b], *args)
+        with ThreadPoolExecutor(len(edges) - 1) as pool:
+            list(pool.map(part, range(len(edges) - 1)))
+    # [NB, U, ..., W] -> [V, U, ...]
+    return {"buckets": buckets.transpose(0, 3, 1, 2).reshape(NB * W, U, 5)[:V],
+            "end": end.transpose(0, 2, 1).reshape(NB * W, U)[:V],
+            "counts": counts.transpose(0, 3, 1, 2).reshape(NB * W, U, 8)[:V]}
