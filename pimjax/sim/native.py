@@ -404,21 +404,71 @@ def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np
 
 # ---------------------------------------------------------------------------------------------------------
 # Many timing variants of one stream at once (a sweep's V rows): `_stream` with every piece of state that
-# depends on the timing given a trailing variant axis
+# depends on the timing given a trailing axis of W variants
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _precharge_ready(t, b_act, b_rd, b_wr, b, v):
+    """When bank b of variant v may be precharged (tRAS after its ACT, tRTP
+    after its last read, the write recovery after its last write)."""
+    return max(b_act[b, v] + t[RAS, v], b_rd[b, v] + t[RTP, v], b_wr[b, v] + t[WR_PRE, v])
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _refresh_v(v, t, banks, per_bg, open_row, b_act, b_rd, b_wr, b_ready, bg_act, faw, last_act, last_col,
+               ref_end, next_ref, t_end, counts, last_allbank, is_col, allbank, row, b, wait):
+    """Step 1 of `_stream` (a refresh that is due) for variant v of
+    `_stream_v`'s state."""
+    start = next_ref[v]
+    if last_allbank:
+        start = max(start, last_col[v] + t[RTP_AB, v])
+    for bb in range(banks):
+        if open_row[bb, v] >= 0:
+            start = max(start, _precharge_ready(t, b_act, b_rd, b_wr, bb, v))
+    # a due refresh waits past a wave of fresh activations (`_stream`, 1)
+    if is_col and not allbank and row >= 0 and open_row[b, v] != row:
+        if open_row[b, v] >= 0:
+            ready0 = _precharge_ready(t, b_act, b_rd, b_wr, b, v) + t[RP, v]
+        else:
+            ready0 = b_ready[b, v]
+        ready0 = max(ready0, ref_end[v], 0.0)
+        if wait:
+            ready0 = max(ready0, t_end[v])
+        k0 = 0
+        for j in range(1, 4):
+            if faw[j, v] < faw[k0, v]:
+                k0 = j
+        act0 = max(ready0, b_act[b, v] + t[RC, v], bg_act[b // per_bg, v] + t[RRD_L, v],
+                   last_act[v] + t[RRD_S, v], faw[k0, v] + t[FAW, v])
+        if act0 < min(start, last_act[v] + t[REFW, v]):
+            return
+    end_ref = start + t[RP_REF, v] + t[RFC, v]
+    for bb in range(banks):
+        open_row[bb, v] = -1
+        b_ready[bb, v] = max(b_ready[bb, v], end_ref)
+    missed = np.floor((t_end[v] - next_ref[v]) / t[REFI, v])
+    next_ref[v] += t[REFI, v] * (1.0 + missed)
+    ref_end[v] = end_ref
+    counts[4, v] += 1.0
 
 
 @njit(nogil=True, cache=True)
 def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts, t_end):
     """`_stream` of records lo:hi of `rec` under W timing variants at once,
-    record by record: the record's decoding (op, class, bank, row, n,
-    bucket) is done once, then each variant's state is advanced in an inner
-    loop over the variants, every operation as `_stream` does it (results
-    bit-identical to W `_stream` calls).
+    record by record: each record is decoded once (op, class, bank, row, n,
+    its bucket, the rule that spaces its columns), then every variant's
+    state advances in an inner loop over the variants, each operation as
+    `_stream` does it, so every result is bit-identical to W `_stream`
+    calls.  The state a refresh touches is per variant (a refresh closes
+    the rows at a time that depends on the timing, so which records open a
+    row differs by variant); the state only the records set (the last
+    column's bank group and kind) is shared.
 
     t: [N_LAT, W] float64 latencies, chains: [N_LAT, CHAIN, W] their chains
     (the variant axis last: the inner loop reads them contiguously).
     Adds into buckets [5, W] and counts [8, W]; writes the end times into
-    t_end [W] (which must hold zeros)."""
+    t_end [W] (which must hold zeros).
+"""
     W = t.shape[1]
     n_bg = max(1, banks // per_bg)
     open_row = np.full((banks, W), -1, np.int64)
@@ -439,17 +489,14 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
     ref_end = np.full(W, NEVER)
     last_arr = np.full(W, NEVER)
     last_buf = np.full(W, NEVER)
-    floor_t = np.zeros(W)
-    end = np.zeros(W)
-    need = np.zeros(W, np.bool_)
     tmp = np.zeros(W)
     next_ref = np.empty(W)
     for v in range(W):
         next_ref[v] = t[REF0, v] if t[REF0, v] > 0 else t[REFI, v]
-    # the record-determined state: the same in every variant
+    # set by the records alone: the same in every variant
     last_col_bg = last_wr_bg = -1
     last_allbank = False
-    # the counts every variant adds alike (columns, data bus, commands), summed once in the same order
+    # the counts every variant adds alike (columns, data bus, commands): summed once, in the same order
     c_rd = c_wr = c_ab = c_bus = c_cmd = 0.0
     for i in range(lo, hi):
         n_i = rec[3, i]
@@ -462,53 +509,75 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
         allbank = cls[op, ALLBANK] == 1
         op_wait = cls[op, WAIT] == 1
         wait = op_wait or rec[7, i] == 1
+        side = cls[op, SIDE] == 1
+        fixed = cls[op, FIXED] == 1
+        barrier = cls[op, BARRIER] == 1
+        act_all = cls[op, ACT_ALL] == 1
+        pre_all = cls[op, PRE_ALL] == 1
         b = min(max(rec[1, i], 0), banks - 1)
+        bg = b // per_bg
         row = rec[2, i]
-
-        # 1. refresh between records, per variant (each variant's refresh falls at its own time)
-        for v in range(W):
-            due = refresh and t_end[v] >= next_ref[v]
-            if due:
-                start = next_ref[v]
-                if last_allbank:
-                    start = max(start, last_col[v] + t[RTP_AB, v])
-                wr_pre = t[WR_PRE, v]
+        if rec[5, i] == 1:              # 4.'s report bucket
+            kb = 4
+        elif rec[6, i] == 1:
+            kb = 0
+        elif rec[4, i] == READBACK:
+            kb = 3
+        elif rec[4, i] == REARRANGE:
+            kb = 1
+        else:
+            kb = 2
+        # 1. refresh between records, for the variants it is due in (a call: rare)
+        if refresh:
+            for v in range(W):
+                if t_end[v] >= next_ref[v]:
+                    _refresh_v(v, t, banks, per_bg, open_row, b_act, b_rd, b_wr, b_ready, bg_act, faw,
+                               last_act, last_col, ref_end, next_ref, t_end, counts, last_allbank, is_col, allbank,
+                               row, b, wait)
+        if act_all or pre_all:
+            # the all-bank commands pass over the banks: banks outer, variants inner (contiguous); each
+            # variant's max over the banks still in bank order, as `_stream`
+            for v in range(W):
+                f = max(0.0, ref_end[v])
+                if wait:
+                    f = max(f, t_end[v])
+                if act_all:         # after the last column [COL_ORDER], the last GWRITE's only under BUF_ACT
+                    tmp[v] = max(f, max(last_arr[v], last_buf[v] + t[BUF_ACT, v]))
+                else:
+                    tmp[v] = max(f, last_col[v] + (t[RTP_AB, v] if last_allbank else 0.0))
+            if act_all:
                 for bb in range(banks):
-                    if open_row[bb, v] >= 0:
-                        start = max(start, b_act[bb, v] + t[RAS, v], b_rd[bb, v] + t[RTP, v], b_wr[bb, v] + wr_pre)
-                if is_col and not allbank and row >= 0 and open_row[b, v] != row:
-                    if open_row[b, v] >= 0:
-                        ready0 = max(b_act[b, v] + t[RAS, v], b_rd[b, v] + t[RTP, v], b_wr[b, v] + wr_pre) + t[RP, v]
-                    else:
-                        ready0 = b_ready[b, v]
-                    ready0 = max(ready0, ref_end[v], 0.0)
-                    if wait:
-                        ready0 = max(ready0, t_end[v])
-                    k0 = 0
-                    for j in range(1, 4):
-                        if faw[j, v] < faw[k0, v]:
-                            k0 = j
-                    act0 = max(ready0, b_act[b, v] + t[RC, v], bg_act[b // per_bg, v] + t[RRD_L, v],
-                               last_act[v] + t[RRD_S, v], faw[k0, v] + t[FAW, v])
-                    if act0 < min(start, last_act[v] + t[REFW, v]):
-                        due = False
-                if due:
-                    end_ref = start + t[RP_REF, v] + t[RFC, v]
-                    for bb in range(banks):
+                    for v in range(W):
+                        ready = _precharge_ready(t, b_act, b_rd, b_wr, bb, v) + t[RP, v]
+                        ready = ready if open_row[bb, v] >= 0 else b_ready[bb, v]
+                        tmp[v] = max(tmp[v], ready, b_act[bb, v] + t[RC, v])
+                if cls[op, STAGGER] == 1:          # one activation per bank group, tFAW apart
+                    for v in range(W):
+                        tmp[v] += (n_bg - 1) * t[FAW, v]
+                for bb in range(banks):
+                    for v in range(W):
+                        open_row[bb, v] = row
+                        b_act[bb, v] = tmp[v]
+            else:
+                for bb in range(banks):
+                    for v in range(W):
+                        if open_row[bb, v] >= 0:
+                            tmp[v] = max(tmp[v], _precharge_ready(t, b_act, b_rd, b_wr, bb, v))
+                for bb in range(banks):
+                    for v in range(W):
                         open_row[bb, v] = -1
-                        b_ready[bb, v] = max(b_ready[bb, v], end_ref)
-                    missed = np.floor((t_end[v] - next_ref[v]) / t[REFI, v])
-                    next_ref[v] += t[REFI, v] * (1.0 + missed)
-                    ref_end[v] = end_ref
-                    counts[4, v] += 1.0
-            f = max(0.0, ref_end[v])         # commands issue in order
-            if wait:
-                f = max(f, t_end[v])
-            floor_t[v] = f
-            end[v] = t_end[v]
-
-        if is_col:
-            bg = b // per_bg
+                        b_ready[bb, v] = tmp[v] + t[RP, v]
+            for v in range(W):
+                if act_all:
+                    e = tmp[v] + t[ACTAB_END, v]
+                    counts[0, v] += float(banks)
+                else:
+                    e = tmp[v] + t[PREA_END, v]
+                    counts[7, v] += float(banks)
+                buckets[kb, v] += max(e - t_end[v], 0.0)
+                t_end[v] = max(t_end[v], e)
+        else:
+            # what `_stream` decides from the record alone, decided once
             per_bank = float(banks) if allbank else 1.0
             rcd_k = RCD_WR if write else RCD_RD
             if allbank and last_allbank:
@@ -525,29 +594,26 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
             else:
                 sp_k = CCD_L
             buffer = cls[op, BUFFER] == 1
-            # 2. open the row where needed (row < 0: a buffer access opens none): the variants whose row is
-            # open (refreshes close rows at each variant's own times) skip it
-            any_need = False
-            if row >= 0:
-                for v in range(W):
-                    need[v] = open_row[b, v] != row
-                    any_need |= need[v]
-            else:
-                need[:] = False
-            if any_need:
-                for v in range(W):
-                    if need[v]:
+            for v in range(W):
+                te = t_end[v]
+                f = max(0.0, ref_end[v])         # commands issue in order
+                if wait:
+                    f = max(f, te)
+                e = te
+                if is_col:
+                    # 2. open the row if needed (row < 0: a buffer access opens none; which variants need it
+                    # differs once their refreshes fall apart)
+                    need = row >= 0 and open_row[b, v] != row
+                    if need:
                         if open_row[b, v] >= 0:
-                            ready = max(b_act[b, v] + t[RAS, v], b_rd[b, v] + t[RTP, v],
-                                        b_wr[b, v] + t[WR_PRE, v]) + t[RP, v]
+                            ready = _precharge_ready(t, b_act, b_rd, b_wr, b, v) + t[RP, v]
                             counts[7, v] += per_bank
                         else:
                             ready = b_ready[b, v]
-                        ready = max(ready, floor_t[v])
+                        ready = max(ready, f)
                         k = 0                                   # the oldest of the last four ACTs
                         for j in range(1, 4):
-                            if faw[j, v] < faw[k, v]:
-                                k = j
+                            k = j if faw[j, v] < faw[k, v] else k
                         t_act = max(ready, b_act[b, v] + t[RC, v], bg_act[bg, v] + t[RRD_L, v],
                                     last_act[v] + t[RRD_S, v], faw[k, v] + t[FAW, v])
                         open_row[b, v] = row
@@ -556,48 +622,70 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
                         last_act[v] = max(last_act[v], t_act)
                         faw[k, v] = t_act
                         counts[0, v] += per_bank
-            # 3. the first column, then n columns `spacing` apart (branches on the record only)
-            for v in range(W):
-                col_ready = b_act[b, v] + t[rcd_k, v]
-                if not need[v]:
-                    col_ready = max(col_ready, floor_t[v])
-                t0 = max(col_ready, last_col[v] + t[gap_k, v])
-                if write:
-                    x = last_rd[v]
-                    for j in range(N_RTW):
-                        x += chains[RTW, j, v]
-                else:
-                    x = last_wr[v]
-                    for j in range(N_WTR):
-                        x += chains[wtr, j, v]
-                t0 = max(t0, x)
-                if op_wait:
-                    t0 = max(t0, t_end[v])
-                t0 = max(t0, t_bar[v])
-                t_last = t0 + (n - 1.0) * t[sp_k, v]
-                if allbank:
-                    e = t_last + t[AB_END, v]
-                elif write:
-                    e = t_last
-                    for j in range(N_WR_END):
-                        e += chains[WR_END, j, v]
-                else:
-                    e = t_last
-                    for j in range(N_RD_END):
-                        e += chains[RD_END, j, v]
-                end[v] = e
-                if write:
-                    b_wr[b, v] = t_last
-                    last_wr[v] = t_last
-                else:
-                    b_rd[b, v] = t_last
-                    last_rd[v] = t_last
-                last_col[v] = t_last
-                if buffer:
-                    last_buf[v] = t_last
-                else:
-                    last_arr[v] = t_last
-                t_issue[v] = max(t_issue[v], t_last)
+                        col_ready = t_act + t[rcd_k, v]
+                    else:
+                        col_ready = max(b_act[b, v] + t[rcd_k, v], f)
+                    # 3. the first column, then n columns `spacing` apart
+                    t0 = max(col_ready, last_col[v] + t[gap_k, v])
+                    if write:
+                        x = last_rd[v]
+                        for j in range(N_RTW):
+                            x += chains[RTW, j, v]
+                    else:
+                        x = last_wr[v]
+                        for j in range(N_WTR):
+                            x += chains[wtr, j, v]
+                    t0 = max(t0, x)
+                    if op_wait:
+                        t0 = max(t0, te)
+                    t0 = max(t0, t_bar[v])
+                    t_last = t0 + (n - 1.0) * t[sp_k, v]
+                    if allbank:
+                        e = t_last + t[AB_END, v]
+                    elif write:
+                        e = t_last
+                        for j in range(N_WR_END):
+                            e += chains[WR_END, j, v]
+                    else:
+                        e = t_last
+                        for j in range(N_RD_END):
+                            e += chains[RD_END, j, v]
+                    if write:
+                        b_wr[b, v] = t_last
+                        last_wr[v] = t_last
+                    else:
+                        b_rd[b, v] = t_last
+                        last_rd[v] = t_last
+                    last_col[v] = t_last
+                    if buffer:
+                        last_buf[v] = t_last
+                    else:
+                        last_arr[v] = t_last
+                    t_issue[v] = max(t_issue[v], t_last)
+                elif side:
+                    gap = t[SIDE_GAP, v]
+                    s0 = max(max(last_side[v] + gap, f), max(side_bg[bg, v] + t[SIDE_BG, v], t_bar[v]))
+                    if op_wait:
+                        s0 = max(s0, te)
+                    if fixed:
+                        e = s0 + n
+                        ls = s0 + n - gap
+                    else:
+                        ls = s0 + (n - 1.0) * max(gap, t[SIDE_BG, v])     # one record = one bank group
+                        e = ls + t[SIDE_END, v]
+                    last_side[v] = ls
+                    side_bg[bg, v] = ls
+                    t_issue[v] = max(t_issue[v], ls)
+                elif fixed:
+                    f0 = max(max(last_col[v], te), max(f, t_bar[v]))
+                    e = f0 + n
+                    t_issue[v] = max(t_issue[v], f0 + n - 1.0)
+                elif barrier:
+                    t_bar[v] = max(t_bar[v], t_issue[v] + 1.0)
+                # 4. the time the record adds goes to its report bucket
+                buckets[kb, v] += max(e - te, 0.0)
+                t_end[v] = max(te, e)
+        if is_col:
             if write:
                 last_wr_bg = bg
                 if allbank:
@@ -610,87 +698,10 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
                 c_rd += n
             last_col_bg = bg
             last_allbank = allbank
-        elif cls[op, SIDE] == 1:
-            bg = b // per_bg
-            fixed = cls[op, FIXED] == 1
-            for v in range(W):
-                gap = t[SIDE_GAP, v]
-                s0 = max(max(last_side[v] + gap, floor_t[v]), max(side_bg[bg, v] + t[SIDE_BG, v], t_bar[v]))
-                if op_wait:
-                    s0 = max(s0, t_end[v])
-                if fixed:
-                    end[v] = s0 + n
-                    ls = s0 + n - gap
-                else:
-                    ls = s0 + (n - 1.0) * max(gap, t[SIDE_BG, v])
-                    end[v] = ls + t[SIDE_END, v]
-                last_side[v] = ls
-                side_bg[bg, v] = ls
-                t_issue[v] = max(t_issue[v], ls)
-        elif cls[op, FIXED] == 1:
-            for v in range(W):
-                f0 = max(max(last_col[v], t_end[v]), max(floor_t[v], t_bar[v]))
-                end[v] = f0 + n
-                t_issue[v] = max(t_issue[v], f0 + n - 1.0)
-        elif cls[op, BARRIER] == 1:
-            for v in range(W):
-                t_bar[v] = max(t_bar[v], t_issue[v] + 1.0)
-        elif cls[op, ACT_ALL] == 1:
-            # after the last column [COL_ORDER], the last GWRITE's only under BUF_ACT; each variant's max over
-            # the banks in bank order, as `_stream`, with the variants inner (contiguous)
-            for v in range(W):
-                tmp[v] = max(floor_t[v], max(last_arr[v], last_buf[v] + t[BUF_ACT, v]))
-            for bb in range(banks):
-                for v in range(W):
-                    if open_row[bb, v] >= 0:
-                        ready = max(b_act[bb, v] + t[RAS, v], b_rd[bb, v] + t[RTP, v], b_wr[bb, v] + t[WR_PRE, v]) \
-                            + t[RP, v]
-                    else:
-                        ready = b_ready[bb, v]
-                    tmp[v] = max(tmp[v], ready, b_act[bb, v] + t[RC, v])
-            if cls[op, STAGGER] == 1:          # one activation per bank group, tFAW apart
-                for v in range(W):
-                    tmp[v] += (n_bg - 1) * t[FAW, v]
-            for bb in range(banks):
-                for v in range(W):
-                    open_row[bb, v] = row
-                    b_act[bb, v] = tmp[v]
-            for v in range(W):
-                end[v] = tmp[v] + t[ACTAB_END, v]
-                counts[0, v] += float(banks)
-        elif cls[op, PRE_ALL] == 1:
-            for v in range(W):
-                tmp[v] = max(floor_t[v], last_col[v] + (t[RTP_AB, v] if last_allbank else 0.0))
-            for bb in range(banks):
-                for v in range(W):
-                    if open_row[bb, v] >= 0:
-                        tmp[v] = max(tmp[v], b_act[bb, v] + t[RAS, v], b_rd[bb, v] + t[RTP, v], b_wr[bb, v] + t[WR_PRE, v])
-            for bb in range(banks):
-                for v in range(W):
-                    open_row[bb, v] = -1
-                    b_ready[bb, v] = tmp[v] + t[RP, v]
-            for v in range(W):
-                end[v] = tmp[v] + t[PREA_END, v]
-                counts[7, v] += float(banks)
-
-        # 4. the time the record adds goes to its report bucket
-        if rec[5, i] == 1:
-            kb = 4
-        elif rec[6, i] == 1:
-            kb = 0
-        elif rec[4, i] == READBACK:
-            kb = 3
-        elif rec[4, i] == REARRANGE:
-            kb = 1
-        else:
-            kb = 2
-        for v in range(W):
-            buckets[kb, v] += max(end[v] - t_end[v], 0.0)
-            t_end[v] = max(t_end[v], end[v])
         if cls[op, DATA_BUS] == 1:
             c_bus += n
-        if cls[op, BARRIER] != 1:
-            c_cmd += n if (is_col or cls[op, SIDE] == 1) else 1.0
+        if not barrier:
+            c_cmd += n if (is_col or side) else 1.0
     for v in range(W):
         counts[1, v] += c_rd
         counts[2, v] += c_wr
@@ -707,8 +718,8 @@ def _streams_v(rec, starts, stops, items_u, items_b, t, chains, cls, banks, per_
     buckets[b, u] [5, W], end[b, u] [W], counts[b, u] [8, W]."""
     for k in range(items_u.shape[0]):
         u, b = items_u[k], items_b[k]
-        _stream_v(rec, starts[u], stops[u], t[b], chains[b], cls, banks, per_bg, refresh, buckets[b, u],
-                  counts[b, u], end[b, u])
+        _stream_v(rec, starts[u], stops[u], t[b], chains[b], cls, banks, per_bg, refresh, buckets[b, u], counts[b, u],
+                  end[b, u])
 
 
 BLOCK = 32
