@@ -921,7 +921,7 @@ def _combine_chunks(arrs: list[dict], out: dict, resident: np.ndarray, t: dict, 
     for lo in range(0, P, chunk):
         hi = min(P, lo + chunk)
         pad = _batch_size(hi - lo, sizes) - (hi - lo)
-        take = lambda x: np.concatenate([x[lo:hi]] + [x[hi - 1:hi]] * pad)   # noqa: E731
+        take = lambda x: np.concatenate([x[lo:hi]] + [x[hi - 1:hi]] * pad) if pad else x[lo:hi]   # noqa: E731
         tt = {k: take(np.asarray(v)) if k in per_prog else v for k, v in t.items()}
         rep = _combine_batch(jax.tree.map(take, scal), jax.tree.map(take, out), take(resident), tt,
                              backend.energy, backend.system.host)
