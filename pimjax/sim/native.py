@@ -427,10 +427,6 @@ def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np
 # depends on the timing given a trailing axis of W variants
 
 
-REFRESH_BLOCK = 4
-"""Due variants of a record from which `_stream_v` refreshes them in one banks-outer pass."""
-
-
 @njit(nogil=True, cache=True, inline="always")
 def _precharge_ready(t, b_act, b_rd, b_wr, b, v):
     """When bank b of variant v may be precharged (tRAS after its ACT, tRTP
@@ -477,57 +473,6 @@ def _refresh_v(v, t, banks, per_bg, open_row, b_act, b_rd, b_wr, b_ready, bg_act
 
 
 @njit(nogil=True, cache=True)
-def _refresh_block(due, t, banks, per_bg, open_row, b_act, b_rd, b_wr, b_ready, bg_act, faw, last_act, last_col,
-                   ref_end, next_ref, t_end, counts, last_allbank, is_col, allbank, row, b, wait, start):
-    """`_refresh_v` of every variant v with due[v] at once, the banks outer
-    and the variants inner (the [banks, W] tables read along their rows;
-    each variant's max over the banks still in bank order).  due: [W] bool,
-    cleared where a refresh waits; start: [W] scratch."""
-    W = due.shape[0]
-    for v in range(W):
-        start[v] = next_ref[v]
-        if last_allbank:
-            start[v] = max(start[v], last_col[v] + t[RTP_AB, v])
-    for bb in range(banks):
-        for v in range(W):
-            if due[v] and open_row[bb, v] >= 0:
-                start[v] = max(start[v], _precharge_ready(t, b_act, b_rd, b_wr, bb, v))
-    if is_col and not allbank and row >= 0:
-        # a due refresh waits past a wave of fresh activations (`_stream`, 1)
-        for v in range(W):
-            if due[v] and open_row[b, v] != row:
-                if open_row[b, v] >= 0:
-                    ready0 = _precharge_ready(t, b_act, b_rd, b_wr, b, v) + t[RP, v]
-                else:
-                    ready0 = b_ready[b, v]
-                ready0 = max(ready0, ref_end[v], 0.0)
-                if wait:
-                    ready0 = max(ready0, t_end[v])
-                k0 = 0
-                for j in range(1, 4):
-                    if faw[j, v] < faw[k0, v]:
-                        k0 = j
-                act0 = max(ready0, b_act[b, v] + t[RC, v], bg_act[b // per_bg, v] + t[RRD_L, v],
-                           last_act[v] + t[RRD_S, v], faw[k0, v] + t[FAW, v])
-                if act0 < min(start[v], last_act[v] + t[REFW, v]):
-                    due[v] = False
-    for v in range(W):
-        if due[v]:
-            start[v] = start[v] + t[RP_REF, v] + t[RFC, v]         # now the refresh's end
-    for bb in range(banks):
-        for v in range(W):
-            if due[v]:
-                open_row[bb, v] = -1
-                b_ready[bb, v] = max(b_ready[bb, v], start[v])
-    for v in range(W):
-        if due[v]:
-            missed = np.floor((t_end[v] - next_ref[v]) / t[REFI, v])
-            next_ref[v] += t[REFI, v] * (1.0 + missed)
-            ref_end[v] = start[v]
-            counts[4, v] += 1.0
-
-
-@njit(nogil=True, cache=True)
 def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts, t_end):
     """`_stream` of records lo:hi of `rec` under W timing variants at once,
     record by record: each record is decoded once (op, class, bank, row, n,
@@ -565,7 +510,6 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
     last_arr = np.full(W, NEVER)
     last_buf = np.full(W, NEVER)
     tmp = np.zeros(W)
-    due = np.zeros(W, np.bool_)
     next_ref = np.empty(W)
     for v in range(W):
         next_ref[v] = t[REF0, v] if t[REF0, v] > 0 else t[REFI, v]
@@ -605,20 +549,11 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
             kb = 2
         # 1. refresh between records, for the variants it is due in (a call: rare)
         if refresh:
-            n_due = 0
             for v in range(W):
-                due[v] = t_end[v] >= next_ref[v]
-                n_due += due[v]
-            if n_due >= REFRESH_BLOCK:    # several at once: one pass over the banks for all of them
-                _refresh_block(due, t, banks, per_bg, open_row, b_act, b_rd, b_wr, b_ready, bg_act, faw, last_act,
-                               last_col, ref_end, next_ref, t_end, counts, last_allbank, is_col, allbank, row, b, wait,
-                               tmp)
-            elif n_due:
-                for v in range(W):
-                    if due[v]:
-                        _refresh_v(v, t, banks, per_bg, open_row, b_act, b_rd, b_wr, b_ready, bg_act, faw,
-                                   last_act, last_col, ref_end, next_ref, t_end, counts, last_allbank, is_col,
-                                   allbank, row, b, wait)
+                if t_end[v] >= next_ref[v]:
+                    _refresh_v(v, t, banks, per_bg, open_row, b_act, b_rd, b_wr, b_ready, bg_act, faw,
+                               last_act, last_col, ref_end, next_ref, t_end, counts, last_allbank, is_col, allbank,
+                               row, b, wait)
         if act_all or pre_all:
             # the all-bank commands pass over the banks: banks outer, variants inner (contiguous); each
             # variant's max over the banks still in bank order, as `_stream`

@@ -51,7 +51,7 @@ def _random_table(data, be, V):
     included), tREFI short so that small streams refresh, at times that
     differ between the variants; or (same_refi) all with one tREFI and few
     latencies changed, so that many variants' refreshes fall due at the same
-    record (`_stream_v` then refreshes them in one pass, `_refresh_block`)."""
+    record."""
     same_refi = data.draw(st.booleans())
     base = {k: float(v) for k, v in _timing_vector(be.timing).items()}
     base.update(tREFI=97.0, tRFC=31.0)
@@ -92,8 +92,7 @@ def test_many_variants_equal_one_variant_loop(backend_name, data):
 
 def test_identical_variants_refresh_together():
     """V copies of one timing: every variant's refresh falls due at the same
-    record (the one-pass refresh of `_stream_v`); each equals the
-    one-variant loop."""
+    record; each equals the one-variant loop."""
     be = backend_of("attacc")
     rec, starts, stops, _ = _pool_streams(_lowered(be)[:4])
     t = {k: float(v) for k, v in _timing_vector(be.timing).items()}
