@@ -41,8 +41,8 @@ struct-of-arrays with the variant axis last ([banks, W] per-bank tables,
 contiguously.  What depends on the timing stays per variant, control flow
 included: a refresh falls at a time that depends on the timing, closes the
 rows then, and so decides which later records open a row in that variant
-(the refresh itself is a call, `_refresh_v`, made only for the variants it
-is due in).  The all-bank commands (ACTAB, PREA) pass over the banks with
+(the refresh itself, `_refresh_v`, runs only for the variants it is due
+in).  The all-bank commands (ACTAB, PREA) pass over the banks with
 the variants inner.  Every variant performs `_stream`'s float operations in
 `_stream`'s order, so the results are bit-identical (the tests compare the
 two loops on random streams and timing tables and on lowered programs).
@@ -743,8 +743,9 @@ def _streams_v(rec, starts, stops, items_u, items_b, t, chains, cls, banks, per_
 
 
 BLOCK = 32
-"""Variants a `_stream_v` call advances together: its per-bank state, [banks, BLOCK] float64 tables, stays in
-the L1 cache (16 banks x 32 variants x 6 tables = 24 KB)."""
+"""Variants a `_stream_v` call advances together: enough to spread a record's decoding thin, few enough that its
+[banks, BLOCK] float64 tables stay near the core (16 banks: 24 KB in L1; AttAcc's 64: 96 KB); 16-128 measured
+within ~10 % of each other."""
 
 
 def time_streams_variants(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, table: np.ndarray,
