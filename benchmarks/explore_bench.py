@@ -12,9 +12,13 @@ points of the product of preset options (`--axis`, repeated) and `Core` fields (
 tuned for itself (a fresh Tuner, predict mode), then again
 with `--variants` timing variants per point (tRCDRD scaled 1.0 .. 2.0, re-timed on each point's own
 programs by `sim.sweep`; 0: skipped).  Prints points per minute (wall clock, and the process's CPU
-time, which other jobs on a shared machine disturb less) and the variants' extra time as a ratio,
+time, which other jobs on a shared machine disturb less) and the variants' extra time as a ratio
+(the variants pass's wall clock less the tuned pass's; and, with one process, the variants' own work
+-- `dse._timing_rows`: stacking, the sweep, the rows -- timed in process, which the re-tuning's
+run-to-run spread does not blur),
 both timed after a warm-up pass (every point still tuned afresh: a new Tuner each time) over every
-point (`--warmup all`) or over the first only (`first`: the others unseen, as in a sweep).  `--profile` writes cProfile stats of the tuned pass.
+point (`--warmup all`) or over the first only (`first`: the others unseen, as in a sweep), then the
+first point with its variants (the sweep's first-use compiles, paid once per process).  `--profile` writes cProfile stats of the tuned pass.
 Target (issue #27): 1 000 points of a LLaMA-2-7B decode layer in <= 15 min (>= 67 points / min),
 1 000 variants per point in <= 20 % extra time.
 """
@@ -109,6 +113,14 @@ def main() -> None:
     # points does: per-op caches such as the core tiles of (op, draft) stay cold for them)
     warm = points if a.warmup == "all" else dict([next(iter(points.items()))])
     pimjax.explore(fn, *args, backends=warm, progress=False)
+    timings = {}
+    for label, be in points.items():
+        t = be.timing
+        timings[label] = [t.replace(tRCDRD=float(t.tRCDRD) * (1.0 + i / max(1, a.variants - 1)))
+                          for i in range(a.variants)]
+    if a.variants:      # and the sweep's first-use compiles (its combine at the batch sizes of V variants), once
+        first = next(iter(points))
+        pimjax.explore(fn, *args, backends={first: points[first]}, timings={first: timings[first]}, progress=False)
     prof = None
     if a.profile:
         import cProfile
@@ -122,24 +134,36 @@ def main() -> None:
         prof.dump_stats(a.profile)
     both, rows = float("nan"), len(points)
     if a.variants:
-        timings = {}
-        for label, be in points.items():
-            t = be.timing
-            timings[label] = [t.replace(tRCDRD=float(t.tRCDRD) * (1.0 + i / max(1, a.variants - 1)))
-                              for i in range(a.variants)]
+        # the variants' own work (stacking, `sim.sweep`, the rows), timed in process: the pass's wall
+        # clock less the tuned pass's also holds the re-tuning's run-to-run spread (+-10 % on a loaded box)
+        import pimjax.dse as dse
+        real, own = dse._timing_rows, [0.0]
+
+        def timed_rows(*args_, **kw):
+            t1 = time.perf_counter()
+            out = real(*args_, **kw)
+            own[0] += time.perf_counter() - t1
+            return out
+        dse._timing_rows = timed_rows
         t0 = time.perf_counter()
-        df = pimjax.explore(fn, *args, backends=points, timings=timings, progress=False, processes=a.processes)
+        try:
+            df = pimjax.explore(fn, *args, backends=points, timings=timings, progress=False, processes=a.processes)
+        finally:
+            dse._timing_rows = real
         both, rows = time.perf_counter() - t0, len(df)
     axes = " × ".join((a.axis or ["channels=8,16,32,64"]) + a.core)
     tab = Table(title=f"explore: {a.backend} {axes}, {what}, {a.processes} process(es)")
     for col in ("points", "tuned s", "points / min", "s / point", "CPU s / point",
-                f"+ {a.variants} variants / point s", "variants' extra", "rows"):
+                f"+ {a.variants} variants s", "variants' extra", "variants' own s / point", "own / tuned", "rows"):
         tab.add_column(col, justify="right")
     k = len(points)
     # with worker processes the parent's CPU time is not the work's: shown only for one process
     cpu_pp = f"{cpu / k:.2f}" if a.processes == 1 else "—"
+    # with worker processes the variants' own time is spent in the workers: shown only for one process
+    own_pp = f"{own[0] / k:.3f}" if a.variants and a.processes == 1 else "—"
+    own_ratio = f"{own[0] / tuned:+.0%}" if a.variants and a.processes == 1 else "—"
     tab.add_row(str(k), f"{tuned:.1f}", f"{60 * k / tuned:.1f}", f"{tuned / k:.2f}", cpu_pp,
-                f"{both:.1f}", f"{both / tuned - 1:+.0%}" if a.variants else "—", str(rows))
+                f"{both:.1f}", f"{both / tuned - 1:+.0%}" if a.variants else "—", own_pp, own_ratio, str(rows))
     Console().print(tab)
 
 

@@ -670,8 +670,14 @@ def _stack_leaf(*xs):
     """One leaf of `stack_variants`: stacked on the host (numpy's promotion
     over all variants: an int in one and a float in another gives floats)
     and put on the device once, in JAX's canonical dtype (one jnp.asarray
-    per variant and leaf cost ~0.1 ms each: 1 000 timing variants took 3.8 s)."""
-    out = np.stack([np.asarray(x) for x in xs])
+    per variant and leaf cost ~0.1 ms each: 1 000 timing variants took 3.8 s).
+    Python scalars (a Timing's fields) go through one np.asarray of the
+    list, the same dtype as stacking them one by one (bool < int < float),
+    30x faster: 1 000 timings' 29 leaves 36 -> 1 ms."""
+    if all(type(x) in (float, int, bool) for x in xs):
+        out = np.asarray(xs)
+    else:
+        out = np.stack([np.asarray(x) for x in xs])
     want = jax.dtypes.canonicalize_dtype(out.dtype)
     if np.issubdtype(out.dtype, np.integer) and want != out.dtype and out.size:
         info = np.iinfo(want)

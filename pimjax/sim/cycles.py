@@ -921,7 +921,7 @@ def _combine_chunks(arrs: list[dict], out: dict, resident: np.ndarray, t: dict, 
     for lo in range(0, P, chunk):
         hi = min(P, lo + chunk)
         pad = _batch_size(hi - lo, sizes) - (hi - lo)
-        take = lambda x: np.concatenate([x[lo:hi]] + [x[hi - 1:hi]] * pad)   # noqa: E731
+        take = lambda x: np.concatenate([x[lo:hi]] + [x[hi - 1:hi]] * pad) if pad else x[lo:hi]   # noqa: E731
         tt = {k: take(np.asarray(v)) if k in per_prog else v for k, v in t.items()}
         rep = _combine_batch(jax.tree.map(take, scal), jax.tree.map(take, out), take(resident), tt,
                              backend.energy, backend.system.host)
@@ -1029,20 +1029,21 @@ def _native_outputs(programs: list[Program], table: np.ndarray, backend: Backend
     """Per-stream results of P programs under each of V timing rows
     (table [V, F], `native.timing_table`): out leaves [V, P, S, ...] float32
     and the resident placement time [V, P, S]."""
-    from .native import time_streams
+    from .native import time_streams, time_streams_variants
     rec, starts, stops, who = _pool_streams(programs, include_resident, scratch=True)
     V, P, K = table.shape[0], len(programs), len(who)
     S = max(p.commands.op.shape[0] for p in programs)
-    # a stream's result depends only on its records and the timing row: equal streams (the q / k / v
-    # projections of a layer, channels that run alike) are timed once per row -- what a sweep of many
-    # rows pays for every stream it times
-    first, inv = _distinct_streams(rec, starts, stops) if V > 1 else (np.arange(K), np.arange(K))
-    U = len(first)
-    res = time_streams(rec, np.tile(starts[first], V), np.tile(stops[first], V), np.repeat(np.arange(V), U),
-                       table, backend.group.banks, backend.group.banks_per_bank_group, refresh, threads)
-    if U < K:
-        gather = (np.arange(V)[:, None] * U + inv[None, :]).reshape(-1)      # [V * K] -> its distinct run
-        res = {k: v[gather] for k, v in res.items()}
+    banks, per_bg = backend.group.banks, backend.group.banks_per_bank_group
+    if V == 1:          # one timing (the tuner's path): each stream once, by the one-variant loop
+        res = time_streams(rec, starts, stops, np.zeros(K, np.int64), table, banks, per_bg, refresh, threads)
+    else:
+        # a stream's result depends only on its records and the timing row: equal streams (the q / k / v
+        # projections of a layer, channels that run alike) are timed once; each distinct stream runs under
+        # all V rows at once (`time_streams_variants`: its records decoded once per block of rows)
+        first, inv = _distinct_streams(rec, starts, stops)
+        res = time_streams_variants(rec, starts[first], stops[first], table, banks, per_bg, refresh, threads)
+        # [V, U, ...] -> [V * K, ...], each stream given its distinct run
+        res = {k: v[:, inv].reshape((V * K,) + v.shape[2:]) for k, v in res.items()}
     out = {"buckets": np.zeros((V, P, S, 5), np.float32), "end": np.zeros((V, P, S), np.float32),
            "counts": np.zeros((V, P, S, 8), np.float32)}
     resident = np.zeros((V, P, S), np.float32)

@@ -87,7 +87,7 @@ def test_sweep_over_timing_variants_equals_replaced_backends(engine):
 
 def test_sweep_times_equal_streams_once_and_gives_each_program_its_figures():
     """Programs repeated in a sweep (a layer's q / k / v projections) share their streams: the engine
-    times each distinct stream once per variant, and every program still gets the figures `cycles`
+    times each distinct stream once, under all the variants together, and every program still gets the figures `cycles`
     gives it under each variant -- also past the 4 x 256 programs where the combine switches chunk."""
     from pimjax.sim import native
     be, progs = _programs()
@@ -101,16 +101,17 @@ def test_sweep_times_equal_streams_once_and_gives_each_program_its_figures():
                                           np.asarray([float(getattr(cycles(p, bv), field)) for p in batch],
                                                      np.float32), err_msg=field)
     timed = []
-    real = native.time_streams
+    real = native.time_streams_variants
     try:
-        native.time_streams = lambda rec, starts, *a, **k: (timed.append(len(starts)), real(rec, starts, *a, **k))[1]
+        native.time_streams_variants = lambda rec, starts, stops, table, *a, **k: (
+            timed.append((len(starts), table.shape[0])), real(rec, starts, stops, table, *a, **k))[1]
         many = stack_variants([be.timing.replace(tRCDRD=10.0 + 0.01 * k) for k in range(400)])
         big = sweep(batch, many, be, engine="native")                # 2 000 programs: the large-chunk combine
     finally:
-        native.time_streams = real
+        native.time_streams_variants = real
     streams = {id(p): p.commands.op.shape[0] for p in batch}
     distinct = sum(streams[id(p)] for p in (progs[0], progs[5], progs[1]))
-    assert timed == [400 * distinct]
+    assert timed == [(distinct, 400)]             # each distinct stream once, under all 400 rows together
     np.testing.assert_array_equal(np.asarray(big.total_cycles)[:, 0], np.asarray(big.total_cycles)[:, 2])
     np.testing.assert_array_equal(np.asarray(big.total_cycles)[0], np.asarray(out.total_cycles)[0])
 

@@ -1,0 +1,183 @@
+"""The native engine's many-variant loop (`native.time_streams_variants`:
+each stream advanced under a block of timing variants at once) gives, bit
+for bit, what the one-variant loop (`native.time_streams`, `_stream`) gives
+for every (stream, variant) pair: on random record streams of every DRAM
+backend under random timing tables (fractional latencies, tREFI and the
+refresh timings varied per variant so that each variant refreshes at its
+own records), with refresh on and off, and on lowered programs."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from pimjax.hw import get_backend, stack_variants
+from pimjax.hw.dram_rules import PARAMS
+from pimjax.sim.cycles import _distinct_streams, _pool_streams, _timing_vector, check_timing_batch
+from pimjax.sim.native import RECORD_FIELDS, time_streams, time_streams_variants, timing_table
+
+from .test_cycles_reference import OPS, backend_of, record_lists
+
+
+def _flat(streams):
+    """[8, M] records of the streams side by side, their starts and stops."""
+    lens = [len(s) for s in streams]
+    rec = np.array([[r[f] for s in streams for r in s] for f in RECORD_FIELDS], np.int32).reshape(
+        len(RECORD_FIELDS), -1)
+    stops = np.cumsum(lens).astype(np.int64)
+    return rec, stops - np.asarray(lens, np.int64), stops
+
+
+def _per_pair(rec, starts, stops, table, banks, per_bg, refresh):
+    """The one-variant loop on every (variant, stream) pair, variant-major:
+    leaves [V, U, ...]."""
+    V, U = table.shape[0], len(starts)
+    out = time_streams(rec, np.tile(starts, V), np.tile(stops, V), np.repeat(np.arange(V), U), table, banks, per_bg,
+                       refresh)
+    return {k: v.reshape((V, U) + v.shape[1:]) for k, v in out.items()}
+
+
+def _assert_same(new, old):
+    for k in ("end", "buckets", "counts"):
+        assert new[k].shape == old[k].shape, k
+        np.testing.assert_array_equal(new[k], old[k], err_msg=k)
+
+
+# fields that are latencies (gwrite_hiding is a switch; tREF0 / tREFW 0 mean "none" on some presets)
+_SCALED = [f for f in PARAMS if f not in ("gwrite_hiding",)]
+
+
+def _random_table(data, be, V):
+    """[V, N_LAT, CHAIN] chains of V random timings around `be`'s: every
+    latency scaled per variant by a random factor (fractional results
+    included), tREFI short so that small streams refresh, at times that
+    differ between the variants; or (same_refi) all with one tREFI and few
+    latencies changed, so that many variants' refreshes fall due at the same
+    record."""
+    same_refi = data.draw(st.booleans())
+    base = {k: float(v) for k, v in _timing_vector(be.timing).items()}
+    base.update(tREFI=97.0, tRFC=31.0)
+    scale = st.sampled_from([0.0, 0.5, 0.75, 1.0, 1.0, 1.0, 1.25, 1.37, 2.0, 3.5])
+    rows = []
+    for _ in range(V):
+        row = dict(base)
+        for f in data.draw(st.lists(st.sampled_from(_SCALED), max_size=1 if same_refi else 8, unique=True)):
+            row[f] = base[f] * data.draw(scale)
+        if not same_refi:
+            row["tREFI"] = max(row["tREFI"], 1.0) * data.draw(st.sampled_from([1.0, 0.5, 1.3, 2.71]))   # > 0
+        rows.append(row)
+    return np.concatenate([timing_table(r) for r in rows])
+
+
+@pytest.mark.parametrize("backend_name", sorted(OPS))
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_many_variants_equal_one_variant_loop(backend_name, data):
+    """Random streams (some empty, records with n = 0 among them) under
+    1..20 random timing rows, in blocks of 1..8 variants (the last block
+    padded), on 1 or 2 threads: every (variant, stream) result equals the
+    one-variant loop's."""
+    be = backend_of(backend_name)
+    streams = data.draw(st.lists(st.one_of(st.just([]), record_lists(backend_name)), min_size=1, max_size=5))
+    V = data.draw(st.integers(1, 20))
+    table = _random_table(data, be, V)
+    refresh = data.draw(st.booleans())
+    rec, starts, stops = _flat(streams)
+    if rec.shape[1] == 0:
+        rec = np.zeros((len(RECORD_FIELDS), 1), np.int32)
+    banks, per_bg = be.group.banks, be.group.banks_per_bank_group
+    old = _per_pair(rec, starts, stops, table, banks, per_bg, refresh)
+    new = time_streams_variants(rec, starts, stops, table, banks, per_bg, refresh, block=data.draw(st.integers(1, 8)),
+                                threads=data.draw(st.sampled_from([1, 2])))
+    _assert_same(new, old)
+
+
+def test_identical_variants_refresh_together():
+    """V copies of one timing: every variant's refresh falls due at the same
+    record; each equals the one-variant loop."""
+    be = backend_of("attacc")
+    rec, starts, stops, _ = _pool_streams(_lowered(be)[:4])
+    t = {k: float(v) for k, v in _timing_vector(be.timing).items()}
+    table = np.concatenate([timing_table(dict(t, tREFI=301.0))] * 11)
+    banks, per_bg = be.group.banks, be.group.banks_per_bank_group
+    old = _per_pair(rec, starts, stops, table, banks, per_bg, True)
+    assert old["counts"][..., 4].sum() > 0               # it refreshes
+    _assert_same(time_streams_variants(rec, starts, stops, table, banks, per_bg, True), old)
+
+
+def _lowered(be):
+    """Lowered GEMV / MMTV / VA / RED drafts of `be` (resident matrices)."""
+    from pimjax.kernels import kernel_op
+    from pimjax.lower import lower
+    from pimjax.partition import drafts
+    rng = np.random.default_rng(7)
+    progs = []
+    for kernel, shape in (("gemv", [512, 1024]), ("mmtv", [1, 4, 64, 32]), ("va", [1 << 12]), ("red", [16, 1024])):
+        op, shapes = kernel_op(kernel, shape)
+        table = drafts(op, be, shapes=shapes)          # Newton runs MACs only: no va / red drafts
+        progs += [lower(op, table[int(i)], be, shapes, resident=(0,) if kernel == "gemv" else ())
+                  for i in rng.choice(len(table), min(3, len(table)), replace=False)]
+    return progs
+
+
+def _variant_table(be, V):
+    """V timings of `be` as a sweep varies them: tRCDRD, tRP and tFAW scaled
+    (fractional), tREFI from 0.3x to 1.3x (each variant's refreshes fall
+    at their own records)."""
+    t = be.timing
+    rows = [t.replace(tRCDRD=float(t.tRCDRD) * (1.0 + i / V), tRP=float(t.tRP) * (1.0 + 0.37 * (i % 3)),
+                      tFAW=float(t.tFAW) + 0.5 * (i % 5), tREFI=float(t.tREFI) * (0.3 + i / V)) for i in range(V)]
+    return timing_table(_timing_vector(check_timing_batch(stack_variants(rows))))
+
+
+@pytest.mark.parametrize("backend_name", ["hbm-pim", "attacc", "newton", "newton-gwh"])
+def test_lowered_programs_equal_one_variant_loop(backend_name):
+    """The distinct streams of lowered programs (steady state and resident
+    placement) under 37 timing variants, refresh on and off, V = 1 too."""
+    be = get_backend(backend_name, channels=4) if backend_name in ("hbm-pim", "newton") else backend_of(backend_name)
+    rec, starts, stops, _ = _pool_streams(_lowered(be))
+    first, _ = _distinct_streams(rec, starts, stops)
+    s, e = starts[first], stops[first]
+    table = _variant_table(be, 37)
+    banks, per_bg = be.group.banks, be.group.banks_per_bank_group
+    for refresh in (True, False):
+        old = _per_pair(rec, s, e, table, banks, per_bg, refresh)
+        _assert_same(time_streams_variants(rec, s, e, table, banks, per_bg, refresh), old)
+        one = time_streams_variants(rec, s, e, table[:1], banks, per_bg, refresh)
+        _assert_same(one, {k: v[:1] for k, v in old.items()})
+    # the variants do differ (refresh at their own times), so the equality above compares distinct runs
+    assert len(np.unique(old["end"], axis=0)) > 1
+
+
+@pytest.mark.slow
+def test_llama_layer_programs_equal_one_variant_loop():
+    """The AttAcc programs of a tuned LLaMA-2-7B decode layer (what
+    `explore` sweeps), under 40 variants: every result equal."""
+    from pimjax.api import pim_jit
+    from pimjax.models.configs import get_config
+    from pimjax.models.layers import layer_shapes, make_layer
+    from pimjax.search.tuner import Tuner
+    be = get_backend("attacc")
+    cfg = get_config("llama2-7b")
+    compiled = pim_jit(make_layer(cfg), backend=be, tuner=Tuner(mode="predict")).lower(
+        *layer_shapes(cfg, 1, 2048)).compile()
+    progs = [p.program for p in compiled.plans if p.placement == "pim"]
+    assert progs
+    rec, starts, stops, _ = _pool_streams(progs)
+    first, _ = _distinct_streams(rec, starts, stops)
+    s, e = starts[first], stops[first]
+    table = _variant_table(be, 40)
+    banks, per_bg = be.group.banks, be.group.banks_per_bank_group
+    _assert_same(time_streams_variants(rec, s, e, table, banks, per_bg, True),
+                 _per_pair(rec, s, e, table, banks, per_bg, True))
+
+
+def test_bad_arguments_raise():
+    rec = np.zeros((len(RECORD_FIELDS), 4), np.int32)
+    one = np.zeros(1, np.int64)
+    table = timing_table({k: float(v) for k, v in _timing_vector(get_backend("hbm-pim").timing).items()})
+    with pytest.raises(ValueError, match="rec"):
+        time_streams_variants(rec[:3], one, one + 4, table, 16, 4, True)
+    with pytest.raises(ValueError, match="table"):
+        time_streams_variants(rec, one, one + 4, table[:, :3], 16, 4, True)
+    for lo, hi in ((0, 5), (3, 2), (-1, 2)):                  # past the records, reversed, negative
+        with pytest.raises(ValueError, match="streams must lie"):
+            time_streams_variants(rec, one + lo, one + hi, table, 16, 4, True)
