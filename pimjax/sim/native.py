@@ -547,7 +547,7 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
             kb = 1
         else:
             kb = 2
-        # 1. refresh between records, for the variants it is due in (a call: rare)
+        # 1. refresh between records, for the variants it is due in (an inlined per-variant branch: rare)
         if refresh:
             for v in range(W):
                 if t_end[v] >= next_ref[v]:
@@ -750,7 +750,7 @@ within ~10 % of each other."""
 
 def time_streams_variants(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, table: np.ndarray,
                           banks: int, per_bg: int, refresh: bool, threads: int | None = None,
-                          block: int | None = None) -> dict:
+                          block: int | None = None, min_parallel: int = 20_000) -> dict:
     """Time U record streams under every one of V timing rows: what
     `time_streams` gives for the U * V (stream, row) pairs, bit for bit,
     with each stream's records decoded once per block of variants.
@@ -763,7 +763,9 @@ def time_streams_variants(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray
     variant).  The variants go in blocks of `block` (default BLOCK; the
     last is padded with copies of row V - 1, whose results are dropped);
     the (stream, block) items are dealt to `threads` threads (default
-    THREADS) in contiguous slices of about equal record counts."""
+    THREADS) in contiguous slices of about equal record counts, when the
+    work (records x variants) reaches `min_parallel` (below it a thread
+    pool costs more than it saves)."""
     rec = np.ascontiguousarray(rec, np.int32)
     starts, stops = (np.ascontiguousarray(a, np.int64) for a in (starts, stops))
     chains = np.ascontiguousarray(table, np.float64)
@@ -781,8 +783,8 @@ def time_streams_variants(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray
     lat = chains[..., 0]
     for j in range(1, CHAIN):           # each rule's latency: its chain summed in order, as time_streams
         lat = lat + chains[..., j]
-    W = max(1, min(int(block or BLOCK), V))
-    NB = -(-V // W)
+    NB = -(-V // max(1, min(int(block or BLOCK), V)))
+    W = -(-V // NB)                 # blocks of equal width: the padding stays below NB (V = 33: 2 x 17, not 2 x 32)
     pad = np.minimum(np.arange(NB * W), V - 1)            # the last block padded with row V - 1
     t = np.ascontiguousarray(lat[pad].reshape(NB, W, N_LAT).transpose(0, 2, 1))
     ch = np.ascontiguousarray(chains[pad].reshape(NB, W, N_LAT, CHAIN).transpose(0, 2, 3, 1))
@@ -794,7 +796,7 @@ def time_streams_variants(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray
     work = np.cumsum((stops - starts)[items_u] * W)
     total = int(work[-1]) if U else 0
     args = (t, ch, cls, banks, per_bg, bool(refresh), buckets, end, counts)
-    if threads == 1 or len(items_u) < 2 or total < 20_000:
+    if threads == 1 or len(items_u) < 2 or total < min_parallel:
         _streams_v(rec, starts, stops, items_u, items_b, *args)
     else:
         cuts = np.unique(np.searchsorted(work, np.arange(1, threads) * total / threads))

@@ -41,8 +41,9 @@ def _assert_same(new, old):
         np.testing.assert_array_equal(new[k], old[k], err_msg=k)
 
 
-# fields that are latencies (gwrite_hiding is a switch; tREF0 / tREFW 0 mean "none" on some presets)
-_SCALED = [f for f in PARAMS if f not in ("gwrite_hiding",)]
+# fields that are latencies (gwrite_hiding is a switch; tREF0 / tREFW 0 mean "none" on some presets);
+# tREFI / tRFC are set apart below: `Timing` holds tREFI > tRFC > 0, which a sweep therefore keeps
+_SCALED = [f for f in PARAMS if f not in ("gwrite_hiding", "tREFI", "tRFC")]
 
 
 def _random_table(data, be, V):
@@ -54,7 +55,7 @@ def _random_table(data, be, V):
     record."""
     same_refi = data.draw(st.booleans())
     base = {k: float(v) for k, v in _timing_vector(be.timing).items()}
-    base.update(tREFI=97.0, tRFC=31.0)
+    base.update(tREFI=97.0, tRFC=31.0, tREF0=0.0)      # the first refresh at tREFI: short streams refresh
     scale = st.sampled_from([0.0, 0.5, 0.75, 1.0, 1.0, 1.0, 1.25, 1.37, 2.0, 3.5])
     rows = []
     for _ in range(V):
@@ -86,7 +87,7 @@ def test_many_variants_equal_one_variant_loop(backend_name, data):
     banks, per_bg = be.group.banks, be.group.banks_per_bank_group
     old = _per_pair(rec, starts, stops, table, banks, per_bg, refresh)
     new = time_streams_variants(rec, starts, stops, table, banks, per_bg, refresh, block=data.draw(st.integers(1, 8)),
-                                threads=data.draw(st.sampled_from([1, 2])))
+                                threads=data.draw(st.sampled_from([1, 2, 3])), min_parallel=0)   # threads split any work
     _assert_same(new, old)
 
 
@@ -141,10 +142,15 @@ def test_lowered_programs_equal_one_variant_loop(backend_name):
     for refresh in (True, False):
         old = _per_pair(rec, s, e, table, banks, per_bg, refresh)
         _assert_same(time_streams_variants(rec, s, e, table, banks, per_bg, refresh), old)
+        _assert_same(time_streams_variants(rec, s, e, table, banks, per_bg, refresh, threads=3, min_parallel=0), old)
         one = time_streams_variants(rec, s, e, table[:1], banks, per_bg, refresh)
         _assert_same(one, {k: v[:1] for k, v in old.items()})
-    # the variants do differ (refresh at their own times), so the equality above compares distinct runs
-    assert len(np.unique(old["end"], axis=0)) > 1
+        if refresh:
+            ref = old
+    # the variants refresh at their own times: their refresh counts differ, and so (rows closed by a
+    # refresh reopen) do their activation counts -- the equality above compares distinct runs
+    assert len(np.unique(ref["counts"][..., 4].sum(axis=1))) > 1
+    assert len(np.unique(ref["counts"][..., 0].sum(axis=1))) > 1
 
 
 @pytest.mark.slow
