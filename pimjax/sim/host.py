@@ -121,8 +121,9 @@ def host_time(op: PimOp, host: HostModel, shapes: dict | None = None,
 
 def host_energy(op: PimOp, host: HostModel, shapes: dict | None = None, dtype_bytes: dict | int = 2,
                 ns: float | None = None) -> float:
-    """pJ of `op` on the host (`hw.gpu.gpu_energy_pj`): its `op_bytes` (the traffic `host_time`
-    counts), `op_flops` / 2 MACs, 3 register accesses per MAC of a contraction and one per byte
+    """pJ of `op` on the host (`hw.gpu.gpu_energy_pj`): its `op_bytes` (the operand traffic
+    `host_time` counts; a split-K GEMM's partial sums, which its time adds, not charged),
+    `op_flops` / 2 MACs, 3 register accesses per MAC of a contraction and one per byte
     of any other op (AttAcc), static power over `ns` (default `host_time` of the op)."""
     from ..hw.gpu import gpu_energy_pj
     if shapes is None:
