@@ -126,6 +126,13 @@ def class_table() -> np.ndarray:
                 raise ValueError(f"opcode {Op(op).name}: family {fam.name} declares timing class {names}, "
                                  f"another declares {classes[op]}")
             classes[op] = tuple(names)
+    for o, names in classes.items():
+        # the native loops dispatch on these in different orders (`_stream`: columns first, `_stream_v`:
+        # the all-bank commands first); an opcode holding two of them would time differently in each
+        whole = {"act_all", "pre_all"} & set(names)
+        if whole and len({"column", "side", "fixed", "barrier", "act_all", "pre_all"} & set(names)) > 1:
+            raise ValueError(f"opcode {Op(o).name}: timing classes {tuple(names)} combine {sorted(whole)} with "
+                             "another command kind (column / side / fixed / barrier): give it one")
     n = max(int(o) for o in Op) + 1
     t = np.zeros((n, N_FLAGS), np.int32)
     for o, names in classes.items():

@@ -187,3 +187,15 @@ def test_bad_arguments_raise():
     for lo, hi in ((0, 5), (3, 2), (-1, 2)):                  # past the records, reversed, negative
         with pytest.raises(ValueError, match="streams must lie"):
             time_streams_variants(rec, one + lo, one + hi, table, 16, 4, True)
+
+
+def test_an_opcode_is_one_command_kind(monkeypatch):
+    """The two loops dispatch on the command kinds in different orders, so the class table refuses an
+    opcode that is both an all-bank activation and a column (it would time differently in each)."""
+    from pimjax.sim import timing
+    op = next(iter(timing.GENERIC_CLASSES))
+    monkeypatch.setattr(timing, "GENERIC_CLASSES", {**timing.GENERIC_CLASSES, op: ("act_all", "column")})
+    with pytest.raises(ValueError, match="act_all"):
+        timing.class_table()
+    monkeypatch.setattr(timing, "GENERIC_CLASSES", {**timing.GENERIC_CLASSES, op: ("act_all", "stagger")})
+    assert timing.class_table()[int(op), timing.ACT_ALL] == 1
