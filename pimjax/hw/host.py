@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import energy_table as E
 from .core import HostModel
 
 # --------------------------------------------------------------------------
@@ -94,16 +95,13 @@ def _model_factors(model: str, who: str) -> tuple[float, float, float]:
 # --------------------------------------------------------------------------
 # GPU dynamic energy (`hw.gpu.gpu_energy_pj`): AttAcc's GPU ENERGY_TABLE
 # --------------------------------------------------------------------------
-# scale-snu/attacc_simulator src/config.py (commit c600051), ENERGY_TABLE['GPU'], "pJ per byte";
-# devices.py `_get_energy` charges mem / l2 / l1 per byte of each level's traffic, 'reg' per
-# register access (its reg traffic is m n k per operand, not multiplied by the element size) and
-# 'alu' per MAC (get_flops() / 2)
-GPU_E_MEM_PJ_PER_BYTE = (0.11 + 0.44 + 1.01 + 1.23 + 0.5 + 0.3) * 8   # 28.72: HBM's FGDRAM path (ACT/PRE 0.11,
-                                    #   cell 0.44, col->BG mux 1.01, BG mux->GIO 1.23, TSV 0.5, interposer 0.3 pJ/b)
-GPU_E_L2_PJ_PER_BYTE = 0.3 * 8      # config.py 'l2'
-GPU_E_L1_PJ_PER_BYTE = 0.16 * 8     # config.py 'l1' ("4-way cache, ref: arxiv 1509.02308")
-GPU_E_REG_PJ = 0.0675               # config.py 'reg', per access
-GPU_E_ALU_PJ_PER_MAC = 0.32         # config.py 'alu', per MAC
+# scale-snu/attacc_simulator src/config.py (commit c600051), ENERGY_TABLE['GPU'] (`energy_table`)
+GPU_E_MEM_PJ_PER_BYTE = (E.E_ACT_PRE_PJ_PER_BIT + E.E_CELL_RDWR_PJ_PER_BIT + E.E_COL_TO_BGMUX + E.E_BGMUX_TO_GIO
+                         + E.E_TSV + E.E_INTERPOSER) * 8     # 28.72 pJ/B: HBM's whole FGDRAM path
+GPU_E_L2_PJ_PER_BYTE = E.E_L2_PJ_PER_BIT * 8
+GPU_E_L1_PJ_PER_BYTE = E.E_L1_PJ_PER_BIT * 8
+GPU_E_REG_PJ = E.E_REG_PJ
+GPU_E_ALU_PJ_PER_MAC = E.E_ALU_PJ_PER_MAC
 # static power: AttAcc models none; no source in reach gives one for the GPUs here (PIMFlow's
 # AccelWattch RTX 2060 figure is not published in its text), so it is 0 -- GPU energies here are
 # dynamic only (a `replace(static_power_w=...)` adds one, charged over the time)

@@ -31,6 +31,8 @@ import math
 from typing import Callable
 
 from .core import Backend, Core, Energy, Group, HostModel, System, Timing, is_int
+from .energy_table import (E_ACT_PRE_PJ_PER_BIT, E_ALU_PJ_PER_MAC, E_BGMUX_TO_GIO, E_CELL_RDWR_PJ_PER_BIT,
+                           E_COL_TO_BGMUX, E_INTERPOSER, E_TSV)
 from .gpu import GPU_MODELS
 from .host import a100, gpu_on, rtx2060, xeon_gold_5220r
 from .peaks import bus_bandwidth
@@ -115,14 +117,8 @@ def _baseline_gpu(name: str, gpu, host, build, external_GBps: float, default: st
 # --------------------------------------------------------------------------
 # energy: AttAcc's per-bit figures (FGDRAM, MICRO'17), per command
 # --------------------------------------------------------------------------
-# AttAcc simulator src/config.py, citing FGDRAM (O'Connor et al., MICRO 2017), pJ per bit:
-E_ACT_PRE_PJ_PER_BIT = 0.11   # cell activation + precharge, per bit of an (assumed fully read) row
-E_CELL_RDWR_PJ_PER_BIT = 0.44 # cell read/write, per bit moved out of / into the sense amplifiers
-E_COL_TO_BGMUX = 1.01         # column decoder -> bank-group mux
-E_BGMUX_TO_GIO = 1.23         # bank-group mux -> global I/O mux
-E_TSV = 0.5                   # through-silicon via
-E_INTERPOSER = 0.3            # silicon-interposer I/O
-E_ALU_PJ_PER_MAC = 0.32       # AttAcc config.py ENERGY_TABLE 'alu', pJ per MAC (FLOP/2)
+# AttAcc simulator src/config.py, citing FGDRAM (O'Connor et al., MICRO 2017), pJ per bit: `energy_table`
+# (the E_* names imported above)
 
 
 def _dram_energy(row_bytes: int, col_bytes: int, lanes: int, unit_path_pj_per_bit: float,
