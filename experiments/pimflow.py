@@ -281,7 +281,6 @@ def _variant_times(op, var, backend, memo, key, n_drafts):
     the iterations on the concurrent GPU, 1 - r on PIM (`search.mixed.share_builder`), each PIM
     share under its faster placement (`pim_time_placed`; matrix: the winner's name, None at r = 1)."""
     from pimjax.search.mixed import RATIOS, share_builder
-    from pimjax.sim.host import host_time
     build = share_builder(op, var)
     gpu, pim, mat = [0.0] * len(RATIOS), [0.0] * len(RATIOS), [None] * len(RATIOS)
     whole = (key, "whole", 1.0)
@@ -290,8 +289,7 @@ def _variant_times(op, var, backend, memo, key, n_drafts):
         memo[whole] = pim_time_placed(o, sh, backend, n_drafts)
     for i, r in enumerate(RATIOS):
         if r > 0:
-            o, sh = build(float(r))
-            gpu[i] = float(host_time(o, backend.system.cogpu, sh, 2))
+            gpu[i] = _share_gpu_ns(build, float(r), backend.system.cogpu)
         if r < 1:
             share = float(np.round(1.0 - r, 2))
             mk = (key, var, share) if share < 1 else whole
@@ -300,6 +298,12 @@ def _variant_times(op, var, backend, memo, key, n_drafts):
                 memo[mk] = pim_time_placed(o, sh, backend, n_drafts, like=memo[whole])
             pim[i], mat[i] = memo[mk]["ns"], memo[mk]["matrix"]
     return dict(gpu=gpu, pim=pim, matrix=mat)
+
+
+def _layer_key(row, pim_channels: int = PIM_CHANNELS) -> tuple:
+    """The shape key the time cache's memo uses (layers of one shape share their PIM programs)."""
+    return (row["kind"], int(row["H"]), int(row["W"]), int(row["C"]), int(row["F"]), int(row["K"]),
+            int(row["stride"]), pim_channels)
 
 
 def _share_gpu_ns(build, share: float, host) -> float:
@@ -343,7 +347,7 @@ def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, n_draft
             rec["gpu_rows"] = dict(var=rows_var, gpu=[_share_gpu_ns(build, float(r), backend.system.cogpu)
                                                       if r > 0 else 0.0 for r in RATIOS])
         if rec["candidate"]:
-            key = (row["kind"], row["H"], row["W"], row["C"], row["F"], row["K"], row["stride"], pim_channels)
+            key = _layer_key(row, pim_channels)
             vs = split_vars(op)
             # the Newton+ column: the whole layer on Newton+ (one buffer, no hiding), faster placement
             pk = (key, "whole", "newton+")
@@ -695,12 +699,6 @@ ENERGY_MODELS = MODELS + tuple(BERT_MODELS)
 PAPER_ENERGY = {"saving_vs_gpu": {"Newton++": 0.18, "PIMFlow": 0.26}, "newtonpp_vs_newtonp": 0.17}
 
 
-def _layer_key(row, pim_channels: int = PIM_CHANNELS) -> tuple:
-    """The shape key the time cache's memo uses (layers of one shape share their PIM programs)."""
-    return (row["kind"], int(row["H"]), int(row["W"]), int(row["C"]), int(row["F"]), int(row["K"]),
-            int(row["stride"]), pim_channels)
-
-
 def pim_energy(op, shapes, backend, placement: str, like: tuple | None = None, n_drafts: int = N_DRAFTS) -> dict:
     """The energy of the PIM program `pim_time` picks for `op` with `placement` ("input" / "filter"
     in the banks; like: the whole op's knobs for a share, as `_variant_times`): the draft lowered
@@ -830,9 +828,8 @@ def energy_model(model: str, records: list[dict], memo: dict | None = None, log=
                 p_pj += pim_share(row, rec, op, shapes, name, ri)
             elif m.mode == "pipeline":
                 share = 1.0 / STAGES
-                ri = int(round((1.0 - share) * 10)) if m.device == "pim" else int(round(share * 10))
-                if m.device == "pim":
-                    p_pj += STAGES * pim_share(row, rec, op, shapes, "rows", ri)
+                if m.device == "pim":       # the PIM chunk: GPU ratio 1 - share of its row variant
+                    p_pj += STAGES * pim_share(row, rec, op, shapes, "rows", int(round((1.0 - share) * 10)))
                 else:
                     var = rec["variants"]["rows"]["var"] if rec.get("variants") else \
                         (rec.get("gpu_rows") or {}).get("var")
