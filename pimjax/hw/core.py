@@ -658,12 +658,16 @@ def stack_variants(variants):
     variants = list(variants)
     if not variants:
         raise ValueError("stack_variants needs at least one variant")
-    first = jax.tree_util.tree_structure(variants[0])
-    for i, v in enumerate(variants[1:], 1):
-        if jax.tree_util.tree_structure(v) != first:
+    # each variant flattened once (structure and leaves together): checking the structures with
+    # tree_structure and then stacking with tree.map flattened every variant twice, 60 ms for a
+    # sweep's 1 000 timings
+    flat = [jax.tree_util.tree_flatten(v) for v in variants]
+    first = flat[0][1]
+    for i, (_, tree) in enumerate(flat[1:], 1):
+        if tree != first:
             raise ValueError(f"variant {i} differs from variant 0 in a static field "
                              "(counts / geometry / names); only leaves may vary in a sweep")
-    return jax.tree.map(_stack_leaf, *variants)
+    return jax.tree_util.tree_unflatten(first, [_stack_leaf(*xs) for xs in zip(*(f[0] for f in flat))])
 
 
 def _stack_leaf(*xs):

@@ -921,7 +921,8 @@ def _combine_chunks(arrs: list[dict], out: dict, resident: np.ndarray, t: dict, 
     for lo in range(0, P, chunk):
         hi = min(P, lo + chunk)
         pad = _batch_size(hi - lo, sizes) - (hi - lo)
-        take = lambda x: np.concatenate([x[lo:hi]] + [x[hi - 1:hi]] * pad) if pad else x[lo:hi]   # noqa: E731
+        # padded with copies of the chunk's last row (one repeat, not a list of `pad` one-row slices)
+        take = lambda x: np.concatenate([x[lo:hi], np.repeat(x[hi - 1:hi], pad, axis=0)]) if pad else x[lo:hi]  # noqa: E731
         tt = {k: take(np.asarray(v)) if k in per_prog else v for k, v in t.items()}
         rep = _combine_batch(jax.tree.map(take, scal), jax.tree.map(take, out), take(resident), tt,
                              backend.energy, backend.system.host)
@@ -1009,13 +1010,35 @@ def _pool_streams(programs: list[Program], include_resident: bool = False, scrat
     return rec, np.asarray(starts, np.int64), np.asarray(stops, np.int64), who
 
 
+def _timing_key(seg: np.ndarray) -> bytes:
+    """What the event loop's result depends on in a stream seg [8, R] (rows
+    SCAN_FIELDS): its live records (n > 0: the loop skips the others), with
+    their rows renamed by first appearance.  Why renaming keeps the timing:
+    the loop compares rows only with each other (is the bank's open row the
+    record's row?) and with 0 (row < 0: a buffer access, no row), so any
+    one-to-one renaming of the rows >= 0 times alike: two channels reading
+    the same pattern at other rows, or a stream and its copy with dead
+    records left in, are timed once."""
+    seg = seg[:, seg[3] > 0]
+    rows = seg[2]
+    real = rows >= 0
+    if real.any():
+        vals, first_at, which = np.unique(rows[real], return_index=True, return_inverse=True)
+        rank = np.empty(len(vals), np.int32)
+        rank[np.argsort(first_at, kind="stable")] = np.arange(len(vals), dtype=np.int32)
+        seg = seg.copy()
+        seg[2, real] = rank[which]
+    return seg.tobytes()
+
+
 def _distinct_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(first stream of each distinct record content [U], distinct index of
-    every stream [K]) of the streams rec[:, starts[k]:stops[k]]."""
+    """(first stream of each distinct timing [U], distinct index of every
+    stream [K]) of the streams rec[:, starts[k]:stops[k]]: streams of equal
+    `_timing_key` time alike under every timing."""
     seen: dict = {}
     first, inv = [], np.empty(len(starts), np.int64)
     for k, (a, b) in enumerate(zip(starts.tolist(), stops.tolist())):
-        key = rec[:, a:b].tobytes()
+        key = _timing_key(rec[:, a:b])
         u = seen.get(key)
         if u is None:
             u = seen[key] = len(first)

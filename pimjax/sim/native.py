@@ -614,17 +614,69 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
             else:
                 sp_k = CCD_L
             buffer = cls[op, BUFFER] == 1
-            for v in range(W):
-                te = t_end[v]
-                f = max(0.0, ref_end[v])         # commands issue in order
-                if wait:
-                    f = max(f, te)
-                e = te
-                if is_col:
-                    # 2. open the row if needed (row < 0: a buffer access opens none; which variants need it
-                    # differs once their refreshes fall apart)
-                    need = row >= 0 and open_row[b, v] != row
-                    if need:
+            # the command kind is the record's: one loop over the variants per kind (the branches out of
+            # the loop), and a column whose row every variant has open (most: which variants must open
+            # it differs only past their refreshes) without the activation's branch
+            need_any = False
+            if is_col and row >= 0:
+                for v in range(W):
+                    if open_row[b, v] != row:
+                        need_any = True
+                        break
+            if is_col and not need_any:
+                for v in range(W):
+                    te = t_end[v]
+                    f = max(0.0, ref_end[v])
+                    if wait:
+                        f = max(f, te)
+                    col_ready = max(b_act[b, v] + t[rcd_k, v], f)
+                    t0 = max(col_ready, last_col[v] + t[gap_k, v])
+                    if write:
+                        x = last_rd[v]
+                        for j in range(N_RTW):
+                            x += chains[RTW, j, v]
+                    else:
+                        x = last_wr[v]
+                        for j in range(N_WTR):
+                            x += chains[wtr, j, v]
+                    t0 = max(t0, x)
+                    if op_wait:
+                        t0 = max(t0, te)
+                    t0 = max(t0, t_bar[v])
+                    t_last = t0 + (n - 1.0) * t[sp_k, v]
+                    if allbank:
+                        e = t_last + t[AB_END, v]
+                    elif write:
+                        e = t_last
+                        for j in range(N_WR_END):
+                            e += chains[WR_END, j, v]
+                    else:
+                        e = t_last
+                        for j in range(N_RD_END):
+                            e += chains[RD_END, j, v]
+                    if write:
+                        b_wr[b, v] = t_last
+                        last_wr[v] = t_last
+                    else:
+                        b_rd[b, v] = t_last
+                        last_rd[v] = t_last
+                    last_col[v] = t_last
+                    if buffer:
+                        last_buf[v] = t_last
+                    else:
+                        last_arr[v] = t_last
+                    t_issue[v] = max(t_issue[v], t_last)
+                    buckets[kb, v] += max(e - te, 0.0)
+                    t_end[v] = max(te, e)
+            elif is_col:
+                for v in range(W):
+                    te = t_end[v]
+                    f = max(0.0, ref_end[v])         # commands issue in order
+                    if wait:
+                        f = max(f, te)
+                    # 2. open the row if needed (which variants need it differs once their refreshes fall
+                    # apart)
+                    if open_row[b, v] != row:
                         if open_row[b, v] >= 0:
                             ready = _precharge_ready(t, b_act, b_rd, b_wr, b, v) + t[RP, v]
                             counts[7, v] += per_bank
@@ -682,7 +734,15 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
                     else:
                         last_arr[v] = t_last
                     t_issue[v] = max(t_issue[v], t_last)
-                elif side:
+                    # 4. the time the record adds goes to its report bucket
+                    buckets[kb, v] += max(e - te, 0.0)
+                    t_end[v] = max(te, e)
+            elif side:
+                for v in range(W):
+                    te = t_end[v]
+                    f = max(0.0, ref_end[v])
+                    if wait:
+                        f = max(f, te)
                     gap = t[SIDE_GAP, v]
                     s0 = max(max(last_side[v] + gap, f), max(side_bg[bg, v] + t[SIDE_BG, v], t_bar[v]))
                     if op_wait:
@@ -696,15 +756,22 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
                     last_side[v] = ls
                     side_bg[bg, v] = ls
                     t_issue[v] = max(t_issue[v], ls)
-                elif fixed:
+                    buckets[kb, v] += max(e - te, 0.0)
+                    t_end[v] = max(te, e)
+            elif fixed:
+                for v in range(W):
+                    te = t_end[v]
+                    f = max(0.0, ref_end[v])
+                    if wait:
+                        f = max(f, te)
                     f0 = max(max(last_col[v], te), max(f, t_bar[v]))
                     e = f0 + n
                     t_issue[v] = max(t_issue[v], f0 + n - 1.0)
-                elif barrier:
+                    buckets[kb, v] += max(e - te, 0.0)
+                    t_end[v] = max(te, e)
+            elif barrier:               # it adds no time: e = t_end
+                for v in range(W):
                     t_bar[v] = max(t_bar[v], t_issue[v] + 1.0)
-                # 4. the time the record adds goes to its report bucket
-                buckets[kb, v] += max(e - te, 0.0)
-                t_end[v] = max(te, e)
         if is_col:
             if write:
                 last_wr_bg = bg

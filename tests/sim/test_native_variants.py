@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from pimjax.hw import get_backend, stack_variants
 from pimjax.hw.dram_rules import PARAMS
-from pimjax.sim.cycles import _distinct_streams, _pool_streams, _timing_vector, check_timing_batch
+from pimjax.sim.cycles import _distinct_streams, _pool_streams, _timing_key, _timing_vector, check_timing_batch
 from pimjax.sim.native import RECORD_FIELDS, time_streams, time_streams_variants, timing_table
 
 from .test_cycles_reference import OPS, backend_of, record_lists
@@ -89,6 +89,42 @@ def test_many_variants_equal_one_variant_loop(backend_name, data):
     new = time_streams_variants(rec, starts, stops, table, banks, per_bg, refresh, block=data.draw(st.integers(1, 8)),
                                 threads=data.draw(st.sampled_from([1, 2, 3])), min_parallel=0)   # threads split any work
     _assert_same(new, old)
+
+
+@pytest.mark.parametrize("backend_name", sorted(OPS))
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_streams_with_renamed_rows_time_alike(backend_name, data):
+    """A stream whose rows >= 0 are renamed one to one, with dead records
+    (n = 0) put in among its records, times bit for bit as the stream itself
+    under random timings, with refresh on and off: why a sweep times streams
+    of one `_timing_key` once.  A renaming that merges two rows gets another
+    key."""
+    be = backend_of(backend_name)
+    stream = data.draw(record_lists(backend_name))
+    rows = sorted({r["row"] for r in stream if r["row"] >= 0})
+    new_names = data.draw(st.lists(st.integers(0, 1 << 20), min_size=len(rows), max_size=len(rows), unique=True))
+    rename = dict(zip(rows, new_names))
+    other = [dict(r, row=rename.get(r["row"], r["row"])) for r in stream]
+    for _ in range(data.draw(st.integers(0, 5))):         # dead records: the loop skips them
+        dead = dict(data.draw(st.sampled_from(stream)), n=0, row=data.draw(st.integers(-1, 9)))
+        other.insert(data.draw(st.integers(0, len(other))), dead)
+    rec, starts, stops = _flat([stream, other])
+    assert _timing_key(rec[:, starts[0]:stops[0]]) == _timing_key(rec[:, starts[1]:stops[1]])
+    first, inv = _distinct_streams(rec, starts, stops)
+    assert first.tolist() == [0] and inv.tolist() == [0, 0]
+    table = _random_table(data, be, data.draw(st.integers(1, 4)))
+    banks, per_bg = be.group.banks, be.group.banks_per_bank_group
+    for refresh in (False, True):
+        out = _per_pair(rec, starts, stops, table, banks, per_bg, refresh)
+        for k in ("end", "buckets", "counts"):
+            np.testing.assert_array_equal(out[k][:, 0], out[k][:, 1], err_msg=k)
+    live_rows = [r["row"] for r in stream if r["row"] >= 0 and r["n"] > 0]
+    if len(set(live_rows)) >= 2:                           # merge two live rows: not the same stream
+        a, b = sorted(set(live_rows))[:2]
+        merged = [dict(r, row=a if r["row"] == b else r["row"]) for r in stream]
+        rec2, s2, e2 = _flat([stream, merged])
+        assert _timing_key(rec2[:, s2[0]:e2[0]]) != _timing_key(rec2[:, s2[1]:e2[1]])
 
 
 def test_identical_variants_refresh_together():
