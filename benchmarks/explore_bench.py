@@ -3,15 +3,15 @@
     .venv/bin/python benchmarks/explore_bench.py [--backend hbm-pim] [--axis channels=8,16,32,64 ...]
                                                  [--core n_input_regs=4,8 ...] [--every N]
                                                  [--shape 4096x4096 | --model llama2-7b [--context 2048]]
-                                                 [--variants 100] [--processes 1] [--warmup all|first]
-                                                 [--profile OUT.prof]
+                                                 [--variants 100] [--vary tRCDRD] [--processes 1]
+                                                 [--warmup all|first] [--profile OUT.prof]
 
 `pimjax.explore` of a GEMV y = W x (fp16, the shape given), or with `--model` of one decoder layer of
 that model (`pimjax.models.layers`, batch 1, a decode step at `--context` tokens), over the structural
 points of the product of preset options (`--axis`, repeated) and `Core` fields (`--core`), each point
 tuned for itself (a fresh Tuner, predict mode), then again
-with `--variants` timing variants per point (tRCDRD scaled 1.0 .. 2.0, re-timed on each point's own
-programs by `sim.sweep`; 0: skipped).  Prints points per minute (wall clock, and the process's CPU
+with `--variants` timing variants per point (`--vary`, default tRCDRD, scaled 1.0 .. 2.0, re-timed on
+each point's own programs by `sim.sweep`; 0: skipped).  Prints points per minute (wall clock, and the process's CPU
 time, which other jobs on a shared machine disturb less) and the variants' extra time as a ratio
 (the variants pass's wall clock less the tuned pass's; and, with one process, the variants' own work
 -- `dse._timing_rows`: stacking, the sweep, the rows -- timed in process, which the re-tuning's
@@ -92,6 +92,10 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="a pimjax.models config: explore its decoder layer")
     ap.add_argument("--context", type=int, default=2048)
     ap.add_argument("--variants", type=int, default=100)
+    ap.add_argument("--vary", default="tRCDRD",
+                    help="the Timing field the variants scale 1.0 .. 2.0 (a stream whose records never read it "
+                         "is timed once for all variants: tRP / tFAW, which every row opening reads, show the "
+                         "engine without that saving)")
     ap.add_argument("--processes", type=int, default=1)
     ap.add_argument("--profile", default=None)
     ap.add_argument("--warmup", choices=("all", "first"), default="all")
@@ -116,7 +120,7 @@ def main() -> None:
     timings = {}
     for label, be in points.items():
         t = be.timing
-        timings[label] = [t.replace(tRCDRD=float(t.tRCDRD) * (1.0 + i / max(1, a.variants - 1)))
+        timings[label] = [t.replace(**{a.vary: float(getattr(t, a.vary)) * (1.0 + i / max(1, a.variants - 1))})
                           for i in range(a.variants)]
     if a.variants:      # and the sweep's first-use compiles (its combine at the batch sizes of V variants), once
         first = next(iter(points))
@@ -152,7 +156,8 @@ def main() -> None:
             dse._timing_rows = real
         both, rows = time.perf_counter() - t0, len(df)
     axes = " × ".join((a.axis or ["channels=8,16,32,64"]) + a.core)
-    tab = Table(title=f"explore: {a.backend} {axes}, {what}, {a.processes} process(es)")
+    vary = f", variants of {a.vary}" if a.variants else ""
+    tab = Table(title=f"explore: {a.backend} {axes}, {what}, {a.processes} process(es){vary}")
     for col in ("points", "tuned s", "points / min", "s / point", "CPU s / point",
                 f"+ {a.variants} variants s", "variants' extra", "variants' own s / point", "own / tuned", "rows"):
         tab.add_column(col, justify="right")

@@ -1052,7 +1052,7 @@ def _native_outputs(programs: list[Program], table: np.ndarray, backend: Backend
     """Per-stream results of P programs under each of V timing rows
     (table [V, F], `native.timing_table`): out leaves [V, P, S, ...] float32
     and the resident placement time [V, P, S]."""
-    from .native import time_streams, time_streams_variants
+    from .native import time_streams, time_streams_sweep
     rec, starts, stops, who = _pool_streams(programs, include_resident, scratch=True)
     V, P, K = table.shape[0], len(programs), len(who)
     S = max(p.commands.op.shape[0] for p in programs)
@@ -1060,11 +1060,12 @@ def _native_outputs(programs: list[Program], table: np.ndarray, backend: Backend
     if V == 1:          # one timing (the tuner's path): each stream once, by the one-variant loop
         res = time_streams(rec, starts, stops, np.zeros(K, np.int64), table, banks, per_bg, refresh, threads)
     else:
-        # a stream's result depends only on its records and the timing row: equal streams (the q / k / v
-        # projections of a layer, channels that run alike) are timed once; each distinct stream runs under
-        # all V rows at once (`time_streams_variants`: its records decoded once per block of rows)
+        # a stream's result depends only on its records and the timing rows they read: equal streams (the
+        # q / k / v projections of a layer, channels that run alike) are timed once; each distinct stream
+        # runs under its distinct variants (`time_streams_sweep`: variants equal on the rows it reads are one
+        # run) all at once (its records decoded once per block of variants)
         first, inv = _distinct_streams(rec, starts, stops)
-        res = time_streams_variants(rec, starts[first], stops[first], table, banks, per_bg, refresh, threads)
+        res = time_streams_sweep(rec, starts[first], stops[first], table, banks, per_bg, refresh, threads)
         # [V, U, ...] -> [V * K, ...], each stream given its distinct run
         res = {k: v[:, inv].reshape((V * K,) + v.shape[2:]) for k, v in res.items()}
     out = {"buckets": np.zeros((V, P, S, 5), np.float32), "end": np.zeros((V, P, S), np.float32),

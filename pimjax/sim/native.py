@@ -878,3 +878,82 @@ def time_streams_variants(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray
     return {"buckets": buckets.transpose(0, 3, 1, 2).reshape(NB * W, U, 5)[:V],
             "end": end.transpose(0, 2, 1).reshape(NB * W, U)[:V],
             "counts": counts.transpose(0, 3, 1, 2).reshape(NB * W, U, 8)[:V]}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A sweep's variants that a stream cannot tell apart: timed once
+
+
+def _op_rows() -> np.ndarray:
+    """[n_ops, N_LAT] bool: the latencies (rows of the timing table, with
+    their chains) that `_stream` / `_stream_v` may read for a record of each
+    opcode (every kind the opcode has; a column always counted with the row
+    it may have to open: precharge, tRC, tRRD, tFAW).  A superset by
+    construction: the test perturbs every row outside it and finds the
+    results unchanged bit for bit."""
+    act = (RAS, RTP, WR_PRE, RP, RC, RRD_L, RRD_S, FAW)          # opening a row (2.)
+    rows = np.zeros((CLASS_TABLE.shape[0], N_LAT), bool)
+    for op in range(CLASS_TABLE.shape[0]):
+        c = CLASS_TABLE[op]
+        use = []
+        if c[COLUMN]:
+            use += act + (CCD_AB, CCD_L, CCD_S, AB_END)
+            use += (RCD_WR, RTW, WR_END) if c[WRITE] else (RCD_RD, WTR_L, WTR_S, RD_END)
+        if c[SIDE]:
+            use += (SIDE_GAP, SIDE_BG, SIDE_END)
+        if c[ACT_ALL]:
+            use += (BUF_ACT, RAS, RTP, WR_PRE, RP, RC, FAW, ACTAB_END)
+        if c[PRE_ALL]:
+            use += (RTP_AB, RAS, RTP, WR_PRE, RP, PREA_END)
+        rows[op, list(use)] = True
+    return rows
+
+
+OP_ROWS = _op_rows()
+# what a refresh reads (1.: its schedule, the precharges it waits for, the activation wave it lets pass)
+REFRESH_ROWS = np.zeros(N_LAT, bool)
+REFRESH_ROWS[[REF0, REFI, REFW, RP_REF, RFC, RTP_AB, RAS, RTP, WR_PRE, RP, RC, RRD_L, RRD_S, FAW]] = True
+
+
+def latency_rows(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, refresh: bool) -> np.ndarray:
+    """[U, N_LAT] bool: the timing-table rows each stream rec[:, starts[u]:
+    stops[u]] may read (`OP_ROWS` of its live records' opcodes, and what a
+    refresh reads when refresh is on and the stream has a live record).
+    Two timings equal on a stream's rows give it the same results."""
+    out = np.zeros((len(starts), N_LAT), bool)
+    for u, (a, b) in enumerate(zip(np.asarray(starts).tolist(), np.asarray(stops).tolist())):
+        ops = rec[0, a:b][rec[3, a:b] > 0]
+        if ops.size:
+            out[u] = OP_ROWS[np.unique(ops)].any(axis=0)
+            out[u] |= refresh & REFRESH_ROWS
+    return out
+
+
+def time_streams_sweep(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, table: np.ndarray,
+                       banks: int, per_bg: int, refresh: bool, threads: int | None = None) -> dict:
+    """`time_streams_variants` (same arguments and results, bit for bit),
+    with each stream timed once per distinct timing of the rows it reads
+    (`latency_rows`): a sweep of tRCDRD leaves a stream without reads as it
+    is, so its V variants are one run.  Streams that read the same rows
+    are timed together, under their distinct variants."""
+    chains = np.ascontiguousarray(table, np.float64)
+    if chains.ndim != 3 or chains.shape[1:] != (N_LAT, CHAIN) or chains.shape[0] < 1:
+        raise ValueError(f"time_streams_sweep: table [V, {N_LAT}, {CHAIN}] expected (`timing_table`), "
+                         f"got {chains.shape}")
+    starts, stops = (np.ascontiguousarray(a, np.int64) for a in (starts, stops))
+    V, U = chains.shape[0], len(starts)
+    out = {"buckets": np.zeros((V, U, 5)), "end": np.zeros((V, U)), "counts": np.zeros((V, U, 8))}
+    if U == 0:
+        return out
+    rows = latency_rows(rec, starts, stops, refresh)
+    masks, group = np.unique(rows, axis=0, return_inverse=True)
+    for g, mask in enumerate(masks):
+        us = np.flatnonzero(group.ravel() == g)
+        # the variants' read rows as raw bytes: equal bytes time alike (0.0 and -0.0 stay apart)
+        sub = np.ascontiguousarray(chains[:, mask, :].reshape(V, -1))
+        keys = sub.view(np.dtype((np.void, max(1, sub.shape[1]) * 8))).ravel() if sub.shape[1] else np.zeros(V, "V8")
+        _, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+        res = time_streams_variants(rec, starts[us], stops[us], chains[first], banks, per_bg, refresh, threads)
+        for k in out:
+            out[k][:, us] = res[k][inv.ravel()]
+    return out

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from pimjax.hw import get_backend, stack_variants
-from pimjax.hw.dram_rules import PARAMS
+from pimjax.hw.dram_rules import PARAMS, RCD_RD
 from pimjax.sim.cycles import _distinct_streams, _pool_streams, _timing_key, _timing_vector, check_timing_batch
-from pimjax.sim.native import RECORD_FIELDS, time_streams, time_streams_variants, timing_table
+from pimjax.sim.native import (RECORD_FIELDS, latency_rows, time_streams, time_streams_sweep, time_streams_variants,
+                               timing_table)
 
 from .test_cycles_reference import OPS, backend_of, record_lists
 
@@ -125,6 +126,77 @@ def test_streams_with_renamed_rows_time_alike(backend_name, data):
         merged = [dict(r, row=a if r["row"] == b else r["row"]) for r in stream]
         rec2, s2, e2 = _flat([stream, merged])
         assert _timing_key(rec2[:, s2[0]:e2[0]]) != _timing_key(rec2[:, s2[1]:e2[1]])
+
+
+@pytest.mark.parametrize("backend_name", sorted(OPS))
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_rows_a_stream_does_not_read_change_nothing(backend_name, data):
+    """`latency_rows` is a superset of what the loop reads: every other row
+    of the timing table (each chain term) set to random values, the stream's
+    results are the same bit for bit, with refresh on (short tREFI, so that
+    it refreshes) and off."""
+    be = backend_of(backend_name)
+    streams = data.draw(st.lists(record_lists(backend_name), min_size=1, max_size=3))
+    rec, starts, stops = _flat(streams)
+    base = _random_table(data, be, 1)
+    for refresh in (False, True):
+        rows = latency_rows(rec, starts, stops, refresh)
+        other = np.repeat(base, len(starts), axis=0)
+        seed = data.draw(st.integers(0, 2 ** 31))
+        for u in range(len(starts)):        # variant u: the rows stream u does not read, at random
+            free = ~rows[u]
+            other[u, free] = np.random.default_rng(seed + u).uniform(-5.0, 60.0, other[u, free].shape).round(2)
+        table = np.concatenate([base, other])
+        out = _per_pair(rec, starts, stops, table, be.group.banks, be.group.banks_per_bank_group, refresh)
+        for u in range(len(starts)):
+            for k in ("end", "buckets", "counts"):
+                np.testing.assert_array_equal(out[k][1 + u, u], out[k][0, u], err_msg=f"{k}, refresh={refresh}")
+
+
+@pytest.mark.parametrize("backend_name", sorted(OPS))
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_sweep_equals_one_variant_loop(backend_name, data):
+    """`time_streams_sweep` (each stream timed once per distinct timing of
+    the rows it reads) equals the one-variant loop on every (variant,
+    stream) pair: random streams under random timings that differ in few
+    fields (many variants then look alike to a stream)."""
+    be = backend_of(backend_name)
+    streams = data.draw(st.lists(st.one_of(st.just([]), record_lists(backend_name)), min_size=1, max_size=5))
+    table = _random_table(data, be, data.draw(st.integers(1, 12)))
+    refresh = data.draw(st.booleans())
+    rec, starts, stops = _flat(streams)
+    if rec.shape[1] == 0:
+        rec = np.zeros((len(RECORD_FIELDS), 1), np.int32)
+    banks, per_bg = be.group.banks, be.group.banks_per_bank_group
+    _assert_same(time_streams_sweep(rec, starts, stops, table, banks, per_bg, refresh),
+                 _per_pair(rec, starts, stops, table, banks, per_bg, refresh))
+
+
+def test_a_read_timing_sweep_times_a_stream_without_reads_once(monkeypatch):
+    """A sweep of tRCDRD: the streams of a lowered AttAcc GEMV that read
+    run under every variant; those that only write (their records read no
+    RCD_RD) run once and every variant gets that run."""
+    from pimjax.sim import native
+    be = backend_of("attacc")
+    rec, starts, stops, _ = _pool_streams(_lowered(be))
+    t = be.timing
+    V = 37
+    table = timing_table(_timing_vector(check_timing_batch(stack_variants(
+        [t.replace(tRCDRD=float(t.tRCDRD) * (1.0 + i / V)) for i in range(V)]))))
+    reads = latency_rows(rec, starts, stops, True)[:, RCD_RD]
+    assert reads.any() and (~reads).any()          # both kinds of stream in the programs
+    calls = []
+    real = native.time_streams_variants
+    monkeypatch.setattr(native, "time_streams_variants",
+                        lambda r, s, e, tab, *a, **k: (calls.append((len(s), tab.shape[0])), real(r, s, e, tab, *a, **k))[1])
+    out = time_streams_sweep(rec, starts, stops, table, be.group.banks, be.group.banks_per_bank_group, True)
+    assert {v for _, v in calls} == {1, V}          # a run per stream group: all V variants, or one
+    assert sum(n for n, v in calls if v == 1) == int((~reads).sum())
+    assert sum(n for n, v in calls if v == V) == int(reads.sum())
+    monkeypatch.undo()
+    _assert_same(out, _per_pair(rec, starts, stops, table, be.group.banks, be.group.banks_per_bank_group, True))
 
 
 def test_identical_variants_refresh_together():
