@@ -489,7 +489,7 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
         t_comp = t_dpu + DEFAULT_LINK.launch_ns / tck
     else:
         t_dpu = np.zeros(n)
-    nt = _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend, R, T)
+    nt = _newton(op_, info, C, G, used_tiles, df, buf, gran, backend, R, T)
     if nt is not None:
         nt, ph, rb_groups = nt
         # Newton reads every latch back in READRES bursts, and the host adds them up:
@@ -552,7 +552,7 @@ def _dpu_constants(op_) -> dict | None:
         return None
 
 
-def _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend, reps, tile):
+def _newton(op_, info, C, G, used_tiles, df, buf, gran, backend, reps, tile):
     """Newton's per-group command counts (`backends/newton/counts.py`) and phase times
     (`newton_phases`) of a contraction on a backend with a global buffer per
     group, and the groups' READRES summed over groups in units of the worst

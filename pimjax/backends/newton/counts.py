@@ -20,6 +20,11 @@ consecutive segments span):
     READRES   os: n_b n_vg n_ob; is: n_b n_vg n_ig n_ob, each reading the
               latches of every bank (broadcast) or of one bank in 32 B bursts
 
+The per-core box and the passes are the lowering's own (`newton_geometry`:
+`lower.tiles`' bands for a halo set tiled by its combined index, the vector
+classes of the fullest group), not `partition.verify.per_core_var_lengths`'
+extents (issue #29: VGG-16 3 x 3 drafts were priced up to 38x over).
+
 times the passes (broadcast granularity; per-core granularity commands a
 class's cores one by one, so COMP and READRES also scale with the cores of
 a class).  Why: a small MMTV on Newton that keeps several heads per bank
