@@ -64,7 +64,7 @@ from ..trace.ir import expr_prims
 from ..partition.verify import footprint_elements, infer_shapes, matrix_and_vector, per_core_var_lengths
 from ..backends.upmem.cycles import DEFAULT_LINK
 from ..backends.upmem.dpu import dpu_kernel_cycles, transfer_ns
-from ..backends.newton.counts import COUNTS, newton_counts, newton_plan
+from ..backends.newton.counts import COUNTS, newton_counts, newton_geometry, newton_plan
 from ..backends.newton.time import newton_phases
 
 SLOTS = 4                                   # dimension-set slots (mmtv / attn / conv2d have 4-5)
@@ -489,7 +489,7 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
         t_comp = t_dpu + DEFAULT_LINK.launch_ns / tck
     else:
         t_dpu = np.zeros(n)
-    nt = _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend, R)
+    nt = _newton(op_, info, C, G, used_tiles, df, buf, gran, backend, R, T)
     if nt is not None:
         nt, ph, rb_groups = nt
         # Newton reads every latch back in READRES bursts, and the host adds them up:
@@ -552,7 +552,7 @@ def _dpu_constants(op_) -> dict | None:
         return None
 
 
-def _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend, reps=None):
+def _newton(op_, info, C, G, used_tiles, df, buf, gran, backend, reps, tile):
     """Newton's per-group command counts (`backends/newton/counts.py`) and phase times
     (`newton_phases`) of a contraction on a backend with a global buffer per
     group, and the groups' READRES summed over groups in units of the worst
@@ -564,13 +564,13 @@ def _newton(op_, info, lens, C, G, used_tiles, df, buf, gran, backend, reps=None
     except Exception:  # noqa: BLE001 - a contraction Newton cannot run (it will not lower)
         return None
     mv, vv = set(op_.operands[mi].vars), set(op_.operands[vi].vars)
-    # cores of a group with work: a set of L elements in tiles of T has ceil(L / T) tiles, dealt
-    # C to a group, so the fullest group has min(C, tiles) busy cores along it (the vector
-    # classes, i.e. passes, count only those)
-    busy = np.minimum(C, used_tiles)
-    # reps: each set's mapping candidate (a convolution's halo set split along h alone keeps one vector class)
-    counts = newton_counts(op_, mv, vv, lens, info.sets, busy, df, buf, gran == 1, backend, reps)
-    plan = newton_plan(op_, mv, vv, lens, info.sets, busy, df, buf, backend, reps)
+    # the lowering's geometry: padded box lengths (a halo set tiled by its combined index widens
+    # h by the halo and keeps every kh), vector classes and busy cores of the fullest group
+    geo = newton_geometry(op_, vv, info.sets, reps, tile, G, C)
+    busy = geo["busy"]
+    counts = newton_counts(op_, mv, vv, geo["lens"], info.sets, busy, df, buf, gran == 1, backend, reps,
+                           geo["passes"])
+    plan = newton_plan(op_, mv, vv, geo["lens"], info.sets, busy, df, buf, backend, reps, geo["passes"])
     # every group reads back its own classes' latches: along a set the vector reads, the groups
     # hold ceil(L / T) busy cores between them, against G x min(C, tiles) counted per group
     dims = {v for v in op_.output_vars if v in vv} | set(op_.reduction_vars)

@@ -96,3 +96,65 @@ def test_spans_brute_force(n_loads, segs, per_row):
     """Rows touched by consecutive runs of segs segments, per_row a row."""
     brute = sum(((j * segs + segs - 1) // per_row) - (j * segs // per_row) + 1 for j in range(n_loads))
     assert int(_spans(n_loads, segs, per_row)) == brute
+
+
+def _group_counts(prog) -> dict:
+    """Per-group command counts read off the lowered records ([G] arrays each;
+    a load is a run of consecutive GWRITE records, its PREA in between)."""
+    from pimjax.lower.program import Op
+    op, n = np.asarray(prog.commands.op), np.asarray(prog.commands.n)
+    gw = op == Op.GWRITE
+    starts = gw & ~np.pad(gw, ((0, 0), (1, 0)))[:, :-1]
+    return dict(loads=starts.sum(1), gwrite_cols=gw.sum(1), g_act=(op == Op.G_ACT).sum(1),
+                comp=(op == Op.COMP).sum(1), comp_cols=np.where(op == Op.COMP, n, 0).sum(1),
+                readres=(op == Op.READRES).sum(1))
+
+
+conv_shapes = st.tuples(st.sampled_from([5, 7, 8, 12, 14]), st.sampled_from([5, 7, 8, 14]),
+                        st.sampled_from([3, 8, 16, 32, 64]), st.sampled_from([8, 16, 32]), st.sampled_from([1, 3]))
+
+
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conv_shapes, st.integers(0, 2 ** 31 - 1))
+def test_conv_counts_match_the_lowering(shape, seed):
+    """K x K convolutions (issue #29): the closed-form counts of broadcast
+    drafts, half of them tiling a halo set (h, kh) by a mapping that is not
+    a single variable, equal the fullest group's counts of the lowered
+    program and its passes.  The counts come from `newton_geometry`'s box
+    (h widened by the halo, kh whole) and vector classes (one, except where
+    an edge core's band cuts kh); the lowered ones from its records."""
+    from pimjax.backends.newton.counts import newton_geometry
+    case = make_case(BE, "conv", shape)
+    table = case_drafts(case, BE)
+    op = case.op
+    sets = dimension_sets(op)
+    compound = [si for si, s in enumerate(sets) if len(s.vars) > 1]
+    reps = np.asarray(table.reps)
+    halo = np.zeros(len(table), bool)
+    for si in compound:
+        single = np.array([sets[si].mapping(r).single_var is None for r in range(len(sets[si].candidates))])
+        halo |= single[reps[:, si]]
+    bc = table.column("granularity") == 0
+    rng = np.random.default_rng(seed)
+    pick = []
+    for pool in (np.nonzero(bc & halo)[0], np.nonzero(bc & ~halo)[0]):
+        pick += list(rng.choice(pool, min(3, len(pool)), replace=False)) if len(pool) else []
+    mi, vi = matrix_and_vector(op, case.shapes)
+    vv = set(op.operands[vi].vars)
+    sub = table.take(np.asarray(pick, np.int64))
+    geo = newton_geometry(op, vv, sets, sub.reps, sub.tile, sub.groups, sub.cores)
+    cnt = newton_counts(op, set(op.operands[mi].vars), vv, geo["lens"], sets, geo["busy"], sub.column("dataflow"),
+                        sub.column("buffers"), sub.column("granularity") == 1, BE, np.asarray(sub.reps),
+                        geo["passes"])
+    checked = 0
+    for j, i in enumerate(pick):
+        prog = try_lower(case, table[int(i)], BE)
+        if prog is None:
+            continue
+        assert int(cnt["passes"][j]) == prog.meta["passes"], table[int(i)]
+        low = _group_counts(prog)
+        for k, v in low.items():
+            assert int(cnt[k][j]) == int(v.max()), (k, table[int(i)])
+        checked += 1
+    assert checked >= 2

@@ -20,6 +20,11 @@ consecutive segments span):
     READRES   os: n_b n_vg n_ob; is: n_b n_vg n_ig n_ob, each reading the
               latches of every bank (broadcast) or of one bank in 32 B bursts
 
+The per-core box and the passes are the lowering's own (`newton_geometry`:
+`lower.tiles`' bands for a halo set tiled by its combined index, the vector
+classes of the fullest group), not `partition.verify.per_core_var_lengths`'
+extents (issue #29: VGG-16 3 x 3 drafts were priced up to 38x over).
+
 times the passes (broadcast granularity; per-core granularity commands a
 class's cores one by one, so COMP and READRES also scale with the cores of
 a class).  Why: a small MMTV on Newton that keeps several heads per bank
@@ -29,6 +34,8 @@ feature counts rounds (Newton MMTV [1, 4, 64, 32]: 274 compute cycles for
 what a round costs.
 """
 from __future__ import annotations
+
+from functools import lru_cache
 
 import numpy as np
 
@@ -57,8 +64,92 @@ def _spans(n_loads, segs, per_row):
     return N * s // r + N - N // (r // np.gcd(s, r))
 
 
+def _ragged_spans(n_b: int, n_o: int, t_in: int, lo: int, ki: int, is_flow: bool, per_row: int) -> int:
+    """Rows spanned by the runs of consecutive segments the loads of one vector
+    group read (each load starts with every row closed), when the loads do not
+    all read as many segments: os, per b, output block ob x chunk group ig
+    (lo_ob x ki_ig segments); is, per b, chunk group ig (n_o x ki_ig)."""
+    n_ob, n_ig = -(-n_o // lo), -(-t_in // ki)
+    lo_ob = np.minimum(lo, n_o - np.arange(n_ob) * lo)
+    ki_ig = np.minimum(ki, t_in - np.arange(n_ig) * ki)
+    per_b = (n_o * ki_ig) if is_flow else (lo_ob[:, None] * ki_ig[None, :]).ravel()
+    s = np.tile(per_b, n_b).astype(np.int64)
+    p = np.concatenate([[0], np.cumsum(s)[:-1]])
+    return int(((p + s - 1) // per_row - p // per_row + 1).sum())
+
+
+@lru_cache(maxsize=4096)
+def _ragged_cached(*key) -> int:
+    return _ragged_spans(*key)
+
+
+def newton_geometry(op, vvars: set, sets, reps, tile, groups, cores) -> dict:
+    """The lowering's per-core geometry of every draft ([n] int64 each):
+    "lens" (var -> padded box length, `lower.tiles.CoreTiles.box`), "passes"
+    (vector classes of the fullest group, `lower.newton._classes`) and
+    "busy" ([n, S]: cores with work of the fullest group along each set).
+
+    vvars: loop vars of the vector operand; reps / tile / groups / cores
+    [n, S]: each set's mapping candidate, data-tile length, groups and cores.
+
+    Why not `partition.verify.per_core_var_lengths`: a convolution's halo set
+    (h, kh) tiled by its combined index h + kh gives a core every h of its
+    band widened by the halo (tile + K - 1) and every kh, where that
+    function keeps the extents; and the cores of a group then hold the same
+    filter rows (one vector class) except the edge cores, whose band cuts kh.
+    Both follow `lower.tiles._compute_core_tiles` here, per distinct (set,
+    candidate, tile, groups, cores) -- a table has few -- by walking the
+    set's tiles tau = group digit x cores + core digit."""
+    from ...lower.tiles import _band_box
+    ext = op.extents
+    reps, tile, groups, cores = (np.asarray(a, np.int64) for a in (reps, tile, groups, cores))
+    n = reps.shape[0]
+    outs = list(op.output_vars)
+    dims = {v for v in outs if v in vvars} | set(op.reduction_vars)
+    # a band is part of a core's vector signature only when every variable it reads is a vector dim
+    lens = {v: np.full(n, e, np.int64) for v, e in ext.items()}
+    passes = np.ones(n, np.int64)
+    busy = np.ones((n, len(sets)), np.int64)
+    for si, s in enumerate(sets):
+        key = np.stack([reps[:, si], tile[:, si], groups[:, si], cores[:, si]], 1)
+        uniq, inv = np.unique(key, axis=0, return_inverse=True)
+        inv = np.asarray(inv).reshape(-1)
+        svars = list(s.vars)
+        for u, (r, t, g, c) in enumerate(uniq.tolist()):
+            m = s.mapping(r)
+            lo, length = s.extent(r, ext)
+            tau = np.arange(g * c, dtype=np.int64)
+            a = lo + tau * t
+            b = np.minimum(a + t, lo + length)
+            rng = {v: (np.zeros_like(tau), np.full_like(tau, ext[v])) for v in svars}
+            v1 = m.single_var
+            if v1 is not None:
+                rng[v1] = (np.minimum(a, ext[v1]), np.minimum(np.maximum(a, b), ext[v1]))
+                band = None
+            else:
+                rng.update(_band_box(m, a, b, ext))
+                band = (a, b) if set(m.vars) <= dims else None
+            ln = {v: np.maximum(0, h - l) for v, (l, h) in rng.items()}
+            rows = inv == u
+            for v in svars:
+                lens[v][rows] = int(ln[v].max())
+            full = np.all([ln[v] > 0 for v in svars], axis=0)
+            sig = [tuple((int(rng[v][0][k]) if (v in vvars or band is not None) else 0, int(ln[v][k]))
+                         for v in svars if v in dims)
+                   + ((int(band[0][k]), int(band[1][k])) if band is not None else ())
+                   for k in range(len(tau))]
+            cl = bz = 1
+            for gd in range(g):
+                ks = [k for k in range(gd * c, gd * c + c) if full[k]]
+                cl = max(cl, len({sig[k] for k in ks}))
+                bz = max(bz, len(ks))
+            passes[rows] *= cl
+            busy[rows, si] = bz
+    return dict(lens=lens, passes=passes, busy=busy)
+
+
 def newton_plan(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow, buffers, backend,
-                reps=None) -> dict:
+                reps=None, passes=None) -> dict:
     """`newton._plan`'s per-core geometry for every draft at once ([n] int64
     each; is_flow bool): n_b / n_v / n_o (batch, vector-only, matrix-only
     outputs), n_r, n_rc (columns per output), cc (columns per chunk), t_in
@@ -70,7 +161,8 @@ def newton_plan(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow, b
     cores [n, S]: cores per group along each set; dataflow [n] (0 os,
     1 is); buffers [n] (global buffers per load); reps [n, S]: each set's
     mapping candidate (None: every split of a set the vector reads makes
-    classes, the count before candidates were told apart)."""
+    classes, the count before candidates were told apart); passes [n]: the
+    vector classes when known (`newton_geometry`), which replaces that count."""
     core, group = backend.core, backend.group
     outs = list(op.output_vars)
     red = [v for v in (lv.name for lv in op.loop_vars) if v in op.reduction_vars]
@@ -97,8 +189,9 @@ def newton_plan(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow, b
     is_flow = (np.asarray(dataflow) == 1) & (t_in > 1)
     # vector classes: cores of a group split along a set the vector reads hold different vectors
     dims = {v for v in outs if v in vvars} | set(red)
-    passes = np.ones(n, np.int64)
-    for si, s in enumerate(sets):
+    known = passes is not None
+    passes = np.asarray(passes, np.int64) if known else np.ones(n, np.int64)
+    for si, s in enumerate(sets if not known else ()):
         if not dims & set(s.vars):
             continue
         if reps is None or len(s.vars) == 1:
@@ -116,11 +209,11 @@ def newton_plan(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow, b
 
 
 def newton_counts(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow, buffers, per_core,
-                  backend, reps=None) -> dict:
+                  backend, reps=None, passes=None) -> dict:
     """Per-group command counts ([n] int64 each, keys COUNTS) of Newton drafts
     (arguments as `newton_plan`; per_core [n] bool: single-bank commands)."""
     core = backend.core
-    pl = newton_plan(op, mvars, vvars, lens, sets, cores, dataflow, buffers, backend, reps)
+    pl = newton_plan(op, mvars, vvars, lens, sets, cores, dataflow, buffers, backend, reps, passes)
     n_b, n_v, n_o, n_rc, cc, t_in = (pl[k] for k in ("n_b", "n_v", "n_o", "n_rc", "cc", "t_in"))
     kv, ki, lo, is_flow, passes = (pl[k] for k in ("kv", "ki", "lo", "is_flow", "passes"))
     n_vg, n_ig, n_ob = pl["n_vg"], pl["n_ig"], pl["n_ob"]
@@ -140,7 +233,17 @@ def newton_counts(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow,
     per_row = np.maximum(cols // np.maximum(cc, 1), 1)
     rps = _cdiv(cc, cols)                                                        # rows per segment
     segs = (n_o * t_in) // np.maximum(loads_b, 1)
-    g_act = np.where(cc <= cols, n_vg * _spans(n_b * loads_b, segs, per_row), n_vg * n_b * n_o * t_in * rps)
+    g_act = np.where(cc <= cols, n_vg * _spans(n_b * loads_b, segs, per_row), 0)
+    # loads of unequal runs (a last output block of fewer than lo outputs, a last chunk group of
+    # fewer than ki chunks: a halo-widened box is rarely a multiple of either): walk the runs
+    ragged = (cc <= cols) & (n_ig > 1) & (((n_o % np.maximum(lo, 1)) != 0) | ((t_in % np.maximum(ki, 1)) != 0))
+    for i in np.nonzero(ragged)[0]:
+        g_act[i] = n_vg[i] * _ragged_cached(int(n_b[i]), int(n_o[i]), int(t_in[i]), int(lo[i]), int(ki[i]),
+                                           bool(is_flow[i]), int(per_row[i]))
+    # a segment wider than a row sits row-aligned: its chunk's columns over `cols` rows each
+    last_rows = _cdiv(last_cols, cols)
+    wide = n_vg * n_b * n_o * ((t_in - 1) * rps + last_rows)
+    g_act = np.where(cc <= cols, g_act, wide)
     readres = n_b * n_vg * n_ob * np.where(is_flow, n_ig, 1)
     out = dict(passes=passes, loads=passes * loads, gwrite_cols=passes * gwrite_cols,
                g_act=passes * g_act, comp=passes * comp, comp_cols=passes * comp_cols,

@@ -61,8 +61,8 @@ from ...hw.dram_rules import (AB_END, ACTAB_END, BUF_ACT, CCD_AB, CCD_L, CCD_S, 
 from .lower import _runs, _segments, readres_bursts, row_runs
 from ...lower.program import Op, bank_order, streamed
 from ...partition import dimension_sets
-from ...partition.verify import matrix_and_vector, per_core_var_lengths
-from .counts import newton_plan
+from ...partition.verify import matrix_and_vector
+from .counts import newton_geometry, newton_plan
 
 PLAN_KEYS = ("n_b", "n_v", "n_o", "n_rc", "cc", "t_in", "kv", "ki", "lo", "is_flow", "passes")
 # the simulator's buckets of a group's time (cycles.py): leading rearrangement, rearrangement
@@ -468,9 +468,11 @@ def draft_plans(op, table, shapes, backend, matrix: int | None = None) -> tuple[
     features pass the busy cores instead, `features._newton`.)  matrix: the
     operand kept in the banks, as the lowering option (None: the larger)."""
     sets = dimension_sets(op)
-    lens = per_core_var_lengths(op, sets, np.asarray(table.reps), np.asarray(table.tile))
     mi, vi = matrix_and_vector(op, shapes, matrix)
     cores = np.asarray(table.cores)
-    plan = newton_plan(op, set(op.operands[mi].vars), set(op.operands[vi].vars), lens, sets, cores,
-                       table.column("dataflow"), table.column("buffers"), backend, np.asarray(table.reps))
+    vv = set(op.operands[vi].vars)
+    geo = newton_geometry(op, vv, sets, table.reps, table.tile, table.groups, cores)
+    plan = newton_plan(op, set(op.operands[mi].vars), vv, geo["lens"], sets, geo["busy"],
+                       table.column("dataflow"), table.column("buffers"), backend, np.asarray(table.reps),
+                       geo["passes"])
     return plan, cores.prod(axis=1), table.column("granularity") == 1
