@@ -624,6 +624,8 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
                         need_any = True
                         break
             if is_col and not need_any:
+                # steps 3-4 below are written out in both column loops on purpose: the same steps as an
+                # inline="always" helper ran the loop 2.6x slower (A / B in one process)
                 for v in range(W):
                     te = t_end[v]
                     f = max(0.0, ref_end[v])
