@@ -771,9 +771,14 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
                     t_issue[v] = max(t_issue[v], f0 + n - 1.0)
                     buckets[kb, v] += max(e - te, 0.0)
                     t_end[v] = max(te, e)
-            elif barrier:               # it adds no time: e = t_end
+            else:
+                # a barrier (or a record of no kind) adds no time: e = t_end, whose 0 (NaN past an
+                # infinite end, as in `_stream`) still goes to the bucket
                 for v in range(W):
-                    t_bar[v] = max(t_bar[v], t_issue[v] + 1.0)
+                    if barrier:
+                        t_bar[v] = max(t_bar[v], t_issue[v] + 1.0)
+                    te = t_end[v]
+                    buckets[kb, v] += max(te - te, 0.0)
         if is_col:
             if write:
                 last_wr_bg = bg
@@ -943,6 +948,7 @@ def time_streams_sweep(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, t
         raise ValueError(f"time_streams_sweep: table [V, {N_LAT}, {CHAIN}] expected (`timing_table`), "
                          f"got {chains.shape}")
     starts, stops = (np.ascontiguousarray(a, np.int64) for a in (starts, stops))
+    refresh = bool(refresh)
     V, U = chains.shape[0], len(starts)
     out = {"buckets": np.zeros((V, U, 5)), "end": np.zeros((V, U)), "counts": np.zeros((V, U, 8))}
     if U == 0:

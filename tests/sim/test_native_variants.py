@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from pimjax.hw import get_backend, stack_variants
-from pimjax.hw.dram_rules import PARAMS, RCD_RD
+from pimjax.hw.dram_rules import PARAMS, RCD_RD, RD_END
+from pimjax.sim.timing import ALLBANK, BARRIER, CLASS_TABLE, COLUMN, WRITE
 from pimjax.sim.cycles import _distinct_streams, _pool_streams, _timing_key, _timing_vector, check_timing_batch
 from pimjax.sim.native import (RECORD_FIELDS, latency_rows, time_streams, time_streams_sweep, time_streams_variants,
                                timing_table)
@@ -197,6 +198,29 @@ def test_a_read_timing_sweep_times_a_stream_without_reads_once(monkeypatch):
     assert sum(n for n, v in calls if v == V) == int(reads.sum())
     monkeypatch.undo()
     _assert_same(out, _per_pair(rec, starts, stops, table, be.group.banks, be.group.banks_per_bank_group, True))
+
+
+def test_an_infinite_latency_and_an_int_refresh_flag_give_the_one_variant_loop():
+    """A table with an infinite read-end latency: the many-variant loop and
+    the sweep give what `_stream` gives (NaN in the bucket of the barrier that
+    follows, inf end), and refresh given as 0 / 1 as as False / True."""
+    be = backend_of("attacc")
+    rd = next(int(o) for o in OPS["attacc"]
+              if CLASS_TABLE[o, COLUMN] and not CLASS_TABLE[o, WRITE] and not CLASS_TABLE[o, ALLBANK])
+    bar = next(int(o) for o in range(CLASS_TABLE.shape[0]) if CLASS_TABLE[o, BARRIER])
+    recs = [dict(op=rd, bank=0, row=0, n=2, phase=2, resident=0, pre=0, sync=0),
+            dict(op=bar, bank=0, row=0, n=1, phase=3, resident=0, pre=0, sync=0)]
+    rec, starts, stops = _flat([recs])
+    t = {k: float(v) for k, v in _timing_vector(be.timing).items()}
+    table = np.concatenate([timing_table(t), timing_table(t)])
+    table[1, RD_END, 0] = np.inf
+    banks, per_bg = be.group.banks, be.group.banks_per_bank_group
+    old = _per_pair(rec, starts, stops, table, banks, per_bg, False)
+    assert np.isnan(old["buckets"][1, 0]).any() and np.isinf(old["end"][1, 0])
+    _assert_same(time_streams_variants(rec, starts, stops, table, banks, per_bg, False), old)
+    for flag in (0, 1):
+        _assert_same(time_streams_sweep(rec, starts, stops, table, banks, per_bg, flag),
+                     _per_pair(rec, starts, stops, table, banks, per_bg, bool(flag)))
 
 
 def test_identical_variants_refresh_together():
