@@ -615,70 +615,23 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
                 sp_k = CCD_L
             buffer = cls[op, BUFFER] == 1
             # the command kind is the record's: one loop over the variants per kind (the branches out of
-            # the loop), and a column whose row every variant has open (most: which variants must open
-            # it differs only past their refreshes) without the activation's branch
+            # the loop); need_any: some variant must open the column's row (most records: none or all of
+            # them, which differ only past their refreshes), so the loop's row test is skipped when none
             need_any = False
             if is_col and row >= 0:
                 for v in range(W):
                     if open_row[b, v] != row:
                         need_any = True
                         break
-            if is_col and not need_any:
-                # steps 3-4 below are written out in both column loops on purpose: the same steps as an
-                # inline="always" helper ran the loop 2.6x slower (A / B in one process)
-                for v in range(W):
-                    te = t_end[v]
-                    f = max(0.0, ref_end[v])
-                    if wait:
-                        f = max(f, te)
-                    col_ready = max(b_act[b, v] + t[rcd_k, v], f)
-                    t0 = max(col_ready, last_col[v] + t[gap_k, v])
-                    if write:
-                        x = last_rd[v]
-                        for j in range(N_RTW):
-                            x += chains[RTW, j, v]
-                    else:
-                        x = last_wr[v]
-                        for j in range(N_WTR):
-                            x += chains[wtr, j, v]
-                    t0 = max(t0, x)
-                    if op_wait:
-                        t0 = max(t0, te)
-                    t0 = max(t0, t_bar[v])
-                    t_last = t0 + (n - 1.0) * t[sp_k, v]
-                    if allbank:
-                        e = t_last + t[AB_END, v]
-                    elif write:
-                        e = t_last
-                        for j in range(N_WR_END):
-                            e += chains[WR_END, j, v]
-                    else:
-                        e = t_last
-                        for j in range(N_RD_END):
-                            e += chains[RD_END, j, v]
-                    if write:
-                        b_wr[b, v] = t_last
-                        last_wr[v] = t_last
-                    else:
-                        b_rd[b, v] = t_last
-                        last_rd[v] = t_last
-                    last_col[v] = t_last
-                    if buffer:
-                        last_buf[v] = t_last
-                    else:
-                        last_arr[v] = t_last
-                    t_issue[v] = max(t_issue[v], t_last)
-                    buckets[kb, v] += max(e - te, 0.0)
-                    t_end[v] = max(te, e)
-            elif is_col:
+            if is_col:
                 for v in range(W):
                     te = t_end[v]
                     f = max(0.0, ref_end[v])         # commands issue in order
                     if wait:
                         f = max(f, te)
                     # 2. open the row if needed (which variants need it differs once their refreshes fall
-                    # apart)
-                    if open_row[b, v] != row:
+                    # apart; need_any: some variant does)
+                    if need_any and open_row[b, v] != row:
                         if open_row[b, v] >= 0:
                             ready = _precharge_ready(t, b_act, b_rd, b_wr, b, v) + t[RP, v]
                             counts[7, v] += per_bank
