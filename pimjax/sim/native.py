@@ -371,6 +371,24 @@ def timing_table(t: dict) -> np.ndarray:
 _TABLES: dict = {}
 
 
+def _chains(table, who: str, min_rows: int = 0) -> np.ndarray:
+    """table as contiguous float64 [V, N_LAT, CHAIN] latency chains
+    (`timing_table`), V >= min_rows; else a ValueError naming `who`."""
+    chains = np.ascontiguousarray(table, np.float64)
+    if chains.ndim != 3 or chains.shape[1:] != (N_LAT, CHAIN) or chains.shape[0] < min_rows:
+        raise ValueError(f"{who}: table [V, {N_LAT}, {CHAIN}] expected (`timing_table`), got {chains.shape}")
+    return chains
+
+
+def _latencies(chains: np.ndarray) -> np.ndarray:
+    """[..., N_LAT] each rule's latency: its chain [..., N_LAT, CHAIN] summed
+    in order (the order the loops' `_after` adds a chain's terms in)."""
+    lat = chains[..., 0]
+    for j in range(1, CHAIN):
+        lat = lat + chains[..., j]
+    return lat
+
+
 def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np.ndarray, table: np.ndarray,
                  banks: int, per_bg: int, refresh: bool, threads: int | None = None) -> dict:
     """Time S record streams.
@@ -386,12 +404,8 @@ def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np
     equal record counts."""
     rec = np.ascontiguousarray(rec, np.int32)
     starts, stops, tix = (np.ascontiguousarray(a, np.int64) for a in (starts, stops, tix))
-    chains = np.ascontiguousarray(table, np.float64)
-    if chains.ndim != 3 or chains.shape[1:] != (N_LAT, CHAIN):
-        raise ValueError(f"time_streams: table [V, {N_LAT}, {CHAIN}] expected (`timing_table`), got {chains.shape}")
-    table = chains[..., 0]
-    for j in range(1, CHAIN):           # each rule's latency: its chain summed in order
-        table = table + chains[..., j]
+    chains = _chains(table, "time_streams")
+    table = _latencies(chains)
     S = starts.shape[0]
     if rec.shape[0] != len(RECORD_FIELDS) or stops.shape != (S,) or tix.shape != (S,):
         raise ValueError(f"time_streams: rec [{len(RECORD_FIELDS)}, M] and starts / stops / tix [S] expected, "
@@ -795,10 +809,7 @@ def time_streams_variants(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray
     pool costs more than it saves)."""
     rec = np.ascontiguousarray(rec, np.int32)
     starts, stops = (np.ascontiguousarray(a, np.int64) for a in (starts, stops))
-    chains = np.ascontiguousarray(table, np.float64)
-    if chains.ndim != 3 or chains.shape[1:] != (N_LAT, CHAIN) or chains.shape[0] < 1:
-        raise ValueError(f"time_streams_variants: table [V, {N_LAT}, {CHAIN}] expected (`timing_table`), "
-                         f"got {chains.shape}")
+    chains = _chains(table, "time_streams_variants", min_rows=1)
     U, V = starts.shape[0], chains.shape[0]
     if rec.shape[0] != len(RECORD_FIELDS) or stops.shape != (U,):
         raise ValueError(f"time_streams_variants: rec [{len(RECORD_FIELDS)}, M] and starts / stops [U] expected, "
@@ -807,9 +818,7 @@ def time_streams_variants(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray
     if U and (starts.min() < 0 or (stops < starts).any() or stops.max() > rec.shape[1]):
         raise ValueError(f"time_streams_variants: streams must lie in the {rec.shape[1]} records "
                          "(0 <= start <= stop)")
-    lat = chains[..., 0]
-    for j in range(1, CHAIN):           # each rule's latency: its chain summed in order, as time_streams
-        lat = lat + chains[..., j]
+    lat = _latencies(chains)
     NB = -(-V // max(1, min(int(block or BLOCK), V)))
     W = -(-V // NB)                 # blocks of equal width: the padding stays below NB (V = 33: 2 x 17, not 2 x 32)
     pad = np.minimum(np.arange(NB * W), V - 1)            # the last block padded with row V - 1
@@ -885,7 +894,7 @@ def latency_rows(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, refresh
         ops = rec[0, a:b][rec[3, a:b] > 0]
         if ops.size:
             out[u] = OP_ROWS[np.unique(ops)].any(axis=0)
-            out[u] |= refresh & REFRESH_ROWS
+            out[u] |= bool(refresh) & REFRESH_ROWS
     return out
 
 
@@ -896,12 +905,8 @@ def time_streams_sweep(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, t
     (`latency_rows`): a sweep of tRCDRD leaves a stream without reads as it
     is, so its V variants are one run.  Streams that read the same rows
     are timed together, under their distinct variants."""
-    chains = np.ascontiguousarray(table, np.float64)
-    if chains.ndim != 3 or chains.shape[1:] != (N_LAT, CHAIN) or chains.shape[0] < 1:
-        raise ValueError(f"time_streams_sweep: table [V, {N_LAT}, {CHAIN}] expected (`timing_table`), "
-                         f"got {chains.shape}")
+    chains = _chains(table, "time_streams_sweep", min_rows=1)
     starts, stops = (np.ascontiguousarray(a, np.int64) for a in (starts, stops))
-    refresh = bool(refresh)
     V, U = chains.shape[0], len(starts)
     out = {"buckets": np.zeros((V, U, 5)), "end": np.zeros((V, U)), "counts": np.zeros((V, U, 8))}
     if U == 0:
@@ -912,7 +917,7 @@ def time_streams_sweep(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, t
         us = np.flatnonzero(group.ravel() == g)
         # the variants' read rows as raw bytes: equal bytes time alike (0.0 and -0.0 stay apart)
         sub = np.ascontiguousarray(chains[:, mask, :].reshape(V, -1))
-        keys = sub.view(np.dtype((np.void, max(1, sub.shape[1]) * 8))).ravel() if sub.shape[1] else np.zeros(V, "V8")
+        keys = sub.view(np.dtype((np.void, sub.shape[1] * 8))).ravel() if sub.shape[1] else np.zeros(V, "V8")
         _, first, inv = np.unique(keys, return_index=True, return_inverse=True)
         res = time_streams_variants(rec, starts[us], stops[us], chains[first], banks, per_bg, refresh, threads)
         for k in out:
