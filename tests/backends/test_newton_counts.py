@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 from pimjax.costmodel.dataset import try_lower
 from pimjax.costmodel.kernels import case_drafts, make_case
-from pimjax.backends.newton.counts import _spans, newton_counts
+from pimjax.backends.newton.counts import _spans, newton_counts, newton_geometry
 from pimjax.hw.presets import get_backend
 from pimjax.partition import dimension_sets
 from pimjax.partition.table import from_drafts
 from pimjax.partition.tiles import set_tilings
-from pimjax.partition.verify import matrix_and_vector, per_core_var_lengths
+from pimjax.partition.verify import matrix_and_vector
 
 BE = get_backend("newton")
 # ours -> the lowering's name in Program.stats["commands"]
@@ -26,11 +26,12 @@ STATS = dict(loads="GWRITE", gwrite_cols="GWRITE_columns", g_act="G_ACT", comp="
 def _counts(case, table):
     op = case.op
     sets = dimension_sets(op)
-    lens = per_core_var_lengths(op, sets, np.asarray(table.reps), np.asarray(table.tile))
     mi, vi = matrix_and_vector(op, case.shapes)
-    return newton_counts(op, set(op.operands[mi].vars), set(op.operands[vi].vars), lens, sets,
-                         np.asarray(table.cores), table.column("dataflow"), table.column("buffers"),
-                         table.column("granularity") == 1, BE)
+    vv = set(op.operands[vi].vars)
+    geo = newton_geometry(op, vv, sets, table.reps, table.tile, table.groups, table.cores)
+    return newton_counts(op, set(op.operands[mi].vars), vv, geo["lens"], sets, geo["busy"],
+                         table.column("dataflow"), table.column("buffers"), table.column("granularity") == 1, BE,
+                         np.asarray(table.reps), geo["passes"])
 
 
 pow2 = st.integers(0, 7).map(lambda e: 2 ** e)
@@ -124,7 +125,6 @@ def test_conv_counts_match_the_lowering(shape, seed):
     program and its passes.  The counts come from `newton_geometry`'s box
     (h widened by the halo, kh whole) and vector classes (one, except where
     an edge core's band cuts kh); the lowered ones from its records."""
-    from pimjax.backends.newton.counts import newton_geometry
     case = make_case(BE, "conv", shape)
     table = case_drafts(case, BE)
     op = case.op
