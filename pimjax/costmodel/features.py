@@ -498,9 +498,10 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
         t_rb = nt["readres"] * float(t.tCL) + nt["readres_bursts"] * float(t.tBL)   # a read per READRES
         t_merge = host.time_ns(rb_bytes + out_elems * 4, rb_bytes / max(1, core.reg_bytes)
                                + (out_elems if op_.epilogue is not None else 0.0)) / tck
-        # broadcast drafts: the command stream's phases in closed form (newton_time.py); the
-        # groups write channel-parallel through the host's staging buffer, which the host
-        # reads at its memory bandwidth (the simulator's floor under the leading writes)
+        # the command stream's phases in closed form (backends/newton/time.py; NaN where the
+        # walk does not settle: those keep the count estimates above); the groups write
+        # channel-parallel through the host's staging buffer, which the host reads at its
+        # memory bandwidth (the simulator's floor under the leading writes)
         ok = np.isfinite(ph["pre"])
         host_read = host.memory_ns(ph["wr_cols"] * core.col_bytes * g_used) / tck
         lead = np.maximum(ph["pre"], host_read) if host.staging_buffer_bytes > 0 \
@@ -578,7 +579,8 @@ def _newton(op_, info, C, G, used_tiles, df, buf, gran, backend, reps, tile):
     for si, s in enumerate(info.sets):
         if dims & set(s.vars):
             rb_groups = rb_groups * used_tiles[:, si] / np.maximum(G[:, si] * busy[:, si], 1)
-    return counts, newton_phases(plan, np.asarray(C).prod(axis=1), gran == 1, backend), rb_groups
+    return counts, newton_phases(plan, np.asarray(C).prod(axis=1), gran == 1, backend,
+                                 busy=busy.prod(axis=1)), rb_groups
 
 
 def features(op, draft, backend: Backend, shapes: dict | None = None, matrix: int | None = None) -> np.ndarray:

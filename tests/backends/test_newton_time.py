@@ -84,15 +84,127 @@ def test_gemv_phases_by_hand():
     assert float(rep.compute) == ph["compute"][0] and float(rep.readback) == ph["readback"][0]
 
 
-def test_single_bank_drafts_are_left_to_the_counts():
-    """Per-core (single-bank) drafts get NaN phases (the features then keep
-    the count-based estimates); the same draft with broadcast commands does not."""
-    case = make_case(BE, "gemv", (128, 128))
+def _single_bank_rows(case, table, seed, n):
+    """Up to n random per-core (single-bank) drafts of `table`."""
+    pc = [i for i in range(len(table)) if table[i].granularity == "core"]
+    assert pc, "the backend generates single-bank drafts of this op"
+    return np.random.default_rng(seed).permutation(pc)[:n]
+
+
+def _kernel_counts(prog):
+    """COMP and READRES records of the lowered program (all groups)."""
+    from pimjax.lower.program import Op
+    op = np.asarray(prog.commands.op)
+    return int((op == Op.COMP).sum()), int((op == Op.READRES).sum())
+
+
+conv_shapes = st.tuples(st.sampled_from([5, 7, 12, 14]), st.sampled_from([5, 7, 14]),
+                        st.sampled_from([3, 8, 16]), st.sampled_from([8, 16, 32]), st.sampled_from([1, 3]))
+
+
+@pytest.mark.slow
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conv_shapes, st.integers(0, 2 ** 31 - 1))
+def test_single_bank_phases_against_the_simulator(shape, seed):
+    """Per-core (single-bank) drafts of K x K convolutions, the only ops the
+    preset generates them for (their cores' tiles are padded): where every
+    core of a class holds every segment -- the lowered program has as many
+    COMP and READRES records as the closed-form counts -- the walked phases
+    sum to the simulated kernel time (refresh off) within 5 % (exact on
+    most; a residual of up to 3.4 % on some 3 x 3 drafts is not traced:
+    it is not which banks the walk gives a class, tried); elsewhere
+    the lowering skips a core's empty segments and READRES of latches it
+    does not need, and the walk prices them.  Mostly that puts it above the
+    simulated time, but a skipped READRES can also leave a PREA right after
+    an all-bank COMP, which then waits tRTP_AB.  There the test only bounds
+    the ratio, loosely: on every per-core draft of a 5 x 5 x 3 -> 8, 3 x 3
+    convolution it spans 0.77-1.19 (median 1.02), one 7 x 7 x 16 -> 8 draft
+    is at 1.55 (its cores hold few segments), and on the VGG-16 layers of
+    the broad held-out set it spans 0.99-1.31."""
+    from pimjax.backends.newton.counts import newton_counts
+    case = make_case(BE, "conv", shape)
     table = case_drafts(case, BE)
-    i = next(k for k in range(len(table)) if table[k].granularity == "broadcast")
-    plan, banks, _ = draft_plans(case.op, table.take(np.array([i, i])), case.shapes, BE)
-    ph = newton_phases(plan, banks, np.array([False, True]), BE)
-    assert np.isfinite(ph["compute"][0]) and np.isnan(ph["compute"][1])
+    rows = _single_bank_rows(case, table, seed, 6)
+    sub = table.take(rows)
+    est = 2.0 ** features_table(case.target, sub, BE, case.shapes)[:, EST].astype(np.float64) - 1
+    plan, banks, per_core = draft_plans(case.op, sub, case.shapes, BE)
+    assert per_core.all()
+    checked = 0
+    for j, i in enumerate(rows):
+        prog = try_lower(case, table[int(i)], BE)
+        if prog is None:
+            continue
+        rep = cycles(prog, BE, refresh=False)
+        sim = float(rep.rearrangement) + float(rep.compute) + float(rep.readback)
+        comp, rr = _kernel_counts(prog)
+        ours = _closed_form_counts(case, sub.take(np.array([j])))
+        if comp == ours["comp"] * prog.groups and rr == ours["readres"] * prog.groups:
+            np.testing.assert_allclose(est[j].sum(), sim, rtol=0.05, err_msg=str(table[int(i)]))
+        else:
+            assert 0.7 * sim <= est[j].sum() <= 2.0 * sim, (est[j], sim, table[int(i)])
+        checked += 1
+    assert checked >= 2
+
+
+def _closed_form_counts(case, table) -> dict:
+    from pimjax.backends.newton.counts import newton_counts, newton_geometry
+    from pimjax.partition import dimension_sets
+    from pimjax.partition.verify import matrix_and_vector
+    op = case.op
+    sets = dimension_sets(op)
+    mi, vi = matrix_and_vector(op, case.shapes)
+    vv = set(op.operands[vi].vars)
+    geo = newton_geometry(op, vv, sets, table.reps, table.tile, table.groups, table.cores)
+    cnt = newton_counts(op, set(op.operands[mi].vars), vv, geo["lens"], sets, geo["busy"],
+                        table.column("dataflow"), table.column("buffers"), table.column("granularity") == 1, BE,
+                        np.asarray(table.reps), geo["passes"])
+    return {k: int(v[0]) for k, v in cnt.items()}
+
+
+def test_single_bank_phases_of_a_small_conv():
+    """A 3 x 3 convolution's per-core drafts (the walk of single-bank COMPs,
+    each opening its bank's row, and a READRES per bank): the phases sum to
+    the simulated time (refresh off) on the drafts whose cores hold every
+    segment, and the walk is not NaN (the count estimate is no longer used)."""
+    case = make_case(BE, "conv", (14, 14, 16, 16, 3))
+    table = case_drafts(case, BE)
+    rows = _single_bank_rows(case, table, 0, 10)
+    sub = table.take(rows)
+    est = 2.0 ** features_table(case.target, sub, BE, case.shapes)[:, EST].astype(np.float64) - 1
+    ph = newton_phases(*draft_plans(case.op, sub, case.shapes, BE), BE)
+    assert np.isfinite(ph["compute"]).all()
+    exact = 0
+    for j, i in enumerate(rows):
+        prog = try_lower(case, table[int(i)], BE)
+        rep = cycles(prog, BE, refresh=False)
+        sim = float(rep.rearrangement) + float(rep.compute) + float(rep.readback)
+        comp, rr = _kernel_counts(prog)
+        ours = _closed_form_counts(case, sub.take(np.array([j])))
+        if comp == ours["comp"] * prog.groups and rr == ours["readres"] * prog.groups:
+            np.testing.assert_allclose(est[j].sum(), sim, rtol=1e-5, err_msg=str(table[int(i)]))
+            exact += 1
+        else:
+            assert 0.75 * sim <= est[j].sum() <= 1.5 * sim, (est[j], sim, table[int(i)])
+    assert exact >= 2
+
+
+def test_a_long_stream_that_settles_is_walked():
+    """A stream of 6.5 M COMP records (224 x 224 x 3 -> 64, single-bank,
+    a latch block of two outputs) settles after a few thousand: the walk's
+    budget bounds the records it times, not the stream's size."""
+    case = make_case(BE, "conv", (224, 224, 3, 64, 3))
+    table = case_drafts(case, BE)
+    i = next(k for k in range(len(table))
+             if table.tile[k].tolist() == [1, 2, 2, 64, 2] and table[k].granularity == "core"
+             and table[k].dataflow == "os" and table.reps[k].tolist() == [0, 1, 1, 0, 0]
+             and table.cores[k].tolist() == [1, 2, 1, 1, 1] and table.groups[k].tolist() == [1, 1, 2, 1, 2]
+             and table[k].buffers == 1)
+    sub = table.take(np.array([i]))
+    assert _closed_form_counts(case, sub)["comp"] > 4_000_000
+    ph = newton_phases(*draft_plans(case.op, sub, case.shapes, BE), BE)
+    assert np.isfinite(ph["compute"][0])
+    # a budget below what the walk needs gives NaN (the features then keep the count estimate)
+    assert np.isnan(newton_phases(*draft_plans(case.op, sub, case.shapes, BE), BE, max_walked=1000)["compute"][0])
 
 
 @settings(max_examples=40, deadline=None)
@@ -213,3 +325,34 @@ def test_either_operand_in_the_banks_of_a_3x3_conv():
             else:
                 assert est.sum() >= sim.sum() - 0.5, (m, table[i])
         assert exact >= 4, m
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 200), st.sampled_from([1, 2, 4]), st.lists(st.integers(0, 15), min_size=0, max_size=6),
+       st.integers(0, 2 ** 31 - 1))
+def test_gwrite_run_equals_one_column_at_a_time(count, n_bg, prior, seed):
+    """`_Channel.gwrite_run`'s closed-form tail adds exactly what timing its
+    GWRITE columns one by one adds, and leaves the same state, after random
+    earlier commands (column reads and writes that open rows, a PREA)."""
+    from pimjax.backends.newton.time import _Channel
+    t = {f: float(getattr(BE.timing, f)) for f in BE.timing._dynamic_fields}
+    per_bg = BE.group.banks_per_bank_group
+    banks = [g * per_bg for g in range(n_bg)]
+    rng = np.random.default_rng(seed)
+
+    def run(fast):
+        ch = _Channel(t, BE.group.banks, per_bg)
+        for b in prior:                     # the same earlier commands for both
+            ch.column(b, int(rng.integers(0, 3)), int(rng.integers(1, 5)), bool(b % 2), bool(b % 3 == 0))
+        if prior and prior[0] % 2:
+            ch.prea()
+        if fast:
+            d = ch.gwrite_run(banks, count)
+        else:
+            d = sum(ch.column(banks[j % n_bg], -1, 1, True, False, buffer=True) for j in range(count))
+        return d, ch.snapshot(np.inf), ch.wr
+    rng = np.random.default_rng(seed)
+    a = run(True)
+    rng = np.random.default_rng(seed)
+    b = run(False)
+    assert a == b

@@ -23,7 +23,10 @@ write; the tFAW window; the channel's last column, read and write):
                    after the last GWRITE column only under rule BUF_ACT,
                    off with GWRITE latency hiding),
                    COMPs tCCD_AB apart after tRCD and the write-to-read
-                   turnaround, READRES after everything before it
+                   turnaround, READRES after everything before it;
+                   single-bank (per-core) drafts: no G_ACT, a COMP per
+                   core of the pass's class, each opening its bank's row
+                   (an ACT under tRRD / tFAW), a READRES per core
     read-back      the READRES bursts, tCCD_L apart, and their latency
 
 The stream is a repetition -- rounds of host writes, output blocks, units
@@ -33,6 +36,11 @@ previous one left it (relative to the stream's end), every further
 identical period adds the same time, so they are added without walking
 them (`_run_units`; exact, the rules being deterministic).  That keeps a
 4096 x 4096 GEMV's 720 drafts near 1.5 s (29 s walking every command).
+A buffer load's GWRITE columns settle the same way inside the load
+(`_Channel.gwrite_run`).  A walk that times more than a budget of column
+records without settling gives up (NaN): the budget bounds the work, not
+the stream's length (a 224 x 224 x 3 -> 64 per-core draft of 6.5 M COMP
+records settles within a few thousand).
 
 Assumes the lowering's defaults (register reuse, data-block layout).
 
@@ -40,9 +48,14 @@ Refresh is left out (the simulator inserts tRP + tRFC every tREFI; on the
 held-out and validation cases ranking by the refresh-free simulated time
 picks the same drafts, measured in the costmodel README), and so are the
 host floor and the merge (`features.py` adds them on the host roofline).
-Broadcast granularity only; single-bank (per-core) drafts get NaN and keep
-the count-based estimates.  Checked against lowering + simulation without
-refresh by `tests/backends/test_newton_time.py`.
+Single-bank drafts are walked as if every core of a class held every
+segment, busy // passes cores a class (as the counts take them): the lowering skips a
+core's segments without matrix data and READRES of latches it does not
+need (the edges of a halo-widened box), so there the walk is approximate
+(0.99-1.31 x the simulated time on the VGG-16 layers of the broad held-out
+set; issue #29: the count-based estimate it replaces was 0.78-6.2 x).
+Checked against lowering + simulation without refresh by
+`tests/backends/test_newton_time.py`.
 
 Why: Newton's near-ties are trades of tens of cycles between these phases
 (16 GWRITE columns against 12 cycles of read-back), which no count feature
@@ -84,11 +97,17 @@ def _compiled(t: dict) -> tuple:
     return ([float(x) for x in compile_rules(t)], [[float(x) for x in row] for row in compile_chains(t)])
 
 
+class _Unsettled(Exception):
+    """A walk ran past its budget of column records (a stream that does not settle)."""
+
+
 class _Channel:
     """The timing state the Newton commands read (timing.py's rules 2-4),
-    with the latencies of `hw.dram_rules` (compiled from t)."""
+    with the latencies of `hw.dram_rules` (compiled from t); `budget`: the
+    column records it may time before raising `_Unsettled`."""
 
-    def __init__(self, t: dict, banks: int, per_bg: int, compiled: tuple | None = None):
+    def __init__(self, t: dict, banks: int, per_bg: int, compiled: tuple | None = None, budget: float = np.inf):
+        self.budget = budget
         # compiled: `_compiled(t)`, passed by a caller that walks many drafts under one timing
         L, C = compiled if compiled is not None else _compiled(t)
         self.L = list(L)
@@ -147,6 +166,9 @@ class _Channel:
                spacing: float | None = None, buffer: bool = False) -> float:
         """A column record (WR, GWRITE, COMP, READRES; `buffer`: a GWRITE, a
         global-buffer write); returns the time it adds."""
+        self.budget -= 1
+        if self.budget < 0:
+            raise _Unsettled
         L = self.L
         bg = b // self.per_bg
         need = row >= 0 and self.open[b] != row
@@ -185,6 +207,34 @@ class _Channel:
         else:
             self.last_arr = last
         return self._advance(end)
+
+    def gwrite_run(self, banks: list, count: int) -> float:
+        """`count` GWRITE columns (global-buffer writes, no row) to banks[j %
+        len(banks)] in turn; returns the time they add.  Once a whole round
+        of the banks issued at the column gap after its predecessor, every
+        further column does too: what else bounds a buffer write (its bank's
+        ACT + tRCD, the read-to-write turnaround) is fixed during the run
+        and already below the rising column time, so the rest is added in
+        closed form (exact; a load writes up to kv ki cc = 128 columns)."""
+        nb, d, steady, j = len(banks), 0.0, 0, 0
+        bgs = [b // self.per_bg for b in banks]
+        # the gap between two columns of the run: one bank group, or every column in another one
+        gap = self.L[CCD_L] if nb == 1 else (self.L[CCD_S] if len(set(bgs)) == nb else None)
+        while j < count:
+            before = self.last_col
+            d += self.column(banks[j % nb], -1, 1, True, False, buffer=True)
+            j += 1
+            steady = steady + 1 if (j > 1 and gap is not None and self.last_col == before + gap) else 0
+            if steady >= nb and j < count:
+                r = count - j                   # the rest, each one column gap after the last
+                last = self.last_col + r * gap
+                for q in range(min(nb, count)):
+                    self.wr[banks[(count - 1 - q) % nb]] = last - q * gap
+                bg = bgs[(count - 1) % nb]
+                self.last_col = self.last_wr = self.last_buf = last
+                self.last_bg = self.last_wr_bg = bg
+                return d + self._advance(_after(last, self.C[WR_END]))
+        return d
 
     def prea(self) -> float:
         L = self.L
@@ -264,17 +314,28 @@ def _run_units(units: list, sig: list, run, buckets: list, state_of, shift=None,
 
 def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: int,
           n_bg: int, rr_bursts: int, interleave_limit: int, steady: bool = True,
-          compiled: tuple | None = None) -> tuple[float, float, float, float, int]:
+          compiled: tuple | None = None, class_cores: int = 0,
+          budget: float = np.inf) -> tuple[float, float, float, float, int]:
     """(leading rearrangement, rearrangement inside the kernel, compute,
     read-back) cycles of one group's stream, refresh left out, and the
     columns the host writes to the group (compiled: `_compiled(t)`, if the
-    caller has it)."""
+    caller has it).
+
+    class_cores > 0: single-bank (per-core) commands, each pass commanding
+    `class_cores` banks (0, 1, ...: which ones moves only tRRD_L / tRRD_S
+    between their ACTs): per segment run, a
+    COMP per bank and vector, each opening the bank's row itself (an ACT
+    under tRRD / tFAW, no G_ACT), and a READRES per bank.  Every bank of a
+    class is taken to hold every segment: the lowering skips a bank's
+    segments without matrix data (the edges of a halo-widened box), so
+    this is an upper bound there.  budget: column records to time at most
+    (`_Unsettled` past it)."""
     n_b, n_v, n_o, n_rc, cc, t_in, kv, ki, lo, is_flow, passes = key
     n_vg, n_ig, n_ob = -(-n_v // kv), -(-t_in // ki), -(-n_o // lo)
     dataflow = "is" if is_flow else "os"
     seg_base, _ = _segments(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow, True, cols)
     seg_cols = np.minimum(cc, n_rc - np.arange(t_in) * cc)
-    ch = _Channel(t, banks, per_bg, compiled)
+    ch = _Channel(t, banks, per_bg, compiled, budget)
     # no timing rule looks further back than the sum of the constraints (and the G_ACT stagger)
     horizon = 4.0 * (sum(t[k] for k in RULE_FIELDS) + n_bg * ch.L[FAW])
     # ---- host writes of every column a COMP reads, the banks in turn -----------------
@@ -312,7 +373,9 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
     gw_banks = [g * per_bg for g in range(n_bg)]
     per_row = max(1, cols // max(1, cc))                 # segments a row holds
     stagger = (n_bg - 1) * ch.L[FAW]
-    state = {"loaded": None, "open": None, "pre": True}
+    # single-bank passes command banks 0 .. class_cores - 1 (which banks a class holds moves only
+    # tRRD_L / tRRD_S between its ACTs; the same banks every pass lets equal passes be skipped)
+    state = {"loaded": None, "open": None, "pre": True, "banks": list(range(min(class_cores, banks)))}
 
     def kernel_state():
         return ch.snapshot(horizon), state["open"] is None, state["pre"]
@@ -329,13 +392,19 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
             state["open"] = None
         chunks = [ig * ki + ji for ji in range(ki) if ig * ki + ji < t_in]
         width = int(max(seg_cols[i] for i in chunks))
-        for j in range(kv * ki * width):
-            add(K_REARR, ch.column(gw_banks[j % len(gw_banks)], -1, 1, True, False, buffer=True))
+        add(K_REARR, ch.gwrite_run(gw_banks, kv * ki * width))
         state["loaded"] = (p, bb, vg, ig)
 
     def comp(bb, o, i, vg):
         jvs = min(kv, n_v - vg * kv)
         for row, _, m, _ in _runs(int(seg_base[bb, o, i]), int(seg_cols[i]), cols):   # a run per row
+            if class_cores:             # single-bank COMPs: each opens its own bank's row
+                for b in state["banks"]:
+                    for _ in range(jvs):
+                        add(COMPUTE, ch.column(b, row, m, False, True))
+                state["open"] = row
+                state["pre"] = False
+                continue
             if state["open"] != row:
                 add(COMPUTE, ch.g_act(row, stagger))
                 state["open"] = row
@@ -344,6 +413,10 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
                 add(COMPUTE, ch.column(0, row, m, False, True))
 
     def readres():
+        if class_cores:                 # each bank's latches, from its open row
+            for b in state["banks"]:
+                add(READBACK, ch.column(b, ch.open[b], rr_bursts, False, False, wait=True))
+            return
         row = -1 if state["open"] is None else state["open"]
         add(READBACK, ch.column(0, row, rr_bursts, False, False, wait=True))
 
@@ -369,8 +442,9 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
         def skip(dt, ob):
             ch.shift(dt)
             state["open"] = last_row(bb, ob, i_last)
-            for b in range(banks):
-                ch.open[b] = state["open"]
+            for b in range(banks):      # the banks the block's COMPs opened hold its last row
+                if ch.open[b] >= 0:
+                    ch.open[b] = state["open"]
         _run_units(list(range(n_ob)), block_sig, body, buckets, kernel_state, skip, period=period, steady=steady)
 
     def unit(u):
@@ -405,17 +479,21 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
     return (*buckets, int(len(flat) * banks_used))
 
 
-def newton_phases(plan: dict, banks_used, per_core, backend, max_events: int = 4_000_000,
-                  steady: bool = True) -> dict:
+def newton_phases(plan: dict, banks_used, per_core, backend, max_walked: int = 400_000,
+                  steady: bool = True, busy=None) -> dict:
     """Per-group phase cycles of Newton drafts, refresh left out ([n] float64
     each: "pre" leading rearrangement, "k_rearr" GWRITE time inside the
     kernel, "compute", "readback", and "wr_cols" the host columns written;
-    NaN for single-bank drafts and for streams of more than `max_events`
-    COMP records, a guard for streams that would not settle).
+    NaN for a stream whose walk times more than `max_walked` column records,
+    one that does not settle into a steady state -- a bound on the work,
+    where the size of the stream is none: 6.5 M COMP records settle after a
+    few thousand).
 
     plan: `newton_plan`'s arrays; banks_used [n]: cores per group of the
-    draft; per_core [n] bool; steady=False walks every command (slow; the
-    reference of `benchmarks/newton_time_bench.py`)."""
+    draft; per_core [n] bool: single-bank commands, to busy // passes cores
+    a pass (busy [n]: the fullest group's cores with work, default
+    banks_used); steady=False walks every command (slow; the reference of
+    `benchmarks/newton_time_bench.py`)."""
     from .lower import INTERLEAVE_LIMIT
     t = {f: float(getattr(backend.timing, f)) for f in backend.timing._dynamic_fields}
     g = backend.group
@@ -424,17 +502,19 @@ def newton_phases(plan: dict, banks_used, per_core, backend, max_events: int = 4
     cols = backend.core.cols
     n = len(banks_used)
     out = {k: np.full(n, np.nan) for k in ("pre", "k_rearr", "compute", "readback", "wr_cols")}
-    keys = np.stack([np.asarray(plan[k], np.int64) for k in PLAN_KEYS] + [np.asarray(banks_used, np.int64)], 1)
-    walk = _cached(t, banks, per_bg, cols, n_bg, backend, INTERLEAVE_LIMIT, steady)
+    busy = np.asarray(banks_used if busy is None else busy, np.int64)
+    # cores a single-bank pass commands (0: broadcast): the classes share the busy cores, as
+    # the counts (`newton_counts`) take them
+    m = np.where(np.asarray(per_core, bool), np.maximum(busy // np.maximum(np.asarray(plan["passes"], np.int64), 1), 1),
+                 0)
+    keys = np.stack([np.asarray(plan[k], np.int64) for k in PLAN_KEYS]
+                    + [np.asarray(banks_used, np.int64), m], 1)
+    walk = _cached(t, banks, per_bg, cols, n_bg, backend, INTERLEAVE_LIMIT, steady, max_walked)
     for i in range(n):
-        if per_core[i]:
+        got = walk(tuple(int(x) for x in keys[i]))
+        if got is None:
             continue
-        k = tuple(int(x) for x in keys[i])
-        pk = dict(zip(PLAN_KEYS, k))
-        events = pk["n_b"] * pk["n_v"] * pk["n_o"] * pk["t_in"] * pk["passes"]         # COMP records
-        if events > max_events:
-            continue
-        for name, v in zip(("pre", "k_rearr", "compute", "readback", "wr_cols"), walk(k)):
+        for name, v in zip(("pre", "k_rearr", "compute", "readback", "wr_cols"), got):
             out[name][i] = v
     return out
 
@@ -442,12 +522,13 @@ def newton_phases(plan: dict, banks_used, per_core, backend, max_events: int = 4
 _WALKS: dict = {}
 
 
-def _cached(t, banks, per_bg, cols, n_bg, backend, limit, steady=True):
+def _cached(t, banks, per_bg, cols, n_bg, backend, limit, steady=True, budget=np.inf):
     """One memoised walk per backend timing (drafts of one shape share plans;
-    the tuner and the labeller featurise the same shapes again)."""
+    the tuner and the labeller featurise the same shapes again); a walk
+    past `budget` column records gives None."""
     core = backend.core
     key = (tuple(sorted(t.items())), banks, per_bg, cols, n_bg, backend.group.cores_per_group, core.reg_bytes,
-           core.col_bytes, limit, steady)
+           core.col_bytes, limit, steady, budget)
     if key not in _WALKS:
         if len(_WALKS) >= 8:            # a timing sweep: keep the memory bounded
             _WALKS.clear()
@@ -456,8 +537,12 @@ def _cached(t, banks, per_bg, cols, n_bg, backend, limit, steady=True):
         @lru_cache(maxsize=65536)
         def walk(k):
             pk = dict(zip(PLAN_KEYS, k))
-            rr = int(readres_bursts(backend, pk["kv"] * pk["lo"], False))
-            return _walk(k[:len(PLAN_KEYS)], k[-1], t, banks, per_bg, cols, n_bg, rr, limit, steady, compiled)
+            rr = int(readres_bursts(backend, pk["kv"] * pk["lo"], k[-1] > 0))
+            try:
+                return _walk(k[:len(PLAN_KEYS)], k[-2], t, banks, per_bg, cols, n_bg, rr, limit, steady, compiled,
+                             class_cores=k[-1], budget=budget)
+            except _Unsettled:
+                return None
         _WALKS[key] = walk
     return _WALKS[key]
 
