@@ -111,8 +111,9 @@ def test_single_bank_phases_against_the_simulator(shape, seed):
     core of a class holds every segment -- the lowered program has as many
     COMP and READRES records as the closed-form counts -- the walked phases
     sum to the simulated kernel time (refresh off) within 5 % (exact on
-    most; a residual of up to 3.4 % on some 3 x 3 drafts is not traced:
-    it is not which banks the walk gives a class, tried); elsewhere
+    most; a residual of 2.3 % on a 1 x 1 draft reduced on the host,
+    12 x 5 x 3 -> 8, is not traced: not which banks the walk gives a
+    class, tried); elsewhere
     the lowering skips a core's empty segments and READRES of latches it
     does not need, and the walk prices them.  Mostly that puts it above the
     simulated time, but a skipped READRES can also leave a PREA right after

@@ -322,13 +322,16 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
     caller has it).
 
     class_cores > 0: single-bank (per-core) commands, each pass commanding
-    `class_cores` banks (0, 1, ...: which ones moves only tRRD_L / tRRD_S
-    between their ACTs): per segment run, a
+    `class_cores` banks (0, 1, ...: which ones moves tRRD_L / tRRD_S
+    between their ACTs, and little else: COMPs are all-bank class, READRES
+    waits for everything): per segment run, a
     COMP per bank and vector, each opening the bank's row itself (an ACT
     under tRRD / tFAW, no G_ACT), and a READRES per bank.  Every bank of a
     class is taken to hold every segment: the lowering skips a bank's
-    segments without matrix data (the edges of a halo-widened box), so
-    this is an upper bound there.  budget: column records to time at most
+    segments without matrix data (the edges of a halo-widened box) and
+    READRES of latches it does not need, so the walk is approximate there
+    (mostly above; a skipped READRES can leave a PREA waiting tRTP_AB).
+    budget: column records to time at most
     (`_Unsettled` past it)."""
     n_b, n_v, n_o, n_rc, cc, t_in, kv, ki, lo, is_flow, passes = key
     n_vg, n_ig, n_ob = -(-n_v // kv), -(-t_in // ki), -(-n_o // lo)
@@ -373,7 +376,7 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
     gw_banks = [g * per_bg for g in range(n_bg)]
     per_row = max(1, cols // max(1, cc))                 # segments a row holds
     stagger = (n_bg - 1) * ch.L[FAW]
-    # single-bank passes command banks 0 .. class_cores - 1 (which banks a class holds moves only
+    # single-bank passes command banks 0 .. class_cores - 1 (which banks a class holds moves mainly
     # tRRD_L / tRRD_S between its ACTs; the same banks every pass lets equal passes be skipped)
     state = {"loaded": None, "open": None, "pre": True, "banks": list(range(min(class_cores, banks)))}
 
@@ -490,9 +493,10 @@ def newton_phases(plan: dict, banks_used, per_core, backend, max_walked: int = 4
     few thousand).
 
     plan: `newton_plan`'s arrays; banks_used [n]: cores per group of the
-    draft; per_core [n] bool: single-bank commands, to busy // passes cores
-    a pass (busy [n]: the fullest group's cores with work, default
-    banks_used); steady=False walks every command (slow; the reference of
+    draft (the host writes every one of a broadcast draft); per_core [n]
+    bool: single-bank commands, to busy // passes cores a pass, the host
+    writing the busy ones (busy [n]: the fullest group's cores with work,
+    default banks_used); steady=False walks every command (slow; the reference of
     `benchmarks/newton_time_bench.py`)."""
     from .lower import INTERLEAVE_LIMIT
     t = {f: float(getattr(backend.timing, f)) for f in backend.timing._dynamic_fields}
@@ -503,6 +507,8 @@ def newton_phases(plan: dict, banks_used, per_core, backend, max_walked: int = 4
     n = len(banks_used)
     out = {k: np.full(n, np.nan) for k in ("pre", "k_rearr", "compute", "readback", "wr_cols")}
     busy = np.asarray(banks_used if busy is None else busy, np.int64)
+    # single-bank drafts write only the cores that COMP (`lower._Stream.reads`), broadcast ones every core
+    banks_used = np.where(np.asarray(per_core, bool), busy, np.asarray(banks_used, np.int64))
     # cores a single-bank pass commands (0: broadcast): the classes share the busy cores, as
     # the counts (`newton_counts`) take them
     m = np.where(np.asarray(per_core, bool), np.maximum(busy // np.maximum(np.asarray(plan["passes"], np.int64), 1), 1),
@@ -548,9 +554,9 @@ def _cached(t, banks, per_bg, cols, n_bg, backend, limit, steady=True, budget=np
 
 
 def draft_plans(op, table, shapes, backend, matrix: int | None = None) -> tuple[dict, np.ndarray, np.ndarray]:
-    """`newton_phases`' inputs for every draft of `table` with the cores per
-    group as drafted: (plan, banks used [n], per-core flags [n]).  (The
-    features pass the busy cores instead, `features._newton`.)  matrix: the
+    """`newton_phases`' inputs for every draft of `table`: (plan, cores per
+    group [n]: as drafted for broadcast drafts, the busy ones for per-core
+    drafts, as `features._newton` passes them; per-core flags [n]).  matrix: the
     operand kept in the banks, as the lowering option (None: the larger)."""
     sets = dimension_sets(op)
     mi, vi = matrix_and_vector(op, shapes, matrix)
@@ -560,4 +566,5 @@ def draft_plans(op, table, shapes, backend, matrix: int | None = None) -> tuple[
     plan = newton_plan(op, set(op.operands[mi].vars), vv, geo["lens"], sets, geo["busy"],
                        table.column("dataflow"), table.column("buffers"), backend, np.asarray(table.reps),
                        geo["passes"])
-    return plan, cores.prod(axis=1), table.column("granularity") == 1
+    per_core = table.column("granularity") == 1
+    return plan, np.where(per_core, geo["busy"].prod(axis=1), cores.prod(axis=1)), per_core
