@@ -64,7 +64,7 @@ from ..trace.ir import expr_prims
 from ..partition.verify import footprint_elements, infer_shapes, matrix_and_vector, per_core_var_lengths
 from ..backends.upmem.cycles import DEFAULT_LINK
 from ..backends.upmem.dpu import dpu_kernel_cycles, transfer_ns
-from ..backends.newton.counts import COUNTS, newton_counts, newton_geometry, newton_plan
+from ..backends.newton.counts import COUNTS, newton_geometry, newton_plan, plan_counts
 from ..backends.newton.time import newton_phases
 
 SLOTS = 4                                   # dimension-set slots (mmtv / attn / conv2d have 4-5)
@@ -569,9 +569,8 @@ def _newton(op_, info, C, G, used_tiles, df, buf, gran, backend, reps, tile):
     # h by the halo and keeps every kh), vector classes and busy cores of the fullest group
     geo = newton_geometry(op_, vv, info.sets, reps, tile, G, C)
     busy = geo["busy"]
-    counts = newton_counts(op_, mv, vv, geo["lens"], info.sets, busy, df, buf, gran == 1, backend, reps,
-                           geo["passes"])
     plan = newton_plan(op_, mv, vv, geo["lens"], info.sets, busy, df, buf, backend, reps, geo["passes"])
+    counts = plan_counts(plan, busy, gran == 1, backend)
     # every group reads back its own classes' latches: along a set the vector reads, the groups
     # hold ceil(L / T) busy cores between them, against G x min(C, tiles) counted per group
     dims = {v for v in op_.output_vars if v in vv} | set(op_.reduction_vars)

@@ -13,10 +13,28 @@ from pimjax.backends.newton.time import draft_plans, newton_phases
 from pimjax.hw.presets import get_backend
 from pimjax.sim.cycles import cycles
 
+from .test_newton_counts import _counts
+
 BE = get_backend("newton")
 EST = [list(FEATURE_NAMES).index(f"est_t_{p}") for p in ("rearr", "compute", "readback")]
 
 size = st.one_of(st.integers(0, 6).map(lambda e: 2 ** e), st.integers(3, 70))
+
+
+def _est(case, table) -> np.ndarray:
+    """[n, 3] the features' closed-form rearrangement, compute and read-back of `table`'s drafts."""
+    return 2.0 ** features_table(case.target, table, BE, case.shapes)[:, EST].astype(np.float64) - 1
+
+
+def _simulated(case, table, rows):
+    """Yields (j, draft row, lowered program, simulated [rearrangement, compute,
+    read-back] with refresh off) for rows[j] of `table` that lower."""
+    for j, i in enumerate(rows):
+        prog = try_lower(case, table[int(i)], BE)
+        if prog is None:
+            continue
+        rep = cycles(prog, BE, refresh=False)
+        yield j, int(i), prog, np.array([float(rep.rearrangement), float(rep.compute), float(rep.readback)])
 
 
 @st.composite
@@ -41,16 +59,11 @@ def test_phases_match_the_simulator_without_refresh(kc, seed):
     table = case_drafts(case, BE)
     broadcast = [i for i in range(len(table)) if table[i].granularity == "broadcast"]
     rows = np.random.default_rng(seed).permutation(broadcast)[:12]
-    est = 2.0 ** features_table(case.target, table.take(rows), BE, case.shapes)[:, EST].astype(np.float64) - 1
+    est = _est(case, table.take(rows))
     checked = 0
-    for j, i in enumerate(rows):
-        prog = try_lower(case, table[int(i)], BE)
-        if prog is None:
-            continue
-        rep = cycles(prog, BE, refresh=False)
-        sim = np.array([float(rep.rearrangement), float(rep.compute), float(rep.readback)])
+    for j, i, _, sim in _simulated(case, table, rows):
         # the features hold log2(1 + t) in float32: a relative rounding of ~1e-7
-        np.testing.assert_allclose(est[j], sim, rtol=1e-5, atol=0.5, err_msg=str(table[int(i)]))
+        np.testing.assert_allclose(est[j], sim, rtol=1e-5, atol=0.5, err_msg=str(table[i]))
         checked += 1
         if checked == 4:
             break
@@ -98,6 +111,26 @@ def _kernel_counts(prog):
     return int((op == Op.COMP).sum()), int((op == Op.READRES).sum())
 
 
+def _check_single_bank(case, table, rows, rtol: float, low: float, high: float) -> tuple[int, int]:
+    """The walked phases' sum against the simulated time (refresh off) of the
+    per-core drafts rows: within rtol where the lowered program has the
+    closed-form COMP and READRES counts, else between low and high times it.
+    Returns (drafts checked, of them with matching counts)."""
+    sub = table.take(rows)
+    est = _est(case, sub).sum(axis=1)
+    cnt = _counts(case, sub)
+    checked = exact = 0
+    for j, i, prog, sim in _simulated(case, table, rows):
+        comp, rr = _kernel_counts(prog)
+        if comp == cnt["comp"][j] * prog.groups and rr == cnt["readres"][j] * prog.groups:
+            np.testing.assert_allclose(est[j], sim.sum(), rtol=rtol, err_msg=str(table[i]))
+            exact += 1
+        else:
+            assert low * sim.sum() <= est[j] <= high * sim.sum(), (est[j], sim, table[i])
+        checked += 1
+    return checked, exact
+
+
 conv_shapes = st.tuples(st.sampled_from([5, 7, 12, 14]), st.sampled_from([5, 7, 14]),
                         st.sampled_from([3, 8, 16]), st.sampled_from([8, 16, 32]), st.sampled_from([1, 3]))
 
@@ -122,44 +155,12 @@ def test_single_bank_phases_against_the_simulator(shape, seed):
     convolution it spans 0.77-1.19 (median 1.02), one 7 x 7 x 16 -> 8 draft
     is at 1.55 (its cores hold few segments), and on the VGG-16 layers of
     the broad held-out set it spans 0.99-1.31."""
-    from pimjax.backends.newton.counts import newton_counts
     case = make_case(BE, "conv", shape)
     table = case_drafts(case, BE)
     rows = _single_bank_rows(case, table, seed, 6)
-    sub = table.take(rows)
-    est = 2.0 ** features_table(case.target, sub, BE, case.shapes)[:, EST].astype(np.float64) - 1
-    plan, banks, per_core = draft_plans(case.op, sub, case.shapes, BE)
-    assert per_core.all()
-    checked = 0
-    for j, i in enumerate(rows):
-        prog = try_lower(case, table[int(i)], BE)
-        if prog is None:
-            continue
-        rep = cycles(prog, BE, refresh=False)
-        sim = float(rep.rearrangement) + float(rep.compute) + float(rep.readback)
-        comp, rr = _kernel_counts(prog)
-        ours = _closed_form_counts(case, sub.take(np.array([j])))
-        if comp == ours["comp"] * prog.groups and rr == ours["readres"] * prog.groups:
-            np.testing.assert_allclose(est[j].sum(), sim, rtol=0.05, err_msg=str(table[int(i)]))
-        else:
-            assert 0.7 * sim <= est[j].sum() <= 2.0 * sim, (est[j], sim, table[int(i)])
-        checked += 1
+    assert draft_plans(case.op, table.take(rows), case.shapes, BE)[2].all()
+    checked, _ = _check_single_bank(case, table, rows, rtol=0.05, low=0.7, high=2.0)
     assert checked >= 2
-
-
-def _closed_form_counts(case, table) -> dict:
-    from pimjax.backends.newton.counts import newton_counts, newton_geometry
-    from pimjax.partition import dimension_sets
-    from pimjax.partition.verify import matrix_and_vector
-    op = case.op
-    sets = dimension_sets(op)
-    mi, vi = matrix_and_vector(op, case.shapes)
-    vv = set(op.operands[vi].vars)
-    geo = newton_geometry(op, vv, sets, table.reps, table.tile, table.groups, table.cores)
-    cnt = newton_counts(op, set(op.operands[mi].vars), vv, geo["lens"], sets, geo["busy"],
-                        table.column("dataflow"), table.column("buffers"), table.column("granularity") == 1, BE,
-                        np.asarray(table.reps), geo["passes"])
-    return {k: int(v[0]) for k, v in cnt.items()}
 
 
 def test_single_bank_phases_of_a_small_conv():
@@ -170,23 +171,10 @@ def test_single_bank_phases_of_a_small_conv():
     case = make_case(BE, "conv", (14, 14, 16, 16, 3))
     table = case_drafts(case, BE)
     rows = _single_bank_rows(case, table, 0, 10)
-    sub = table.take(rows)
-    est = 2.0 ** features_table(case.target, sub, BE, case.shapes)[:, EST].astype(np.float64) - 1
-    ph = newton_phases(*draft_plans(case.op, sub, case.shapes, BE), BE)
+    ph = newton_phases(*draft_plans(case.op, table.take(rows), case.shapes, BE), BE)
     assert np.isfinite(ph["compute"]).all()
-    exact = 0
-    for j, i in enumerate(rows):
-        prog = try_lower(case, table[int(i)], BE)
-        rep = cycles(prog, BE, refresh=False)
-        sim = float(rep.rearrangement) + float(rep.compute) + float(rep.readback)
-        comp, rr = _kernel_counts(prog)
-        ours = _closed_form_counts(case, sub.take(np.array([j])))
-        if comp == ours["comp"] * prog.groups and rr == ours["readres"] * prog.groups:
-            np.testing.assert_allclose(est[j].sum(), sim, rtol=1e-5, err_msg=str(table[int(i)]))
-            exact += 1
-        else:
-            assert 0.75 * sim <= est[j].sum() <= 1.5 * sim, (est[j], sim, table[int(i)])
-    assert exact >= 2
+    checked, exact = _check_single_bank(case, table, rows, rtol=1e-5, low=0.75, high=1.5)
+    assert checked == len(rows) and exact >= 2
 
 
 def test_a_long_stream_that_settles_is_walked():
@@ -201,7 +189,7 @@ def test_a_long_stream_that_settles_is_walked():
              and table.cores[k].tolist() == [1, 2, 1, 1, 1] and table.groups[k].tolist() == [1, 1, 2, 1, 2]
              and table[k].buffers == 1)
     sub = table.take(np.array([i]))
-    assert _closed_form_counts(case, sub)["comp"] > 4_000_000
+    assert _counts(case, sub)["comp"][0] > 4_000_000
     ph = newton_phases(*draft_plans(case.op, sub, case.shapes, BE), BE)
     assert np.isfinite(ph["compute"][0])
     # a budget below what the walk needs gives NaN (the features then keep the count estimate)

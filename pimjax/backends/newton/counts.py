@@ -212,8 +212,14 @@ def newton_counts(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow,
                   backend, reps=None, passes=None) -> dict:
     """Per-group command counts ([n] int64 each, keys COUNTS) of Newton drafts
     (arguments as `newton_plan`; per_core [n] bool: single-bank commands)."""
-    core = backend.core
     pl = newton_plan(op, mvars, vvars, lens, sets, cores, dataflow, buffers, backend, reps, passes)
+    return plan_counts(pl, cores, per_core, backend)
+
+
+def plan_counts(pl: dict, cores, per_core, backend) -> dict:
+    """`newton_counts` from `newton_plan`'s arrays `pl` (cores [n, S] per
+    group along each set, per_core [n] bool), for a caller that has the plan."""
+    core = backend.core
     n_b, n_v, n_o, n_rc, cc, t_in = (pl[k] for k in ("n_b", "n_v", "n_o", "n_rc", "cc", "t_in"))
     kv, ki, lo, is_flow, passes = (pl[k] for k in ("kv", "ki", "lo", "is_flow", "passes"))
     n_vg, n_ig, n_ob = pl["n_vg"], pl["n_ig"], pl["n_ob"]
