@@ -42,7 +42,7 @@ import sys
 import time
 
 L2_BYTES = 50 * 1024 * 1024          # H100 SXM5: 50 MB L2 (NVIDIA H100 whitepaper); rotation target below
-ROTATE_BYTES = 4 * L2_BYTES
+ROTATE_BYTES = 4 * L2_BYTES          # `measure` raises it to 4 x the L2 the measured GPU reports
 MAX_COPIES = 64
 
 
@@ -237,10 +237,14 @@ def measure_jax(c: dict, reps: int = 40) -> dict:
 
 
 def measure(path: str) -> None:
+    global ROTATE_BYTES
     import torch
     import jax
+    props = torch.cuda.get_device_properties(0)
+    l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+    ROTATE_BYTES = 4 * max(L2_BYTES, l2)          # every call reads DRAM on a GPU with a larger L2 too
     info = {"gpu": torch.cuda.get_device_name(0),
-            "sms": torch.cuda.get_device_properties(0).multi_processor_count,
+            "sms": props.multi_processor_count, "l2_bytes": l2, "rotate_bytes": ROTATE_BYTES,
             "torch": torch.__version__, "jax": jax.__version__, "jax_devices": str(jax.devices()),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     try:
@@ -295,13 +299,19 @@ def model_ns(host, c: dict) -> float | None:
     return None
 
 
+def host_of(info: dict, model: str):
+    """pimjax's model of the GPU a measurement names (`info["gpu"]`, as
+    PyTorch reports it): the H200 or the H100."""
+    from pimjax.hw.host import h100, h200
+    return (h200 if "H200" in info["gpu"] else h100)(model=model)
+
+
 def table(path: str, markdown: bool = False) -> None:
     from pimjax.hw.gpu import GPU_MODELS
-    from pimjax.hw.host import h100
     with open(path) as fh:
         data = json.load(fh)
     info, rows = data["info"], data["rows"]
-    hosts = {m: h100(model=m) for m in GPU_MODELS}
+    hosts = {m: host_of(info, m) for m in GPU_MODELS}
     head = ["case", "graph µs", "stream µs", "jax µs"] + [f"{m} µs" for m in GPU_MODELS] + ["occupancy / graph"]
     lines = []
     for r in rows:

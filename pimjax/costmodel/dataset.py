@@ -334,47 +334,57 @@ def training_cases(backend: str, plan: Plan | None = None, seed: int = 0) -> lis
 
 
 def generate(backend: Backend, cases: list[tuple[str, tuple]], plan: Plan, *, seed: int = 0,
-             path: str | None = None, model=None, model_top: int = 0, progress=None,
-             time_budget: float | None = None, exact: bool = False) -> list[dict]:
-    """Label drafts of every case (appending to the record file `path`) and
-    return all records of these cases (old and new).
+             path: str | None = None, model=None, model_top: int = 0, prior: list[dict] | None = None,
+             progress=None, time_budget: float | None = None) -> list[dict]:
+    """Label the drafts this call selects for every case; return their
+    records, case by case in selection order.
+
+    The record file `path` is a pure memo: a selected draft already labelled
+    there is read instead of simulated, and new labels are appended, but
+    which drafts are selected never depends on what the file holds.  So a
+    run from an empty file and one from a file left by other runs return
+    the same records (`make train` reproduces the shipped weights).
 
     Round 1 (model None): `plan.random_per_case` uniform drafts and the
     `plan.estimate_per_case` best by the closed-form time estimate.
     Round 2 (model given): the `model_top` drafts the model ranks best that
-    are not labelled yet.  Already-labelled drafts are never simulated again.
-    time_budget: stop starting new cases after this many seconds.
-    exact: return only the records of the drafts this call selects (an
-    evaluation set whose sample must not depend on what earlier runs, with
-    other case lists, left in the file), not every record of the cases."""
+    are not among `prior` (the records earlier rounds of this run returned).
+    time_budget: stop starting new cases after this many seconds (the
+    skipped cases return nothing)."""
     name = backend.name
     path = path or records_path(name)
-    have = read_records(path)
-    by_case: dict[str, list[dict]] = {}
-    for r in have:
-        by_case.setdefault(_case_key(r["backend"], r["kernel"], r["shape"], r.get("hw")), []).append(r)
+    memo: dict[str, dict[str, dict]] = {}
+    for r in read_records(path):            # a later record of the same draft wins (relabelled)
+        memo.setdefault(_case_key(r["backend"], r["kernel"], r["shape"], r.get("hw")), {})[
+            json.dumps(r["row"], sort_keys=True)] = r
+    taken: dict[str, set] = {}
+    for r in prior or ():
+        taken.setdefault(_case_key(r["backend"], r["kernel"], r["shape"], r.get("hw")), set()).add(
+            json.dumps(r["row"], sort_keys=True))
     est_col = FEATURE_NAMES.index("est_t_total")
     t_start = time.time()
-    out = []
+    slots: list[list] = []                  # per case: its records in selection order, None until labelled
     labellers: dict[str, Labeller] = {}
     preset = backend
+
+    def fill(done: list) -> None:
+        for (ci, j), rec in _write(done, path):
+            slots[ci][j] = rec
+
     for ci, item in enumerate(cases):
         kernel, shape = item[0], item[1]
         hw = dict(item[2]) if len(item) > 2 and item[2] else {}
         backend = backend_of(name, hw) if hw else preset
         labeller = labellers.setdefault(hw_key(hw), Labeller(backend))
         key = _case_key(name, kernel, shape, hw)
-        old = by_case.get(key, [])
+        slots.append([])
         if time_budget is not None and time.time() - t_start > time_budget:
-            out += old
             continue
         case = make_case(backend, kernel, shape)
         table = case_drafts(case, backend)
         n = len(table)
         if n == 0 or n > plan.max_drafts:
-            out += old
             continue
-        done_rows = {json.dumps(r["row"], sort_keys=True) for r in old}
         rng = np.random.default_rng([seed, ci, n, 1 if model is None else 2])
         want: list[tuple[int, str]] = []
         if model is None:
@@ -388,33 +398,35 @@ def generate(backend: Backend, cases: list[tuple[str, tuple]], plan: Plan, *, se
             pred = model.predict(X)
             order = np.argsort(pred, kind="stable")
             want += [(int(i), "model") for i in order[: model_top * 4]]
-        if exact:
-            wanted = {json.dumps(row_of(table, i), sort_keys=True) for i, _ in want}
-            old = [r for r in old if json.dumps(r["row"], sort_keys=True) in wanted]
-        new_idx, new_src, seen = [], [], set(done_rows)
+        picked, seen = [], set(taken.get(key, ()))
         for i, src in want:
             k = json.dumps(row_of(table, i), sort_keys=True)
             if k in seen:
                 continue
-            if model is not None and len(new_idx) >= model_top:
+            if model is not None and len(picked) >= model_top:
                 break
             seen.add(k)
-            new_idx.append(i)
-            new_src.append(src)
-        for i, src in zip(new_idx, new_src):
+            picked.append((i, src, k))
+        known = memo.get(key, {})
+        slots[ci] = [None] * len(picked)
+        fresh = 0
+        for j, (i, src, k) in enumerate(picked):
             meta = {"backend": name, "kernel": kernel, "shape": list(shape), "row": row_of(table, i),
                     "source": src}
             if hw:
                 meta["hw"] = hw
-            labeller.add(meta, try_lower(case, table[i], backend))
-        out += old
-        out += _write(labeller.ready(), path)       # batches done so far; the worker runs on
+            if k in known:
+                slots[ci][j] = dict(meta, cycles=known[k].get("cycles"), phases=known[k].get("phases"))
+            else:
+                fresh += 1
+                labeller.add((ci, j, meta), try_lower(case, table[i], backend))
+        fill(labeller.ready())              # batches done so far; the worker runs on
         if progress is not None:
             progress(ci + 1, len(cases), f"{kernel} {list(shape)}{' ' + hw_key(hw) if hw else ''}: "
-                                         f"{n} drafts, +{len(new_idx)} queued")
+                                         f"{n} drafts, {len(picked)} picked, {fresh} queued")
     for lab in labellers.values():
-        out += _write(lab.flush(), path)
-    return out
+        fill(lab.flush())
+    return [r for case_slots in slots for r in case_slots]
 
 
 def relabel(backend: Backend, path: str, progress=None) -> tuple[int, int]:
@@ -457,15 +469,17 @@ def relabel(backend: Backend, path: str, progress=None) -> tuple[int, int]:
     return len(recs), int(changed)
 
 
-def _write(done: list, path: str) -> list[dict]:
-    recs = []
-    for meta, v in done:
+def _write(done: list, path: str) -> list[tuple]:
+    """Append the labelled ((ci, j, meta), 5-vector) pairs to `path`; return
+    ((ci, j), record) pairs."""
+    out = []
+    for (ci, j, meta), v in done:
         ok = bool(np.isfinite(v[0]))
-        recs.append(dict(meta, cycles=float(v[0]) if ok else None,
-                         phases=[float(x) for x in v[1:]] if ok else None))
-    if recs:                 # `generate` calls this after every case, mostly with nothing new
-        append_records(path, recs)
-    return recs
+        out.append(((ci, j), dict(meta, cycles=float(v[0]) if ok else None,
+                                  phases=[float(x) for x in v[1:]] if ok else None)))
+    if out:                  # `generate` calls this after every case, mostly with nothing new
+        append_records(path, [r for _, r in out])
+    return out
 
 
 def featurise(records: list[dict], backend: Backend, phases: bool = False):

@@ -13,7 +13,10 @@ Per backend:
 4. continue fitting on everything (`--steps2`) and write
    `pimjax/costmodel/weights/<backend>.msgpack` plus a `.json` summary.
 
-Re-running reuses the cached labels, so only training time is paid.
+The label cache is a pure memo: re-running reuses its labels, so only
+training time is paid, and which drafts are labelled and trained on never
+depends on what it holds, so a run from an empty cache gives the same
+weights.
 After a change of the lowering or the time model, `--relabel` first
 simulates every cached record again (`dataset.relabel`: same drafts, new
 labels).
@@ -178,11 +181,13 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
             fit_seconds += time.time() - t_fit
             t1 = time.time()
             task2 = bar.add_task(f"{name}: label round {r}", total=len(cases), msg="")
-            recs = ds.generate(backend, cases, plan, seed=seed, path=path, model=model, model_top=top,
-                               progress=lambda i, n, m, task2=task2: bar.update(task2, completed=i, msg=m))
+            new = ds.generate(backend, cases, plan, seed=seed, path=path, model=model, model_top=top,
+                              prior=recs,
+                              progress=lambda i, n, m, task2=task2: bar.update(task2, completed=i, msg=m))
             if broad:
-                recs += ds.generate(backend, broad, bplan, seed=seed, path=path, model=model,
-                                    model_top=min(top, broad_top))
+                new += ds.generate(backend, broad, bplan, seed=seed, path=path, model=model,
+                                   model_top=min(top, broad_top), prior=recs)
+            recs += new
             label_seconds += time.time() - t1
             X, y, g, keys = ds.featurise(recs, backend)
         summary["label_seconds"] = round(label_seconds, 1)

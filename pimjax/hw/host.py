@@ -177,6 +177,27 @@ def h100(memory="hbm3", model: str = "roofline") -> HostModel:
 
 
 # --------------------------------------------------------------------------
+# NVIDIA H200 SXM 141GB: the H100's GH100 die on HBM3e (a second GPU measured: benchmarks/gpu_kernels.py)
+# --------------------------------------------------------------------------
+H200_PEAK_FP16_FLOPS = H100_PEAK_FP16_FLOPS   # H200 datasheet: FP16 tensor 1,979 TFLOP/s with sparsity, as the H100
+H200_HBM3E_BANDWIDTH = 4.8e12                 # H200 datasheet: 4.8 TB/s HBM3e (141 GB)
+H200_SMS = H100_SMS                           # the same SXM5 part of GH100 (PyTorch reports 132 on our device)
+H200_L2 = H100_L2                             # 50 MB as the H100's (NVIDIA H200 product brief lists no other);
+                                              #   PyTorch reports 60 MB on our device: rotation uses that
+
+
+def h200(memory="hbm3e", model: str = "roofline") -> HostModel:
+    """NVIDIA H200 SXM 141GB on `memory` ("hbm3e": its own 4.8 TB/s, or a
+    bandwidth in bytes/s), timed by the GPU model `model` (as `h100`: the
+    same die and SM count, 1.43x the memory bandwidth).  The second GPU of
+    the real kernel times in `benchmarks/gpu_kernels.py`; no paper pairs a
+    PIM system with it."""
+    bw, label = _memory_bandwidth(memory, {"hbm3e": H200_HBM3E_BANDWIDTH}, "h200")
+    return _gpu(f"H200-SXM ({label})", H200_PEAK_FP16_FLOPS, bw, _model_factors(model, "h200"), model,
+                H200_SMS, H100_SMEM_PER_SM, H100_L1_PER_SM, H200_L2)
+
+
+# --------------------------------------------------------------------------
 # dual-socket Intel Xeon Gold 5220R (ATiM's UPMEM host)
 # --------------------------------------------------------------------------
 XEON_SOCKETS = 2                    # ATiM §6: "dual-socket Intel Xeon Gold 5220R"
@@ -262,4 +283,4 @@ def gpu_on(gpu, bandwidth_GBps: float, model: str = "occupancy") -> HostModel:
     return build(memory=float(bandwidth_GBps) * 1e9, model=model)
 
 
-HOSTS = {"a100": a100, "h100": h100, "xeon_gold_5220r": xeon_gold_5220r, "rtx2060": rtx2060}
+HOSTS = {"a100": a100, "h100": h100, "h200": h200, "xeon_gold_5220r": xeon_gold_5220r, "rtx2060": rtx2060}

@@ -1,10 +1,11 @@
 """Labelled records: `relabel` simulates every cached record again and
-rewrites only the labels."""
+rewrites only the labels; `generate` treats the record file as a pure memo."""
 import json
 
 import numpy as np
 
-from pimjax.costmodel.dataset import Labeller, append_records, read_records, relabel, row_of, simulate
+from pimjax.costmodel.dataset import (Labeller, Plan, append_records, generate, read_records, relabel, row_of,
+                                      simulate)
 from pimjax.costmodel.kernels import case_drafts, lower_case, make_case
 from pimjax.hw.presets import get_backend
 
@@ -52,3 +53,52 @@ def test_labeller_batches_on_its_worker_give_simulate_labels():
     assert np.isnan(got.pop("failed")).all()
     np.testing.assert_array_equal(np.stack([got[("draft", k)] for k in range(len(progs))]), truth)
     assert lab.flush() == []
+
+
+class _ByEstimate:
+    """A stand-in model for the model-driven round: ranks drafts by the
+    closed-form estimate feature (deterministic, no training)."""
+    def predict(self, X):
+        from pimjax.costmodel.features import FEATURE_NAMES
+        return np.asarray(X)[:, FEATURE_NAMES.index("est_t_total")]
+
+
+def _rows(recs):
+    return [(r["kernel"], tuple(r["shape"]), json.dumps(r["row"], sort_keys=True), r["source"], r["cycles"])
+            for r in recs]
+
+
+def test_generate_selects_the_same_drafts_whatever_the_cache_holds(tmp_path):
+    """Two rounds (random + estimate, then the model's best not yet taken
+    by this run) from an empty record file, and again from a file that
+    already holds other drafts of the same cases (another seed's run): the
+    same records in the same order; a draft the file holds is read, not
+    simulated (a planted label comes back)."""
+    be = get_backend("hbm-pim")
+    cases = [("va", (1000,)), ("gemv", (256, 128))]
+    plan = Plan(random_per_case=3, estimate_per_case=2, dense_below=0)
+
+    def run(path):
+        r1 = generate(be, cases, plan, seed=0, path=path)
+        r2 = generate(be, cases, plan, seed=0, path=path, model=_ByEstimate(), model_top=2, prior=r1)
+        return r1, r2
+
+    empty = str(tmp_path / "empty.jsonl")
+    r1, r2 = run(empty)
+    for kernel, _ in cases:            # 3 random + 2 estimate drafts, less the ones both picked
+        assert 3 <= sum(r["kernel"] == kernel for r in r1) <= 5
+        assert sum(r["kernel"] == kernel for r in r2) == 2
+    assert {r["source"] for r in r2} == {"model"}
+    taken = {(r["kernel"], json.dumps(r["row"], sort_keys=True)) for r in r1}
+    assert not {(r["kernel"], json.dumps(r["row"], sort_keys=True)) for r in r2} & taken
+    assert len(read_records(empty)) == len(r1) + len(r2)
+
+    full = str(tmp_path / "full.jsonl")
+    other = generate(be, cases, Plan(random_per_case=6, estimate_per_case=0, dense_below=0), seed=7, path=full)
+    assert len(other) == 12
+    f1, f2 = run(full)
+    assert _rows(f1) + _rows(f2) == _rows(r1) + _rows(r2)
+
+    planted = dict(r1[0], cycles=12345.0)          # the memo is read, not re-simulated
+    append_records(full, [planted])
+    assert generate(be, cases[:1], plan, seed=0, path=full)[0]["cycles"] == 12345.0

@@ -1,5 +1,6 @@
-"""pimjax's GPU models against real kernel times measured on an H100
-(`benchmarks/gpu_kernels.py`, data in benchmarks/data/gpu_kernels_h100.json)."""
+"""pimjax's GPU models against real kernel times measured on an H100 and
+an H200 (`benchmarks/gpu_kernels.py`, data in
+benchmarks/data/gpu_kernels_{h100,h200}.json)."""
 import json
 import pathlib
 import sys
@@ -7,19 +8,35 @@ import sys
 import pytest
 
 from pimjax.hw import gpu
-from pimjax.hw.host import H100_HBM3_BANDWIDTH, H100_PEAK_FP16_FLOPS, H100_SMS, h100
+from pimjax.hw.host import (H100_HBM3_BANDWIDTH, H100_PEAK_FP16_FLOPS, H100_SMS, H200_HBM3E_BANDWIDTH, h100,
+                            h200)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-DATA = ROOT / "benchmarks" / "data" / "gpu_kernels_h100.json"
+DATA = ROOT / "benchmarks" / "data"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu_kernels  # noqa: E402
 
+# per GPU: its data file, its host model, and the band of weight-GEMV model / measured on every
+# model.  The H100's GEMVs (52-210 MB of weights) stream at 2.49-2.76 TB/s, 74-82 % of its
+# 3.35 TB/s, about the 0.81 the models charge; the H200's 52-90 MB ones reach only 2.96-3.23 TB/s
+# (62-67 % of its 4.8 TB/s: too few bytes in flight for HBM3e's bandwidth-latency product, which no
+# model charges), so the models are 0.75-0.89x there, its 100 MB+ ones 3.60-3.95 TB/s.
+GPUS = {"h100": ("gpu_kernels_h100.json", h100, (0.9, 1.1)),
+        "h200": ("gpu_kernels_h200.json", h200, (0.7, 1.1))}
+
+
+@pytest.fixture(scope="module", params=sorted(GPUS))
+def gpu_data(request):
+    fname, host, band = GPUS[request.param]
+    data = json.loads((DATA / fname).read_text())
+    assert request.param.upper() in data["info"]["gpu"] and data["info"]["sms"] == H100_SMS
+    assert gpu_kernels.host_of(data["info"], "roofline") == host(model="roofline")
+    return DATA / fname, host, band, data["rows"]
+
 
 @pytest.fixture(scope="module")
-def measured():
-    data = json.loads(DATA.read_text())
-    assert "H100" in data["info"]["gpu"] and data["info"]["sms"] == H100_SMS
-    return data["rows"]
+def measured(gpu_data):
+    return gpu_data[3]
 
 
 def _graph_ns(row):
@@ -37,6 +54,11 @@ def test_h100_host_is_the_datasheet_gpu():
     assert gpu.gemm_ns(r, 1, n, k) == pytest.approx(want, rel=1e-9)
     with pytest.raises(ValueError, match="h100"):
         h100(memory="gddr6")
+    # the H200: the same die and SM count on HBM3e, so a bandwidth-bound GEMV takes the bandwidth ratio
+    h2 = h200(model="roofline")
+    assert (h2.peak_flops, h2.mem_bandwidth, h2.sms) == (H100_PEAK_FP16_FLOPS, H200_HBM3E_BANDWIDTH, H100_SMS)
+    assert (gpu.gemm_ns(h2, 1, n, k) - h2.launch_overhead_ns) / (want - r.launch_overhead_ns) == \
+        pytest.approx(H100_HBM3_BANDWIDTH / H200_HBM3E_BANDWIDTH, rel=1e-9)
 
 
 def test_every_case_was_measured(measured):
@@ -45,29 +67,35 @@ def test_every_case_was_measured(measured):
         assert "torch_error" not in r and _graph_ns(r) > 0
 
 
-def test_bandwidth_bound_gemvs_within_10_percent_on_every_model(measured):
+def test_bandwidth_bound_gemvs_within_their_band_on_every_model(gpu_data):
+    _, make, (lo, hi), measured = gpu_data
     gemvs = [r for r in measured if r["kind"] == "gemv"]
     assert len(gemvs) == 7
     for m in gpu.GPU_MODELS:
-        host = h100(model=m)
+        host = make(model=m)
         for r in gemvs:
-            assert gpu_kernels.model_ns(host, r) / _graph_ns(r) == pytest.approx(1.0, abs=0.1), (m, r["name"])
+            assert lo <= gpu_kernels.model_ns(host, r) / _graph_ns(r) <= hi, (m, r["name"])
+            if 2 * r["N"] * r["K"] >= 100e6:           # the largest stream near the 0.81 on both GPUs
+                assert gpu_kernels.model_ns(host, r) / _graph_ns(r) == pytest.approx(1.0, abs=0.1)
 
 
-def test_occupancy_model_stays_within_its_recorded_band(measured):
-    """The default model on every measured kernel: 0.4-1.35x of the GPU time
-    (pimjax/hw/README.md records the band; few-head decode attention is its low end)."""
-    host = h100(model="occupancy")
+def test_occupancy_model_stays_within_its_recorded_band(gpu_data):
+    """The default model on every measured kernel: 0.35-1.35x of the GPU time
+    (pimjax/hw/README.md records the band: 0.42-1.31 on the H100, 0.36-1.27 on
+    the H200; few-head decode attention is its low end)."""
+    _, make, _, measured = gpu_data
+    host = make(model="occupancy")
     ratios = {gpu_kernels.label(r): gpu_kernels.model_ns(host, r) / _graph_ns(r) for r in measured}
-    assert all(0.4 <= v <= 1.35 for v in ratios.values()), {k: round(v, 2) for k, v in ratios.items()
-                                                          if not 0.4 <= v <= 1.35}
+    assert all(0.35 <= v <= 1.35 for v in ratios.values()), {k: round(v, 2) for k, v in ratios.items()
+                                                            if not 0.35 <= v <= 1.35}
     # the launch-free roofline is far below small kernels: why occupancy is the default
-    roof = h100(model="roofline")
+    roof = make(model="roofline")
     small = [r for r in measured if r["kind"] in ("red", "va", "relu")]
     assert max(gpu_kernels.model_ns(roof, r) / _graph_ns(r) for r in small) < 0.1
 
 
-def test_table_renders(measured, capsys):
-    gpu_kernels.table(str(DATA), markdown=True)
+def test_table_renders(gpu_data, capsys):
+    path, _, _, measured = gpu_data
+    gpu_kernels.table(str(path), markdown=True)
     out = capsys.readouterr().out
     assert out.count("\n| ") >= len(measured)
