@@ -569,7 +569,7 @@ def _newton(op_, info, C, G, used_tiles, df, buf, gran, backend, reps, tile):
     # h by the halo and keeps every kh), vector classes and busy cores of the fullest group
     geo = newton_geometry(op_, vv, info.sets, reps, tile, G, C)
     busy = geo["busy"]
-    plan = newton_plan(op_, mv, vv, geo["lens"], info.sets, busy, df, buf, backend, reps, geo["passes"])
+    plan = newton_plan(op_, mv, vv, geo["lens"], df, buf, geo["passes"], backend)
     counts = plan_counts(plan, busy, gran == 1, backend)
     # every group reads back its own classes' latches: along a set the vector reads, the groups
     # hold ceil(L / T) busy cores between them, against G x min(C, tiles) counted per group

@@ -29,9 +29,8 @@ def _counts(case, table):
     mi, vi = matrix_and_vector(op, case.shapes)
     vv = set(op.operands[vi].vars)
     geo = newton_geometry(op, vv, sets, table.reps, table.tile, table.groups, table.cores)
-    return newton_counts(op, set(op.operands[mi].vars), vv, geo["lens"], sets, geo["busy"],
-                         table.column("dataflow"), table.column("buffers"), table.column("granularity") == 1, BE,
-                         np.asarray(table.reps), geo["passes"])
+    return newton_counts(op, set(op.operands[mi].vars), vv, geo["lens"], geo["busy"], table.column("dataflow"),
+                         table.column("buffers"), table.column("granularity") == 1, geo["passes"], BE)
 
 
 pow2 = st.integers(0, 7).map(lambda e: 2 ** e)
@@ -144,9 +143,8 @@ def test_conv_counts_match_the_lowering(shape, seed):
     vv = set(op.operands[vi].vars)
     sub = table.take(np.asarray(pick, np.int64))
     geo = newton_geometry(op, vv, sets, sub.reps, sub.tile, sub.groups, sub.cores)
-    cnt = newton_counts(op, set(op.operands[mi].vars), vv, geo["lens"], sets, geo["busy"], sub.column("dataflow"),
-                        sub.column("buffers"), sub.column("granularity") == 1, BE, np.asarray(sub.reps),
-                        geo["passes"])
+    cnt = newton_counts(op, set(op.operands[mi].vars), vv, geo["lens"], geo["busy"], sub.column("dataflow"),
+                        sub.column("buffers"), sub.column("granularity") == 1, geo["passes"], BE)
     checked = 0
     for j, i in enumerate(pick):
         prog = try_lower(case, table[int(i)], BE)

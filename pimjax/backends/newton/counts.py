@@ -148,8 +148,7 @@ def newton_geometry(op, vvars: set, sets, reps, tile, groups, cores) -> dict:
     return dict(lens=lens, passes=passes, busy=busy)
 
 
-def newton_plan(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow, buffers, backend,
-                reps=None, passes=None) -> dict:
+def newton_plan(op, mvars: set, vvars: set, lens: dict, dataflow, buffers, passes, backend) -> dict:
     """`newton._plan`'s per-core geometry for every draft at once ([n] int64
     each; is_flow bool): n_b / n_v / n_o (batch, vector-only, matrix-only
     outputs), n_r, n_rc (columns per output), cc (columns per chunk), t_in
@@ -157,12 +156,9 @@ def newton_plan(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow, b
     per latch block), n_vg / n_ig / n_ob and passes (vector classes).
 
     mvars / vvars: loop vars of the matrix and the vector operand; lens:
-    worst-core loop lengths (var -> [n]); sets: the op's dimension sets;
-    cores [n, S]: cores per group along each set; dataflow [n] (0 os,
-    1 is); buffers [n] (global buffers per load); reps [n, S]: each set's
-    mapping candidate (None: every split of a set the vector reads makes
-    classes, the count before candidates were told apart); passes [n]: the
-    vector classes when known (`newton_geometry`), which replaces that count."""
+    worst-core loop lengths (var -> [n]); dataflow [n] (0 os, 1 is);
+    buffers [n] (global buffers per load); passes [n]: the vector classes
+    (`newton_geometry`: cores of a group that hold different vectors)."""
     core, group = backend.core, backend.group
     outs = list(op.output_vars)
     red = [v for v in (lv.name for lv in op.loop_vars) if v in op.reduction_vars]
@@ -187,32 +183,18 @@ def newton_plan(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow, b
     ki = np.minimum(_pow2_floor(np.maximum(1, k // kv)), _pow2_floor(t_in))
     lo = np.minimum(np.maximum(1, max(1, core.n_output_regs) // kv), n_o)
     is_flow = (np.asarray(dataflow) == 1) & (t_in > 1)
-    # vector classes: cores of a group split along a set the vector reads hold different vectors
-    dims = {v for v in outs if v in vvars} | set(red)
-    known = passes is not None
-    passes = np.asarray(passes, np.int64) if known else np.ones(n, np.int64)
-    for si, s in enumerate(sets if not known else ()):
-        if not dims & set(s.vars):
-            continue
-        if reps is None or len(s.vars) == 1:
-            passes = passes * np.asarray(cores)[:, si]
-            continue
-        # a compound set (a convolution's h, kh): a mapping that splits one variable only gives
-        # the cores different vectors when that variable is the vector's (`lower._classes` compares
-        # the vector dims' tiles); a split of the combined index splits both
-        splits = np.array([(v in dims) if (v := s.mapping(r).single_var) is not None else True
-                           for r in range(len(s.candidates))], bool)
-        passes = passes * np.where(splits[np.asarray(reps)[:, si]], np.asarray(cores)[:, si], 1)
+    passes = np.asarray(passes, np.int64)
     return dict(n_b=n_b, n_v=n_v, n_o=n_o, n_r=n_r, n_rc=n_rc, cc=cc, t_in=t_in, kv=kv, ki=ki, lo=lo,
                 n_vg=_cdiv(n_v, kv), n_ig=_cdiv(t_in, ki), n_ob=_cdiv(n_o, lo), is_flow=is_flow,
                 passes=passes)
 
 
-def newton_counts(op, mvars: set, vvars: set, lens: dict, sets, cores, dataflow, buffers, per_core,
-                  backend, reps=None, passes=None) -> dict:
+def newton_counts(op, mvars: set, vvars: set, lens: dict, cores, dataflow, buffers, per_core, passes,
+                  backend) -> dict:
     """Per-group command counts ([n] int64 each, keys COUNTS) of Newton drafts
-    (arguments as `newton_plan`; per_core [n] bool: single-bank commands)."""
-    pl = newton_plan(op, mvars, vvars, lens, sets, cores, dataflow, buffers, backend, reps, passes)
+    (arguments as `newton_plan`; cores [n, S]: busy cores per group along each
+    set; per_core [n] bool: single-bank commands)."""
+    pl = newton_plan(op, mvars, vvars, lens, dataflow, buffers, passes, backend)
     return plan_counts(pl, cores, per_core, backend)
 
 

@@ -563,8 +563,7 @@ def draft_plans(op, table, shapes, backend, matrix: int | None = None) -> tuple[
     cores = np.asarray(table.cores)
     vv = set(op.operands[vi].vars)
     geo = newton_geometry(op, vv, sets, table.reps, table.tile, table.groups, cores)
-    plan = newton_plan(op, set(op.operands[mi].vars), vv, geo["lens"], sets, geo["busy"],
-                       table.column("dataflow"), table.column("buffers"), backend, np.asarray(table.reps),
-                       geo["passes"])
+    plan = newton_plan(op, set(op.operands[mi].vars), vv, geo["lens"], table.column("dataflow"),
+                       table.column("buffers"), geo["passes"], backend)
     per_core = table.column("granularity") == 1
     return plan, np.where(per_core, geo["busy"].prod(axis=1), cores.prod(axis=1)), per_core
