@@ -44,7 +44,7 @@ from flax import nnx, serialization
 
 from ..hw.core import is_int
 from .features import F, FEATURE_NAMES, is_time_estimate
-from .predictor import FORMAT_VERSION, _ranges, base_log, check_meta, feature_rows, forward, member_arrays
+from .predictor import FORMAT_VERSION, _ranges, base_log, check_meta, feature_rows, member_arrays, member_logs
 
 
 class MLP(nnx.Module):
@@ -241,11 +241,16 @@ class CostModel:
 
     def predict(self, features) -> np.ndarray:
         """[n] predicted cycles of feature rows [n, F] (numpy forward)."""
+        return np.exp(np.mean(self.member_logs(features), axis=0))
+
+    def member_logs(self, features) -> np.ndarray:
+        """[members, n] log-cycles of every ensemble member on feature rows
+        [n, F] (their mean is `predict`'s log, their spread the uncertainty)."""
         X = feature_rows(features, self.n_features)
         if self._np_params is None:
             self._np_params = member_arrays(nnx.to_pure_dict(nnx.state(self.net, nnx.Param)), len(self.hidden))
-        return forward(self._np_params, (X - self.x_mean) / self.x_scale, self.y_mean, self.y_scale,
-                       base_log(X, self.hp["base"]), self.bound)
+        return member_logs(self._np_params, (X - self.x_mean) / self.x_scale, self.y_mean, self.y_scale,
+                           base_log(X, self.hp["base"]), self.bound)
 
     def save(self, path: str) -> None:
         """Write the model to `path` (msgpack; see module docstring)."""

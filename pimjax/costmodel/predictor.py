@@ -5,7 +5,7 @@ only needs the forward pass of the saved weights.  `Predictor` reads the
 same msgpack file (`CostModel.save`) with `msgpack` alone and runs the MLP
 with numpy, so choosing a draft neither imports Flax (0.6 s) nor builds an
 NNX module nor compiles anything.  `CostModel.predict` calls the same
-`forward`, so both give the same numbers bit for bit.
+`member_logs`, so both give the same numbers bit for bit.
 
 File layout (flax.serialization's msgpack: an ndarray is msgpack ext type 1
 holding the packed tuple (shape, dtype name, C-order bytes); maps may have
@@ -175,11 +175,28 @@ def member_logs(members: list[tuple[list[Layer], Layer]], x: np.ndarray, y_mean:
     return np.stack(logs)
 
 
-def forward(members: list[tuple[list[Layer], Layer]], x: np.ndarray, y_mean: float, y_scale: float,
-            offset=0.0, bound: tuple[float, float] | None = None) -> np.ndarray:
-    """[n] predicted cycles of standardised features x [n, F]: the members'
-    log-cycles (`member_logs`) averaged, exponentiated."""
-    return np.exp(np.mean(member_logs(members, x, y_mean, y_scale, offset, bound), axis=0))
+COVERAGE = 0.95         # the share of out-of-sample drafts a predicted +-2 sigma band is sized to hold
+
+
+def sigma_floor(err: np.ndarray, spread: np.ndarray, coverage: float = COVERAGE) -> float:
+    """The smallest s >= 0 such that `coverage` of the drafts satisfy
+    |err| <= 2 sqrt(spread^2 + s^2): an out-of-sample calibration of the
+    ensemble's spread (split-conformal, on the residual scale).
+
+    err [n]: log(simulated / predicted) of drafts the model had not been
+    trained on (train.py: each model-driven round's picks, predicted by the
+    model that picked them, before it sees their labels); spread [n]: the
+    ensemble's standard deviation of log-cycles on them.  The ensemble alone
+    is over-confident (its members share the data: +-2 spread held 40 % of the
+    broad held-out drafts), so the uncertainty reported is
+    sqrt(spread^2 + s^2)."""
+    err, spread = np.abs(np.asarray(err, np.float64)), np.asarray(spread, np.float64)
+    if err.size == 0:
+        return 0.0
+    if not 0.0 < coverage < 1.0:
+        raise ValueError(f"coverage must lie in (0, 1), got {coverage}")
+    need = np.sqrt(np.maximum(0.0, (err / 2.0) ** 2 - spread ** 2))      # per draft: the floor it needs
+    return float(np.quantile(need, coverage, method="higher"))
 
 
 # a feature counts as out of the training range when it lies more than this share of its
@@ -207,7 +224,7 @@ def feature_rows(features, n_features: int) -> np.ndarray:
 
 
 def member_arrays(params: dict, n_hidden: int) -> list[tuple[list[Layer], Layer]]:
-    """The `forward` weights of a pure parameter dict
+    """The `member_logs` weights of a pure parameter dict
     ({"members": {k: {"layers": {i: ...}, "out": ...}}}, int or str keys)."""
     def get(d, i):
         return d[i] if i in d else d[str(i)]
@@ -226,7 +243,7 @@ def member_arrays(params: dict, n_hidden: int) -> list[tuple[list[Layer], Layer]
 class Predictor:
     """A trained cost model, inference only (numpy).
 
-    members: `forward` weights; x_mean / x_scale: [F] feature
+    members: `member_logs` weights; x_mean / x_scale: [F] feature
     standardisation; y_mean / y_scale: of the log-cycles; meta: the file's
     metadata (backend, training summary, ...)."""
     members: tuple
@@ -257,9 +274,13 @@ class Predictor:
         """The prediction with how far to trust it, for feature rows [n, F]:
 
         cycles        [n] predicted cycles (= `predict`);
-        sigma         [n] the ensemble's spread: the standard deviation of the
-                      members' log-cycles (0 for one member), a relative
-                      uncertainty (0.05 ~ +-5 %);
+        sigma         [n] the uncertainty of log-cycles, a relative one
+                      (0.05 ~ +-5 %): the ensemble's spread (the standard
+                      deviation of the members' log-cycles) combined with the
+                      out-of-sample floor measured in training
+                      (`meta["sigma_floor"]`, `sigma_floor`; 0 in older weights),
+                      sqrt(spread^2 + floor^2);
+        spread        [n] the ensemble's spread alone;
         extrapolating [n] bool: some feature lies outside the training range
                       saved with the weights (`out_of_range`); False for all
                       when the file has no range (older weights);
@@ -273,8 +294,10 @@ class Predictor:
             beyond = [[FEATURE_NAMES[j] for j in np.nonzero(row)[0][:4]] if e else [] for row, e in zip(oor, ext)]
         else:
             ext, beyond = np.zeros(n, bool), [[] for _ in range(n)]
-        return {"cycles": np.exp(logs.mean(axis=0)), "sigma": logs.std(axis=0), "extrapolating": ext,
-                "beyond": beyond}
+        spread = logs.std(axis=0)
+        floor = float(self.meta.get("sigma_floor", 0.0))
+        return {"cycles": np.exp(logs.mean(axis=0)), "sigma": np.sqrt(spread ** 2 + floor ** 2),
+                "spread": spread, "extrapolating": ext, "beyond": beyond}
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str = "<bytes>") -> "Predictor":

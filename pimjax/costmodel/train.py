@@ -11,7 +11,9 @@ Per backend:
 3. round 2 — label the drafts that model ranks best per training shape
    (its own hard cases, what the tuner's top-k would simulate);
 4. continue fitting on everything (`--steps2`) and write
-   `pimjax/costmodel/weights/<backend>.msgpack` plus a `.json` summary.
+   `pimjax/costmodel/weights/<backend>.msgpack` plus a `.json` summary;
+   the model-driven rounds' picks, predicted before they were labelled,
+   size the uncertainty the predictor reports (`predictor.sigma_floor`).
 
 The label cache is a pure memo: re-running reuses its labels, so only
 training time is paid, and which drafts are labelled and trained on never
@@ -141,6 +143,7 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
     from . import dataset as ds
     from .broad import broad_cases
     from .model import CostModel
+    from .predictor import sigma_floor
 
     check_train_args(steps2, seconds, model_top)
     # built before any labelling, so a bad hyper-parameter fails in seconds, not after minutes
@@ -172,6 +175,7 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
         summary["round1_rows"] = int(len(y))
 
         fits, fit_seconds, label_seconds = [], 0.0, summary["round1_seconds"]
+        calib: list[tuple[np.ndarray, np.ndarray]] = []        # (log error, ensemble spread) per round
         for r, top in enumerate(model_top, start=2):
             fit = bar.add_task(f"{name}: fit round {r - 1}", total=steps1, msg="")
             t_fit = time.time()
@@ -187,6 +191,11 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
             if broad:
                 new += ds.generate(backend, broad, bplan, seed=seed, path=path, model=model,
                                    model_top=min(top, broad_top), prior=recs)
+            # out of sample: the model that picked these drafts has not seen their labels yet
+            Xn, yn, _, _ = ds.featurise(new, backend)
+            if len(yn):
+                logs = model.member_logs(Xn)
+                calib.append((np.log(yn) - logs.mean(axis=0), logs.std(axis=0)))
             recs += new
             label_seconds += time.time() - t1
             X, y, g, keys = ds.featurise(recs, backend)
@@ -214,8 +223,17 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
     summary["train_top1"] = float(np.mean(hits))
     summary["train_rel"] = float(np.exp(np.mean(np.log(rels))))
     summary["train_mape"] = float(np.mean(np.abs(pred - y) / y))
+    # the reported uncertainty: the ensemble's spread widened by the floor that makes +-2 sigma hold
+    # COVERAGE of the model-round picks, predicted before they were labelled (`predictor.sigma_floor`)
+    err = np.concatenate([e for e, _ in calib]) if calib else np.zeros(0)
+    spread = np.concatenate([s for _, s in calib]) if calib else np.zeros(0)
+    summary["sigma_floor"] = sigma_floor(err, spread)
+    summary["calibration_drafts"] = int(err.size)
+    summary["calibration_mape"] = float(np.mean(np.abs(np.expm1(-err)))) if err.size else None
+    summary["spread_coverage"] = float(np.mean(np.abs(err) <= 2 * spread)) if err.size else None
     model.meta.update({"backend": name, "variant": backend.variant, "rows": summary["rows"],
-                       "groups": summary["groups"], "trained": time.strftime("%Y-%m-%d")})
+                       "groups": summary["groups"], "trained": time.strftime("%Y-%m-%d"),
+                       "sigma_floor": summary["sigma_floor"]})
     os.makedirs(out_dir, exist_ok=True)
     wpath = os.path.join(out_dir, f"{name}.msgpack")
     model.save(wpath)

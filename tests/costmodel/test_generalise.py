@@ -5,11 +5,13 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pimjax.costmodel.broad import HELDOUT_HW, TRAIN_HW, backend_of, broad_cases
 from pimjax.costmodel.features import FEATURE_NAMES, features_table
 from pimjax.costmodel.model import CostModel
-from pimjax.costmodel.predictor import Predictor, load_default, out_of_range
+from pimjax.costmodel.predictor import COVERAGE, Predictor, load_default, out_of_range, sigma_floor
 from pimjax.hw.presets import get_backend
 
 EST = FEATURE_NAMES.index("est_t_total")
@@ -84,6 +86,31 @@ def test_spread_is_the_members_disagreement():
     assert (s > 0).all()
     logs = p2._logs(far)
     np.testing.assert_allclose(s, logs.std(axis=0))
+    # with a calibration floor in the metadata, sigma = sqrt(spread^2 + floor^2); the spread stays
+    two.meta["sigma_floor"] = 0.07
+    with tempfile.TemporaryDirectory() as d:
+        two.save(os.path.join(d, "2f.msgpack"))
+        full = Predictor.load(os.path.join(d, "2f.msgpack")).predict_full(far)
+    np.testing.assert_allclose(full["spread"], logs.std(axis=0))
+    np.testing.assert_allclose(full["sigma"], np.sqrt(logs.std(axis=0) ** 2 + 0.07 ** 2))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 400), st.floats(1e-4, 0.2), st.floats(0.0, 0.1), st.integers(0, 2**31 - 1))
+def test_sigma_floor_makes_two_sigma_hold_its_coverage(n, scale, spread_scale, seed):
+    """`sigma_floor` on random out-of-sample errors: +-2 sqrt(spread^2 +
+    floor^2) holds at least COVERAGE of them, the floor is one of the
+    per-draft floors needed (never beyond the largest), and 0 when the
+    spread alone already covers every error."""
+    rng = np.random.default_rng(seed)
+    err = rng.standard_normal(n) * scale
+    spread = np.abs(rng.standard_normal(n)) * spread_scale
+    f = sigma_floor(err, spread)
+    band = 2 * np.sqrt(spread ** 2 + f ** 2)
+    assert np.mean(np.abs(err) <= band * (1 + 1e-12)) >= COVERAGE
+    need = np.sqrt(np.maximum(0.0, (np.abs(err) / 2) ** 2 - spread ** 2))
+    assert 0.0 <= f <= need.max() + 1e-15 and np.any(np.isclose(need, f, rtol=0, atol=1e-15))
+    assert sigma_floor(err, np.abs(err)) == 0.0
 
 
 def test_out_of_range_tolerance():
