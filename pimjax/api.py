@@ -69,7 +69,8 @@ energy pJ; bytes; GB/s = bytes / ns.
                  plans: the op's share on the GPU beside PIM), space (drafts in
                  its space), simulated_drafts (0 when predicted);
                  predicted only (None when simulated): uncertainty (the cost
-                 model's ensemble spread of log-cycles: 0.05 ~ +-5 %) and
+                 model's sigma of log-cycles, its ensemble spread widened by
+                 the out-of-sample floor: 0.05 ~ +-5 %) and
                  extrapolating (True when the draft's features lie outside
                  the model's training range: treat the figure with care);
                  simulated only (None, bound "", in the predicted

@@ -94,7 +94,8 @@ class OpReport:
     bound: str = ""
     simulated_drafts: int = 0
     space: int = 0
-    # predicted figures only (`Tuner._trust`): the ensemble's spread of log-cycles (relative), and
+    # predicted figures only (`Tuner._trust`): the cost model's sigma of log-cycles (relative; the
+    # ensemble's spread widened by its out-of-sample floor, `Predictor.predict_full`), and
     # whether the draft lies outside the cost model's training range (NaN -> None: simulated / unknown)
     uncertainty: float = float("nan")
     extrapolating: Any = float("nan")

@@ -125,7 +125,8 @@ class Proposal:
     space: drafts in the op's space.
     predicted_sigma / extrapolating / beyond: how far to trust
     predicted_cycles (`Predictor.predict_full` of the predicted best): the
-    ensemble's spread of log-cycles (a relative uncertainty), whether the
+    model's sigma of log-cycles (a relative uncertainty: the ensemble's
+    spread widened by its out-of-sample floor), whether the
     draft's features leave the model's training range, and which ones (nan
     / None / () when there is no prediction or the model cannot tell).
     mode: the search `verify` runs ("predict", "evolutionary",
