@@ -301,9 +301,14 @@ def model_ns(host, c: dict) -> float | None:
 
 def host_of(info: dict, model: str):
     """pimjax's model of the GPU a measurement names (`info["gpu"]`, as
-    PyTorch reports it): the H200 or the H100."""
+    PyTorch reports it): the H100 or the H200 (ValueError for any other:
+    no model of it here)."""
     from pimjax.hw.host import h100, h200
-    return (h200 if "H200" in info["gpu"] else h100)(model=model)
+    name = info["gpu"].split()
+    for tag, make in (("H100", h100), ("H200", h200)):
+        if tag in name:
+            return make(model=model)
+    raise ValueError(f"no pimjax model of {info['gpu']!r}: the kernel table knows the H100 and the H200")
 
 
 def table(path: str, markdown: bool = False) -> None:

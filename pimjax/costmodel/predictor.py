@@ -179,8 +179,10 @@ COVERAGE = 0.95         # the share of out-of-sample drafts a predicted +-2 sigm
 
 
 def sigma_floor(err: np.ndarray, spread: np.ndarray, coverage: float = COVERAGE) -> float:
-    """The smallest s >= 0 such that `coverage` of the drafts satisfy
-    |err| <= 2 sqrt(spread^2 + s^2): an out-of-sample calibration of the
+    """A floor s >= 0 such that `coverage` of the drafts satisfy
+    |err| <= 2 sqrt(spread^2 + s^2): the `coverage` quantile (numpy's
+    "higher", an observed value) of the per-draft floors, so at most one
+    draft above the smallest such s; an out-of-sample calibration of the
     ensemble's spread (split-conformal, on the residual scale).
 
     err [n]: log(simulated / predicted) of drafts the model had not been
@@ -190,11 +192,11 @@ def sigma_floor(err: np.ndarray, spread: np.ndarray, coverage: float = COVERAGE)
     is over-confident (its members share the data: +-2 spread held 40 % of the
     broad held-out drafts), so the uncertainty reported is
     sqrt(spread^2 + s^2)."""
+    if not 0.0 < coverage < 1.0:
+        raise ValueError(f"coverage must lie in (0, 1), got {coverage}")
     err, spread = np.abs(np.asarray(err, np.float64)), np.asarray(spread, np.float64)
     if err.size == 0:
         return 0.0
-    if not 0.0 < coverage < 1.0:
-        raise ValueError(f"coverage must lie in (0, 1), got {coverage}")
     need = np.sqrt(np.maximum(0.0, (err / 2.0) ** 2 - spread ** 2))      # per draft: the floor it needs
     return float(np.quantile(need, coverage, method="higher"))
 

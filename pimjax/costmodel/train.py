@@ -169,7 +169,8 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
                            progress=lambda i, n, m: bar.update(task, completed=i, msg=m))
         if broad:
             taskb = bar.add_task(f"{name}: label round 1, model shapes", total=len(broad), msg="")
-            recs += ds.generate(backend, broad, bplan, seed=seed, path=path,
+            # prior: a model shape that is also a random training shape takes other drafts of it
+            recs += ds.generate(backend, broad, bplan, seed=seed, path=path, prior=recs,
                                 progress=lambda i, n, m: bar.update(taskb, completed=i, msg=m))
         summary["round1_seconds"] = round(time.time() - t0, 1)
         X, y, g, keys = ds.featurise(recs, backend)
@@ -191,7 +192,7 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
                               progress=lambda i, n, m, task2=task2: bar.update(task2, completed=i, msg=m))
             if broad:
                 new += ds.generate(backend, broad, bplan, seed=seed, path=path, model=model,
-                                   model_top=min(top, broad_top), prior=recs)
+                                   model_top=min(top, broad_top), prior=recs + new)
             # out of sample: the model that picked these drafts has not seen their labels yet
             Xn, yn, _, _ = ds.featurise(new, backend)
             if len(yn):

@@ -4,8 +4,10 @@ import json
 
 import numpy as np
 
-from pimjax.costmodel.dataset import (Labeller, Plan, append_records, generate, read_records, relabel, row_of,
-                                      simulate)
+from pimjax.costmodel.broad import backend_of
+from pimjax.costmodel.dataset import (Labeller, Plan, append_records, generate, label, read_records, relabel,
+                                      row_of, simulate, table_from_rows)
+from pimjax.partition.generate import lane_candidates
 from pimjax.costmodel.kernels import case_drafts, lower_case, make_case
 from pimjax.hw.presets import get_backend
 
@@ -75,7 +77,7 @@ def test_generate_selects_the_same_drafts_whatever_the_cache_holds(tmp_path):
     same records in the same order; a draft the file holds is read, not
     simulated (a planted label comes back)."""
     be = get_backend("hbm-pim")
-    cases = [("va", (1000,)), ("gemv", (256, 128))]
+    cases = [("va", (1000,)), ("gemv", (256, 128)), ("va", (1000,), {"channels": 16})]
     plan = Plan(random_per_case=3, estimate_per_case=2, dense_below=0)
 
     def run(path):
@@ -85,17 +87,25 @@ def test_generate_selects_the_same_drafts_whatever_the_cache_holds(tmp_path):
 
     empty = str(tmp_path / "empty.jsonl")
     r1, r2 = run(empty)
-    for kernel, _ in cases:            # 3 random + 2 estimate drafts, less the ones both picked
-        assert 3 <= sum(r["kernel"] == kernel for r in r1) <= 5
-        assert sum(r["kernel"] == kernel for r in r2) == 2
+    key = lambda r: (r["kernel"], tuple(r["shape"]), tuple(sorted(r.get("hw", {}).items())))  # noqa: E731
+    for c in cases:                    # 3 random + 2 estimate drafts, less the ones both picked
+        k = (c[0], c[1], tuple(sorted(c[2].items())) if len(c) > 2 else ())
+        assert 3 <= sum(key(r) == k for r in r1) <= 5
+        assert sum(key(r) == k for r in r2) == 2
+    # every returned label is its own draft's, on its own hardware (slots filled from the labeller)
+    for r in r1 + r2:
+        hb = backend_of("hbm-pim", r["hw"]) if r.get("hw") else be
+        case = make_case(hb, r["kernel"], r["shape"])
+        one = table_from_rows([r["row"]], lane_candidates(case.op, hb))
+        assert label(case, one, [0], hb)[0, 0] == r["cycles"]
     assert {r["source"] for r in r2} == {"model"}
-    taken = {(r["kernel"], json.dumps(r["row"], sort_keys=True)) for r in r1}
-    assert not {(r["kernel"], json.dumps(r["row"], sort_keys=True)) for r in r2} & taken
+    taken = {key(r) + (json.dumps(r["row"], sort_keys=True),) for r in r1}
+    assert not {key(r) + (json.dumps(r["row"], sort_keys=True),) for r in r2} & taken
     assert len(read_records(empty)) == len(r1) + len(r2)
 
     full = str(tmp_path / "full.jsonl")
     other = generate(be, cases, Plan(random_per_case=6, estimate_per_case=0, dense_below=0), seed=7, path=full)
-    assert len(other) == 12
+    assert len(other) == 18
     f1, f2 = run(full)
     assert _rows(f1) + _rows(f2) == _rows(r1) + _rows(r2)
 

@@ -100,17 +100,27 @@ def test_spread_is_the_members_disagreement():
 def test_sigma_floor_makes_two_sigma_hold_its_coverage(n, scale, spread_scale, seed):
     """`sigma_floor` on random out-of-sample errors: +-2 sqrt(spread^2 +
     floor^2) holds at least COVERAGE of them, the floor is one of the
-    per-draft floors needed (never beyond the largest), and 0 when the
-    spread alone already covers every error."""
+    per-draft floors needed and at most one draft above the smallest that
+    holds (the next smaller one covers less than COVERAGE + 1 / n), and 0
+    when the spread alone covers every error."""
     rng = np.random.default_rng(seed)
     err = rng.standard_normal(n) * scale
     spread = np.abs(rng.standard_normal(n)) * spread_scale
+
+    def covered(f):
+        return np.mean(np.abs(err) <= 2 * np.sqrt(spread ** 2 + f ** 2) * (1 + 1e-12))
     f = sigma_floor(err, spread)
-    band = 2 * np.sqrt(spread ** 2 + f ** 2)
-    assert np.mean(np.abs(err) <= band * (1 + 1e-12)) >= COVERAGE
+    assert covered(f) >= COVERAGE
     need = np.sqrt(np.maximum(0.0, (np.abs(err) / 2) ** 2 - spread ** 2))
-    assert 0.0 <= f <= need.max() + 1e-15 and np.any(np.isclose(need, f, rtol=0, atol=1e-15))
+    assert np.any(np.isclose(need, f, rtol=0, atol=1e-15))
+    smaller = need[need < f * (1 - 1e-9)]
+    if smaller.size:                  # a floor at the next needed value below f: short, or just enough
+        assert covered(smaller.max()) < COVERAGE + 1.0 / n
+    else:
+        assert f == need.min()
     assert sigma_floor(err, np.abs(err)) == 0.0
+    with pytest.raises(ValueError, match="coverage"):
+        sigma_floor(err, spread, coverage=1.0)
 
 
 def test_out_of_range_tolerance():
