@@ -18,10 +18,11 @@ import gpu_kernels  # noqa: E402
 
 # per GPU: its data file, its host model, the band of weight-GEMV model / measured on every model,
 # and the occupancy model's band on every case.  The H100's GEMVs (52-210 MB of weights) stream at
-# 2.49-2.76 TB/s, 74-82 % of its 3.35 TB/s, about the 0.81 the models charge.  On the H200 the two
-# with the fewest output rows (GPT-3 projection 5120 x 5120, LLaMA-2 down 4096 x 11008: a warp per
-# row, fewer bytes in flight) reach only 2.96-3.23 TB/s, 62-67 % of its 4.8 TB/s, so the models are
-# 0.75-0.89x on them; the others (11 008-20 480 rows) 3.60-3.95 TB/s.  No model charges that.
+# 2.49-2.76 TB/s, 74-82 % of its 3.35 TB/s, about the 0.81 the models charge.  On the H200 two of
+# them (GPT-3 projection 5120 x 5120, LLaMA-2 down 4096 x 11008) reach only 2.96-3.23 TB/s, 62-67 % of
+# its 4.8 TB/s, so the models are 0.75-0.89x on them; the other five 3.60-3.95 TB/s, LLaMA-2 up
+# (11008 x 4096, the same 90 MB as down) and GPT-3 FFN2 (5120 x 20480) among them: a shape effect of
+# the kernels cuBLAS picks, not size or row count alone, which no model charges.
 GPUS = {"h100": ("gpu_kernels_h100.json", h100, (0.9, 1.1), (0.4, 1.35)),
         "h200": ("gpu_kernels_h200.json", h200, (0.7, 1.1), (0.35, 1.35))}
 
