@@ -193,7 +193,7 @@ def exhaustive_time(sample: int, full: bool):
     from pimjax.costmodel.kernels import case_drafts, make_case
     be = pimjax.get_backend(BACKEND)
     if full:
-        t, (_, table, cyc) = timed(lambda: exhaustive(be, "gemv", [4096, 4096], cache_dir=False))
+        t, (_, table, cyc) = timed(lambda: exhaustive(be, "gemv", [4096, 4096], cache_dir=False, prune=False))
         return {"drafts": len(table), "seconds": t, "lowered": int(np.isfinite(cyc).sum()), "sample": None}
     case = make_case(be, "gemv", [4096, 4096])
     table = case_drafts(case, be)

@@ -165,19 +165,32 @@ def op_support(op: PimOp, backend: Backend, dtype=None) -> tuple[bool, str]:
 
 
 def per_core_var_lengths(op: PimOp, sets: Sequence[DimensionSet], reps: np.ndarray,
-                         tile: np.ndarray) -> dict[str, np.ndarray]:
+                         tile: np.ndarray, compound: str = "extent") -> dict[str, np.ndarray]:
     """Worst-core loop length of every variable, per row ([n] arrays): the
-    data-tile length for a set's single-variable mapping, else the extent."""
+    data-tile length for a set's single-variable mapping.  A variable of a
+    set with a compound mapping gets its extent (compound="extent": an upper
+    bound, what a core may have to hold) or 1 (compound="one": a length never
+    overestimated, what the backends' lower bounds on cycles use)."""
+    if compound not in ("extent", "one"):
+        raise ValueError(f"compound must be 'extent' or 'one', got {compound!r}")
     ext = op.extents
     n = reps.shape[0]
     out = {v: np.full(n, e, dtype=np.int64) for v, e in ext.items()}
     for si, s in enumerate(sets):
         for r in range(len(s.candidates)):
             v = s.mapping(r).single_var
-            if v is None:
-                continue
             m = reps[:, si] == r
+            if v is None:
+                if compound == "one":
+                    for u in s.vars:
+                        if u in out:
+                            out[u][m] = 1
+                continue
             out[v][m] = np.minimum(ext[v], tile[m, si])
+            if compound == "one":           # the set's other variables follow the mapped one
+                for u in s.vars:
+                    if u in out and u != v:
+                        out[u][m] = 1
     return out
 
 

@@ -43,7 +43,7 @@ from ...lower.layout import value_shapes
 from ...partition.dimsets import dimension_sets
 from ...partition.draft import DATAFLOWS
 from ...partition.table import DraftTable
-from ...partition.verify import matrix_and_vector
+from ...partition.verify import matrix_and_vector, per_core_var_lengths
 from ...trace.ir import PimOp
 from .lower import DEFAULT_OPTIONS
 
@@ -75,18 +75,10 @@ def lower_bound(op: PimOp, table: DraftTable, backend: Backend, shapes: dict | N
     mi, vi = matrix_and_vector(op, shapes)
     mvars, vvars = set(op.operands[mi].vars), set(op.operands[vi].vars)
     n = len(table)
-    ext = op.extents
     sets = dimension_sets(op)
-    reps, tile = np.asarray(table.reps, np.int64), np.asarray(table.tile, np.int64)
     # worst-core loop length per variable: exact for single-variable mappings, 1 for compound ones
-    box = {v: np.full(n, e, np.int64) for v, e in ext.items()}
-    for si, s in enumerate(sets):
-        for r in range(len(s.candidates)):
-            m = reps[:, si] == r
-            single = s.mapping(r).single_var
-            for v in s.vars:
-                if v in box:
-                    box[v][m] = np.minimum(ext[v], tile[m, si]) if v == single else 1
+    box = per_core_var_lengths(op, sets, np.asarray(table.reps, np.int64), np.asarray(table.tile, np.int64),
+                               compound="one")
 
     def prod(vs):
         out = np.ones(n, np.int64)

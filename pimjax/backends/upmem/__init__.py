@@ -5,12 +5,14 @@ its own instruction stream, WRAM scratchpad and MRAM DMA.
     lower.py     Draft -> Program (host transfers, DPU kernel records)
     execute.py   the value interpreter of its records
     baseline.py  PrIM's mapping (and its grid over DPU counts)
+    bounds.py    a lower bound on a draft's cycles (branch and bound)
     cycles.py    its own time model (DPU pipeline, MRAM DMA, host link)
     dpu.py       the DPU kernel's cycles in closed form (cost-model features)
 """
 from .. import Family, register
 from .isa import TIMING_CLASSES
 from .baseline import upmem_baseline
+from .bounds import lower_bound
 from .cycles import cycles_upmem, sweep_upmem
 from .execute import execute_upmem
 from .lower import DEFAULT_OPTIONS, lower_upmem
@@ -19,4 +21,4 @@ FAMILY = register(Family(
     name="upmem", lower=lower_upmem, options=frozenset(DEFAULT_OPTIONS) | {"result_dtype"},
     timing_classes=TIMING_CLASSES,
     execute=execute_upmem, baseline=upmem_baseline, kernels=("gemv", "red", "va", "relu", "mmtv"),
-    integer=True, cycles=cycles_upmem, sweep=sweep_upmem))
+    integer=True, cycles=cycles_upmem, sweep=sweep_upmem, lower_bound=lower_bound))
