@@ -100,7 +100,7 @@ from ...partition.verify import matrix_and_vector
 from ...trace.affine import AffineExpr
 from ...trace.ir import Arg, Const, PimOp, Prim, replace_acc
 from ...lower.layout import acc_space, tile_layout, value_shapes
-from ...lower.program import RECORD_FIELDS, Op, Phase, Program, Readback, Records, TensorLayout
+from ...lower.program import RECORD_FIELDS, LazyPositions, Op, Phase, Program, Readback, Records, TensorLayout
 from ...lower.tiles import CoreTiles, core_tiles
 
 # --------------------------------------------------------------------------
@@ -282,10 +282,27 @@ def mram_address(positions: np.ndarray) -> np.ndarray:
     return p[..., 1] * MRAM_ROW + p[..., 2] * 8 + p[..., 3] * 4
 
 
+class _Consecutive(LazyPositions):
+    """The position table of n consecutive elements from MRAM byte `base`,
+    built only when something reads it (the value interpreter): timing a
+    program needs the base address alone, and an LLM-sized draft's tiles
+    hold millions of elements."""
+
+    def __init__(self, base: int, n: int, eb: int):
+        super().__init__(lambda: _positions(base, n, eb), n)
+        self.base = int(base)
+
+
+def _base(layout: TensorLayout) -> int:
+    """MRAM byte address of a layout's local position 0."""
+    pos = layout.positions
+    return pos.base if isinstance(pos, _Consecutive) else int(mram_address(pos[:1])[0])
+
+
 def _region(ctx: _Ctx, name: str, operand: int, vars_: tuple, index_map, shape, box: tuple,
             base: int, synthetic=None) -> TensorLayout:
     n = int(np.prod(box, dtype=np.int64)) if box else 1
-    return tile_layout(ctx.tiles, name, operand, vars_, index_map, shape, _positions(base, n, ctx.eb),
+    return tile_layout(ctx.tiles, name, operand, vars_, index_map, shape, _Consecutive(base, n, ctx.eb),
                        box, synthetic=synthetic)
 
 
@@ -417,13 +434,123 @@ def _host_runs(layout: TensorLayout, eb: int, bulk: bool) -> list[tuple[int, int
     (first local position, elements per transfer, count, local stride).
 
     A run is a maximal range of local positions that is contiguous both in
-    the host tensor (row-major) and in MRAM; it is computed on the affine
-    (unclipped) index of the first DPU, which every other DPU's tile
-    translates."""
+    the host tensor (row-major) and in MRAM (a layout's positions are
+    consecutive, `_region`); it is computed on the affine (unclipped) index
+    of the first DPU, which every other DPU's tile translates.  Consecutive
+    runs of one length and one start stride form a group.
+
+    With linear index maps the host offset is affine in the box coordinates,
+    so runs are found per *block* -- the innermost box dimensions that are
+    contiguous in the host and wholly real -- not per element: a GEMV tile
+    of R rows costs O(R), not O(R x row length).  Other maps (floordiv /
+    mod) walk every element (`_host_runs_walk`, the reference the test
+    checks the block form against)."""
     box = layout.box
     n = int(np.prod(box, dtype=np.int64)) if box else 1
     if not bulk:
         return [(0, 1, n, 1)]
+    if not box or not all(e.is_linear for e in layout.index_map):
+        return _host_runs_walk(layout, eb)
+    starts, lens = _block_runs(layout)
+    return _group_runs(starts, lens)
+
+
+def _host_coefficients(layout: TensorLayout) -> tuple[int, np.ndarray]:
+    """(offset, a): the host (row-major) offset of local box coordinates g is
+    offset + a . g on the first DPU, for linear index maps; a synthetic slot
+    variable steps past every tensor element (a separate element each)."""
+    V = len(layout.vars)
+    a = np.zeros(V, np.int64)
+    offset = 0
+    stride = 1
+    col = {v: k for k, v in enumerate(layout.vars)}
+    start = {v: int(layout.start[0, 0, k]) for k, v in enumerate(layout.vars)}
+    for expr, size in reversed(list(zip(layout.index_map, layout.shape))):
+        offset += (expr.const + sum(c * start[v] for v, c in expr.terms)) * stride
+        for v, c in expr.terms:
+            a[col[v]] += c * stride
+        stride *= size
+    n = int(np.prod(layout.box, dtype=np.int64))
+    for k, v in enumerate(layout.vars):
+        if v.startswith("#"):
+            a[k] = stride * 2 + n
+    return offset, a
+
+
+def _block_runs(layout: TensorLayout) -> tuple[np.ndarray, np.ndarray]:
+    """([r] first local position, [r] length) of every run, block by block.
+
+    The block is the innermost dimensions m.. of the box: the last has host
+    stride 1, and each outer one of them steps exactly over the block inside
+    it (stride = the product of the inner box lengths) while every inner one
+    is wholly real.  Within a block the real part, dimension m's first
+    real_m values, is one contiguous run.  Two consecutive blocks join when
+    both are real, the first is real to its end and the host offsets meet --
+    as element by element, including joins across a broadcast dimension."""
+    box = [int(b) for b in layout.box]
+    D = len(box)
+    real = [int(layout.length[..., k].max()) for k in range(D)]
+    if min(real) <= 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    offset, a = _host_coefficients(layout)
+    m, B = D, 1
+    if a[D - 1] == 1:
+        m, B = D - 1, box[D - 1]
+        while m > 0 and real[m] == box[m] and a[m - 1] == B:
+            m -= 1
+            B *= box[m]
+    L = real[m] * int(np.prod(box[m + 1:], dtype=np.int64)) if m < D else 1
+    # the outer dimensions' grid, in C order: each point is one block
+    lin = np.full(1, offset, np.int64)
+    inside = np.ones(1, bool)
+    for k in range(m):
+        g = np.arange(box[k], dtype=np.int64)
+        lin = (lin[:, None] + a[k] * g[None, :]).ravel()
+        inside = (inside[:, None] & (g < real[k])[None, :]).ravel()
+    join = np.zeros(lin.size, bool)
+    if L == B and lin.size > 1:
+        join[1:] = inside[1:] & inside[:-1] & (lin[1:] == lin[:-1] + L)
+    head = inside & ~join
+    first = np.flatnonzero(head)
+    chain = np.cumsum(head)[inside] - 1                     # the run each real block belongs to
+    lens = np.bincount(chain, minlength=first.size).astype(np.int64) * L
+    return first * B, lens
+
+
+def _group_runs(starts: np.ndarray, lens: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """Runs in groups, left to right: a group takes the next run while its
+    length is the group's and (from its third run on) its start is the
+    previous one's plus the stride of the group's first two starts."""
+    r = starts.size
+    if r == 0:
+        return []
+    d = np.zeros(r, np.int64)
+    d[1:] = np.diff(starts)
+    same_len = np.zeros(r, bool)
+    same_len[1:] = lens[1:] == lens[:-1]
+    same = same_len.copy()                 # run k continues a group already two runs long
+    same[2:] &= d[2:] == d[1:-1]
+    same[:2] = False
+    # nxt[k]: the first k' >= k with same[k'] False (r where none)
+    idx = np.where(~same, np.arange(r), r)
+    nxt = np.minimum.accumulate(idx[::-1])[::-1]
+    groups = []
+    i = 0
+    while i < r:
+        if i + 1 < r and same_len[i + 1]:
+            j = int(nxt[i + 2]) if i + 2 < r else r
+            groups.append((int(starts[i]), int(lens[i]), j - i, int(d[i + 1])))
+        else:
+            j = i + 1
+            groups.append((int(starts[i]), int(lens[i]), 1, 1))
+        i = j
+    return groups
+
+
+def _host_runs_walk(layout: TensorLayout, eb: int) -> list[tuple[int, int, int, int]]:
+    """`_host_runs` element by element over the whole box (any index map)."""
+    box = layout.box
+    n = int(np.prod(box, dtype=np.int64)) if box else 1
     real = tuple(int(layout.length[..., k].max()) for k in range(len(box)))
     grids = np.meshgrid(*[np.arange(b) for b in box], indexing="ij") if box else []
     env = {v: layout.start[0, 0, k] + g for k, (v, g) in enumerate(zip(layout.vars, grids))
@@ -449,17 +576,7 @@ def _host_runs(layout: TensorLayout, eb: int, bulk: bool) -> list[tuple[int, int
     # run lengths: up to the next break (only inside positions are sent)
     brk = np.flatnonzero(np.concatenate([~cont, [True]]))
     ends = brk[np.searchsorted(brk, starts)] + 1
-    lens = ends - starts
-    groups = []
-    i = 0
-    while i < len(starts):
-        j = i + 1
-        stride_ = int(starts[j] - starts[i]) if j < len(starts) else 1
-        while j < len(starts) and lens[j] == lens[i] and starts[j] - starts[j - 1] == stride_:
-            j += 1
-        groups.append((int(starts[i]), int(lens[i]), j - i, stride_ if j - i > 1 else 1))
-        i = j
-    return groups
+    return _group_runs(starts, ends - starts)
 
 
 def _same_everywhere(layout: TensorLayout) -> bool:
@@ -485,7 +602,7 @@ def _transfers(ctx: _Ctx, recs: _Recs, layout_id: int, layout: TensorLayout, dir
         runs = [(0, n, 1, 1)]
     else:
         runs = _host_runs(layout, eb, opts["bulk"])
-    base = int(mram_address(layout.positions[:1])[0]) if layout.size else 0
+    base = _base(layout) if layout.size else 0
     bcast = (direction == Op.XFER_H2D and opts["broadcast"] and ctx.tiles.groups * ctx.tiles.cores > 1
              and _same_everywhere(layout))
     mode = Xfer.BROADCAST if bcast else (Xfer.PARALLEL if opts["bank_parallel"] else Xfer.SERIAL)
@@ -645,11 +762,11 @@ def _kernel_elementwise(ctx, geo: _Geom, ker: _Recs, body_ops, lid, layouts, res
     t, step = k % T, k // T
     dma = _dma_bytes(ctx, cnt)
     for j, kk in enumerate(body_ops):
-        b0 = int(mram_address(layouts[lid[kk]].positions[:1])[0])
+        b0 = _base(layouts[lid[kk]])
         ker.add((step, t, j), Op.DMA_RD, dma, reg=t, src=lid[kk], arg=first, **_addr_fields(b0 + first * eb))
     ker.add((step, t, len(body_ops)), Op.DPU_EXEC, _tile_cost(ctx) + len(body_ops) * DMA_ISSUE + DMA_ISSUE
             + cnt * pc, reg=t, aux=int(Exec.ELEMENTWISE), arg=first, row=cnt, src=res_id)
-    r0 = int(mram_address(res.positions[:1])[0])
+    r0 = _base(res)
     ker.add((step, t, len(body_ops) + 1), Op.DMA_WR, dma, reg=t, src=res_id, arg=first,
             **_addr_fields(r0 + first * eb))
 
@@ -689,11 +806,11 @@ def _kernel_outputs(ctx, geo: _Geom, ker: _Recs, body_ops, lid, layouts, res, re
     cstart = np.arange(nC) * E
     ccnt = np.minimum(E, geo.Rin_len - cstart)
     dma = _dma_bytes(ctx, ccnt)
-    r0 = int(mram_address(res.positions[:1])[0])
+    r0 = _base(res)
     tile_c = _tile_cost(ctx)
     mi = body_ops[0]
     vi = body_ops[1] if len(body_ops) > 1 else None
-    bases = {k: int(mram_address(layouts[lid[k]].positions[:1])[0]) for k in body_ops}
+    bases = {k: _base(layouts[lid[k]]) for k in body_ops}
     # every tasklet at once: tasklet t owns the contiguous blocks t * bpt ..., so the
     # iterations in block-major loop order are each tasklet's sequence, one after another
     blocks = np.arange(n_blocks)
@@ -764,7 +881,7 @@ def _kernel_split_reduction(ctx, geo: _Geom, ker: _Recs, body_ops, lid, layouts,
     ccnt = np.minimum(E, geo.Rin_len - cstart)
     dma = _dma_bytes(ctx, ccnt)
     ri0 = cstart[C_]
-    bases = {k: int(mram_address(layouts[lid[k]].positions[:1])[0]) for k in body_ops}
+    bases = {k: _base(layouts[lid[k]]) for k in body_ops}
     for j, k in enumerate(body_ops):
         loc = _operand_local(layouts[lid[k]], geo, o, R, ri0)
         ker.add((step, t, j), Op.DMA_RD, dma[C_], reg=t, src=lid[k], **_addr_fields(bases[k] + loc * eb))
@@ -773,7 +890,7 @@ def _kernel_split_reduction(ctx, geo: _Geom, ker: _Recs, body_ops, lid, layouts,
             reg=t, aux=int(Exec.REDUCE), arg=first, row=ccnt[C_], bank=t, src=res_id)
     end = int(step.max()) + 1 if step.size else 0
     tt = np.arange(T)
-    r0 = int(mram_address(res.positions[:1])[0])
+    r0 = _base(res)
     # tasklet partials initialised once (ACC_INIT per output)
     ker.add((-1, tt, 1), Op.DPU_EXEC, np.full(T, ACC_INIT * O), reg=tt, aux=int(Exec.OVERHEAD))
     ker.add((end, 0, 0), Op.LAUNCH, 1, aux=int(Sync.BARRIER))
