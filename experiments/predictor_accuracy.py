@@ -5,11 +5,12 @@
 For every case (backend, kernel, shape) all drafts of the pruned draft space
 are lowered and simulated (the ground truth, cached under --cache); the
 shipped model (or --weights DIR) ranks them.  Spaces of more than 4 096
-drafts are labelled by branch and bound where the backend has a lower bound
-on a draft's cycles (UPMEM; HBM-PIM contractions): drafts that provably
-cannot be optimal are not simulated unless the predictor ranks them in its
-top-k (--prune off: simulate them all).  The optimum, #Best and top-k stay
-exact; MAPE then covers the simulated drafts.  Columns, per backend x kernel:
+drafts of a --cases file are labelled by branch and bound where the backend
+has a lower bound on a draft's cycles (UPMEM; HBM-PIM contractions): drafts
+that provably cannot be optimal are not simulated unless the predictor ranks
+them in its top-k (--prune off: simulate them all; the built-in cases are
+labelled in full unless --prune says otherwise).  The optimum, #Best and
+top-k stay exact; MAPE then covers the simulated drafts.  Columns, per backend x kernel:
 
   Total       cases
   #Best       cases where the predictor's argmin is optimal (less than one cycle slower)
@@ -50,8 +51,9 @@ def main(argv=None) -> int:
     ap.add_argument("--top-k", type=int, default=8)
     ap.add_argument("--weights", help="directory of <backend>.msgpack (default: the shipped weights)")
     ap.add_argument("--cache", default=os.environ.get("PIMJAX_COSTMODEL_CACHE", "/tmp/costmodel"))
-    ap.add_argument("--prune", choices=("auto", "on", "off"), default="auto",
-                    help="branch and bound: auto = spaces over 4 096 drafts (default), on, off")
+    ap.add_argument("--prune", choices=("auto", "on", "off"), default=None,
+                    help="branch and bound: auto = spaces over 4 096 drafts (the default with --cases), "
+                         "on, off (the default for the built-in cases, whose MAPE covers every draft)")
     ap.add_argument("--criterion", choices=("top-1", "top-k"), default="top-1")
     ap.add_argument("--out", default=os.path.join(HERE, "out"))
     args = ap.parse_args(argv)
@@ -92,6 +94,7 @@ def main(argv=None) -> int:
         os.makedirs(args.cache, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", os.path.join(args.cache, "jax_cache"))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    prune = {"auto": None, "on": True, "off": False}[args.prune or ("auto" if args.cases else "off")]
     models, backends, results, errors = {}, {}, [], []
     t_all = time.time()
     for i, c in enumerate(cases):
@@ -105,7 +108,7 @@ def main(argv=None) -> int:
                 else load_default(b)
         try:
             r = evaluate_case(models[b], backends[b], k, c["shape"], top_k=args.top_k, cache_dir=args.cache,
-                              prune={"auto": None, "on": True, "off": False}[args.prune])
+                              prune=prune)
         except Exception as err:  # noqa: BLE001 - one case that cannot be built is reported, the rest run
             errors.append(f"{b} {k} {c['shape']}: {type(err).__name__}: {err}")
             console.print(f"[red][{i + 1}/{len(cases)}] {errors[-1]}")

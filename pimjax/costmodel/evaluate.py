@@ -44,7 +44,7 @@ class CaseResult:
     kernel: str
     shape: list
     drafts: int
-    lowered: int
+    lowered: int                           # drafts simulated (lowered; skipped ones by the bound excluded)
     optimum: float = math.nan
     chosen: float = math.nan
     best: bool = False
@@ -52,7 +52,7 @@ class CaseResult:
     rel: float = math.nan                  # optimum / chosen cycles (1 = optimal)
     topk_best: bool = False
     topk_rel: float = math.nan
-    mape: float = math.nan                 # mean |pred - sim| / sim over the lowered drafts
+    mape: float = math.nan                 # mean |pred - sim| / sim over the simulated drafts
     spearman: float = math.nan
     seconds: float = 0.0
     extra: dict = field(default_factory=dict)
@@ -105,6 +105,8 @@ def exhaustive(backend: Backend, kernel: str, shape, cache_dir: str | None = Non
     (False: no cache)."""
     case = make_case(backend, kernel, shape)
     table = case_drafts(case, backend)
+    n = len(table)
+    full = prune is False or (prune is None and n <= PRUNE_ABOVE)
     cols = _table_cols(table)
     path = None
     if cache_dir is not False:
@@ -117,10 +119,9 @@ def exhaustive(backend: Backend, kernel: str, shape, cache_dir: str | None = Non
                            for c in ROW_COLUMNS)
                 if same:
                     cyc = np.asarray(z["cycles"], np.float64)
-                    if prune is not False or not np.isposinf(cyc).any():
+                    if not (full and np.isposinf(cyc).any()):    # full labels asked, pruned ones cached
                         return case, table, cyc
-    n = len(table)
-    bound = _bound(case, table, backend) if (prune or (prune is None and n > PRUNE_ABOVE)) else None
+    bound = None if full else _bound(case, table, backend)
     cyc = np.full(n, np.nan)
     if bound is None:
         for i, v in _simulate(case, table, range(n), backend, progress).items():

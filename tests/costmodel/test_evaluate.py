@@ -51,6 +51,39 @@ def test_evaluate_case_gives_the_full_verdicts_and_labels_its_picks(full_and_pru
     assert int(np.isposinf(cached).sum()) == b.extra["pruned"]
 
 
+class _Ranks:
+    """A stand-in predictor that ranks the drafts in a given order (its
+    predicted cycles: the rank)."""
+
+    def __init__(self, order):
+        self.pred = np.empty(len(order))
+        self.pred[np.asarray(order)] = np.arange(len(order), dtype=np.float64)
+
+    def predict(self, X):
+        assert len(X) == len(self.pred)
+        return self.pred
+
+
+def test_skipped_drafts_the_predictor_ranks_first_are_simulated(full_and_pruned, tmp_path):
+    """A predictor that puts skipped drafts (and one that fails to lower)
+    on top: evaluate_case simulates them on demand, so its choice and its
+    top-k are the full labelling's."""
+    _, table, full, pruned = full_and_pruned
+    skipped = np.nonzero(np.isposinf(pruned))[0]
+    failed = np.nonzero(np.isnan(full))[0]
+    head = np.concatenate([failed[:1], skipped[::97][:6]])
+    order = np.concatenate([head, np.setdiff1d(np.arange(len(table)), head)])
+    model = _Ranks(order)
+    exhaustive(BACKEND, "gemv", SHAPE, cache_dir=str(tmp_path), prune=True)
+    got = evaluate_case(model, BACKEND, "gemv", SHAPE, top_k=4, cache_dir=str(tmp_path), prune=True)
+    ok = order[~np.isnan(full[order])]
+    assert got.chosen == full[ok[0]] and got.optimum == np.nanmin(full)
+    assert got.topk_rel == np.nanmin(full) / full[ok[:4]].min()
+    assert got.extra["pruned"] < int(np.isposinf(pruned).sum())
+    _, _, cached = exhaustive(BACKEND, "gemv", SHAPE, cache_dir=str(tmp_path))
+    np.testing.assert_allclose(cached[ok[:4]], full[ok[:4]], rtol=1e-12)
+
+
 def test_label_pruned_fills_only_skipped_drafts(full_and_pruned, tmp_path):
     _, table, full, pruned = full_and_pruned
     case, _, cyc = exhaustive(BACKEND, "gemv", SHAPE, cache_dir=str(tmp_path), prune=True)

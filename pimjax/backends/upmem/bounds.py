@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import PimCompileError
 from ...hw.core import Backend
 from ...partition.dimsets import dimension_sets
 from ...partition.table import DraftTable
@@ -42,13 +43,17 @@ def lower_bound(op: PimOp, table: DraftTable, backend: Backend, shapes: dict | N
                 options: dict | None = None) -> np.ndarray | None:
     """[n] float64: command-clock cycles no draft of `table` can beat when
     lowered with `options` (`lower_upmem`'s) and simulated (see the module
-    docstring); None for an op `lower_upmem` does not lower.
+    docstring); None for an op `lower_upmem` does not lower (another kind,
+    or a body the DPU has no instruction sequence for).
 
     shapes: unused (the bound needs the iteration space only); kept for the
     `Family.lower_bound` signature."""
     if not isinstance(op, PimOp) or op.kind not in ("contraction", "elementwise", "reduction"):
         return None
-    pc = kernel_constants(op, **(options or {}))["point_cost"]
+    try:
+        pc = kernel_constants(op, **(options or {}))["point_cost"]
+    except PimCompileError:        # a body the DPU cannot run: no draft lowers, the search says so
+        return None
     ext = op.extents
     worst = per_core_var_lengths(op, dimension_sets(op), np.asarray(table.reps, np.int64),
                                  np.asarray(table.tile, np.int64), compound="one")
