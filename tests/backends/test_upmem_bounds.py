@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import pimjax.search.tuner as tuner_mod
 from pimjax.backends import family_of
 from pimjax.backends.upmem.bounds import lower_bound
 from pimjax.backends.upmem.lower import PRIM_OPTIONS
@@ -23,6 +22,7 @@ from pimjax.partition import drafts
 from pimjax.partition.verify import infer_shapes
 from pimjax.sim.cycles import cycles
 from pimjax.trace import make_graph
+from tests.backends.test_hbm_pim_bounds import check_pruned_search_is_the_full_one
 from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.hw import get_backend
 from pimjax.search.tuner import Tuner
@@ -34,7 +34,7 @@ SHAPES = {"gemv": lambda a, b, c: (a, b), "mmtv": lambda a, b, c: (1, c, a, b),
 
 
 OPTIONS = [{}, PRIM_OPTIONS, {"elem_bytes": 8}, {"boundary": "element"}, {"boundary": "tile", "rows_per_block": 3},
-           {"resident": (0, 1)}, {"tasklet_split": "outputs", "acc_in_wram": True}]
+           {"resident": (0,)}, {"tasklet_split": "outputs", "acc_in_wram": True}]
 
 
 @settings(max_examples=20, deadline=None)
@@ -94,15 +94,7 @@ def test_no_bound_for_a_body_the_dpu_cannot_run():
 
 @pytest.mark.parametrize("kernel,shape", [("gemv", (300, 64)), ("va", (3000,))])
 def test_pruned_exhaustive_search_picks_what_the_full_one_picks(kernel, shape, monkeypatch):
-    case = make_case(BACKEND, kernel, shape)
-    monkeypatch.setattr(tuner_mod, "EXHAUSTIVE_BOUND", True)
-    pruned = Tuner(mode="exhaustive").choose(case.op, BACKEND, case.shapes)
-    monkeypatch.setattr(tuner_mod, "EXHAUSTIVE_BOUND", False)
-    full = Tuner(mode="exhaustive").choose(case.op, BACKEND, case.shapes)
-    assert pruned.draft == full.draft
-    assert float(pruned.report.total_cycles) == float(full.report.total_cycles)
-    assert full.pruned == 0 and pruned.pruned > 0
-    assert pruned.simulated < full.simulated
+    check_pruned_search_is_the_full_one(make_case(BACKEND, kernel, shape), BACKEND, monkeypatch)
 
 
 def test_the_family_registers_it():
