@@ -143,7 +143,7 @@ def _jax_cache(cache: str) -> None:
 
 
 def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: int, seconds: float,
-                  model_top: list[int], seed: int, members: int = 2, console=None, broad_random: int = 4,
+                  model_top: list[int], seed: int, members: int | None = None, console=None, broad_random: int = 4,
                   broad_top: int = 2, **hp) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -154,6 +154,7 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
     from .predictor import sigma_floor
 
     check_train_args(steps2, seconds, model_top)
+    members = MEMBERS.get(name, 2) if members is None else members
     # built before any labelling, so a bad hyper-parameter fails in seconds, not after minutes
     model = CostModel(seed=seed, steps=steps1, seconds=seconds, members=members, **hp)
     backend = get_backend(name)
@@ -310,8 +311,7 @@ def main(argv=None) -> int:
             console.print(f"{name}: relabelled {n} records in {time.time() - t0:.0f} s, {changed} labels changed")
         s = train_backend(name, cache=args.cache, out_dir=args.out, steps1=args.steps1, steps2=args.steps2,
                           seconds=args.seconds, model_top=args.model_top,
-                          seed=args.seed, members=MEMBERS[name] if args.members is None else args.members,
-                          console=console,
+                          seed=args.seed, members=args.members, console=console,
                           broad_random=args.broad_random,
                           broad_top=BROAD_TOP[name] if args.broad_top is None else args.broad_top,
                           base=BASES.get(name) if args.base == "auto" else (None if args.base == "none" else args.base),

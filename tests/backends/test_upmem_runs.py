@@ -6,6 +6,7 @@ and the lazily built position table."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from pimjax.backends.upmem.lower import _Consecutive, _base, _group_runs, _host_runs, _host_runs_walk, _positions
@@ -77,3 +78,10 @@ def test_positions_are_built_only_when_read():
                        (AffineExpr.var("i"),), (1 << 22,), pos)
     assert _base(lay) == 64 and pos._array is None
     np.testing.assert_array_equal(pos[:3], _positions(64, 3, 4))
+
+
+def test_a_box_smaller_than_its_lengths_is_refused():
+    lay = TensorLayout("x", 0, ("i",), np.zeros((1, 1, 1), np.int64), np.array([[[12]]]), (8,),
+                       (AffineExpr.var("i"),), (16,), _Consecutive(0, 8, 4))
+    with pytest.raises(ValueError, match="exceed the box"):
+        _host_runs(lay, 4, True)

@@ -53,3 +53,25 @@ def test_train_backend_refuses_bad_settings_before_labelling(kw, match, tmp_path
     with pytest.raises(ValueError, match=match):
         train_backend("hbm-pim", cache=str(tmp_path), out_dir=str(tmp_path / "weights"), **settings)
     assert not (tmp_path / "weights").exists()
+
+
+@pytest.mark.parametrize("name", ["hbm-pim", "upmem"])
+def test_train_backend_takes_the_familys_ensemble_size_by_default(name, tmp_path, monkeypatch):
+    """members=None (the CLI's default) is the family's `MEMBERS`: the
+    ensemble `make train` reproduces."""
+    import pimjax.costmodel.model as model_mod
+    from pimjax.costmodel.train import MEMBERS, BACKENDS
+    assert set(MEMBERS) == set(BACKENDS)
+    built = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(**kw):
+        built.update(kw)
+        raise Stop
+    monkeypatch.setattr(model_mod, "CostModel", capture)
+    with pytest.raises(Stop):
+        train_backend(name, cache=str(tmp_path), out_dir=str(tmp_path / "w"), steps1=5, steps2=5, seconds=1.0,
+                      model_top=[10], seed=0)
+    assert built["members"] == MEMBERS[name]

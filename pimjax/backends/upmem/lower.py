@@ -492,6 +492,8 @@ def _block_runs(layout: TensorLayout) -> tuple[np.ndarray, np.ndarray]:
     real = [int(layout.length[..., k].max()) for k in range(D)]
     if min(real) <= 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if any(r > b for r, b in zip(real, box)):      # the lowering pads boxes to the lengths
+        raise ValueError(f"layout {layout.name}: real lengths {real} exceed the box {box}")
     offset, a = _host_coefficients(layout)
     m, B = D, 1
     if a[D - 1] == 1:
