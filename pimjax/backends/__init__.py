@@ -64,6 +64,10 @@ class Family:
     timing_classes: {opcode: names of its timing-class flags} of the
               family's own commands (its `isa.py`), which the DRAM engines
               read (`pimjax.sim.timing.CLASS_TABLE`).
+    reduction_vector: the family runs a reduction as a GEMV with a constant
+              ones vector the host writes into the units' buffers (AttAcc's
+              GEMV units): no operand of the op, so the cost model's
+              closed-form estimate adds those writes.
     lower_bound: (op, table, backend, shapes, options) -> [n] cycles no
               draft of `table` can beat when simulated, or None (no bound
               for this op): the exhaustive tuner's branch and bound skips
@@ -83,6 +87,7 @@ class Family:
     block_operands: Callable | None = None
     timing_classes: dict = field(default_factory=dict)
     lower_bound: Callable | None = None
+    reduction_vector: bool = False
 
 
 FAMILIES: dict[str, Family] = {}

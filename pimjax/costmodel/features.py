@@ -55,8 +55,10 @@ import numpy as np
 from ..errors import PimCompileError
 from ..hw.core import Backend
 from ..hw.dram_rules import CCD_AB, CCD_S, RCD_RD, RP, compile_rules
+from ..backends import family_of, has_family
 from ..backends.upmem.lower import kernel_constants
 from ..partition import DraftTable, dimension_sets
+from ..partition.draft import GRANULARITIES
 from ..partition.generate import lane_candidates
 from ..partition.table import from_drafts
 from ..partition.tiles import set_tilings
@@ -411,6 +413,14 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     rearr_u = sum(in_core[k] * in_copies[k] for k in range(3)) * eb
     bcast = group.broadcast
     rearr_b = sum(in_core[k] * (g_used * (in_core_copies[k] if bcast else c_used)) for k in range(3)) * eb
+    if op_.kind == "reduction" and has_family(backend) and family_of(backend).reduction_vector:
+        # the ones vector a GEMV-only family reduces with: one lane-padded tile of the reduction
+        # per core, written once per group when a broadcast reaches its cores, else per core
+        # (per-core granularity: one command per unit)
+        ones = _cdiv(redl, lane_eff) * lane_eff * eb
+        rearr = rearr + ones * total
+        rearr_u = rearr_u + ones
+        rearr_b = rearr_b + ones * g_used * np.where(bcast & (gran == GRANULARITIES.index("broadcast")), 1, c_used)
     reg_simd = core.n_input_regs >= 2 and core.n_output_regs >= 2 and lanes > 1 and \
         "global_buffer" not in group.units
     # register / buffer writes (Korean paper: os rewrites inputs per output block, is once)

@@ -137,3 +137,45 @@ def test_register_batches_match_the_lowering(kernel, shape):
     assert checked >= 5
     lanes = {c.lane_var for c in (table[j] for j in range(len(table)))}
     assert len(set(seen_ko)) > 1 and set(seen_lane) == lanes    # several KO, every lane variable
+
+
+def test_a_gemv_only_family_prices_its_reduction_ones_vector(monkeypatch):
+    """AttAcc reduces with a ones vector its lowering writes into the GEMV
+    buffers (`Family.reduction_vector`): the estimate's group-broadcast
+    write bytes grow by one lane-padded reduction tile per group, or per
+    core on per-core-granularity drafts -- which send one WRGB per unit,
+    twice the broadcast draft's on two cores (counted in the lowering)."""
+    import dataclasses
+
+    import pimjax.backends as backends
+    from pimjax.costmodel.dataset import try_lower
+    from pimjax.lower.program import Op, Phase
+    be = get_backend("attacc")
+    case = make_case(be, "red", (3000,))
+    table = case_drafts(case, be)
+    col = FEATURE_NAMES.index("est_rearr_bcast_bytes")
+    with_vec = np.exp2(features_table(case.target, table, be, case.shapes)[:, col].astype(np.float64)) - 1
+    fam = backends.family_of(be)
+    monkeypatch.setitem(backends.FAMILIES, fam.name, dataclasses.replace(fam, reduction_vector=False))
+    without = np.exp2(features_table(case.target, table, be, case.shapes)[:, col].astype(np.float64)) - 1
+    g, c = table.groups_used, table.cores_used
+    per_core = np.asarray(table.column("granularity")) == 1
+    lanes, eb = be.core.lanes, 2
+    redl = -(-3000 // (g * c))                              # the worst core's share of the reduction
+    ones = -(-redl // lanes) * lanes * eb
+    expect = ones * g * np.where(per_core, c, 1)
+    np.testing.assert_allclose(with_vec - without, expect, rtol=2e-3)
+    # the lowering: a per-core draft on 2 cores writes twice the broadcast twin's WRGB
+    pick = {}
+    for i in range(len(table)):
+        d = table[i]
+        if d.parts[0].groups == 16 and d.parts[0].cores == 2 and d.dataflow == "os":
+            pick.setdefault(d.granularity, i)
+    counts = {}
+    for k, i in pick.items():
+        p = try_lower(case, table[i], be)
+        op, ph = np.asarray(p.commands.op)[0], np.asarray(p.commands.phase)[0]
+        counts[k] = int(((op == Op.WRGB) & (ph == Phase.REARRANGE)).sum())
+    assert counts["core"] == 2 * counts["broadcast"] > 0
+    # families that reduce natively are untouched
+    assert not backends.family_of(get_backend("hbm-pim")).reduction_vector

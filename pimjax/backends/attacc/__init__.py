@@ -27,4 +27,5 @@ FAMILY = register(Family(
     name="attacc", lower=lower_attacc, options=frozenset(DEFAULT_OPTIONS) | {"result_dtype"},
     timing_classes=TIMING_CLASSES,
     execute=execute_attacc, baseline=attacc_baseline, kernels=("gemv", "red", "mmtv", "attn"),
-    attention_blocks=attention_blocks, lower_block=lower_attention, block_operands=attention_op))
+    attention_blocks=attention_blocks, lower_block=lower_attention, block_operands=attention_op,
+    reduction_vector=True))
