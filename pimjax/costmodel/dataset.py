@@ -213,12 +213,15 @@ class Labeller:
         return self.ready()
 
 
-def label(case: Case, table: DraftTable, idx, backend: Backend) -> np.ndarray:
+def label(case: Case, table: DraftTable, idx, backend: Backend, progress=None) -> np.ndarray:
     """[len(idx), 5] simulated (total, phases...) of drafts `idx` of `table`;
-    NaN rows for drafts that fail to lower (PimCompileError / ValueError)."""
+    NaN rows for drafts that fail to lower (PimCompileError / ValueError).
+    progress(k, len(idx)): called every 200 drafts lowered."""
     lab = Labeller(backend)
     for k, i in enumerate(idx):
         lab.add(k, try_lower(case, table[int(i)], backend))
+        if progress is not None and (k + 1) % 200 == 0:
+            progress(k + 1, len(idx))
     out = np.full((len(idx), 5), np.nan)
     for k, v in lab.flush():
         out[k] = v

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..hw.core import Backend, is_int
 from ..partition import DraftTable
-from .dataset import CACHE_DIR, ROW_COLUMNS, Labeller, try_lower
+from .dataset import CACHE_DIR, ROW_COLUMNS, label
 from .features import features_table
 from .kernels import SUPPORTED, case_drafts, default_cases, make_case  # noqa: F401  (default_cases: re-exported)
 
@@ -77,14 +77,13 @@ def _bound(case, table: DraftTable, backend: Backend):
     return fn(case.op, table, backend, case.shapes, None)
 
 
-def _simulate(case, table: DraftTable, idx, backend: Backend, progress=None, done: int = 0) -> dict:
-    """{table index: simulated total (NaN: fails to lower)} of drafts idx."""
-    lab = Labeller(backend)
-    for k, i in enumerate(idx):
-        lab.add(int(i), try_lower(case, table[int(i)], backend))
-        if progress is not None and (done + k + 1) % 200 == 0:
-            progress(done + k + 1, len(table))
-    return {i: v[0] for i, v in lab.flush()}
+def _cache_path(backend: Backend, case, cache_dir) -> str | None:
+    """The npz of a case's exhaustive labels under `cache_dir` (False: none)."""
+    if cache_dir is False:
+        return None
+    d = os.path.join(cache_dir or CACHE_DIR, "exhaustive", backend.name)
+    os.makedirs(d, exist_ok=True)
+    return os.path.join(d, f"{case.kernel}-{'x'.join(map(str, case.shape))}.npz")
 
 
 def exhaustive(backend: Backend, kernel: str, shape, cache_dir: str | None = None, progress=None,
@@ -108,26 +107,20 @@ def exhaustive(backend: Backend, kernel: str, shape, cache_dir: str | None = Non
     n = len(table)
     full = prune is False or (prune is None and n <= PRUNE_ABOVE)
     cols = _table_cols(table)
-    path = None
-    if cache_dir is not False:
-        d = os.path.join(cache_dir or CACHE_DIR, "exhaustive", backend.name)
-        os.makedirs(d, exist_ok=True)
-        path = os.path.join(d, f"{kernel}-{'x'.join(map(str, case.shape))}.npz")
-        if os.path.exists(path):
-            with np.load(path, allow_pickle=False) as z:
-                same = all(c in z and z[c].shape == cols[c].shape and np.array_equal(z[c], cols[c])
-                           for c in ROW_COLUMNS)
-                if same:
-                    cyc = np.asarray(z["cycles"], np.float64)
-                    if not (full and np.isposinf(cyc).any()):    # full labels asked, pruned ones cached
-                        return case, table, cyc
+    path = _cache_path(backend, case, cache_dir)
+    if path is not None and os.path.exists(path):
+        with np.load(path, allow_pickle=False) as z:
+            same = all(c in z and z[c].shape == cols[c].shape and np.array_equal(z[c], cols[c])
+                       for c in ROW_COLUMNS)
+            if same:
+                cyc = np.asarray(z["cycles"], np.float64)
+                if not (full and np.isposinf(cyc).any()):    # full labels asked, pruned ones cached
+                    return case, table, cyc
     bound = None if full else _bound(case, table, backend)
-    cyc = np.full(n, np.nan)
     if bound is None:
-        for i, v in _simulate(case, table, range(n), backend, progress).items():
-            cyc[i] = v
+        cyc = label(case, table, np.arange(n), backend, progress)[:, 0]
     else:
-        cyc[:] = np.inf
+        cyc = np.full(n, np.inf)
         order = np.argsort(bound, kind="stable")
         best = np.inf
         for pos in range(0, n, PRUNE_CHUNK):
@@ -136,11 +129,12 @@ def exhaustive(backend: Backend, kernel: str, shape, cache_dir: str | None = Non
             chunk = chunk[bound[chunk] <= best * (1 + 1e-6) + 1.0]
             if chunk.size == 0:
                 break
-            got = _simulate(case, table, chunk, backend, progress, pos)
-            for i, v in got.items():
-                cyc[i] = v
-            if np.isfinite(list(got.values())).any():
-                best = min(best, float(np.nanmin(list(got.values()))))
+            got = label(case, table, chunk, backend)[:, 0]
+            cyc[chunk] = got
+            if progress is not None:
+                progress(pos + chunk.size, n)
+            if np.isfinite(got).any():
+                best = min(best, float(np.nanmin(got)))
     if path is not None:
         np.savez(path, cycles=cyc, **cols)
     return case, table, cyc
@@ -150,14 +144,12 @@ def label_pruned(case, table: DraftTable, cyc: np.ndarray, idx, backend: Backend
                  cache_dir: str | None = None) -> None:
     """Simulate the drafts of `idx` that `exhaustive` skipped (+inf in cyc),
     in place, and update the case's cached labels."""
-    todo = [int(i) for i in idx if np.isposinf(cyc[int(i)])]
-    if not todo:
+    todo = np.asarray([int(i) for i in idx if np.isposinf(cyc[int(i)])], np.int64)
+    if not todo.size:
         return
-    for i, v in _simulate(case, table, todo, backend).items():
-        cyc[i] = v
-    if cache_dir is not False:
-        path = os.path.join(cache_dir or CACHE_DIR, "exhaustive", backend.name,
-                            f"{case.kernel}-{'x'.join(map(str, case.shape))}.npz")
+    cyc[todo] = label(case, table, todo, backend)[:, 0]
+    path = _cache_path(backend, case, cache_dir)
+    if path is not None:
         np.savez(path, cycles=cyc, **_table_cols(table))
 
 
