@@ -68,6 +68,14 @@ class Family:
               ones vector the host writes into the units' buffers (AttAcc's
               GEMV units): no operand of the op, so the cost model's
               closed-form estimate adds those writes.
+    controllers: {name: time_streams} of the command-timing semantics the
+              family offers besides pimjax's DRAM engines, chosen by
+              `Group.controller` (newton: "pimflow", PIMFlow's Ramulator
+              fork): each has `sim.native.time_streams`'s signature.
+    extra_drafts: (op, backend, shapes, options) -> [Draft] the family's
+              own fixed mappings beside the generated draft space (newton:
+              PIMFlow's packed mapping); the tuner simulates every one of
+              them (the cost model has not learnt them).
     lower_bound: (op, table, backend, shapes, options) -> [n] cycles no
               draft of `table` can beat when simulated, or None (no bound
               for this op): the exhaustive tuner's branch and bound skips
@@ -88,6 +96,8 @@ class Family:
     timing_classes: dict = field(default_factory=dict)
     lower_bound: Callable | None = None
     reduction_vector: bool = False
+    controllers: dict = field(default_factory=dict)
+    extra_drafts: Callable | None = None
 
 
 FAMILIES: dict[str, Family] = {}

@@ -378,7 +378,7 @@ class System(_Replace):
 
 @pytree_dataclass(static=("cores_per_group", "units", "broadcast", "global_buffer_bytes",
                           "n_global_buffers", "bank_groups", "banks_per_bank_group",
-                          "per_core_commands", "data_buses"))
+                          "per_core_commands", "data_buses", "controller"))
 class Group(_Replace):
     """Group level (a channel / pseudo-channel / rank).
 
@@ -396,6 +396,10 @@ class Group(_Replace):
     data_buses: independent host data buses of the group (2 on an AttAcc
     HBM3 channel, one per pseudo-channel; 1 elsewhere): a command-driven
     group moves data_buses x col_bytes per burst slot (`peaks.bus_bandwidth`).
+    controller: whose command-timing semantics time the group's records:
+    "dram" (pimjax's DRAM rule table, `hw.dram_rules`, every engine) or one
+    its backend family declares (`Family.controllers`, e.g. newton's
+    "pimflow": PIMFlow's Ramulator fork).
     """
     cores_per_group: int
     units: tuple[str, ...] = ()
@@ -406,8 +410,10 @@ class Group(_Replace):
     banks_per_bank_group: int = 4
     per_core_commands: bool = True
     data_buses: int = 1
+    controller: str = "dram"
 
     def __post_init__(self):
+        check_type(self, "controller", str)
         check_int(self, "cores_per_group", "global_buffer_bytes", "n_global_buffers", "bank_groups",
                   "banks_per_bank_group", "data_buses")
         check_bool(self, "broadcast", "per_core_commands")
@@ -431,7 +437,7 @@ class Group(_Replace):
 @pytree_dataclass(static=("banks_per_core", "lanes", "dtype", "n_input_regs", "n_output_regs",
                           "reg_bytes", "scratchpad_bytes", "ops", "rows", "cols", "col_bytes",
                           "tasklets", "pipeline_depth", "programmable", "instruction_bytes",
-                          "pim_rows"))
+                          "pim_rows", "readres_bytes"))
 class Core(_Replace):
     """Core level: one PIM unit and its bank(s).
 
@@ -451,6 +457,10 @@ class Core(_Replace):
     pim_rows: rows per bank that PIM commands can compute on (0 = all);
     HBM-PIM reserves the rows with address bit 12 set for its mode and
     register frames.
+    readres_bytes: bytes of one result register that a read-back command
+    (Newton READRES) puts on the channel's data bus; None = reg_bytes (the
+    latch as it is).  0: the read-back takes a command slot and no bus time
+    (PIMFlow's Ramulator fork, `newton(simulator="pimflow")`).
     """
     banks_per_core: int
     lanes: int
@@ -468,6 +478,7 @@ class Core(_Replace):
     programmable: bool = False
     instruction_bytes: int = 0
     pim_rows: int = 0
+    readres_bytes: int | None = None
 
     OPS = frozenset({"add", "sub", "mul", "mac", "mad", "max", "min", "relu", "mov",
                      "gemv", "softmax", "exp", "div", "neg", "abs", "cmp", "select"})
@@ -481,6 +492,9 @@ class Core(_Replace):
                        "tasklets", "pipeline_depth")
         check_non_negative(self, "n_input_regs", "n_output_regs", "reg_bytes", "scratchpad_bytes",
                            "instruction_bytes", "pim_rows")
+        if self.readres_bytes is not None:
+            check_int(self, "readres_bytes")
+            check_non_negative(self, "readres_bytes")
         if self.dtype not in ("float16", "bfloat16", "float32", "int32", "int64"):
             raise ValueError(f"Core.dtype {self.dtype!r} is not a supported PIM data type")
         object.__setattr__(self, "ops", frozenset(self.ops))
@@ -488,6 +502,12 @@ class Core(_Replace):
         if bad:
             raise ValueError(f"Core.ops has unknown operation(s) {sorted(bad)}")
         check_power_of_two(self, "cols", "col_bytes")
+
+    @property
+    def readback_bus_bytes(self) -> int:
+        """Bytes one result register puts on the data bus when read back
+        (`readres_bytes`, or the register's own width)."""
+        return self.reg_bytes if self.readres_bytes is None else self.readres_bytes
 
     @property
     def elem_bytes(self) -> int:

@@ -463,7 +463,8 @@ def _newton_timing(clock: str) -> Timing:
 
 @_preset("newton")
 def newton(*, channels: int = 16, total_channels: int = 32, buffers: int = 4, clock: str = "pimflow",
-           host: HostModel | None = None, gpu=None, gwrite_hiding: bool = False) -> Backend:
+           host: HostModel | None = None, gpu=None, gwrite_hiding: bool = False,
+           simulator: str = "pimjax") -> Backend:
     """SK hynix Newton / AiM on GDDR6, as configured in PIMFlow.
 
     Group = channel (16 banks, global buffer(s)); core = one bank with 16 BF16 multipliers
@@ -492,6 +493,14 @@ def newton(*, channels: int = 16, total_channels: int = 32, buffers: int = 4, cl
         "Data can be fetched from GPU channels while PIM channels activate memory rows", so it
         needs GPU-only channels (total_channels > channels).  `newton_config("newton++")` turns
         it on with four buffers.
+    simulator: "pimjax" (default) or "pimflow": the semantics of PIMFlow's Ramulator fork
+        (`src/GDDR6.cpp`, `src/Controller.cpp`), against which `../shared/reference/pimflow.csv`
+        was measured.  Its controller (`Group.controller = "pimflow"`, `backends/newton/fork.py`)
+        issues the PIM commands in order, one per cycle, under its own command-to-command
+        latencies: a buffer load is one GWRITE command, G_ACT charges no precharge, a due refresh
+        waits for the next READRES; and READRES is a command slot that puts nothing on the data
+        bus (`Core.readres_bytes = 0`; default: the FP32 latches cross the bus, 64 B per READRES
+        of 16 banks).
     """
     if gwrite_hiding not in (False, True):
         raise ValueError(f"newton option gwrite_hiding={gwrite_hiding!r}: a bool")
@@ -503,6 +512,8 @@ def newton(*, channels: int = 16, total_channels: int = 32, buffers: int = 4, cl
         raise ValueError(f"newton option buffers={buffers!r}: valid values are {sorted(NEWTON_BUFFER_BYTES)}")
     if clock not in ("pimflow", "aim"):
         raise ValueError(f"newton option clock={clock!r}: valid clocks are ['aim', 'pimflow']")
+    if simulator not in NEWTON_SIMULATORS:
+        raise ValueError(f"newton option simulator={simulator!r}: valid values are {sorted(NEWTON_SIMULATORS)}")
     _check_host("newton", host)
     n_devices, per_device = _split_groups("newton", channels, NEWTON_CHANNELS_PER_CHIP)
     if not is_int(total_channels) or total_channels < channels:
@@ -526,6 +537,9 @@ def newton(*, channels: int = 16, total_channels: int = 32, buffers: int = 4, cl
                                           #   org in PIMFlow's Ramulator fork
         cols=32,                          # PIMFlow Table 1: 32 column I/Os per row
         col_bytes=col_bytes,
+        # READRES: the latches on the data bus (None: reg_bytes each); PIMFlow's Ramulator fork
+        # times READRES as a command slot only (GDDR6.cpp: COMP -> READRES 1, no bus timing)
+        readres_bytes=0 if simulator == "pimflow" else None,
     )
     group = Group(
         cores_per_group=16,               # PIMFlow Table 1: 16 banks, one core each
@@ -535,6 +549,8 @@ def newton(*, channels: int = 16, total_channels: int = 32, buffers: int = 4, cl
         n_global_buffers=buffers,
         bank_groups=4,                    # PIMFlow GDDR6.h: 4 bank groups x 4 banks (G_ACT0..3 = one per bank group)
         banks_per_bank_group=4,
+        # simulator="pimflow": the fork's controller times the streams (`backends/newton/fork.py`)
+        controller="pimflow" if simulator == "pimflow" else "dram",
     )
     system = System(
         host=host if host is not None else rtx2060(),  # PIMFlow §5: RTX 2060 (Accel-Sim)
@@ -558,10 +574,14 @@ def newton(*, channels: int = 16, total_channels: int = 32, buffers: int = 4, cl
              "rows=16384 is an assumption (no paper gives the row count)")
     if clock == "aim":
         notes += ("clock=aim: PIMFlow's array latencies kept in ns at tCK=0.5 ns (assumption)",)
-    return Backend(name="newton", variant=f"{clock}-gb{buffers}" + ("-gwh" if gwrite_hiding else ""),
+    return Backend(name="newton", variant=f"{clock}-gb{buffers}" + ("-gwh" if gwrite_hiding else "")
+                   + ("-pimflowsim" if simulator == "pimflow" else ""),
                    system=system, group=group,
                    core=core, timing=timing, energy=energy, notes=notes)
 
+
+NEWTON_SIMULATORS = ("pimjax", "pimflow")
+"""`newton(simulator=...)`: pimjax's DRAM semantics, or those of PIMFlow's Ramulator fork."""
 
 NEWTON_CONFIGS = {
     # PIMFlow §6: "Newton+: the baseline Newton [26] with offloading support for CONV and FC

@@ -94,8 +94,11 @@ class Records:
     op:       Op code.
     bank:     target bank within the group (the timed bank for all-bank commands).
     row, col: DRAM row and first column.
-    n:        repeat count (columns); 0 marks padding.  For UPMEM transfers /
-              DMA it is the byte count, for DPU_EXEC the instruction count.
+    n:        repeat count (columns); 0 marks padding (a NOP), except on a
+              Newton READRES, which reads its latches whatever its bursts:
+              n = 0 is a read-back of no bus time (`Core.readres_bytes = 0`),
+              which the DRAM engines skip.  For UPMEM transfers / DMA it is
+              the byte count, for DPU_EXEC the instruction count.
     phase:    Phase of the record.
     reg:      first register / buffer entry / latch the command uses.
     reg_step: register increment per column (HBM-PIM "auto" addressing).

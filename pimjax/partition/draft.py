@@ -19,6 +19,12 @@ program but not the data tiles:
 * lane_var:    the loop variable spread over the SIMD lanes (None: scalar).
 * tasklets, wram_tile: UPMEM tasklets per DPU and WRAM caching tile (bytes).
 * buffers:     Newton global buffers used per G_ACT (GWRITE / _2 / _4).
+* pack:        0, or n >= 1: PIMFlow's packed Newton mapping with n channel
+               groups (`backends/newton/packed.py`; its lowering reads no
+               `parts`); pack_rest: the groups of a reduction's packed
+               remainder chunk when it has full chunks too (0: pack).  Packed drafts are no rows of a `DraftTable`: the
+               family offers them beside the generated space
+               (`Family.extra_drafts`).
 """
 from __future__ import annotations
 
@@ -56,6 +62,8 @@ class Draft:
     tasklets: int = 1
     wram_tile: int = 0
     buffers: int = 1
+    pack: int = 0
+    pack_rest: int = 0
 
     def __post_init__(self):
         if self.reduction not in REDUCTIONS:
@@ -69,6 +77,9 @@ class Draft:
         for name in ("ki", "ko", "tasklets", "buffers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Draft.{name} must be >= 1, got {getattr(self, name)}")
+        if self.pack < 0 or self.pack_rest < 0 or (self.pack_rest and not self.pack):
+            raise ValueError(f"Draft.pack / pack_rest must be >= 0 (0: not packed; pack_rest only with pack), got "
+                             f"{self.pack} / {self.pack_rest}")
         for p in self.parts:
             if p.groups < 1 or p.cores < 1:
                 raise ValueError(f"Draft part {p} must use >= 1 group and core")

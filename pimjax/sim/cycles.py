@@ -721,11 +721,31 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
         return model(program, backend, include_resident=include_resident, refresh=refresh, engine=engine)
     check_banks([program], backend)
     t = _timing_vector(backend.timing)
-    if engine == "native":
+    if engine == "native" or _controller(backend) is not None:
         return report_at(_native_reports([program], t, backend, refresh, include_resident=include_resident), 0)
     arr = program_arrays(program, include_resident)
     rep = _time_batch(pad_arrays([arr]), t, backend.energy, backend.system.host, _geo(backend, refresh, [arr]))
     return report_at(rep, 0)
+
+
+def _controller(backend: Backend):
+    """The stream timer of the group's controller when it is not pimjax's
+    DRAM model (`Group.controller`; the family's `controllers`, with
+    `sim.native.time_streams`'s signature), else None.  Such a controller
+    runs on the host (the native path): a JAX transform over its timing, or
+    `engine="scan"`, is refused where it would be needed."""
+    name = backend.group.controller
+    if name == "dram":
+        return None
+    timer = family_of(backend).controllers.get(name) if has_family(backend) else None
+    if timer is None:
+        offered = sorted(family_of(backend).controllers) if has_family(backend) else []
+        raise ValueError(f"{backend.name}: Group.controller={name!r} is not offered by its family (offered: "
+                         f"['dram'] + {offered})")
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(backend.timing)):
+        raise ValueError(f"{backend.name}: the {name!r} controller times concrete timings on the host; under "
+                         "jax.vmap / jax.jit over the Timing use pimjax.sim.cycles.sweep")
+    return timer
 
 
 def _own_model(backend: Backend):
@@ -853,7 +873,7 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
         reps = [cycles(p, backend, refresh=refresh, engine=engine) for p in programs]
         return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *reps)
     check_banks(programs, backend)
-    if engine == "native":
+    if engine == "native" or _controller(backend) is not None:
         return _native_reports(programs, _timing_vector(backend.timing), backend, refresh, threads)
     arrs = [program_arrays(p) for p in programs]
     coarse = len(programs) <= SMALL_BATCH if coarse is None else coarse
@@ -1057,7 +1077,11 @@ def _native_outputs(programs: list[Program], table: np.ndarray, backend: Backend
     V, P, K = table.shape[0], len(programs), len(who)
     S = max(p.commands.op.shape[0] for p in programs)
     banks, per_bg = backend.group.banks, backend.group.banks_per_bank_group
-    if V == 1:          # one timing (the tuner's path): each stream once, by the one-variant loop
+    own = _controller(backend)
+    if own is not None:  # the family's controller: every (variant, stream) pair, stream after stream
+        tix = np.repeat(np.arange(V, dtype=np.int64), K)
+        res = own(rec, np.tile(starts, V), np.tile(stops, V), tix, table, banks, per_bg, refresh, threads)
+    elif V == 1:        # one timing (the tuner's path): each stream once, by the one-variant loop
         res = time_streams(rec, starts, stops, np.zeros(K, np.int64), table, banks, per_bg, refresh, threads)
     else:
         # a stream's result depends only on its records and the timing rows they read: equal streams (the
@@ -1118,7 +1142,7 @@ def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bo
             raise ValueError(f"a sweep over a device mesh runs on the scan engine (engine='scan' or None), got "
                              f"engine={engine!r}; the native engine runs on this host's cores (mesh=None)")
         engine = "scan"
-    if resolve_engine(engine) == "native":
+    if resolve_engine(engine) == "native" or (mesh is None and _controller(backend) is not None):
         from .native import timing_table
         out, resident = _native_outputs(progs, timing_table(t), backend, refresh)
         T, P = out["end"].shape[:2]

@@ -406,12 +406,16 @@ def test_gemv_4096_cycles_plausible():
 # the interpreter's guards
 # --------------------------------------------------------------------------
 def _drop(prog, opcode):
-    """The program with the middle record of `opcode` removed (n = 0)."""
+    """The program with the middle record of `opcode` removed (a NOP of n = 0,
+    as padding is: a READRES of n = 0 is a read-back of no bus time, not a gap)."""
     op_ = np.asarray(prog.commands.op)
     idx = np.nonzero(op_[0] == opcode)[0]
     n = np.asarray(prog.commands.n).copy()
+    op_ = op_.copy()
     n[0, idx[len(idx) // 2]] = 0
-    rec = Records(**{f: (n if f == "n" else np.asarray(getattr(prog.commands, f))) for f in RECORD_FIELDS})
+    op_[0, idx[len(idx) // 2]] = Op.NOP
+    new = {"n": n, "op": op_}
+    rec = Records(**{f: new.get(f, np.asarray(getattr(prog.commands, f))) for f in RECORD_FIELDS})
     return dataclasses.replace(prog, commands=rec)
 
 

@@ -56,7 +56,7 @@ def _expand(rec, s: int) -> dict[str, np.ndarray]:
     """Records of stream s with n > 0, one entry per column; `t` = column
     offset in its record, `rid` = record index, `tau` = stream position."""
     f = {k: np.asarray(getattr(rec, k))[s] for k in _FIELDS}
-    keep = f["n"] > 0
+    keep = (f["n"] > 0) | (f["op"] == Op.READRES)     # a READRES of no bus time (n = 0) still reads
     f = {k: v[keep] for k, v in f.items()}
     n = np.where(f["op"] == Op.READRES, 1, f["n"])      # READRES acts once, whatever its bursts
     rep = np.repeat(np.arange(len(n)), n)
@@ -154,6 +154,18 @@ def _resolve(rec, s: int, C: int, L: int, Q: int, buf_cols: int) -> dict:
                 target=target, delivered=delivered, written=written)
 
 
+def _placed(m: np.ndarray, r: dict, cols: int) -> np.ndarray:
+    """[A, lanes] matrix indices `m` of the (COMP column, bank) pairs of `r`
+    with -2 (NaN) wherever the host never wrote that bank column."""
+    w = r["written"]
+    if not len(w):
+        return np.full_like(m, -2)
+    rows = int(max(w[:, 1].max(), max(r["row"].max(initial=0), 0))) + 1
+    key = lambda b, row, col: (np.asarray(b, np.int64) * rows + row) * cols + col   # noqa: E731
+    ok = np.isin(key(r["c"], np.maximum(r["row"], 0), r["col"]), key(w[:, 0], w[:, 1], w[:, 2]))
+    return np.where(ok[:, None], m, -2)
+
+
 def _index_image(program: Program, written_per_stream, rows: int) -> np.ndarray:
     """[G, C, rows, cols, lanes] flat index into the matrix operand of every
     bank lane: -2 where the host never wrote (NaN), -1 on written padding (zero)."""
@@ -210,9 +222,11 @@ def execute_newton(program: Program, arrays, arithmetic: str):
     Q = int(program.meta["host_slots"])
     QCL = Q * C * L
     res = [_resolve(rec, s, C, L, Q, int(program.meta["buffer_columns"])) for s in range(S)]
-    rows = max(int(program.layouts[0].positions[:, 1].max()) + 1,
-               max((int(r["written"][:, 1].max()) + 1 if len(r["written"]) else 1) for r in res))
-    img = _index_image(program, [r["written"] for r in res], rows)
+    m_index = program.meta.get("m_index")      # a mapping that is no tile rule (PIMFlow's packed one)
+    if m_index is None:
+        rows = max(int(program.layouts[0].positions[:, 1].max()) + 1,
+                   max((int(r["written"][:, 1].max()) + 1 if len(r["written"]) else 1) for r in res))
+        img = _index_image(program, [r["written"] for r in res], rows)
     host = program.host_data[0]                                          # [G, H, 16]
 
     # the active (COMP column, bank) pairs of every group, padded to one length
@@ -220,14 +234,18 @@ def execute_newton(program: Program, arrays, arithmetic: str):
     k0 = 0
     for g in range(G):              # a loop over groups; every stream's columns at once
         r = res[0 if S == 1 else g]
-        m = img[g, r["c"], np.maximum(r["row"], 0), r["col"]]                        # [A, 16]
+        if m_index is None:
+            m = img[g, r["c"], np.maximum(r["row"], 0), r["col"]]                    # [A, 16]
+        else:
+            m = _placed(m_index(g, r["c"], r["row"], r["col"]), r, program.meta["cols"])
         v = np.where((r["hrow"] >= 0)[:, None], host[g, np.maximum(r["hrow"], 0)], -2)  # [K, 16]
         tgt = np.where(r["target"] < QCL, g * QCL + r["target"], G * QCL)
         parts.append((m, v, r["k"] + k0, r["bad"], tgt))
         k0 += r["K"]
     E = sum(len(p[0]) for p in parts)
     NS0 = G * QCL + 1
-    P0 = int(G * C * program.layouts[program.readback.layout].size)
+    rmap = program.meta.get("result_map")
+    P0 = int(G * C * program.layouts[program.readback.layout].size) if rmap is None else int(np.prod(rmap.shape))
     # one padded length for all index spaces: a single compile serves many programs
     B = pow2(max(E, NS0, P0, k0), 1 << 12)      # programs of similar size share a compile
 
@@ -247,10 +265,16 @@ def execute_newton(program: Program, arrays, arithmetic: str):
 
     # the read-back: result layout (0, slot q, latch, -1) of every core
     lay = program.layouts[program.readback.layout]
-    flat, valid = global_index(lay)                                      # [G, C, N]
-    pos = lay.positions
-    rb = (np.arange(G)[:, None, None] * QCL + (pos[None, None, :, 1] * C + np.arange(C)[None, :, None]) * L
-          + pos[None, None, :, 2])
+    if rmap is None:
+        flat, valid = global_index(lay)                                  # [G, C, N]
+        pos = lay.positions
+        rb = (np.arange(G)[:, None, None] * QCL + (pos[None, None, :, 1] * C + np.arange(C)[None, :, None]) * L
+              + pos[None, None, :, 2])
+    else:                       # [G, Q, C]: slot q's bank c -> accumulator element (latch 0)
+        rm = np.asarray(rmap)
+        q, c = np.arange(rm.shape[1]), np.arange(C)
+        rb = np.arange(G)[:, None, None] * QCL + (q[None, :, None] * C + c[None, None, :]) * L
+        flat, valid = np.maximum(rm, 0), rm >= 0
     P = rb.size
     rb = np.concatenate([rb.reshape(-1), np.full(B - P, NS - 1)])
     valid = np.concatenate([valid.reshape(-1), np.zeros(B - P, bool)])

@@ -571,9 +571,14 @@ def _read_columns(runs: np.ndarray, cores: int) -> dict[int, np.ndarray]:
 
 def readres_bursts(backend: Backend, latches, one_bank):
     """32 B bursts of one READRES: every bank's latches (broadcast) or one
-    bank's (`one_bank`), `reg_bytes` each (ints or numpy arrays)."""
+    bank's (`one_bank`), `Core.readback_bus_bytes` each (ints or numpy
+    arrays); 0 where the read-back takes no bus time (the READRES record then
+    has n = 0: the timing engines skip it, `execute` still reads it)."""
     banks = np.where(one_bank, 1, backend.group.cores_per_group)
-    return np.maximum(1, -(-(banks * backend.core.reg_bytes * np.asarray(latches)) // backend.core.col_bytes))
+    bus = backend.core.readback_bus_bytes
+    if bus == 0:                     # a command slot, no bus time (PIMFlow's fork): a record of no columns
+        return np.zeros_like(np.asarray(latches * banks))
+    return np.maximum(1, -(-(banks * bus * np.asarray(latches)) // backend.core.col_bytes))
 
 
 def row_runs(flat: np.ndarray, cols: int) -> tuple[np.ndarray, np.ndarray]:
@@ -774,6 +779,9 @@ def lower_newton(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
                                     and len(op.body_operands) == 2
                                     and all(_plain_arg(a) for a in op.body.args)):
         raise PimCompileError(f"newton MACs need a sum of products of two operands ({op.name})")
+    if draft.pack:                                    # PIMFlow's packed mapping: its own geometry
+        from .packed import lower_packed
+        return lower_packed(op, draft, backend, shapes, **opts)
     shapes = value_shapes(op, shapes)
     tiles = core_tiles(op, draft)
     plan = _plan(op, draft, backend, tiles, shapes, opts)
