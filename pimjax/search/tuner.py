@@ -400,6 +400,7 @@ class Tuner:
                 op, backend, shapes, lower_options, lower_fn, len(table))
         else:
             choice = self._top_k(op, table, backend, shapes, lower_options, lower_fn, pred=pred)
+        choice = self._with_extras(choice, op, backend, shapes, lower_options, lower_fn, len(table))
         if choice is None:            # no draft lowers: the op stays on the host (not cached)
             return None
         predicted = choice.predicted_cycles          # NaN (no prediction) is stored as null: strict JSON
@@ -658,6 +659,31 @@ class Tuner:
             return None
         fn = family_of(backend).lower_bound
         return None if fn is None else fn(op, table, backend, shapes, lower_options)
+
+    def _with_extras(self, choice, op, backend, shapes, lower_options, lower_fn, space) -> Choice | None:
+        """`choice` or the fastest of the family's own fixed mappings
+        (`Family.extra_drafts`: Newton's PIMFlow packed mapping), whichever
+        simulates in fewer cycles (a tie keeps `choice`).  Every mode
+        simulates all of them: the cost model has not learnt them, so no
+        prediction may rank them out.  Not for a block lowering (`lower_fn`
+        other than `lower`), whose drafts are its first op's."""
+        fn = family_of(backend).extra_drafts if has_family(backend) else None
+        if fn is None or lower_fn is not lower:
+            return choice
+        extras = [d for d in fn(op, backend, shapes, lower_options) if choice is None or d != choice.draft]
+        if not extras:
+            return choice
+        programs, totals, report = self._simulate(op, extras, backend, shapes, lower_options, lower_fn=lower_fn)
+        if not np.isfinite(totals).any():
+            return choice
+        j = int(np.argmin(totals))
+        count = int(np.isfinite(totals).sum())
+        if choice is not None and float(choice.report.total_cycles) <= float(totals[j]):
+            return replace(choice, simulated=choice.simulated + count)
+        if choice is None:
+            return Choice(extras[j], programs[j], report(j), float("nan"), count, space, self.mode)
+        return replace(choice, draft=extras[j], program=programs[j], report=report(j),
+                       predicted_cycles=float("nan"), simulated=choice.simulated + count)
 
     def _against_baseline(self, choice, op, backend, shapes, lower_options, lower_fn, space) -> Choice | None:
         """`choice` (a search's pick, or None) or the backend's baseline

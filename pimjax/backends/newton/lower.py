@@ -883,7 +883,13 @@ def _stats(records: Records, counts: list[dict], backend: Backend, op: PimOp, sh
     wr = (op_ == Op.WR) | (op_ == Op.WR_S)
     rr = op_ == Op.READRES
     out_elems = int(np.prod(shapes[op.result.value], dtype=np.int64))
-    readback = int(n[rr].sum()) * colb * scale
+    # what the host receives: every READRES's latches at their width, whatever bus time the backend
+    # charges for them (`Core.readres_bytes` may be 0: the fork's READRES is a command slot)
+    if backend.core.readback_bus_bytes > 0:
+        readback = int(n[rr].sum()) * colb * scale                # the bursts on the bus
+    else:
+        banks = np.where(np.asarray(records.core)[rr] < 0, backend.group.cores_per_group, 1)
+        readback = int((banks * np.asarray(records.aux)[rr]).sum()) * backend.core.reg_bytes * scale
     return {"records": int((n > 0).sum()), "commands": total,
             "rearrange_bytes": int(n[wr & (res == 0)].sum()) * colb * scale,
             "resident_bytes": int(n[wr & (res == 1)].sum()) * colb * scale,

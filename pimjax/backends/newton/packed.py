@@ -560,3 +560,45 @@ def _stats(records, counts: list[dict], backend: Backend, op: PimOp, shapes) -> 
             "readback_bytes": readback, "result_bytes": out_elems * 4,
             "merge_flops": readback // max(1, backend.core.reg_bytes)
             + (out_elems if op.epilogue is not None else 0)}
+
+
+def stream_cycles(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None = None,
+                  matrix: int | None = None, refresh: bool = True) -> float:
+    """Cycles of the slowest channel stream of `draft`'s program with the
+    matrix resident, from the kernel records alone: no placement, no value
+    maps, each distinct channel stream timed once by the backend's
+    controller (`Group.controller`; the DRAM engines' `time_streams` for
+    "dram").  Under the "pimflow" controller it is what `sim.cycles` gives for
+    `lower_packed`'s program minus the host merge (the artifact's figure;
+    tested equal); under "dram" the report adds the read-back's host link
+    time to it.  The PIMFlow study times thousands of layer shares with it."""
+    from ...backends import family_of
+    from ...sim.native import time_streams, timing_table
+    from ...sim.cycles import _timing_vector
+    from .lower import _gw_banks, readres_bursts
+    shapes = value_shapes(op, shapes)
+    plan = packed_plan(op, draft, backend, shapes, matrix)
+    bursts = int(readres_bursts(backend, 1, False))
+    gw = _gw_banks(backend)
+    seen: dict = {}
+    for c in range(plan.G):
+        key = tuple((c % plan.m(p), len(plan.group_loads(p, c // plan.m(p)))) for p in plan.parts)
+        seen.setdefault(key, c)
+    streams = []
+    for c in seen.values():
+        rec = channel_stream(plan, c, bursts, gw)[0]
+        kern = rec["phase"] != int(Phase.REARRANGE)
+        first = int(np.argmax(kern)) if kern.any() else len(kern)
+        pre = np.zeros(len(kern), np.int32)
+        pre[:first] = 1
+        streams.append(np.stack([rec["op"], rec["bank"], rec["row"], rec["n"], rec["phase"],
+                                 np.zeros_like(pre), pre, rec["sync"]]).astype(np.int32))
+    lengths = np.array([s.shape[1] for s in streams], np.int64)
+    stops = np.cumsum(lengths)
+    starts = stops - lengths
+    timer = time_streams if backend.group.controller == "dram" else \
+        family_of(backend).controllers[backend.group.controller]
+    res = timer(np.concatenate(streams, axis=1), starts, stops, np.zeros(len(streams), np.int64),
+                timing_table(_timing_vector(backend.timing)), backend.group.banks,
+                backend.group.banks_per_bank_group, refresh)
+    return float(np.max(res["end"]))
