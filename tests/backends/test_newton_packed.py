@@ -296,4 +296,4 @@ def test_stream_cycles_equal_the_simulated_program():
         m = filter_operand(op)
         for d in packed_drafts(op, be, shapes, matrix=m)[:3]:
             rep = cycles(lower(op, d, be, shapes, matrix=m, resident=(m,)), be)
-            assert stream_cycles(op, d, be, shapes, m) == float(rep.total_cycles - rep.merge)
+            assert stream_cycles(op, d, be, shapes, m) == pytest.approx(float(rep.total_cycles - rep.merge), abs=0.5)
