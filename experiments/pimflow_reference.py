@@ -29,9 +29,11 @@ REQUIRED = ("layer", "H", "W", "C", "F", "K", "stride", "config", "cycles")
 COUNTS = ("GWRITE", "G_ACT", "COMP", "READRES")
 
 
-def check(rows: list[dict], tolerance: float, out=sys.stdout) -> tuple[list[dict], int]:
+def check(rows: list[dict], tolerance: float, out=None) -> tuple[list[dict], int]:
     """Our figures for every row and the number of rows outside `tolerance`
-    (a row that cannot be built counts as one, with its error printed)."""
+    (a row that cannot be built counts as one, with its error printed to
+    `out`, default stdout)."""
+    out = sys.stdout if out is None else out
     sys.path.insert(0, os.path.join(HERE, ".."))
     from pimjax.backends.newton.reference import reference_cycles
     table, bad = [], 0

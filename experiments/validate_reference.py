@@ -3,7 +3,8 @@
     python experiments/validate_reference.py --csv ../shared/reference/hbm-pim.csv [--tolerance 0.10]
 
 Reads a reference CSV (`backend,variant,kernel,shape,channels,refresh,metric,
-cycles`), builds each row's configuration (channel count, refresh on/off)
+cycles`; a file of PIMFlow's layer rows, `layer,H,W,C,F,K,stride,config,...`,
+goes to `experiments/pimflow_reference.py`), builds each row's configuration (channel count, refresh on/off)
 and the reference simulator's own mapping as a Draft, computes our cycles
 and prints ours vs. theirs with the relative error per row.  Exits non-zero
 when any row is outside the tolerance.
@@ -174,6 +175,10 @@ def main(argv=None) -> int:
     except csv.Error as err:
         print(f"{args.csv}: not a CSV file ({err})", file=sys.stderr)
         return 2
+    if {"layer", "config", "cycles"} <= set(header) and "backend" not in header:
+        # PIMFlow's own simulator's layer rows (`../shared/reference/pimflow.csv`): their own script
+        from experiments import pimflow_reference
+        return pimflow_reference.main(["--csv", args.csv, "--tolerance", str(args.tolerance)])
     absent = [c for c in COLUMNS if c not in header]
     if absent:
         print(f"{args.csv}: no column(s) {', '.join(absent)}; the header must name {','.join(COLUMNS)}",

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from experiments import predictor_accuracy, timing_sweep, validate_reference
+from experiments import pimflow_reference, predictor_accuracy, timing_sweep, validate_reference
 from pimjax.costmodel.evaluate import check_case
 
 HEADER = "backend,variant,kernel,shape,channels,refresh,metric,cycles\n"
@@ -251,3 +251,30 @@ def test_pimflow_fig14_recomputes_a_cached_layer():
     for c in F.CONFIGS:
         assert again[c] == pytest.approx(lay[c], rel=1e-6), c
         assert again[c + F.NOREF] == pytest.approx(lay[c + F.NOREF], rel=1e-6), c
+
+
+PIMFLOW_HEADER = "layer,H,W,C,F,K,stride,config,buffers,gwrite_hiding,cycles,GWRITE,G_ACT,COMP,READRES\n"
+
+
+def test_pimflow_reference_exit_codes(tmp_path, capsys):
+    """PIMFlow's layer rows: ours within the tolerance passes, twice the cycles
+    or a count off fails, a bad config is named and fails, no rows or no
+    `cycles` column is 2; validate_reference hands such a file over."""
+    from pimjax.backends.newton.reference import reference_cycles
+    row = dict(layer="t", H=6, W=6, C=24, F=40, K=1, stride=1, config="newton++", buffers=4, gwrite_hiding=1)
+    ours = reference_cycles(row)
+    line = ("t,6,6,24,40,1,1,newton++,4,1,{c},{GWRITE},{G_ACT},{COMP},{READRES}\n"
+            .format(c=ours["cycles"], **{k: ours[k] for k in ("GWRITE", "G_ACT", "COMP", "READRES")}))
+    path = _csv(tmp_path, line, header=PIMFLOW_HEADER)
+    assert pimflow_reference.main(["--csv", path, "--out", ""]) == 0
+    assert validate_reference.main(["--csv", path]) == 0
+    doubled = line.replace(f",{ours['cycles']},", f",{2 * ours['cycles']},")
+    assert pimflow_reference.main(["--csv", _csv(tmp_path, doubled, header=PIMFLOW_HEADER), "--out", ""]) == 1
+    off = line.rsplit(",", 1)[0] + f",{2 * ours['READRES']}\n"
+    assert pimflow_reference.main(["--csv", _csv(tmp_path, off, header=PIMFLOW_HEADER), "--out", ""]) == 1
+    bad = line.replace("newton++", "newton+++")
+    assert pimflow_reference.main(["--csv", _csv(tmp_path, bad, header=PIMFLOW_HEADER), "--out", ""]) == 1
+    assert "cannot be built" in capsys.readouterr().out
+    assert pimflow_reference.main(["--csv", _csv(tmp_path, "", header=PIMFLOW_HEADER), "--out", ""]) == 2
+    assert pimflow_reference.main(["--csv", _csv(tmp_path, line, header=PIMFLOW_HEADER.replace(",cycles", "")),
+                                   "--out", ""]) == 2
