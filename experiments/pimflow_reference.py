@@ -70,7 +70,8 @@ def main(argv=None) -> int:
     with open(args.csv, newline="") as f:
         reader = csv.DictReader(f)
         fields = [h.strip() for h in (reader.fieldnames or [])]
-        rows = [{(k or "").strip(): (v or "").strip() for k, v in r.items()} for r in reader]
+        # values past the header's columns (DictReader's None key) are not ours to read
+        rows = [{k.strip(): (v or "").strip() for k, v in r.items() if k is not None} for r in reader]
     missing = [c for c in REQUIRED if c not in fields]
     if missing or not rows:
         print(f"{args.csv}: " + (f"missing column(s) {missing}" if missing else "no rows"), file=sys.stderr)
