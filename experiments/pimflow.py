@@ -342,7 +342,8 @@ def profile_layout_ns(host, op, shapes) -> float:
     """On the "pimflow" GPU model, the kernel PIMFlow's per-layer profiles add to a CONV / DW CONV
     (0 otherwise, and for an FC): layerwise.py compiles a PyTorch NCHW layer, and TVM's
     ConvertLayout to NHWC (`desired_layouts` there) puts a transform of its input before cuDNN --
-    a TVM copy kernel of the input (op's first operand, 4-D).  A whole-network run converts only
+    a TVM copy kernel of the input (op's first operand, 4-D; FP16: 2 B read and 2 B written per
+    element).  Returns ns.  A whole-network run converts only
     the network's input (`gpu_totals`' e2e)."""
     from pimjax.hw.gpu import elementwise_ns
     if host.model != "pimflow":

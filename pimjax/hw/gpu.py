@@ -189,10 +189,10 @@ def gemm_ns(host, m: int, n: int, k: int, batch: int = 1, elem_bytes: int = 2,
     per row, k: the contraction, elem_bytes: bytes per element of every operand.
     A decode GEMV y = W x with W of N x K is gemm_ns(host, 1, N, K); an attention
     score of H heads over L keys of dimension d is gemm_ns(host, 1, L, d, batch=H).
-    operand_bytes: the bytes the operands and result really occupy (a convolution's
-    input is k / (C) times smaller than its (m x k) im2col view); read by the
-    "pimflow" model only (default: batch x (m k + k n + m n) x elem_bytes, as the
-    other models count).
+    operand_bytes: the bytes the operands and result really occupy (a K x K
+    convolution's input is about K^2 times smaller than its (m x k) im2col view);
+    read by the "pimflow" model only (default: batch x (m k + k n + m n) x
+    elem_bytes, as the other models count).
     """
     m, n, k, batch, eb = int(m), int(n), int(k), int(batch), int(elem_bytes)
     model = host.model
@@ -382,7 +382,7 @@ def _pimflow_stream_ns(host, dram_bytes: float, flops: float, blocks: int, l2_by
 
 def _pimflow_tvm_ns(host, bytes_moved: float, flops: float, outputs: int, reduction: int) -> float:
     """A TVM-generated kernel (map or reduction) on PIMFlow's GPU, its operands from DRAM."""
-    if reduction > 1:      # TVM's pool / reduce schedules: a thread per output, blocks of 1024 threads
+    if reduction > 1:      # TVM's pool schedules (the CNNs' reductions): a thread per output, 1024 a block
         blocks = math.ceil(outputs / PIMFLOW_TVM_THREADS)
     else:                  # injective: 2 FP16 per thread, 1024 threads a block, at most 256 blocks
         blocks = min(PIMFLOW_TVM_MAX_BLOCKS, math.ceil(outputs / (PIMFLOW_TVM_THREADS * PIMFLOW_TVM_VECTOR)))

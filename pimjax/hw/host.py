@@ -294,7 +294,8 @@ def rtx2060(memory="gddr6", model: str = "roofline") -> HostModel:
 PIMFLOW_CORE_HZ = 1365e6            # gpgpusim.config -gpgpu_clock_domains 1365:1365:1365:3500.5 (core:icnt:L2:DRAM MHz)
 PIMFLOW_DRAM_HZ = 3500.5e6          #   the same key, DRAM command clock
 PIMFLOW_DRAM_BUS_BYTES = 2          # gpgpusim.config -gpgpu_dram_buswidth 2 (bytes per channel per beat)
-PIMFLOW_DRAM_BEATS = 4              # gpgpusim.config -dram_data_command_freq_ratio 4 (GDDR6: 4 data beats per command clock)
+PIMFLOW_DRAM_BEATS = 4              # gpgpusim.config -dram_data_command_freq_ratio 4 (GDDR6: 4 data beats per
+                                    #   command clock)
 PIMFLOW_CHANNEL_BANDWIDTH = PIMFLOW_DRAM_BUS_BYTES * PIMFLOW_DRAM_BEATS * PIMFLOW_DRAM_HZ   # 28.0 GB/s per channel
                                     #   (x 12 channels of the config's own -gpgpu_n_mem 12 = 336 GB/s, the real card's)
 PIMFLOW_CHANNELS = 32               # PIMFlow §5 / sim.sh: -gpgpu_n_mem 32 for the GPU-only baseline
@@ -305,10 +306,12 @@ PIMFLOW_TENSOR_INIT_CYCLES = 16     # trace.config -trace_opcode_latency_initiat
                                     #   HMMA per 16 cycles)
 PIMFLOW_HMMA_MACS = 16 * 8 * 8      # Turing HMMA.1688 (cuDNN's "s1688" kernels): an m16n8k8 product, 1024 MACs per warp
 PIMFLOW_SP_UNITS = 4                # gpgpusim.config -gpgpu_num_sp_units 4; FFMA / HFMA2 are SP_OP (opcodes)
-PIMFLOW_SP_INIT_CYCLES = 2          # trace.config -trace_opcode_latency_initiation_sp 2,2 (a warp instruction per 2 cycles)
+PIMFLOW_SP_INIT_CYCLES = 2          # trace.config -trace_opcode_latency_initiation_sp 2,2 (a warp instruction per 2
+                                    #   cycles)
 PIMFLOW_WARP = 32                   # gpgpusim.config -gpgpu_shader_core_pipeline 1024:32 (warp size 32)
 PIMFLOW_LAUNCH_CYCLES = 5000        # gpgpusim.config -gpgpu_kernel_launch_latency 5000 (core cycles before a kernel's
-                                    #   first block; PIMFlow's own option default is 5010, its config file's 5000 is read)
+                                    #   first block; PIMFlow's --accel_sim_kernel_launch_latency default is 5010, but its
+                                    #   sim.sh never passes it: the config file's 5000 is what Accel-Sim reads)
 PIMFLOW_L2_PER_CHANNEL = 2 * 64 * 128 * 16   # -gpgpu_n_sub_partition_per_mchannel 2 x -gpgpu_cache:dl2 S:64:128:16
                                     #   (64 sets x 128 B lines x 16 ways = 128 KB per sub-partition): 256 KB per channel
 PIMFLOW_L2_BYTES_PER_CYCLE = 2 * 32  # per channel: 2 sub-partitions, each one 32 B sector per L2 cycle (dl2 "S":
