@@ -15,7 +15,19 @@ What is measured (fp16, every case on fresh random data):
   16), as model code writes it (score einsum, softmax, context einsum: three kernels)
   and fused (PyTorch `scaled_dot_product_attention`);
 * the LLM layers' weight GEMVs y = W x (GPT-3 13B QKV / projection / FFN, LLaMA-2 7B);
-* calibration: the launch of a one-element kernel and a 1 GiB device copy.
+* calibration: the launch of a one-element kernel and a 1 GiB device copy;
+* CNN convolutions (set "cnn"): every CONV / DW CONV shape of the five CNNs PIMFlow
+  evaluates (`pimjax.models.cnn.cnn_layers` of mobilenet-v2, efficientnet-b0, mnasnet1_0,
+  resnet-50, vgg-16 at 224 x 224, batch 1, deduplicated: 99 shapes, 1 x 1, 3 x 3, 7 x 7,
+  depthwise 3 x 3 / 5 x 5), fp16 NHWC, no bias: cuDNN through PyTorch (channels_last,
+  `cudnn.benchmark` on: the fastest algorithm, as TVM's cudnnFind in PIMFlow) and through
+  XLA (`lax.conv_general_dilated` NHWC / HWIO);
+* GEMMs (set "gemm"): BERT-base's FC layers at 3 and 64 tokens (PIMFlow §6.4) and the LLM
+  layers' weight products at prefill (128 and 2 048 tokens);
+* prefill attention (set "prefill"): a prompt of L tokens attending to itself (no mask), as
+  three kernels (score, softmax, context) and fused (sdpa);
+* normalisation and elementwise ops (set "norm"): LayerNorm over LLM / BERT rows, row
+  softmax, and maps (ReLU, GELU, SiLU, add) at CNN activation and LLM prefill sizes.
 
 Three clocks per case:
 
@@ -29,8 +41,16 @@ Three clocks per case:
 Every clock cycles over enough copies of the operands (at least 4 x the L2 cache,
 50 MB on an H100) that each call reads its operands from DRAM, as a decode step
 does (the other layers' weights and caches evict them).  The measurement needs no
-pimjax; the table step reads the JSON and times every case on the GPU models of
-`pimjax/hw/gpu.py` for the measured GPU (`pimjax.hw.host.h100`).
+pimjax (the CNN shapes come from benchmarks/data/cnn_conv_shapes.json, written by
+`--write-shapes` here from `cnn_layers`); the table step reads the JSON and times every
+case on the GPU models of `pimjax/hw/gpu.py` for the measured GPU (`pimjax.hw.host.h100`).
+Small cases (a CNN layer, a norm row) rotate over at most the 40 copies one timed batch
+calls, so their operands may come from L2, as a network's activations do.
+
+`class_ratios(data)` (`--classes`) gives, per kernel class a GPU model times (GEMV, GEMM,
+convolution, depthwise convolution, decode / prefill attention, reduction / softmax,
+normalisation, elementwise, launch / copy), the distribution of model / measured on every
+GPU model, and "not measured" for a class the file has no case of.
 """
 from __future__ import annotations
 
@@ -44,6 +64,16 @@ import time
 L2_BYTES = 50 * 1024 * 1024          # H100 SXM5: 50 MB L2 (NVIDIA H100 whitepaper); rotation target below
 ROTATE_BYTES = 4 * L2_BYTES          # `measure` raises it to 4 x the L2 the measured GPU reports
 MAX_COPIES = 64
+HERE = os.path.dirname(os.path.abspath(__file__))
+CNN_SHAPES = os.path.join(HERE, "data", "cnn_conv_shapes.json")
+CNN_MODELS = ("mobilenet-v2", "efficientnet-b0", "mnasnet1_0", "resnet-50", "vgg-16")   # PIMFlow §5's five CNNs
+BERT_BASE_FC = (("qkv", 768, 768), ("out", 768, 768), ("ffn1", 3072, 768), ("ffn2", 768, 3072))  # (name, N, K):
+                                     #   BERT-base (Devlin et al. 2019): d 768, FFN 3072 (pimjax.models.cnn BERT_BASE)
+LLM_FC = (("gpt3-13b qkv", 15360, 5120), ("gpt3-13b proj", 5120, 5120), ("gpt3-13b ffn1", 20480, 5120),
+          ("gpt3-13b ffn2", 5120, 20480), ("llama2-7b qkv", 12288, 4096), ("llama2-7b up", 11008, 4096),
+          ("llama2-7b down", 4096, 11008))   # (name, N, K): the decode GEMVs' weights (set "llm")
+CLASSES = ("gemv", "gemm", "conv 1x1", "conv kxk", "dwconv", "decode attention", "prefill attention",
+           "reduction / softmax", "normalisation", "elementwise", "launch / copy")
 
 
 def cases() -> list[dict]:
@@ -62,14 +92,65 @@ def cases() -> list[dict]:
     for name, b, h, L in (("gpt3-13b tp8", 1, 5, 2049), ("gpt3-13b", 1, 40, 2049),
                           ("llama2-7b", 1, 32, 4096), ("llama2-7b b16", 16, 32, 4096)):
         out.append(dict(set="decode", kind="attn", name=name, B=b, H=h, L=L, D=128))
-    for name, n, k in (("gpt3-13b qkv", 15360, 5120), ("gpt3-13b proj", 5120, 5120),
-                       ("gpt3-13b ffn1", 20480, 5120), ("gpt3-13b ffn2", 5120, 20480),
-                       ("llama2-7b qkv", 12288, 4096), ("llama2-7b up", 11008, 4096),
-                       ("llama2-7b down", 4096, 11008)):
+    for name, n, k in LLM_FC:
         out.append(dict(set="llm", kind="gemv", name=name, N=n, K=k))
     out.append(dict(set="calib", kind="launch"))
     out.append(dict(set="calib", kind="copy", bytes=1 << 30))
+    # --- the classes the models time beyond GEMVs (issue 41): CNN layers, GEMMs, prefill, norms, maps
+    for sh in cnn_conv_shapes():
+        out.append(dict(set="cnn", kind="conv", **sh))
+    for tokens in (3, 64):
+        for name, n, k in BERT_BASE_FC:
+            out.append(dict(set="gemm", kind="gemm", name=f"bert-base {name} x{tokens}", M=tokens, N=n, K=k))
+    for tokens in (128, 2048):
+        for name, n, k in LLM_FC:
+            out.append(dict(set="gemm", kind="gemm", name=f"{name} x{tokens}", M=tokens, N=n, K=k))
+    for name, h, L in (("gpt3-13b tp8", 5, 2048), ("llama2-7b", 32, 512), ("llama2-7b", 32, 2048),
+                       ("bert-base", 12, 64)):
+        out.append(dict(set="prefill", kind="prefill", name=f"prefill {name} L{L}", B=1, H=h, L=L,
+                        D=64 if name == "bert-base" else 128))
+    for t, e in ((1, 4096), (128, 4096), (2048, 4096), (2048, 5120), (64, 768)):
+        out.append(dict(set="norm", kind="layernorm", T=t, E=e))
+    for r, L in ((32 * 2048, 2048), (12 * 64, 64), (40, 2049)):
+        out.append(dict(set="norm", kind="softmax", R=r, L=L))
+    for op in ("relu", "gelu", "silu", "add"):
+        for n in (112 * 112 * 96, 14 * 14 * 576, 2048 * 11008):
+            out.append(dict(set="norm", kind="map", op=op, N=n))
     return out
+
+
+def cnn_conv_shapes(path: str = CNN_SHAPES) -> list[dict]:
+    """The deduplicated CONV / DW CONV shapes of PIMFlow's five CNNs (H, W, C, F, K,
+    stride, groups; batch 1, 224 x 224), as `write_cnn_shapes` stored them (no pimjax
+    needed on the measuring machine); [] when the file is missing."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as fh:
+        return json.load(fh)["shapes"]
+
+
+def derive_cnn_shapes(models=CNN_MODELS) -> list[dict]:
+    """The same list from `pimjax.models.cnn.cnn_layers` (here, with pimjax): every
+    CONV / DW CONV node's (H, W, C, F, K, stride, groups), first occurrence order."""
+    from pimjax.models import cnn
+    seen: dict = {}
+    for m in models:
+        for r in cnn.cnn_layers(m).to_dict("records"):
+            if r["kind"] in ("conv", "dwconv"):
+                key = tuple(int(r[k]) for k in ("H", "W", "C", "F", "K", "stride", "groups"))
+                seen.setdefault(key, [])
+                if m not in seen[key]:
+                    seen[key].append(m)
+    return [dict(zip(("H", "W", "C", "F", "K", "stride", "groups"), k), models=v) for k, v in seen.items()]
+
+
+def write_cnn_shapes(path: str = CNN_SHAPES) -> None:
+    """Store `derive_cnn_shapes()` for the measuring machine."""
+    source = ("pimjax.models.cnn.cnn_layers, 224 x 224, batch 1: CONV / DW CONV nodes of " + ", ".join(CNN_MODELS)
+              + " (deduplicated; written by benchmarks/gpu_kernels.py --write-shapes)")
+    lines = ",\n  ".join(json.dumps(sh) for sh in derive_cnn_shapes())
+    with open(path, "w") as fh:
+        fh.write(f'{{"source": {json.dumps(source)},\n "shapes": [\n  {lines}\n ]}}\n')
 
 
 def label(c: dict) -> str:
@@ -79,14 +160,67 @@ def label(c: dict) -> str:
         return f"{c['kind']} {c['B']}x{c['H']}x{c['L']}x{c['D']}"
     if c["kind"] in ("red", "va", "relu"):
         return f"{c['kind']} {c['B']}x{c['E']}"
+    if c["kind"] == "conv":
+        dw = " dw" if c["groups"] > 1 else ""
+        return f"conv{dw} {c['K']}x{c['K']}/{c['stride']} {c['H']}x{c['W']}x{c['C']}->{c['F']}"
+    if c["kind"] == "layernorm":
+        return f"layernorm {c['T']}x{c['E']}"
+    if c["kind"] == "softmax":
+        return f"softmax {c['R']}x{c['L']}"
+    if c["kind"] == "map":
+        return f"{c['op']} {c['N']}"
     return c["kind"]
+
+
+def kernel_class(c: dict) -> str:
+    """The class of GPU-model kernel a case measures (one of `CLASSES`)."""
+    k = c["kind"]
+    if k in ("gemv", "mmtv"):
+        return "gemv"
+    if k == "gemm":
+        return "gemm"
+    if k == "conv":
+        return "dwconv" if c["groups"] > 1 else ("conv 1x1" if c["K"] == 1 else "conv kxk")
+    if k == "attn":
+        return "decode attention"
+    if k == "prefill":
+        return "prefill attention"
+    if k in ("red", "softmax"):
+        return "reduction / softmax"
+    if k == "layernorm":
+        return "normalisation"
+    if k in ("va", "relu", "map"):
+        return "elementwise"
+    if k in ("launch", "copy"):
+        return "launch / copy"
+    raise ValueError(f"kernel_class: unknown case kind {k!r}")
 
 
 # ---------------------------------------------------------------------------
 # measuring (a CUDA machine; no pimjax import)
 # ---------------------------------------------------------------------------
-def _operands(c: dict) -> list[tuple]:
+def _conv_pad(c: dict) -> int:
+    return (c["K"] - 1) // 2          # torchvision's (k - 1) // 2, as cnn_layers
+
+
+def _operands(c: dict, lib: str = "torch") -> list[tuple]:
+    """Operand shapes of case c for "torch" (NCHW convolutions, made channels_last) or "jax" (NHWC / HWIO)."""
     k = c["kind"]
+    if k == "conv":
+        cin = c["C"] // c["groups"]
+        if lib == "jax":
+            return [(1, c["H"], c["W"], c["C"]), (c["K"], c["K"], cin, c["F"])]
+        return [(1, c["C"], c["H"], c["W"]), (c["F"], cin, c["K"], c["K"])]
+    if k == "gemm":
+        return [(c["M"], c["K"]), (c["N"], c["K"])]
+    if k == "prefill":
+        return [(c["B"], c["H"], c["L"], c["D"])] * 3
+    if k == "layernorm":
+        return [(c["T"], c["E"]), (c["E"],), (c["E"],)]
+    if k == "softmax":
+        return [(c["R"], c["L"])]
+    if k == "map":
+        return [(c["N"],)] * (2 if c["op"] == "add" else 1)
     if k == "mmtv":
         return [(c["B"], c["H"], c["L"], c["D"]), (c["B"], c["H"], c["D"])]
     if k == "attn":
@@ -136,7 +270,34 @@ def _torch_fns(c: dict):
         return {"": lambda a: a + 1}
     if k == "copy":
         return {"": lambda a: a.clone()}
+    if k == "conv":
+        st, pad, g = c["stride"], _conv_pad(c), c["groups"]
+        return {"": lambda x, w: F.conv2d(x, w, None, st, pad, 1, g)}
+    if k == "gemm":
+        return {"": lambda x, W: F.linear(x, W)}
+    if k == "prefill":
+        scale = 1.0 / math.sqrt(c["D"])
+
+        def unfused_p(q, K, V):
+            p = torch.softmax(torch.einsum("bhqd,bhkd->bhqk", q, K) * scale, dim=-1)
+            return torch.einsum("bhqk,bhkd->bhqd", p, V)
+        return {" unfused": unfused_p, " fused (sdpa)": lambda q, K, V: F.scaled_dot_product_attention(q, K, V)}
+    if k == "layernorm":
+        return {"": lambda x, w, b: F.layer_norm(x, (c["E"],), w, b)}
+    if k == "softmax":
+        return {"": lambda a: torch.softmax(a, dim=-1)}
+    if k == "map":
+        return {"": {"relu": torch.relu, "gelu": F.gelu, "silu": F.silu, "add": lambda a, b: a + b}[c["op"]]}
     raise ValueError(k)
+
+
+def _torch_prepare(c: dict, ops: list) -> list:
+    """Operands laid out as the measured library wants them: a convolution's input and
+    filter channels_last (NHWC in memory: cuDNN's tensor-core layout, and TVM's in PIMFlow)."""
+    if c["kind"] == "conv":
+        import torch
+        return [t.contiguous(memory_format=torch.channels_last) for t in ops]
+    return ops
 
 
 def _jax_fns(c: dict):
@@ -162,6 +323,30 @@ def _jax_fns(c: dict):
         return lambda a: a + 1
     if k == "copy":
         return lambda a: a * jnp.float16(1)     # XLA elides a plain copy; a scale streams the same bytes
+    if k == "conv":
+        from jax import lax
+        st, pad, g = c["stride"], _conv_pad(c), c["groups"]
+        return lambda x, w: lax.conv_general_dilated(x, w, (st, st), [(pad, pad), (pad, pad)],
+                                                     dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                                     feature_group_count=g)
+    if k == "gemm":
+        return lambda x, W: x @ W.T
+    if k == "prefill":
+        def attn_p(q, K, V):
+            s = jnp.einsum("bhqd,bhkd->bhqk", q, K) / jnp.float16(math.sqrt(c["D"]))
+            return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), V)
+        return attn_p
+    if k == "layernorm":
+        def ln(x, w, b):
+            x32 = x.astype(jnp.float32)
+            mu = x32.mean(-1, keepdims=True)
+            var = ((x32 - mu) ** 2).mean(-1, keepdims=True)
+            return ((x32 - mu) * jax.lax.rsqrt(var + 1e-5) * w + b).astype(x.dtype)
+        return ln
+    if k == "softmax":
+        return lambda a: jax.nn.softmax(a, axis=-1)
+    if k == "map":
+        return {"relu": jax.nn.relu, "gelu": jax.nn.gelu, "silu": jax.nn.silu, "add": lambda a, b: a + b}[c["op"]]
     raise ValueError(k)
 
 
@@ -174,7 +359,8 @@ def measure_torch(c: dict, reps: int = 40, replays: int = 5) -> dict:
     import torch
     shapes = _operands(c)
     n = _copies(shapes)
-    sets = [[torch.randn(s, device="cuda", dtype=torch.float16) for s in shapes] for _ in range(n)]
+    sets = [_torch_prepare(c, [torch.randn(s, device="cuda", dtype=torch.float16) for s in shapes])
+            for _ in range(n)]
     out = {}
     for variant, f in _torch_fns(c).items():
         # warm-up (also selects cuBLAS / SDPA kernels)
@@ -218,7 +404,7 @@ def measure_torch(c: dict, reps: int = 40, replays: int = 5) -> dict:
 def measure_jax(c: dict, reps: int = 40) -> dict:
     import jax
     import numpy as np
-    shapes = _operands(c)
+    shapes = _operands(c, "jax")
     n = _copies(shapes)
     rng = np.random.default_rng(0)
     sets = [[jax.device_put(rng.standard_normal(s, dtype=np.float32).astype(np.float16)) for s in shapes]
@@ -240,6 +426,7 @@ def measure(path: str) -> None:
     global ROTATE_BYTES
     import torch
     import jax
+    torch.backends.cudnn.benchmark = True      # cuDNN's fastest algorithm per shape (cudnnFind, as TVM in PIMFlow)
     props = torch.cuda.get_device_properties(0)
     l2 = int(getattr(props, "L2_cache_size", 0) or 0)
     ROTATE_BYTES = 4 * max(L2_BYTES, l2)          # every call reads DRAM on a GPU with a larger L2 too
@@ -296,7 +483,51 @@ def model_ns(host, c: dict) -> float | None:
         return gpu.elementwise_ns(host, 2 * eb, 1, outputs=1, kind="act")
     if k == "copy":
         return gpu.elementwise_ns(host, 2 * c["bytes"], 0, outputs=c["bytes"] // eb, kind="copy")
+    if k == "conv":
+        return _conv_model_ns(host, c)
+    if k == "gemm":
+        return gpu.gemm_ns(host, c["M"], c["N"], c["K"])
+    if k == "prefill":
+        bh, L, D = c["B"] * c["H"], c["L"], c["D"]
+        return (gpu.gemm_ns(host, L, L, D, batch=bh)
+                + gpu.elementwise_ns(host, 2 * eb * bh * L * L, 5.0 * bh * L * L, outputs=bh * L, reduction=L,
+                                     kind="softmax")
+                + gpu.gemm_ns(host, L, D, L, batch=bh))
+    if k == "layernorm":
+        t, e = c["T"], c["E"]
+        return gpu.elementwise_ns(host, eb * (2 * t * e + 2 * e), 8.0 * t * e, outputs=t, reduction=e, kind="norm")
+    if k == "softmax":
+        r, L = c["R"], c["L"]
+        return gpu.elementwise_ns(host, 2 * eb * r * L, 5.0 * r * L, outputs=r, reduction=L, kind="softmax")
+    if k == "map":
+        n = c["N"]
+        return gpu.elementwise_ns(host, eb * n * (3 if c["op"] == "add" else 2), n, outputs=n, kind="act")
     return None
+
+
+def _conv_model_ns(host, c: dict) -> float:
+    """What pimjax charges the jnp convolution of case c: its traced contraction timed by
+    `sim.host.host_time` on `host` (the op `pim_jit` would place), fp16."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    from pimjax import make_graph
+    from pimjax.sim.host import host_time
+    key = tuple(c[k] for k in ("H", "W", "C", "F", "K", "stride", "groups"))
+    if key not in _CONV_OPS:
+        st, pad, g = c["stride"], _conv_pad(c), c["groups"]
+        graph = make_graph(lambda x, w: lax.conv_general_dilated(x, w, (st, st), [(pad, pad), (pad, pad)],
+                                                                 dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                                                 feature_group_count=g),
+                           *(jax.ShapeDtypeStruct(s, jnp.float16) for s in _operands(c, "jax")))
+        op = next(o for o in graph.ops if o.kind == "contraction")
+        _CONV_OPS[key] = (op, {i: v.shape for i, v in enumerate(graph.values)})
+    op, shapes = _CONV_OPS[key]
+    return float(host_time(op, host, shapes, 2))
+
+
+_CONV_OPS: dict = {}
 
 
 def host_of(info: dict, model: str):
@@ -311,8 +542,66 @@ def host_of(info: dict, model: str):
     raise ValueError(f"no pimjax model of {info['gpu']!r}: the kernel table knows the H100 and the H200")
 
 
+def measured_ns(row: dict, clock: str = "graph") -> float | None:
+    """The measured ns of a row on `clock`: "graph" / "stream" (PyTorch; the three-kernel
+    variant of an attention) or "jax"; None when it was not measured."""
+    if clock == "jax":
+        return row.get("jax_ns")
+    t = row.get("torch") or {}
+    v = t.get(" unfused", t.get(""))
+    return None if v is None else v.get(f"{clock}_ns")
+
+
+def class_ratios(data: dict, clock: str = "graph", models=None) -> list[dict]:
+    """Per kernel class (`CLASSES`) and GPU model: n, min, median, max of model / measured
+    over the measured cases of that class (`data`: a measured JSON, {"info", "rows"}), on
+    the measured GPU's models (`host_of`; default every model any GPU takes,
+    `hw.gpu.GENERIC_GPU_MODELS`).  A class with no measured case gives one row with n 0 and
+    status "not measured"; otherwise status "measured".  PIMFlow's "pimflow" model times a
+    simulated RTX 2060 that no measurement here ran on: it is not in the table."""
+    import statistics
+
+    from pimjax.hw.gpu import GENERIC_GPU_MODELS
+    models = tuple(GENERIC_GPU_MODELS if models is None else models)
+    hosts = {m: host_of(data["info"], m) for m in models}
+    by_class: dict = {k: [] for k in CLASSES}
+    for r in data["rows"]:
+        c = {k: v for k, v in r.items() if k not in ("torch", "jax_ns", "torch_error", "jax_error")}
+        t = measured_ns(r, clock)
+        if t:
+            by_class[kernel_class(c)].append((c, t))
+    out = []
+    for cls in CLASSES:
+        cases_ = by_class[cls]
+        if not cases_:
+            out.append(dict(cls=cls, model=None, n=0, status="not measured", min=None, median=None, max=None))
+            continue
+        for m, h in hosts.items():
+            ratios = [model_ns(h, c) / t for c, t in cases_]
+            out.append(dict(cls=cls, model=m, n=len(ratios), status="measured", min=min(ratios),
+                            median=statistics.median(ratios), max=max(ratios)))
+    return out
+
+
+def class_table(path: str, clock: str = "graph", markdown: bool = False) -> None:
+    """Print `class_ratios` of a measured file."""
+    with open(path) as fh:
+        data = json.load(fh)
+    rows = class_ratios(data, clock)
+    print(f"{data['info']['gpu']}: model / measured ({clock} clock) per kernel class")
+    print("| class | model | n | min | median | max |" if markdown else "")
+    if markdown:
+        print("|---|---|---:|---:|---:|---:|")
+    for r in rows:
+        if r["status"] == "not measured":
+            cells = [r["cls"], "every model", "0", "not measured", "", ""]
+        else:
+            cells = [r["cls"], r["model"], str(r["n"]), f"{r['min']:.2f}", f"{r['median']:.2f}", f"{r['max']:.2f}"]
+        print(("| " + " | ".join(cells) + " |") if markdown else "  ".join(f"{x:>18s}" for x in cells))
+
+
 def table(path: str, markdown: bool = False) -> None:
-    from pimjax.hw.gpu import GPU_MODELS
+    from pimjax.hw.gpu import GENERIC_GPU_MODELS as GPU_MODELS
     with open(path) as fh:
         data = json.load(fh)
     info, rows = data["info"], data["rows"]
@@ -328,7 +617,7 @@ def table(path: str, markdown: bool = False) -> None:
             models = {m: model_ns(h, c) for m, h in hosts.items()}
             if variant == " fused (sdpa)":
                 models = {m: None for m in models}      # the models time the three kernels model code runs
-            if c["kind"] == "attn" and variant == " unfused":
+            if c["kind"] in ("attn", "prefill") and variant == " unfused":
                 variant = ""
             g = t.get("graph_ns")
             occ = models["occupancy"]
@@ -360,14 +649,23 @@ def _us(ns) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--measure", metavar="OUT.json", help="measure on this machine's CUDA GPU")
-    ap.add_argument("--data", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
-                                                   "gpu_kernels_h100.json"))
+    ap.add_argument("--data", default=os.path.join(HERE, "data", "gpu_kernels_h100.json"))
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
+    ap.add_argument("--classes", action="store_true", help="model / measured per kernel class (class_ratios)")
+    ap.add_argument("--clock", default="graph", choices=("graph", "stream", "jax"), help="with --classes")
+    ap.add_argument("--write-shapes", action="store_true",
+                    help=f"write {CNN_SHAPES} from pimjax's cnn_layers and exit")
     args = ap.parse_args()
+    if args.write_shapes:
+        write_cnn_shapes()
+        return
     if args.list:
         for c in cases():
             print(label(c), c)
+        return
+    if args.classes:
+        class_table(args.data, args.clock, args.markdown)
         return
     if args.measure:
         measure(args.measure)

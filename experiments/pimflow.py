@@ -114,10 +114,13 @@ PIMFLOW_CONFIG = "newton++"
 PLACEMENTS = {0: "input", 1: "filter"}
 
 
-def backend_for(config: str, pim_channels: int = PIM_CHANNELS):
-    """The PIMFlow system with `pim_channels` PIM channels of 32 under PIM configuration `config`."""
+def backend_for(config: str, pim_channels: int = PIM_CHANNELS, gpu: str | None = None):
+    """The PIMFlow system with `pim_channels` PIM channels of 32 under PIM configuration `config`;
+    gpu: the GPU model of `System.gpu` / `System.cogpu` (None: the preset's default, "occupancy";
+    "pimflow": PIMFlow's own Accel-Sim RTX 2060, `hw.host.pimflow_rtx2060`)."""
     from pimjax.hw.presets import newton_config
-    return newton_config(config, channels=pim_channels, total_channels=TOTAL_CHANNELS)
+    opts = {} if gpu is None else {"gpu": gpu}
+    return newton_config(config, channels=pim_channels, total_channels=TOTAL_CHANNELS, **opts)
 
 
 # PIMFlow's numbers as its text states them (§1, §6.1; `../shared/papers/pimflow-cnn-gpu-pim.txt`).
@@ -266,9 +269,38 @@ def pim_time_placed(op, shapes, backend, n_drafts: int = N_DRAFTS, like: dict | 
 
 
 # --------------------------------------------------------------------------- per-layer times
-def _other_ns(host, row) -> float:
-    """A non-contraction node on the GPU: its bytes streamed (pools reduce their window)."""
+PRODUCT_KINDS = ("conv", "dwconv", "fc")
+FUSABLE_OPS = ("act", "add", "mul")     # elementwise / broadcast nodes TVM's FuseOps joins to a product's epilogue
+
+
+def fused_into_product(rows: list[dict]) -> dict[int, int]:
+    """{node: the node it follows in the same kernel} for the "other" nodes that PIMFlow's TVM
+    build runs inside a product's epilogue kernel: an activation, add or multiply whose input is a
+    CONV / DW CONV / FC -- or a node already fused into one -- that feeds nothing else.  cuDNN and
+    cuBLAS calls are opaque to TVM, so their bias (folded batch norm) is a TVM kernel of its own and
+    FuseOps joins the elementwise ops after it (conv + bias + ReLU6; project conv + bias + residual
+    add; SE fc2 + bias + sigmoid + scale).  rows: `cnn_layers(...).to_dict("records")`."""
+    fused: dict[int, int] = {}
+    for i, r in enumerate(rows):
+        if r["kind"] != "other" or r["op"] not in FUSABLE_OPS:
+            continue
+        for j in r["inputs"]:
+            if j >= 0 and tuple(rows[j]["consumers"]) == (i,) and (rows[j]["kind"] in PRODUCT_KINDS or j in fused):
+                fused[i] = j
+                break
+    return fused
+
+
+def _other_ns(host, row, fused_from: dict | None = None) -> float:
+    """A non-contraction node on the GPU: its bytes streamed (pools reduce their window).
+    fused_from: on the "pimflow" GPU model, the row of the node whose epilogue kernel this node
+    runs in (`fused_into_product`): no kernel of its own, only the bytes it adds to that kernel
+    (what it reads and writes beyond the fused chain's value, read and written once there);
+    ignored on the other models."""
     from pimjax.hw.gpu import elementwise_ns
+    if fused_from is not None and host.model == "pimflow":
+        extra = float(row["in_bytes"] + row["out_bytes"]) - 2.0 * float(fused_from["out_bytes"])
+        return max(0.0, extra) / (float(host.mem_bandwidth) * float(host.bandwidth_efficiency)) * 1e9
     outputs = max(1, int(row["Ho"]) * int(row["Wo"]) * int(row["F"]))
     red = max(1, int(row["H"]) * int(row["W"]) // max(1, int(row["Ho"]) * int(row["Wo"]))) \
         if row["op"] == "pool" else 1
@@ -306,39 +338,66 @@ def _layer_key(row, pim_channels: int = PIM_CHANNELS) -> tuple:
             int(row["stride"]), pim_channels)
 
 
+def profile_layout_ns(host, op, shapes) -> float:
+    """On the "pimflow" GPU model, the kernel PIMFlow's per-layer profiles add to a CONV / DW CONV
+    (0 otherwise, and for an FC): layerwise.py compiles a PyTorch NCHW layer, and TVM's
+    ConvertLayout to NHWC (`desired_layouts` there) puts a transform of its input before cuDNN --
+    a TVM copy kernel of the input (op's first operand, 4-D; FP16: 2 B read and 2 B written per
+    element).  Returns ns.  A whole-network run converts only
+    the network's input (`gpu_totals`' e2e)."""
+    from pimjax.hw.gpu import elementwise_ns
+    if host.model != "pimflow":
+        return 0.0
+    x = op.operands[op.body_operands[0]].value if op.body is not None else op.operands[0].value
+    if len(shapes[x]) != 4:
+        return 0.0
+    n = int(np.prod(shapes[x]))
+    return float(elementwise_ns(host, 4.0 * n, 0.0, outputs=n, kind="copy"))
+
+
 def _share_gpu_ns(build, share: float, host) -> float:
-    """ns on `host` of `share` of an op's iterations (`share_builder`'s build)."""
+    """ns on `host` of `share` of an op's iterations (`share_builder`'s build); on the "pimflow"
+    model with its per-layer profile's input transform (`profile_layout_ns`)."""
     from pimjax.sim.host import host_time
     op, shapes = build(share)
-    return float(host_time(op, host, shapes, 2))
+    return float(host_time(op, host, shapes, 2)) + profile_layout_ns(host, op, shapes)
 
 
 def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, n_drafts: int = N_DRAFTS,
-                variants=("rows", "channels"), log=print) -> list[dict]:
+                variants=("rows", "channels"), log=print, gpu: str | None = None) -> list[dict]:
     """Per node of `model` (224 x 224): name, kind, op, candidate, gpu_ns (baseline GPU, all
     channels), cogpu_ns (beside PIM), and for PIM candidates per split variant (`split_vars`)
-    its gpu / pim lists over `RATIOS` and merge_ns (ns)."""
+    its gpu / pim lists over `RATIOS` and merge_ns (ns).  gpu: the GPU model (`backend_for`;
+    None: the preset's default).  On "pimflow" the nodes are timed as PIMFlow's artifact times
+    them: a CONV / DW CONV as its per-layer profile (`profile_layout_ns` added), an activation /
+    add / multiply TVM fuses into a product's epilogue as the bytes it adds there
+    (`fused_into_product`); the PIM memo (`memo`) does not depend on the GPU model."""
     from pimjax.hw.gpu import elementwise_ns
     from pimjax.models import cnn
     from pimjax.search.mixed import RATIOS, share_builder, split_vars
     from pimjax.sim.host import host_time
-    backend = backend_for(PIMFLOW_CONFIG, pim_channels)
-    plus = backend_for("newton+", pim_channels)
+    backend = backend_for(PIMFLOW_CONFIG, pim_channels, gpu)
+    plus = backend_for("newton+", pim_channels, gpu)
     memo = {} if memo is None else memo
     table = model_table(model)
+    rows = table.to_dict("records")
+    fused = fused_into_product(rows) if gpu == "pimflow" else {}
     out = []
     t0 = time.perf_counter()
-    for row in table.to_dict("records"):
+    for i, row in enumerate(rows):
         rec = dict(name=row["name"], kind=row["kind"], op=row["op"], K=int(row["K"]),
                    groups=int(row["groups"]), candidate=bool(row["pim_candidate"]))
         if row["kind"] == "other":
-            rec["gpu_ns"] = _other_ns(backend.system.gpu, row)
-            rec["cogpu_ns"] = _other_ns(backend.system.cogpu, row)
+            src = rows[fused[i]] if i in fused else None
+            rec["gpu_ns"] = _other_ns(backend.system.gpu, row, src)
+            rec["cogpu_ns"] = _other_ns(backend.system.cogpu, row, src)
             out.append(rec)
             continue
         op, shapes = layer_op(row)
-        rec["gpu_ns"] = float(host_time(op, backend.system.gpu, shapes, 2))
-        rec["cogpu_ns"] = float(host_time(op, backend.system.cogpu, shapes, 2))
+        rec["gpu_ns"] = float(host_time(op, backend.system.gpu, shapes, 2)) + \
+            profile_layout_ns(backend.system.gpu, op, shapes)
+        rec["cogpu_ns"] = float(host_time(op, backend.system.cogpu, shapes, 2)) + \
+            profile_layout_ns(backend.system.cogpu, op, shapes)
         rows_var = split_vars(op).get("rows")
         if not rec["candidate"] and rows_var is not None:
             # a GPU-only node (a depthwise CONV) inside a pipelined subgraph runs as row chunks
@@ -375,6 +434,63 @@ def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, n_draft
         out.append(rec)
     log(f"  {model} @ {pim_channels} PIM channels: {len(out)} nodes in {time.perf_counter() - t0:.0f} s")
     return out
+
+
+# --------------------------------------------------------------------------- the GPU baselines
+GPU_BASELINES = ("occupancy", "pimflow")    # pimjax's default GPU model, PIMFlow's Accel-Sim RTX 2060
+INPUT_HW = 224                              # the models' input (cnn_layers' default resolution)
+
+
+def gpu_totals(models=MODELS, gpus=GPU_BASELINES) -> "pd.DataFrame":
+    """The GPU-only baseline of each model under each GPU model (no PIM work: seconds, not the
+    layer cache's minutes).  One row per (model, gpu) with, in µs, on all 32 channels
+    (`System.gpu`, the "vs GPU" baseline) and on the 16 GPU-only channels beside PIM
+    (`System.cogpu`):
+
+    * conv_us_32 / conv_us_16: the CONV / DW CONV / FC nodes as `layer_times` times them (on
+      "pimflow" each as PIMFlow's per-layer profile: `profile_layout_ns` included) -- PIMFlow's
+      `--conv_only` baseline (its README: 1 064 µs for MobileNet-V2 at 1 365 MHz);
+    * e2e_us_32 / e2e_us_16: every node, as one network run (on "pimflow": the network's NCHW
+      input converted once instead of every layer's, activations / adds / SE scales fused into
+      their product's epilogue, `fused_into_product`) -- PIMFlow's "GPU CYCLE" (1 059 µs);
+    * layers_us_32: every node as `layer_times` records them (`run_modes`' "GPU" total);
+    * conv_16_over_32 / e2e_16_over_32: the slowdown of the GPU beside PIM (half the channels).
+
+    gpus: GPU model names `backend_for` takes ("occupancy", "pimflow", "roofline", "dcc")."""
+    import pandas as pd
+    from pimjax.hw.gpu import elementwise_ns
+    from pimjax.sim.host import host_time
+    out, ops = [], {}
+    for model in models:
+        rows = model_table(model).to_dict("records")
+        for g in gpus:
+            system = backend_for(PIMFLOW_CONFIG, PIM_CHANNELS, g).system
+            fused = fused_into_product(rows) if g == "pimflow" else {}
+            rec = dict(model=model, gpu=g, gpu_name=system.gpu.name)
+            for ch, host in ((TOTAL_CHANNELS, system.gpu), (TOTAL_CHANNELS - PIM_CHANNELS, system.cogpu)):
+                conv = net = layers = 0.0
+                for i, row in enumerate(rows):
+                    if row["kind"] == "other":
+                        t = _other_ns(host, row, rows[fused[i]] if i in fused else None)
+                        net, layers = net + t, layers + t
+                        continue
+                    key = _layer_key(row) + (row["kind"], int(row["groups"]))
+                    if key not in ops:
+                        ops[key] = layer_op(row)
+                    op, shapes = ops[key]
+                    t = float(host_time(op, host, shapes, 2))
+                    prof = profile_layout_ns(host, op, shapes)
+                    conv, net, layers = conv + t + prof, net + t, layers + t + prof
+                if g == "pimflow":          # the network's input, NCHW -> NHWC once (TVM ConvertLayout)
+                    n = 3 * INPUT_HW * INPUT_HW
+                    net += float(elementwise_ns(host, 4.0 * n, 0.0, outputs=n, kind="copy"))
+                rec[f"conv_us_{ch}"], rec[f"e2e_us_{ch}"] = conv / 1e3, net / 1e3
+                if ch == TOTAL_CHANNELS:
+                    rec["layers_us_32"] = layers / 1e3
+            rec["conv_16_over_32"] = rec["conv_us_16"] / rec["conv_us_32"]
+            rec["e2e_16_over_32"] = rec["e2e_us_16"] / rec["e2e_us_32"]
+            out.append(rec)
+    return pd.DataFrame(out)
 
 
 # --------------------------------------------------------------------------- the cache

@@ -49,6 +49,9 @@ energy pJ; bytes; GB/s = bytes / ns.
   split_ns       the ops split between the GPU and PIM ("md-dp", both
                  parts at once; 0 without a concurrent GPU)
   total_ns       pim_ns + host_ns + split_ns
+  gpu, gpu_model the GPU "vs GPU" compares with (`System.baseline`'s name)
+                 and its time model (`pimjax.hw.gpu.GPU_MODELS`: "occupancy"
+                 by default, "pimflow" for PIMFlow's Accel-Sim RTX 2060, ...)
   gpu_ns         every op on the host roofline (the GPU-only run, ns)
   speedup_gpu    gpu_ns / total_ns
   resident_ns    one-time placement of resident operands, not in total_ns

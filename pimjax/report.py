@@ -171,6 +171,8 @@ class Report:
     per_call: dict = field(default_factory=dict)
     system: dict = field(default_factory=dict)   # `hw.describe_system`: the PIM system and the GPU compared with
     system_text: str = ""                        # the same in one line (`hw.system_line`)
+    gpu: str = ""                                # the GPU "vs GPU" (gpu_ns, speedup_gpu) used: System.baseline's name
+    gpu_model: str = ""                          #   and its time model (`hw.gpu.GPU_MODELS`)
 
     # -- totals ------------------------------------------------------------
     @property
@@ -251,6 +253,7 @@ class Report:
                "cost_model": self.cost_model, "system": self.system,
                "total_ns": total, "pim_cycles": self.pim_cycles, "pim_ns": self.pim_ns, "host_ns": self.host_ns,
                "split_ns": self.split_ns,
+               "gpu": self.gpu, "gpu_model": self.gpu_model,
                "gpu_ns": self.gpu_ns, "speedup_gpu": self.gpu_ns / total if total else float("nan"),
                "resident_ns": self.resident_ns, "energy_pj": self.energy_pj}
         return {**{k: _none_if_nan(v) for k, v in top.items()}, "resident": dict(self.resident),
@@ -277,7 +280,8 @@ class Report:
                       _bandwidth(o), f"{o.energy_pj / 1e3:,.1f}" if o.energy_pj and not np.isnan(o.energy_pj) else "",
                       _times(o.speedup_gpu), _times(o.speedup_baseline))
         speedup = self.gpu_ns / self.total_ns if self.total_ns else float("nan")
-        t.caption = (f"total {_count(self.total_ns)} ns vs GPU-only {self.gpu_ns:,.0f} ns "
+        gpu = f" on {self.gpu} ({self.gpu_model} model)" if self.gpu else ""
+        t.caption = (f"total {_count(self.total_ns)} ns vs GPU-only {self.gpu_ns:,.0f} ns{gpu} "
                      f"({_times(speedup) or 'n/a'}); resident placement {_count(self.resident_ns)} ns once")
         for label, why in self.resident.items():
             t.caption += f"\nresident {label}: {why}"
@@ -360,7 +364,8 @@ def build_report(stage, figures: str = "simulated") -> Report:
     res = traced.residency
     rep = Report(be.name, be.system.host.name, 1.0 / tck, figures=figures,
                  cost_model=traced.owner.tuner.model_source(be), resident=res.resident, per_call=res.per_call,
-                 system=describe_system(be), system_text=system_line(be))
+                 system=describe_system(be), system_text=system_line(be),
+                 gpu=be.system.baseline.name, gpu_model=be.system.baseline.model)
     shapes = {i: v.shape for i, v in enumerate(stage.graph.values)}
     peaks = derived_peaks(be)
     nan = float("nan")

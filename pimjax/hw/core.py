@@ -202,6 +202,7 @@ class _Replace:
 # --------------------------------------------------------------------------
 # the levels
 # --------------------------------------------------------------------------
+PIMFLOW_FIELDS = ("simt_flops", "l2_bandwidth", "mem_latency_ns")   # read by the "pimflow" GPU model only
 HOST_ENERGY_FIELDS = ("e_mem_pj_per_byte", "e_l2_pj_per_byte", "e_l1_pj_per_byte", "e_reg_pj", "e_alu_pj_per_mac",
                       "static_power_w")
 
@@ -214,8 +215,10 @@ class HostModel(_Replace):
     the PIM programs' own host work (read-back, merge) is charged on it.  The
     baseline ops (`pimjax.sim.host.host_time`, `gemm_ns`, `attention_ns`,
     `elementwise_ns`) follow `model`, one of `pimjax.hw.gpu.GPU_MODELS`:
-    "roofline", "dcc", "attacc" (AttAcc's A100a system model) or "occupancy"
-    (launch + SM occupancy); `pimjax/hw/gpu.py` defines them.
+    "roofline", "dcc", "attacc" (AttAcc's A100a system model), "occupancy"
+    (launch + SM occupancy) or "pimflow" (PIMFlow's Accel-Sim RTX 2060: launch,
+    cuDNN tiles on the configured SMs, L2 and channels); `pimjax/hw/gpu.py`
+    defines them.
 
     peak_flops: FLOP/s; mem_bandwidth: bytes/s; launch_overhead_ns: ns per kernel.
     staging_buffer_bytes: controllable on-chip memory used to reorganise data
@@ -229,6 +232,14 @@ class HostModel(_Replace):
     e_l1_pj_per_byte: pJ per byte moved to / from the memory, through L2, through
     L1; e_reg_pj: pJ per register-file access; e_alu_pj_per_mac: pJ per MAC;
     static_power_w: W drawn whatever the kernel does, charged over the time.
+
+    Read by the "pimflow" model only (0 = not modelled, the default; the model
+    refuses a host without them): simt_flops: FLOP/s of the CUDA cores (kernels
+    without tensor-core MMAs: depthwise convolutions, GEMVs, maps); l2_bytes:
+    the L2 capacity (operands that fit are re-read from it, not from DRAM);
+    l2_bandwidth: bytes/s the L2 returns; mem_latency_ns: one DRAM load round
+    trip, charged once per kernel (its first loads) and as the floor of each
+    k step of a tiled product.
     """
     name: str
     peak_flops: Any
@@ -247,6 +258,9 @@ class HostModel(_Replace):
     e_reg_pj: Any = 0.0
     e_alu_pj_per_mac: Any = 0.0
     static_power_w: Any = 0.0
+    simt_flops: Any = 0.0
+    l2_bandwidth: Any = 0.0
+    mem_latency_ns: Any = 0.0
 
     def __post_init__(self):
         from .gpu import GPU_MODELS
@@ -254,7 +268,7 @@ class HostModel(_Replace):
         check_finite(self, *self._dynamic_fields)
         check_positive(self, "peak_flops", "mem_bandwidth", "flops_efficiency", "bandwidth_efficiency")
         check_non_negative(self, "launch_overhead_ns", "staging_buffer_bytes", "sms", "l1_bytes_per_sm",
-                           "l2_bytes", *HOST_ENERGY_FIELDS)
+                           "l2_bytes", *HOST_ENERGY_FIELDS, *PIMFLOW_FIELDS)
         for n in ("flops_efficiency", "bandwidth_efficiency"):
             v = _concrete(getattr(self, n))
             if v is not None and not np.all(v <= 1):
@@ -265,12 +279,19 @@ class HostModel(_Replace):
             raise ValueError(f"HostModel.model {self.model!r} needs sms >= 1 (thread-block slots)")
         if self.model == "attacc" and (self.l1_bytes_per_sm < 1 or self.l2_bytes < 1):
             raise ValueError("HostModel.model 'attacc' needs l1_bytes_per_sm and l2_bytes (its tiling search)")
+        if self.model == "pimflow":
+            missing = [n for n in ("sms", "l2_bytes", *PIMFLOW_FIELDS)
+                       if (v := _concrete(getattr(self, n))) is not None and not np.all(v > 0)]
+            if missing:
+                raise ValueError(f"HostModel.model 'pimflow' needs {missing} > 0 (PIMFlow's Accel-Sim GPU: "
+                                 "`hw.host.pimflow_rtx2060` sets them from its configuration)")
 
     # -- the baseline model (pimjax/hw/gpu.py) ------------------------------
-    def gemm_ns(self, m, n, k, batch=1, elem_bytes=2) -> float:
-        """ns of `batch` (m x k) . (k x n) products on this host's model (`hw.gpu.gemm_ns`)."""
+    def gemm_ns(self, m, n, k, batch=1, elem_bytes=2, operand_bytes=None) -> float:
+        """ns of `batch` (m x k) . (k x n) products on this host's model (`hw.gpu.gemm_ns`;
+        operand_bytes: the operands' and result's real bytes, read by the "pimflow" model)."""
         from .gpu import gemm_ns
-        return gemm_ns(self, m, n, k, batch, elem_bytes)
+        return gemm_ns(self, m, n, k, batch, elem_bytes, operand_bytes)
 
     def attention_ns(self, heads, d, L, batch=1, elem_bytes=2, softmax=True) -> float:
         """ns of a decode step's attention (score + softmax + context; `hw.gpu.attention_ns`)."""

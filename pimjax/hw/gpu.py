@@ -28,6 +28,22 @@ dispatches on it, so graph ops (`pimjax.sim.host.host_time`) and code without a 
   on CNN layers): an optimistic bound on a library's pick, not yet checked against a
   measured GEMM; a block per row of a row reduction, 8 elements per thread of a
   map).  Constants and sources below.
+* ``"pimflow"`` -- PIMFlow's GPU as its artifact measures it: Accel-Sim (configuration
+  SM75_RTX2060, `hw.host.pimflow_rtx2060`) running the TVM build of each layer
+  (`target="cuda -libs=cudnn,cublas"`).  Every kernel costs the configured launch
+  (5000 core cycles) and one DRAM round trip before its body.  A product is a library
+  kernel -- cuDNN's tensor-core implicit GEMM, the fastest of its Turing CTA tiles
+  (cudnnFind picks the fastest), each CTA on its SM's tensor units, k steps of 32 no
+  faster than a DRAM round trip, the operands from DRAM once (again per tile when they
+  overflow L2) and every tile load through L2; a GEMV-shaped product (cuBLAS GEMV,
+  cuDNN's depthwise convolution: no MMA tile) on the CUDA cores -- followed by the TVM
+  kernel its bias / folded batch norm, activation and residual add fuse into (cuDNN
+  and cuBLAS calls are opaque to TVM's FuseOps, so nothing fuses into them; the
+  epilogue reads the product's result from L2 when it fits, the L2 is write-through).
+  Other ops are TVM kernels (`topi/cuda/injective.py`: 1024 threads a block, 2 FP16
+  each, at most 256 blocks; pools: a thread per output) streaming at the SM-utilised
+  bandwidth.  Graph-level fusion (an activation after a product costs nothing more)
+  is the caller's: `experiments/pimflow.py`.
 
 Units: ns; bytes; FLOP.  Shapes: a product is `batch` independent (m x k) . (k x n)
 products (AttAcc's m, n, k, numOp); m is the token / query side.
@@ -46,7 +62,9 @@ import math
 
 import numpy as np
 
-GPU_MODELS = ("roofline", "dcc", "attacc", "occupancy")
+GPU_MODELS = ("roofline", "dcc", "attacc", "occupancy", "pimflow")
+GENERIC_GPU_MODELS = ("roofline", "dcc", "attacc", "occupancy")   # the models any GPU builder takes (`hw.host`);
+                                                                  #   "pimflow" is PIMFlow's configured RTX 2060 only
 
 # --------------------------------------------------------------------------
 # "occupancy": the thread-block mapping of ordinary CUDA kernels
@@ -65,6 +83,21 @@ OCC_TILE_K = 32                 # a slice holds at least one 32-deep k step of t
 OCC_PARTIAL_BYTES = 4           # a split's FP32 partial sums, written by the slices and read by one reduction kernel
 OCC_GEMM_MIN = 64               # assumption: a product whose m and n are both >= 64 runs as a tiled tensor-core
                                 #   GEMM; a narrower one as a GEMV kernel (a warp per output, split-free)
+
+# --------------------------------------------------------------------------
+# "pimflow": the libraries' kernels on PIMFlow's Accel-Sim RTX 2060 (hardware constants: the HostModel)
+# --------------------------------------------------------------------------
+PIMFLOW_CUDNN_TILES = ((256, 128), (256, 64), (128, 128))
+                                # cuDNN's Turing FP16 tensor-core convolution kernels as profiles name them:
+                                #   turing_fp16_s1688cudnn_fp16_256x128_ldg8_relu_f2f_exp_small_nhwc_tn_v1,
+                                #   ..._256x64_sliced1x2_..., ..._128x128_... (pytorch/pytorch#54324 on an RTX 2080,
+                                #   ryujaehun/pytorch-gpu-benchmark#6, TensorRT tactic logs: trt_turing_h1688cudnn_
+                                #   {256x64,256x128,128x128}); no smaller s1688 tile appears in them.  Either orientation
+                                #   on the product: the names do not say which GEMM side is the 256
+PIMFLOW_TILE_K = 32             # assumption: a CTA's k step (CUTLASS's Turing tensor-op threadblock k, 32)
+PIMFLOW_TVM_THREADS = 1024      # TVM topi/cuda/injective.py (the PIMFlow_tvm fork): max_num_threads, 1024 on CUDA
+PIMFLOW_TVM_MAX_BLOCKS = 256    #   ... max_block = 256 (bigger maps loop inside the blocks)
+PIMFLOW_TVM_VECTOR = 2          #   ... vector_width = 2 for float16 (half2)
 
 # --------------------------------------------------------------------------
 # "attacc": constants of the AttAcc simulator (src/devices.py, src/config.py)
@@ -148,18 +181,25 @@ def _attacc_gemm_ns(host, m, n, k, batch, eb) -> float:
 # --------------------------------------------------------------------------
 # public entry points
 # --------------------------------------------------------------------------
-def gemm_ns(host, m: int, n: int, k: int, batch: int = 1, elem_bytes: int = 2) -> float:
+def gemm_ns(host, m: int, n: int, k: int, batch: int = 1, elem_bytes: int = 2,
+            operand_bytes: float | None = None) -> float:
     """ns of `batch` independent (m x k) . (k x n) products on `host`'s model.
 
     m: rows of the left operand (tokens / queries; 1 for a decode GEMV), n: outputs
     per row, k: the contraction, elem_bytes: bytes per element of every operand.
     A decode GEMV y = W x with W of N x K is gemm_ns(host, 1, N, K); an attention
     score of H heads over L keys of dimension d is gemm_ns(host, 1, L, d, batch=H).
+    operand_bytes: the bytes the operands and result really occupy (a K x K
+    convolution's input is about K^2 times smaller than its (m x k) im2col view);
+    read by the "pimflow" model only (default: batch x (m k + k n + m n) x
+    elem_bytes, as the other models count).
     """
     m, n, k, batch, eb = int(m), int(n), int(k), int(batch), int(elem_bytes)
     model = host.model
     if model == "attacc":
         return _attacc_gemm_ns(host, m, n, k, batch, eb)
+    if model == "pimflow":
+        return _pimflow_gemm_ns(host, m, n, k, batch, eb, operand_bytes)
     bytes_moved = batch * (m * k + k * n + m * n) * eb
     flops = 2.0 * batch * m * n * k
     if model in ("roofline", "dcc"):
@@ -204,6 +244,8 @@ def elementwise_ns(host, bytes_moved: float, flops: float = 0.0, *, outputs: int
     if model in ("roofline", "dcc"):
         return float(host.time_ns(bytes_moved, flops))
     outputs, reduction = max(1, int(outputs)), max(1, int(reduction))
+    if model == "pimflow":
+        return _pimflow_tvm_ns(host, bytes_moved, flops, outputs, reduction)
     if model == "attacc":
         scale = ATTACC_FIT_BANDWIDTH / _f(host.mem_bandwidth)
         if kind == "act":
@@ -316,3 +358,73 @@ def _occupied_ns(host, bytes_moved: float, flops: float, blocks: int) -> float:
     t_mem = bytes_moved / (_f(host.mem_bandwidth) * _f(host.bandwidth_efficiency) * util) * 1e9
     t_cmp = flops / (_f(host.peak_flops) * _f(host.flops_efficiency) * util) * 1e9
     return max(t_mem, t_cmp) + _f(host.launch_overhead_ns)
+
+
+# --------------------------------------------------------------------------
+# "pimflow": PIMFlow's Accel-Sim RTX 2060 (hw.host.pimflow_rtx2060)
+# --------------------------------------------------------------------------
+def _pimflow_kernel_ns(host, body_ns: float) -> float:
+    """A kernel on Accel-Sim: the configured launch latency, one DRAM round trip (its
+    first loads), then its body."""
+    return _f(host.launch_overhead_ns) + _f(host.mem_latency_ns) + body_ns
+
+
+def _pimflow_stream_ns(host, dram_bytes: float, flops: float, blocks: int, l2_bytes: float = 0.0) -> float:
+    """Body of a CUDA-core kernel of `blocks` thread blocks: DRAM bytes at the
+    bandwidth and FLOP at the CUDA cores' rate, both scaled by the SMs the blocks
+    keep busy (wave quantisation), L2 bytes at the L2's rate."""
+    util = wave_utilisation(blocks, host.sms)
+    t_mem = dram_bytes / (_f(host.mem_bandwidth) * _f(host.bandwidth_efficiency) * util) * 1e9
+    t_l2 = l2_bytes / _f(host.l2_bandwidth) * 1e9
+    t_cmp = flops / (_f(host.simt_flops) * _f(host.flops_efficiency) * util) * 1e9
+    return max(t_mem, t_l2, t_cmp)
+
+
+def _pimflow_tvm_ns(host, bytes_moved: float, flops: float, outputs: int, reduction: int) -> float:
+    """A TVM-generated kernel (map or reduction) on PIMFlow's GPU, its operands from DRAM."""
+    if reduction > 1:      # TVM's pool schedules (the CNNs' reductions): a thread per output, 1024 a block
+        blocks = math.ceil(outputs / PIMFLOW_TVM_THREADS)
+    else:                  # injective: 2 FP16 per thread, 1024 threads a block, at most 256 blocks
+        blocks = min(PIMFLOW_TVM_MAX_BLOCKS, math.ceil(outputs / (PIMFLOW_TVM_THREADS * PIMFLOW_TVM_VECTOR)))
+    return _pimflow_kernel_ns(host, _pimflow_stream_ns(host, bytes_moved, flops, blocks))
+
+
+def pimflow_epilogue_ns(host, out_bytes: float, outputs: int) -> float:
+    """ns of the TVM kernel after a product on PIMFlow's GPU (its bias / folded batch
+    norm, with any activation and residual add fused in): it reads the product's
+    result -- from L2 when it fits there, the product having just written it -- and
+    writes it to DRAM (the configured L2 is write-through).  out_bytes: the result's
+    bytes; outputs: its elements."""
+    resident = out_bytes <= host.l2_bytes
+    blocks = min(PIMFLOW_TVM_MAX_BLOCKS, math.ceil(outputs / (PIMFLOW_TVM_THREADS * PIMFLOW_TVM_VECTOR)))
+    dram = out_bytes * (1.0 if resident else 2.0)
+    return _pimflow_kernel_ns(host, _pimflow_stream_ns(host, dram, float(outputs), blocks,
+                                                       l2_bytes=2.0 * out_bytes))
+
+
+def _pimflow_gemm_ns(host, m: int, n: int, k: int, batch: int, eb: int, operand_bytes) -> float:
+    """The library kernel of a product and its TVM epilogue on PIMFlow's GPU."""
+    out_bytes = batch * m * n * eb
+    gemm_in = batch * (m * k + k * n) * eb              # the (m x k), (k x n) views (a conv's im2col)
+    in_bytes = gemm_in if operand_bytes is None else max(0.0, float(operand_bytes) - out_bytes)
+    flops = 2.0 * batch * m * n * k
+    if min(m, n) == 1:
+        # no MMA tile fills a product one wide: cuBLAS's GEMV (batch 1) / cuDNN's depthwise convolution
+        # (batch = channels) on the CUDA cores, a warp per output (8-warp blocks)
+        blocks = math.ceil(batch * m * n / (OCC_THREADS_PER_BLOCK // OCC_WARP))
+        body = _pimflow_stream_ns(host, in_bytes + out_bytes, flops, blocks)
+    else:
+        per_sm = _f(host.peak_flops) * _f(host.flops_efficiency) / host.sms      # tensor FLOP/s of one SM
+        lat = _f(host.mem_latency_ns)
+        bw = _f(host.mem_bandwidth) * _f(host.bandwidth_efficiency)
+        steps = math.ceil(k / PIMFLOW_TILE_K)
+        body = math.inf
+        for a, b in PIMFLOW_CUDNN_TILES:
+            for tm, tn in ((a, b), (b, a)):
+                ctas = batch * math.ceil(m / tm) * math.ceil(n / tn)
+                step = max(2.0 * tm * tn * PIMFLOW_TILE_K / per_sm * 1e9, lat)    # a k step of one CTA
+                t_cmp = math.ceil(ctas / host.sms) * steps * step               # one CTA per SM at a time
+                l2 = batch * (m * k * math.ceil(n / tn) + k * n * math.ceil(m / tm)) * eb + out_bytes
+                dram = in_bytes + out_bytes if in_bytes <= host.l2_bytes else l2     # re-reads miss an overflowed L2
+                body = min(body, max(t_cmp, dram / bw * 1e9, l2 / _f(host.l2_bandwidth) * 1e9))
+    return _pimflow_kernel_ns(host, body) + pimflow_epilogue_ns(host, out_bytes, batch * m * n)

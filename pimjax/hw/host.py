@@ -3,9 +3,11 @@
 Each function returns a `HostModel` (core.py) whose roofline is time = max(bytes /
 (mem_bandwidth * bandwidth_efficiency), flops / (peak_flops * flops_efficiency)) +
 launch_overhead_ns, and whose `model` names how baseline ops are timed (`gpu.py`:
-"roofline", "dcc", "attacc", "occupancy"; `GPU_MODEL_FACTORS` gives each model's
-efficiencies and launch).  `gpu_on(gpu, GB/s, model)` is the GPU on a PIM system's own
-memory, the fair partner the presets compare with (`System.gpu`).
+"roofline", "dcc", "attacc", "occupancy" -- `GPU_MODEL_FACTORS` gives each model's
+efficiencies and launch -- or "pimflow", PIMFlow's Accel-Sim RTX 2060 alone,
+`pimflow_rtx2060`).  `paper_gpu(name)` is the GPU each paper compares with.
+`gpu_on(gpu, GB/s, model)` is the GPU on a PIM system's own memory, the fair
+partner the presets compare with (`System.gpu`).
 Units: peak_flops in FLOP/s, mem_bandwidth in bytes/s, launch_overhead_ns in ns,
 staging_buffer_bytes in bytes.  Every number carries its source; "assumption:" marks
 values no source gives.
@@ -87,6 +89,10 @@ def _memory_bandwidth(memory, bandwidths: dict, who: str) -> tuple[float, str]:
 
 
 def _model_factors(model: str, who: str) -> tuple[float, float, float]:
+    if model == "pimflow":
+        raise ValueError(f"{who}(model='pimflow'): the model of PIMFlow's Accel-Sim RTX 2060 only "
+                         "(`pimflow_rtx2060(channels)`); valid GPU models here are "
+                         f"{list(GPU_MODEL_FACTORS)}")
     if model not in GPU_MODEL_FACTORS:
         raise ValueError(f"{who}(model={model!r}): valid GPU models are {list(GPU_MODEL_FACTORS)}")
     return GPU_MODEL_FACTORS[model]
@@ -263,11 +269,90 @@ def rtx2060(memory="gddr6", model: str = "roofline") -> HostModel:
     bw, label = _memory_bandwidth(memory, {"gddr6": RTX2060_BANDWIDTH}, "rtx2060")
     if model == "attacc":
         raise ValueError("rtx2060(model='attacc'): AttAcc's system model describes the A100a / H100 only")
+    if model == "pimflow":
+        raise ValueError("rtx2060(model='pimflow'): PIMFlow's GPU is configured by channel count, not a bandwidth: "
+                         "use pimflow_rtx2060(channels)")
     factors = ((RTX2060_BW_EFFICIENCY, RTX2060_FLOPS_EFFICIENCY, RTX2060_LAUNCH_NS)
                if model == "roofline" else _model_factors(model, "rtx2060"))
     return _gpu("RTX 2060" if memory == "gddr6" else f"RTX 2060 ({label})",
                 RTX2060_TENSOR_CORES * RTX2060_FP16_FMA_PER_TC * 2 * RTX2060_BOOST_GHZ * 1e9, bw, factors, model,
                 RTX2060_SMS, RTX2060_SMEM_PER_SM)
+
+
+# --------------------------------------------------------------------------
+# PIMFlow's simulated RTX 2060: Accel-Sim with the artifact's SM75_RTX2060 configuration
+# --------------------------------------------------------------------------
+# Sources (read for their numbers, nothing copied):
+#   gpgpusim.config = yongwonshin/PIMFlow_gpgpu-sim_distribution, branch 2023cgo-artifact,
+#                     configs/tested-cfgs/SM75_RTX2060/gpgpusim.config
+#   trace.config    = yongwonshin/PIMFlow_accel-sim-framework, branch 2023cgo-artifact,
+#                     gpu-simulator/configs/tested-cfgs/SM75_RTX2060/trace.config
+#   opcodes         = the same fork, gpu-simulator/ISA_Def/turing_opcode.h
+#   channels        = yongwonshin/PIMFlow layerwise/sim.sh and pipeline/sim.sh ("-gpgpu_n_mem 32" for the
+#                     GPU-only baseline, "-gpgpu_n_mem $((32-$N_CHANNEL))" beside N PIM channels) and the
+#                     TVM fork's src/runtime/graph_executor/graph_executor.cc (chan = 32 for the "-org" run)
+PIMFLOW_CORE_HZ = 1365e6            # gpgpusim.config -gpgpu_clock_domains 1365:1365:1365:3500.5 (core:icnt:L2:DRAM MHz)
+PIMFLOW_DRAM_HZ = 3500.5e6          #   the same key, DRAM command clock
+PIMFLOW_DRAM_BUS_BYTES = 2          # gpgpusim.config -gpgpu_dram_buswidth 2 (bytes per channel per beat)
+PIMFLOW_DRAM_BEATS = 4              # gpgpusim.config -dram_data_command_freq_ratio 4 (GDDR6: 4 data beats per
+                                    #   command clock)
+PIMFLOW_CHANNEL_BANDWIDTH = PIMFLOW_DRAM_BUS_BYTES * PIMFLOW_DRAM_BEATS * PIMFLOW_DRAM_HZ   # 28.0 GB/s per channel
+                                    #   (x 12 channels of the config's own -gpgpu_n_mem 12 = 336 GB/s, the real card's)
+PIMFLOW_CHANNELS = 32               # PIMFlow §5 / sim.sh: -gpgpu_n_mem 32 for the GPU-only baseline
+PIMFLOW_SMS = 30                    # gpgpusim.config -gpgpu_n_clusters 30, -gpgpu_n_cores_per_cluster 1
+PIMFLOW_TENSOR_UNITS = 4            # trace.config -specialized_unit_3 1,4,16,4,4,TENSOR (4 units per SM); HMMA
+                                    #   is SPECIALIZED_UNIT_3_OP (opcodes)
+PIMFLOW_TENSOR_INIT_CYCLES = 16     # trace.config -trace_opcode_latency_initiation_spec_op_3 16,16 (a unit takes one
+                                    #   HMMA per 16 cycles)
+PIMFLOW_HMMA_MACS = 16 * 8 * 8      # Turing HMMA.1688 (cuDNN's "s1688" kernels): an m16n8k8 product, 1024 MACs per warp
+PIMFLOW_SP_UNITS = 4                # gpgpusim.config -gpgpu_num_sp_units 4; FFMA / HFMA2 are SP_OP (opcodes)
+PIMFLOW_SP_INIT_CYCLES = 2          # trace.config -trace_opcode_latency_initiation_sp 2,2 (a warp instruction per 2
+                                    #   cycles)
+PIMFLOW_WARP = 32                   # gpgpusim.config -gpgpu_shader_core_pipeline 1024:32 (warp size 32)
+PIMFLOW_LAUNCH_CYCLES = 5000        # gpgpusim.config -gpgpu_kernel_launch_latency 5000 (core cycles before a kernel's
+                                    #   first block; PIMFlow's --accel_sim_kernel_launch_latency default is 5010, but its
+                                    #   sim.sh never passes it: the config file's 5000 is what Accel-Sim reads)
+PIMFLOW_L2_PER_CHANNEL = 2 * 64 * 128 * 16   # -gpgpu_n_sub_partition_per_mchannel 2 x -gpgpu_cache:dl2 S:64:128:16
+                                    #   (64 sets x 128 B lines x 16 ways = 128 KB per sub-partition): 256 KB per channel
+PIMFLOW_L2_BYTES_PER_CYCLE = 2 * 32  # per channel: 2 sub-partitions, each one 32 B sector per L2 cycle (dl2 "S":
+                                    #   sectored; the Accel-Sim tuner's hw_def/turing_RTX2060_hw_def.h: 2 L2 banks per
+                                    #   channel, L2_BANK_WIDTH_in_BYTE 32)
+PIMFLOW_MEM_LATENCY_CYCLES = 32 + 194 + 96   # gpgpusim.config -gpgpu_l1_latency 32 + -gpgpu_l2_rop_latency 194 +
+                                    #   -dram_latency 96: a load's fixed path to DRAM and back, core cycles (the DRAM
+                                    #   timing and the crossbar add a few more, not counted)
+PIMFLOW_L1_PER_SM = 96 * 1024       # gpgpusim.config -gpgpu_unified_l1d_size 96 (KB, L1 + shared memory)
+PIMFLOW_SMEM_PER_SM = 64 * 1024     # gpgpusim.config -gpgpu_shmem_size 65536
+
+
+def pimflow_rtx2060(channels: int = PIMFLOW_CHANNELS) -> HostModel:
+    """PIMFlow's GPU: the RTX 2060 its artifact simulates in Accel-Sim (configuration
+    SM75_RTX2060 of its forks, constants and keys above), on `channels` GDDR6
+    channels (32: the GPU-only baseline; 16: beside 16 PIM channels), timed by the
+    "pimflow" model (`hw.gpu`: a kernel launch per kernel, cuDNN's tensor-core tiles on
+    the configured SMs, each product followed by TVM's epilogue kernel).
+
+    Derived: tensor peak 30 SMs x 4 units x 1024 MAC / 16 cycles x 2 x 1.365 GHz =
+    20.97 TFLOP/s; CUDA cores 30 x 4 x 32 / 2 x 2 x 1.365 GHz = 5.24 TFLOP/s; memory
+    channels x 2 B x 4 x 3500.5 MHz = channels x 28.0 GB/s (896.1 GB/s on 32); L2
+    channels x 256 KB (8 MB on 32), channels x 64 B x 1.365 GHz; launch 5000 cycles =
+    3663 ns; a DRAM round trip 322 cycles = 236 ns.  Efficiencies 1.0 (assumption: the
+    simulator's configured rates; its DRAM scheduler and bank conflicts lose some).
+
+    >>> round(pimflow_rtx2060().mem_bandwidth / 1e9, 1), round(pimflow_rtx2060().launch_overhead_ns)
+    (896.1, 3663)
+    """
+    if not isinstance(channels, (int, np.integer)) or isinstance(channels, bool) or channels < 1:
+        raise ValueError(f"pimflow_rtx2060(channels={channels!r}): a positive int (GDDR6 channels the GPU reads)")
+    channels = int(channels)
+    clock = PIMFLOW_CORE_HZ
+    tensor = PIMFLOW_SMS * PIMFLOW_TENSOR_UNITS * PIMFLOW_HMMA_MACS / PIMFLOW_TENSOR_INIT_CYCLES * 2 * clock
+    simt = PIMFLOW_SMS * PIMFLOW_SP_UNITS * PIMFLOW_WARP / PIMFLOW_SP_INIT_CYCLES * 2 * clock
+    host = _gpu(f"RTX 2060 (PIMFlow Accel-Sim, {channels} ch)", tensor, channels * PIMFLOW_CHANNEL_BANDWIDTH,
+                (1.0, 1.0, PIMFLOW_LAUNCH_CYCLES / clock * 1e9), "roofline", PIMFLOW_SMS, PIMFLOW_SMEM_PER_SM,
+                PIMFLOW_L1_PER_SM, channels * PIMFLOW_L2_PER_CHANNEL)
+    return host.replace(model="pimflow", simt_flops=simt,
+                        l2_bandwidth=channels * PIMFLOW_L2_BYTES_PER_CYCLE * clock,
+                        mem_latency_ns=PIMFLOW_MEM_LATENCY_CYCLES / clock * 1e9)
 
 
 def gpu_on(gpu, bandwidth_GBps: float, model: str = "occupancy") -> HostModel:
@@ -284,3 +369,32 @@ def gpu_on(gpu, bandwidth_GBps: float, model: str = "occupancy") -> HostModel:
 
 
 HOSTS = {"a100": a100, "h100": h100, "h200": h200, "xeon_gold_5220r": xeon_gold_5220r, "rtx2060": rtx2060}
+
+
+# --------------------------------------------------------------------------
+# each paper's GPU, by name
+# --------------------------------------------------------------------------
+PAPER_GPUS = {
+    # PIMFlow (CGO'23) §5: Accel-Sim's RTX 2060 on the 32-channel GDDR6 memory, GPU alone
+    "pimflow": lambda: pimflow_rtx2060(PIMFLOW_CHANNELS),
+    # DCC §V / dcc.md: an A100 on 5 HBM3 cubes, "312 TFLOP/s FP16 and 3352 GB/s x 0.81 utilisation"
+    "dcc": lambda: a100("hbm3", model="dcc"),
+    # AttAcc: the simulator's A100a (src/config.py: 3352 GB/s, 108 SMs, 40 MB L2) on its system model
+    "attacc": lambda: a100("hbm3", model="attacc"),
+}
+"""The GPU each paper compares PIM with, as that paper evaluates it (`paper_gpu`)."""
+
+
+def paper_gpu(name: str) -> HostModel:
+    """The GPU the paper `name` compares PIM with, as it evaluates it: "pimflow"
+    (`pimflow_rtx2060()`: the Accel-Sim RTX 2060 on 32 channels), "dcc"
+    (`a100("hbm3", model="dcc")`) or "attacc" (`a100("hbm3", model="attacc")`).
+    The presets pair the same models with the GPU on their own PIM memory
+    (`gpu=` option); this is the paper's own machine, e.g. for its tables.
+
+    >>> paper_gpu("dcc").model, paper_gpu("pimflow").sms
+    ('dcc', 30)
+    """
+    if name not in PAPER_GPUS:
+        raise ValueError(f"paper_gpu({name!r}): valid papers are {sorted(PAPER_GPUS)}")
+    return PAPER_GPUS[name]()

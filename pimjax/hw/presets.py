@@ -33,8 +33,8 @@ from typing import Callable
 from .core import Backend, Core, Energy, Group, HostModel, System, Timing, is_int
 from .energy_table import (E_ACT_PRE_PJ_PER_BIT, E_ALU_PJ_PER_MAC, E_BGMUX_TO_GIO, E_CELL_RDWR_PJ_PER_BIT,
                            E_COL_TO_BGMUX, E_INTERPOSER, E_TSV)
-from .gpu import GPU_MODELS
-from .host import a100, gpu_on, rtx2060, xeon_gold_5220r
+from .gpu import GENERIC_GPU_MODELS, GPU_MODELS
+from .host import a100, gpu_on, pimflow_rtx2060, rtx2060, xeon_gold_5220r
 from .peaks import bus_bandwidth
 
 _PRESETS: dict[str, Callable[..., Backend]] = {}
@@ -109,6 +109,9 @@ def _baseline_gpu(name: str, gpu, host, build, external_GBps: float, default: st
         if host is not None:
             return None
         gpu = default
+    if gpu == "pimflow":
+        raise ValueError(f"{name} option gpu='pimflow': PIMFlow's Accel-Sim RTX 2060 pairs with the newton preset "
+                         f"only; valid GPU models here are {list(GENERIC_GPU_MODELS)} or a HostModel")
     if not isinstance(gpu, str) or gpu not in GPU_MODELS:
         raise ValueError(f"{name} option gpu={gpu!r}: a GPU model {list(GPU_MODELS)} or a HostModel")
     return gpu_on(build, external_GBps, model=gpu)
@@ -483,10 +486,12 @@ def newton(*, channels: int = 16, total_channels: int = 32, buffers: int = 4, cl
     host: HostModel override (default: PIMFlow's RTX 2060, `rtx2060()`).
     gpu: what "vs GPU" compares with (`System.gpu`): a GPU model name ("roofline", "dcc",
         "occupancy" (default)) for the RTX 2060 on all total_channels (x 14 GB/s at the
-        "pimflow" clock: 448 GB/s for 32), or a HostModel; with `host=` and no `gpu`, that
-        host.  The concurrent GPU (`System.cogpu`) is the RTX 2060 on the GPU-only channels
-        with the same GPU model (none with `host=` or a HostModel `gpu`: pass `System.cogpu`
-        by `Backend.replace`).
+        "pimflow" clock: 448 GB/s for 32), "pimflow" for PIMFlow's own GPU -- the Accel-Sim
+        RTX 2060 of its artifact on total_channels GDDR6 channels of 28 GB/s each (its
+        configuration's data rate; `hw.host.pimflow_rtx2060`) --, or a HostModel; with
+        `host=` and no `gpu`, that host.  The concurrent GPU (`System.cogpu`) is the same GPU
+        on the GPU-only channels with the same GPU model (none with `host=` or a HostModel
+        `gpu`: pass `System.cogpu` by `Backend.replace`).
     gwrite_hiding: PIMFlow §4.1's GWRITE latency hiding (default off): a G_ACT issues without
         waiting for the GWRITEs before it (`Timing.gwrite_hiding`, rule BUF_ACT of
         `hw.dram_rules` off); the COMPs still wait for the buffer data (tWL + tBL + tWTR).
@@ -559,11 +564,14 @@ def newton(*, channels: int = 16, total_channels: int = 32, buffers: int = 4, cl
         # one 32 B burst per tBL cycles on the channel: 14 GB/s at 875 MHz, 32 GB/s at AiM's 2 GHz
         link_bandwidth=bus_bandwidth(col_bytes, group.data_buses, timing),
         # PIMFlow's baseline: the GPU alone on every channel of the memory (PIM ones included)
-        gpu=_baseline_gpu("newton", gpu, host, "rtx2060",
-                          total_channels * bus_bandwidth(col_bytes, group.data_buses, timing)),
+        # (gpu="pimflow": PIMFlow's Accel-Sim GPU, configured by its channel count)
+        gpu=(pimflow_rtx2060(total_channels) if gpu == "pimflow" else
+             _baseline_gpu("newton", gpu, host, "rtx2060",
+                           total_channels * bus_bandwidth(col_bytes, group.data_buses, timing))),
         # PIMFlow §4.1: beside PIM, the GPU reads only the GPU-only channels
-        cogpu=(_baseline_gpu("newton", gpu, host, "rtx2060",
-                             (total_channels - channels) * bus_bandwidth(col_bytes, group.data_buses, timing))
+        cogpu=((pimflow_rtx2060(total_channels - channels) if gpu == "pimflow" else
+                _baseline_gpu("newton", gpu, host, "rtx2060",
+                              (total_channels - channels) * bus_bandwidth(col_bytes, group.data_buses, timing)))
                if total_channels > channels and host is None and not isinstance(gpu, HostModel) else None),
     )
     energy = _dram_energy(row_bytes=32 * col_bytes, col_bytes=col_bytes, lanes=16,

@@ -106,7 +106,9 @@ def host_time(op: PimOp, host: HostModel, shapes: dict | None = None,
     if gemm is not None:
         first = op.operands[op.body_operands[0]].value if op.body is not None else op.operands[0].value
         eb = dtype_bytes.get(first, 4) if isinstance(dtype_bytes, dict) else dtype_bytes
-        return host.gemm_ns(**gemm, elem_bytes=eb)
+        # the "pimflow" model reads the operands' real bytes (a convolution's input, not its im2col view)
+        real = float(op_bytes(op, shapes, dtype_bytes)) if host.model == "pimflow" else None
+        return host.gemm_ns(**gemm, elem_bytes=eb, operand_bytes=real)
     ext = op.extents
     if op.loop_vars:
         outputs = int(np.prod([ext[v] for v in op.output_vars], dtype=np.int64)) if op.output_vars else 1

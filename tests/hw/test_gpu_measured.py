@@ -63,9 +63,17 @@ def test_h100_host_is_the_datasheet_gpu():
         pytest.approx(H100_HBM3_BANDWIDTH / H200_HBM3E_BANDWIDTH, rel=1e-9)
 
 
+# the sets the committed H100 / H200 files measured (the CNN, GEMM, prefill and norm sets of issue 41
+# came later: `class_ratios` says "not measured" for their classes until a run adds them)
+MEASURED_SETS = ("dcc", "decode", "llm", "calib")
+
+
 def test_every_case_was_measured(measured):
-    assert [gpu_kernels.label(r) for r in measured] == [gpu_kernels.label(c) for c in gpu_kernels.cases()]
+    known = [gpu_kernels.label(c) for c in gpu_kernels.cases() if c["set"] in MEASURED_SETS]
+    assert [gpu_kernels.label(r) for r in measured if r["set"] in MEASURED_SETS] == known
+    labels = {gpu_kernels.label(c) for c in gpu_kernels.cases()}
     for r in measured:
+        assert gpu_kernels.label(r) in labels
         assert "torch_error" not in r and _graph_ns(r) > 0
 
 
@@ -73,7 +81,7 @@ def test_bandwidth_bound_gemvs_within_their_band_on_every_model(gpu_data):
     _, make, (lo, hi), measured, _ = gpu_data
     gemvs = [r for r in measured if r["kind"] == "gemv"]
     assert len(gemvs) == 7
-    for m in gpu.GPU_MODELS:
+    for m in gpu.GENERIC_GPU_MODELS:
         host = make(model=m)
         for r in gemvs:
             assert lo <= gpu_kernels.model_ns(host, r) / _graph_ns(r) <= hi, (m, r["name"])
