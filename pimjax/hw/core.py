@@ -202,7 +202,8 @@ class _Replace:
 # --------------------------------------------------------------------------
 # the levels
 # --------------------------------------------------------------------------
-PIMFLOW_FIELDS = ("simt_flops", "l2_bandwidth", "mem_latency_ns")   # read by the "pimflow" GPU model only
+PIMFLOW_FIELDS = ("simt_flops", "l2_bandwidth", "mem_latency_ns", "sm_inflight_bytes")
+# read by the "pimflow" GPU model only
 HOST_ENERGY_FIELDS = ("e_mem_pj_per_byte", "e_l2_pj_per_byte", "e_l1_pj_per_byte", "e_reg_pj", "e_alu_pj_per_mac",
                       "static_power_w")
 
@@ -239,7 +240,9 @@ class HostModel(_Replace):
     the L2 capacity (operands that fit are re-read from it, not from DRAM);
     l2_bandwidth: bytes/s the L2 returns; mem_latency_ns: one DRAM load round
     trip, charged once per kernel (its first loads) and as the floor of each
-    k step of a tiled product.
+    k step of a tiled product; sm_inflight_bytes: the loads one SM can have
+    outstanding (its L1 MSHRs x line): by Little's law an SM streams at most
+    sm_inflight_bytes / mem_latency_ns, whatever the memory's channels.
     """
     name: str
     peak_flops: Any
@@ -261,6 +264,7 @@ class HostModel(_Replace):
     simt_flops: Any = 0.0
     l2_bandwidth: Any = 0.0
     mem_latency_ns: Any = 0.0
+    sm_inflight_bytes: Any = 0.0
 
     def __post_init__(self):
         from .gpu import GPU_MODELS

@@ -370,11 +370,18 @@ def _pimflow_kernel_ns(host, body_ns: float) -> float:
 
 
 def _pimflow_stream_ns(host, dram_bytes: float, flops: float, blocks: int, l2_bytes: float = 0.0) -> float:
-    """Body of a CUDA-core kernel of `blocks` thread blocks: DRAM bytes at the
-    bandwidth and FLOP at the CUDA cores' rate, both scaled by the SMs the blocks
-    keep busy (wave quantisation), L2 bytes at the L2's rate."""
+    """Body of a CUDA-core kernel of `blocks` thread blocks: FLOP at the CUDA
+    cores' rate scaled by the SMs the blocks keep busy (wave quantisation);
+    DRAM bytes at the memory's bandwidth, or at what the busy SMs can keep in
+    flight when that is less (Little's law: each SM at most
+    `sm_inflight_bytes / mem_latency_ns`, so a kernel of few blocks is
+    latency-bound and does not slow on fewer channels -- PIMFlow Fig. 3's
+    GPU-only kernels on half the channels); L2 bytes at the L2's rate."""
     util = wave_utilisation(blocks, host.sms)
-    t_mem = dram_bytes / (_f(host.mem_bandwidth) * _f(host.bandwidth_efficiency) * util) * 1e9
+    per_sm = _f(host.sm_inflight_bytes) / (_f(host.mem_latency_ns) * 1e-9) if _f(host.mem_latency_ns) > 0 else 0.0
+    bw = _f(host.mem_bandwidth) * _f(host.bandwidth_efficiency)
+    bw = min(bw, util * host.sms * per_sm) if per_sm > 0 else bw * util
+    t_mem = dram_bytes / bw * 1e9
     t_l2 = l2_bytes / _f(host.l2_bandwidth) * 1e9
     t_cmp = flops / (_f(host.simt_flops) * _f(host.flops_efficiency) * util) * 1e9
     return max(t_mem, t_l2, t_cmp)

@@ -320,6 +320,9 @@ PIMFLOW_L2_BYTES_PER_CYCLE = 2 * 32  # per channel: 2 sub-partitions, each one 3
 PIMFLOW_MEM_LATENCY_CYCLES = 32 + 194 + 96   # gpgpusim.config -gpgpu_l1_latency 32 + -gpgpu_l2_rop_latency 194 +
                                     #   -dram_latency 96: a load's fixed path to DRAM and back, core cycles (the DRAM
                                     #   timing and the crossbar add a few more, not counted)
+PIMFLOW_L1_MSHR_LINES = 256        # gpgpusim.config -gpgpu_cache:dl1 S:4:128:64,L:T:m:L:L,A:256:32,16:0,32: 256 MSHR
+                                    #   entries (one per 128 B line, up to 32 merged requests each) per SM's L1D
+PIMFLOW_L1_LINE = 128               #   ... S:4:128:...: 128 B lines
 PIMFLOW_L1_PER_SM = 96 * 1024       # gpgpusim.config -gpgpu_unified_l1d_size 96 (KB, L1 + shared memory)
 PIMFLOW_SMEM_PER_SM = 64 * 1024     # gpgpusim.config -gpgpu_shmem_size 65536
 
@@ -352,7 +355,8 @@ def pimflow_rtx2060(channels: int = PIMFLOW_CHANNELS) -> HostModel:
                 PIMFLOW_L1_PER_SM, channels * PIMFLOW_L2_PER_CHANNEL)
     return host.replace(model="pimflow", simt_flops=simt,
                         l2_bandwidth=channels * PIMFLOW_L2_BYTES_PER_CYCLE * clock,
-                        mem_latency_ns=PIMFLOW_MEM_LATENCY_CYCLES / clock * 1e9)
+                        mem_latency_ns=PIMFLOW_MEM_LATENCY_CYCLES / clock * 1e9,
+                        sm_inflight_bytes=float(PIMFLOW_L1_MSHR_LINES * PIMFLOW_L1_LINE))
 
 
 def gpu_on(gpu, bandwidth_GBps: float, model: str = "occupancy") -> HostModel:

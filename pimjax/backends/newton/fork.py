@@ -94,10 +94,13 @@ _READBACK, _REARRANGE = int(Phase.READBACK), int(Phase.REARRANGE)
 
 
 @njit(nogil=True, cache=True)
-def _stream(rec, lo, hi, f, banks, bank_groups, refresh, buckets, counts):
-    """Time records lo:hi of `rec` ([8, M], `sim.native.RECORD_FIELDS`) under
-    fork latencies f [N_FORK]; adds each command's time to buckets [5] (as
-    the DRAM engines) and the commands to counts [8]; returns the end time."""
+def _stream(rec, seg_lo, seg_hi, seg_rep, f, banks, bank_groups, refresh, buckets, counts):
+    """Time the records of `rec` ([8, M], `sim.native.RECORD_FIELDS`) that
+    segments k = seg_lo[k]:seg_hi[k] give, each run seg_rep[k] times in turn
+    (a stream is one segment run once; a packed channel, its per-load
+    template run once per load), under fork latencies f [N_FORK]; adds each
+    command's time to buckets [5] (as the DRAM engines) and the commands to
+    counts [8]; returns the end time."""
     t = -1.0                                   # the latest issue: one command per cycle
     l_gw = l_rr = l_comp = l_ref = l_prea = l_wr = NEVER
     l_act = np.full(bank_groups, NEVER)
@@ -105,92 +108,111 @@ def _stream(rec, lo, hi, f, banks, bank_groups, refresh, buckets, counts):
     prev_gw = False
     t_end = 0.0
     next_ref = f[F_REFI]
-    for i in range(lo, hi):
-        op = rec[0, i]
-        n = rec[3, i]
-        if n <= 0 and op != _READRES:          # padding, resident placement dropped from the steady state
-            continue
-        end = t_end
-        if op == _GWRITE:
-            if not prev_gw:                    # a load's columns are one command
-                t = max(t + 1.0, max(l_gw + f[GW_GW], l_rr + f[RR_GW]))
-                l_gw = t
-                end = t + 1.0
-                counts[6] += 1.0
-            counts[5] += n
-            prev_gw = True
-        else:
-            prev_gw = False
-            if op == _G_ACT:
-                t = max(t + 1.0, max(max(l_gw + f[GW_ACT], l_ref + f[REF_ACT]), l_prea + f[PREA_ACT]))
-                l_act[0] = t
-                for g in range(1, bank_groups):
-                    t = max(t + 1.0, max(l_act[g - 1] + f[ACT_ACT], l_gw + f[GW_ACT]))
-                    l_act[g] = t
-                opened = True
-                end = t + 1.0
-                counts[0] += banks
-                counts[6] += bank_groups
-            elif op == _COMP:
-                ready = max(l_gw + f[GW_COMP], l_act.max() + f[ACT_COMP])
-                for _ in range(n):
-                    t = max(t + 1.0, max(l_comp + f[COMP_COMP], ready))
-                    l_comp = t
-                end = t + 1.0
-                counts[3] += n
-                counts[6] += n
-            elif op == _READRES:
-                t = max(t + 1.0, l_comp + f[COMP_RR])
-                l_rr = t
-                end = t + f[RR_END]
-                counts[6] += 1.0
-                if refresh:
-                    due = 0
-                    while t >= next_ref:
-                        due += 1
-                        next_ref += f[F_REFI]
-                    if due > 0:
-                        if opened:
-                            t = t + 1.0
-                            l_prea = t
-                            opened = False
-                            counts[7] += banks
-                            counts[6] += 1.0
-                        for _ in range(due):
-                            t = max(t + 1.0, max(l_prea + f[PREA_REF], l_ref + f[REF_REF]))
-                            l_ref = t
-                            counts[4] += 1.0
-                            counts[6] += 1.0
-            elif op == _WR or op == _WR_S:
-                for _ in range(n):
-                    t = max(t + 1.0, l_wr + f[WR_WR])
-                    l_wr = t
-                end = t + 1.0
-                counts[2] += n
-                counts[5] += n
-                counts[6] += n
-            else:
-                continue                       # PREA and the rest: the fork issues none
-        delta = max(end - t_end, 0.0)
-        if rec[5, i] == 1:
-            buckets[4] += delta
-        elif rec[6, i] == 1:
-            buckets[0] += delta
-        elif rec[4, i] == _READBACK:
-            buckets[3] += delta
-        elif rec[4, i] == _REARRANGE:
-            buckets[1] += delta
-        else:
-            buckets[2] += delta
-        t_end = max(t_end, end)
+    for k in range(seg_lo.shape[0]):
+        for _ in range(seg_rep[k]):
+            for i in range(seg_lo[k], seg_hi[k]):
+                op = rec[0, i]
+                n = rec[3, i]
+                if n <= 0 and op != _READRES:          # padding, resident placement dropped from the steady state
+                    continue
+                end = t_end
+                if op == _GWRITE:
+                    if not prev_gw:                    # a load's columns are one command
+                        t = max(t + 1.0, max(l_gw + f[GW_GW], l_rr + f[RR_GW]))
+                        l_gw = t
+                        end = t + 1.0
+                        counts[6] += 1.0
+                    counts[5] += n
+                    prev_gw = True
+                else:
+                    prev_gw = False
+                    if op == _G_ACT:
+                        t = max(t + 1.0, max(max(l_gw + f[GW_ACT], l_ref + f[REF_ACT]), l_prea + f[PREA_ACT]))
+                        l_act[0] = t
+                        for g in range(1, bank_groups):
+                            t = max(t + 1.0, max(l_act[g - 1] + f[ACT_ACT], l_gw + f[GW_ACT]))
+                            l_act[g] = t
+                        opened = True
+                        end = t + 1.0
+                        counts[0] += banks
+                        counts[6] += bank_groups
+                    elif op == _COMP:
+                        ready = max(l_gw + f[GW_COMP], l_act.max() + f[ACT_COMP])
+                        for _ in range(n):
+                            t = max(t + 1.0, max(l_comp + f[COMP_COMP], ready))
+                            l_comp = t
+                        end = t + 1.0
+                        counts[3] += n
+                        counts[6] += n
+                    elif op == _READRES:
+                        t = max(t + 1.0, l_comp + f[COMP_RR])
+                        l_rr = t
+                        end = t + f[RR_END]
+                        counts[6] += 1.0
+                        if refresh:
+                            due = 0
+                            while t >= next_ref:
+                                due += 1
+                                next_ref += f[F_REFI]
+                            if due > 0:
+                                if opened:
+                                    t = t + 1.0
+                                    l_prea = t
+                                    opened = False
+                                    counts[7] += banks
+                                    counts[6] += 1.0
+                                for _ in range(due):
+                                    t = max(t + 1.0, max(l_prea + f[PREA_REF], l_ref + f[REF_REF]))
+                                    l_ref = t
+                                    counts[4] += 1.0
+                                    counts[6] += 1.0
+                    elif op == _WR or op == _WR_S:
+                        for _ in range(n):
+                            t = max(t + 1.0, l_wr + f[WR_WR])
+                            l_wr = t
+                        end = t + 1.0
+                        counts[2] += n
+                        counts[5] += n
+                        counts[6] += n
+                    else:
+                        continue                       # PREA and the rest: the fork issues none
+                delta = max(end - t_end, 0.0)
+                if rec[5, i] == 1:
+                    buckets[4] += delta
+                elif rec[6, i] == 1:
+                    buckets[0] += delta
+                elif rec[4, i] == _READBACK:
+                    buckets[3] += delta
+                elif rec[4, i] == _REARRANGE:
+                    buckets[1] += delta
+                else:
+                    buckets[2] += delta
+                t_end = max(t_end, end)
     return t_end
 
 
 @njit(nogil=True, cache=True)
 def _streams(rec, starts, stops, tix, table, banks, bank_groups, refresh, buckets, end, counts):
+    one = np.ones(1, np.int64)
     for s in range(starts.shape[0]):
-        end[s] = _stream(rec, starts[s], stops[s], table[tix[s]], banks, bank_groups, refresh, buckets[s],
-                         counts[s])
+        end[s] = _stream(rec, starts[s:s + 1], stops[s:s + 1], one, table[tix[s]], banks, bank_groups, refresh,
+                         buckets[s], counts[s])
+
+
+def time_repeated(rec: np.ndarray, seg_lo, seg_hi, seg_rep, table: np.ndarray, banks: int, per_bg: int,
+                  refresh: bool = True) -> float:
+    """End time of one stream given as template segments of `rec` ([8, M]),
+    segment k = rec[:, seg_lo[k]:seg_hi[k]] run seg_rep[k] times in turn,
+    under the fork's controller (`table`: `native.timing_table`'s chains, one
+    timing row).  The same as timing the segments written out (a packed
+    channel's loads repeat one template; `packed.stream_cycles`), without
+    writing them out."""
+    from ...sim.native import _latencies
+    f = compile_fork(_latencies(np.asarray(table, np.float64)))[0]
+    buckets, counts = np.zeros(5), np.zeros(8)
+    return float(_stream(np.ascontiguousarray(rec, np.int32), *(np.ascontiguousarray(a, np.int64) for a in
+                                                                (seg_lo, seg_hi, seg_rep)),
+                         f, int(banks), max(1, int(banks) // max(1, int(per_bg))), bool(refresh), buckets, counts))
 
 
 def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np.ndarray, table: np.ndarray,

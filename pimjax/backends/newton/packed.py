@@ -259,6 +259,37 @@ def _unit_fields(plan: PackedPlan, part: Part, run_ids: np.ndarray):
     return run_pos, r, s, pc[p, 0], pc[p, 1]
 
 
+def _load_template(part: Part, run_pos, runs: int, s, p0, p1, bursts: int):
+    """One load's records on a channel, as arrays (op, row = the run's index,
+    col, n, reg, arg): PREA, the load's GWRITE columns (reg = arg = buffer
+    column), then per run a G_ACT and per unit of it a COMP (its columns,
+    reg = the same buffer column) and a READRES (reg = the unit's index).
+    run_pos / s / p0 / p1: `_unit_fields` of the channel's runs."""
+    ncols = part.fl * part.cc
+    k = len(s)
+    col = (s * part.cc + p0).astype(np.int64)
+    # per run: G_ACT, then (COMP, READRES) per unit; positions after the PREA and the GWRITEs
+    unit_base = 1 + ncols + run_pos + 1 + 2 * np.arange(k)       # each run adds its G_ACT before its units
+    T = 1 + ncols + runs + 2 * k
+    op_ = np.empty(T, np.int32)
+    row = np.zeros(T, np.int64)
+    cols = np.zeros(T, np.int64)
+    n = np.ones(T, np.int64)
+    reg = np.zeros(T, np.int64)
+    arg = np.zeros(T, np.int64)
+    op_[0] = Op.PREA
+    gw = np.arange(1, 1 + ncols)
+    op_[gw], row[gw], reg[gw], arg[gw] = Op.GWRITE, -1, gw - 1, gw - 1
+    unit_start = np.searchsorted(run_pos, np.arange(runs))
+    act = 1 + ncols + np.arange(runs) + 2 * unit_start
+    op_[act], row[act] = Op.G_ACT, np.arange(runs)
+    op_[unit_base], row[unit_base], cols[unit_base] = Op.COMP, run_pos, col
+    n[unit_base], reg[unit_base] = p1 - p0, col
+    rr = unit_base + 1
+    op_[rr], row[rr], n[rr], reg[rr] = Op.READRES, run_pos, bursts, np.arange(k)
+    return op_, row, cols, n, reg, arg
+
+
 def channel_stream(plan: PackedPlan, c: int, bursts: int, gw_banks: list[int]):
     """Channel c's kernel: (records {field: [N] int32}, host rows [H, 3]
     (part, load, buffer column), result slots [Q, 4] (part, load, r, s) of
@@ -281,34 +312,16 @@ def channel_stream(plan: PackedPlan, c: int, bursts: int, gw_banks: list[int]):
         k = len(r)                                   # units per load on this channel
         ncols = part.fl * part.cc
         chunk_of = loads // part.blocks
-        # one load's template: [PREA] GWRITE x ncols, then per run G_ACT + per unit (COMP, READRES)
-        unit_start = np.searchsorted(run_pos, np.arange(len(runs)))
-        kinds, t_row, t_col, t_n, t_reg, t_arg = [], [], [], [], [], []
-        kinds += [Op.PREA]
-        t_row += [0]; t_col += [0]; t_n += [1]; t_reg += [0]; t_arg += [0]          # noqa: E702
-        for j in range(ncols):
-            kinds.append(Op.GWRITE); t_row.append(-1); t_col.append(0); t_n.append(1)   # noqa: E702
-            t_reg.append(j); t_arg.append(j)                                          # noqa: E702
-        for ri in range(len(runs)):
-            kinds.append(Op.G_ACT); t_row.append(ri); t_col.append(0); t_n.append(1)   # noqa: E702
-            t_reg.append(0); t_arg.append(0)                                          # noqa: E702
-            stop = unit_start[ri + 1] if ri + 1 < len(runs) else k
-            for ui in range(unit_start[ri], stop):
-                col = int(s[ui] * part.cc + p0[ui])
-                kinds.append(Op.COMP); t_row.append(ri); t_col.append(col)            # noqa: E702
-                t_n.append(int(p1[ui] - p0[ui])); t_reg.append(col); t_arg.append(0)  # noqa: E702
-                kinds.append(Op.READRES); t_row.append(ri); t_col.append(0)           # noqa: E702
-                t_n.append(bursts); t_reg.append(ui); t_arg.append(0)                 # noqa: E702
-        kinds = np.asarray(kinds, np.int32)
+        kinds, t_row, t_col, t_n, t_reg, t_arg = _load_template(part, run_pos, len(runs), s, p0, p1, bursts)
         T = len(kinds)
         L = len(loads)
         li = np.repeat(np.arange(L), T)
         op_ = np.tile(kinds, L)
-        row_t = np.tile(np.asarray(t_row, np.int64), L)
+        row_t = np.tile(t_row, L)
         is_row = (op_ == Op.G_ACT) | (op_ == Op.COMP) | (op_ == Op.READRES)
         row = np.where(is_row, row_base + np.repeat(chunk_of, T) * len(runs) + row_t, row_t)
-        reg = np.tile(np.asarray(t_reg, np.int64), L)
-        arg = np.tile(np.asarray(t_arg, np.int64), L)
+        reg = np.tile(t_reg, L)
+        arg = np.tile(t_arg, L)
         is_gw = op_ == Op.GWRITE
         is_rr = op_ == Op.READRES
         host_base = sum(len(h) for h in host)
@@ -319,8 +332,8 @@ def channel_stream(plan: PackedPlan, c: int, bursts: int, gw_banks: list[int]):
         keep = np.ones(len(op_), bool)
         if first:
             keep[0] = False                           # no row is open before the first load
-        n_ = np.tile(np.asarray(t_n, np.int64), L)
-        fields = dict(op=op_, bank=bank, row=row, col=np.tile(np.asarray(t_col, np.int64), L), n=n_,
+        n_ = np.tile(t_n, L)
+        fields = dict(op=op_, bank=bank, row=row, col=np.tile(t_col, L), n=n_,
                       phase=np.where(is_gw, int(Phase.REARRANGE), np.where(is_rr, int(Phase.READBACK),
                                                                             int(Phase.COMPUTE))),
                       reg=reg, reg_step=0, src=np.where(is_gw, 1, -1), aux=np.where(is_gw | is_rr, 1, 0),
@@ -584,6 +597,33 @@ def stream_cycles(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None
     for c in range(plan.G):
         key = tuple((c % plan.m(p), len(plan.group_loads(p, c // plan.m(p)))) for p in plan.parts)
         seen.setdefault(key, c)
+    table = timing_table(_timing_vector(backend.timing))
+    banks, per_bg = backend.group.banks, backend.group.banks_per_bank_group
+    if backend.group.controller == "pimflow":
+        # the fork keeps no bank state: a channel is its per-load templates, each run once per load
+        from .fork import time_repeated
+        ends = []
+        for c in seen.values():
+            recs, lo, hi, rep = [], [], [], []
+            at = 0
+            for p in plan.parts:
+                runs = plan.channel_runs(p, c)
+                loads = len(plan.group_loads(p, c // plan.m(p)))
+                if len(runs) == 0 or loads == 0:
+                    continue
+                run_pos, _, s_, p0, p1 = _unit_fields(plan, p, runs)
+                op_, _, _, n_, _, _ = _load_template(p, run_pos, len(runs), s_, p0, p1, bursts)
+                phase = np.where(op_ == Op.GWRITE, int(Phase.REARRANGE),
+                                 np.where(op_ == Op.READRES, int(Phase.READBACK), int(Phase.COMPUTE)))
+                z = np.zeros_like(n_)
+                recs.append(np.stack([op_, z, z, n_, phase, z, z, z]))
+                lo.append(at)
+                hi.append(at + len(op_))
+                rep.append(loads)
+                at += len(op_)
+            if recs:
+                ends.append(time_repeated(np.concatenate(recs, axis=1), lo, hi, rep, table, banks, per_bg, refresh))
+        return float(max(ends, default=0.0))
     streams = []
     for c in seen.values():
         rec = channel_stream(plan, c, bursts, gw)[0]
@@ -599,6 +639,5 @@ def stream_cycles(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None
     timer = time_streams if backend.group.controller == "dram" else \
         family_of(backend).controllers[backend.group.controller]
     res = timer(np.concatenate(streams, axis=1), starts, stops, np.zeros(len(streams), np.int64),
-                timing_table(_timing_vector(backend.timing)), backend.group.banks,
-                backend.group.banks_per_bank_group, refresh)
+                table, banks, per_bg, refresh)
     return float(np.max(res["end"]))
