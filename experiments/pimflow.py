@@ -1,41 +1,36 @@
 """PIMFlow (CNNs on a GPU + PIM memory) reproduced on pimjax's models: Fig. 9, Table 2, Fig. 12, Fig. 13.
 
     python experiments/pimflow.py                  # use / extend the cache, print the tables
-    python experiments/pimflow.py --energy         # also the Fig. 12 energy cache (~2 min from the time cache)
-    python experiments/pimflow.py --recompute      # recompute every layer (~40 min here; 15-25 min split over 2 processes)
-    python experiments/pimflow.py --validate 4     # also check the fast PIM time on 4 layers against
-                                                   #   lowering + full simulation (tens of s per layer)
+    python experiments/pimflow.py --energy         # also the Fig. 12 energy cache (from the time cache)
+    python experiments/pimflow.py --recompute      # recompute every layer (a few minutes here)
+    python experiments/pimflow.py --validate 4     # also check the PIM time on 4 layers against lowering +
+                                                   #   full simulation, and against pimjax's own search
 
-System (`backend_for(config, P)` = `hw.presets.newton_config(config, channels=P, total_channels=32)`,
-PIMFlow §5 / Table 1): a 32-channel GDDR6 memory, P of the channels PIM-enabled (Newton units), the
-RTX 2060 GPU (`hw.host.rtx2060`, the "occupancy" kernel model) beside PIM on the 32 - P GPU-only
-channels (`System.cogpu`); the GPU baseline runs on all 32 channels (`System.gpu`).  config: PIMFlow's
-Newton++ (4 global buffers + GWRITE latency hiding, which needs the GPU-only channels) for every mode
-but Newton+, whose column uses Newton+ (one buffer, no hiding), as the paper's Fig. 9.
+System (`backend_for(config, P, gpu)` = `hw.presets.newton_config(config, channels=P, total_channels=32,
+simulator="pimflow", gpu=gpu)`, PIMFlow §5 / Table 1): a 32-channel GDDR6 memory, P of the channels
+PIM-enabled (Newton units) and timed by PIMFlow's own Ramulator fork's controller
+(`backends/newton/fork.py`), the RTX 2060 beside PIM on the 32 - P GPU-only channels (`System.cogpu`);
+the GPU baseline runs on all 32 channels (`System.gpu`).  Two GPU models (`GPU_BASELINES`, each its own
+cache entry): "pimflow", PIMFlow's Accel-Sim RTX 2060 (`hw.host.pimflow_rtx2060`, the default of the
+figures, `GPU`), and pimjax's "occupancy" model.  config: PIMFlow's Newton++ (4 global buffers + GWRITE
+latency hiding, which needs the GPU-only channels) for every mode but Newton+, whose column uses Newton+
+(one buffer, no hiding), as the paper's Fig. 9.
 
 Per layer of each model (`pimjax.models.cnn.cnn_layers`, 224 x 224, batch 1, fp16):
 
 * GPU time: the layer's op (a CONV / DW CONV / FC traced alone with its stride and padding) on the
-  GPU model (`sim.host.host_time`), every share of its output rows (and of its output channels)
-  on the concurrent GPU, the whole op on the baseline GPU; other nodes (activations, adds, pools)
-  stream their bytes (`hw.gpu.elementwise_ns`).
-* PIM time (`pim_time`): every share of a PIM-candidate layer on newton, by the *closed-form*
-  estimate instead of tuning by full simulation (5-135 s per layer: too slow for ~300 layers x 19
-  shares).  The draft space is cut to the drafts that use every bank, broadcast commands and every
-  global buffer; `N_DRAFTS` of them (seeded) get the exact closed-form command walk
-  (`backends/newton/time.py` via the cost model's `est_t_total`: host writes, GWRITE, G_ACT /
-  COMP, READRES, the host merge) plus refresh, k = floor((stream + k (tRP + tRFC)) / tREFI)
-  refreshes of tRP + tRFC each (costmodel README); the smallest is the layer's time.
-  Placement (`pim_time_placed`): each layer and each MD-DP share is timed with the input
-  activations in the banks and with the filter (FC weight) there (the lowering option `matrix=`;
-  pimjax's default is the larger operand), and the faster is kept and named in the cache.  With
-  the filter in the banks it is resident, placed once as PIMFlow §2.2 does (its host writes not
-  charged) and the activations go through GWRITE; with the activations there they are written
-  into the banks every call and the filter goes through GWRITE.
-  `validate` compares it with lowering + full simulation (the simulator's own refresh) of the same
-  draft and with the predict-mode tuner's pick (the cost model's top 8 simulated); the errors are
-  printed and stored, and `tests/test_pimflow.py` asserts them on small layers (2 %, plus up to
-  200 ns where the filter is resident: the first buffer load's GWRITEs go with its writes).
+  GPU model (`sim.host.host_time`; on "pimflow" as its per-layer profile: `profile_layout_ns`),
+  every share of its output rows (and of its output channels) on the concurrent GPU, the whole op on
+  the baseline GPU; other nodes (activations, adds, pools) stream their bytes (`hw.gpu.elementwise_ns`;
+  on "pimflow" those TVM fuses into a product cost their extra bytes, `fused_into_product`).
+* PIM time (`pim_time`): every share of a PIM-candidate layer as PIMFlow's artifact runs it -- its
+  packed mapping (`backends/newton/packed.py`: the filter resident in the banks, output pixels
+  packed per buffer load, channel groups), every channel-group choice timed exactly on the fork's
+  controller (`packed.stream_cycles`: the slowest channel's DRAM cycles, the artifact's figure, no
+  host merge) and the fastest kept.  `reference.py` / `experiments/pimflow_reference.py` hold this
+  mapping and controller to the artifact's own cycles (`../shared/reference/pimflow.csv`: every row
+  within 0.22 %).  `validate` checks `pim_time` against lowering + full simulation of its draft and
+  compares it with pimjax's own search (tilings and both placements).
 * MD-DP splits: along output rows (PIMFlow §4.3.2: contiguous NHWC slices, the halo rows read
   by both parts, no merge copy) and along output channels (the concatenation along C is not
   contiguous in NHWC: charged one copy of the output on the concurrent GPU); per node the variant
@@ -57,8 +52,9 @@ static power: `HostModel.static_power_w` x each run's end-to-end time, 0 by defa
 the RTX 2060's; PIMFlow's AccelWattch includes it; `breakeven_static_w` gives the static power at
 which each mode's energy equals the GPU's).  PIM background power is not modelled.
 
-Caches: experiments/data/pimflow_layers.json (JSON; keyed by model and PIM channel count), and
-experiments/data/pimflow_energy.json (the energies at 16 PIM channels, from the first).
+Caches: experiments/data/pimflow_layers.json (JSON; keyed by model, PIM channel count and GPU model),
+and experiments/data/pimflow_energy.json (the energies at 16 PIM channels on PIMFlow's GPU, from the
+first).
 """
 from __future__ import annotations
 
@@ -84,9 +80,6 @@ PIM_CHANNELS = 16                     # PIMFlow §6: 16 PIM-enabled of 32
 TOTAL_CHANNELS = 32
 FIG13_CHANNELS = (8, 16, 24)          # PIM channels of 32 (Fig. 13 sweeps the division)
 FIG13_MODELS = ("efficientnet-b0", "resnet-50")   # the two models Fig. 13's text discusses
-N_DRAFTS = 48                         # drafts walked per whole op (seeded sample of the cut space)
-N_LIKE = 4                            # drafts walked per share of an op (with the whole op's knobs)
-SEED = 0
 STAGES = 2                            # pipeline stages (PIMFlow §4.2.1's example)
 MODES = ("Newton+", "Newton++", "PIMFlow-md", "PIMFlow-pl", "PIMFlow")
 MODE_FLAGS = {"Newton+": dict(md_dp=False, pipeline=False), "Newton++": dict(md_dp=False, pipeline=False),
@@ -111,16 +104,17 @@ CONFIGS = ("newton+", "newton++")
 PIMFLOW_CONFIG = "newton++"
 # the operand kept in the banks (`lower(..., matrix=k)`): layer_op traces (x, w), so 0 = the input
 # activations, 1 = the filter / FC weight; each layer (and share) takes the faster placement
-PLACEMENTS = {0: "input", 1: "filter"}
+PLACEMENTS = {1: "filter"}
 
 
 def backend_for(config: str, pim_channels: int = PIM_CHANNELS, gpu: str | None = None):
     """The PIMFlow system with `pim_channels` PIM channels of 32 under PIM configuration `config`;
-    gpu: the GPU model of `System.gpu` / `System.cogpu` (None: the preset's default, "occupancy";
-    "pimflow": PIMFlow's own Accel-Sim RTX 2060, `hw.host.pimflow_rtx2060`)."""
+    gpu: the GPU model of `System.gpu` / `System.cogpu` (None: `GPU`, "pimflow": PIMFlow's own
+    Accel-Sim RTX 2060, `hw.host.pimflow_rtx2060`; "occupancy": the preset's default).  The PIM
+    channels run PIMFlow's Ramulator fork's controller (`newton(simulator="pimflow")`)."""
     from pimjax.hw.presets import newton_config
-    opts = {} if gpu is None else {"gpu": gpu}
-    return newton_config(config, channels=pim_channels, total_channels=TOTAL_CHANNELS, **opts)
+    return newton_config(config, channels=pim_channels, total_channels=TOTAL_CHANNELS, simulator="pimflow",
+                         gpu=gpu or GPU)
 
 
 # PIMFlow's numbers as its text states them (§1, §6.1; `../shared/papers/pimflow-cnn-gpu-pim.txt`).
@@ -171,104 +165,45 @@ def layer_op(row):
     return ops[0], {i: v.shape for i, v in enumerate(graph.values)}
 
 
-def with_refresh(total_cycles, merge_cycles, timing):
-    """Cycles of a PIM stream plus its refresh: the DRAM part (total - host merge) S pays
-    k = floor((S + k (tRP + tRFC)) / tREFI) refreshes of tRP + tRFC each (the fixed point,
-    costmodel README); the host merge pays none."""
-    S = np.asarray(total_cycles, np.float64) - np.asarray(merge_cycles, np.float64)
-    c, R = float(timing.tRP + timing.tRFC), float(timing.tREFI)
-    k = np.floor(S / R)
-    for _ in range(64):
-        k2 = np.floor((S + k * c) / R)
-        if np.array_equal(k2, k):
-            break
-        k = k2
-    return np.asarray(total_cycles, np.float64) + k * c
-
-
-def _knobs(table, i) -> tuple:
-    """A draft's mapping knobs: cores per dimension set, dataflow, global buffers."""
-    return (tuple(int(c) for c in np.asarray(table.cores)[i]), int(table.column("dataflow")[i]),
-            int(table.column("buffers")[i]))
-
-
-def pim_time(op, shapes, backend, n_drafts: int = N_DRAFTS, seed: int = SEED, like: tuple | None = None,
-             n_like: int = N_LIKE, resident_weight: bool = True, matrix: int | None = None):
-    """(ns, knobs, draft) of `op` on a newton backend by the closed-form estimate (module docstring):
-    the drafts using every bank, broadcast and every global buffer (all broadcast drafts when
-    none does), `n_drafts` of them sampled with `seed`, each `est_t_total` + refresh; the fastest,
-    and its `_knobs`.  like: knobs of the whole op's pick -- a share of the op then walks only
-    `n_like` drafts with those knobs (the sample of the cut space when none has them): the
-    shares of one layer map alike, and walking 48 drafts for each of 19 shares of ~100 layers
-    does not fit this box.  resident_weight: operand 1 (the filter / FC weight) is placed in
-    PIM once, as PIMFlow does -- where it is the matrix Newton keeps in the banks, its host
-    writes are not charged (`lower(..., resident=(1,))` books them apart likewise); pimjax's
-    Newton keeps the *larger* operand in the banks, so where the activations are larger they
-    are the matrix and written every call.  (nan, None, None) when the op has no broadcast draft."""
-    from pimjax.costmodel.features import FEATURE_NAMES, features_table
-    from pimjax.partition import drafts as make_drafts
-    from pimjax.partition.verify import matrix_and_vector
-    table = make_drafts(op, backend, shapes=shapes)
-    if len(table) == 0:
+def pim_time(op, shapes, backend, matrix: int | None = None):
+    """(ns, knobs, draft) of `op` on a newton backend: the fastest of PIMFlow's packed drafts
+    (`backends/newton/packed.py`: the artifact's mapping, every channel-group choice of every
+    part -- the whole space, at most 9 drafts) with the filter in the banks and resident
+    (PIMFlow §2.2), each timed exactly by the backend's controller (`packed.stream_cycles`: on
+    `backend_for`'s systems PIMFlow's Ramulator fork, the slowest channel's DRAM cycles, as the
+    artifact reports a layer).  knobs: the draft's (pack, pack_rest).  matrix: the operand in the
+    banks; only the filter (operand 1 of `layer_op`'s (x, w)) is PIMFlow's -- another gives
+    (nan, None, None), as does an op that cannot be packed."""
+    from pimjax.backends.newton.packed import packed_drafts, stream_cycles
+    from pimjax.errors import PimCompileError
+    filt = next((k for k, a in enumerate(op.operands) if a.value == 1), None)
+    if filt is None or (matrix is not None and matrix != filt):
         return float("nan"), None, None
-    cores = np.asarray(table.cores).prod(axis=1)
-    bcast = table.column("granularity") != 1
-    buf = table.column("buffers")
-    keep = (cores == cores[bcast].max()) & bcast & (buf == buf[bcast].max()) if bcast.any() else bcast
-    idx = np.flatnonzero(keep)
-    if len(idx) == 0:
+    best = None
+    for d in packed_drafts(op, backend, shapes, matrix=filt):
+        try:
+            cyc = stream_cycles(op, d, backend, shapes, filt)
+        except PimCompileError:
+            continue
+        if best is None or cyc < best[0]:
+            best = (cyc, d)
+    if best is None:
         return float("nan"), None, None
-    rng = np.random.default_rng(seed)
-    same = [i for i in idx if _knobs(table, i) == like] if like is not None else []
-    if same:
-        idx = np.sort(rng.choice(same, min(n_like, len(same)), replace=False))
-    elif len(idx) > n_drafts:
-        idx = np.sort(rng.choice(idx, n_drafts, replace=False))
-    sub = table.take(idx)
-    import pimjax.costmodel.features as feat_mod
-    phases = []
-    walk = feat_mod.newton_phases
-
-    def keep_phases(*args, **kw):       # the walk's phases, which the features sum into est_t_rearr
-        out = walk(*args, **kw)
-        phases.append(out)
-        return out
-    feat_mod.newton_phases = keep_phases
-    try:
-        feats = features_table(op, sub, backend, shapes, matrix=matrix).astype(np.float64)
-    finally:
-        feat_mod.newton_phases = walk
-    col = lambda name: 2.0 ** feats[:, FEATURE_NAMES.index(name)] - 1.0     # noqa: E731 - log2(1 + x)
-    tot, merge = col("est_t_total"), col("est_t_merge")
-    if resident_weight and matrix_and_vector(op, shapes, matrix)[0] == 1:
-        # the filter is the matrix and sits in the banks already (PIMFlow §2.2: "we place the filters
-        # in the memory cell array in advance"): the host's leading writes of it are not paid per
-        # call (the simulator books resident writes apart); the GWRITEs of the inputs stay
-        if len(phases) != 1 or len(phases[0]["k_rearr"]) != len(sub):
-            raise RuntimeError("pim_time: the features did not walk the drafts once each")
-        lead = col("est_t_rearr") - np.nan_to_num(phases[0]["k_rearr"])
-        tot = tot - lead
-    cyc = with_refresh(tot, merge, backend.timing)
-    best = int(np.nanargmin(cyc))
-    return float(cyc[best] * float(backend.timing.tCK)), _knobs(table, int(idx[best])), sub[best]
+    return float(best[0] * float(backend.timing.tCK)), (int(best[1].pack), int(best[1].pack_rest)), best[1]
 
 
-def pim_time_placed(op, shapes, backend, n_drafts: int = N_DRAFTS, like: dict | None = None):
-    """`pim_time` under both placements (`PLACEMENTS`: the input activations or the filter in the
-    banks), the faster kept: {"ns", "matrix" (the winner's name), "ns_by" {name: ns}, "knobs"
-    {name: knobs}}.  like: a whole op's result -- each placement of a share then walks the drafts
-    with that placement's whole-op knobs (`pim_time`'s `like`)."""
+def pim_time_placed(op, shapes, backend):
+    """`pim_time` as the time cache records it: {"ns", "matrix" ("filter": PIMFlow keeps the filter
+    in the banks; None where the op has no packed draft), "ns_by" {placement: ns}, "knobs"
+    {placement: (pack, pack_rest)}}."""
     ns_by, knobs = {}, {}
     for k, name in PLACEMENTS.items():
-        lk = None if like is None else like["knobs"].get(name)
-        ns, knobs[name], _ = pim_time(op, shapes, backend, n_drafts, like=lk, matrix=k)
-        ns_by[name] = ns
+        ns_by[name], knobs[name], _ = pim_time(op, shapes, backend, matrix=k)
     finite = {n: v for n, v in ns_by.items() if np.isfinite(v)}
     win = min(finite, key=finite.get) if finite else None
     return dict(ns=finite[win] if win else float("nan"), matrix=win, ns_by=ns_by, knobs=knobs)
 
 
-# --------------------------------------------------------------------------- per-layer times
 PRODUCT_KINDS = ("conv", "dwconv", "fc")
 FUSABLE_OPS = ("act", "add", "mul")     # elementwise / broadcast nodes TVM's FuseOps joins to a product's epilogue
 
@@ -308,7 +243,7 @@ def _other_ns(host, row, fused_from: dict | None = None) -> float:
                                 outputs=outputs, reduction=red, kind="act"))
 
 
-def _variant_times(op, var, backend, memo, key, n_drafts):
+def _variant_times(op, var, backend, memo, key):
     """{gpu: [11], pim: [11], matrix: [11]} of `op` split along loop variable `var`: share r of
     the iterations on the concurrent GPU, 1 - r on PIM (`search.mixed.share_builder`), each PIM
     share under its faster placement (`pim_time_placed`; matrix: the winner's name, None at r = 1)."""
@@ -318,7 +253,7 @@ def _variant_times(op, var, backend, memo, key, n_drafts):
     whole = (key, "whole", 1.0)
     if whole not in memo:
         o, sh = build(1.0)
-        memo[whole] = pim_time_placed(o, sh, backend, n_drafts)
+        memo[whole] = pim_time_placed(o, sh, backend)
     for i, r in enumerate(RATIOS):
         if r > 0:
             gpu[i] = _share_gpu_ns(build, float(r), backend.system.cogpu)
@@ -327,7 +262,7 @@ def _variant_times(op, var, backend, memo, key, n_drafts):
             mk = (key, var, share) if share < 1 else whole
             if mk not in memo:
                 o, sh = build(share)
-                memo[mk] = pim_time_placed(o, sh, backend, n_drafts, like=memo[whole])
+                memo[mk] = pim_time_placed(o, sh, backend)
             pim[i], mat[i] = memo[mk]["ns"], memo[mk]["matrix"]
     return dict(gpu=gpu, pim=pim, matrix=mat)
 
@@ -363,8 +298,8 @@ def _share_gpu_ns(build, share: float, host) -> float:
     return float(host_time(op, host, shapes, 2)) + profile_layout_ns(host, op, shapes)
 
 
-def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, n_drafts: int = N_DRAFTS,
-                variants=("rows", "channels"), log=print, gpu: str | None = None) -> list[dict]:
+def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, variants=("rows", "channels"),
+                log=print, gpu: str | None = None) -> list[dict]:
     """Per node of `model` (224 x 224): name, kind, op, candidate, gpu_ns (baseline GPU, all
     channels), cogpu_ns (beside PIM), and for PIM candidates per split variant (`split_vars`)
     its gpu / pim lists over `RATIOS` and merge_ns (ns).  gpu: the GPU model (`backend_for`;
@@ -376,6 +311,7 @@ def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, n_draft
     from pimjax.models import cnn
     from pimjax.search.mixed import RATIOS, share_builder, split_vars
     from pimjax.sim.host import host_time
+    gpu = gpu or GPU
     backend = backend_for(PIMFLOW_CONFIG, pim_channels, gpu)
     plus = backend_for("newton+", pim_channels, gpu)
     memo = {} if memo is None else memo
@@ -411,13 +347,13 @@ def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, n_draft
             # the Newton+ column: the whole layer on Newton+ (one buffer, no hiding), faster placement
             pk = (key, "whole", "newton+")
             if pk not in memo:
-                memo[pk] = pim_time_placed(op, shapes, plus, n_drafts)
+                memo[pk] = pim_time_placed(op, shapes, plus)
             rec["newton+"] = dict(ns=memo[pk]["ns"], matrix=memo[pk]["matrix"], ns_by=memo[pk]["ns_by"])
             rec["variants"] = {}
             for name in variants:
                 if name not in vs:
                     continue
-                v = _variant_times(op, vs[name], backend, memo, key, n_drafts)
+                v = _variant_times(op, vs[name], backend, memo, key)
                 # channels: the two parts' outputs interleave along C in NHWC -- one copy of the output
                 # on the concurrent GPU to concatenate them; rows: contiguous (PIMFlow §4.3.2), free
                 merge = 0.0 if name == "rows" else float(elementwise_ns(
@@ -438,6 +374,7 @@ def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, n_draft
 
 # --------------------------------------------------------------------------- the GPU baselines
 GPU_BASELINES = ("occupancy", "pimflow")    # pimjax's default GPU model, PIMFlow's Accel-Sim RTX 2060
+GPU = "pimflow"                             # the GPU the figures use unless told (`gpu=`): PIMFlow's own
 INPUT_HW = 224                              # the models' input (cnn_layers' default resolution)
 
 
@@ -512,20 +449,25 @@ def save_cache(data: dict, path: str = CACHE) -> None:
     os.replace(tmp, path)
 
 
-def cache_key(model: str, pim_channels: int) -> str:
-    """The cache's key of one model on the system with `pim_channels` PIM channels of 32."""
-    return f"{model}@{pim_channels}"
+def cache_key(model: str, pim_channels: int, gpu: str | None = None) -> str:
+    """The cache's key of one model on the system with `pim_channels` PIM channels of 32, its GPU
+    timed by GPU model `gpu` (default GPU: PIMFlow's own)."""
+    return f"{model}@{pim_channels}/{gpu or GPU}"
 
 
-def compute(models=MODELS, configs=None, recompute: bool = False, path: str = CACHE, log=print) -> dict:
+def compute(models=MODELS, configs=None, recompute: bool = False, path: str = CACHE, log=print,
+            gpus=GPU_BASELINES) -> dict:
     """Fill the cache: every model and BERT_MODELS at PIM_CHANNELS (both split variants) and
-    FIG13_MODELS at FIG13_CHANNELS (row splits only, to bound the time); saved after each model."""
+    FIG13_MODELS at FIG13_CHANNELS (row splits only), each under every GPU model of `gpus`;
+    saved after each model."""
     data = load_cache(path)
-    meta = dict(n_drafts=N_DRAFTS, n_like=N_LIKE, seed=SEED, total_channels=TOTAL_CHANNELS,
-                configs=dict(plus="newton+", pimflow=PIMFLOW_CONFIG), placements=list(PLACEMENTS.values()),
+    meta = dict(pim="PIMFlow's packed mapping (every channel-group choice), filter resident, timed by its "
+                    "Ramulator fork's controller (newton(simulator='pimflow'))",
+                total_channels=TOTAL_CHANNELS, configs=dict(plus="newton+", pimflow=PIMFLOW_CONFIG),
+                gpus=list(GPU_BASELINES), layout=3,
                 note="ns; gpu/pim lists over search.mixed.RATIOS (GPU share 0..1), PIM shares on "
-                     f"{PIMFLOW_CONFIG} under the faster placement (matrix lists the winner); "
-                     "newton+: the whole layer on Newton+; gpu_rows: a GPU-only node's row shares beside PIM")
+                     f"{PIMFLOW_CONFIG}; newton+: the whole layer on Newton+; gpu_rows: a GPU-only node's row "
+                     "shares beside PIM; one record list per (model, PIM channels, GPU model)")
     if data["layers"] and data.get("meta") != meta:
         # layers computed under other settings (or an older record layout) must not pass for these
         log(f"{path}: cached under other settings ({data.get('meta')}): every layer is recomputed")
@@ -534,13 +476,14 @@ def compute(models=MODELS, configs=None, recompute: bool = False, path: str = CA
     configs = configs if configs is not None else \
         [(m, PIM_CHANNELS, ("rows", "channels")) for m in tuple(models) + tuple(BERT_MODELS)] + \
         [(m, c, ("rows",)) for m in FIG13_MODELS for c in FIG13_CHANNELS if c != PIM_CHANNELS]
-    memo: dict = {}
-    for model, ch, variants in configs:
-        k = cache_key(model, ch)
-        if k in data["layers"] and not recompute:
-            continue
-        data["layers"][k] = layer_times(model, ch, memo, variants=variants, log=log)
-        save_cache(data, path)
+    memo: dict = {}                        # PIM times by layer shape: shared by the GPU models
+    for gpu in gpus:
+        for model, ch, variants in configs:
+            k = cache_key(model, ch, gpu)
+            if k in data["layers"] and not recompute:
+                continue
+            data["layers"][k] = layer_times(model, ch, memo, variants=variants, log=log, gpu=gpu)
+            save_cache(data, path)
     return data
 
 
@@ -630,12 +573,12 @@ def run_modes(model: str, records: list[dict], modes=MODES, stages: int = STAGES
     return out
 
 
-def fig9(data: dict, models=MODELS) -> "pd.DataFrame":
+def fig9(data: dict, models=MODELS, gpu: str | None = None) -> "pd.DataFrame":
     """Fig. 9: per model and mode, CONV-layer and end-to-end time normalised to the GPU baseline."""
     import pandas as pd
     rows = []
     for m in models:
-        recs = data["layers"][cache_key(m, PIM_CHANNELS)]
+        recs = data["layers"][cache_key(m, PIM_CHANNELS, gpu)]
         res = run_modes(m, recs)
         for mode in MODES:
             rows.append(dict(model=LABELS[m], mode=mode,
@@ -664,7 +607,7 @@ def fig9_vs_paper(df) -> "pd.DataFrame":
     return pd.concat([out, pd.DataFrame([mean])], ignore_index=True)
 
 
-def table2(data: dict, models=MODELS, mode: str = "PIMFlow-md") -> "pd.DataFrame":
+def table2(data: dict, models=MODELS, mode: str = "PIMFlow-md", gpu: str | None = None) -> "pd.DataFrame":
     """Table 2: the share of the PIM-candidate layers (all models pooled) at each GPU ratio of
     `mode`'s plan, beside the paper's."""
     import pandas as pd
@@ -672,7 +615,7 @@ def table2(data: dict, models=MODELS, mode: str = "PIMFlow-md") -> "pd.DataFrame
     counts = {float(r): 0 for r in RATIOS}
     n = 0
     for m in models:
-        recs = data["layers"][cache_key(m, PIM_CHANNELS)]
+        recs = data["layers"][cache_key(m, PIM_CHANNELS, gpu)]
         res = run_modes(m, recs, modes=(mode,))
         _, _, idx, *_ = chain(m, recs)
         for j, node in enumerate(res[mode]["plan"].nodes):
@@ -683,58 +626,25 @@ def table2(data: dict, models=MODELS, mode: str = "PIMFlow-md") -> "pd.DataFrame
                              paper=[PAPER["table2"][r] for r in counts]))
 
 
-def split_variants(data: dict, models=MODELS) -> "pd.DataFrame":
+def split_variants(data: dict, models=MODELS, gpu: str | None = None) -> "pd.DataFrame":
     """Per model: candidate nodes whose best split is along rows / along channels."""
     import pandas as pd
     rows = []
     for m in models:
-        recs = data["layers"][cache_key(m, PIM_CHANNELS)]
+        recs = data["layers"][cache_key(m, PIM_CHANNELS, gpu)]
         picks = [node_times(r)[1] for r in recs if r.get("variants")]
         rows.append(dict(model=LABELS[m], rows=picks.count("rows"), channels=picks.count("channels")))
     return pd.DataFrame(rows)
 
 
-def larger_operand(row) -> str:
-    """The placement pimjax's default rule picks for a `cnn_layers` row (`matrix_and_vector`: the
-    larger operand in the banks, the first on a tie): "input" (x [1, H, W, C] / [W, C]) or "filter"."""
-    x = int(row["H"]) * int(row["W"]) * int(row["C"])
-    w = int(row["K"]) ** 2 * (int(row["C"]) // int(row["groups"])) * int(row["F"])
-    return "input" if x >= w else "filter"
-
-
-def placements(data: dict, models=MODELS) -> "pd.DataFrame":
-    """Per model, the PIM-candidate layers' placements (the operand in the banks): how many whole
-    layers put the filter there on Newton++ and on Newton+, how many of those differ from the
-    larger-operand default, and the summed whole-layer Newton++ PIM time under the default rule
-    against the faster placement (ns)."""
-    import pandas as pd
-    from pimjax.models import cnn
-    rows = []
-    for m in models:
-        recs = data["layers"][cache_key(m, PIM_CHANNELS)]
-        table = model_table(m).to_dict("records")
-        cand = [(r, t) for r, t in zip(recs, table) if r.get("variants")]
-        pp = [r[PIMFLOW_CONFIG] for r, _ in cand]
-        default = [larger_operand(t) for _, t in cand]
-        rows.append(dict(model=LABELS[m], candidates=len(cand),
-                         filter_newtonpp=sum(p["matrix"] == "filter" for p in pp),
-                         filter_newtonp=sum(r["newton+"]["matrix"] == "filter" for r, _ in cand),
-                         not_default_newtonpp=sum(p["matrix"] != d for p, d in zip(pp, default)),
-                         pim_default_ns=sum(p["ns_by"][d] for p, d in zip(pp, default)),
-                         pim_best_ns=sum(p["ns"] for p in pp)))
-    out = pd.DataFrame(rows)
-    out["default / best"] = out.pim_default_ns / out.pim_best_ns
-    return out
-
-
-def fig13(data: dict, models=FIG13_MODELS, channels=FIG13_CHANNELS) -> "pd.DataFrame":
+def fig13(data: dict, models=FIG13_MODELS, channels=FIG13_CHANNELS, gpu: str | None = None) -> "pd.DataFrame":
     """Fig. 13: end-to-end time normalised to the GPU on all 32 channels, per PIM channel count
     (of 32), for Newton+ and PIMFlow (row splits)."""
     import pandas as pd
     rows = []
     for m in models:
         for c in channels:
-            recs = data["layers"].get(cache_key(m, c))
+            recs = data["layers"].get(cache_key(m, c, gpu))
             if recs is None:
                 continue
             recs = [dict(r, variants={"rows": r["variants"]["rows"]}) if r.get("variants") else r for r in recs]
@@ -745,14 +655,14 @@ def fig13(data: dict, models=FIG13_MODELS, channels=FIG13_CHANNELS) -> "pd.DataF
     return pd.DataFrame(rows)
 
 
-def bert(data: dict, models=tuple(BERT_MODELS)) -> "pd.DataFrame":
+def bert(data: dict, models=tuple(BERT_MODELS), gpu: str | None = None) -> "pd.DataFrame":
     """PIMFlow §6.4 on BERT-base: per token count, the FC layers' and the end-to-end time of each
     mode normalised to the GPU, and PIMFlow's extra speedup over Newton++ (T_Newton++ / T_PIMFlow
     - 1; the paper: 0 at 1 x 3, 32 % at 1 x 64)."""
     import pandas as pd
     rows = []
     for m in models:
-        recs = data["layers"].get(cache_key(m, PIM_CHANNELS))
+        recs = data["layers"].get(cache_key(m, PIM_CHANNELS, gpu))
         if recs is None:
             continue
         res = run_modes(m, recs, kind="fc")
@@ -768,38 +678,44 @@ def bert(data: dict, models=tuple(BERT_MODELS)) -> "pd.DataFrame":
 
 
 def validate(n_layers: int = 4, path: str = CACHE, log=print) -> list[dict]:
-    """The fast PIM time against lowering + full simulation on `n_layers` small PIM-candidate
-    layers (MobileNet-V2's, smallest MACs first): est_ns (`pim_time`), sim_ns (the same draft
-    lowered and simulated, refresh included), tuned_ns (the predict-mode tuner's pick, simulated);
-    rel_err = est / sim - 1, gap = est / tuned - 1.  Stored in the cache's "validation"."""
+    """`pim_time` against lowering + full simulation on `n_layers` small PIM-candidate layers
+    (MobileNet-V2's, smallest MACs first), and the artifact's mapping against pimjax's own search:
+    est_ns (`pim_time`: the best packed draft by `packed.stream_cycles`), sim_ns (that draft
+    lowered and simulated by `sim.cycles` on the fork's controller, the host merge left out as in
+    the artifact), tuned_ns (the predict-mode tuner's pick -- its cost model's top 8 tilings, the
+    packed drafts, the baseline -- with the filter and with the activations in the banks, the
+    faster); rel_err = est / sim - 1, gap = tuned / est - 1 (negative: pimjax's search finds a
+    faster program than PIMFlow's mapping).  Stored in the cache's "validation"."""
     from pimjax.lower import lower
     from pimjax.models import cnn
     from pimjax.search.tuner import Tuner
     from pimjax.sim.cycles import cycles
     backend = backend_for(PIMFLOW_CONFIG)
+    tck = float(backend.timing.tCK)
     table = cnn.cnn_layers("mobilenet-v2")
     cands = table[table.pim_candidate & (table.kind == "conv")].sort_values("macs")
     out = []
     tuner = Tuner()
-    matrix_of = {name: k for k, name in PLACEMENTS.items()}
     for row in cands.head(n_layers).to_dict("records"):
         op, shapes = layer_op(row)
         t0 = time.perf_counter()
-        mk = matrix_of[pim_time_placed(op, shapes, backend)["matrix"]]
-        est, _, draft = pim_time(op, shapes, backend, matrix=mk)
+        est, _, draft = pim_time(op, shapes, backend)
         t1 = time.perf_counter()
-        rep = cycles(lower(op, draft, backend, shapes, resident=(1,), matrix=mk), backend)
-        sim = float(rep.total_ns)
+        rep = cycles(lower(op, draft, backend, shapes, resident=(1,), matrix=1), backend)
+        sim = float(rep.total_cycles - rep.merge) * tck
         t2 = time.perf_counter()
-        tuned = float(tuner.choose(op, backend, shapes, resident=(1,), matrix=mk).report.total_ns)
+        tuned = {}
+        for k, name in ((1, "filter"), (0, "input")):
+            ch = tuner.choose(op, backend, shapes, resident=(1,), matrix=k)
+            tuned[name] = float(ch.report.total_cycles - ch.report.merge) * tck
+        win = min(tuned, key=tuned.get)
         t3 = time.perf_counter()
         rec = dict(name=row["name"], shape=[int(row[k]) for k in ("H", "W", "C", "F", "K", "stride")],
-                   matrix=PLACEMENTS[mk],
-                   est_ns=est, sim_ns=sim, tuned_ns=tuned, rel_err=est / sim - 1.0, gap=est / tuned - 1.0,
-                   est_s=t1 - t0, sim_s=t2 - t1, tune_s=t3 - t2)
-        log(f"  {rec['name']} {rec['shape']} ({rec['matrix']} in the banks): estimate {est:,.0f} ns, same draft simulated {sim:,.0f} ns "
-            f"({100 * rec['rel_err']:+.1f} %), tuner's pick {tuned:,.0f} ns ({100 * rec['gap']:+.1f} %); "
-            f"{rec['est_s']:.1f} s vs {rec['sim_s'] + rec['tune_s']:.0f} s")
+                   est_ns=est, sim_ns=sim, tuned_ns=tuned[win], tuned_matrix=win, rel_err=est / sim - 1.0,
+                   gap=tuned[win] / est - 1.0, est_s=t1 - t0, sim_s=t2 - t1, tune_s=t3 - t2)
+        log(f"  {rec['name']} {rec['shape']}: PIMFlow's mapping {est:,.0f} ns, lowered and simulated {sim:,.0f} ns "
+            f"({100 * rec['rel_err']:+.2f} %); pimjax's search {tuned[win]:,.0f} ns with the {win} in the banks "
+            f"({100 * rec['gap']:+.1f} %); {rec['est_s']:.2f} s vs {rec['sim_s'] + rec['tune_s']:.0f} s")
         out.append(rec)
     data = load_cache(path)
     data["validation"] = out
@@ -815,20 +731,20 @@ ENERGY_MODELS = MODELS + tuple(BERT_MODELS)
 PAPER_ENERGY = {"saving_vs_gpu": {"Newton++": 0.18, "PIMFlow": 0.26}, "newtonpp_vs_newtonp": 0.17}
 
 
-def pim_energy(op, shapes, backend, placement: str, like: tuple | None = None, n_drafts: int = N_DRAFTS) -> dict:
-    """The energy of the PIM program `pim_time` picks for `op` with `placement` ("input" / "filter"
-    in the banks; like: the whole op's knobs for a share, as `_variant_times`): the draft lowered
-    (filter resident, as `validate`) and simulated (`sim.cycles`, refresh included).
-    {"ns": the estimate (the time cache's figure), "pj": CycleReport.energy_pj, "sim_ns": its
-    simulated time, "knobs"}."""
+def pim_energy(op, shapes, backend, placement: str) -> dict:
+    """The energy of the PIM program `pim_time` picks for `op` with `placement` in the banks
+    ("filter"): the draft lowered (filter resident) and simulated (`sim.cycles` on the fork's
+    controller, refresh included).  {"ns": `pim_time`'s (the time cache's figure), "pj":
+    CycleReport.energy_pj, "sim_ns": its simulated DRAM time (the host merge left out), "knobs"}."""
     from pimjax.lower import lower
     from pimjax.sim.cycles import cycles
     mk = {v: k for k, v in PLACEMENTS.items()}[placement]
-    ns, knobs, draft = pim_time(op, shapes, backend, n_drafts, like=like, matrix=mk)
+    ns, knobs, draft = pim_time(op, shapes, backend, matrix=mk)
     if draft is None:
-        raise ValueError(f"pim_energy: no broadcast draft with the {placement} in the banks")
+        raise ValueError(f"pim_energy: no packed draft with the {placement} in the banks")
     rep = cycles(lower(op, draft, backend, shapes, resident=(1,), matrix=mk), backend)
-    return dict(ns=float(ns), pj=float(rep.energy_pj), sim_ns=float(rep.total_ns), knobs=knobs)
+    return dict(ns=float(ns), pj=float(rep.energy_pj), knobs=knobs,
+                sim_ns=float(rep.total_cycles - rep.merge) * float(backend.timing.tCK))
 
 
 def gpu_dynamic_pj(op, shapes, host) -> float:
@@ -871,7 +787,7 @@ def energy_model(model: str, records: list[dict], memo: dict | None = None, log=
     from pimjax.hw.gpu import gpu_energy_pj
     memo = {} if memo is None else memo
     kind = "fc" if model in BERT_MODELS else "conv"
-    backends = {c: backend_for(c) for c in CONFIGS}
+    backends = {c: backend_for(c, gpu=GPU) for c in CONFIGS}
     sysm = backends[PIMFLOW_CONFIG].system
     gpu, cogpu = sysm.gpu, sysm.cogpu
     table = model_table(model).to_dict("records")
@@ -893,7 +809,7 @@ def energy_model(model: str, records: list[dict], memo: dict | None = None, log=
                 if wk not in memo:
                     memo[wk] = pim_energy(op, shapes, be, placement)
                 o, sh = share_builder(op, var)(float(share))      # `share` of the iterations
-                memo[mk] = pim_energy(o, sh, be, placement, like=memo[wk]["knobs"])
+                memo[mk] = pim_energy(o, sh, be, placement)
         rec = {k: v for k, v in memo[mk].items() if k != "knobs"}
         if not np.isclose(rec["ns"], float(cached_ns), rtol=1e-9, atol=0.0):
             # the energy must be that of the program behind the plan's time, or it describes another plan
@@ -985,7 +901,7 @@ def compute_energy(models=ENERGY_MODELS, path: str = ENERGY_CACHE, layers_path: 
     the time cache's plans; saved after each model.  Entries whose time-cache settings or GPU
     energy constants differ are recomputed."""
     layers = load_cache(layers_path)
-    host = backend_for(PIMFLOW_CONFIG).system.gpu
+    host = backend_for(PIMFLOW_CONFIG, gpu=GPU).system.gpu
     from pimjax.hw.core import HOST_ENERGY_FIELDS
     meta = dict(layers_meta=layers["meta"], stages=STAGES, layout=2,
                 gpu_energy={f: float(np.asarray(getattr(host, f))) for f in HOST_ENERGY_FIELDS},
@@ -1098,15 +1014,16 @@ def main(argv=None):
     data = compute(a.models, configs, a.recompute)
     if a.validate:
         validate(a.validate)
-    models = [m for m in MODELS if cache_key(m, PIM_CHANNELS) in data["layers"]]
-    df = fig9(data, models)
-    print(df.pivot(index="model", columns="mode", values=["conv", "e2e"]).round(3))
-    print(fig9_vs_paper(df).round(3))
-    print(table2(data, models).round(3))
-    print(split_variants(data, models))
-    print(placements(data, models).round(3))
-    print(fig13(data).round(3))
-    print(bert(data).round(3).T)
+    for gpu in GPU_BASELINES:
+        models = [m for m in MODELS if cache_key(m, PIM_CHANNELS, gpu) in data["layers"]]
+        print(f"== GPU model {gpu!r}")
+        df = fig9(data, models, gpu)
+        print(df.pivot(index="model", columns="mode", values=["conv", "e2e"]).round(3))
+        print(fig9_vs_paper(df).round(3))
+        print(table2(data, models, gpu=gpu).round(3))
+        print(split_variants(data, models, gpu))
+        print(fig13(data, gpu=gpu).round(3))
+        print(bert(data, gpu=gpu).round(3).T)
     if a.energy:
         e = compute_energy([m for m in ENERGY_MODELS if cache_key(m, PIM_CHANNELS) in data["layers"]])
         f12 = fig12(e)

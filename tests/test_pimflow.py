@@ -8,83 +8,33 @@ import pytest
 from experiments import pimflow as pf
 
 
-def test_refresh_is_the_fixed_point():
-    """k = floor((S + k c) / R): the smallest such k, derived here by counting up."""
-    from pimjax.hw.presets import get_backend
-    t = get_backend("newton").timing
-    c, R = float(t.tRP + t.tRFC), float(t.tREFI)
-    for S in (0.0, 100.0, R - 1, R, 5 * R + 3, 123_456.0):
-        k = 0
-        while math.floor((S + k * c) / R) != k:
-            k += 1
-        got = float(pf.with_refresh(np.array([S + 7.0]), np.array([7.0]), t)[0])
-        assert got == pytest.approx(S + 7.0 + k * c)
-
-
-ESTIMATE_BOUND = 0.02
-RESIDENT_SLACK_NS = 200.0
-"""|fast PIM time - (lowering + full simulation of the same draft, refresh included)| <=
-ESTIMATE_BOUND x the simulation, + RESIDENT_SLACK_NS where the filter is resident (placed once).
-Measured: -0.9 % .. 0.0 % not resident (the closed-form walk is exact without refresh; refresh is
-spread by formula).  Resident: the walk books the first global-buffer load's GWRITEs as leading
-rearrangement, so dropping the filter's writes drops them too: 81 ns low on FC 512 -> 256 and 154 ns
-on FC 1280 -> 1000, a fixed cost per op (one buffer load) that no layer size scales."""
-
-
-def _close(est, sim, resident):
-    return abs(est - sim) <= ESTIMATE_BOUND * sim + (RESIDENT_SLACK_NS if resident else 0.0)
-
-
-@pytest.mark.parametrize("kind,H,W,C,F,K,resident", [("conv", 8, 8, 32, 64, 1, False), ("conv", 8, 8, 16, 32, 3, False),
-                                                      ("fc", 1, 1, 512, 256, 1, True), ("conv", 4, 4, 64, 128, 1, True)])
-def test_fast_pim_time_matches_full_simulation(kind, H, W, C, F, K, resident):
-    from pimjax.hw.presets import get_backend
+@pytest.mark.parametrize("kind,H,W,C,F,K", [("conv", 8, 8, 32, 64, 1), ("conv", 8, 8, 16, 32, 3),
+                                            ("fc", 1, 1, 1280, 256, 1), ("conv", 6, 6, 144, 24, 1)])
+def test_pim_time_is_the_simulated_program_of_its_draft(kind, H, W, C, F, K):
+    """`pim_time` (the artifact's packed mapping, every channel-group choice, on the fork's
+    controller) equals its draft lowered and simulated (the host merge left out, as the artifact
+    reports a layer), is the fastest of the packed drafts simulated one by one, and so for a share
+    of the rows too; another placement than the filter is not PIMFlow's (nan)."""
+    from pimjax.backends.newton.packed import packed_drafts
     from pimjax.lower import lower
-    from pimjax.partition.verify import matrix_and_vector
     from pimjax.search.mixed import share_builder
     from pimjax.sim.cycles import cycles
-    backend = get_backend("newton")
+    backend = pf.backend_for(pf.PIMFLOW_CONFIG)
+    assert backend.group.controller == "pimflow" and backend.system.gpu.model == "pimflow"
+    tck = float(backend.timing.tCK)
+
+    def simulated(op, shapes, draft):
+        rep = cycles(lower(op, draft, backend, shapes, resident=(1,), matrix=1), backend)
+        return float(rep.total_cycles - rep.merge) * tck
     op, shapes = pf.layer_op(dict(name="t", kind=kind, H=H, W=W, C=C, F=F, K=K, stride=1, groups=1))
-    if resident:                    # the case exercises the resident filter: it is the banks' matrix
-        assert matrix_and_vector(op, shapes)[0] == 1
-    opts = dict(resident=(1,)) if resident else {}
-    est, knobs, draft = pf.pim_time(op, shapes, backend, resident_weight=resident)
-    sim = float(cycles(lower(op, draft, backend, shapes, **opts), backend).total_ns)
-    assert _close(est, sim, resident), (est, sim)
-    if resident:                    # the filter's writes were dropped: cheaper than writing it each call
-        assert est < pf.pim_time(op, shapes, backend, resident_weight=False)[0]
-    # a share walked with the whole op's knobs is one of that share's drafts: it lowers and simulates alike
-    sub, sh = share_builder(op)(0.5)
-    est_half, knobs_half, d_half = pf.pim_time(sub, sh, backend, like=knobs, resident_weight=resident)
-    assert knobs_half == knobs
-    sim_half = float(cycles(lower(sub, d_half, backend, sh, **opts), backend).total_ns)
-    assert _close(est_half, sim_half, resident), (est_half, sim_half)
-
-
-@pytest.mark.parametrize("H,C,F,K", [(8, 32, 16, 1), (12, 8, 8, 3)])
-def test_both_placements_match_full_simulation_on_newtonpp(H, C, F, K):
-    """Newton++ (4 buffers + GWRITE latency hiding), a 1x1 and a 3x3 CONV whose activations
-    (2 048 / 1 152 elements) are larger than their filter (512 / 576): the fast PIM time under
-    either placement (`matrix=`) matches lowering + full simulation of its draft with that
-    placement, and `pim_time_placed` keeps the faster and names it."""
-    from pimjax.lower import lower
-    from pimjax.sim.cycles import cycles
-    backend = pf.backend_for("newton++")
-    assert backend.timing.gwrite_hiding == 1 and backend.group.n_global_buffers == 4
-    row = dict(name="t", kind="conv", H=H, W=H, C=C, F=F, K=K, stride=1, groups=1)
-    op, shapes = pf.layer_op(row)
-    assert pf.larger_operand(row) == "input"
-    ns = {}
-    for k, name in pf.PLACEMENTS.items():
-        est, _, draft = pf.pim_time(op, shapes, backend, matrix=k)
-        prog = lower(op, draft, backend, shapes, resident=(1,), matrix=k)
-        assert prog.meta["M"] == k
-        sim = float(cycles(prog, backend).total_ns)
-        assert _close(est, sim, resident=k == 1), (name, est, sim)
-        ns[name] = est
-    both = pf.pim_time_placed(op, shapes, backend)
-    assert both["ns_by"] == pytest.approx(ns)
-    assert both["ns"] == min(ns.values()) and ns[both["matrix"]] == both["ns"]
+    for o, sh in ((op, shapes), share_builder(op)(0.5)):
+        ns, knobs, draft = pf.pim_time(o, sh, backend)
+        assert knobs == (draft.pack, draft.pack_rest)
+        every = [simulated(o, sh, d) for d in packed_drafts(o, backend, sh, matrix=1)]
+        assert ns == pytest.approx(simulated(o, sh, draft), abs=1.0) == pytest.approx(min(every), abs=1.0)
+    assert np.isnan(pf.pim_time(op, shapes, backend, matrix=0)[0])
+    placed = pf.pim_time_placed(op, shapes, backend)
+    assert placed["matrix"] == "filter" and placed["ns"] == pf.pim_time(op, shapes, backend)[0]
 
 
 needs_cache = pytest.mark.skipif(not os.path.exists(pf.CACHE), reason="experiments/data/pimflow_layers.json "
@@ -95,7 +45,7 @@ needs_cache = pytest.mark.skipif(not os.path.exists(pf.CACHE), reason="experimen
 def test_modes_on_the_cached_layers():
     """Each mode's search space holds the smaller ones on its configuration: PIMFlow <= PIMFlow-md,
     PIMFlow-pl <= Newton++ <= every node on the concurrent GPU (Newton+, its own configuration,
-    too); Table 2's shares add up to 1; the cached placements are the faster ones."""
+    too); Table 2's shares add up to 1; every cached PIM time has the filter in the banks."""
     data = pf.load_cache()
     model = "mobilenet-v2"
     recs = data["layers"][pf.cache_key(model, pf.PIM_CHANNELS)]
@@ -111,7 +61,7 @@ def test_modes_on_the_cached_layers():
     for r in recs:
         for cfg in pf.CONFIGS if r.get("variants") else ():
             p = r[cfg]
-            assert p["ns"] == min(p["ns_by"].values()) and p["ns_by"][p["matrix"]] == p["ns"]
+            assert p["matrix"] == "filter" and p["ns_by"]["filter"] == p["ns"]
     # the cache recomputes: a candidate layer's GPU times from the model, its whole-op PIM times again
     from pimjax.models import cnn
     from pimjax.sim.host import host_time
@@ -121,11 +71,11 @@ def test_modes_on_the_cached_layers():
     for row, r in zip(table.to_dict("records"), recs):
         if r["kind"] != "other":
             o, sh = pf.layer_op(row)
-            assert r["gpu_ns"] == pytest.approx(float(host_time(o, backend.system.gpu, sh, 2)), rel=1e-12)
-            assert r["cogpu_ns"] == pytest.approx(float(host_time(o, backend.system.cogpu, sh, 2)), rel=1e-12)
+            for key, host in (("gpu_ns", backend.system.gpu), ("cogpu_ns", backend.system.cogpu)):
+                want = float(host_time(o, host, sh, 2)) + pf.profile_layout_ns(host, o, sh)
+                assert r[key] == pytest.approx(want, rel=1e-12)
     i = int(table.index[table.pim_candidate][-2])          # the head's 1x1 CONV
     op, shapes = pf.layer_op(table.iloc[i].to_dict())
-    assert recs[i]["cogpu_ns"] == pytest.approx(float(host_time(op, backend.system.cogpu, shapes, 2)))
     whole = pf.pim_time_placed(op, shapes, backend)
     assert recs[i]["variants"]["rows"]["pim"][0] == pytest.approx(whole["ns"])
     assert recs[i]["variants"]["rows"]["matrix"][0] == whole["matrix"]
@@ -157,7 +107,7 @@ def test_pipelining_runs_its_depthwise_chunks_on_the_gpu():
                 rec, row = recs[idx[j]], table[idx[j]]
                 op, _ = pf.layer_op(row)
                 sub, shapes = share_builder(op, rec["gpu_rows"]["var"])(1.0 / pf.STAGES)
-                want = float(host_time(sub, cogpu, shapes, 2))
+                want = float(host_time(sub, cogpu, shapes, 2)) + pf.profile_layout_ns(cogpu, sub, shapes)
                 assert chunk[j - start].share_ns("gpu", 1.0 / pf.STAGES) == pytest.approx(want, rel=1e-12)
         t = pipeline_ns(chunk, devs, pf.STAGES)
         assert np.isfinite(t) and T[start, length] <= t * (1 + 1e-12)
@@ -172,7 +122,7 @@ def test_bert_modes_on_the_cached_layers():
     assert set(bt.index) == {pf.LABELS[m] for m in pf.BERT_MODELS}
     assert (bt["PIMFlow over Newton++ (fc)"] >= -1e-9).all() and (bt["PIMFlow over Newton++ (e2e)"] >= -1e-9).all()
     assert bt.loc["BERT 1x3", "PIMFlow over Newton++ (fc)"] == pytest.approx(0.0, abs=1e-9)
-    # the FC layers of 1 x 3 are the model's only PIM candidates, each timed under both placements
+    # the FC layers of 1 x 3 are the model's only PIM candidates, each with the weight in the banks
     recs = data["layers"][pf.cache_key("bert-base-s3", pf.PIM_CHANNELS)]
     assert {r["kind"] for r in recs if r["candidate"]} == {"fc"}
     assert all(set(r[pf.PIMFLOW_CONFIG]["ns_by"]) == set(pf.PLACEMENTS.values()) for r in recs if r["candidate"])
@@ -215,8 +165,8 @@ needs_energy = pytest.mark.skipif(not (os.path.exists(pf.ENERGY_CACHE) and os.pa
 @needs_energy
 def test_cached_pim_energy_is_the_simulated_energy_of_its_draft():
     """The smallest cached whole-layer PIM program of MobileNet-V2 (Newton++): its draft picked again
-    by the closed-form walk (its time = the time cache's), lowered and simulated here: the cached
-    energy is that CycleReport's energy_pj."""
+    (`pim_time`: its time = the time cache's), lowered and simulated here: the cached energy is
+    that CycleReport's energy_pj."""
     from pimjax.lower import lower
     from pimjax.models import cnn
     from pimjax.sim.cycles import cycles
@@ -234,7 +184,8 @@ def test_cached_pim_energy_is_the_simulated_energy_of_its_draft():
     assert ns == pytest.approx(rec[config]["ns_by"][placement], rel=1e-12) == whole[key]["cached_ns"]
     rep = cycles(lower(op, draft, backend, shapes, resident=(1,), matrix=mk), backend)
     assert whole[key]["pj"] == pytest.approx(float(rep.energy_pj), rel=1e-6)
-    assert whole[key]["sim_ns"] == pytest.approx(float(rep.total_ns), rel=1e-6)
+    assert whole[key]["sim_ns"] == pytest.approx(float(rep.total_cycles - rep.merge) * float(backend.timing.tCK),
+                                                 rel=1e-6)
 
 
 @needs_energy
