@@ -68,8 +68,13 @@ def test_a_tiny_map_is_one_kernel():
     h = pimflow_rtx2060()
     bytes_ = 4.0
     t = gpu.elementwise_ns(h, bytes_, 1.0, outputs=1)
-    # one block: 1 of 30 SMs streams the 4 bytes
-    assert t == pytest.approx(KERNEL_NS + bytes_ / (h.mem_bandwidth / SMS) * 1e9)
+    # one block: one SM streams the 4 bytes at what its L1 MSHRs keep in flight per DRAM round trip
+    # (Little's law: 256 lines of 128 B per 322-cycle trip, gpgpusim.config), far below the memory's rate
+    per_sm = 256 * 128 / (322 / 1.365e9)
+    assert per_sm < h.mem_bandwidth
+    assert t == pytest.approx(KERNEL_NS + bytes_ / per_sm * 1e9)
+    # and so on half the channels the same: one SM's loads in flight do not depend on the channels
+    assert gpu.elementwise_ns(pimflow_rtx2060(16), bytes_, 1.0, outputs=1) == pytest.approx(t)
 
 
 def test_a_gemv_is_the_product_kernel_and_its_epilogue():
@@ -77,12 +82,16 @@ def test_a_gemv_is_the_product_kernel_and_its_epilogue():
     (1024 threads x 2 FP16 a block) reading the result from L2 and writing it to DRAM."""
     h = pimflow_rtx2060()
     n, k, eb = 4096, 4096, 2
+    per_sm = 256 * 128 / (322 / 1.365e9)          # an SM's loads in flight per DRAM round trip (Little's law)
+
+    def bw(util):                                 # the memory's rate, or what the busy SMs keep in flight
+        return min(h.mem_bandwidth, util * SMS * per_sm)
     blocks = math.ceil(n / 8)
     util = blocks / (math.ceil(blocks / SMS) * SMS)
-    product = max((n * k + k + n) * eb / (h.mem_bandwidth * util), 2.0 * n * k / (h.simt_flops * util)) * 1e9
+    product = max((n * k + k + n) * eb / bw(util), 2.0 * n * k / (h.simt_flops * util)) * 1e9
     eblocks = math.ceil(n / 2048)
     eutil = eblocks / (math.ceil(eblocks / SMS) * SMS)
-    epilogue = max(n * eb / (h.mem_bandwidth * eutil), 2 * n * eb / h.l2_bandwidth, n / (h.simt_flops * eutil)) * 1e9
+    epilogue = max(n * eb / bw(eutil), 2 * n * eb / h.l2_bandwidth, n / (h.simt_flops * eutil)) * 1e9
     assert gpu.gemm_ns(h, 1, n, k) == pytest.approx(2 * KERNEL_NS + product + epilogue)
 
 
