@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -303,12 +302,11 @@ def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, variant
     """Per node of `model` (224 x 224): name, kind, op, candidate, gpu_ns (baseline GPU, all
     channels), cogpu_ns (beside PIM), and for PIM candidates per split variant (`split_vars`)
     its gpu / pim lists over `RATIOS` and merge_ns (ns).  gpu: the GPU model (`backend_for`;
-    None: the preset's default).  On "pimflow" the nodes are timed as PIMFlow's artifact times
+    None: `GPU`).  On "pimflow" the nodes are timed as PIMFlow's artifact times
     them: a CONV / DW CONV as its per-layer profile (`profile_layout_ns` added), an activation /
     add / multiply TVM fuses into a product's epilogue as the bytes it adds there
     (`fused_into_product`); the PIM memo (`memo`) does not depend on the GPU model."""
     from pimjax.hw.gpu import elementwise_ns
-    from pimjax.models import cnn
     from pimjax.search.mixed import RATIOS, share_builder, split_vars
     from pimjax.sim.host import host_time
     gpu = gpu or GPU

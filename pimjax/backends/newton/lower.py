@@ -738,19 +738,28 @@ def _host_rows(op, tiles, plan: _Plan, rows: list, g: int, reps: list[int], shap
     for expr, lo, hi in _v_bands(tiles, plan):
         val, _ = expr.evaluate(env)
         valid &= (val >= lo[g, c0][:, None]) & (val < hi[g, c0][:, None])
-    shape = shapes[V.value]
-    flat = np.zeros(r.shape, np.int64)
+    flat, ok = flat_index(V, shapes[V.value], env, r)
+    return np.where(valid & ok, flat, -1)
+
+
+def flat_index(operand, shape, env: dict, like: np.ndarray):
+    """(flat index, valid) of `operand`'s elements at the loop values `env`
+    (arrays broadcastable to `like`; a variable the map reads and `env` lacks
+    is 0): its index map evaluated per dimension, out-of-range and inexact
+    (floordiv) points invalid."""
+    flat = np.zeros(like.shape, np.int64)
+    valid = np.ones(like.shape, bool)
     stride = 1
-    for expr, size in reversed(list(zip(V.index_map, shape))):
-        full = {x: env.get(x, np.zeros_like(r)) for x in expr.vars}
+    for expr, size in reversed(list(zip(operand.index_map, shape))):
+        full = {x: env.get(x, np.zeros_like(like)) for x in expr.vars}
         idx, ok = expr.evaluate(full)
-        idx = np.broadcast_to(idx, r.shape)
+        idx = np.broadcast_to(idx, like.shape)
         valid &= (idx >= 0) & (idx < size)
         if ok is not None:
-            valid &= np.broadcast_to(ok, r.shape)
+            valid &= np.broadcast_to(ok, like.shape)
         flat = flat + np.clip(idx, 0, size - 1) * stride
         stride *= size
-    return np.where(valid, flat, -1)
+    return flat, valid
 
 
 # --------------------------------------------------------------------------

@@ -62,7 +62,6 @@ host writes first (resident when `resident` names M).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -74,6 +73,7 @@ from ...lower.program import (LazyArray, Op, Phase, Program, RECORD_FIELDS, Reco
 from ...partition.draft import DimPart, Draft
 from ...partition.verify import matrix_and_vector
 from ...trace.ir import PimOp
+from .lower import flat_index
 
 PACK_GROUPS = (1, 2, 4)
 """Channel-group counts n of the artifact's `policy_auto` (GWRITE, GWRITE_2, GWRITE_4)."""
@@ -301,7 +301,6 @@ def channel_stream(plan: PackedPlan, c: int, bursts: int, gw_banks: list[int]):
     row_base = 0
     q_base = 0
     first = True
-    cols = None
     for pi, part in enumerate(plan.parts):
         runs = plan.channel_runs(part, c)
         loads = np.asarray(plan.group_loads(part, c // plan.m(part)), np.int64)
@@ -371,24 +370,6 @@ def channel_stream(plan: PackedPlan, c: int, bursts: int, gw_banks: list[int]):
 # --------------------------------------------------------------------------
 # index maps: bank contents, buffer contents, results
 # --------------------------------------------------------------------------
-def _flat(operand, shape, env: dict, like: np.ndarray):
-    """(flat index, valid) of `operand`'s elements at the loop values `env`
-    (arrays broadcastable to `like`)."""
-    flat = np.zeros(like.shape, np.int64)
-    valid = np.ones(like.shape, bool)
-    stride = 1
-    for expr, size in reversed(list(zip(operand.index_map, shape))):
-        full = {x: env.get(x, np.zeros_like(like)) for x in expr.vars}
-        idx, ok = expr.evaluate(full)
-        idx = np.broadcast_to(idx, like.shape)
-        valid &= (idx >= 0) & (idx < size)
-        if ok is not None:
-            valid &= np.broadcast_to(ok, like.shape)
-        flat = flat + np.clip(idx, 0, size - 1) * stride
-        stride *= size
-    return flat, valid
-
-
 def _unravel(vars_, ext, index: np.ndarray) -> dict:
     if not vars_:
         return {}
@@ -414,7 +395,7 @@ class _Maps:
         pl, op = self.plan, self.op
         env = {**_unravel(pl.o_m, self.ext, o), **_unravel(pl.red, self.ext, e)}
         M = op.operands[pl.mi]
-        flat, ok = _flat(M, self.shapes[M.value], env, o)
+        flat, ok = flat_index(M, self.shapes[M.value], env, o)
         return np.where(ok & (o < pl.F) & (e < pl.n_r), flat, -1)
 
     def m_index(self, g: int, bank: np.ndarray, row: np.ndarray, col: np.ndarray) -> np.ndarray:
@@ -460,7 +441,7 @@ class _Maps:
                 e = (_chunk_base(part, chunk) + bcol % part.cc)[:, None] * pl.lanes + np.arange(pl.lanes)[None, :]
                 v = np.broadcast_to(pix[:, None], e.shape)
                 env = {**_unravel(pl.o_v, self.ext, v), **_unravel(pl.red, self.ext, e)}
-                flat, ok = _flat(V, self.shapes[V.value], env, v)
+                flat, ok = flat_index(V, self.shapes[V.value], env, v)
                 out[g, np.nonzero(sel)[0]] = np.where(ok & (v < pl.P) & (e < pl.n_r), flat, -1)
         return out
 
