@@ -47,6 +47,11 @@ PHASE_FIELDS = ("rearrangement", "compute", "readback", "merge")
 
 def describe_draft(op: PimOp, draft: Draft) -> str:
     """A draft in words: groups x cores per dimension set and the knobs."""
+    if draft.pack:              # a family's fixed mapping: no tiling of the sets (Newton's PIMFlow mapping)
+        groups = f"{draft.pack} channel group(s)" + (f", {draft.pack_rest} for the packed remainder"
+                                                     if draft.pack_rest and draft.pack_rest != draft.pack else "")
+        return (f"PIMFlow's packed mapping ({groups}): output pixels packed per buffer load, the filter "
+                f"repeated along the bank row | lanes along {draft.lane_var}")
     sets = dimension_sets(op)
     parts = []
     for s, p in zip(sets, draft.parts):
