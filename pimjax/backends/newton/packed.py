@@ -212,9 +212,10 @@ def packed_plan(op: PimOp, draft: Draft, backend: Backend, shapes: dict, matrix:
 
 def packed_drafts(op: PimOp, backend: Backend, shapes: dict | None = None, matrix: int | None = None,
                   lane_var: str | None = None) -> list[Draft]:
-    """The packed drafts of `op` (one per channel-group count n in {1, 2, 4}
-    the backend allows; none when the op cannot be packed).  Their `parts`
-    are all (1, 1): the packed lowering does not read them."""
+    """The packed drafts of `op`: one per channel-group count n in {1, 2, 4}
+    the backend allows, or per pair of counts (full chunks, packed
+    remainder) when the reduction has both; none when the op cannot be
+    packed.  Their `parts` are all (1, 1): the packed lowering reads none."""
     shapes = value_shapes(op, shapes)
     if packable(op, shapes, matrix):
         return []
