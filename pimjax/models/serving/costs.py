@@ -549,38 +549,48 @@ class StepCosts:
         return StepTime(L * layer, L * (dense + ar + pre), L * pim)
 
     def _subbatch(self, ctx, part, t, chunks) -> StepTime:
-        """NeuPIMs' sub-batch interleaving: requests of each partition dealt
-        alternately into sub-batches A and B (halving every partition's load),
-        prompt chunks to the lighter GPU side; per layer the GPU runs A's then
-        B's dense work while PIM runs A's then B's attention, each sub-batch's
-        attention after its own GEMMs and its next GEMMs after its attention."""
+        """NeuPIMs' sub-batch interleaving: the decoding requests, ordered by
+        partition and PIM time, dealt alternately into sub-batches A and B
+        (each partition's load halved, or the partitions split in two when
+        each holds one request); prompt chunks go to the side with fewer GPU
+        tokens.  Per layer the GPU runs A's then B's dense work (GEMMs,
+        all-reduces, prefill attention) while PIM runs A's then B's decode
+        attention -- one PIM resource when A and B share a partition, two when
+        their partitions are disjoint; each sub-batch's attention waits for
+        its own GEMMs and its next GEMMs for its attention.  Per-layer phases:
+        the first layer's QKV and the last layer's FFN are taken as whole
+        dense phases."""
         order = np.lexsort((-t, part))
-        p_sorted = part[order]
-        first = np.searchsorted(p_sorted, p_sorted, side="left")
-        sub = np.empty_like(order)
-        sub[order] = (np.arange(order.size) - first) % 2
-        P = int(part.max()) + 1
-        pA = float(np.bincount(part[sub == 0], weights=t[sub == 0], minlength=P).max())
-        pB = float(np.bincount(part[sub == 1], weights=t[sub == 1], minlength=P).max()) if (sub == 1).any() else 0.0
-        nA, nB = int((sub == 0).sum()), int((sub == 1).sum())
-        cA, cB, preA, preB = 0, 0, 0.0, 0.0
+        sub = np.empty(order.size, np.int64)
+        sub[order] = np.arange(order.size) % 2
+        A, B = sub == 0, sub == 1
+        pA = float(np.bincount(part[A], weights=t[A]).max())
+        pB = float(np.bincount(part[B], weights=t[B]).max()) if B.any() else 0.0
+        shared = bool(np.intersect1d(part[A], part[B]).size)
+        nA, nB = int(A.sum()), int(B.sum())
+        cA = cB = 0
+        preA = preB = 0.0
         for c, p in chunks:
             if nA + cA <= nB + cB:
-                cA += c
-                preA += self.prefill_attention(c, p)
+                cA, preA = cA + c, preA + self.prefill_attention(c, p)
             else:
-                cB += c
-                preB += self.prefill_attention(c, p)
+                cB, preB = cB + c, preB + self.prefill_attention(c, p)
         gA = self.dense(nA + cA)[0] + self.allreduce(nA + cA) + preA
         gB = self.dense(nB + cB)[0] + self.allreduce(nB + cB) + preB
-        gpu = pim = ra = rb = 0.0
+        gpu = ra = rb = 0.0
+        pim_a = pim_b = 0.0
         for _ in range(self.n_layers):
             eA = max(gpu, ra) + gA
-            ra = pim = max(pim, eA) + pA
+            ra = max(pim_a, eA) + pA
+            pim_a = ra
+            if shared:
+                pim_b = pim_a
             gpu = max(eA, rb) + gB
-            rb = pim = max(pim, gpu) + pB
-        total = max(ra, rb, gpu)
-        return StepTime(total, self.n_layers * (gA + gB), self.n_layers * (pA + pB))
+            rb = max(pim_b, gpu) + pB
+            pim_b = rb
+            if shared:
+                pim_a = pim_b
+        return StepTime(max(ra, rb, gpu), self.n_layers * (gA + gB), self.n_layers * (pA + pB))
 
 
 def prefill_attention_ns(host: HostModel, shard, c: int, p: int, eb: int = 2) -> float:

@@ -122,7 +122,7 @@ class Requests:
                 bad = ~np.isfinite(as_f) | (as_f != np.rint(as_f))
                 if bad.any():
                     i = int(np.argmax(bad))
-                    raise ValueError(f"Requests.{f}[{i}] = {raw[i]!r} is not a whole number of tokens")
+                    raise ValueError(f"Requests.{f}[{i}] = {float(as_f[i])!r} is not a whole number of tokens")
             v = raw.astype(np.int64)
             if v.size and (v < 1).any():
                 i = int(np.argmax(v < 1))
@@ -131,15 +131,15 @@ class Requests:
         if arr.size:
             if not np.isfinite(arr).all():
                 i = int(np.argmax(~np.isfinite(arr)))
-                raise ValueError(f"Requests.arrival_s[{i}] = {arr[i]!r} is not finite")
+                raise ValueError(f"Requests.arrival_s[{i}] = {float(arr[i])!r} is not finite")
             if (arr < 0).any():
                 i = int(np.argmax(arr < 0))
-                raise ValueError(f"Requests.arrival_s[{i}] = {arr[i]!r} is negative")
+                raise ValueError(f"Requests.arrival_s[{i}] = {float(arr[i])!r} is negative")
             d = np.diff(arr)
             if (d < 0).any():
                 i = int(np.argmax(d < 0)) + 1
-                raise ValueError(f"Requests.arrival_s out of order: request {i} arrives at {arr[i]!r} s, "
-                                 f"before request {i - 1} at {arr[i - 1]!r} s (sort the trace by arrival)")
+                raise ValueError(f"Requests.arrival_s out of order: request {i} arrives at {float(arr[i])!r} s, "
+                                 f"before request {i - 1} at {float(arr[i - 1])!r} s (sort the trace by arrival)")
         object.__setattr__(self, "arrival_s", _frozen(arr))
         object.__setattr__(self, "prompt_len", _frozen(out["prompt_len"]))
         object.__setattr__(self, "output_len", _frozen(out["output_len"]))
