@@ -267,16 +267,25 @@ def elementwise_ns(host, bytes_moved: float, flops: float = 0.0, *, outputs: int
 
 
 def attention_ns(host, heads: int, d: int, L: int, batch: int = 1, elem_bytes: int = 2,
-                 softmax: bool = True) -> float:
+                 softmax: bool = True, kv_heads: int | None = None) -> float:
     """ns of one decode step's attention for `heads` x `batch` queries over L keys
     of dimension d: the score GEMV, the softmax of each row and the context GEMV,
     as three kernels (what a traced jnp attention is: `host_time` of its ops agrees).
 
     softmax=False leaves the softmax out (AttAcc's "attention GEMVs" figure:
     attacc.md's 2 543 / 10 053 / 40 096 ns per layer are score + context).
+    kv_heads: key / value heads (grouped-query attention, `heads` a multiple
+    of it): each KV head's cache is read once for its group of g = heads /
+    kv_heads queries, products of g rows (the traced GQA einsum's shapes);
+    None: one per query head (multi-head attention).
     """
+    kv = int(heads) if kv_heads is None else int(kv_heads)
+    if kv < 1 or int(heads) % kv:
+        raise ValueError(f"attention_ns: heads {heads} must be a multiple of kv_heads {kv_heads}")
+    g = int(heads) // kv
     hb = int(heads) * int(batch)
-    t = gemm_ns(host, 1, L, d, hb, elem_bytes) + gemm_ns(host, 1, d, L, hb, elem_bytes)
+    kb = kv * int(batch)
+    t = gemm_ns(host, g, L, d, kb, elem_bytes) + gemm_ns(host, g, d, L, kb, elem_bytes)
     if softmax:
         # AttAcc's SOFTMAX layer: 5 FLOP per element, the row read and written once
         t += elementwise_ns(host, 2 * hb * L * elem_bytes, 5.0 * hb * L, outputs=hb, reduction=L,

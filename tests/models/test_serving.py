@@ -303,3 +303,18 @@ def test_weights_beyond_the_memory_are_an_error():
     with pytest.raises(ValueError, match="do not fit the PIM memory"):
         serve("llama2-70b", "attacc", batch_requests(1, 10, 2), system="reference", placement="gpu",
               progress=False)
+
+
+def test_gqa_attention_on_a_kernel_model_reads_each_kv_head_once():
+    """LLaMA-2 70B's TP-8 shard (8 query heads on 1 KV head) on the occupancy model: two products of 8
+    rows over the one cache (the traced GQA einsum's shapes) and the softmax of the 8 rows, by hand."""
+    from pimjax.hw import gpu as G
+    shard = get_config("llama2-70b").tensor_parallel(8)
+    host = a100("hbm3", model="occupancy")
+    L, B = 1008, 3                                       # a multiple of l_bucket: no interpolation
+    want = (G.gemm_ns(host, 8, L, 128, 1 * B) + G.gemm_ns(host, 8, 128, L, 1 * B)
+            + G.elementwise_ns(host, 2 * 8 * B * L * 2, 5.0 * 8 * B * L, outputs=8 * B, reduction=L, kind="softmax"))
+    be = get_backend("attacc", system="attacc", host=host, gpu=host)
+    assert make_gpu_attention(shard, be, 16)(B, B * L) == pytest.approx(want, rel=1e-12)
+    mha = G.attention_ns(host, 8, 128, L, B)                                # every query head its own cache
+    assert want < mha

@@ -637,7 +637,7 @@ def make_gpu_attention(shard, backend: Backend, l_bucket: int):
 
     @functools.lru_cache(maxsize=None)
     def at(B: int, L: int) -> float:
-        return float(host.attention_ns(shard.n_heads, shard.head_dim, max(L, 2), B))
+        return float(host.attention_ns(shard.n_heads, shard.head_dim, max(L, 2), B, kv_heads=shard.n_kv_heads))
 
     def f(B: int, ctx_sum: int) -> float:
         if B == 1:
