@@ -277,9 +277,14 @@ def attention_ns(host, heads: int, d: int, L: int, batch: int = 1, elem_bytes: i
     kv_heads: key / value heads (grouped-query attention, `heads` a multiple
     of it): each KV head's cache is read once for its group of g = heads /
     kv_heads queries, products of g rows (the traced GQA einsum's shapes);
-    None: one per query head (multi-head attention).
+    None: one per query head (multi-head attention).  The "attacc" model
+    ignores it: AttAcc's system model has no grouped-query attention (its
+    LLaMA is multi-head) and runs one thread block per query head's product
+    -- with g-row products its one-block-per-product rule would make a
+    single KV head's attention an FC layer at batch 1 and a one-block
+    MATMUL at batch 2.
     """
-    kv = int(heads) if kv_heads is None else int(kv_heads)
+    kv = int(heads) if kv_heads is None or host.model == "attacc" else int(kv_heads)
     if kv < 1 or int(heads) % kv:
         raise ValueError(f"attention_ns: heads {heads} must be a multiple of kv_heads {kv_heads}")
     g = int(heads) // kv
