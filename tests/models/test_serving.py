@@ -318,3 +318,47 @@ def test_gqa_attention_on_a_kernel_model_reads_each_kv_head_once():
     assert make_gpu_attention(shard, be, 16)(B, B * L) == pytest.approx(want, rel=1e-12)
     mha = G.attention_ns(host, 8, 128, L, B)                                # every query head its own cache
     assert want < mha
+
+
+# --------------------------------------------------------------------------
+# explore with a serving objective; the notebook is its generator's
+# --------------------------------------------------------------------------
+def test_explore_takes_a_serving_objective():
+    import pimjax
+    from pimjax.dse import grid
+    from pimjax.models.serving import ServingObjective
+    reqs = poisson_requests(30, rate=20.0, prompt=fixed(200), output=fixed(20), seed=0)
+    obj = ServingObjective("gpt3-13b", reqs, tpot_p99_ms=1e9, tp=8, placement="gpu", max_batch=8, tuner=_TUNER)
+    df = pimjax.explore(obj, backends=grid("attacc", system=["attacc"], stacks=[3, 5]), progress=False)
+    assert list(df["point"]) == ["system=attacc,stacks=3", "system=attacc,stacks=5"]
+    assert df["meets_slo"].all() and (df["goodput_tokens_per_s"] == df["tokens_per_s"]).all()
+    # the same trace served alone on each point gives the row's figures
+    for _, row in df.iterrows():
+        be = get_backend("attacc", system="attacc", stacks=int(row["point"][-1]))
+        s = serve("gpt3-13b", be, reqs, tp=8, placement="gpu", max_batch=8, progress=False, tuner=_TUNER).summary()
+        assert row["tokens_per_s"] == pytest.approx(s["tokens_per_s"], rel=1e-12)
+    assert df["tokens_per_s"].iloc[1] > df["tokens_per_s"].iloc[0]           # 5 stacks' bandwidth: faster GEMVs
+    strict = ServingObjective("gpt3-13b", reqs, tpot_p99_ms=1e-6, tp=8, placement="gpu", max_batch=8, tuner=_TUNER)
+    row = strict.evaluate(get_backend("attacc", system="attacc"))
+    assert not row["meets_slo"] and row["goodput_tokens_per_s"] == 0.0
+
+
+def test_the_notebook_is_its_generators():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from experiments import make_serving_notebook
+    assert make_serving_notebook.main(["--check"]) == 0
+
+
+def test_gqa_attention_on_attaccs_model_reads_the_cache_once_at_full_waves():
+    """AttAcc's A100a model: a thread block per product.  With the SMs full (216 requests x 1 KV
+    head = 2 waves of 108), one KV head per 8 query heads moves about 1/8 of the MHA bytes."""
+    from pimjax.hw import gpu as G
+    h = a100("hbm3", model="attacc")
+    gqa = G.attention_ns(h, 8, 128, 2048, 216, softmax=False, kv_heads=1)
+    mha = G.attention_ns(h, 8, 128, 2048, 216, softmax=False)
+    assert 6.0 < mha / gqa < 8.5
+    # one request: one block either way (util 1/108 for GQA, 8/108 for MHA, 1/8 of the bytes): the same
+    one = G.attention_ns(h, 8, 128, 2048, 1, softmax=False, kv_heads=1)
+    assert one == pytest.approx(G.attention_ns(h, 8, 128, 2048, 1, softmax=False), rel=0.10)
