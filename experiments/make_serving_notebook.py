@@ -90,20 +90,30 @@ for target in (30.0, 50.0, 100.0):
 
 One decode step of B requests, all at the same context: per layer, the PIM attention (the slowest
 bank partition, its requests one after another) against the GPU's batched attention over the same
-caches, and each system's time per output token. PIM's advantage is bandwidth per request; once the
-requests outnumber the partitions they queue in them, while the GPU's batched kernel fills its SMs."""),
+caches, and each system's time per output token. `decode_batch_*` is how many requests the step
+held: fewer than B when their KV caches did not fit (the rest waited) — AttAcc's mapping stores every
+query head's K / V, 8× LLaMA-2 70B's grouped-query cache."""),
         ("code", """\
 cols = ["context", "batch", "pim_attention_us_attacc-full", "pim_attention_us_pimjax", "gpu_attention_us",
-        "tpot_ms_gpu", "tpot_ms_attacc-full", "tpot_ms_full+dcc", "tpot_ms_pimjax"]
+        "tpot_ms_gpu", "tpot_ms_attacc-full", "tpot_ms_full+dcc", "tpot_ms_pimjax", "decode_batch_gpu",
+        "decode_batch_attacc-full", "decode_batch_pimjax"]
 display(cross[[c for c in cols if c in cross.columns]].round(2))
 for L, g in cross.groupby("context"):
     for pl in ("attacc-full", "pimjax"):
-        worse = g[g[f"pim_attention_us_{pl}"] >= g["gpu_attention_us"]]
-        slower = g[g[f"tpot_ms_{pl}"] >= g["tpot_ms_gpu"]]
-        print(f"context {L}, {pl}: PIM attention >= GPU attention from batch",
-              int(worse["batch"].min()) if len(worse) else "> " + str(int(g["batch"].max())),
-              "; the whole step no faster than GPU alone from batch",
-              int(slower["batch"].min()) if len(slower) else "> " + str(int(g["batch"].max())))"""),
+        gain = g["gpu_attention_us"] / g[f"pim_attention_us_{pl}"]
+        worse = g[gain <= 1.0]
+        print(f"context {L}, {pl}: PIM attention / GPU attention gain {gain.iloc[0]:.1f}x at batch 1, "
+              f"{gain.iloc[-1]:.2f}x at batch {int(g['batch'].iloc[-1])}; PIM no faster from batch",
+              int(worse["batch"].min()) if len(worse) else f"> {int(g['batch'].max())} (never in this sweep)")"""),
+        ("md", """\
+In this model PIM attention never becomes slower than the GPU's: its gain falls from 7–14× at
+batch 1 (the A100a's attention kernel is a thread block per product: a few heads leave most SMs
+idle) to 1.3–1.5× from about 256 requests on, where the requests outnumber the 80 channels and
+queue in their partitions while the GPU's kernel fills its SMs. With grouped-query attention the
+tuned PIM programs read the shared K / V once per query head — the PIM's 9× internal bandwidth is
+spent on 8× the reads. What does stop AttAcc-style PIM is memory: its per-query-head KV fits 100
+requests at 2 048 tokens (200 at 1 024) beside the weights, so past that batch the extra requests
+wait and its time per token stays flat while its throughput stops growing."""),
         ("code", """\
 fig, ax = plt.subplots(1, 2, figsize=(12, 4))
 for L, g in cross.groupby("context"):
@@ -153,7 +163,8 @@ import pimjax
 from pimjax.dse import grid
 from pimjax.models.serving import ServingObjective, fixed
 small = poisson_requests(40, rate=8.0, prompt=fixed(256), output=fixed(32), seed=2)
-obj = ServingObjective("llama2-70b", small, tpot_p99_ms=40.0, **dict(data["setup"], placement="attacc-full", max_batch=16))
+options = {k: v for k, v in data["setup"].items() if k != "system"}      # system= is the grid's (a preset option)
+obj = ServingObjective("llama2-70b", small, tpot_p99_ms=40.0, **dict(options, placement="attacc-full", max_batch=16))
 df = pimjax.explore(obj, backends=grid("attacc", system=["attacc"], stacks=[3, 5], variant=["bank-pc", "bg-pc"]),
                     progress=False)
 df[["point", "tokens_per_s", "tpot_ms_p99", "goodput_tokens_per_s", "meets_slo", "kv_blocks", "tuning_s"]]"""),

@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=600)
     ap.add_argument("--rates", default="0.5,1,2,3,4,6,8,10")
-    ap.add_argument("--batches", default="1,2,4,8,16,32,64,128,256")
+    ap.add_argument("--batches", default="1,2,4,8,16,32,64,128,256,512,1024")
     ap.add_argument("--contexts", default="1024,2048")
     ap.add_argument("--cache", default=os.path.join(HERE, "out", "serving_tune_cache.json"))
     ap.add_argument("--quick", action="store_true", help="a few points only (a smoke test)")

@@ -36,6 +36,11 @@ class ServingObjective:
     def __init__(self, cfg, requests, *, tpot_p99_ms: float, **options):
         if not (np.isfinite(tpot_p99_ms) and tpot_p99_ms > 0):
             raise ValueError(f"ServingObjective: tpot_p99_ms must be > 0 (ms), got {tpot_p99_ms!r}")
+        from .serve import OPTIONS
+        other = sorted(set(options) - set(OPTIONS) - {"scheduler"})
+        if other:
+            raise ValueError(f"ServingObjective: {other} are not serve options (each design point is a Backend; "
+                             f"set the preset's options through the grid); valid: {sorted(OPTIONS) + ['scheduler']}")
         self.cfg, self.requests, self.tpot_p99_ms = cfg, requests, float(tpot_p99_ms)
         self.options = dict(options, progress=False)
         self.__qualname__ = f"serve[{getattr(cfg, 'name', cfg)}]"
