@@ -362,3 +362,19 @@ def test_gqa_attention_on_attaccs_model_reads_the_cache_once_at_full_waves():
     # one request: one block either way (util 1/108 for GQA, 8/108 for MHA, 1/8 of the bytes): the same
     one = G.attention_ns(h, 8, 128, 2048, 1, softmax=False, kv_heads=1)
     assert one == pytest.approx(G.attention_ns(h, 8, 128, 2048, 1, softmax=False), rel=0.10)
+
+
+@pytest.mark.parametrize("name,tp", [("llama2-7b", 1), ("llama2-13b", 2), ("llama2-70b", 8), ("gpt3-13b", 8),
+                                     ("gpt3-175b", 8)])
+def test_every_model_serves_from_shapes(name, tp):
+    """The issue's models on AttAcc's system (5 stacks per GPU): a short trace served with the
+    attention on PIM; one token's KV per shard by hand (K and V, every layer, the shard's KV heads
+    of 128, FP16; LLaMA-2 70B: 8 KV heads over 8 GPUs, one each)."""
+    cfg = get_config(name)
+    kv_heads = {"llama2-7b": 32, "llama2-13b": 20, "llama2-70b": 1, "gpt3-13b": 5, "gpt3-175b": 12}[name]
+    reqs = poisson_requests(6, rate=50.0, prompt=fixed(100), output=fixed(4), seed=0)
+    res = serve(cfg, "attacc", reqs, system="attacc", tp=tp, placement="base+dcc", max_batch=4, progress=False,
+                tuner=_TUNER)
+    assert res.layout.kv_token_bytes == 2 * cfg.n_layers * kv_heads * 128 * 2
+    assert res.steps["decodes"].sum() == 6 * 3 and res.steps["prefill_tokens"].sum() == 600
+    assert (res.requests["tpot_ms"] > 0).all() and (res.steps["pim_ms"] > 0).any()
