@@ -108,7 +108,7 @@ for L, g in cross.groupby("context"):
         ("md", """\
 In this model PIM attention never becomes slower than the GPU's: its gain falls from 7–14× at
 batch 1 (the A100a's attention kernel is a thread block per product: a few heads leave most SMs
-idle) to 1.3–1.5× from about 256 requests on, where the requests outnumber the 80 channels and
+idle) to 1.3–1.7× at 256 requests and 1.4–1.5× at 1 024, where the requests outnumber the 80 channels and
 queue in their partitions while the GPU's kernel fills its SMs. With grouped-query attention the
 tuned PIM programs read the shared K / V once per query head — the PIM's 9× internal bandwidth is
 spent on 8× the reads. What does stop AttAcc-style PIM is memory: its per-query-head KV fits 100

@@ -49,8 +49,8 @@ def curve(rates, n, cache, progress=True) -> list[dict]:
             row = {"placement": pl, "rate": rate, **{k: float(s[k]) for k in SUMMARY_KEYS},
                    "kv_blocks": res.layout.total_blocks, "wall_s": time.perf_counter() - t0}
             rows.append(row)
-            print(f"{pl:12} {rate:5.1f} req/s: {row['tokens_per_s']:7.0f} tok/s, p99 TPOT {row['tpot_ms_p99']:6.1f} ms, "
-                  f"p99 TTFT {row['ttft_ms_p99']:8.0f} ms, batch {row['mean_batch']:5.1f}, "
+            print(f"{pl:12} {rate:5.1f} req/s: {row['tokens_per_s']:7.0f} tok/s, "
+                  f"p99 TPOT {row['tpot_ms_p99']:6.1f} ms, p99 TTFT {row['ttft_ms_p99']:8.0f} ms, batch {row['mean_batch']:5.1f}, "
                   f"preemptions {row['preemptions']:.0f} ({row['wall_s']:.0f} s)", flush=True)
     return rows
 

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -251,9 +250,11 @@ class TracedDense:
         return tuple(phases), tuple(kinds), rows
 
     def phases(self, T: int) -> tuple:
+        """The phase of each op `ns(T)` times (T = 1 has its own op list)."""
         return self._one[0] if T == 1 else self._many[0]
 
     def kinds(self, T: int) -> tuple:
+        """The kind (contraction, reduction, ...) of each op `ns(T)` times."""
         return self._one[1] if T == 1 else self._many[1]
 
     def ns(self, T: int) -> np.ndarray:
@@ -687,12 +688,15 @@ class TableCache:
                               RuntimeWarning, stacklevel=2)
 
     def get(self, key: str):
+        """The figures stored under `key` (a `_table_key` digest), or None."""
         return self.entries.get(key)
 
     def put(self, key: str, value) -> None:
+        """Store JSON-able figures under `key` (in memory; `save` writes the file)."""
         self.entries[key] = value
 
     def save(self) -> None:
+        """Write every entry to `path` (atomically, through a temporary file); no-op without a path."""
         if not self.path:
             return
         tmp = self.path + ".tmp"
