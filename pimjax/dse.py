@@ -31,6 +31,11 @@ Scale-out: `processes=N` compiles points in N spawned worker processes
 `jax.distributed.initialize`, one process per host) explores every n-th
 point, so n processes or hosts split one space and may share a results file.
 
+Serving: `fn` may be a `pimjax.models.serving.ServingObjective` (a request
+trace served on each point, `pimjax.models.serve`): the rows gain its figures
+(tokens_per_s, goodput_tokens_per_s at a p99 TPOT target, ...), and `evolve`
+maximises them -- stacks x PIM level x GPU for throughput within latency.
+
 Search, not only grids: `evolve(fn, *args, name=, axes=)` breeds points over
 mixed structural ("channels") and timing ("timing.tRP") axes (crossover and
 the tuner's one-knob-at-a-time mutation), each point explored as above.
@@ -54,6 +59,7 @@ import numpy as np
 
 from .hw.core import Backend
 
+MAXIMISE = ("speedup_gpu", "tokens_per_s", "goodput_tokens_per_s", "requests_per_s")   # evolve's objectives to maximise
 COLUMNS = ("point", "backend", "variant", "timing", "total_ns", "pim_ns", "host_ns", "energy_pj", "gpu_ns",
            "speedup_gpu", "placements", "drafts", "simulated_drafts", "tuning_s", "reused_programs")
 
@@ -88,11 +94,18 @@ def _points(backends) -> list[tuple[str, Backend]]:
     return items
 
 
+def _is_objective(fn) -> bool:
+    """An objective object (`evaluate(backend) -> dict`) rather than a function to compile."""
+    return callable(getattr(fn, "evaluate", None)) and not getattr(fn, "__wrapped__", None)
+
+
 def _settings_digest(fn, args, tuner, placement, resident) -> str:
     """8 hex digits naming what a results row depends on besides the backend:
     a row computed under other settings must not answer this run."""
     import hashlib
     import jax
+    if _is_objective(fn) and callable(getattr(fn, "digest", None)):
+        return fn.digest()
     leaves = [(tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", type(x).__name__)))
               for x in jax.tree_util.tree_leaves(args)]
     text = repr((getattr(fn, "__module__", ""), getattr(fn, "__qualname__", repr(fn)), leaves, str(tuner),
@@ -130,11 +143,25 @@ def _row(point: str, fp: str, backend: Backend, ca: dict, tuning_s: float, simul
             "simulated_drafts": simulated, "tuning_s": tuning_s, "reused_programs": reused}
 
 
+def _objective_row(obj, label, be, fp) -> dict:
+    """One structural point of an objective object (`fn` with `evaluate(backend)
+    -> dict`, e.g. `pimjax.models.serving.ServingObjective`): its figures beside
+    explore's columns (those it does not give are None)."""
+    figures = obj.evaluate(be)
+    row = {k: None for k in COLUMNS}
+    row.update(point=label, fingerprint=fp, backend=be.name, variant=be.variant, placements=str(
+        getattr(obj, "options", {}).get("placement", "")), drafts="", simulated_drafts=0, reused_programs=False)
+    row.update(figures)
+    return row
+
+
 def _compile_point(fn, args, label, be, fp, variants, tuner, placement, mesh=None, resident="auto") -> list:
     """One structural point: tuned for itself, its timing variants on its
     programs; JSON-able row dicts (what a worker process sends back)."""
     from .api import pim_jit
     from .search.tuner import Tuner
+    if _is_objective(fn):
+        return [_objective_row(fn, label, be, fp)]
     t0 = time.perf_counter()
     compiled = pim_jit(fn, backend=be, tuner=Tuner(mode=tuner), placement=placement,
                        resident=resident).lower(*args).compile()
@@ -155,7 +182,10 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
     module docstring).
 
     fn, args: the function and its arguments (arrays or ShapeDtypeStructs:
-    nothing is executed).  backends: {label: Backend} (`grid`) or a list of
+    nothing is executed) -- or an objective object with `evaluate(backend)
+    -> dict` and no args, e.g. a serving run
+    (`pimjax.models.serving.ServingObjective`: tokens/s at a p99 TPOT
+    target; its figures become extra columns).  backends: {label: Backend} (`grid`) or a list of
     Backends.  timings: {label: [Timing, ...]} -- timing / energy variants of
     that point, timed on its own programs (`sim.sweep`).  tuner: the Tuner
     mode each point is tuned with (a fresh Tuner per point: no point reuses
@@ -185,6 +215,9 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
             raise ValueError(f"explore: shard=({index}, {count}) needs 0 <= index < count")
         items = items[index::count]
     timings = dict(timings or {})
+    if timings and _is_objective(fn):
+        raise ValueError("explore: timings (timing variants of a point's programs) apply to a function, "
+                         "not to an objective object such as a serving run")
     unknown = set(timings) - {label for label, _ in items}
     if unknown:
         raise ValueError(f"explore: timings for unknown points {sorted(unknown)}")
@@ -218,7 +251,9 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
         for job in _progress(jobs, len(jobs), progress):
             finished(_compile_point(*job))
     rows = [r for label, _ in items for r in by_label[label]]
-    return pd.DataFrame([{k: r.get(k) for k in COLUMNS} for r in rows], columns=list(COLUMNS))
+    extra = list(dict.fromkeys(k for r in rows for k in r if k not in COLUMNS and k != "fingerprint"))
+    cols = list(COLUMNS) + extra                  # an objective's own figures (serving: tokens_per_s, ...)
+    return pd.DataFrame([{k: r.get(k) for k in cols} for r in rows], columns=cols)
 
 
 def _progress(it, total: int, on: bool):
@@ -286,15 +321,17 @@ def evolve(fn, *args, name: str, axes: dict, objective: str = "total_ns", popula
     `objective` (a result column to minimise; "speedup_gpu" is maximised),
     and breeds the rest: uniform crossover of two parents and, as the tuner's
     evolutionary search moves one knob at a time (ATiM's balanced
-    mutation), one axis stepped to a neighbouring value.  Returns every
-    point explored (columns `COLUMNS` + the genes + "generation"), best
-    first.  Deterministic for a seed; `results` resumes as in `explore`."""
+    mutation), one axis stepped to a neighbouring value.  (`MAXIMISE` lists the
+    objectives maximised.)  Returns every point explored (columns `COLUMNS` + the genes + "generation"), best
+    first.  Deterministic for a seed; `results` resumes as in `explore`.
+    `fn` may be an objective object (a serving run, `ServingObjective`, no
+    args): objective "goodput_tokens_per_s" / "tokens_per_s" is maximised."""
     import pandas as pd
     keys = list(axes)
     for k in keys:
         if not isinstance(axes[k], (list, tuple)) or not axes[k]:
             raise ValueError(f"evolve: axis {k!r} needs a non-empty list of values")
-    sign = -1.0 if objective == "speedup_gpu" else 1.0
+    sign = -1.0 if objective in MAXIMISE else 1.0
     rng = np.random.default_rng(seed)
     space = int(np.prod([len(axes[k]) for k in keys]))
     label = lambda g: ",".join(f"{k}={axes[k][i]}" for k, i in zip(keys, g))      # noqa: E731

@@ -297,10 +297,11 @@ class HostModel(_Replace):
         from .gpu import gemm_ns
         return gemm_ns(self, m, n, k, batch, elem_bytes, operand_bytes)
 
-    def attention_ns(self, heads, d, L, batch=1, elem_bytes=2, softmax=True) -> float:
-        """ns of a decode step's attention (score + softmax + context; `hw.gpu.attention_ns`)."""
+    def attention_ns(self, heads, d, L, batch=1, elem_bytes=2, softmax=True, kv_heads=None) -> float:
+        """ns of a decode step's attention (score + softmax + context; `hw.gpu.attention_ns`;
+        kv_heads: grouped-query attention's KV heads)."""
         from .gpu import attention_ns
-        return attention_ns(self, heads, d, L, batch, elem_bytes, softmax)
+        return attention_ns(self, heads, d, L, batch, elem_bytes, softmax, kv_heads)
 
     def elementwise_ns(self, bytes_moved, flops=0.0, *, outputs, reduction=1, kind="act") -> float:
         """ns of a map / row reduction on this host's model (`hw.gpu.elementwise_ns`)."""

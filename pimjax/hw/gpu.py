@@ -163,8 +163,9 @@ def attacc_tiles(m: int, n: int, k: int, num_op: int, eb: int, fc: bool, sms: in
     return l1_tm, l1_tn, int(TM.flat[i]), int(TN.flat[i])
 
 
-def _attacc_gemm_ns(host, m, n, k, batch, eb) -> float:
-    fc = batch == 1          # AttAcc: weight layers (FC) are single products, attention (MATMUL) batched by head
+def _attacc_gemm_ns(host, m, n, k, batch, eb, fc=None) -> float:
+    if fc is None:
+        fc = batch == 1      # AttAcc: weight layers (FC) are single products, attention (MATMUL) batched by head
     l1_tm, l1_tn, l2_tm, l2_tn = attacc_tiles(int(m), int(n), int(k), int(batch), int(eb), fc,
                                               host.sms, host.l1_bytes_per_sm, host.l2_bytes)
     off = sum(float(x) for x in _attacc_traffic(l2_tm, l2_tn, m, n, k, batch, eb))
@@ -182,7 +183,7 @@ def _attacc_gemm_ns(host, m, n, k, batch, eb) -> float:
 # public entry points
 # --------------------------------------------------------------------------
 def gemm_ns(host, m: int, n: int, k: int, batch: int = 1, elem_bytes: int = 2,
-            operand_bytes: float | None = None) -> float:
+            operand_bytes: float | None = None, layer: str | None = None) -> float:
     """ns of `batch` independent (m x k) . (k x n) products on `host`'s model.
 
     m: rows of the left operand (tokens / queries; 1 for a decode GEMV), n: outputs
@@ -193,11 +194,16 @@ def gemm_ns(host, m: int, n: int, k: int, batch: int = 1, elem_bytes: int = 2,
     convolution's input is about K^2 times smaller than its (m x k) im2col view);
     read by the "pimflow" model only (default: batch x (m k + k n + m n) x
     elem_bytes, as the other models count).
+    layer: "fc" (a weight layer) or "matmul" (products of activations, a thread
+    block each), read by the "attacc" model only; default: AttAcc's
+    convention, a single product is FC and batched ones MATMUL.
     """
     m, n, k, batch, eb = int(m), int(n), int(k), int(batch), int(elem_bytes)
     model = host.model
+    if layer not in (None, "fc", "matmul"):
+        raise ValueError(f"gemm_ns: layer must be None, 'fc' or 'matmul', got {layer!r}")
     if model == "attacc":
-        return _attacc_gemm_ns(host, m, n, k, batch, eb)
+        return _attacc_gemm_ns(host, m, n, k, batch, eb, None if layer is None else layer == "fc")
     if model == "pimflow":
         return _pimflow_gemm_ns(host, m, n, k, batch, eb, operand_bytes)
     bytes_moved = batch * (m * k + k * n + m * n) * eb
@@ -267,16 +273,27 @@ def elementwise_ns(host, bytes_moved: float, flops: float = 0.0, *, outputs: int
 
 
 def attention_ns(host, heads: int, d: int, L: int, batch: int = 1, elem_bytes: int = 2,
-                 softmax: bool = True) -> float:
+                 softmax: bool = True, kv_heads: int | None = None) -> float:
     """ns of one decode step's attention for `heads` x `batch` queries over L keys
     of dimension d: the score GEMV, the softmax of each row and the context GEMV,
     as three kernels (what a traced jnp attention is: `host_time` of its ops agrees).
 
     softmax=False leaves the softmax out (AttAcc's "attention GEMVs" figure:
     attacc.md's 2 543 / 10 053 / 40 096 ns per layer are score + context).
+    kv_heads: key / value heads (grouped-query attention, `heads` a multiple
+    of it): each KV head's cache is read once for its group of g = heads /
+    kv_heads queries, products of g rows (the traced GQA einsum's shapes);
+    None: one per query head (multi-head attention).  On the "attacc" model
+    the products are its MATMUL layers (a thread block per product, whatever
+    their count: one KV head of one request is one block, not an FC layer).
     """
+    kv = int(heads) if kv_heads is None else int(kv_heads)
+    if kv < 1 or int(heads) % kv:
+        raise ValueError(f"attention_ns: heads {heads} must be a multiple of kv_heads {kv_heads}")
+    g = int(heads) // kv
     hb = int(heads) * int(batch)
-    t = gemm_ns(host, 1, L, d, hb, elem_bytes) + gemm_ns(host, 1, d, L, hb, elem_bytes)
+    kb = kv * int(batch)
+    t = gemm_ns(host, g, L, d, kb, elem_bytes, layer="matmul") + gemm_ns(host, g, d, L, kb, elem_bytes, layer="matmul")
     if softmax:
         # AttAcc's SOFTMAX layer: 5 FLOP per element, the row read and written once
         t += elementwise_ns(host, 2 * hb * L * elem_bytes, 5.0 * hb * L, outputs=hb, reduction=L,

@@ -10,6 +10,9 @@ Sources (architecture hyper-parameters as published):
   biases on every linear layer, learned position embeddings, GPT-2 BPE vocabulary
   50257.  The table prints d_model 5140; we use 5120 = 40 x 128, as AttAcc's
   system model (`src/config.py`, 'GPT-13B': [40, 5120, 40, 128, 4, 1]) and DCC do.
+* GPT-3 175B -- Brown et al. (2020), Table 2.1: 96 layers, d_model 12288, 96
+  heads x 128, context 2048, the same architecture as GPT-3 13B (AttAcc's
+  `src/config.py` 'GPT-175B': [96, 12288, 96, 128, 4, 1]).
 * LLaMA-2 7B / 13B / 70B -- Touvron et al., "Llama 2" (2023), Table 1 and the
   released model cards (config.json: hidden_size, intermediate_size,
   num_hidden_layers, num_attention_heads, num_key_value_heads): 7B 4096 / 11008 /
@@ -23,7 +26,7 @@ Sources (architecture hyper-parameters as published):
 
 Parameter counts derived from this table (`ModelConfig.n_params`, embeddings
 included) match the published sizes: GPT-3 13B 12.85e9 ("13.0B" with d 5140),
-LLaMA-2 7B 6.74e9, 13B 13.02e9, 33B 32.5e9, 70B 68.98e9.
+GPT-3 175B 174.6e9 ("175.0B"), LLaMA-2 7B 6.74e9, 13B 13.02e9, 33B 32.5e9, 70B 68.98e9.
 """
 from __future__ import annotations
 
@@ -125,6 +128,9 @@ CONFIGS: dict[str, ModelConfig] = {
     "gpt3-13b": ModelConfig("gpt3-13b", 5120, 40, 40, 40, 20480, "layernorm", "gelu", True, False,
                             50257, 2048, tied_embeddings=True, learned_positions=True,
                             source="Brown et al. 2020, Table 2.1 (d 5120 as AttAcc's config.py)"),
+    "gpt3-175b": ModelConfig("gpt3-175b", 12288, 96, 96, 96, 49152, "layernorm", "gelu", True, False,
+                             50257, 2048, tied_embeddings=True, learned_positions=True,
+                             source="Brown et al. 2020, Table 2.1 (as AttAcc's config.py 'GPT-175B')"),
     "llama2-7b": ModelConfig("llama2-7b", 4096, 32, 32, 32, 11008, "rmsnorm", "swiglu", False, True,
                              32000, 4096, source=_LLAMA2),
     "llama2-13b": ModelConfig("llama2-13b", 5120, 40, 40, 40, 13824, "rmsnorm", "swiglu", False, True,
@@ -137,7 +143,7 @@ CONFIGS: dict[str, ModelConfig] = {
 }
 
 # the sizes the papers / model cards publish, for checking the table (tests)
-PUBLISHED_PARAMS = {"gpt3-13b": 13.0e9, "llama2-7b": 6.74e9, "llama2-13b": 13.02e9,
+PUBLISHED_PARAMS = {"gpt3-13b": 13.0e9, "gpt3-175b": 175.0e9, "llama2-7b": 6.74e9, "llama2-13b": 13.02e9,
                     "llama2-33b": 32.5e9, "llama2-70b": 68.98e9}
 
 

@@ -268,7 +268,8 @@ class GpuAttention:
     `pimjax.hw.gpu`) it is `HostModel.attention_ns`: score, one fused softmax
     and context kernels, as AttAcc's system model counts them (jnp's softmax
     traces to five ops, which those models would each charge a kernel's fixed
-    cost)."""
+    cost); with grouped-query attention each KV head's cache is read once for
+    its group of queries (`kv_heads`, the traced GQA einsum's shapes)."""
 
     def __init__(self, cfg: ModelConfig, batch: int, backend: Backend, probe: int = 64):
         from ..sim.host import op_bytes, op_flops
@@ -292,7 +293,8 @@ class GpuAttention:
             # a kernel model (hw/gpu.py): the attention as the three kernels a GPU
             # runs (score, fused softmax, context), as AttAcc's system model times
             # it, not jnp's softmax pieces each charged as a kernel of its own
-            return float(self.host.attention_ns(self.cfg.n_heads, self.cfg.head_dim, context, self.batch))
+            return float(self.host.attention_ns(self.cfg.n_heads, self.cfg.head_dim, context, self.batch,
+                                                kv_heads=self.cfg.n_kv_heads))
         dl = context - self.probe
         return float(sum(np.asarray(self.host.time_ns(b0 + db * dl, f0 + df * dl))
                          for b0, db, f0, df in self.terms))
