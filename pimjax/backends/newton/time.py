@@ -482,6 +482,54 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
     return (*buckets, int(len(flat) * banks_used))
 
 
+# `_cached` walks with the compiled form (`walk.walk`); False: with `_walk` (the definition; tests compare the two)
+NATIVE = True
+
+
+def _walk_native(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: int,
+                 n_bg: int, rr_bursts: int, interleave_limit: int, steady: bool = True,
+                 compiled: tuple | None = None, class_cores: int = 0,
+                 budget: float = np.inf) -> tuple[float, float, float, float, int]:
+    """`_walk` (same arguments, same result, `_Unsettled` past the budget),
+    its loops compiled (`walk.py`): the set-up here, the walk there."""
+    from .walk import walk
+    n_b, n_v, n_o, n_rc, cc, t_in, kv, ki, lo, is_flow, passes = key
+    seg_base, seg_cols, first, lengths, n_read = _layout_reads(n_b, n_o, t_in, cc, n_rc, ki, lo, bool(is_flow), cols)
+    L, C = compiled if compiled is not None else _compiled(t)
+    L, C = np.asarray(L, np.float64), np.asarray(C, np.float64)
+    horizon = 4.0 * (sum(t[k] for k in RULE_FIELDS) + n_bg * float(L[FAW]))
+    order = np.asarray(bank_order(list(range(banks_used)), per_bg), np.int64)
+    if n_read * banks_used <= interleave_limit:        # one column per record
+        flat = np.repeat(first - np.cumsum(lengths) + lengths, lengths) + np.arange(n_read)
+        span_row, span_len = flat // cols, np.ones(n_read, np.int64)
+        spacing = np.nan
+    else:                                               # runs inside a row, streamed across bank groups
+        span_row, span_len = first // cols, lengths
+        spacing = float(L[CCD_S]) if streamed(Op.WR, order.tolist(), per_bg) == Op.WR_S else np.nan
+    buckets, unsettled = walk(n_b, n_v, n_o, n_rc, cc, t_in, kv, ki, lo, bool(is_flow), passes, seg_base, seg_cols,
+                              span_row, span_len, order, spacing, L, C, banks, per_bg, cols, n_bg, rr_bursts,
+                              class_cores, float(horizon), bool(steady), float(budget))
+    if unsettled:
+        raise _Unsettled
+    return (*(float(x) for x in buckets), int(n_read * banks_used))
+
+
+@lru_cache(maxsize=4096)
+def _layout_reads(n_b, n_o, t_in, cc, n_rc, ki, lo, is_flow: bool, cols):
+    """The data-block layout of a plan and the columns its COMPs read, which
+    walks of one geometry share (other vectors, passes, banks): (seg_base
+    [n_b, n_o, t_in], seg_cols [t_in], the read columns' row runs -- first
+    flat column [R], length [R] (`lower.row_runs`) -- and how many columns
+    they hold).  Read-only arrays."""
+    from .walk import read_runs
+    seg_base, _ = _segments(n_b, n_o, t_in, cc, n_rc, ki, lo, "is" if is_flow else "os", True, cols)
+    seg_cols = np.minimum(cc, n_rc - np.arange(t_in) * cc).astype(np.int64)
+    first, lengths = read_runs(seg_base, seg_cols, cols)
+    for a in (seg_cols, first, lengths):
+        a.flags.writeable = False
+    return seg_base, seg_cols, first, lengths, int(lengths.sum())
+
+
 def newton_phases(plan: dict, banks_used, per_core, backend, max_walked: int = 400_000,
                   steady: bool = True, busy=None) -> dict:
     """Per-group phase cycles of Newton drafts, refresh left out ([n] float64
@@ -545,8 +593,9 @@ def _cached(t, banks, per_bg, cols, n_bg, backend, limit, steady=True, budget=np
             pk = dict(zip(PLAN_KEYS, k))
             rr = int(readres_bursts(backend, pk["kv"] * pk["lo"], k[-1] > 0))
             try:
-                return _walk(k[:len(PLAN_KEYS)], k[-2], t, banks, per_bg, cols, n_bg, rr, limit, steady, compiled,
-                             class_cores=k[-1], budget=budget)
+                return (_walk_native if NATIVE else _walk)(k[:len(PLAN_KEYS)], k[-2], t, banks, per_bg, cols, n_bg,
+                                                           rr, limit, steady, compiled, class_cores=k[-1],
+                                                           budget=budget)
             except _Unsettled:
                 return None
         _WALKS[key] = walk
