@@ -7,10 +7,13 @@ from a channel's global buffers (GWRITE, G_ACT, COMP, READRES).
     baseline.py  PIMFlow's command generator's mapping
     counts.py    per-group command counts of a draft (cost-model features)
     time.py      the phase times of a draft in closed form, under the DRAM rule table (cost-model features)
+    walk.py      time.py's walk compiled (numba), bit-identical
+    bounds.py    a lower bound on a draft's cycles (the exhaustive tuner's branch and bound)
 """
 from .. import Family, register
 from .isa import TIMING_CLASSES
 from .baseline import newton_baseline
+from .bounds import lower_bound
 from .execute import execute_newton
 from .lower import DEFAULT_OPTIONS, lower_newton
 
@@ -19,4 +22,5 @@ FAMILY = register(Family(
     # "buffer_reuse" is Newton's name for register_reuse
     options=frozenset(DEFAULT_OPTIONS) | {"result_dtype", "buffer_reuse"},
     timing_classes=TIMING_CLASSES,
-    execute=execute_newton, baseline=newton_baseline, kernels=("gemv", "mmtv", "gemm", "conv")))
+    execute=execute_newton, baseline=newton_baseline, kernels=("gemv", "mmtv", "gemm", "conv"),
+    lower_bound=lower_bound))
