@@ -114,3 +114,28 @@ def test_read_runs_equal_the_column_bitmap(n_b, n_o, t_in, n_rc_extra, ki, is_fl
     want_first, want_length = row_runs(np.nonzero(read)[0], cols)
     np.testing.assert_array_equal(first, want_first)
     np.testing.assert_array_equal(length, want_length)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 60), st.integers(1, 8), st.integers(1, 70), st.sampled_from([1, 2, 4]),
+       st.integers(1, 4), st.sampled_from(["os", "is"]), st.sampled_from([8, 32]))
+def test_segment_ranks_in_closed_form_equal_the_sorted_visit_order(n_b, n_o, t_in, cc, ki, lo, dataflow, cols):
+    """`lower._segments_of`'s data-block layout (each segment's rank in the
+    dataflow's visit order, in closed form) is the rank of the visit order's
+    sort key -- os (b, o-block, chunk, o in block), is (b, chunk group,
+    o-block, chunk in group, o in block) -- with short last blocks / groups."""
+    from pimjax.backends.newton.lower import _segments_of
+    n_rc = (t_in - 1) * cc + 1
+    b, o, i = np.meshgrid(np.arange(n_b), np.arange(n_o), np.arange(t_in), indexing="ij")
+    key = (b, o // lo, i, o % lo) if dataflow == "os" else (b, i // ki, o // lo, i % ki, o % lo)
+    order = np.lexsort(tuple(reversed([k.ravel() for k in key])))
+    rank = np.empty(order.size, np.int64)
+    rank[order] = np.arange(order.size)
+    rank = rank.reshape(b.shape)
+    base, rows = _segments_of(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow, True, cols)
+    if cc <= cols:
+        per_row = cols // cc
+        np.testing.assert_array_equal(base, (rank // per_row) * cols + (rank % per_row) * cc)
+        assert rows == -(-rank.size // per_row)
+    else:
+        np.testing.assert_array_equal(base, rank * (-(-cc // cols)) * cols)

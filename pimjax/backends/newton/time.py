@@ -478,7 +478,9 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
     units = [(p, bb, vg) for p in range(passes) for bb in range(n_b) for vg in range(n_vg)]
     unit_sig = [(min(kv, n_v - vg * kv), (bb * n_o * t_in) % per_row) for _, bb, vg in units]
     unit(units[0])              # its leading GWRITEs count as leading rearrangement: alone
-    _run_units(units[1:], unit_sig[1:], unit, buckets, kernel_state, period=1, steady=steady)
+    # compared a period of units at a time: a b whose segments end mid-row alternates the next b's
+    # place in the row (b's signatures 0, 16, 0, 16, ...), which unit-by-unit never repeats
+    _run_units(units[1:], unit_sig[1:], unit, buckets, kernel_state, period=_period(unit_sig[1:]), steady=steady)
     return (*buckets, int(len(flat) * banks_used))
 
 
@@ -564,12 +566,16 @@ def newton_phases(plan: dict, banks_used, per_core, backend, max_walked: int = 4
     keys = np.stack([np.asarray(plan[k], np.int64) for k in PLAN_KEYS]
                     + [np.asarray(banks_used, np.int64), m], 1)
     walk = _cached(t, banks, per_bg, cols, n_bg, backend, INTERLEAVE_LIMIT, steady, max_walked)
-    for i in range(n):
-        got = walk(tuple(int(x) for x in keys[i]))
-        if got is None:
-            continue
-        for name, v in zip(("pre", "k_rearr", "compute", "readback", "wr_cols"), got):
-            out[name][i] = v
+    # one walk per distinct plan (a table of thousands of drafts has a few hundred)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True) if n else (keys, np.zeros(0, np.int64))
+    got = np.full((len(uniq), 5), np.nan)
+    for u, key in enumerate(uniq.tolist()):
+        res = walk(tuple(key))
+        if res is not None:
+            got[u] = res
+    got = got[np.asarray(inv).reshape(-1)]
+    for j, name in enumerate(("pre", "k_rearr", "compute", "readback", "wr_cols")):
+        out[name][:] = got[:, j]
     return out
 
 

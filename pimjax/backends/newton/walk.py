@@ -597,28 +597,37 @@ def walk(n_b, n_v, n_o, n_rc, cc, t_in, kv, ki, lo, is_flow, passes, seg_base, s
           snap_c, snap_d)
     if st[s + _UNSETTLED] != 0.0:
         return st[s + _PRE:s + _READBACK + 1].copy(), True
-    # units 1 .. n_units - 1: `_run_units(units[1:], ...)`, period 1, no shift (a unit starts by closing the rows)
-    k = 1
+    # units 1 .. n_units - 1: `_run_units(units[1:], ..., period=_period(unit_sig[1:]))`, no shift (a unit
+    # starts by closing the rows)
+    sig1 = usig[1:]
+    n1 = n_units - 1
+    period = period_of(sig1, 64) if steady else 1
+    k = 0
     have_prev = False
-    while k < n_units:
+    while k < n1:
+        if not steady or k + period > n1:
+            for u in range(1 + k, n_units):
+                _unit(st, L, C, geo, seg_base, seg_cols, u // (n_b * n_vg), (u // n_vg) % n_b, u % n_vg, n_ig, n_ob,
+                      is_flow, horizon, steady, bsig_os, bsig_is, snap_c, snap_d)
+                if st[s + _UNSETTLED] != 0.0:
+                    return st[s + _PRE:s + _READBACK + 1].copy(), True
+            break
         b0, b1, b2, b3 = st[s + _PRE], st[s + _K_REARR], st[s + _COMPUTE], st[s + _READBACK]
-        _unit(st, L, C, geo, seg_base, seg_cols, k // (n_b * n_vg), (k // n_vg) % n_b, k % n_vg, n_ig, n_ob, is_flow,
-              horizon, steady, bsig_os, bsig_is, snap_c, snap_d)
-        if st[s + _UNSETTLED] != 0.0:
-            return st[s + _PRE:s + _READBACK + 1].copy(), True
-        k += 1
-        if not steady:
-            continue
+        for u in range(1 + k, 1 + k + period):
+            _unit(st, L, C, geo, seg_base, seg_cols, u // (n_b * n_vg), (u // n_vg) % n_b, u % n_vg, n_ig, n_ob,
+                  is_flow, horizon, steady, bsig_os, bsig_is, snap_c, snap_d)
+            if st[s + _UNSETTLED] != 0.0:
+                return st[s + _PRE:s + _READBACK + 1].copy(), True
+        k += period
         m = _snapshot(st, nb, nbg, horizon, True, snap_a)
-        # units[1:]'s signatures as `_run_units` indexes them: k - 1 of them run
-        same = k - 1 >= 2 and _sig_equal(usig, k - 2, k - 1, 1)
+        same = k >= 2 * period and _sig_equal(sig1, k - 2 * period, k - period, period)
         if have_prev and same and _same(snap_a, snap_b, m):
             reps = 0
-            while k + reps + 1 <= n_units and _sig_equal(usig, k + reps, k - 1, 1):
+            while k + (reps + 1) * period <= n1 and _sig_equal(sig1, k + reps * period, k - period, period):
                 reps += 1
             if reps:
                 _skip(st, s, reps, b0, b1, b2, b3)
-                k += reps
+                k += reps * period
             have_prev = False
             continue
         snap_a, snap_b = snap_b, snap_a
