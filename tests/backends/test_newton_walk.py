@@ -72,6 +72,23 @@ def test_compiled_walk_equals_the_definition(p):
     assert _walk(nt._walk_native, *p) == _walk(nt._walk, *p)
 
 
+@pytest.mark.parametrize("key,banks,class_cores", [
+    # depthwise-convolution plans of MobileNet-V2's MD-DP shares: many b's whose segments end mid-row,
+    # several passes (units settle a pass at a time), single-bank and broadcast
+    ((120, 1, 21, 1, 1, 1, 1, 1, 4, 0, 16), 16, 1),
+    ((120, 1, 30, 1, 1, 1, 1, 1, 4, 0, 8), 16, 0),
+    ((144, 1, 560, 1, 1, 1, 1, 1, 4, 0, 4), 4, 1),
+    ((48, 1, 87, 1, 1, 1, 1, 1, 4, 0, 2), 16, 8),
+])
+def test_long_unit_sequences_equal_the_definition_and_every_command(key, banks, class_cores):
+    """Plans of hundreds of units: the compiled walk equals the Python one,
+    and the steady-state skip equals walking every command."""
+    args = ("newton++", key, banks, class_cores)
+    fast = _walk(nt._walk_native, *args, True, np.inf)
+    assert fast == _walk(nt._walk, *args, True, np.inf)
+    assert fast == _walk(nt._walk_native, *args, False, np.inf)
+
+
 @pytest.mark.parametrize("kernel,shape,backend", [
     ("gemv", (1000, 200), "newton"),
     ("mmtv", (1, 12, 256, 64), "newton++"),

@@ -503,7 +503,7 @@ def _unit(st, L, C, geo, seg_base, seg_cols, p, bb, vg, n_ig, n_ob, is_flow, hor
 @njit(cache=True, nogil=True)
 def walk(n_b, n_v, n_o, n_rc, cc, t_in, kv, ki, lo, is_flow, passes, seg_base, seg_cols,
          span_row, span_len, order, spacing, L, C, banks, per_bg, cols, n_bg, rr, class_cores, horizon, steady,
-         budget):
+         budget, unit_periods):
     """`time._walk` after its set-up: ([4] the leading rearrangement,
     rearrangement inside the kernel, compute and read-back cycles, whether
     the walk ran past `budget` column records -- then the times mean nothing).
@@ -515,7 +515,8 @@ def walk(n_b, n_v, n_o, n_rc, cc, t_in, kv, ki, lo, is_flow, passes, seg_base, s
     CHAIN]: the compiled rules and their chains; banks / per_bg / n_bg / cols:
     the channel; rr: READRES bursts; class_cores: banks a single-bank pass
     commands (0: broadcast); horizon: how far back a rule reaches (cycles);
-    steady: skip steady stretches (False: walk every command)."""
+    steady: skip steady stretches (False: walk every command); unit_periods:
+    the longest period of units to look for (`time.UNIT_PERIODS`)."""
     nb, nbg = banks, max(1, n_bg)
     s = _o_s(nb, nbg)
     st = np.full(s + _NS, NEVER)
@@ -601,7 +602,7 @@ def walk(n_b, n_v, n_o, n_rc, cc, t_in, kv, ki, lo, is_flow, passes, seg_base, s
     # starts by closing the rows)
     sig1 = usig[1:]
     n1 = n_units - 1
-    period = period_of(sig1, 64) if steady else 1
+    period = period_of(sig1, unit_periods) if steady else 1
     k = 0
     have_prev = False
     while k < n1:
