@@ -75,7 +75,7 @@ from .lower import _runs, _segments, readres_bursts, row_runs
 from ...lower.program import Op, bank_order, streamed
 from ...partition import dimension_sets
 from ...partition.verify import matrix_and_vector
-from .counts import newton_geometry, newton_plan
+from .counts import newton_geometry, newton_plan, unique_rows
 
 PLAN_KEYS = ("n_b", "n_v", "n_o", "n_rc", "cc", "t_in", "kv", "ki", "lo", "is_flow", "passes")
 # the simulator's buckets of a group's time (cycles.py): leading rearrangement, rearrangement
@@ -597,7 +597,7 @@ def newton_phases(plan: dict, banks_used, per_core, backend, max_walked: int = 4
                     + [np.asarray(banks_used, np.int64), m], 1)
     walk = _cached(t, banks, per_bg, cols, n_bg, backend, INTERLEAVE_LIMIT, steady, max_walked)
     # one walk per distinct plan (a table of thousands of drafts has a few hundred)
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True) if n else (keys, np.zeros(0, np.int64))
+    uniq, inv = unique_rows(keys)
     got = np.full((len(uniq), 5), np.nan)
     for u, key in enumerate(uniq.tolist()):
         res = walk(tuple(key))

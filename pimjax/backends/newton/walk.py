@@ -20,8 +20,13 @@ its ready time after a PREA and its open row (-1 closed; row numbers are
 exact in float64), the bank groups' last ACT, the tFAW window's four ACTs,
 the channel scalars (`_LAST_ACT` ...), the simulator's four buckets and the
 kernel's state (the loaded buffer, the row G_ACT opened, the "leading"
-flag).  One array, not a dozen: a call between compiled functions pays a
-reference count per array argument, and the walk makes one per column.
+flag).  One array, not a dozen, and the helpers compiled without numba's
+reference counting (`_nrt=False`: they allocate nothing, and `walk`, which
+owns every array, outlives their calls): a call between compiled functions
+otherwise increments and decrements a count per array argument -- atomic
+operations that took 40 % of the walk (gdb samples in NRT_incref /
+NRT_decref), making one call per column record.  Inlining the helpers
+instead (`inline="always"`) gained less and took 9 minutes to compile.
 """
 from __future__ import annotations
 
@@ -68,7 +73,7 @@ def _advance(st, s, end):
     return d
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _column(st, L, C, nb, nbg, per_bg, b, row, n, write, allbank, wait, spacing, buffer):
     """`time._Channel.column`: a column record; the time it adds.  spacing:
     NaN for None.  Past the budget it sets the unsettled flag and adds
@@ -145,7 +150,7 @@ def _column(st, L, C, nb, nbg, per_bg, b, row, n, write, allbank, wait, spacing,
     return _advance(st, s, end)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _gwrite_run(st, L, C, nb, nbg, per_bg, count):
     """`time._Channel.gwrite_run` on the GWRITE banks (one per bank group,
     `g * per_bg`): `count` columns in turn, the steady rest in closed form."""
@@ -180,7 +185,7 @@ def _gwrite_run(st, L, C, nb, nbg, per_bg, count):
     return d
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _prea(st, L, C, nb, nbg):
     """`time._Channel.prea`: close every bank."""
     s = _o_s(nb, nbg)
@@ -195,7 +200,7 @@ def _prea(st, L, C, nb, nbg):
     return _advance(st, s, t_pre + L[PREA_END])
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _g_act(st, L, C, nb, nbg, row, stagger):
     """`time._Channel.g_act`: open `row` in every bank."""
     s = _o_s(nb, nbg)
@@ -217,7 +222,7 @@ def _moved(v, dt):
     return v + dt if v > NEVER / 2 else v
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _shift(st, nb, nbg, dt):
     """`time._Channel.shift`: every time of the state on by dt."""
     s = _o_s(nb, nbg)
@@ -234,7 +239,7 @@ def _rel(v, e, horizon):
     return -np.inf if v < e - horizon else v - e
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _snapshot(st, nb, nbg, horizon, kernel, out):
     """`time._Channel.snapshot` into out (its tuple's floats, equal exactly
     when the tuples are); kernel: with `kernel_state`'s "no row open" and
@@ -299,7 +304,7 @@ def _sig_equal(sig, a, b, n):
     return True
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def period_of(sig, most):
     """`time._period`: smallest p <= most with sig[1:] p-periodic (1 when none)."""
     n = sig.shape[0]
@@ -321,7 +326,7 @@ def _add(st, s, k, d):
         st[s + k] += d
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _load(st, L, C, geo, seg_cols, p, bb, vg, ig):
     """`time._walk.load`: the buffer load (pass, b, vector group, chunk group)."""
     nb, nbg, per_bg, n_v, n_o, t_in, kv, ki, lo, cols, class_cores, stagger, rr, per_row = geo
@@ -340,7 +345,7 @@ def _load(st, L, C, geo, seg_cols, p, bb, vg, ig):
     st[s + _LOADED], st[s + _LOADED_B], st[s + _LOADED_VG], st[s + _LOADED_IG] = p, bb, vg, ig
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _comp(st, L, C, geo, seg_base, seg_cols, bb, o, i, vg):
     """`time._walk.comp`: segment (b, o, i) with every vector of the load."""
     nb, nbg, per_bg, n_v, n_o, t_in, kv, ki, lo, cols, class_cores, stagger, rr, per_row = geo
@@ -372,7 +377,7 @@ def _comp(st, L, C, geo, seg_base, seg_cols, bb, o, i, vg):
                 return
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _readres(st, L, C, geo):
     """`time._walk.readres`."""
     nb, nbg, per_bg, n_v, n_o, t_in, kv, ki, lo, cols, class_cores, stagger, rr, per_row = geo
@@ -386,7 +391,7 @@ def _readres(st, L, C, geo):
                                    False))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _block(st, L, C, geo, seg_base, seg_cols, p, bb, vg, ob, ig, is_flow, n_ig):
     """One output block: os -- every chunk group's load and steps, then the
     READRES; is -- chunk group ig's steps, then the READRES (`time._walk`'s
@@ -411,7 +416,7 @@ def _block(st, L, C, geo, seg_base, seg_cols, p, bb, vg, ob, ig, is_flow, n_ig):
     _readres(st, L, C, geo)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _blocks(st, L, C, geo, seg_base, seg_cols, p, bb, vg, ig, is_flow, n_ig, n_ob, seg_per_block, bsig, i_last,
             horizon, steady, snap_a, snap_b):
     """`time._walk.blocks`: every output block, skipping steady stretches
@@ -479,7 +484,7 @@ def _skip(st, s, reps, b0, b1, b2, b3):
     return total
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _unit(st, L, C, geo, seg_base, seg_cols, p, bb, vg, n_ig, n_ob, is_flow, horizon, steady, bsig_os, bsig_is,
           snap_a, snap_b):
     """`time._walk.unit`: one (pass, b, vector group)."""
