@@ -23,7 +23,7 @@ from pimjax.errors import PimCompileError
 from pimjax.hw import get_backend
 from pimjax.hw.presets import newton_config
 from pimjax.lower import lower
-from pimjax.sim.cycles import cycles_batch
+from pimjax.sim.cycles import cycles, cycles_batch
 
 from .test_hbm_pim_bounds import check_pruned_search_is_the_full_one
 
@@ -106,7 +106,8 @@ def test_bound_of_a_known_tiling():
     groups (`test_newton_time.test_gemv_phases_by_hand`'s draft): per group
     64 columns (4 rows x 16) in each of 16 banks written by the host, one
     load of 16 GWRITE columns (one vector, one 16-column chunk), 64 COMP
-    columns over two G_ACTs (one row switch), a READRES of 8 bursts."""
+    columns over two G_ACTs (one row switch), a READRES of 8 bursts, then
+    the host's merge of 16 groups' read-back."""
     be = BACKENDS["newton"]
     case = make_case(be, "gemv", (256, 1024))
     table = case_drafts(case, be)
@@ -119,9 +120,15 @@ def test_bound_of_a_known_tiling():
     sp = spacings(be)
     t = be.timing
     w, gw = 16 * 64, int(plan["kv"][0] * plan["ki"][0] * plan["cc"][0])
-    expect = (w + gw + 64 - 1 - 1) * sp["g"] + sp["row"] + t.tCCD_AB + 7 * t.tCCD_L + t.tCL + t.tBL
+    assert int(cnt["readres"][0]) == 1                  # after the last COMP: no READRES inside a row
+    expect = (w + gw) * sp["g"] + (64 - 1 - 1) * t.tCCD_AB + sp["row"] + t.tCCD_AB + 7 * t.tCCD_L + t.tCL + t.tBL
     assert sp["row"] == t.tRTP_S + t.tRP + 3 * t.tFAW + t.tRCDRD
-    assert lower_bound(case.op, table, be, case.shapes)[i] == pytest.approx(expect)
+    # the host merge: 16 groups read 8 bursts of 32 B each, one add per 4-byte value, the 256 results
+    readback = 16 * 8 * be.core.col_bytes
+    merge = be.system.host.time_ns(readback + 256 * 4, readback // 4) / t.tCK
+    rep = cycles(lower(case.op, table[i], be, case.shapes), be)
+    assert float(rep.merge) == pytest.approx(merge, rel=1e-6)         # what the simulator adds
+    assert lower_bound(case.op, table, be, case.shapes)[i] == pytest.approx(expect + merge, rel=1e-6)
 
 
 @pytest.mark.parametrize("name,kernel,shape", [
