@@ -156,3 +156,16 @@ def test_conv_counts_match_the_lowering(shape, seed):
             assert int(cnt[k][j]) == int(v.max()), (k, table[int(i)])
         checked += 1
     assert checked >= 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 300), st.integers(1, 13), st.sampled_from([3, 50, 10 ** 6, 2 ** 40]), st.integers(0, 2 ** 31))
+def test_unique_rows_equal_numpys(n, m, high, seed):
+    """`unique_rows` (one packed key per row) gives np.unique(axis=0)'s rows,
+    order and inverse, also where the packed key would overflow (its fallback)."""
+    from pimjax.backends.newton.counts import unique_rows
+    a = np.random.default_rng(seed).integers(-5, high, size=(n, m))
+    got, inv = unique_rows(a)
+    want, want_inv = np.unique(a, axis=0, return_inverse=True)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(inv, np.asarray(want_inv).reshape(-1))

@@ -50,6 +50,28 @@ def _cdiv(a, b):
 COUNTS = ("passes", "loads", "gwrite_cols", "g_act", "comp", "comp_cols", "readres", "readres_bursts")
 
 
+def unique_rows(a) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(a, axis=0, return_inverse=True)` of an int [n, m] array
+    (the same rows in the same order, and each row's index among them),
+    faster: the columns' offsets from their minima packed into one int64
+    key (mixed radix, the first column most significant: the rows' order),
+    then a 1-D unique; np.unique's own way when the ranges overflow 62 bits."""
+    a = np.asarray(a, np.int64)
+    n, m = a.shape
+    if n == 0:
+        return a[:0], np.zeros(0, np.int64)
+    lo = a.min(axis=0)
+    radix = a.max(axis=0) - lo + 1
+    if float(np.prod(radix.astype(np.float64))) >= 2.0 ** 62:
+        uniq, inv = np.unique(a, axis=0, return_inverse=True)
+        return uniq, np.asarray(inv).reshape(-1)
+    code = np.zeros(n, np.int64)
+    for j in range(m):
+        code = code * radix[j] + (a[:, j] - lo[j])
+    _, first, inv = np.unique(code, return_index=True, return_inverse=True)
+    return a[first], np.asarray(inv).reshape(-1)
+
+
 def _pow2_floor(n):
     n = np.maximum(np.asarray(n, np.int64), 1)
     return (2 ** np.floor(np.log2(n))).astype(np.int64)
@@ -112,8 +134,7 @@ def newton_geometry(op, vvars: set, sets, reps, tile, groups, cores) -> dict:
     busy = np.ones((n, len(sets)), np.int64)
     for si, s in enumerate(sets):
         key = np.stack([reps[:, si], tile[:, si], groups[:, si], cores[:, si]], 1)
-        uniq, inv = np.unique(key, axis=0, return_inverse=True)
-        inv = np.asarray(inv).reshape(-1)
+        uniq, inv = unique_rows(key)
         svars = list(s.vars)
         for u, (r, t, g, c) in enumerate(uniq.tolist()):
             m = s.mapping(r)

@@ -237,15 +237,15 @@ def _segments_of(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow, blocked: bool, cols
         total = n_b * n_o * n_rc
         return base, -(-total // cols)
     ob, ol = o // lo, o % lo
-    ig, ji = i // ki, i % ki
+    lo_ob = np.minimum(lo, n_o - ob * lo)                # outputs of o's block (the last may be short)
+    # each segment's place in the visit order (the rank of the sort key -- os (b, ob, i, ol), is
+    # (b, ig, ob, ji, ol) -- in closed form: every block / chunk group before it is full)
     if dataflow == "os":
-        key = (b, ob, i, ol)
+        rank = b * (n_o * t_in) + ob * (lo * t_in) + i * lo_ob + ol
     else:
-        key = (b, ig, ob, ji, ol)
-    order = np.lexsort(tuple(reversed([k.ravel() for k in key])))
-    rank = np.empty(order.size, np.int64)
-    rank[order] = np.arange(order.size)
-    rank = rank.reshape(b.shape)
+        ig, ji = i // ki, i % ki
+        ki_ig = np.minimum(ki, t_in - ig * ki)            # chunks of i's group (the last may be short)
+        rank = b * (n_o * t_in) + ig * (ki * n_o) + ob * lo * ki_ig + ji * lo_ob + ol
     if cc <= cols:
         per_row = cols // cc
         base = (rank // per_row) * cols + (rank % per_row) * cc

@@ -75,7 +75,7 @@ from .lower import _runs, _segments, readres_bursts, row_runs
 from ...lower.program import Op, bank_order, streamed
 from ...partition import dimension_sets
 from ...partition.verify import matrix_and_vector
-from .counts import newton_geometry, newton_plan
+from .counts import newton_geometry, newton_plan, unique_rows
 
 PLAN_KEYS = ("n_b", "n_v", "n_o", "n_rc", "cc", "t_in", "kv", "ki", "lo", "is_flow", "passes")
 # the simulator's buckets of a group's time (cycles.py): leading rearrangement, rearrangement
@@ -252,6 +252,10 @@ class _Channel:
         for b in range(len(self.open)):
             self.open[b], self.act[b] = row, a
         return self._advance(a + L[ACTAB_END])
+
+
+UNIT_PERIODS = 4096
+"""The longest period of units `_walk` looks for (a pass of units: b x vector groups)."""
 
 
 def _period(sig: list, most: int = 64) -> int:
@@ -478,8 +482,84 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
     units = [(p, bb, vg) for p in range(passes) for bb in range(n_b) for vg in range(n_vg)]
     unit_sig = [(min(kv, n_v - vg * kv), (bb * n_o * t_in) % per_row) for _, bb, vg in units]
     unit(units[0])              # its leading GWRITEs count as leading rearrangement: alone
-    _run_units(units[1:], unit_sig[1:], unit, buckets, kernel_state, period=1, steady=steady)
+    # compared a period of units at a time: a b whose segments end mid-row alternates the next b's
+    # place in the row (b's signatures 0, 16, 0, 16, ...), which unit-by-unit never repeats
+    # (smallest period over the whole sequence: with several passes of b's whose place in the row cycles, a pass)
+    _run_units(units[1:], unit_sig[1:], unit, buckets, kernel_state, period=_period(unit_sig[1:], UNIT_PERIODS),
+               steady=steady)
     return (*buckets, int(len(flat) * banks_used))
+
+
+# `_cached` walks with the compiled form (`walk.walk`); False: with `_walk` (the definition; tests compare the two)
+NATIVE = True
+
+
+def _walk_native(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: int,
+                 n_bg: int, rr_bursts: int, interleave_limit: int, steady: bool = True,
+                 compiled: tuple | None = None, class_cores: int = 0,
+                 budget: float = np.inf, consts: tuple | None = None) -> tuple[float, float, float, float, int]:
+    """`_walk` (same arguments, same result, `_Unsettled` past the budget),
+    its loops compiled (`walk.py`): the set-up here, the walk there.
+    consts: `_native_consts(t, compiled, n_bg)`, from a caller that walks
+    many plans under one timing."""
+    from .walk import walk
+    n_b, n_v, n_o, n_rc, cc, t_in, kv, ki, lo, is_flow, passes = key
+    seg_base, seg_cols, first, lengths, n_read, flat = _layout_reads(n_b, n_o, t_in, cc, n_rc, ki, lo, bool(is_flow),
+                                                                     cols)
+    L, C, horizon = consts if consts is not None else _native_consts(t, compiled, n_bg)
+    order, stream = _write_order(banks_used, per_bg)
+    if n_read * banks_used <= interleave_limit:        # one column per record
+        if flat is None:                                # (a limit above the lowering's)
+            flat = np.repeat(first - np.cumsum(lengths) + lengths, lengths) + np.arange(n_read)
+        span_row, span_len = flat // cols, np.ones(n_read, np.int64)
+        spacing = np.nan
+    else:                                               # runs inside a row, streamed across bank groups
+        span_row, span_len = first // cols, lengths
+        spacing = float(L[CCD_S]) if stream else np.nan
+    buckets, unsettled = walk(n_b, n_v, n_o, n_rc, cc, t_in, kv, ki, lo, bool(is_flow), passes, seg_base, seg_cols,
+                              span_row, span_len, order, spacing, L, C, banks, per_bg, cols, n_bg, rr_bursts,
+                              class_cores, horizon, bool(steady), float(budget), UNIT_PERIODS)
+    if unsettled:
+        raise _Unsettled
+    return (*(float(x) for x in buckets), int(n_read * banks_used))
+
+
+def _native_consts(t: dict, compiled: tuple | None, n_bg: int) -> tuple:
+    """(latencies [N_LAT], chains [N_LAT, CHAIN] as float64 arrays, `_walk`'s horizon) of timing t."""
+    L, C = compiled if compiled is not None else _compiled(t)
+    L, C = np.asarray(L, np.float64), np.asarray(C, np.float64)
+    return L, C, float(4.0 * (sum(t[k] for k in RULE_FIELDS) + n_bg * float(L[FAW])))
+
+
+@lru_cache(maxsize=256)
+def _write_order(banks_used: int, per_bg: int) -> tuple[np.ndarray, bool]:
+    """The banks in the host's write order (`bank_order`) and whether its
+    runs stream across bank groups (`streamed`)."""
+    order = bank_order(list(range(banks_used)), per_bg)
+    out = np.asarray(order, np.int64)
+    out.flags.writeable = False
+    return out, streamed(Op.WR, order, per_bg) == Op.WR_S
+
+
+@lru_cache(maxsize=4096)
+def _layout_reads(n_b, n_o, t_in, cc, n_rc, ki, lo, is_flow: bool, cols):
+    """The data-block layout of a plan and the columns its COMPs read, which
+    walks of one geometry share (other vectors, passes, banks): (seg_base
+    [n_b, n_o, t_in], seg_cols [t_in], the read columns' row runs -- first
+    flat column [R], length [R] (`lower.row_runs`) -- and how many columns
+    they hold, and those columns one by one when they are few (else None)).
+    Read-only arrays."""
+    from .walk import read_runs
+    seg_base, _ = _segments(n_b, n_o, t_in, cc, n_rc, ki, lo, "is" if is_flow else "os", True, cols)
+    seg_cols = np.minimum(cc, n_rc - np.arange(t_in) * cc).astype(np.int64)
+    first, lengths = read_runs(seg_base, seg_cols, cols)
+    n = int(lengths.sum())
+    # every column, for walks that write one column per record (a few thousand at most)
+    flat = np.repeat(first - np.cumsum(lengths) + lengths, lengths) + np.arange(n) if n <= 4096 else None
+    for a in (seg_cols, first, lengths, flat):
+        if a is not None:
+            a.flags.writeable = False
+    return seg_base, seg_cols, first, lengths, n, flat
 
 
 def newton_phases(plan: dict, banks_used, per_core, backend, max_walked: int = 400_000,
@@ -516,12 +596,16 @@ def newton_phases(plan: dict, banks_used, per_core, backend, max_walked: int = 4
     keys = np.stack([np.asarray(plan[k], np.int64) for k in PLAN_KEYS]
                     + [np.asarray(banks_used, np.int64), m], 1)
     walk = _cached(t, banks, per_bg, cols, n_bg, backend, INTERLEAVE_LIMIT, steady, max_walked)
-    for i in range(n):
-        got = walk(tuple(int(x) for x in keys[i]))
-        if got is None:
-            continue
-        for name, v in zip(("pre", "k_rearr", "compute", "readback", "wr_cols"), got):
-            out[name][i] = v
+    # one walk per distinct plan (a table of thousands of drafts has a few hundred)
+    uniq, inv = unique_rows(keys)
+    got = np.full((len(uniq), 5), np.nan)
+    for u, key in enumerate(uniq.tolist()):
+        res = walk(tuple(key))
+        if res is not None:
+            got[u] = res
+    got = got[np.asarray(inv).reshape(-1)]
+    for j, name in enumerate(("pre", "k_rearr", "compute", "readback", "wr_cols")):
+        out[name][:] = got[:, j]
     return out
 
 
@@ -539,12 +623,16 @@ def _cached(t, banks, per_bg, cols, n_bg, backend, limit, steady=True, budget=np
         if len(_WALKS) >= 8:            # a timing sweep: keep the memory bounded
             _WALKS.clear()
         compiled = _compiled(t)         # once per timing, not per draft
+        consts = _native_consts(t, compiled, n_bg)
 
         @lru_cache(maxsize=65536)
         def walk(k):
             pk = dict(zip(PLAN_KEYS, k))
             rr = int(readres_bursts(backend, pk["kv"] * pk["lo"], k[-1] > 0))
             try:
+                if NATIVE:
+                    return _walk_native(k[:len(PLAN_KEYS)], k[-2], t, banks, per_bg, cols, n_bg, rr, limit, steady,
+                                        compiled, class_cores=k[-1], budget=budget, consts=consts)
                 return _walk(k[:len(PLAN_KEYS)], k[-2], t, banks, per_bg, cols, n_bg, rr, limit, steady, compiled,
                              class_cores=k[-1], budget=budget)
             except _Unsettled:
