@@ -321,3 +321,20 @@ def test_the_tuner_simulates_and_picks_packed_drafts():
     assert "PIMFlow's packed mapping" in describe_draft(op, ch.draft)
     exhaustive = Tuner(mode="exhaustive").choose(op, be, shapes, matrix=m, resident=(m,))
     assert exhaustive.draft.pack >= 1 and float(exhaustive.report.total_cycles) <= float(ch.report.total_cycles)
+
+
+def test_no_dram_bound_under_the_forks_controller():
+    """The Newton lower bound is derived from pimjax's DRAM rules; the fork charges less (no
+    precharge before a G_ACT, no bus time for READRES), so under its controller the family gives
+    no bound (no pruning) -- here a draft the DRAM bound would over-estimate is simulated faster."""
+    from pimjax.backends.newton.bounds import lower_bound
+    from pimjax.partition import drafts
+    op, shapes = layer_graph(_row(1, 1, 1280, 500))
+    m = filter_operand(op)
+    dram, fork_be = _backend("newton++"), _backend("newton++", "pimflow")
+    table = drafts(op, dram, shapes=shapes)
+    assert lower_bound(op, table, fork_be, shapes, dict(matrix=m, resident=(m,))) is None
+    b = lower_bound(op, table, dram, shapes, dict(matrix=m, resident=(m,)))
+    over = [float(b[i]) / float(cycles(lower(op, table[i], fork_be, shapes, matrix=m, resident=(m,)),
+                                      fork_be).total_cycles) for i in range(0, len(table), max(1, len(table) // 12))]
+    assert max(over) > 1.0

@@ -111,8 +111,13 @@ def lower_bound(op: PimOp, table: DraftTable, backend: Backend, shapes: dict | N
     register_reuse / buffer_reuse, data_block_layout) and simulated (see the
     module docstring); 0 where the bound does not apply (single-bank drafts
     of a halo tiling, drafts with a `pack` knob); None for an op
-    `lower_newton` does not lower (not a contraction of two operands)."""
+    `lower_newton` does not lower (not a contraction of two operands), and
+    for a backend timed by another controller than pimjax's DRAM rules
+    (`Group.controller`: PIMFlow's fork charges no precharge before a G_ACT
+    and no bus time to a READRES, so these gaps are no bound there)."""
     if not isinstance(op, PimOp) or op.kind != "contraction" or len(op.body_operands) < 2:
+        return None
+    if backend.group.controller != "dram":
         return None
     opts = {**DEFAULT_OPTIONS, **(options or {})}
     if "buffer_reuse" in opts:                         # Newton's name for register reuse
