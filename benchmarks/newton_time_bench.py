@@ -1,6 +1,6 @@
 """Newton's closed-form phase times: the steady-state skip vs walking every command.
 
-    .venv/bin/python benchmarks/newton_time_bench.py [--op gemv:4096x4096 ...]
+    .venv/bin/python benchmarks/newton_time_bench.py [--op gemv:4096x4096 ...] [--walk compiled python both]
 
 `costmodel.newton_time.newton_phases` walks each draft's command stream
 once per distinct per-group plan; identical stretches (write rounds,
@@ -11,6 +11,9 @@ draft both ways (memo cleared before each), the speed-up, the largest
 difference between the two (0: the skip is exact on these streams), and the
 drafts left to the count estimates (their walk with the skip timed more than
 `max_walked` column records without settling; the reference has no budget).
+`--walk`: the compiled walk (`backends/newton/walk.py`, the default the
+features use), its Python definition (`time._walk`, `time.NATIVE = False`),
+or both, one after the other (the same numbers, checked).
 """
 from __future__ import annotations
 
@@ -45,23 +48,34 @@ def timed(plan, banks, per_core, be, steady: bool):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--op", nargs="*", default=list(DEFAULT_OPS), help="kernel:AxBx... (newton kernels)")
+    ap.add_argument("--walk", choices=("compiled", "python", "both"), default="compiled")
     args = ap.parse_args()
     be = get_backend("newton")
     table = Table(title="newton_time: steady-state skip vs every command")
-    for c in ("op", "drafts", "plans", "skip s", "every command s", "speed-up", "max |diff| cycles", "not walked"):
+    for c in ("op", "walk", "drafts", "plans", "skip s", "every command s", "speed-up", "max |diff| cycles",
+              "not walked"):
         table.add_column(c, justify="right")
+    walks = {"compiled": (True,), "python": (False,), "both": (True, False)}[args.walk]
     for spec in args.op:
         kernel, dims = spec.split(":")
         shape = tuple(int(x) for x in dims.split("x"))
         plan, banks, per_core = plans(kernel, shape, be)
         keys = {tuple(int(plan[k][i]) for k in newton_time.PLAN_KEYS) + (int(banks[i]), bool(per_core[i]))
                 for i in range(len(banks))}
-        t_skip, fast = timed(plan, banks, per_core, be, True)
-        t_all, slow = timed(plan, banks, per_core, be, False)
-        diff = max(float(np.nanmax(np.abs(fast[k] - slow[k]), initial=0.0)) for k in fast)
-        unwalked = int(np.isnan(fast["compute"]).sum())     # over the walk's budget
-        table.add_row(spec, str(len(banks)), str(len(keys)), f"{t_skip:.2f}", f"{t_all:.2f}",
-                      f"{t_all / max(t_skip, 1e-9):.1f}x", f"{diff:g}", str(unwalked))
+        got = []
+        for native in walks:
+            newton_time.NATIVE = native
+            t_skip, fast = timed(plan, banks, per_core, be, True)
+            t_all, slow = timed(plan, banks, per_core, be, False)
+            got.append(fast)
+            diff = max(float(np.nanmax(np.abs(fast[k] - slow[k]), initial=0.0)) for k in fast)
+            unwalked = int(np.isnan(fast["compute"]).sum())     # over the walk's budget
+            table.add_row(spec, "compiled" if native else "python", str(len(banks)), str(len(keys)), f"{t_skip:.2f}",
+                          f"{t_all:.2f}", f"{t_all / max(t_skip, 1e-9):.1f}x", f"{diff:g}", str(unwalked))
+        for other in got[1:]:
+            for k in other:
+                np.testing.assert_array_equal(got[0][k], other[k], err_msg=f"{spec} {k}: compiled != python")
+    newton_time.NATIVE = True
     Console().print(table)
 
 
