@@ -293,9 +293,10 @@ def _load_template(part: Part, run_pos, runs: int, s, p0, p1, bursts: int):
 
 def channel_stream(plan: PackedPlan, c: int, bursts: int, gw_banks: list[int]):
     """Channel c's kernel: (records {field: [N] int32}, host rows [H, 3]
-    (part, load, buffer column), result slots [Q, 4] (part, load, r, s) of
-    every READRES, bank rows [rows, 3] (part, chunk, run) and the flat bank
-    columns its COMPs read per row, counts)."""
+    (part, load, buffer column), result slots [Q, 6] (part, load, r, s,
+    piece columns) of every READRES, its bank rows [R, 2] (part, chunk), the
+    row block of the unit at each column of each row [R, W] (-1: unused),
+    counts)."""
     recs: list[dict] = []
     host, slots, rows, reads = [], [], [], []
     counts = dict(GWRITE=0, GWRITE_columns=0, G_ACT=0, COMP=0, COMP_records=0, READRES=0, PREA=0)
@@ -305,8 +306,7 @@ def channel_stream(plan: PackedPlan, c: int, bursts: int, gw_banks: list[int]):
     for pi, part in enumerate(plan.parts):
         runs = plan.channel_runs(part, c)
         loads = np.asarray(plan.group_loads(part, c // plan.m(part)), np.int64)
-        if len(runs) == 0 or len(loads) == 0:
-            row_base += part.chunks * len(runs)
+        if len(runs) == 0 or len(loads) == 0:       # no rows of this part in this channel
             continue
         run_pos, r, s, p0, p1 = _unit_fields(plan, part, runs)
         k = len(r)                                   # units per load on this channel
@@ -350,22 +350,27 @@ def channel_stream(plan: PackedPlan, c: int, bursts: int, gw_banks: list[int]):
         host.append(np.stack([np.full(L * ncols, pi), np.repeat(loads, ncols), np.tile(np.arange(ncols), L)], -1))
         slots.append(np.stack([np.full(L * k, pi), np.repeat(loads, k), np.tile(r, L), np.tile(s, L),
                                np.tile(p0, L), np.tile(p1, L)], -1))
-        # the bank rows: (part, chunk, run) and the columns each run's units occupy
-        for j in range(part.chunks):
-            for ri in range(len(runs)):
-                sel = run_pos == ri
-                rows.append((pi, j, int(runs[ri])))
-                span = [np.arange(a, b) for a, b in zip(s[sel] * part.cc + p0[sel], s[sel] * part.cc + p1[sel])]
-                reads.append(np.concatenate(span) if span else np.zeros(0, np.int64))
-        row_base += part.chunks * len(runs)
+        # the bank rows, chunk-major then run (G_ACT row = row_base + chunk x runs + run position), and
+        # the row block r of the unit at each column: the same for every chunk of the part
+        nrow = part.chunks * len(runs)
+        rows.append(np.stack([np.full(nrow, pi), np.repeat(np.arange(part.chunks), len(runs))], -1))
+        width = p1 - p0
+        col = np.repeat(s * part.cc + p0, width) + np.arange(int(width.sum())) - np.repeat(np.cumsum(width) - width,
+                                                                                          width)
+        table = np.full((len(runs), plan.W), -1, np.int64)
+        table[np.repeat(run_pos, width), col] = np.repeat(r, width)
+        reads.append(np.tile(table, (part.chunks, 1)))
+        row_base += nrow
         q_base += L * k
     if recs:
         rec = {f: np.concatenate([x[f] for x in recs]) for f in RECORD_FIELDS}
     else:
         rec = {f: np.zeros(0, np.int32) for f in RECORD_FIELDS}
     counts["PREA"] = int((rec["op"] == Op.PREA).sum())
+    rows = np.concatenate(rows) if rows else np.zeros((0, 2), np.int64)
+    rblk = np.concatenate(reads) if reads else np.zeros((0, plan.W), np.int64)
     return (rec, np.concatenate(host) if host else np.zeros((0, 3), np.int64),
-            np.concatenate(slots) if slots else np.zeros((0, 6), np.int64), rows, reads, counts)
+            np.concatenate(slots) if slots else np.zeros((0, 6), np.int64), rows, rblk, counts)
 
 
 # --------------------------------------------------------------------------
@@ -409,8 +414,8 @@ class _Maps:
         rr, cc = np.where(ok, row, 0), np.where(ok, col, 0)
         r = np.where(ok, table[rr, cc], -1) if len(rows) else np.full(len(row), -1)
         placed = r >= 0
-        part_i = np.asarray([x[0] for x in rows] or [0], np.int64)[rr]
-        chunk = np.asarray([x[1] for x in rows] or [0], np.int64)[rr]
+        part_i = rows[rr, 0] if len(rows) else np.zeros_like(rr)
+        chunk = rows[rr, 1] if len(rows) else np.zeros_like(rr)
         out = np.full((len(row), pl.lanes), -2, np.int64)
         for pi, part in enumerate(pl.parts):
             sel = placed & (part_i == pi)
@@ -493,21 +498,13 @@ def lower_packed(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
     cols = backend.core.cols
     streams, channels, counts = [], [], []
     for c in range(plan.G):
-        rec, host, slots, rows, reads, cnt = channel_stream(plan, c, bursts, gw_banks)
-        flat = (np.concatenate([row * cols + x for row, x in enumerate(reads)]) if reads
-                else np.zeros(0, np.int64))
-        flat = np.unique(flat)
+        rec, host, slots, rows, rblk, cnt = channel_stream(plan, c, bursts, gw_banks)
+        rr, cc = np.nonzero(rblk >= 0)
+        flat = rr * cols + cc                       # sorted: the columns the COMPs read, row by row
         pre = RecordBuilder()
         wr = _rearrange(pre, {b: flat for b in range(plan.C)}, cols, per_bg, resident) if len(flat) else 0
         place = pre.build()
         streams.append({f: np.concatenate([place[f], rec[f]]) for f in RECORD_FIELDS})
-        # row block r of the unit at (row, column) of this channel's bank rows
-        rblk = np.full((max(len(rows), 1), plan.W), -1, np.int64)
-        for ri, (pi, _, run) in enumerate(rows):
-            part = plan.parts[pi]
-            _, r, s, p0, p1 = _unit_fields(plan, part, np.asarray([run]))
-            for a, b, rb in zip(s * part.cc + p0, s * part.cc + p1, r):
-                rblk[ri, a:b] = rb
         channels.append(dict(rows=rows, rblk=rblk, host=host, slots=slots))
         counts.append(dict(cnt, WR=wr))
     records = stack_streams(streams)
