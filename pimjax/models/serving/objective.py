@@ -36,7 +36,7 @@ class ServingObjective:
     def __init__(self, cfg, requests, *, tpot_p99_ms: float, **options):
         if not (np.isfinite(tpot_p99_ms) and tpot_p99_ms > 0):
             raise ValueError(f"ServingObjective: tpot_p99_ms must be > 0 (ms), got {tpot_p99_ms!r}")
-        from .serve import OPTIONS
+        from .service import OPTIONS
         other = sorted(set(options) - set(OPTIONS) - {"scheduler"})
         if other:
             raise ValueError(f"ServingObjective: {other} are not serve options (each design point is a Backend; "
@@ -62,7 +62,7 @@ class ServingObjective:
     def evaluate(self, backend) -> dict:
         """The serving figures of one backend (`ROW_KEYS` plus total_ns: the
         makespan in ns, gpu_ns: the same trace GPU-only, speedup_gpu)."""
-        from .serve import serve
+        from .service import serve
         t0 = time.perf_counter()
         res = serve(self.cfg, backend, self.requests, **self.options)
         s = res.summary(tpot_slo_ms=self.tpot_p99_ms)
