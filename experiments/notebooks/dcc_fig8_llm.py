@@ -171,7 +171,7 @@ GEMV = ("our AttAcc GEMV programs on all 5 stacks (80 channels, weights resident
         "(dcc.md), and its GEMV speedups over the GPU are ~3x")
 ATT = ("the tuner keeps AttAcc's own attention mapping (tuned = baseline at every setting here): in our AttAcc "
        "model the query is broadcast to a channel's banks, while DCC's trace generator replicates it per bank "
-       "(dcc.md), the cost DCC's tilings save (experiments/README.md: the same finding for Fig. 6's ATTN)")
+       "(dcc.md), the cost DCC's tilings save (benchmarks/README.md, Reproductions: the same finding for Fig. 6's ATTN)")
 why = {
     "DCC over AttAcc-Base (avg)": "QKV and projection on PIM gain more here: " + GEMV,
     "DCC over AttAcc-Full (avg)": "QKV and projection on PIM gain more here: " + GEMV,

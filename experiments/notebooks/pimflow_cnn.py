@@ -210,7 +210,7 @@ acc.round(3)
 #
 # * **The PIM side is the artifact's**: every row of `pimflow.csv` within 0.22 % with every command
 #   count exact, and on the five CNNs' 93 distinct CONV / FC layers × 4 configurations within −0.6 /
-#   +3.8 % of an independent port of the artifact (`backends/newton/README.md`); COMP counts differ only
+#   +3.8 % of an independent port of the artifact (`benchmarks/README.md`); COMP counts differ only
 #   where the artifact's partial-sum split drops products.
 # * **The GPU model decides the sign.** With PIMFlow's simulated RTX 2060 every model gains and the mean
 #   end-to-end speedup is near the paper's 34 %; with pimjax's occupancy model (a roofline of the real
