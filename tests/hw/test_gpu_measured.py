@@ -91,7 +91,7 @@ def test_bandwidth_bound_gemvs_within_their_band_on_every_model(gpu_data):
 
 def test_occupancy_model_stays_within_its_recorded_band(gpu_data):
     """The default model on every measured kernel within its GPU's band of the
-    GPU time (pimjax/hw/README.md records them: 0.42-1.31 on the H100, 0.36-1.27
+    GPU time (benchmarks/README.md records them: 0.42-1.31 on the H100, 0.36-1.27
     on the H200; few-head decode attention is the low end)."""
     _, make, _, measured, (lo, hi) = gpu_data
     host = make(model="occupancy")

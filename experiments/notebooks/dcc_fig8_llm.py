@@ -1,51 +1,47 @@
-"""Write `experiments/dcc_fig8_llm.ipynb` (no outputs): DCC Fig. 8 with pimjax.
+# ---
+# jupyter:
+#   jupytext:
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
 
-    .venv/bin/python experiments/make_dcc_fig8_notebook.py
+# %% [markdown]
+# # DCC Fig. 8: end-to-end LLM decode on AttAcc, per phase
+#
+# DCC (§V-B, Fig. 8) shows the normalised decode time of GPT-3 13B and LLaMA-2 33B, broken down into QKV
+# generation, attention, projection, feed-forward and other, for the GPU, AttAcc-Base (attention on PIM),
+# AttAcc-Full (attention plus part of the FFN on PIM, as AttAcc's `--ffopt`) and both with DCC.  Here the
+# same systems with pimjax (`pimjax.models.inference`): one decoder layer traced from `jax.ShapeDtypeStruct`s
+# (no weights), placed op by op, the PIM ops lowered and simulated; the attention re-tuned for every new
+# context length (16-token KV blocks) with the tuning time counted; the per-token figures are one layer x
+# the layer count.
+#
+# System (DCC §V): one A100 with 5 PIM-enabled HBM3 stacks (`attacc` preset, `stacks=5`), the GPU on DCC's
+# roofline (`a100("hbm3")`: 3352 GB/s x 0.81, 312 TFLOP/s x 0.8).  Settings: DCC's text does not list its
+# token counts; we use batch 1 with a 2 048-token prompt (both models) and batch 4 with a 512-token prompt
+# (LLaMA-2 33B), 16 output tokens each (one 16-token KV block of contexts), which keeps the notebook short;
+# `SETTINGS` below takes more.
+#
+# Not modelled: the prefill, the LM head, collective communication, overlap of GPU and PIM work across
+# phases; "other" is every small op (norms, residuals, RoPE) at the roofline's 36 ns launch cost each, as
+# jnp writes them (a GPU would fuse several).
 
-The notebook decodes GPT-3 13B and LLaMA-2 33B with `pimjax.models.inference` on
-AttAcc (5 HBM3 stacks, DCC's system) and shows the normalised per-phase time
-of GPU, AttAcc-Base, AttAcc-Full, Base+DCC, Full+DCC and pimjax beside the
-numbers DCC's §V-B text gives.  It starts from the tuning cache committed in
-`experiments/data/dcc_fig8_tune.json` (copied to a temporary file, so running
-it never edits the repository); with that cache it runs in about a minute on a
-2-core machine, from an empty one in several minutes.
-"""
-from __future__ import annotations
-
-import os
-
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-CELLS = [
-    new_markdown_cell("""# DCC Fig. 8: end-to-end LLM decode on AttAcc, per phase
-
-DCC (§V-B, Fig. 8) shows the normalised decode time of GPT-3 13B and LLaMA-2 33B, broken down into QKV
-generation, attention, projection, feed-forward and other, for the GPU, AttAcc-Base (attention on PIM),
-AttAcc-Full (attention plus part of the FFN on PIM, as AttAcc's `--ffopt`) and both with DCC.  Here the
-same systems with pimjax (`pimjax.models.inference`): one decoder layer traced from `jax.ShapeDtypeStruct`s
-(no weights), placed op by op, the PIM ops lowered and simulated; the attention re-tuned for every new
-context length (16-token KV blocks) with the tuning time counted; the per-token figures are one layer x
-the layer count.
-
-System (DCC §V): one A100 with 5 PIM-enabled HBM3 stacks (`attacc` preset, `stacks=5`), the GPU on DCC's
-roofline (`a100("hbm3")`: 3352 GB/s x 0.81, 312 TFLOP/s x 0.8).  Settings: DCC's text does not list its
-token counts; we use batch 1 with a 2 048-token prompt (both models) and batch 4 with a 512-token prompt
-(LLaMA-2 33B), 16 output tokens each (one 16-token KV block of contexts), which keeps the notebook short;
-`SETTINGS` below takes more.
-
-Not modelled: the prefill, the LM head, collective communication, overlap of GPU and PIM work across
-phases; "other" is every small op (norms, residuals, RoPE) at the roofline's 36 ns launch cost each, as
-jnp writes them (a GPU would fuse several)."""),
-    new_code_cell("""import os, shutil, sys, tempfile, time
+# %%
+import os, shutil, sys, tempfile, time
 # run from experiments/ (Jupyter, nbclient) or the checkout root: this checkout's pimjax first
 ROOT = os.path.dirname(os.getcwd()) if os.path.basename(os.getcwd()) == "experiments" else os.getcwd()
 sys.path.insert(0, ROOT)
 import numpy as np
 import pandas as pd
 import matplotlib.pyplot as plt
+from IPython.display import display
 
 from pimjax.hw.host import a100
 from pimjax.models import decode, get_config, PHASES
@@ -67,17 +63,23 @@ if os.path.exists(committed):
 tuner = Tuner(cache=cache)
 SYSTEMS = ["gpu", "attacc-base", "attacc-full", "base+dcc", "full+dcc", "pimjax"]
 LABELS = {"gpu": "GPU", "attacc-base": "AttAcc-Base", "attacc-full": "AttAcc-Full",
-          "base+dcc": "Base+DCC (pimjax)", "full+dcc": "Full+DCC (pimjax)", "pimjax": "pimjax auto"}"""),
-    new_code_cell("""results = {}
+          "base+dcc": "Base+DCC (pimjax)", "full+dcc": "Full+DCC (pimjax)", "pimjax": "pimjax auto"}
+
+# %%
+results = {}
 t0 = time.perf_counter()
 for model, batch, prompt, tokens in SETTINGS:
     results[(model, batch, prompt, tokens)] = decode(get_config(model), "attacc", host=GPU, stacks=STACKS,
                                                      batch=batch, prompt=prompt, tokens=tokens, tuner=tuner)
 print(f"decoded {len(results)} settings in {time.perf_counter() - t0:.0f} s")
 for res in results.values():
-    display(res.table().round(4))"""),
-    new_markdown_cell("""## Normalised time breakdown (GPU = 1), speedup over the GPU on top"""),
-    new_code_cell("""rows = []
+    display(res.table().round(4))
+
+# %% [markdown]
+# ## Normalised time breakdown (GPU = 1), speedup over the GPU on top
+
+# %%
+rows = []
 for (model, batch, prompt, tokens), res in results.items():
     per, gpu_total = res.per_token(), res.totals()["gpu"]
     for s in SYSTEMS:
@@ -106,24 +108,33 @@ axes[0].set_ylabel("time / GPU time")
 axes[0].legend(fontsize=8)
 fig.tight_layout()
 fig.savefig(os.path.join(OUT, "dcc_fig8_breakdown.png"), dpi=120)
-plt.show()"""),
-    new_markdown_cell("""## Tuning for new context lengths (DCC §IV-D), counted
+plt.show()
 
-`drafts+predict s` is what DCC counts in its totals (draft generation and prediction for a new shape);
-`verify s` is pimjax's simulation of the predicted top-k (DCC profiles on its simulator instead).  The
-first entry of each setting is the whole layer's compile (every GEMV tuned once); later ones the attention
-alone at a new context length."""),
-    new_code_cell("""tune = pd.DataFrame([{"setting": f"{m} B{b} {p}+{t}", "layer compile s": r.compile_s,
+# %% [markdown]
+# ## Tuning for new context lengths (DCC §IV-D), counted
+#
+# `drafts+predict s` is what DCC counts in its totals (draft generation and prediction for a new shape);
+# `verify s` is pimjax's simulation of the predicted top-k (DCC profiles on its simulator instead).  The
+# first entry of each setting is the whole layer's compile (every GEMV tuned once); later ones the attention
+# alone at a new context length.
+
+# %%
+tune = pd.DataFrame([{"setting": f"{m} B{b} {p}+{t}", "layer compile s": r.compile_s,
                       "drafts+predict s": r.tuning_s, "verify s": r.verify_s,
                       "attention contexts compiled": len(r.attention), "wall s": r.wall_s,
                       "drafts+predict per output token, wall ms": 1e3 * r.tuning_s / (t - 1)}
                      for (m, b, p, t), r in results.items()]).set_index("setting")
-display(tune.round(2))"""),
-    new_markdown_cell("""## Against DCC's published numbers (§V-B text)
+display(tune.round(2))
 
-Averages are geometric means over the settings.  A row whose ratio is off by more than 15 % says why: the
-modelling difference behind it."""),
-    new_code_cell("""def gmean(xs):
+
+# %% [markdown]
+# ## Against DCC's published numbers (§V-B text)
+#
+# Averages are geometric means over the settings.  A row whose ratio is off by more than 15 % says why: the
+# modelling difference behind it.
+
+# %%
+def gmean(xs):
     return float(np.exp(np.mean(np.log(xs))))
 
 def phase_ratio(res, num, den, phases):
@@ -160,7 +171,7 @@ GEMV = ("our AttAcc GEMV programs on all 5 stacks (80 channels, weights resident
         "(dcc.md), and its GEMV speedups over the GPU are ~3x")
 ATT = ("the tuner keeps AttAcc's own attention mapping (tuned = baseline at every setting here): in our AttAcc "
        "model the query is broadcast to a channel's banks, while DCC's trace generator replicates it per bank "
-       "(dcc.md), the cost DCC's tilings save (experiments/README.md: the same finding for Fig. 6's ATTN)")
+       "(dcc.md), the cost DCC's tilings save (benchmarks/README.md, Reproductions: the same finding for Fig. 6's ATTN)")
 why = {
     "DCC over AttAcc-Base (avg)": "QKV and projection on PIM gain more here: " + GEMV,
     "DCC over AttAcc-Full (avg)": "QKV and projection on PIM gain more here: " + GEMV,
@@ -180,21 +191,4 @@ cmp["pimjax / paper"] = cmp["pimjax"] / cmp["DCC (paper)"]
 cmp["why it differs"] = [why[k] if abs(np.log(v)) > np.log(1.15) else "" for k, v in cmp["pimjax / paper"].items()]
 cmp.to_csv(os.path.join(OUT, "dcc_fig8_vs_paper.csv"))
 with pd.option_context("display.max_colwidth", 400):
-    display(cmp.round(3))"""),
-]
-
-
-def build() -> nbformat.NotebookNode:
-    nb = new_notebook(cells=CELLS)
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    return nb
-
-
-def main() -> None:
-    path = os.path.join(HERE, "dcc_fig8_llm.ipynb")
-    nbformat.write(build(), path)
-    print(f"wrote {path}")
-
-
-if __name__ == "__main__":
-    main()
+    display(cmp.round(3))

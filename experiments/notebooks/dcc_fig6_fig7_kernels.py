@@ -1,0 +1,126 @@
+# ---
+# jupyter:
+#   jupytext:
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # DCC Fig. 6 and Fig. 7: kernel speedups over the GPU and over the default mapping
+#
+# DCC §V-A: AttAcc (Fig. 6: GEMV, RED, ATTN) and HBM-PIM (Fig. 7: GEMV, RED, VA, RELU), each with its
+# default mapping and with DCC's search, against the GPU, "varying the batch size, number of heads and
+# tensor sizes". The paper's text gives averages and a few single points, not the per-case bars, so we
+# compare averages. GEMV and ATTN use input (head) size 128 and 32 heads (Fig. 9's layer); the tensor
+# size is the output length (tokens). **Subset:** batch 1 and 4; GEMV outputs 512 and 2048, ATTN 512 and
+# 1024, RED / VA / RELU lengths 1024, 2048, 4096 — the paper's full grids are not stated and a larger
+# grid does not fit the CI budget (ATTN at 4096 tokens alone compiles for about a minute).
+
+# %% [markdown]
+# **Systems.** DCC §V simulates an A100 beside PIM-enabled HBM3; its GPU model is 312 TFLOP/s FP16 and
+# 3352 GB/s at 0.81 utilisation (five HBM3 cubes' worth of bandwidth; `dcc.md`) — in pimjax
+# `pimjax.hw.host.a100("hbm3")`, passed explicitly as every system's host here so that a change of a
+# preset's default host does not change these figures. DCC's trace generator models **one** HBM3 cube
+# (16 channels × 64 banks; `dcc.md`), so the PIM side is one cube:
+#
+# * AttAcc: `get_backend("attacc", variant="bank-pc", stacks=1, host=a100("hbm3"))`.
+# * HBM-PIM: `get_backend("hbm-pim", channels=64, host=a100("hbm3"))` — Samsung's Aquabolt-XL (HBM2
+#   timing, 16 banks per pseudo-channel, one 16-lane FP16 unit per two banks): 64 pseudo-channels × 8
+#   units = 512 units, as many as DCC's HBM-PIM cube (16 channels × 64 banks, a unit per two banks).
+#
+# **Residency** (DCC's kernel evaluation): the attention layer's GEMV keeps its matrix (the KV cache) in
+# PIM and the host writes the 128-element query per call; ATTN keeps K and V; RED / VA / RELU operands
+# come from the GPU and are rearranged into PIM every call. **Search**: the shipped predict-mode tuner
+# (the cost model's top-8 drafts and the backend's baseline lowered and simulated, the fastest kept), not
+# exhaustive search, to fit CI. **Averages** are geometric means over the cases.
+
+# %%
+import os, sys, time
+ROOT = os.path.abspath("..") if os.path.basename(os.getcwd()) == "experiments" else os.getcwd()
+sys.path.insert(0, ROOT)            # this checkout's pimjax and experiments/
+import pandas as pd
+import matplotlib.pyplot as plt
+from experiments import dcc_figures as dcc
+pd.set_option("display.width", 200); pd.set_option("display.max_colwidth", 120)
+t_start = time.perf_counter()
+
+# %% [markdown]
+# ## Fig. 6: AttAcc
+
+# %%
+attacc = dcc.attacc_system()
+print(attacc.name, attacc.variant, f"{attacc.n_groups} channels x {attacc.cores_per_group} units;",
+      "host", attacc.system.host.name)
+fig6 = dcc.sweep(attacc, dcc.fig6_cases())
+fig6.drop(columns=["draft"]).round(3)
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(15, 3.8))
+dcc.plot_cases(fig6, "Fig. 6 (pimjax): AttAcc over the GPU, per case", axes[0])
+table6 = dcc.compare(dcc.summarise(fig6), dcc.PAPER_FIG6, dcc.WHY)
+dcc.plot_compare(table6, "Fig. 6: DCC paper vs pimjax (averages)", axes[1])
+plt.tight_layout(); dcc.save(fig, "dcc_fig6", fig6, table6); plt.show()
+table6.round(3)
+
+# %% [markdown]
+# ## Fig. 7: HBM-PIM
+
+# %% [markdown]
+# pimjax's HBM-PIM baseline is the Samsung simulator's mapping (`pimjax.backends.baseline`). DCC's
+# HBM-PIM comparison point is AttAcc's data distribution (§V, comparison point 4); `attacc_ns` lowers
+# that distribution on HBM-PIM where it can run: RED. For GEMV it splits the query over the units of a
+# pseudo-channel, which HBM-PIM's broadcast register writes cannot do, and VA / RELU have no AttAcc
+# mapping (AttAcc has no units for them), so those rows say why in `attacc_note`.
+
+# %%
+hbm = dcc.hbm_pim_system()
+print(hbm.name, f"{hbm.n_groups} pseudo-channels x {hbm.cores_per_group} units;", "host", hbm.system.host.name)
+fig7 = dcc.sweep(hbm, dcc.fig7_cases(), attacc_distribution=True)
+fig7.drop(columns=["draft"]).round(3)
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(15, 3.8))
+dcc.plot_cases(fig7, "Fig. 7 (pimjax): HBM-PIM over the GPU, per case", axes[0])
+table7 = dcc.compare(dcc.summarise(fig7), dcc.PAPER_FIG7, {**dcc.WHY, **dcc.WHY_FIG7})
+dcc.plot_compare(table7, "Fig. 7: DCC paper vs pimjax (averages)", axes[1])
+plt.tight_layout(); dcc.save(fig, "dcc_fig7", fig7, table7); plt.show()
+table7.round(3)
+
+# %% [markdown]
+# ## Why the GPU comparisons differ: what DCC's own numbers imply about its GPU
+#
+# `dcc.md` gives DCC's artifact's simulated cycles (0.769 ns) for a few cases. Dividing them into the
+# paper's speedups gives the GPU time the paper must have used, which we set beside the roofline of DCC's
+# stated GPU model (`a100("hbm3")`).
+
+# %%
+dcc.implied_gpu_table().round(2)
+
+# %% [markdown]
+# DCC's trace generator models one cube, but §V's system has five PIM-enabled HBM3 devices. With AttAcc on
+# five cubes (`attacc_system(stacks=5)`, the same GPU) for a few Fig. 6 cases:
+
+# %%
+five = dcc.sweep(dcc.attacc_system(stacks=5), [("gemv", 4, 2048), ("attn", 4, 512), ("red", 1, 4096)])
+dcc.cubes_table(fig6, five).round(2)
+
+# %% [markdown]
+# The baselines themselves also differ. DCC's artifact simulates AttAcc's RED baseline at (1, 4096) in 357
+# cycles and HBM-PIM's in 593 (`dcc.md`); ours, lowered and simulated with their breakdown:
+
+# %%
+pd.DataFrame([dcc.baseline_breakdown(attacc, "red", 1, 4096), dcc.baseline_breakdown(hbm, "red", 1, 4096)]).round(1)
+
+# %%
+print("misses and their modelling difference:")
+for t in (table6, table7):
+    for _, r in t[~t["within 25%"]].iterrows():
+        print(f"- {r.kernel} {r.metric}: paper {r.paper:.2f}, ours {r.ours:.2f}. {r['why it differs']}")
+print(f"notebook ran in {time.perf_counter() - t_start:.0f} s")
