@@ -210,7 +210,7 @@ def test_pim_jit_splits_and_computes_both_parts(balanced):
     assert rep["total_ns"] == pytest.approx(rep["pim_ns"] + rep["host_ns"] + rep["split_ns"])
     assert rep["speedup_gpu"] > 1
     # the PIM rows come from the PIM program: with a poisoned GPU result they survive, the rest not
-    from pimjax.search.mixed import run_split
+    from pimjax.plan.mixed import run_split
     p = next(q for q in compiled.plans if q.placement == "md-dp")
     operands = [W1 if p.op.operands[0].value == compiled.graph.inputs[0] else W2, x]
     out = run_split(p.split, p.op, operands, np.full(N_ROWS, np.nan, np.float32))
