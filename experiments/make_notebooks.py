@@ -400,11 +400,12 @@ sys.path.insert(0, ROOT)
 import numpy as np, pandas as pd
 import matplotlib.pyplot as plt
 from experiments import pimflow as pf
+from pimjax.studies import pimflow as pfm
 pd.set_option("display.width", 200); pd.set_option("display.max_colwidth", 200)
 t_start = time.perf_counter()
 data = pf.load_cache()
-GPUS = pf.GPU_BASELINES
-models = [m for m in pf.MODELS if pf.cache_key(m, pf.PIM_CHANNELS) in data["layers"]]
+GPUS = pfm.GPU_BASELINES
+models = [m for m in pfm.MODELS if pf.cache_key(m, pfm.PIM_CHANNELS) in data["layers"]]
 print("cached:", len(data["layers"]), "model configurations | settings:", data["meta"]["pim"])"""),
         ("md", """\
 ## PIMFlow's own simulator, layer by layer
@@ -460,13 +461,13 @@ sample = [int(cand[cand.kind == "conv"].sort_values("macs").index[0]), int(cand.
           int(table.index[table.kind == "dwconv"][0])]
 rows = []
 for gpu in GPUS:
-    backend, plus = pf.backend_for(pf.PIMFLOW_CONFIG, gpu=gpu), pf.backend_for("newton+", gpu=gpu)
-    recs = data["layers"][pf.cache_key("mobilenet-v2", pf.PIM_CHANNELS, gpu)]
+    backend, plus = pfm.backend_for(pfm.PIMFLOW_CONFIG, gpu=gpu), pfm.backend_for("newton+", gpu=gpu)
+    recs = data["layers"][pf.cache_key("mobilenet-v2", pfm.PIM_CHANNELS, gpu)]
     for i in sample:
-        row = table.iloc[i].to_dict(); op, shapes = pf.layer_op(row); r = recs[i]
-        g = lambda h: float(host_time(op, h, shapes, 2)) + pf.profile_layout_ns(h, op, shapes)
-        pim = pf.pim_time(op, shapes, backend)[0] if r["candidate"] else float("nan")
-        npl = pf.pim_time(op, shapes, plus)[0] if r["candidate"] else float("nan")
+        row = table.iloc[i].to_dict(); op, shapes = pfm.layer_op(row); r = recs[i]
+        g = lambda h: float(host_time(op, h, shapes, 2)) + pfm.profile_layout_ns(h, op, shapes)
+        pim = pfm.pim_time(op, shapes, backend)[0] if r["candidate"] else float("nan")
+        npl = pfm.pim_time(op, shapes, plus)[0] if r["candidate"] else float("nan")
         rows.append(dict(gpu_model=gpu, layer=r["name"], gpu_ns=g(backend.system.gpu), cached_gpu=r["gpu_ns"],
                          cogpu_ns=g(backend.system.cogpu), cached_cogpu=r["cogpu_ns"], pim_ns=pim,
                          cached_pim=r["variants"]["rows"]["pim"][0] if r["candidate"] else float("nan"),
@@ -507,7 +508,7 @@ for row_axes, gpu in zip(axes, GPUS):
     wide = df.pivot(index="model", columns="mode", values=["conv", "e2e"])
     for ax, col, paper in ((row_axes[0], "conv", pf.PAPER["conv_speedup"]), (row_axes[1], "e2e", pf.PAPER["e2e_speedup"])):
         labels = [pf.LABELS[m] for m in models]; x = np.arange(len(labels))
-        for j, mode in enumerate(pf.MODES):
+        for j, mode in enumerate(pfm.MODES):
             ax.bar(x + (j - 2) * 0.16, [wide.loc[l, (col, mode)] for l in labels], 0.16, label=mode)
         for k, l in enumerate(labels):
             if inv[l] in paper:
@@ -568,8 +569,8 @@ acc.round(3)"""),
   the distribution cannot be pinned; VGG16's 3 × 3 CONVs need the simulated GPU ~2× slower than peak
   for MD-DP to pay (its PIM share takes ~10× the GPU's time here)."""),
         ("code", """\
-recs = data["layers"][pf.cache_key("mobilenet-v2", pf.PIM_CHANNELS)]
-res = pf.run_modes("mobilenet-v2", recs)
+recs = data["layers"][pf.cache_key("mobilenet-v2", pfm.PIM_CHANNELS)]
+res = pfm.run_modes("mobilenet-v2", recs)
 conv_nodes = sum(r["gpu_ns"] for r in recs if r["kind"] in ("conv", "dwconv", "fc"))
 rows = []
 for mode, readme in (("Newton++", 1.365), ("PIMFlow-md", 1.436), ("PIMFlow-pl", 1.413), ("PIMFlow", 1.481)):
@@ -581,10 +582,10 @@ pd.DataFrame(rows).round(3)"""),
 per_layer = []
 for gpu in GPUS:
     for m in models:
-        for r in data["layers"][pf.cache_key(m, pf.PIM_CHANNELS, gpu)]:
+        for r in data["layers"][pf.cache_key(m, pfm.PIM_CHANNELS, gpu)]:
             if r.get("variants"):
                 per_layer.append(dict(gpu_model=gpu, model=pf.LABELS[m], layer=r["name"], K=r["K"],
-                                      gpu_beside_ns=r["cogpu_ns"], pim_ns=r[pf.PIMFLOW_CONFIG]["ns"],
+                                      gpu_beside_ns=r["cogpu_ns"], pim_ns=r[pfm.PIMFLOW_CONFIG]["ns"],
                                       newtonp_ns=r["newton+"]["ns"]))
 per_layer = pd.DataFrame(per_layer)
 per_layer["pim / gpu beside"] = per_layer.pim_ns / per_layer.gpu_beside_ns
@@ -626,8 +627,8 @@ PIM energy goes."""),
         ("code", """\
 energy = pf.load_cache(pf.ENERGY_CACHE)
 f12 = pf.fig12(energy)
-emodels = [pf.LABELS[m] for m in pf.ENERGY_MODELS if pf.cache_key(m, pf.PIM_CHANNELS) in energy["models"]]
-modes = ("GPU",) + pf.MODES
+emodels = [pf.LABELS[m] for m in pf.ENERGY_MODELS if pf.cache_key(m, pfm.PIM_CHANNELS) in energy["models"]]
+modes = ("GPU",) + pfm.MODES
 fig, ax = plt.subplots(figsize=(12, 3.6)); x = np.arange(len(emodels))
 for j, mode in enumerate(modes):
     gg = f12[f12["mode"] == mode].set_index("model").loc[emodels]
@@ -645,13 +646,13 @@ display(pf.layer_energy(energy).round(3))"""),
 (the draft picked again, lowered and simulated; its time must equal the time cache's, its energy the
 cached one)."""),
         ("code", """\
-e_mb = energy["models"][pf.cache_key("mobilenet-v2", pf.PIM_CHANNELS)]
-tab = pf.model_table("mobilenet-v2")
-its = {k: v for k, v in e_mb["pim_items"].items() if k.split("|")[2] == "whole" and k.split("|")[1] == pf.PIMFLOW_CONFIG}
+e_mb = energy["models"][pf.cache_key("mobilenet-v2", pfm.PIM_CHANNELS)]
+tab = pfm.model_table("mobilenet-v2")
+its = {k: v for k, v in e_mb["pim_items"].items() if k.split("|")[2] == "whole" and k.split("|")[1] == pfm.PIMFLOW_CONFIG}
 key = min(its, key=lambda k: its[k]["sim_ns"])
 name, config, var, share, placement = key.split("|")
-op, shapes = pf.layer_op(tab[tab.name == name].iloc[0].to_dict())
-got = pf.pim_energy(op, shapes, pf.backend_for(config), placement)
+op, shapes = pfm.layer_op(tab[tab.name == name].iloc[0].to_dict())
+got = pfm.pim_energy(op, shapes, pfm.backend_for(config), placement)
 assert np.isclose(got["ns"], its[key]["cached_ns"], rtol=1e-9) and np.isclose(got["pj"], its[key]["pj"], rtol=1e-6)
 print(f"{key}: {got['ns']:,.0f} ns (cached {its[key]['cached_ns']:,.0f}), {got['pj'] / 1e6:,.2f} uJ (cached {its[key]['pj'] / 1e6:,.2f})")"""),
         ("md", """\
