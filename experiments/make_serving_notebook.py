@@ -23,10 +23,10 @@ def cells() -> list[tuple[str, str]]:
         ("md", """\
 # Serving LLaMA-2 70B on 8 A100s + AttAcc stacks: throughput within a latency target
 
-`pimjax.models.decode` times one request's decode loop. Serving asks another question: under a
+`pimjax.studies.decode` times one request's decode loop. Serving asks another question: under a
 stream of requests, how many tokens per second does a GPU + PIM system deliver while every request
 still gets its tokens fast enough (time per output token, TPOT), and how much memory is left for KV
-caches? `pimjax.models.serve` answers it (issue 43): a request trace, a scheduler (continuous
+caches? `pimjax.studies.serve` answers it (issue 43): a request trace, a scheduler (continuous
 batching, chunked prefill), paged KV caches in the PIM stacks beside the resident weights, and step
 times from compiled kernels — each request's attention compiled per context bucket on its own bank
 partition, the GEMMs on the GPU model, two all-reduces per layer under tensor parallelism.
@@ -134,8 +134,8 @@ the same system with pimjax's placement and GPU alone. `.requests` has one row p
 one per scheduler step (batch size, KV occupancy), `.events` the memory events, `.summary()` the
 percentiles."""),
         ("code", """\
-from pimjax.models import serve
-from pimjax.models.serving import poisson_requests, uniform
+from pimjax.studies import serve
+from pimjax.studies.serving import poisson_requests, uniform
 reqs = poisson_requests(100, rate=6.0, prompt=uniform(128, 512), output=uniform(16, 128), seed=1)
 setup = dict(data["setup"], max_batch=64)
 runs = {pl: serve("llama2-70b", "attacc", reqs, placement=pl, progress=False, **setup) for pl in ("gpu", "pimjax")}
@@ -160,8 +160,8 @@ stacks × PIM level here — is compiled for itself and serves the same trace; t
 and the goodput within a p99 TPOT target (tokens/s of the requests within it; 0 when the p99 misses)."""),
         ("code", """\
 import pimjax
-from pimjax.dse import grid
-from pimjax.models.serving import ServingObjective, fixed
+from pimjax.studies.dse import grid
+from pimjax.studies.serving import ServingObjective, fixed
 small = poisson_requests(40, rate=8.0, prompt=fixed(256), output=fixed(32), seed=2)
 options = {k: v for k, v in data["setup"].items() if k != "system"}      # system= is the grid's (a preset option)
 obj = ServingObjective("llama2-70b", small, tpot_p99_ms=40.0, **dict(options, placement="attacc-full", max_batch=16))

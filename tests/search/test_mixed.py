@@ -249,11 +249,11 @@ def test_share_builder_splits_a_gemv_by_outputs():
 def test_split_vars_rows_and_channels():
     """A CONV splits along output rows (H) or output channels (F); a GEMV has one output variable."""
     from pimjax.kernels import kernel_op
-    from pimjax.search.mixed import _result_vars, split_vars
+    from pimjax.search.mixed import result_vars, split_vars
     op, _ = kernel_op("conv", [8, 6, 4, 5, 3])
     vs = split_vars(op)
     assert vs["rows"] == "h" == split_var(op)
-    dims = {v: d for d, v in _result_vars(op)}
+    dims = {v: d for d, v in result_vars(op)}
     assert dims[vs["channels"]] == len(op.result.index_map) - 1 and op.extents[vs["channels"]] == 5
     sub, sh = share_builder(op, vs["channels"])(0.4)
     assert sh[op.result.value] == (1, 8, 6, 2)                       # ceil(0.4 x 5) channels, every row
