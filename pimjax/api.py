@@ -179,7 +179,7 @@ from .errors import PrecisionWarning
 from .hw.core import Backend
 from .hw.presets import get_backend
 from .plan.mixed import run_split
-from .plan.placement import plan, predict_plans, verify_plans
+from .plan.placement import predict_plans, verify_plans
 from .plan.plans import OpPlan, plans_text, refuse
 from .plan.residency import Residency, residency
 from .precision import PRECISIONS, OperandChecks, check_values, conversion, op_dtypes, unit_dtype
@@ -826,5 +826,4 @@ def _argument(leaf, dtype):
     return np.asarray(leaf, dtype)
 
 
-__all__ = ["pim_jit", "enable_xla_cache", "PimFunction", "Traced", "Lowered", "Compiled", "OpPlan", "plan",
-           "predict_plans", "verify_plans", "plans_text", "Residency", "residency"]
+__all__ = ["pim_jit", "enable_xla_cache", "PimFunction", "Traced", "Lowered", "Compiled", "OpPlan"]

@@ -244,7 +244,7 @@ def test_kv_layout_partitions_follow_attaccs_mapping():
 @pytest.mark.parametrize("model", ["roofline", "occupancy", "attacc"])
 @pytest.mark.parametrize("name", ["gpt3-13b", "llama2-70b"])
 def test_traced_dense_equals_the_layer_traced_at_that_batch(model, name):
-    from pimjax.api import host_bytes
+    from pimjax.plan import host_bytes
     from pimjax.studies.inference import input_phases, op_phases
     from pimjax.models.layers import layer_shapes, make_layer
     from pimjax.sim.host import host_time
