@@ -112,7 +112,7 @@ def verify_plans(graph: PimGraph, backend: Backend, tuner: Tuner, plans: list[Op
                  placement: str = "auto") -> list[OpPlan]:
     """The compile stage: every proposal of `plans` (`predict_plans`)
     verified -- the top-k lowered and simulated (`Tuner.verify`) -- and the
-    placement decided on the simulated figures (see module docstring);
+    placement decided on the simulated figures (`pimjax.api`'s docstring);
     plans without a proposal (host ops) come back as they are."""
     shapes = value_shapes(graph)
     carriers = {i: p for p in plans if p.block and p.proposal is not None for i in p.block}
@@ -159,7 +159,7 @@ def verify_plans(graph: PimGraph, backend: Backend, tuner: Tuner, plans: list[Op
 
 def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = frozenset(),
          placement: str = "auto", appends: dict | None = None) -> list[OpPlan]:
-    """Placement, draft and program of every op (see module docstring): both
+    """Placement, draft and program of every op (`pimjax.api`'s docstring): both
     stages at once, `verify_plans(predict_plans(...))`."""
     return verify_plans(graph, backend, tuner,
                         predict_plans(graph, backend, tuner, resident_ids, placement, appends), placement)
