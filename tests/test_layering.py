@@ -78,7 +78,8 @@ def imports() -> list[tuple[str, str, tuple, int, str]]:
         me = ".".join(parts if parts[-1] != "__init__" else parts[:-1])
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
-                out += [(me, a.name, (), node.lineno, str(path)) for a in node.names if a.name.split(".")[0] == "pimjax"]
+                out += [(me, a.name, (), node.lineno, str(path)) for a in node.names
+                        if a.name.split(".")[0] == "pimjax"]
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
                     base = package[:len(package) - (node.level - 1)]
@@ -120,6 +121,8 @@ def test_imports_run_one_way():
     bad = []
     for me, target, _, line, path in IMPORTS:
         a, b = unit(me), unit(target)
+        if a and not b:             # the package root re-exports every layer: importing it hides the dependency
+            bad.append(f"{path}:{line}: {me} imports the package root ({target}); import the module that owns it")
         if a and b and a != b and LAYER[b] > LAYER[a] and (me, target) not in KNOWN_UPWARD:
             bad.append(f"{path}:{line}: {me} ({a}, layer {LAYER[a]}) imports {target} ({b}, layer {LAYER[b]})")
     assert not bad, "imports against the layering:\n" + "\n".join(bad)

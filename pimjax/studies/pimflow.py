@@ -92,20 +92,19 @@ def layer_op(row):
     import jax
     import jax.numpy as jnp
     from jax import lax
-    import pimjax
+    from ..trace.frontend import make_graph
     f16 = jnp.float16
     H, W, C, F, K, s, g = (int(row[k]) for k in ("H", "W", "C", "F", "K", "stride", "groups"))
     if row["kind"] == "fc":
-        graph = pimjax.make_graph(lambda x, w: x @ w, jax.ShapeDtypeStruct((W, C), f16),
-                                  jax.ShapeDtypeStruct((C, F), f16))
+        graph = make_graph(lambda x, w: x @ w, jax.ShapeDtypeStruct((W, C), f16), jax.ShapeDtypeStruct((C, F), f16))
     else:
         p = (K - 1) // 2
 
         def conv(x, w):
             return lax.conv_general_dilated(x, w, (s, s), [(p, p), (p, p)],
                                             dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=g)
-        graph = pimjax.make_graph(conv, jax.ShapeDtypeStruct((1, H, W, C), f16),
-                                  jax.ShapeDtypeStruct((K, K, C // g, F), f16))
+        graph = make_graph(conv, jax.ShapeDtypeStruct((1, H, W, C), f16),
+                           jax.ShapeDtypeStruct((K, K, C // g, F), f16))
     ops = [o for o in graph.ops if o.kind == "contraction"]
     if len(ops) != 1:
         raise ValueError(f"layer {row['name']}: traced to {len(ops)} contractions")
