@@ -65,7 +65,7 @@ def structural_grid(backend: str, axes: list[str], core: list[str]) -> dict:
     """{label: Backend}: the product of preset options `axes` ("key=v1,v2") and of `Core` fields `core`
     ("field=v1,v2", set with `Core.replace` on each preset point)."""
     import itertools
-    from pimjax.dse import grid
+    from pimjax.studies.dse import grid
     base = grid(backend, **dict(_values(x) for x in axes))
     fields = [_values(x) for x in core]
     out = {}
@@ -140,7 +140,7 @@ def main() -> None:
     if a.variants:
         # the variants' own work (stacking, `sim.sweep`, the rows), timed in process: the pass's wall
         # clock less the tuned pass's also holds the re-tuning's run-to-run spread (+-10 % on a loaded box)
-        import pimjax.dse as dse
+        import pimjax.studies.dse as dse
         real, own = dse._timing_rows, [0.0]
 
         def timed_rows(*args_, **kw):

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/llm_bench.py [--models gpt3-13b llama2-33b] [--prompt 2048]
                                              [--tokens 128] [--batch 1] [--stacks 5] [--l-bucket 16]
 
-For each model, `pimjax.models.inference` (one layer traced from
+For each model, `pimjax.studies.inference` (one layer traced from
 ShapeDtypeStructs, nothing materialised; attention compiled per new context
 length) runs twice, each in a fresh process: *cold* with an empty tuner cache
 (`pimjax.search.cache.TuneCache`, a JSON file in a temporary directory) and
@@ -32,7 +32,8 @@ from rich.table import Table
 def child(args) -> None:
     """One decode run in this process; prints one JSON line."""
     import resource
-    from pimjax.models import decode, get_config
+    from pimjax.models import get_config
+    from pimjax.studies import decode
     from pimjax.search.tuner import Tuner
     t0 = time.perf_counter()
     res = decode(get_config(args.model), "attacc", stacks=args.stacks, batch=args.batch, prompt=args.prompt,

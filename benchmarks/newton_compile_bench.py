@@ -6,7 +6,7 @@
 
 (1) `Tuner(mode="exhaustive").choose` of one MobileNet-V2 1 x 1 convolution
 (`pimjax.models.cnn.cnn_layers("mobilenet-v2")`, the layer traced alone as
-`experiments/pimflow.layer_op` does) on Newton++ (`newton_config("newton++",
+`pimjax.studies.pimflow.layer_op` does) on Newton++ (`newton_config("newton++",
 channels=16, total_channels=32)`): the full search (`EXHAUSTIVE_BOUND =
 False`: every draft lowered and simulated) next to the branch and bound
 over `backends/newton/bounds.py` -- the same draft and cycles (checked),
@@ -59,7 +59,7 @@ def _cpu() -> float:
 
 
 def _layer(name: str):
-    from experiments.pimflow import layer_op
+    from pimjax.studies.pimflow import layer_op
     from pimjax.models.cnn import cnn_layers
     t = cnn_layers("mobilenet-v2")
     rows = t[t.name == name]

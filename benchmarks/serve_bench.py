@@ -28,7 +28,7 @@ def one(placement: str, rate: float, cache: str, repeat: int) -> list[dict]:
     sys.path.insert(0, os.path.join(HERE, ".."))
     import warnings
     warnings.simplefilter("ignore")
-    from pimjax.models.serving import poisson_requests, serve, uniform
+    from pimjax.studies.serving import poisson_requests, serve, uniform
     reqs = poisson_requests(1000, rate=rate, prompt=uniform(128, 2048), output=uniform(32, 512), seed=0)
     out = []
     for _ in range(repeat):

@@ -299,7 +299,7 @@ def baseline_breakdown(backend, kernel: str, batch: int, size: int) -> dict:
     from pimjax.backends import baseline
     from pimjax.kernels import kernel_op
     from pimjax.lower import lower
-    from pimjax.report import describe_draft
+    from pimjax.partition.draft import describe_draft
     from pimjax.sim.cycles import cycles_pooled
     op, shapes = kernel_op(CATALOGUE[kernel], catalogue_shape(kernel, batch, size))
     d = baseline(op, backend)

@@ -52,8 +52,8 @@ FAMILY_MODELS = ("llama2-7b", "gpt3-13b", "bert-base")
 # ---------------------------------------------------------------------------
 def attention(q, k_cache, v_cache):
     """softmax(q K^T / sqrt(d)) V per head: q [B, H, d], caches [B, H, L, d] (the layer's attention)."""
-    from pimjax.models.layers import _attention
-    return _attention(q, k_cache, v_cache, 1)
+    from pimjax.models.layers import decode_attention
+    return decode_attention(q, k_cache, v_cache, 1)
 
 
 def attention_args(heads: int, context: int, d: int = 128, batch: int = 1) -> tuple:

@@ -38,7 +38,7 @@ SUMMARY_KEYS = ("tokens_per_s", "requests_per_s", "tpot_ms_p50", "tpot_ms_p99", 
 
 def curve(rates, n, cache, progress=True) -> list[dict]:
     """One row per (placement, arrival rate): the summary figures of `serve`."""
-    from pimjax.models.serving import poisson_requests, serve, uniform
+    from pimjax.studies.serving import poisson_requests, serve, uniform
     rows = []
     for pl in PLACEMENTS:
         for rate in rates:
@@ -62,7 +62,7 @@ def crossover(batches, contexts, cache, progress=True) -> list[dict]:
     its largest decode step held (fewer than `batch` when their KV did not fit: the rest waited,
     so that placement's TPOT is at the smaller batch)."""
     import numpy as np
-    from pimjax.models.serving import batch_requests, serve
+    from pimjax.studies.serving import batch_requests, serve
     rows = []
     for L in contexts:
         for B in batches:

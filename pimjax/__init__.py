@@ -17,7 +17,7 @@ from .sim.host import host_time
 from .search.tuner import Choice, Proposal, Tuner
 from .api import Compiled, Lowered, OpPlan, PimFunction, Traced, pim_jit
 from .report import OpReport, Report
-from .dse import explore
+from .studies.dse import explore
 
 __all__ = ["PimCompileError", "PimTraceError", "PrecisionWarning", "PimGraph", "make_graph",
            "Backend", "System", "Group", "Core", "Timing", "Energy", "HostModel", "get_backend", "list_backends",

@@ -104,14 +104,14 @@ fp16 / bf16 units, floats on UPMEM --, a 0-d op, a draft space that does
 not lower).  `placement="pim"` turns each of those into a PimCompileError.
 On a system whose GPU runs beside PIM on its own channels (`System.cogpu`,
 newton's PIMFlow memory), "auto" then runs PIMFlow's Algorithm 1 over the
-ops (`search.mixed.mixed_plans`): each op on the GPU, on PIM, or split
+ops (`plan.mixed.mixed_plans`): each op on the GPU, on PIM, or split
 between them at a 10 % ratio ("md-dp", both parts at once), or the whole
 function on the GPU alone when that is faster.
 An attention block a family fuses (AttAcc's softmax unit) is placed as
 one op; a candidate it cannot fuse (a mask or bias in the scores) is
 planned op by op -- its products as contractions, its softmax where the
 backend can run it -- and each of its ops' reasons says why it was not
-fused (`_attention_blocks`).
+fused (`plan.attention.attention_blocks`).
 The host roofline reads and writes every value at its own size, except
 that floats wider than the backend's element are charged at the backend's
 element (an fp16 PIM result is compared with the GPU at equal precision):
@@ -168,249 +168,27 @@ import functools
 import inspect
 import os
 import warnings
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import jax
 import jax.custom_batching
 import jax.numpy as jnp
 import numpy as np
 
-from .search.tuner import Tuner
-from .backends import family_of, has_family, missing_family
-from .errors import PimCompileError, PrecisionWarning
+from .errors import PrecisionWarning
 from .hw.core import Backend
 from .hw.presets import get_backend
-from .partition.verify import op_support
+from .plan.mixed import run_split
+from .plan.placement import predict_plans, verify_plans
+from .plan.plans import OpPlan, plans_text, refuse
+from .plan.residency import Residency, residency
 from .precision import PRECISIONS, OperandChecks, check_values, conversion, op_dtypes, unit_dtype
-from .sim.append import Append
+from .search.tuner import Tuner
 from .sim.execute import execute
-from .sim.host import host_time
 from .trace.builder import dtype_name
 from .trace.evaluate import evaluate_op
 from .trace.frontend import make_graph
 from .trace.ir import PimGraph, PimOp
-from .lower.patterns import score_seq_dim
-
-
-@dataclass
-class OpPlan:
-    """What happens to one op of the graph.
-
-    placement: "pim" or "host"; reason: why (always filled).
-    draft / program: the chosen draft and its command program (PIM ops);
-    in a `Lowered`, the predicted best draft and no program.
-    predicted_cycles: cost-model prediction for the draft (nan if none).
-    host_ns: the op on the host roofline (the GPU-only baseline), ns.
-    choice: the tuner's Choice (simulated report, drafts simulated); None
-    in a `Lowered`.
-    proposal: the tuner's Proposal (drafts and predictions) the compile
-    stage verifies; None for ops that stay on the host whatever the figures.
-    resident: operand indices whose placement is paid once.
-    block: the op indices of a fused block (AttAcc attention) this plan runs.
-    mixed_ns / gpu_share / split: on a system with a concurrent GPU
-    (`System.cogpu`), the op's time in PIMFlow's mixed-parallel plan, the share
-    of it on the GPU (1 host, 0 PIM, between: placement "md-dp") and an
-    md-dp op's `search.mixed.Split` (`search.mixed.mixed_plans`); NaN / None
-    elsewhere.  in_place: an append into a resident value (a KV cache),
-    timed as the update alone (`_in_place_ns`).
-    """
-    index: int
-    op: PimOp
-    placement: str
-    reason: str
-    host_ns: float
-    draft: Any = None
-    program: Any = None
-    predicted_cycles: float = float("nan")
-    choice: Any = None
-    resident: tuple = ()
-    block: tuple = ()
-    proposal: Any = field(default=None, repr=False)
-    mixed_ns: float = float("nan")
-    gpu_share: float = float("nan")
-    split: Any = None
-    in_place: bool = False
-
-    @property
-    def draft_op(self) -> PimOp:
-        """The op whose dimension sets the draft tiles (a block's first op)."""
-        if not self.block:
-            return self.op
-        if self.choice is not None:
-            return self.choice.program.meta["block_ops"][0]
-        return self.proposal.op
-
-
-# --- residency: which arguments stay in PIM memory between calls --------------------------
-
-# host primitives that write a region of an array at an offset: the operand index of the
-# update (DCC §IV-E `pre_load` "partial updates of tensors in PIM memory with address offset")
-APPEND_PRIMITIVES = {"dynamic_update_slice": 1, "scatter": 2}
-
-
-@dataclass(frozen=True)
-class Residency:
-    """Which values keep their PIM layout between calls (see `residency`).
-
-    ids:      value ids whose placement is paid once: the resident argument
-              leaves and the values made from them by appending.
-    appends:  {value id: `sim.append.Append`} for the appended values (a
-              KV cache after `dynamic_update_slice`): the fraction of its
-              elements and the box a call writes.
-    resident: {argument (or leaf path): why it is resident}.
-    per_call: {argument (or leaf path): why it is rearranged every call}.
-    """
-    ids: frozenset = frozenset()
-    appends: dict = field(default_factory=dict)
-    resident: dict = field(default_factory=dict)
-    per_call: dict = field(default_factory=dict)
-
-
-def append_update(op: PimOp):
-    """(base, update, result) value ids of a host op that writes `update`
-    into a copy of `base` at an offset (`dynamic_update_slice`, `scatter`),
-    else None."""
-    if op.kind != "host" or op.host is None:
-        return None
-    k = APPEND_PRIMITIVES.get(op.host.primitive.name)
-    if k is None or len(op.operands) <= k or len(op.results) != 1:
-        return None
-    return op.operands[0].value, op.operands[k].value, op.results[0].value
-
-
-def _argument_leaves(fn, args, graph: PimGraph) -> list:
-    """Per positional argument: (label, container, [(leaf label, value id)]).
-    label: the parameter's name (`args[i]` past the named ones or when the
-    signature is unknown); container: the type name of an argument that is
-    a pytree node (None for a plain array); a leaf's label: the argument's
-    plus its pytree path (`params['Wq']`)."""
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        params = []
-    names = []
-    for p in params:
-        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            break
-        names.append(p.name)
-    out, pos = [], 0
-    for i, a in enumerate(args):
-        label = names[i] if i < len(names) else f"args[{i}]"
-        flat, tree = jax.tree_util.tree_flatten_with_path(a)
-        ids = graph.inputs[pos:pos + len(flat)]
-        pos += len(flat)
-        leaves = [(label + jax.tree_util.keystr(path), vid) for (path, _), vid in zip(flat, ids)]
-        out.append((label, None if jax.tree_util.treedef_is_leaf(tree) else type(a).__name__, leaves))
-    return out
-
-
-def residency(fn, args, graph: PimGraph, spec="auto") -> Residency:
-    """Which argument leaves of `fn(*args)` (traced as `graph`) are resident:
-    placed in PIM layout once (DCC §IV-E `pre_load`; their placement is
-    `resident_cycles`, out of the steady state), and which are rearranged
-    on every call.
-
-    spec "auto" (pim_jit's default):
-      * a parameter container is resident: an argument that is a pytree
-        node rather than one array (a dict / list / tuple of arrays, a
-        flax `nnx.State`, a haiku params dict, an equinox Module, a
-        penzai model) -- how flax, haiku, equinox and penzai pass weights;
-      * a KV cache is resident: a plain array argument that a
-        `dynamic_update_slice` (or an `.at[...].set` scatter) writes at an
-        offset, the written copy read by an op PIM can run (attention's
-        scores or context) and returned (threaded to the next call); an
-        argument patched for this call only is not a cache;
-      * any other plain array argument (an activation `x`, a position) is
-        rearranged on every call.
-    spec a sequence of argument names, positions or leaf paths
-      (`"params['Wq']"`): exactly those leaves (a KV cache among them
-      still appends); `()` turns residency off.
-
-    A resident value that an append writes at an offset stays resident
-    (`appends`: what each call writes; the consuming PIM op pays the
-    appended rows' share of its placement per call, `sim.append`)."""
-    args_ = _argument_leaves(fn, args, graph)
-    by_label = {}
-    for i, (label, _, leaves) in enumerate(args_):
-        by_label[i] = by_label[label] = [vid for _, vid in leaves]
-        for leaf_label, vid in leaves:
-            by_label.setdefault(leaf_label, [vid])
-    why: dict[int, str] = {}                 # resident leaf value id -> reason
-    if spec == "auto":
-        for label, container, leaves in args_:
-            if container:
-                for _, vid in leaves:
-                    why[vid] = (f"parameter container ({container} of {len(leaves)} "
-                                f"array{'s' * (len(leaves) != 1)}): placed in PIM layout once")
-    else:
-        for r in spec:
-            if r not in by_label:
-                raise ValueError(f"resident argument {r!r} is not an argument of "
-                                 f"{getattr(fn, '__name__', 'the function')}")
-            for vid in by_label[r]:
-                why[vid] = f"named in resident={tuple(spec)!r}: placed in PIM layout once"
-    inputs = set(graph.inputs)
-    appends: dict[int, Append] = {}
-    # a cache is threaded through calls: the appended copy (or a later append
-    # of it) is returned; an argument only patched for this call is not one
-    next_append = {u[0]: u[2] for u in map(append_update, graph.ops) if u is not None}
-    outputs = set(graph.outputs)
-
-    def returned(v: int) -> bool:
-        seen = set()
-        while v not in outputs:
-            if v not in next_append or v in seen:
-                return False
-            seen.add(v)
-            v = next_append[v]
-        return True
-
-    for n, op in enumerate(graph.ops):
-        upd = append_update(op)
-        if upd is None:
-            continue
-        base, update, result = upd
-        if (spec == "auto" and base in inputs and base not in why and _feeds_pim(graph, result)
-                and returned(result)):
-            why[base] = ""                   # a KV cache: reason below
-        if base in why or base in appends:
-            total = int(np.prod(graph.values[base].shape, dtype=np.int64))
-            share = int(np.prod(graph.values[update].shape, dtype=np.int64)) / max(total, 1)
-            box = tuple(graph.values[update].shape)
-            if base in appends or len(box) != len(graph.values[base].shape):
-                box = None                   # a chain of appends, or a scatter of another rank: not one box
-            appends[result] = Append(min(1.0, share + (appends[base].fraction if base in appends else 0.0)), box)
-            if base in why:
-                kv = (f"KV cache: grows by appending at an offset ({op.host.primitive.name}, op {n}; "
-                      f"{share:.3g} of it written per call)")
-                why[base] = kv if not why[base] else f"{why[base]}; {kv}"
-    resident, per_call = {}, {}
-    for i, (label, container, leaves) in enumerate(args_):
-        off = ("a plain array argument (an activation, new each call): rearranged into PIM layout "
-               "on every call"
-               if spec == "auto" else
-               "resident=(): rearranged on every call" if not spec else
-               f"not named in resident={tuple(spec)!r}: rearranged on every call")
-        status = [(vid in why, why.get(vid, off)) for _, vid in leaves]
-        if status and all(s == status[0] for s in status):
-            (resident if status[0][0] else per_call)[label] = status[0][1]
-            continue
-        for (leaf_label, _), (on, reason) in zip(leaves, status):
-            (resident if on else per_call)[leaf_label] = reason
-    return Residency(frozenset(why) | frozenset(appends), appends, resident, per_call)
-
-
-def _feeds_pim(graph: PimGraph, vid: int) -> bool:
-    """Whether `vid` (or a further append to it) is read by an op PIM can
-    run (not a host or layout op)."""
-    for op in graph.consumers(vid):
-        if op.kind not in ("host", "layout"):
-            return True
-        upd = append_update(op)
-        if upd is not None and upd[0] == vid and _feeds_pim(graph, upd[2]):
-            return True
-    return False
 
 
 def _positional(fn, args: tuple, kwargs: dict) -> tuple:
@@ -435,29 +213,6 @@ def _positional(fn, args: tuple, kwargs: dict) -> tuple:
                         "(keyword-only, or after a skipped default); pim_jit's inputs are positional — "
                         "close over constants instead")
     return tuple(bound.args)
-
-
-def _shapes(graph: PimGraph) -> dict:
-    return {i: v.shape for i, v in enumerate(graph.values)}
-
-
-def _dtypes(graph: PimGraph) -> dict:
-    return {i: v.dtype for i, v in enumerate(graph.values)}
-
-
-def host_bytes(graph: PimGraph, backend: Backend) -> dict:
-    """{value id: bytes per element on the host roofline}: the value's own
-    size, floats capped at the backend's element size (equal precision)."""
-    cap = backend.core.elem_bytes
-    out = {}
-    for i, v in enumerate(graph.values):
-        try:
-            dt = np.dtype(v.dtype)
-        except TypeError:                       # PRNG keys and other extended dtypes
-            out[i] = cap
-            continue
-        out[i] = min(dt.itemsize, cap) if np.issubdtype(dt, np.floating) else dt.itemsize
-    return out
 
 
 def enable_xla_cache(path: str | None = None) -> str | None:
@@ -612,7 +367,7 @@ def pim_jit(fn: Callable | None = None, *, backend: str | Backend = "hbm-pim", r
     plain array arguments (activations) are rearranged every call.  A
     sequence of argument names, positions or leaf paths (`"params['Wq']"`)
     replaces that choice; `()` turns residency off.  The report's
-    `resident` / `per_call` say which and why (`api.residency`).
+    `resident` / `per_call` say which and why (`pimjax.plan.residency`).
     tuner: a `Tuner` or its mode ("predict", "exhaustive", "evolutionary").
     cache: JSON file of tuning decisions (memory only when None).
     placement: "auto" (PIM only where it beats the host roofline; with a
@@ -674,334 +429,6 @@ class Traced:
     def _resident_ids(self) -> set:
         """Value ids whose placement is paid once (`Residency.ids`)."""
         return set(self.residency.ids)
-
-
-def _attention_blocks(graph: PimGraph, backend: Backend) -> tuple[dict[int, tuple], dict[int, str]]:
-    """({first op index: block} of the attention blocks a backend fuses
-    (AttAcc's score -> softmax -> context pipeline), {op index: why its
-    block is not fused}).  A candidate the family's `block_operands`
-    refuses (a mask or bias array in the score epilogue, ...) is no block:
-    its ops are planned one by one (the score and context products as
-    GEMVs, the softmax on the host) and their reasons say why."""
-    family = family_of(backend) if has_family(backend) else None
-    if family is None or family.attention_blocks is None:
-        return {}, {}
-    blocks, unfused = {}, {}
-    for first, block in family.attention_blocks(graph).items():
-        try:
-            family.block_operands([graph.ops[i] for i in block])
-        except PimCompileError as err:
-            why = f"not fused as an attention block (ops {', '.join(map(str, block))}): {err}"
-            unfused.update({i: why for i in block})
-        else:
-            blocks[first] = block
-    return blocks, unfused
-
-
-def _note_unfused(plans: list, unfused: dict[int, str]) -> list:
-    """`plans` with each op of an unfused attention block's reason prefixed
-    by why the block was not fused."""
-    return [replace(p, reason=f"{unfused[p.index]}; {p.reason}")
-            if p.index in unfused and not p.reason.startswith(unfused[p.index]) else p for p in plans]
-
-
-def _attention_ops(graph: PimGraph, block: tuple, backend: Backend, shapes: dict):
-    """(ops, host roofline ns of the block, the fused op) of an attention block."""
-    ops = [graph.ops[i] for i in block]
-    eb = host_bytes(graph, backend)
-    h_ns = sum(host_time(o, backend.system.baseline, shapes, eb) for o in ops)
-    return ops, h_ns, family_of(backend).block_operands(ops)   # operands (q, K, V), the context result
-
-
-def _gpu_words(backend: Backend) -> str:
-    """The GPU placement compares with, in words: its name and time model
-    (`System.baseline`, `hw/gpu.py`)."""
-    gpu = backend.system.baseline
-    return f"{gpu.name} [{gpu.model} model]"
-
-
-def _predicted_placement(pred_ns: float, h_ns: float, placement: str, backend: Backend,
-                         what: str = "PIM") -> tuple[str, str]:
-    """(placement, reason) on the predicted figures (the `Lowered` view)."""
-    host = _gpu_words(backend)
-    if placement != "auto":
-        pred = "no prediction" if np.isnan(pred_ns) else f"predicted {pred_ns:,.0f} ns"
-        return "pim", f"placement={placement!r}: on PIM ({pred}; the {host} {h_ns:,.0f} ns)"
-    if np.isnan(pred_ns):
-        return "pim", (f"no predicted figure (the tuner predicts none here): PIM or host is decided on "
-                       f"the simulated figures at compile (the {host} {h_ns:,.0f} ns)")
-    if pred_ns < h_ns:
-        return "pim", f"{what} (predicted {pred_ns:,.0f} ns) beats the {host} {h_ns:,.0f} ns"
-    return "host", f"{host} {h_ns:,.0f} ns beats {what} (predicted {pred_ns:,.0f} ns)"
-
-
-def _predict_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids,
-                       placement: str = "auto") -> list[OpPlan]:
-    """The lower stage of an attention block: its drafts predicted (on the
-    score op), the predicted placement; the plan of its last op carries
-    the proposal."""
-    from .partition.dimsets import dimension_sets
-    family = family_of(backend)
-    ops, h_ns, fused = _attention_ops(graph, block, backend, shapes)
-    score, ctx = ops[0], ops[-1]
-    eb = host_bytes(graph, backend)
-    n_var = score.result.index_map[score_seq_dim(ops)].single_var      # the sequence the softmax reduces
-    seq_sets = [i for i, s in enumerate(dimension_sets(score)) if n_var in s.vars or s.reduction]
-
-    def keep(table):          # a head's sequence and head dim stay in one channel (the softmax unit)
-        return np.all(table.groups[:, seq_sets] == 1, axis=1)
-
-    def lower_block(op, draft, be, shp, **opts):
-        return family.lower_block(ops, draft, be, shp, **opts)
-
-    res = tuple(k for k, a in enumerate(fused.operands) if a.value in resident_ids)
-    try:
-        proposal = tuner.propose(score, backend, shapes, dtypes, lower_fn=lower_block, keep=keep,
-                                 tag="attention", resident=res, result_dtype=dtypes[ctx.result.value])
-    except PimCompileError as err:
-        proposal, why = None, f"cannot lower the attention block: {err}"
-    else:
-        why = "no draft of the attention block fits"
-    if proposal is None:
-        if placement == "pim":
-            _refuse(score, backend, why)
-        return [OpPlan(i, graph.ops[i], "host", why, host_time(graph.ops[i], backend.system.baseline, shapes, eb))
-                for i in block]
-    pred_ns = proposal.predicted_cycles * float(backend.timing.tCK)
-    where, verdict = _predicted_placement(pred_ns, h_ns, placement, backend, "the attention block on PIM")
-    why = f"attention block (ops {', '.join(map(str, block))}): {verdict}"
-    if where == "pim":
-        last = OpPlan(block[-1], ctx, "pim", why, h_ns, proposal.draft, None, proposal.predicted_cycles,
-                      None, res, block, proposal)
-        return [OpPlan(i, graph.ops[i], "fused", f"in the attention block run at op {block[-1]}", 0.0)
-                for i in block[:-1]] + [last]
-    plans = [OpPlan(i, graph.ops[i], "host", why, host_time(graph.ops[i], backend.system.baseline, shapes, eb))
-             for i in block]
-    plans[-1] = replace(plans[-1], draft=proposal.draft, predicted_cycles=proposal.predicted_cycles,
-                        resident=res, block=block, proposal=proposal)
-    return plans
-
-
-def _verify_attention(graph, carrier: OpPlan, backend, tuner, shapes, placement: str = "auto") -> list[OpPlan]:
-    """The compile stage of an attention block: its proposal verified
-    (lowered and simulated), the placement on the simulated figures."""
-    block, res = carrier.block, carrier.resident
-    ops, h_ns, _ = _attention_ops(graph, block, backend, shapes)
-    score, ctx = ops[0], ops[-1]
-    eb = host_bytes(graph, backend)
-    try:
-        choice = tuner.verify(carrier.proposal)
-    except PimCompileError as err:
-        choice, why = None, f"cannot lower the attention block: {err}"
-    else:
-        why = "no draft of the attention block fits"
-    if choice is None and placement == "pim":
-        _refuse(score, backend, why)
-    if choice is None or (placement == "auto" and float(choice.report.total_ns) >= h_ns):
-        if choice is not None:
-            why = (f"{_gpu_words(backend)} {h_ns:,.0f} ns beats the attention block on "
-                   f"PIM {float(choice.report.total_ns):,.0f} ns")
-        return [OpPlan(i, graph.ops[i], "host", why, host_time(graph.ops[i], backend.system.baseline, shapes, eb))
-                for i in block]
-    # the block runs where its last op (the context product) stood
-    pim_ns = float(choice.report.total_ns)
-    verdict = (f"beats the {_gpu_words(backend)} {h_ns:,.0f} ns" if pim_ns < h_ns else
-               f"placement={placement!r} (the {_gpu_words(backend)}: {h_ns:,.0f} ns)")
-    last = OpPlan(block[-1], ctx, "pim",
-                  f"attention block (ops {', '.join(map(str, block))}) on PIM {pim_ns:,.0f} ns {verdict}",
-                  h_ns, choice.draft, choice.program, choice.predicted_cycles, choice, res, block,
-                  carrier.proposal)
-    rest = [OpPlan(i, graph.ops[i], "fused", f"in the attention block run at op {block[-1]}", 0.0)
-            for i in block[:-1]]
-    return rest + [last]
-
-
-def predict_plans(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = frozenset(),
-                  placement: str = "auto", appends: dict | None = None) -> list[OpPlan]:
-    """The lower stage: per op, host or PIM support (refusals of
-    placement="pim" for ops the backend cannot run), the draft space and
-    the cost model's prediction (`Tuner.propose`), and the placement on the
-    predicted figures.  No program is lowered and nothing is simulated.
-
-    resident_ids: value ids whose placement is paid once; appends: {value
-    id: `sim.append.Append`} of the resident values an append makes
-    (`Residency`): the append writes only its update on the host (in place,
-    GPU-only run alike) and the proposals of the ops that read them carry
-    the fractions (`Proposal.append`: each call pays that share of the
-    placement)."""
-    shapes, dtypes = _shapes(graph), _dtypes(graph)
-    eb = host_bytes(graph, backend)
-    tck = float(backend.timing.tCK)
-    appends = appends or {}
-    plans = []
-    blocks, unfused = _attention_blocks(graph, backend)
-    in_block = {i for b in blocks.values() for i in b}
-    for i, op in enumerate(graph.ops):
-        if i in blocks:
-            block = _predict_attention(graph, blocks[i], backend, tuner, shapes, dtypes, resident_ids,
-                                       placement)
-            reads = {a.value for j in blocks[i] for a in graph.ops[j].operands}
-            plans += [_with_appends(p, reads, appends) for p in block]
-            continue
-        if i in in_block:
-            continue
-        h_ns = host_time(op, backend.system.baseline, shapes, eb)
-        upd = append_update(op)
-        in_place = upd is not None and upd[2] in appends
-        if in_place:
-            h_ns = _in_place_ns(graph, op, upd, backend, eb)
-        if op.kind in ("host", "layout"):
-            why = op.host.reason if op.host is not None else "layout op: data movement stays on the host"
-            if in_place:
-                why += "; writes in place into a resident value (the update only)"
-            if placement == "pim" and op.kind == "host":
-                _refuse(op, backend, why)
-            plans.append(OpPlan(i, op, "host", why, h_ns, in_place=in_place))
-            continue
-        # a reduction's or contraction's epilogue runs at the host merge (every family's read-back:
-        # `Readback.epilogue_on_host`), so an operand only it reads (a causal mask's int32 iota)
-        # never reaches the PIM units' arithmetic
-        body = set(op.body_operands) if op.kind in ("reduction", "contraction") else set(range(len(op.operands)))
-        data = [dtypes[a.value] for k, a in enumerate(op.operands) if a.index_map and k in body] + \
-            [dtypes[op.result.value]]
-        ok, why = op_support(op, backend, dtype=data)
-        if ok and (no_family := missing_family(backend)):
-            ok, why = False, no_family
-        if not ok:
-            if placement == "pim":
-                _refuse(op, backend, f"{unfused[i]}; {why}" if i in unfused else why)
-            plans.append(OpPlan(i, op, "host", why, h_ns))
-            continue
-        res = tuple(k for k, a in enumerate(op.operands) if a.value in resident_ids)
-        opts = {"resident": res, "result_dtype": dtypes[op.result.value]}
-        try:
-            proposal = tuner.propose(op, backend, shapes, dtypes, **opts)
-            why = "no draft fits the backend's resources and lowers"
-        except PimCompileError as err:
-            proposal, why = None, f"cannot lower: {err}"
-        if proposal is None:
-            if placement == "pim":
-                _refuse(op, backend, f"{unfused[i]}; {why}" if i in unfused else why)
-            plans.append(OpPlan(i, op, "host", why, h_ns))
-            continue
-        where, why = _predicted_placement(proposal.predicted_cycles * tck, h_ns, placement, backend)
-        plans.append(_with_appends(OpPlan(i, op, where, why, h_ns, proposal.draft, None,
-                                          proposal.predicted_cycles, None, res, proposal=proposal),
-                                   {a.value for a in op.operands}, appends))
-    return _note_unfused(plans, unfused)
-
-
-def _with_appends(p: OpPlan, reads: set, appends: dict) -> OpPlan:
-    """`p` with its proposal carrying the append fractions of the values it
-    reads (`Proposal.append`)."""
-    mine = {v: f for v, f in appends.items() if v in reads}
-    if p.proposal is None or not mine:
-        return p
-    return replace(p, proposal=replace(p.proposal, append=mine))
-
-
-def _in_place_ns(graph: PimGraph, op: PimOp, upd: tuple, backend: Backend, eb: dict, host=None) -> float:
-    """Host time of an append into a resident value (a KV cache): in place,
-    the update read and written once and the index operands read (ns on the
-    host roofline of `host`, default `System.baseline`; the GPU-only run
-    updates its cache in place too)."""
-    base, update, _ = upd
-    size = lambda v: int(np.prod(graph.values[v].shape, dtype=np.int64)) * eb[v]   # noqa: E731
-    moved = 2 * size(update) + sum(size(a.value) for a in op.operands if a.value not in (base, update))
-    return float((host if host is not None else backend.system.baseline).time_ns(moved, 0))
-
-
-def verify_plans(graph: PimGraph, backend: Backend, tuner: Tuner, plans: list[OpPlan],
-                 placement: str = "auto") -> list[OpPlan]:
-    """The compile stage: every proposal of `plans` (`predict_plans`)
-    verified -- the top-k lowered and simulated (`Tuner.verify`) -- and the
-    placement decided on the simulated figures (see module docstring);
-    plans without a proposal (host ops) come back as they are."""
-    shapes = _shapes(graph)
-    carriers = {i: p for p in plans if p.block and p.proposal is not None for i in p.block}
-    out = []
-    for p in plans:
-        if p.index in carriers:
-            if carriers[p.index] is p:
-                out += _verify_attention(graph, p, backend, tuner, shapes, placement)
-            continue
-        if p.proposal is None:
-            out.append(p)
-            continue
-        op, h_ns, res = p.op, p.host_ns, p.resident
-        try:
-            choice = tuner.verify(p.proposal)
-            why = "no draft fits the backend's resources and lowers"
-        except PimCompileError as err:
-            choice, why = None, f"cannot lower: {err}"
-        if choice is None:
-            if placement == "pim":
-                _refuse(op, backend, why)
-            out.append(OpPlan(p.index, op, "host", why, h_ns))
-            continue
-        pim_ns = float(choice.report.total_ns)
-        if placement != "auto":
-            why = (f"placement={placement!r}: on PIM ({pim_ns:,.0f} ns; the "
-                   f"{_gpu_words(backend)} {h_ns:,.0f} ns)")
-            out.append(OpPlan(p.index, op, "pim", why, h_ns, choice.draft, choice.program,
-                              choice.predicted_cycles, choice, res, proposal=p.proposal))
-            continue
-        if pim_ns < h_ns:
-            where, why = "pim", (f"PIM {pim_ns:,.0f} ns (rearrangement included) beats the "
-                                 f"{_gpu_words(backend)} {h_ns:,.0f} ns")
-        else:
-            where, why = "host", (f"{_gpu_words(backend)} {h_ns:,.0f} ns beats "
-                                  f"PIM {pim_ns:,.0f} ns (rearrangement included)")
-        out.append(OpPlan(p.index, op, where, why, h_ns, choice.draft, choice.program,
-                          choice.predicted_cycles, choice, res, proposal=p.proposal))
-    out = _note_unfused(out, _attention_blocks(graph, backend)[1])
-    if placement == "auto" and backend.system.cogpu is not None:
-        from .search.mixed import mixed_plans      # PIMFlow's GPU + PIM modes (Algorithm 1)
-        out = mixed_plans(graph, backend, tuner, out)
-    return out
-
-
-def plan(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids: set = frozenset(),
-         placement: str = "auto", appends: dict | None = None) -> list[OpPlan]:
-    """Placement, draft and program of every op (see module docstring): both
-    stages at once, `verify_plans(predict_plans(...))`."""
-    return verify_plans(graph, backend, tuner,
-                        predict_plans(graph, backend, tuner, resident_ids, placement, appends), placement)
-
-
-def _refuse(op: PimOp, backend: Backend, why: str):
-    prim = op.host.primitive.name if op.host is not None else op.name
-    raise PimCompileError(f"{prim} at {op.source or '?'} cannot run on {backend.name}: {why}")
-
-
-def plans_text(graph: PimGraph, backend: Backend, plans: list[OpPlan]) -> str:
-    """Per op its text, then where it runs and why; PIM ops with their draft
-    and, once compiled, their program (else the predicted cycles)."""
-    from .hw.peaks import system_line
-    from .report import describe_draft
-    from .trace.text import op_text
-    lines = [f"# {system_line(backend)}"]          # the system and the GPU "vs GPU" means
-    for p in plans:
-        lines.append(op_text(graph, p.op))
-        if p.placement == "pim" or (p.placement == "host" and p.program is None and p.draft is not None):
-            where = "PIM" if p.placement == "pim" else "host (predicted)"
-            draft = describe_draft(p.draft_op, p.draft) if p.draft is not None else "draft chosen at compile"
-            lines.append(f"    -> {where} ({backend.name}): {draft}")
-            if p.program is not None:
-                lines.append("       " + p.program.as_text(max_lines=8).replace("\n", "\n       "))
-            else:
-                pred = "none" if np.isnan(p.predicted_cycles) else f"{p.predicted_cycles:,.0f}"
-                prop = p.proposal
-                if prop is not None and not np.isnan(prop.predicted_sigma):
-                    pred += f" (±{100 * np.expm1(prop.predicted_sigma):.0f} %"
-                    pred += f"; extrapolating: {', '.join(prop.beyond)} beyond the training range)" \
-                        if prop.extrapolating else ")"
-                lines.append(f"       predicted cycles: {pred}; {p.reason}")
-        elif p.placement == "fused":
-            lines.append(f"    -> fused: {p.reason}")
-        else:
-            lines.append(f"    -> host: {p.reason}")
-    return "\n".join(lines)
 
 
 class Lowered:
@@ -1131,7 +558,6 @@ class Compiled:
             if p.placement == "fused":          # computed by its block's program
                 continue
             if p.placement == "md-dp":          # PIMFlow's split: the GPU's rows and PIM's at once
-                from .search.mixed import run_split
                 operands = [on_device(a.value) for a in p.op.operands]
                 full = host_op(graph, p.op, operands)[0]
                 info = graph.values[p.op.result.value]
@@ -1207,7 +633,7 @@ def _conversions(graph: PimGraph, plans: list, backend: Backend, owner: PimFunct
             continue
         if owner.precision == "strict":
             wide, unit = conv.split(" -> ")
-            _refuse(p.op, backend, f"precision='strict': its {wide} data would run converted to {unit} on "
+            refuse(p.op, backend, f"precision='strict': its {wide} data would run converted to {unit} on "
                                    f"the PIM units (cast it to {unit} yourself, or pass precision='convert')")
         out[p.index] = conv
     if out:
@@ -1400,5 +826,4 @@ def _argument(leaf, dtype):
     return np.asarray(leaf, dtype)
 
 
-__all__ = ["pim_jit", "enable_xla_cache", "PimFunction", "Traced", "Lowered", "Compiled", "OpPlan", "plan",
-           "predict_plans", "verify_plans", "plans_text", "Residency", "residency"]
+__all__ = ["pim_jit", "enable_xla_cache", "PimFunction", "Traced", "Lowered", "Compiled", "OpPlan"]

@@ -33,46 +33,14 @@ from .backends import baseline, family_of
 from .errors import PimCompileError
 from .hw.peaks import derived_peaks, describe_system, system_line
 from .lower import lower
-from .partition.dimsets import dimension_sets
-from .partition.draft import Draft
+from .partition.draft import describe_draft
 from .precision import conversion, op_dtypes
 from .sim.append import charge_append
 from .sim.cycles import cycles_pooled
 from .sim.host import op_bytes
 from .trace.ir import PimOp
 
-DATAFLOW_WORDS = {"os": "output-stationary", "is": "input-stationary"}
 PHASE_FIELDS = ("rearrangement", "compute", "readback", "merge")
-
-
-def describe_draft(op: PimOp, draft: Draft) -> str:
-    """A draft in words: groups x cores per dimension set and the knobs."""
-    if draft.pack:              # a family's fixed mapping: no tiling of the sets (Newton's PIMFlow mapping)
-        groups = f"{draft.pack} channel group(s)" + (f", {draft.pack_rest} for the packed remainder"
-                                                     if draft.pack_rest and draft.pack_rest != draft.pack else "")
-        return (f"PIMFlow's packed mapping ({groups}): output pixels packed per buffer load, the filter "
-                f"repeated along the bank row | lanes along {draft.lane_var}")
-    sets = dimension_sets(op)
-    parts = []
-    for s, p in zip(sets, draft.parts):
-        name = str(s.mapping(p.rep)) if p.tiles > 1 else "/".join(s.vars)
-        parts.append(f"{name}: {p.groups}g x {p.cores}c" if p.tiles > 1 else f"{name}: whole")
-    knobs = [f"lanes along {draft.lane_var}" if draft.lane_var else "scalar cores"]
-    if op.kind == "contraction":
-        knobs.append(f"{DATAFLOW_WORDS[draft.dataflow]}, KI {draft.ki}, KO {draft.ko}")
-    elif draft.ko > 1:
-        knobs.append(f"KO {draft.ko}")
-    knobs.append({"complete": "reduction complete on PIM", "host": "partial on PIM, final on host",
-                  "group": "partial on PIM, final in the group accumulator"}[draft.reduction])
-    if draft.granularity == "core":
-        knobs.append("per-core commands")
-    if draft.irregular != "expand":
-        knobs.append(f"irregular index ranges: {draft.irregular}")
-    if draft.tasklets > 1:
-        knobs.append(f"{draft.tasklets} tasklets, WRAM tile {draft.wram_tile} B")
-    if draft.buffers > 1:
-        knobs.append(f"{draft.buffers} global buffers")
-    return "; ".join(parts) + " | " + ", ".join(knobs)
 
 
 @dataclass
@@ -165,7 +133,7 @@ class Report:
 
     resident / per_call: {argument (or leaf path): why} of the arguments
     placed in PIM layout once and of those rearranged every call
-    (`api.residency`)."""
+    (`pimjax.plan.residency`)."""
     backend: str
     host: str
     clock_ghz: float

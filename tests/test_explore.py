@@ -1,4 +1,4 @@
-"""pimjax.explore (pimjax/dse.py): structural points tuned for themselves, timing variants on their programs, resume."""
+"""pimjax.explore (pimjax/studies/dse.py): structural points tuned for themselves, timing variants on their programs, resume."""
 import json
 
 import jax
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pimjax.dse import COLUMNS, explore, grid
+from pimjax.studies.dse import COLUMNS, explore, grid
 
 
 def gemv(W, x):
@@ -90,7 +90,7 @@ def test_evolve_finds_the_grid_optimum_of_a_mixed_space(tmp_path):
     """Structural (channels) and timing (tRCDRD) axes together: the evolutionary search reaches the
     best point of the full grid without exploring all of it (the grid itself is explored from the
     same results file, so it costs nothing more)."""
-    from pimjax.dse import evolve, point_backend
+    from pimjax.studies.dse import evolve, point_backend
     small = (jax.ShapeDtypeStruct((256, 256), jnp.float16), jax.ShapeDtypeStruct((256,), jnp.float16))
     t0 = float(point_backend("hbm-pim", {}).timing.tRCDRD)
     axes = {"channels": [16, 32, 64], "timing.tRCDRD": [t0, 2 * t0, 4 * t0]}
@@ -164,10 +164,10 @@ def test_resident_is_pim_jits():
     """explore(resident=) compiles each point as pim_jit(resident=) does: decode attention with its
     K / V resident runs on AttAcc's PIM, the same figures as pim_jit's."""
     import pimjax
-    from pimjax.models.layers import _attention
+    from pimjax.models.layers import decode_attention
 
     def attention(q, k_cache, v_cache):
-        return _attention(q, k_cache, v_cache, 1)
+        return decode_attention(q, k_cache, v_cache, 1)
 
     S = jax.ShapeDtypeStruct
     args = (S((1, 2, 64), jnp.float16), S((1, 2, 64, 64), jnp.float16), S((1, 2, 64, 64), jnp.float16))

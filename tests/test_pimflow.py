@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from experiments import pimflow as pf
+from pimjax.studies import pimflow as pfm
 
 
 @pytest.mark.parametrize("kind,H,W,C,F,K", [("conv", 8, 8, 32, 64, 1), ("conv", 8, 8, 16, 32, 3),
@@ -19,22 +20,22 @@ def test_pim_time_is_the_simulated_program_of_its_draft(kind, H, W, C, F, K):
     from pimjax.lower import lower
     from pimjax.search.mixed import share_builder
     from pimjax.sim.cycles import cycles
-    backend = pf.backend_for(pf.PIMFLOW_CONFIG)
+    backend = pfm.backend_for(pfm.PIMFLOW_CONFIG)
     assert backend.group.controller == "pimflow" and backend.system.gpu.model == "pimflow"
     tck = float(backend.timing.tCK)
 
     def simulated(op, shapes, draft):
         rep = cycles(lower(op, draft, backend, shapes, resident=(1,), matrix=1), backend)
         return float(rep.total_cycles - rep.merge) * tck
-    op, shapes = pf.layer_op(dict(name="t", kind=kind, H=H, W=W, C=C, F=F, K=K, stride=1, groups=1))
+    op, shapes = pfm.layer_op(dict(name="t", kind=kind, H=H, W=W, C=C, F=F, K=K, stride=1, groups=1))
     for o, sh in ((op, shapes), share_builder(op)(0.5)):
-        ns, knobs, draft = pf.pim_time(o, sh, backend)
+        ns, knobs, draft = pfm.pim_time(o, sh, backend)
         assert knobs == (draft.pack, draft.pack_rest)
         every = [simulated(o, sh, d) for d in packed_drafts(o, backend, sh, matrix=1)]
         assert ns == pytest.approx(simulated(o, sh, draft), abs=1.0) == pytest.approx(min(every), abs=1.0)
-    assert np.isnan(pf.pim_time(op, shapes, backend, matrix=0)[0])
-    placed = pf.pim_time_placed(op, shapes, backend)
-    assert placed["matrix"] == "filter" and placed["ns"] == pf.pim_time(op, shapes, backend)[0]
+    assert np.isnan(pfm.pim_time(op, shapes, backend, matrix=0)[0])
+    placed = pfm.pim_time_placed(op, shapes, backend)
+    assert placed["matrix"] == "filter" and placed["ns"] == pfm.pim_time(op, shapes, backend)[0]
 
 
 needs_cache = pytest.mark.skipif(not os.path.exists(pf.CACHE), reason="experiments/data/pimflow_layers.json "
@@ -48,10 +49,10 @@ def test_modes_on_the_cached_layers():
     too); Table 2's shares add up to 1; every cached PIM time has the filter in the banks."""
     data = pf.load_cache()
     model = "mobilenet-v2"
-    recs = data["layers"][pf.cache_key(model, pf.PIM_CHANNELS)]
-    res = pf.run_modes(model, recs)
+    recs = data["layers"][pf.cache_key(model, pfm.PIM_CHANNELS)]
+    res = pfm.run_modes(model, recs)
     co = sum(r["cogpu_ns"] for r in recs)
-    t = {m: res[m]["total_ns"] for m in pf.MODES}
+    t = {m: res[m]["total_ns"] for m in pfm.MODES}
     assert t["PIMFlow"] <= min(t["PIMFlow-md"], t["PIMFlow-pl"]) + 1e-6
     assert max(t["PIMFlow-md"], t["PIMFlow-pl"]) <= t["Newton++"] + 1e-6 <= co + 2e-6
     assert t["Newton+"] <= co + 1e-6
@@ -59,27 +60,27 @@ def test_modes_on_the_cached_layers():
     tab = pf.table2(data, [model])
     assert tab["ours"].sum() == pytest.approx(1.0)
     for r in recs:
-        for cfg in pf.CONFIGS if r.get("variants") else ():
+        for cfg in pfm.CONFIGS if r.get("variants") else ():
             p = r[cfg]
             assert p["matrix"] == "filter" and p["ns_by"]["filter"] == p["ns"]
     # the cache recomputes: a candidate layer's GPU times from the model, its whole-op PIM times again
     from pimjax.models import cnn
     from pimjax.sim.host import host_time
-    backend = pf.backend_for(pf.PIMFLOW_CONFIG)
+    backend = pfm.backend_for(pfm.PIMFLOW_CONFIG)
     table = cnn.cnn_layers(model)
     # every contraction node's GPU times (the GEMM tiles, the GEMV kernels) are the GPU model's now
     for row, r in zip(table.to_dict("records"), recs):
         if r["kind"] != "other":
-            o, sh = pf.layer_op(row)
+            o, sh = pfm.layer_op(row)
             for key, host in (("gpu_ns", backend.system.gpu), ("cogpu_ns", backend.system.cogpu)):
-                want = float(host_time(o, host, sh, 2)) + pf.profile_layout_ns(host, o, sh)
+                want = float(host_time(o, host, sh, 2)) + pfm.profile_layout_ns(host, o, sh)
                 assert r[key] == pytest.approx(want, rel=1e-12)
     i = int(table.index[table.pim_candidate][-2])          # the head's 1x1 CONV
-    op, shapes = pf.layer_op(table.iloc[i].to_dict())
-    whole = pf.pim_time_placed(op, shapes, backend)
+    op, shapes = pfm.layer_op(table.iloc[i].to_dict())
+    whole = pfm.pim_time_placed(op, shapes, backend)
     assert recs[i]["variants"]["rows"]["pim"][0] == pytest.approx(whole["ns"])
     assert recs[i]["variants"]["rows"]["matrix"][0] == whole["matrix"]
-    assert recs[i]["newton+"]["ns"] == pytest.approx(pf.pim_time_placed(op, shapes, pf.backend_for("newton+"))["ns"])
+    assert recs[i]["newton+"]["ns"] == pytest.approx(pfm.pim_time_placed(op, shapes, pfm.backend_for("newton+"))["ns"])
 
 
 @needs_cache
@@ -91,12 +92,12 @@ def test_pipelining_runs_its_depthwise_chunks_on_the_gpu():
     from pimjax.search.mixed import pipeline_devices, pipeline_ns, share_builder
     from pimjax.sim.host import host_time
     model = "mobilenet-v2"
-    recs = pf.load_cache()["layers"][pf.cache_key(model, pf.PIM_CHANNELS)]
-    table = pf.model_table(model).to_dict("records")
-    res = pf.run_modes(model, recs, modes=("PIMFlow-pl",))
-    nodes, rows, idx, _, _, segs, _ = pf.chain(model, recs)
+    recs = pf.load_cache()["layers"][pf.cache_key(model, pfm.PIM_CHANNELS)]
+    table = pfm.model_table(model).to_dict("records")
+    res = pfm.run_modes(model, recs, modes=("PIMFlow-pl",))
+    nodes, rows, idx, _, _, segs, _ = pfm.chain(model, recs)
     T = res["PIMFlow-pl"]["plan"].table
-    cogpu = pf.backend_for(pf.PIMFLOW_CONFIG).system.cogpu
+    cogpu = pfm.backend_for(pfm.PIMFLOW_CONFIG).system.cogpu
     assert len(segs) >= 10
     for start, length in segs:
         chunk = rows[start:start + length]
@@ -105,11 +106,11 @@ def test_pipelining_runs_its_depthwise_chunks_on_the_gpu():
         for j, dev in zip(range(start, start + length), devs):
             if dev == "gpu":
                 rec, row = recs[idx[j]], table[idx[j]]
-                op, _ = pf.layer_op(row)
-                sub, shapes = share_builder(op, rec["gpu_rows"]["var"])(1.0 / pf.STAGES)
-                want = float(host_time(sub, cogpu, shapes, 2)) + pf.profile_layout_ns(cogpu, sub, shapes)
-                assert chunk[j - start].share_ns("gpu", 1.0 / pf.STAGES) == pytest.approx(want, rel=1e-12)
-        t = pipeline_ns(chunk, devs, pf.STAGES)
+                op, _ = pfm.layer_op(row)
+                sub, shapes = share_builder(op, rec["gpu_rows"]["var"])(1.0 / pfm.STAGES)
+                want = float(host_time(sub, cogpu, shapes, 2)) + pfm.profile_layout_ns(cogpu, sub, shapes)
+                assert chunk[j - start].share_ns("gpu", 1.0 / pfm.STAGES) == pytest.approx(want, rel=1e-12)
+        t = pipeline_ns(chunk, devs, pfm.STAGES)
         assert np.isfinite(t) and T[start, length] <= t * (1 + 1e-12)
 
 
@@ -119,13 +120,13 @@ def test_bert_modes_on_the_cached_layers():
     the FC layers' best plan is the same as Newton++'s (the paper: "performs the same")."""
     data = pf.load_cache()
     bt = pf.bert(data).set_index("model")
-    assert set(bt.index) == {pf.LABELS[m] for m in pf.BERT_MODELS}
+    assert set(bt.index) == {pf.LABELS[m] for m in pfm.BERT_MODELS}
     assert (bt["PIMFlow over Newton++ (fc)"] >= -1e-9).all() and (bt["PIMFlow over Newton++ (e2e)"] >= -1e-9).all()
     assert bt.loc["BERT 1x3", "PIMFlow over Newton++ (fc)"] == pytest.approx(0.0, abs=1e-9)
     # the FC layers of 1 x 3 are the model's only PIM candidates, each with the weight in the banks
-    recs = data["layers"][pf.cache_key("bert-base-s3", pf.PIM_CHANNELS)]
+    recs = data["layers"][pf.cache_key("bert-base-s3", pfm.PIM_CHANNELS)]
     assert {r["kind"] for r in recs if r["candidate"]} == {"fc"}
-    assert all(set(r[pf.PIMFLOW_CONFIG]["ns_by"]) == set(pf.PLACEMENTS.values()) for r in recs if r["candidate"])
+    assert all(set(r[pfm.PIMFLOW_CONFIG]["ns_by"]) == set(pfm.PLACEMENTS.values()) for r in recs if r["candidate"])
 
 
 # --------------------------------------------------------------------------- Fig. 12 (energy)
@@ -137,14 +138,14 @@ def test_gpu_energy_of_a_layer_is_attaccs_formula():
     from pimjax.hw import presets
     from pimjax.models import cnn
     from pimjax.sim.host import host_energy
-    host = pf.backend_for(pf.PIMFLOW_CONFIG).system.gpu
+    host = pfm.backend_for(pfm.PIMFLOW_CONFIG).system.gpu
     path = (presets.E_ACT_PRE_PJ_PER_BIT + presets.E_CELL_RDWR_PJ_PER_BIT + presets.E_COL_TO_BGMUX
             + presets.E_BGMUX_TO_GIO + presets.E_TSV + presets.E_INTERPOSER)
     assert float(host.e_mem_pj_per_byte) == pytest.approx(8 * path)
     assert float(host.e_alu_pj_per_mac) == presets.E_ALU_PJ_PER_MAC
     table = cnn.cnn_layers("mobilenet-v2")
     row = table[table.pim_candidate & (table.K == 1)].iloc[0].to_dict()
-    op, shapes = pf.layer_op(row)
+    op, shapes = pfm.layer_op(row)
     H, W, C, F = (int(row[k]) for k in ("H", "W", "C", "F"))
     nbytes = 2 * (H * W * C + C * F + H * W * F)            # stride 1: the output is H x W x F
     macs = H * W * C * F
@@ -154,7 +155,7 @@ def test_gpu_energy_of_a_layer_is_attaccs_formula():
         want = (nbytes * (float(h.e_mem_pj_per_byte) + float(h.e_l2_pj_per_byte) + float(h.e_l1_pj_per_byte))
                 + 3 * macs * float(h.e_reg_pj) + macs * float(h.e_alu_pj_per_mac) + P * ns * 1e3)
         assert host_energy(op, h, shapes, 2, ns=ns) == pytest.approx(want, rel=1e-12)
-    assert pf.gpu_dynamic_pj(op, shapes, host) == pytest.approx(want - P * ns * 1e3, rel=1e-12)
+    assert pfm.gpu_dynamic_pj(op, shapes, host) == pytest.approx(want - P * ns * 1e3, rel=1e-12)
 
 
 needs_energy = pytest.mark.skipif(not (os.path.exists(pf.ENERGY_CACHE) and os.path.exists(pf.CACHE)),
@@ -170,17 +171,17 @@ def test_cached_pim_energy_is_the_simulated_energy_of_its_draft():
     from pimjax.lower import lower
     from pimjax.models import cnn
     from pimjax.sim.cycles import cycles
-    e = pf.load_cache(pf.ENERGY_CACHE)["models"][pf.cache_key("mobilenet-v2", pf.PIM_CHANNELS)]
-    whole = {k: v for k, v in e["pim_items"].items() if k.split("|")[1:4] == [pf.PIMFLOW_CONFIG, "whole", "1.0"]}
+    e = pf.load_cache(pf.ENERGY_CACHE)["models"][pf.cache_key("mobilenet-v2", pfm.PIM_CHANNELS)]
+    whole = {k: v for k, v in e["pim_items"].items() if k.split("|")[1:4] == [pfm.PIMFLOW_CONFIG, "whole", "1.0"]}
     key = min(whole, key=lambda k: whole[k]["sim_ns"])
     name, config, _, _, placement = key.split("|")
     table = cnn.cnn_layers("mobilenet-v2")
     row = table[table.name == name].iloc[0].to_dict()
-    op, shapes = pf.layer_op(row)
-    backend = pf.backend_for(config)
-    mk = {v: k for k, v in pf.PLACEMENTS.items()}[placement]
-    ns, _, draft = pf.pim_time(op, shapes, backend, matrix=mk)
-    rec = [r for r in pf.load_cache()["layers"][pf.cache_key("mobilenet-v2", pf.PIM_CHANNELS)] if r["name"] == name][0]
+    op, shapes = pfm.layer_op(row)
+    backend = pfm.backend_for(config)
+    mk = {v: k for k, v in pfm.PLACEMENTS.items()}[placement]
+    ns, _, draft = pfm.pim_time(op, shapes, backend, matrix=mk)
+    rec = [r for r in pf.load_cache()["layers"][pf.cache_key("mobilenet-v2", pfm.PIM_CHANNELS)] if r["name"] == name][0]
     assert ns == pytest.approx(rec[config]["ns_by"][placement], rel=1e-12) == whole[key]["cached_ns"]
     rep = cycles(lower(op, draft, backend, shapes, resident=(1,), matrix=mk), backend)
     assert whole[key]["pj"] == pytest.approx(float(rep.energy_pj), rel=1e-6)
@@ -195,22 +196,22 @@ def test_energy_sums_over_the_plan():
     nodes' (their bytes x (mem + L2 + L1 + reg) + FLOP / 2 x ALU, derived here), and each mode's
     total the sum of its parts; every cached program's time is the time cache's."""
     model = "bert-base-s3"
-    k = pf.cache_key(model, pf.PIM_CHANNELS)
+    k = pf.cache_key(model, pfm.PIM_CHANNELS)
     e = pf.load_cache(pf.ENERGY_CACHE)["models"][k]
     recs = pf.load_cache()["layers"][k]
-    host = pf.backend_for(pf.PIMFLOW_CONFIG).system.gpu
-    table = pf.model_table(model).to_dict("records")
+    host = pfm.backend_for(pfm.PIMFLOW_CONFIG).system.gpu
+    table = pfm.model_table(model).to_dict("records")
     items = e["pim_items"]
     fc = [r for r in recs if r["kind"] == "fc"]
-    pim = sum(items[f"{r['name']}|{pf.PIMFLOW_CONFIG}|whole|1.0|{r[pf.PIMFLOW_CONFIG]['matrix']}"]["pj"] for r in fc)
+    pim = sum(items[f"{r['name']}|{pfm.PIMFLOW_CONFIG}|whole|1.0|{r[pfm.PIMFLOW_CONFIG]['matrix']}"]["pj"] for r in fc)
     per_byte = float(host.e_mem_pj_per_byte + host.e_l2_pj_per_byte + host.e_l1_pj_per_byte + host.e_reg_pj)
     other = sum((t["in_bytes"] + t["out_bytes"]) * per_byte + t["flops"] / 2 * float(host.e_alu_pj_per_mac)
                 for t, r in zip(table, recs) if r["kind"] == "other")
-    res = pf.run_modes(model, recs, modes=("Newton++",), kind="fc")
+    res = pfm.run_modes(model, recs, modes=("Newton++",), kind="fc")
     assert all(n.mode == "pim" for n in res["Newton++"]["plan"].nodes)
     assert e["Newton++"]["pim_pj"] == pytest.approx(pim, rel=1e-9)
     assert e["Newton++"]["gpu_pj"] == pytest.approx(other, rel=1e-9)
-    for mode in ("GPU",) + pf.MODES:
+    for mode in ("GPU",) + pfm.MODES:
         m = e[mode]
         assert m["pj"] == pytest.approx(m["gpu_pj"] + m["pim_pj"] + m["static_pj"], rel=1e-12)
         assert m["static_pj"] == pytest.approx(float(host.static_power_w) * m["total_ns"] * 1e3)
@@ -231,36 +232,36 @@ def test_md_dp_energy_is_its_shares_energy():
     from pimjax.hw.gpu import gpu_energy_pj
     from pimjax.search.mixed import RATIOS, share_builder
     model = "mobilenet-v2"
-    k = pf.cache_key(model, pf.PIM_CHANNELS)
+    k = pf.cache_key(model, pfm.PIM_CHANNELS)
     e = pf.load_cache(pf.ENERGY_CACHE)["models"][k]
     recs = pf.load_cache()["layers"][k]
-    table = pf.model_table(model).to_dict("records")
-    cogpu, gpu = pf.backend_for(pf.PIMFLOW_CONFIG).system.cogpu, pf.backend_for(pf.PIMFLOW_CONFIG).system.gpu
-    plan = pf.run_modes(model, recs, modes=("PIMFlow-md",))["PIMFlow-md"]["plan"]
-    nodes, _, idx, *_ = pf.chain(model, recs)
-    g = sum(pf._other_pj(gpu, t) for t, r in zip(table, recs) if r["kind"] == "other")
+    table = pfm.model_table(model).to_dict("records")
+    cogpu, gpu = pfm.backend_for(pfm.PIMFLOW_CONFIG).system.cogpu, pfm.backend_for(pfm.PIMFLOW_CONFIG).system.gpu
+    plan = pfm.run_modes(model, recs, modes=("PIMFlow-md",))["PIMFlow-md"]["plan"]
+    nodes, _, idx, *_ = pfm.chain(model, recs)
+    g = sum(pfm.other_node_pj(gpu, t) for t, r in zip(table, recs) if r["kind"] == "other")
     p, splits = 0.0, 0
     for j, m in enumerate(plan.nodes):
         rec, row = recs[idx[j]], table[idx[j]]
-        op, shapes = pf.layer_op(row)
+        op, shapes = pfm.layer_op(row)
         if m.mode == "gpu":
-            g += pf.gpu_dynamic_pj(op, shapes, cogpu)
+            g += pfm.gpu_dynamic_pj(op, shapes, cogpu)
             continue
         if m.mode == "pim":
-            p += e["pim_items"][f"{row['name']}|{pf.PIMFLOW_CONFIG}|whole|1.0|{rec[pf.PIMFLOW_CONFIG]['matrix']}"]["pj"]
+            p += e["pim_items"][f"{row['name']}|{pfm.PIMFLOW_CONFIG}|whole|1.0|{rec[pfm.PIMFLOW_CONFIG]['matrix']}"]["pj"]
             continue
         assert m.mode == "md-dp"
         splits += 1
         v = rec["variants"][nodes[j][1]]
-        g += pf.gpu_dynamic_pj(*share_builder(op, v["var"])(float(m.ratio)), cogpu)
+        g += pfm.gpu_dynamic_pj(*share_builder(op, v["var"])(float(m.ratio)), cogpu)
         if nodes[j][1] == "channels":
             b = 2.0 * float(row["out_bytes"])
             g += gpu_energy_pj(cogpu, b, 0.0, 0.0, reg_accesses=b)
         i = int(round(m.ratio * 10))
-        bounded = pf.pim_bound(v["pim"])
+        bounded = pfm.pim_bound(v["pim"])
         kk = min(kk for kk in range(i + 1) if v["pim"][kk] == bounded[i])   # the share whose program runs
         share = float(np.round(1.0 - RATIOS[kk], 2))
-        key = f"{row['name']}|{pf.PIMFLOW_CONFIG}|{v['var'] if share < 1 else 'whole'}|{share:.1f}|{v['matrix'][kk]}"
+        key = f"{row['name']}|{pfm.PIMFLOW_CONFIG}|{v['var'] if share < 1 else 'whole'}|{share:.1f}|{v['matrix'][kk]}"
         p += e["pim_items"][key]["pj"]
     assert splits >= 3
     assert e["PIMFlow-md"]["gpu_pj"] == pytest.approx(g, rel=1e-9)
@@ -274,14 +275,14 @@ def test_energy_cache_follows_the_time_cache():
     recomputed time cache leaves the energy cache stale until `--energy` runs again)."""
     from pimjax.hw.core import HOST_ENERGY_FIELDS
     energy, layers = pf.load_cache(pf.ENERGY_CACHE), pf.load_cache()
-    host = pf.backend_for(pf.PIMFLOW_CONFIG).system.gpu
+    host = pfm.backend_for(pfm.PIMFLOW_CONFIG).system.gpu
     assert energy["meta"]["layers_meta"] == layers["meta"]
     assert energy["meta"]["gpu_energy"] == {f: float(np.asarray(getattr(host, f))) for f in HOST_ENERGY_FIELDS}
-    assert set(energy["models"]) == {pf.cache_key(m, pf.PIM_CHANNELS) for m in pf.ENERGY_MODELS}
+    assert set(energy["models"]) == {pf.cache_key(m, pfm.PIM_CHANNELS) for m in pf.ENERGY_MODELS}
     for m in pf.ENERGY_MODELS:
-        k = pf.cache_key(m, pf.PIM_CHANNELS)
-        res = pf.run_modes(m, layers["layers"][k], kind="fc" if m in pf.BERT_MODELS else "conv")
-        for mode in ("GPU",) + pf.MODES:
+        k = pf.cache_key(m, pfm.PIM_CHANNELS)
+        res = pfm.run_modes(m, layers["layers"][k], kind="fc" if m in pfm.BERT_MODELS else "conv")
+        for mode in ("GPU",) + pfm.MODES:
             assert energy["models"][k][mode]["total_ns"] == pytest.approx(res[mode]["total_ns"], rel=1e-12)
 
 
@@ -304,7 +305,7 @@ def test_fused_into_product_follows_tvms_fuse_ops():
             _node("fc", "fc", (5,), (7,)),                # 6
             _node("other", "act", (6,), (8,)),            # 7 fused into 6
             _node("other", "mul", (1, 7), ())]            # 8 fused through 7 (7 feeds only 8)
-    assert pf.fused_into_product(rows) == {1: 0, 3: 2, 5: 3, 7: 6, 8: 7}
+    assert pfm.fused_into_product(rows) == {1: 0, 3: 2, 5: 3, 7: 6, 8: 7}
 
 
 def test_fused_nodes_cost_only_their_extra_bytes_on_pimflows_gpu():
@@ -313,12 +314,12 @@ def test_fused_nodes_cost_only_their_extra_bytes_on_pimflows_gpu():
     conv = dict(out_bytes=1000)
     act = _node("other", "act", (0,), (), in_bytes=1000, out_bytes=1000)
     add = _node("other", "add", (0, 5), (), in_bytes=2000, out_bytes=1000)
-    assert pf._other_ns(h, act, conv) == 0.0                                  # in place in the epilogue
-    assert pf._other_ns(h, add, conv) == pytest.approx(1000 / h.mem_bandwidth * 1e9)   # reads the residual
-    assert pf._other_ns(h, act) > h.launch_overhead_ns                        # alone: a kernel of its own
+    assert pfm.other_node_ns(h, act, conv) == 0.0                                  # in place in the epilogue
+    assert pfm.other_node_ns(h, add, conv) == pytest.approx(1000 / h.mem_bandwidth * 1e9)   # reads the residual
+    assert pfm.other_node_ns(h, act) > h.launch_overhead_ns                        # alone: a kernel of its own
     from pimjax.hw.presets import get_backend
     occ = get_backend("newton").system.gpu                                    # other models ignore fusion
-    assert pf._other_ns(occ, act, conv) == pf._other_ns(occ, act)
+    assert pfm.other_node_ns(occ, act, conv) == pfm.other_node_ns(occ, act)
 
 
 def test_gpu_totals_under_pimflows_gpu_are_pimflows_baseline():

@@ -96,8 +96,8 @@ def test_placement_is_predicted_at_lower_and_decided_on_simulated_figures_at_com
 
 def test_calling_equals_the_stages_and_plan():
     """f(*args) runs trace -> lower -> compile: the same choices and cycles as
-    the stages by hand and as `api.plan` (both stages at once)."""
-    from pimjax.api import plan
+    the stages by hand and as `pimjax.plan.plan` (both stages at once)."""
+    from pimjax.plan import plan
     fn, args = _gemv_relu()
     f = pimjax.pim_jit(fn, backend="hbm-pim", tuner=tuner(), channels=4)
     y = f(*args)

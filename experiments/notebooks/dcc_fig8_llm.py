@@ -18,7 +18,7 @@
 # DCC (§V-B, Fig. 8) shows the normalised decode time of GPT-3 13B and LLaMA-2 33B, broken down into QKV
 # generation, attention, projection, feed-forward and other, for the GPU, AttAcc-Base (attention on PIM),
 # AttAcc-Full (attention plus part of the FFN on PIM, as AttAcc's `--ffopt`) and both with DCC.  Here the
-# same systems with pimjax (`pimjax.models.inference`): one decoder layer traced from `jax.ShapeDtypeStruct`s
+# same systems with pimjax (`pimjax.studies.inference`): one decoder layer traced from `jax.ShapeDtypeStruct`s
 # (no weights), placed op by op, the PIM ops lowered and simulated; the attention re-tuned for every new
 # context length (16-token KV blocks) with the tuning time counted; the per-token figures are one layer x
 # the layer count.
@@ -44,7 +44,8 @@ import matplotlib.pyplot as plt
 from IPython.display import display
 
 from pimjax.hw.host import a100
-from pimjax.models import decode, get_config, PHASES
+from pimjax.models import get_config, PHASES
+from pimjax.studies import decode
 from pimjax.search.tuner import Tuner
 
 # (model, batch, prompt, output tokens); ("gpt3-13b", 4, 512, 16) is in the committed cache too (it adds

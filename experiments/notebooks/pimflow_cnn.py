@@ -51,6 +51,7 @@ from experiments.pimflow_fig14 import fig14_table
 from pimjax.models import cnn
 from pimjax.sim.host import host_time
 from experiments import pimflow as pf
+from pimjax.studies import pimflow as pfm
 pd.set_option("display.width", 200); pd.set_option("display.max_colwidth", 200)
 t_start = time.perf_counter()
 data = pf.load_cache()
@@ -320,7 +321,7 @@ its = {k: v for k, v in e_mb["pim_items"].items() if k.split("|")[2] == "whole" 
 key = min(its, key=lambda k: its[k]["sim_ns"])
 name, config, var, share, placement = key.split("|")
 op, shapes = pf.layer_op(tab[tab.name == name].iloc[0].to_dict())
-got = pf.pim_energy(op, shapes, pf.backend_for(config), placement)
+got = pfm.pim_energy(op, shapes, pf.backend_for(config), placement)
 assert np.isclose(got["ns"], its[key]["cached_ns"], rtol=1e-9) and np.isclose(got["pj"], its[key]["pj"], rtol=1e-6)
 print(f"{key}: {got['ns']:,.0f} ns (cached {its[key]['cached_ns']:,.0f}), {got['pj'] / 1e6:,.2f} uJ (cached {its[key]['pj'] / 1e6:,.2f})")
 

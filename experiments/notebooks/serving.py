@@ -15,10 +15,10 @@
 # %% [markdown]
 # # Serving LLaMA-2 70B on 8 A100s + AttAcc stacks: throughput within a latency target
 #
-# `pimjax.models.decode` times one request's decode loop. Serving asks another question: under a
+# `pimjax.studies.decode` times one request's decode loop. Serving asks another question: under a
 # stream of requests, how many tokens per second does a GPU + PIM system deliver while every request
 # still gets its tokens fast enough (time per output token, TPOT), and how much memory is left for KV
-# caches? `pimjax.models.serve` answers it (issue 43): a request trace, a scheduler (continuous
+# caches? `pimjax.studies.serve` answers it (issue 43): a request trace, a scheduler (continuous
 # batching, chunked prefill), paged KV caches in the PIM stacks beside the resident weights, and step
 # times from compiled kernels — each request's attention compiled per context bucket on its own bank
 # partition, the GEMMs on the GPU model, two all-reduces per layer under tensor parallelism.
@@ -46,9 +46,9 @@ import pandas as pd
 import matplotlib.pyplot as plt
 from IPython.display import display
 import pimjax
-from pimjax.dse import grid
-from pimjax.models import serve
-from pimjax.models.serving import ServingObjective, fixed, poisson_requests, uniform
+from pimjax.studies.dse import grid
+from pimjax.studies import serve
+from pimjax.studies.serving import ServingObjective, fixed, poisson_requests, uniform
 pd.set_option("display.width", 200)
 t_start = time.perf_counter()
 data = json.load(open(os.path.join(ROOT, "experiments", "data", "serving_curve.json")))

@@ -43,7 +43,7 @@ dispatches on it, so graph ops (`pimjax.sim.host.host_time`) and code without a 
   Other ops are TVM kernels (`topi/cuda/injective.py`: 1024 threads a block, 2 FP16
   each, at most 256 blocks; pools: a thread per output) streaming at the SM-utilised
   bandwidth.  Graph-level fusion (an activation after a product costs nothing more)
-  is the caller's: `experiments/pimflow.py`.
+  is the caller's: `pimjax.studies.pimflow` (`fused_into_product`).
 
 Units: ns; bytes; FLOP.  Shapes: a product is `batch` independent (m x k) . (k x n)
 products (AttAcc's m, n, k, numOp); m is the token / query side.

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..partition.dimsets import dimension_sets
 from ..partition.draft import Draft
-from ..partition.tiles import _radix, set_tilings
+from ..partition.tiles import radix, set_tilings
 from ..trace.affine import AffineExpr
 from ..trace.ir import PimOp
 
@@ -74,7 +74,7 @@ def _core_tiles(op: PimOp, parts: tuple) -> CoreTiles:
 def _compute_core_tiles(op: PimOp, draft: Draft) -> CoreTiles:
     """Every core's ranges at once, as [G, C] arrays: a core's data-tile
     digit of each set is its mixed-radix group / core digit (`tile_digits`),
-    its band that tile's values (`band`), its loop range the band's (`_band_box`
+    its band that tile's values (`band`), its loop range the band's (`band_box`
     for a compound mapping).  Sets are applied in order, a later one
     narrowing a variable an earlier set's band bounded, as `var_ranges`."""
     sets = dimension_sets(op)
@@ -87,8 +87,8 @@ def _compute_core_tiles(op: PimOp, draft: Draft) -> CoreTiles:
     lo = {v: np.zeros((G, C), np.int64) for v in names}
     hi = {v: np.full((G, C), ext[v], np.int64) for v in names}
     bands = []
-    gstr = _radix([t.groups for t in tilings])
-    cstr = _radix([t.cores for t in tilings])
+    gstr = radix([t.groups for t in tilings])
+    cstr = radix([t.cores for t in tilings])
     for t, gs, cs in zip(tilings, gstr, cstr):
         tau = np.broadcast_to(((g // gs) % t.groups) * t.cores + (c // cs) % t.cores, (G, C))
         a = t.lo + tau * t.tile                                  # `band`, per core
@@ -99,7 +99,7 @@ def _compute_core_tiles(op: PimOp, draft: Draft) -> CoreTiles:
             hi[v] = np.minimum(np.maximum(a, b), ext[v])
         else:
             bands.append((t.mapping, a, b))
-            for w, (l, h) in _band_box(t.mapping, a, b, ext).items():
+            for w, (l, h) in band_box(t.mapping, a, b, ext).items():
                 lo[w], hi[w] = l, h
     start = np.stack([lo[v] for v in names], axis=-1) if names else np.zeros((G, C, 0), np.int64)
     length = np.stack([np.maximum(0, hi[v] - lo[v]) for v in names], axis=-1) if names else \
@@ -107,7 +107,7 @@ def _compute_core_tiles(op: PimOp, draft: Draft) -> CoreTiles:
     return CoreTiles(names, np.ascontiguousarray(start), np.ascontiguousarray(length), tuple(bands), G, C)
 
 
-def _band_box(expr: AffineExpr, a, b, ext: dict[str, int]) -> dict:
+def band_box(expr: AffineExpr, a, b, ext: dict[str, int]) -> dict:
     """Bounding range (lo, hi) of each variable of `expr` over the points with
     a <= expr < b (the other variables free in their extents); a, b: ints or
     [G, C] arrays (one band per core), lo / hi alike."""

@@ -124,7 +124,7 @@ def _rope(t, pos, base: float = 10000.0):
     return t * _bc(cos, t) + rot * _bc(sin, t)
 
 
-def _attention(q, k_cache, v_cache, group: int):
+def decode_attention(q, k_cache, v_cache, group: int):
     """softmax(q K^T / sqrt(hd)) V per head; q [B, H, hd], caches [B, Hkv, L, hd]."""
     hd = q.shape[-1]
     scale = q.dtype.type(np.sqrt(hd))        # a constant of q's dtype (the attention kernel's form)
@@ -167,7 +167,7 @@ def make_layer(cfg: ModelConfig, append: bool = True) -> Callable:
             zero = jnp.zeros((), jnp.int32)
             k_cache = lax.dynamic_update_slice(k_cache, k[:, :, None, :], (zero, zero, pos, zero))
             v_cache = lax.dynamic_update_slice(v_cache, v[:, :, None, :], (zero, zero, pos, zero))
-        o = _attention(q, k_cache, v_cache, group).reshape(B, H * hd)
+        o = decode_attention(q, k_cache, v_cache, group).reshape(B, H * hd)
         x = x + _linear(params, "o", o)
         h = _norm(cfg, x, params["ln2_g"], params.get("ln2_b"))
         y = x + _ffn(cfg, params, h)

@@ -63,8 +63,9 @@ def set_tilings(op: PimOp, sets: Sequence[DimensionSet], draft: Draft) -> tuple[
     return tuple(out)
 
 
-def _radix(values: Sequence[int]) -> tuple[int, ...]:
-    """Mixed-radix strides, first entry most significant."""
+def radix(values: Sequence[int]) -> tuple[int, ...]:
+    """Mixed-radix strides of `values` (a tile count per level), first entry most
+    significant: the stride of each level in a flat (group or core) index."""
     strides = []
     acc = 1
     for v in reversed(values):
@@ -77,8 +78,8 @@ def owner(tilings: Sequence[SetTiling], env: Mapping[str, np.ndarray]):
     """(group, core) index arrays of the iteration points in `env`.
 
     env maps every loop variable to a broadcastable integer array."""
-    gstr = _radix([t.groups for t in tilings])
-    cstr = _radix([t.cores for t in tilings])
+    gstr = radix([t.groups for t in tilings])
+    cstr = radix([t.cores for t in tilings])
     group = 0
     core = 0
     for t, gs, cs in zip(tilings, gstr, cstr):
@@ -102,8 +103,8 @@ def loop_env(op: PimOp) -> dict[str, np.ndarray]:
 
 def tile_digits(tilings: Sequence[SetTiling], group: int, core: int) -> tuple[int, ...]:
     """The data-tile index tau_i of each set for core (`group`, `core`)."""
-    gstr = _radix([t.groups for t in tilings])
-    cstr = _radix([t.cores for t in tilings])
+    gstr = radix([t.groups for t in tilings])
+    cstr = radix([t.cores for t in tilings])
     taus = []
     for t, gs, cs in zip(tilings, gstr, cstr):
         gd = (group // gs) % t.groups

@@ -82,7 +82,7 @@ def host_time(op: PimOp, host: HostModel, shapes: dict | None = None,
     whatever the graph's dtypes are -- a PimOp carries none, they live in
     the PimGraph's values -- so an int32 / float32 op timed with the default
     is charged half its bytes.  Pass the element size you mean
-    (`pimjax.api` passes `api.host_bytes`: each value's own size, floats
+    (`pimjax.plan` passes `plan.host_bytes`: each value's own size, floats
     capped at the backend's element).
 
     Returns a float for a concrete host; on the "roofline" / "dcc" models,

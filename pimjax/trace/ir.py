@@ -260,11 +260,6 @@ class PimOp:
         return int(np.prod([lv.extent for lv in self.loop_vars], dtype=np.int64))
 
 
-# PimGraph.evaluate / as_text are implemented by evaluate.py and text.py, which import this
-# module: they register their functions here (the package imports both), so ir imports neither
-GRAPH_METHODS: dict = {}
-
-
 @dataclass(frozen=True)
 class PimGraph:
     """A traced function: values, ops in topological order, inputs/outputs.
@@ -305,12 +300,14 @@ class PimGraph:
         Takes the same (pytree) arguments as the traced function and returns
         its (pytree) result.  Index maps, reductions and scalar bodies are
         interpreted; only host ops call their jax primitive (`evaluate.py`)."""
-        return GRAPH_METHODS["evaluate"](self, *args)
+        from .evaluate import evaluate_graph      # evaluate.py builds on this module's IR
+        return evaluate_graph(self, *args)
 
     def as_text(self) -> str:
         """One readable line per op, e.g.
         `y[i] = relu(sum_k W[i,k] * x[k] + b[i])   i<4096 k<4096` (`text.py`)."""
-        return GRAPH_METHODS["as_text"](self)
+        from .text import graph_text              # text.py builds on this module's IR
+        return graph_text(self)
 
     def __str__(self) -> str:
         return self.as_text()

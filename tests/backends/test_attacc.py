@@ -516,10 +516,10 @@ def test_an_attention_draft_of_more_units_than_the_backend_has_is_refused():
     import pimjax
     from pimjax.backends import family_of
     from pimjax.errors import PimCompileError
-    from pimjax.models.layers import _attention
+    from pimjax.models.layers import decode_attention
 
     def attention(q, k_cache, v_cache):
-        return _attention(q, k_cache, v_cache, 1)
+        return decode_attention(q, k_cache, v_cache, 1)
 
     S = jax.ShapeDtypeStruct
     args = (S((1, 4, 64), jnp.float16), S((1, 4, 256, 64), jnp.float16), S((1, 4, 256, 64), jnp.float16))

@@ -304,7 +304,7 @@ def test_the_tuner_simulates_and_picks_packed_drafts():
     FC (144 -> 6, one pixel) with the weight in the banks the packed mapping beats every tiling the
     cost model ranks on the fork's controller; the choice's program computes the layer, and the
     report names the mapping."""
-    from pimjax.report import describe_draft
+    from pimjax.partition.draft import describe_draft
     from pimjax.search.tuner import Tuner
     be = _backend("newton++", "pimflow")
     op, shapes = layer_graph(_row(1, 1, 144, 6))

@@ -3,7 +3,7 @@
 import pytest
 
 from pimjax.hw.host import a100
-from pimjax.models.inference import attacc_end_to_end
+from pimjax.studies.inference import attacc_end_to_end
 from pimjax.search.tuner import Tuner
 
 TCK = 0.769

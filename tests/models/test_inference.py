@@ -5,7 +5,7 @@ import pytest
 
 from pimjax import pim_jit
 from pimjax.models.configs import get_config
-from pimjax.models.inference import PHASES, RESIDENT, SYSTEMS, decode, gpu_attention_ns
+from pimjax.studies.inference import PHASES, RESIDENT, SYSTEMS, decode, gpu_attention_ns
 from pimjax.models.layers import layer_shapes, make_layer
 from pimjax.search.tuner import Tuner
 
@@ -68,7 +68,7 @@ def test_systems_differ_only_where_they_place_differently(run):
 
 def test_gpu_attention_interpolates_exactly():
     from pimjax.hw.presets import get_backend
-    from pimjax.models.inference import GpuAttention
+    from pimjax.studies.inference import GpuAttention
     be = get_backend("attacc", gpu=GPU)
     for cfg, batch in ((CFG, 1), (get_config("llama2-70b"), 4)):
         gpu = GpuAttention(cfg, batch, be)
@@ -82,7 +82,7 @@ def test_gpu_attention_on_kernel_models_is_three_kernels(model):
     context kernels (`HostModel.attention_ns`), not jnp's five softmax ops each
     charged as a kernel: less than the ops' sum, more than the score GEMV alone."""
     from pimjax.hw.presets import get_backend
-    from pimjax.models.inference import GpuAttention
+    from pimjax.studies.inference import GpuAttention
     be = get_backend("attacc", gpu=model)
     host = be.system.baseline
     gpu = GpuAttention(CFG, 2, be)
@@ -106,7 +106,7 @@ def test_bad_arguments():
 
 def test_prefill_on_the_gpu(run):
     from pimjax.hw.presets import get_backend
-    from pimjax.models.inference import prefill_gpu_ns
+    from pimjax.studies.inference import prefill_gpu_ns
     _, res = run
     be = get_backend("attacc", gpu=GPU)
     assert res.prefill_ns == pytest.approx(prefill_gpu_ns(CFG, 1, 31, be))

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from pimjax.hw.host import a100
 from pimjax.hw.presets import get_backend
 from pimjax.models.configs import get_config
-from pimjax.models.serving import (Requests, batch_requests, fixed, lognormal, poisson_requests, requests_from,
+from pimjax.studies.serving import (Requests, batch_requests, fixed, lognormal, poisson_requests, requests_from,
                                    serve, uniform)
-from pimjax.models.serving.costs import (KVLayout, StepTime, TracedDense, kv_layout, make_gpu_attention,
+from pimjax.studies.serving.costs import (KVLayout, StepTime, TracedDense, kv_layout, make_gpu_attention,
                                          partition_backend)
-from pimjax.models.serving.engine import simulate
+from pimjax.studies.serving.engine import simulate
 from pimjax.search.tuner import Tuner
 
 GPT3_TP8 = get_config("gpt3-13b").tensor_parallel(8)
@@ -244,8 +244,8 @@ def test_kv_layout_partitions_follow_attaccs_mapping():
 @pytest.mark.parametrize("model", ["roofline", "occupancy", "attacc"])
 @pytest.mark.parametrize("name", ["gpt3-13b", "llama2-70b"])
 def test_traced_dense_equals_the_layer_traced_at_that_batch(model, name):
-    from pimjax.api import host_bytes
-    from pimjax.models.inference import input_phases, op_phases
+    from pimjax.plan import host_bytes
+    from pimjax.studies.inference import input_phases, op_phases
     from pimjax.models.layers import layer_shapes, make_layer
     from pimjax.sim.host import host_time
     from pimjax.trace.frontend import make_graph
@@ -266,7 +266,7 @@ def test_traced_dense_equals_the_layer_traced_at_that_batch(model, name):
 def test_gpu_attention_of_mixed_contexts_is_the_sum_of_requests_on_the_roofline():
     """Roofline: each op's bytes / FLOPs of B requests are their own summed; the batch-B trace
     at one context is the independent figure."""
-    from pimjax.models.inference import gpu_attention_ns
+    from pimjax.studies.inference import gpu_attention_ns
     host = a100("hbm3", model="roofline")
     be = get_backend("attacc", system="attacc", host=host, gpu=host)
     f = make_gpu_attention(GPT3_TP8, be, 16)
@@ -325,8 +325,8 @@ def test_gqa_attention_on_a_kernel_model_reads_each_kv_head_once():
 # --------------------------------------------------------------------------
 def test_explore_takes_a_serving_objective():
     import pimjax
-    from pimjax.dse import grid
-    from pimjax.models.serving import ServingObjective
+    from pimjax.studies.dse import grid
+    from pimjax.studies.serving import ServingObjective
     reqs = poisson_requests(30, rate=20.0, prompt=fixed(200), output=fixed(20), seed=0)
     obj = ServingObjective("gpt3-13b", reqs, tpot_p99_ms=1e9, tp=8, placement="gpu", max_batch=8, tuner=_TUNER)
     df = pimjax.explore(obj, backends=grid("attacc", system=["attacc"], stacks=[3, 5]), progress=False)

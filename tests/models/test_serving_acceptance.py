@@ -5,8 +5,8 @@ import pytest
 from pimjax.hw import gpu as G
 from pimjax.hw.host import a100
 from pimjax.models.configs import get_config
-from pimjax.models.inference import decode
-from pimjax.models.serving import SYSTEMS, batch_requests, serve
+from pimjax.studies.inference import decode
+from pimjax.studies.serving import SYSTEMS, batch_requests, serve
 from pimjax.search.tuner import Tuner
 
 _TUNER = Tuner()

@@ -210,7 +210,7 @@ def test_pim_jit_splits_and_computes_both_parts(balanced):
     assert rep["total_ns"] == pytest.approx(rep["pim_ns"] + rep["host_ns"] + rep["split_ns"])
     assert rep["speedup_gpu"] > 1
     # the PIM rows come from the PIM program: with a poisoned GPU result they survive, the rest not
-    from pimjax.search.mixed import run_split
+    from pimjax.plan.mixed import run_split
     p = next(q for q in compiled.plans if q.placement == "md-dp")
     operands = [W1 if p.op.operands[0].value == compiled.graph.inputs[0] else W2, x]
     out = run_split(p.split, p.op, operands, np.full(N_ROWS, np.nan, np.float32))
@@ -249,11 +249,11 @@ def test_share_builder_splits_a_gemv_by_outputs():
 def test_split_vars_rows_and_channels():
     """A CONV splits along output rows (H) or output channels (F); a GEMV has one output variable."""
     from pimjax.kernels import kernel_op
-    from pimjax.search.mixed import _result_vars, split_vars
+    from pimjax.search.mixed import result_vars, split_vars
     op, _ = kernel_op("conv", [8, 6, 4, 5, 3])
     vs = split_vars(op)
     assert vs["rows"] == "h" == split_var(op)
-    dims = {v: d for d, v in _result_vars(op)}
+    dims = {v: d for d, v in result_vars(op)}
     assert dims[vs["channels"]] == len(op.result.index_map) - 1 and op.extents[vs["channels"]] == 5
     sub, sh = share_builder(op, vs["channels"])(0.4)
     assert sh[op.result.value] == (1, 8, 6, 2)                       # ceil(0.4 x 5) channels, every row

@@ -122,7 +122,7 @@ def newton_geometry(op, vvars: set, sets, reps, tile, groups, cores) -> dict:
     Both follow `lower.tiles._compute_core_tiles` here, per distinct (set,
     candidate, tile, groups, cores) -- a table has few -- by walking the
     set's tiles tau = group digit x cores + core digit."""
-    from ...lower.tiles import _band_box
+    from ...lower.tiles import band_box
     ext = op.extents
     reps, tile, groups, cores = (np.asarray(a, np.int64) for a in (reps, tile, groups, cores))
     n = reps.shape[0]
@@ -148,7 +148,7 @@ def newton_geometry(op, vvars: set, sets, reps, tile, groups, cores) -> dict:
                 rng[v1] = (np.minimum(a, ext[v1]), np.minimum(np.maximum(a, b), ext[v1]))
                 band = None
             else:
-                rng.update(_band_box(m, a, b, ext))
+                rng.update(band_box(m, a, b, ext))
                 band = (a, b) if set(m.vars) <= dims else None
             ln = {v: np.maximum(0, h - l) for v, (l, h) in rng.items()}
             rows = inv == u

@@ -1,6 +1,6 @@
-"""A serving run as an objective of `pimjax.explore` / `pimjax.dse.evolve`.
+"""A serving run as an objective of `pimjax.explore` / `pimjax.studies.dse.evolve`.
 
-    from pimjax.dse import grid, evolve
+    from pimjax.studies.dse import grid, evolve
     obj = ServingObjective("llama2-70b", reqs, tpot_p99_ms=50.0, tp=8, placement="pimjax")
     df = pimjax.explore(obj, backends=grid("attacc", system=["attacc"], stacks=[3, 5, 8],
                                             variant=["bank-pc", "bg-pc"], gpu=["attacc", "occupancy"]))

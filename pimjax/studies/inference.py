@@ -64,15 +64,16 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
-from ..api import host_bytes, pim_jit
+from ..api import pim_jit
 from ..hw.core import Backend, HostModel
 from ..hw.presets import get_backend
+from ..plan.plans import host_bytes
 from ..search.tuner import Tuner
 from ..sim.host import host_time
 from ..trace.frontend import make_graph
 from ..trace.ir import PimGraph
-from .configs import ModelConfig
-from .layers import CACHE_PHASE, PARAM_PHASES, PHASES, _attention, layer_shapes, make_layer
+from ..models.configs import ModelConfig
+from ..models.layers import CACHE_PHASE, PARAM_PHASES, PHASES, decode_attention, layer_shapes, make_layer
 
 SYSTEMS = ("gpu", "attacc-base", "attacc-full", "base+dcc", "full+dcc", "pimjax")
 RESIDENT = ("params", "k_cache", "v_cache")
@@ -237,7 +238,7 @@ class DecodeResult:
 # --------------------------------------------------------------------------
 def _attention_fn(group: int):
     def attention(q, k_cache, v_cache):
-        return _attention(q, k_cache, v_cache, group)
+        return decode_attention(q, k_cache, v_cache, group)
     return attention
 
 
@@ -304,7 +305,7 @@ def prefill_gpu_ns(cfg: ModelConfig, batch: int, prompt: int, backend: Backend) 
     """The prefill of a `prompt`-token prompt on the host roofline (ns, all
     layers): `layers.make_prefill` traced from shapes, every op timed by
     `sim.host.host_time`."""
-    from .layers import make_prefill, param_shapes
+    from ..models.layers import make_prefill, param_shapes
     x = jax.ShapeDtypeStruct((batch, prompt, cfg.d_model), np.float16)
     g = make_graph(make_prefill(cfg), param_shapes(cfg), x)
     shapes = {i: v.shape for i, v in enumerate(g.values)}
@@ -523,7 +524,7 @@ def attacc_end_to_end(lin: int, *, batch: int = 1, host: HostModel | None = None
     of the GPU-PIM transfers with the attention.
     """
     from ..hw.host import a100
-    from .configs import get_config
+    from ..models.configs import get_config
     cfg = get_config(model).tensor_parallel(tp)
     host = host if host is not None else a100("hbm3", model="attacc")      # the GPU model AttAcc's main.py uses
     res = decode(cfg, "attacc", host=host, stacks=stacks, batch=batch, prompt=lin, tokens=2, l_bucket=1,

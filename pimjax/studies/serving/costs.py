@@ -3,7 +3,7 @@
 A serving step processes T tokens: one per decoding request (at its own
 context) plus the prompt chunks being prefilled.  Per decoder layer (all
 layers are identical, so a step is `n_layers` times one layer, as in
-`pimjax.models.decode`), on one tensor-parallel shard (`ModelConfig.tensor_parallel`):
+`pimjax.studies.decode`), on one tensor-parallel shard (`ModelConfig.tensor_parallel`):
 
 * **dense**: every op that does not read the KV cache (QKV / projection / FFN
   GEMMs, norms, activations, residuals, RoPE) for T tokens.  On the GPU (the
@@ -193,7 +193,7 @@ class TracedDense:
     """
 
     def __init__(self, shard, backend: Backend, host: HostModel):
-        from ..layers import make_layer
+        from ...models.layers import make_layer
         self.host = host
         layer = make_layer(shard, append=False)
         one = self._trace(layer, shard, backend, 1)
@@ -217,11 +217,11 @@ class TracedDense:
     @staticmethod
     def _trace(layer, shard, backend, B: int):
         """(phases, kinds, descriptors) of the non-attention ops traced at batch B."""
-        from ...api import host_bytes
+        from ...plan.plans import host_bytes
         from ...sim.host import op_bytes, op_flops, op_gemm_shape
         from ...trace.frontend import make_graph
         from ..inference import input_phases, op_phases
-        from ..layers import layer_shapes
+        from ...models.layers import layer_shapes
         args = layer_shapes(shard, B, PROBE)
         graph = make_graph(layer, *args)
         shapes = {i: v.shape for i, v in enumerate(graph.values)}
@@ -750,7 +750,7 @@ def dense_ladder(shard, backend: Backend, Ts: list[int], tuner, *, stop_when_gpu
     dense op on PIM (`stop`)."""
     from ...api import pim_jit
     from ..inference import RESIDENT, _op_figures, input_phases, op_phases
-    from ..layers import layer_shapes, make_layer
+    from ...models.layers import layer_shapes, make_layer
     key = _table_key(kind="ladder", cfg=shard, backend=backend, tuner=(tuner.mode, tuner.top_k))
     have = (cache.get(key) if cache is not None else None) or {}
     layer = make_layer(shard, append=False)

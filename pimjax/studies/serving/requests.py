@@ -7,7 +7,7 @@
 
 Units: seconds for arrivals, tokens for lengths.  `output_len` counts every
 generated token, the first one (from the prefill) included, so a request of
-output_len N has N - 1 decode steps (as `pimjax.models.decode`'s `tokens`).
+output_len N has N - 1 decode steps (as `pimjax.studies.decode`'s `tokens`).
 Validation names the field: a length below 1, a non-integer length, a
 negative or non-finite arrival, or arrivals out of order raise ValueError.
 """
@@ -84,7 +84,7 @@ def as_dist(spec, name: str) -> LengthDist:
         return fixed(int(spec))
     if isinstance(spec, tuple) and spec and spec[0] in ("fixed", "uniform", "lognormal"):
         return {"fixed": fixed, "uniform": uniform, "lognormal": lognormal}[spec[0]](*spec[1:])
-    raise ValueError(f"{name}: a length distribution is an int, pimjax.models.serving.fixed / uniform / "
+    raise ValueError(f"{name}: a length distribution is an int, pimjax.studies.serving.fixed / uniform / "
                      f"lognormal, or a tuple ('uniform', lo, hi) / ('lognormal', median, sigma); got {spec!r}")
 
 

@@ -6,7 +6,7 @@ which mapping is best (DCC's argument), so `explore` tunes every structural
 point for itself and only then sweeps timing variants over that point's own
 programs:
 
-    from pimjax.dse import grid
+    from pimjax.studies.dse import grid
     points = grid("hbm-pim", channels=[16, 32, 64])
     df = pimjax.explore(f, W, x, backends=points)           # one row per point
     df = pimjax.explore(f, W, x, backends=points, timings={"channels=64": [t1, t2]},
@@ -31,8 +31,8 @@ Scale-out: `processes=N` compiles points in N spawned worker processes
 `jax.distributed.initialize`, one process per host) explores every n-th
 point, so n processes or hosts split one space and may share a results file.
 
-Serving: `fn` may be a `pimjax.models.serving.ServingObjective` (a request
-trace served on each point, `pimjax.models.serve`): the rows gain its figures
+Serving: `fn` may be a `pimjax.studies.serving.ServingObjective` (a request
+trace served on each point, `pimjax.studies.serve`): the rows gain its figures
 (tokens_per_s, goodput_tokens_per_s at a p99 TPOT target, ...), and `evolve`
 maximises them -- stacks x PIM level x GPU for throughput within latency.
 
@@ -57,7 +57,7 @@ import time
 
 import numpy as np
 
-from .hw.core import Backend
+from ..hw.core import Backend
 
 MAXIMISE = ("speedup_gpu", "tokens_per_s", "goodput_tokens_per_s", "requests_per_s")   # evolve's objectives to maximise
 COLUMNS = ("point", "backend", "variant", "timing", "total_ns", "pim_ns", "host_ns", "energy_pj", "gpu_ns",
@@ -68,7 +68,7 @@ def grid(name: str, **axes) -> dict[str, Backend]:
     """{label: backend} over the product of the preset options `axes`
     (each a list of values): `grid("newton", channels=[8, 16], buffers=[1, 4])`
     gives 4 structural points labelled "channels=8,buffers=1" and so on."""
-    from .hw.presets import get_backend
+    from ..hw.presets import get_backend
     keys = list(axes)
     for k in keys:
         if not isinstance(axes[k], (list, tuple)) or not axes[k]:
@@ -145,7 +145,7 @@ def _row(point: str, fp: str, backend: Backend, ca: dict, tuning_s: float, simul
 
 def _objective_row(obj, label, be, fp) -> dict:
     """One structural point of an objective object (`fn` with `evaluate(backend)
-    -> dict`, e.g. `pimjax.models.serving.ServingObjective`): its figures beside
+    -> dict`, e.g. `pimjax.studies.serving.ServingObjective`): its figures beside
     explore's columns (those it does not give are None)."""
     figures = obj.evaluate(be)
     row = {k: None for k in COLUMNS}
@@ -158,8 +158,8 @@ def _objective_row(obj, label, be, fp) -> dict:
 def _compile_point(fn, args, label, be, fp, variants, tuner, placement, mesh=None, resident="auto") -> list:
     """One structural point: tuned for itself, its timing variants on its
     programs; JSON-able row dicts (what a worker process sends back)."""
-    from .api import pim_jit
-    from .search.tuner import Tuner
+    from ..api import pim_jit
+    from ..search.tuner import Tuner
     if _is_objective(fn):
         return [_objective_row(fn, label, be, fp)]
     t0 = time.perf_counter()
@@ -184,7 +184,7 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
     fn, args: the function and its arguments (arrays or ShapeDtypeStructs:
     nothing is executed) -- or an objective object with `evaluate(backend)
     -> dict` and no args, e.g. a serving run
-    (`pimjax.models.serving.ServingObjective`: tokens/s at a p99 TPOT
+    (`pimjax.studies.serving.ServingObjective`: tokens/s at a p99 TPOT
     target; its figures become extra columns).  backends: {label: Backend} (`grid`) or a list of
     Backends.  timings: {label: [Timing, ...]} -- timing / energy variants of
     that point, timed on its own programs (`sim.sweep`).  tuner: the Tuner
@@ -204,7 +204,7 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
     Returns a pandas DataFrame (columns `COLUMNS`) of this process's points.
     """
     import pandas as pd
-    from .search.cache import backend_fingerprint
+    from ..search.cache import backend_fingerprint
     items = _points(backends)
     if shard is not None:
         if shard == "jax":
@@ -267,8 +267,8 @@ def _timing_rows(label, fp, be, compiled, ca, variants, tuning_s, simulated, mes
     """The point's PIM programs timed under each timing variant: PIM ops at
     their swept ns and energy; host ops and md-dp ops (both parts) as
     compiled."""
-    from .hw.core import stack_variants
-    from .sim.cycles import sweep
+    from ..hw.core import stack_variants
+    from ..sim.cycles import sweep
     pim = [p for p in compiled.plans if p.placement == "pim"]
     # the point's row, built once (its placement / draft strings joined over every op cost ~60 us a row:
     # 0.06 s a point at 1 000 variants); each variant's row is a copy with its own figures
@@ -297,7 +297,7 @@ def _timing_rows(label, fp, be, compiled, ca, variants, tuning_s, simulated, mes
 def point_backend(name: str, genes: dict) -> Backend:
     """The backend of one design point: preset `name` with its options, then
     every "timing.<field>" / "energy.<field>" gene set on the result."""
-    from .hw.presets import get_backend
+    from ..hw.presets import get_backend
     opts = {k: v for k, v in genes.items() if "." not in k}
     be = get_backend(name, **opts)
     for k, v in genes.items():

@@ -1,7 +1,8 @@
 """`serve`: a GPU + PIM system serving a stream of LLM requests (issue 43).
 
-    from pimjax.models import get_config, serve
-    from pimjax.models.serving import poisson_requests, uniform
+    from pimjax.models import get_config
+    from pimjax.studies import serve
+    from pimjax.studies.serving import poisson_requests, uniform
     reqs = poisson_requests(200, rate=2.0, prompt=uniform(128, 2048), output=uniform(32, 512), seed=0)
     res = serve(get_config("llama2-70b"), backend="attacc", requests=reqs, system="attacc",
                 placement="pimjax", tp=8, max_batch=64)
@@ -219,20 +220,20 @@ def serve(cfg, backend="attacc", requests: Requests | None = None, scheduler: st
     partition's KV capacity; lengths and arrival order are checked by
     `Requests` itself.
 
-    >>> from pimjax.models.serving import batch_requests
+    >>> from pimjax.studies.serving import batch_requests
     >>> res = serve("gpt3-13b", "attacc", batch_requests(1, 128, 3), system="attacc", tp=8,
     ...             placement="gpu", progress=False)                        # doctest: +SKIP
     >>> res.requests[["ttft_ms", "tpot_ms"]]                               # doctest: +SKIP
     """
     from ...search.tuner import Tuner
-    from ..configs import ModelConfig, get_config
+    from ...models.configs import ModelConfig, get_config
     t0 = time.perf_counter()
     if isinstance(cfg, str):
         cfg = get_config(cfg)
     if not isinstance(cfg, ModelConfig):
         raise ValueError(f"serve: cfg must be a ModelConfig or a model name, got {type(cfg).__name__}")
     if not isinstance(requests, Requests):
-        raise ValueError("serve: requests must be a pimjax.models.serving.Requests (poisson_requests, "
+        raise ValueError("serve: requests must be a pimjax.studies.serving.Requests (poisson_requests, "
                          f"requests_from, batch_requests), got {type(requests).__name__}")
     if len(requests) == 0:
         raise ValueError("serve: requests is empty")
