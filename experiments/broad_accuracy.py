@@ -113,8 +113,8 @@ def main(argv=None) -> int:
     ap.add_argument("--label-only", action="store_true")
     args = ap.parse_args(argv)
     from pimjax.costmodel.predictor import Predictor, load_default
-    from pimjax.costmodel.train import BACKENDS
-    names = BACKENDS if args.backend == "all" else tuple(args.backend.split(","))
+    from pimjax.backends import families
+    names = tuple(families()) if args.backend == "all" else tuple(args.backend.split(","))
     rows, timing = [], {}
     for name in names:
         t0 = time.time()

@@ -35,16 +35,14 @@ Feature groups (all sizes log2(1 + x) unless noted):
             column commands, row activations, DMA), rough times in
             cycles per phase, and the register batches a streamed kernel
             works through (ko registers at a time) with the row switches
-            they cost.  UPMEM's per-phase times are `dpu.py`'s closed form
-            of the lowering under the DPU time model (exact: UPMEM's model
-            is a residual over `est_t_total`); Newton's per-group command
-            counts (passes, buffer loads, GWRITE columns, G_ACT, COMP,
-            READRES) are `backends/newton/counts.py`'s, and its broadcast drafts'
-            rearrangement / compute / read-back `backends/newton/time.py`'s walk of
-            the command stream (exact but for refresh: Newton's model is a
-            residual over `est_t_total` too).  Elsewhere the estimates are
-            features, never the answer: the MLP learns the map to
-            simulated cycles.
+            they cost.  A family with a time model of its own replaces
+            these with its closed form (`Family.estimates`, reached through
+            the registry: UPMEM's DPU kernel and transfers, exact; Newton's
+            per-group command counts -- the `est_nt_*` columns,
+            `COUNT_COLUMNS` -- and its command stream's phases, exact but
+            for refresh; both models are residuals over `est_t_total`).
+            Elsewhere the estimates are features, never the answer: the MLP
+            learns the map to simulated cycles.
 """
 from __future__ import annotations
 
@@ -55,8 +53,8 @@ import numpy as np
 from ..errors import PimCompileError
 from ..hw.core import Backend
 from ..hw.dram_rules import CCD_AB, CCD_S, RCD_RD, RP, compile_rules
-from ..backends import family_of, has_family
-from ..backends.upmem.lower import kernel_constants
+from ..backends import EstimateInputs, family_of, has_family
+from ..backends.hooks import ESTIMATE_KEYS
 from ..partition import DraftTable, dimension_sets
 from ..partition.draft import GRANULARITIES
 from ..partition.generate import lane_candidates
@@ -64,10 +62,6 @@ from ..partition.table import from_drafts
 from ..partition.tiles import set_tilings
 from ..trace.ir import expr_prims
 from ..partition.verify import footprint_elements, infer_shapes, matrix_and_vector, per_core_var_lengths
-from ..backends.upmem.cycles import DEFAULT_LINK
-from ..backends.upmem.dpu import dpu_kernel_cycles, transfer_ns
-from ..backends.newton.counts import COUNTS, newton_geometry, newton_plan, plan_counts
-from ..backends.newton.time import newton_phases
 
 SLOTS = 4                                   # dimension-set slots (mmtv / attn / conv2d have 4-5)
 KI_KO = (1, 2, 4, 8)
@@ -75,6 +69,10 @@ TASKLETS = (1, 8, 11, 16, 24)
 WRAM_TILES = (0, 32, 64, 128, 256, 512, 1024, 2048)
 BUFFERS = (1, 2, 4)
 KINDS = ("contraction", "reduction", "elementwise", "attention")
+# per-group command counts a family's estimate may give (`Family.estimates`' "counts"; the
+# Newton family's `counts.py`): named est_nt_* since they were Newton's, and the shipped
+# weights' feature names must stay as they are
+COUNT_COLUMNS = ("passes", "loads", "gwrite_cols", "g_act", "comp", "comp_cols", "readres", "readres_bursts")
 _SLOT_FIELDS = ("len", "groups", "cores", "tile", "waste", "idle", "reduction", "lane", "compound")
 
 _SHAPE = (["kind_" + k for k in KINDS]
@@ -106,7 +104,7 @@ _EST = ["est_rearr_bytes", "est_rearr_unique_bytes", "est_rearr_bcast_bytes", "e
         "est_block_pad", "est_vec_loads", "est_tasklet_outputs", "est_tasklet_points", "est_tasklet_dma",
         "est_t_rearr", "est_t_compute", "est_t_readback", "est_t_merge",
         "est_t_dpu", "est_t_total", "est_share_rearr", "est_share_compute", "est_share_readback",
-        "est_reg_batches", "est_row_switches"] + [f"est_nt_{c}" for c in COUNTS]
+        "est_reg_batches", "est_row_switches"] + [f"est_nt_{c}" for c in COUNT_COLUMNS]
 FEATURE_NAMES: tuple[str, ...] = tuple(_SHAPE + _SLOT + _TILING + _KNOBS + _HW + _EST)
 F = len(FEATURE_NAMES)
 
@@ -486,39 +484,17 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     out_elems = float(info.result_size)
     t_merge = np.where(rb_bytes > 0, host.time_ns(rb_bytes + out_elems * 4, rb_bytes / 2
                                                   + (out_elems if op_.epilogue is not None else 0.0)), 0.0) / tck
-    if core.programmable:
-        consts = _dpu_constants(op_)
-        if consts is None:       # a body the DPU code model cannot price (the draft will not lower)
-            t_dpu = np.maximum(tk_points * float(info.instr) * 11.0, dma * float(t.dma_latency_cycles)
-                               / np.maximum(tk, 1) + foot * eb / float(t.dma_bytes_per_cycle))
-        else:                    # the lowering's own schedule and transfers in closed form (dpu.py)
-            t_dpu = dpu_kernel_cycles(op_, lens, tk, wt, df, backend, consts, info.vector_vars)
-            xfer = transfer_ns(op_, lens, shapes, G * C, info.sets, g_used, c_used, wt, red_k, backend, consts)
-            t_rearr, t_rb, t_merge = (x / tck for x in xfer)
-        t_dpu = t_dpu / float(t.dpu_clock_ghz) / tck
-        t_comp = t_dpu + DEFAULT_LINK.launch_ns / tck
-    else:
-        t_dpu = np.zeros(n)
-    nt = _newton(op_, info, C, G, used_tiles, df, buf, gran, backend, R, T)
-    if nt is not None:
-        nt, ph, rb_groups = nt
-        # Newton reads every latch back in READRES bursts, and the host adds them up:
-        # read-back bytes and the merge on the host roofline follow from the counts
-        rb_bytes = nt["readres_bursts"] * rb_groups * core.col_bytes
-        t_rb = nt["readres"] * float(t.tCL) + nt["readres_bursts"] * float(t.tBL)   # a read per READRES
-        t_merge = host.time_ns(rb_bytes + out_elems * 4, rb_bytes / max(1, core.reg_bytes)
-                               + (out_elems if op_.epilogue is not None else 0.0)) / tck
-        # the command stream's phases in closed form (backends/newton/time.py; NaN where the
-        # walk does not settle: those keep the count estimates above); the groups write
-        # channel-parallel through the host's staging buffer, which the host reads at its
-        # memory bandwidth (the simulator's floor under the leading writes)
-        ok = np.isfinite(ph["pre"])
-        host_read = host.memory_ns(ph["wr_cols"] * core.col_bytes * g_used) / tck
-        lead = np.maximum(ph["pre"], host_read) if host.staging_buffer_bytes > 0 \
-            else ph["pre"] * g_used                      # without staging the groups write in turn
-        t_rearr = np.where(ok, lead + ph["k_rearr"], t_rearr)
-        t_comp = np.where(ok, ph["compute"], t_comp)
-        t_rb = np.where(ok, ph["readback"], t_rb)
+    # a family with a time model of its own prices the drafts in closed form (`Family.estimates`:
+    # UPMEM's DPU kernel and transfers, Newton's command counts and stream phases)
+    own = _family_estimates(op_, info, backend, shapes, matrix, G, C, R, T, used_tiles, lens, g_used, c_used,
+                            red_k, df, gran, tk, wt, buf, foot, tk_points, dma, out_elems, t_rearr, t_comp)
+    t_dpu = own.get("t_dpu", np.zeros(n))
+    t_rearr = own.get("t_rearr", t_rearr)
+    t_comp = own.get("t_compute", t_comp)
+    t_rb = own.get("t_readback", t_rb)
+    t_merge = own.get("t_merge", t_merge)
+    rb_bytes = own.get("readback_bytes", rb_bytes)
+    nt = own.get("counts")
     t_total = t_rearr + t_comp + t_rb + t_merge
     safe = np.maximum(t_total, 1e-9)
     # register batches: a streamed kernel works through a core's columns ko registers at a time
@@ -545,7 +521,7 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
              _l2(t_rearr), _l2(t_comp),
              _l2(t_rb), _l2(t_merge), _l2(t_dpu), _l2(t_total), t_rearr / safe, t_comp / safe, t_rb / safe,
              _l2(batches), _l2(switches)]
-    cols += [_l2(nt[c]) if nt is not None else 0.0 for c in COUNTS]
+    cols += [_l2(nt[c]) if nt is not None and c in nt else 0.0 for c in COUNT_COLUMNS]
     assert len(cols) == F, (len(cols), F)
     # fill feature-major, then view as [n, F]: row writes are contiguous
     out = np.empty((F, n), np.float32)
@@ -554,42 +530,28 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     return out.T
 
 
-def _dpu_constants(op_) -> dict | None:
-    """`backends.upmem.lower.kernel_constants` of the op, or None when the DPU code
-    model has no instruction sequence for its body (it will not lower)."""
-    try:
-        return kernel_constants(op_)
-    except PimCompileError:
-        return None
-
-
-def _newton(op_, info, C, G, used_tiles, df, buf, gran, backend, reps, tile):
-    """Newton's per-group command counts (`backends/newton/counts.py`) and phase times
-    (`newton_phases`) of a contraction on a backend with a global buffer per
-    group, and the groups' READRES summed over groups in units of the worst
-    group's ([n] float), else None (zero features)."""
-    if "global_buffer" not in backend.group.units or op_.kind != "contraction":
-        return None
-    try:
-        mi, vi = matrix_and_vector(op_, info.shapes, info.matrix)
-    except Exception:  # noqa: BLE001 - a contraction Newton cannot run (it will not lower)
-        return None
-    mv, vv = set(op_.operands[mi].vars), set(op_.operands[vi].vars)
-    # the lowering's geometry: padded box lengths (a halo set tiled by its combined index widens
-    # h by the halo and keeps every kh), vector classes and busy cores of the fullest group
-    geo = newton_geometry(op_, vv, info.sets, reps, tile, G, C)
-    busy = geo["busy"]
-    plan = newton_plan(op_, mv, vv, geo["lens"], df, buf, geo["passes"], backend)
-    counts = plan_counts(plan, busy, gran == 1, backend)
-    # every group reads back its own classes' latches: along a set the vector reads, the groups
-    # hold ceil(L / T) busy cores between them, against G x min(C, tiles) counted per group
-    dims = {v for v in op_.output_vars if v in vv} | set(op_.reduction_vars)
-    rb_groups = np.asarray(G, np.float64).prod(axis=1)
-    for si, s in enumerate(info.sets):
-        if dims & set(s.vars):
-            rb_groups = rb_groups * used_tiles[:, si] / np.maximum(G[:, si] * busy[:, si], 1)
-    return counts, newton_phases(plan, np.asarray(C).prod(axis=1), gran == 1, backend,
-                                 busy=busy.prod(axis=1)), rb_groups
+def _family_estimates(op_, info, backend, shapes, matrix, G, C, R, T, used_tiles, lens, g_used, c_used,
+                      red_k, df, gran, tk, wt, buf, foot, tk_points, dma, out_elems, t_rearr, t_comp) -> dict:
+    """The family's own estimates of the table's drafts ({name: [n]},
+    `Family.estimates`; {} when it has none): the arguments are
+    `features_table`'s columns, gathered into an `EstimateInputs`.  A name
+    outside `ESTIMATE_KEYS`, or a count outside `COUNT_COLUMNS`, is an error
+    (a feature the model would never see)."""
+    fn = family_of(backend).estimates if has_family(backend) else None
+    if fn is None:
+        return {}
+    got = fn(EstimateInputs(
+        op=op_, backend=backend, shapes=shapes, matrix=matrix, sets=tuple(info.sets),
+        vector_vars=frozenset(info.vector_vars), groups=G, cores=C, reps=R, tile=T, used_tiles=used_tiles,
+        lens=lens, groups_used=g_used, cores_used=c_used, reduction=red_k, dataflow=df, granularity=gran,
+        tasklets=tk, wram_tile=wt, buffers=buf, footprint=foot, instr=float(info.instr),
+        tasklet_points=tk_points, dma=dma, out_elems=out_elems, t_rearr=t_rearr, t_compute=t_comp))
+    bad = set(got) - ESTIMATE_KEYS
+    bad |= {f"counts[{c!r}]" for c in (got.get("counts") or {}) if c not in COUNT_COLUMNS}
+    if bad:
+        raise ValueError(f"{backend.family} family's estimates gave {sorted(bad)}: the cost model's features "
+                         f"take {sorted(ESTIMATE_KEYS)} and counts among {COUNT_COLUMNS}")
+    return got
 
 
 def features(op, draft, backend: Backend, shapes: dict | None = None, matrix: int | None = None) -> np.ndarray:

@@ -47,7 +47,7 @@ from ..errors import PimCompileError
 from ..hw.core import Backend, is_int
 from ..lower import lower
 from ..partition import drafts as make_drafts
-from ..backends import baseline, family_of, has_family
+from ..backends import baseline, family_of, has_family, own_time_model
 from ..partition.draft import Draft
 from ..partition.table import DraftTable
 from ..sim.append import append_factor, charge
@@ -478,7 +478,7 @@ class Tuner:
         if not ok:
             return programs, totals, lambda i: None
         lowered = [programs[i] for i in ok]
-        if backend.core.programmable:
+        if own_time_model(backend):            # a family's own time model (UPMEM's): one program at a time
             reports = [cycles(p, backend) for p in lowered]
             totals[ok] = [float(r.total_cycles) for r in reports]
             return programs, totals, lambda i: reports[at[i]]

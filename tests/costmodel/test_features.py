@@ -7,13 +7,14 @@ from hypothesis import strategies as st
 
 from pimjax.costmodel.dataset import row_of, table_from_rows
 from pimjax.costmodel.features import F, FEATURE_NAMES, features, features_table
-from pimjax.costmodel.kernels import SUPPORTED, case_drafts, make_case
+from pimjax.backends import families, family_of
+from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.hw.presets import get_backend
 from pimjax.partition.generate import lane_candidates
 
 SHAPES = {"gemv": (96, 64), "red": (4, 300), "va": (1000,), "relu": (8, 40), "mmtv": (1, 2, 24, 32),
           "attn": (1, 2, 32, 16), "gemm": (8, 32, 16), "conv": (4, 4, 4, 8, 3)}
-CASES = [(b, k) for b, ks in SUPPORTED.items() for k in ks]
+CASES = [(b, k) for b in families() for k in family_of(b).kernels]
 
 
 @pytest.mark.parametrize("backend,kernel", CASES)
