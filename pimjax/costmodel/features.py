@@ -50,7 +50,6 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..errors import PimCompileError
 from ..hw.core import Backend
 from ..hw.dram_rules import CCD_AB, CCD_S, RCD_RD, RP, compile_rules
 from ..backends import EstimateInputs, family_of, has_family
