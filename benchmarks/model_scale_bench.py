@@ -15,8 +15,8 @@ process: "cold" includes the one-time costs of a process (numba loading or
 compiling the lowerings' and the cycle model's compiled loops, first-use
 caches), "warm" is a second Tuner (its own memory cache, so nothing is
 reused but the per-process compiled code and the lowerings' per-shape
-caches).  Lowering and simulation are timed apart (the Tuner's own
-`_lower_each` and `_simulate`; the search simulates a batch on a worker
+caches).  Lowering and simulation are timed apart (the searches' own
+`Measurer.lower_each` and `.simulate`; the search simulates a batch on a worker
 thread while it lowers the next, so the two overlap and their sum exceeds
 the total); "user + sys" is the process's CPU time over the run
 (`getrusage`, every thread), the figure to compare on a loaded box.

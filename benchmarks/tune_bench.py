@@ -11,7 +11,7 @@ budgets (drafts lowered and simulated) and seeds, on ops with large draft
 spaces.  Both run the tuner's own code with the shipped cost model ranking
 the candidates; the only change is that a draft simulated once is not
 simulated again in a later run (the cycle model is deterministic, so the
-numbers are those of the tuner's own `_simulate`: `lower` + `cycles_batch`).
+numbers are those of the searches' own `Measurer.simulate`: `lower` + `cycles_batch`).
 A draft that fails to lower counts as infinitely slow (the plain Tuner
 would raise `PimCompileError` for the whole op; their count is printed).
 

@@ -5,7 +5,7 @@
 The cases are `costmodel.broad.broad_cases("heldout")`: LLaMA-2 13B / 33B /
 70B GEMVs (up to 28 672 x 8 192), decode attention, elementwise ops and
 VGG-16 convolutions, on each preset and on structural variants never
-trained on (`broad.HELDOUT_HW`).  Their draft spaces are too large to
+trained on (each family's `TrainingShapes.heldout_hw`, `broad.variants`).  Their draft spaces are too large to
 simulate exhaustively here, so per case `--per-case` uniformly random
 drafts plus the two the closed-form estimate ranks best are labelled
 (seeded: the same drafts every run, whichever weights are judged), cached
