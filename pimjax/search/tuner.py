@@ -115,7 +115,9 @@ class Tuner:
     """Chooses drafts (see module docstring).
 
     mode: "predict" | "exhaustive" | "evolutionary", or a `Strategy` object
-    (its `name` is the mode).  top_k: drafts simulated in predict mode.
+    (its `name` is the mode; a `TopK`'s k and include_baseline, an
+    `Evolutionary`'s trials, seed and balanced replace the arguments of
+    those names).  top_k: drafts simulated in predict mode.
     model: a CostModel (default: the shipped weights of the backend's
     family).  cache: a TuneCache or a JSON path or None (memory only).
     trials: simulations the evolutionary search may spend.  threshold:
@@ -136,7 +138,13 @@ class Tuner:
                  trials: int = 64, threshold: int = 200_000, seed: int = 0, balanced: bool = True,
                  include_baseline: bool = True, label_store=None, measurer: Measurer | None = None):
         name = mode.name if isinstance(mode, Strategy) else mode
-        if name not in STRATEGIES:
+        # a strategy object's own settings are the tuner's (the cache's trust, `model_source`, and the
+        # callers that key on `top_k` / `trials` read them here)
+        if isinstance(mode, TopK):
+            top_k, include_baseline = mode.k, mode.include_baseline
+        elif isinstance(mode, Evolutionary):
+            trials, seed, balanced = mode.trials, mode.seed, mode.balanced
+        if name not in STRATEGIES and not isinstance(mode, Strategy):
             raise ValueError(f"tuner mode {mode!r} not in {tuple(STRATEGIES)}")
         for arg, value in (("top_k", top_k), ("trials", trials), ("threshold", threshold)):
             if not is_int(value) or value < 1:

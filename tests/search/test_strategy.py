@@ -45,7 +45,10 @@ def test_mode_names_and_objects_build_the_same_strategies():
     assert isinstance(t.strategy, Evolutionary) and (t.strategy.trials, t.strategy.seed) == (5, 2)
     own = TopK(k=3, include_baseline=False)
     t = Tuner(mode=own, model=Flat())
-    assert t.strategy is own and t.mode == "predict"
+    assert t.strategy is own and (t.mode, t.top_k, t.include_baseline) == ("predict", 3, False)
+    evo = Evolutionary(trials=7, seed=4)
+    t = Tuner(mode=evo)
+    assert t.strategy is evo and (t.mode, t.trials, t.seed) == ("evolutionary", 7, 4)
     with pytest.raises(ValueError, match="tuner mode"):
         Tuner(mode="random")
     with pytest.raises(ValueError, match="trials"):
@@ -94,17 +97,12 @@ def test_a_strategy_of_ones_own_is_run_and_cached_under_its_name():
             progs, totals, report = measurer.simulate(task.op, [task.table[0]], task.backend, task.shapes,
                                                       task.lower_options, lower_fn=task.lower_fn)
             return Choice(task.table[0], progs[0], report(0), float("nan"), 1, len(task.table), self.name)
-    from pimjax.search import strategy as strategy_mod
-    strategy_mod.STRATEGIES["first"] = First
-    try:
-        t = Tuner(mode=First(), model=Flat())
-        c = t.choose(OP, BE, SHAPES)
-        assert c.draft == TABLE[0] and c.mode == "first" and not c.cached
-        again = Tuner(mode=First(), model=Flat(), cache=t.cache, include_baseline=False).choose(OP, BE, SHAPES)
-        assert again.cached and again.draft == TABLE[0]
-        assert float(c.report.total_cycles) > _truth().min()           # a poor pick: not the optimum
-        with pytest.warns(RuntimeWarning, match="slower than the baseline"):
-            checked = Tuner(mode=First(), model=Flat(), cache=t.cache).choose(OP, BE, SHAPES)
-        assert not checked.cached
-    finally:
-        del strategy_mod.STRATEGIES["first"]
+    t = Tuner(mode=First(), model=Flat())
+    c = t.choose(OP, BE, SHAPES)
+    assert c.draft == TABLE[0] and c.mode == "first" and not c.cached
+    again = Tuner(mode=First(), model=Flat(), cache=t.cache, include_baseline=False).choose(OP, BE, SHAPES)
+    assert again.cached and again.draft == TABLE[0]
+    assert float(c.report.total_cycles) > _truth().min()           # a poor pick: not the optimum
+    with pytest.warns(RuntimeWarning, match="slower than the baseline"):
+        checked = Tuner(mode=First(), model=Flat(), cache=t.cache).choose(OP, BE, SHAPES)
+    assert not checked.cached
