@@ -46,6 +46,7 @@ Feature groups (all sizes log2(1 + x) unless noted):
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -285,12 +286,65 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     n = len(table)
     if n == 0:
         return np.zeros((0, F), np.float32)
-    core, group, t = backend.core, backend.group, backend.timing
-    lanes = core.lanes
-    eb = core.elem_bytes
-    G, C = np.asarray(table.groups, np.int64), np.asarray(table.cores, np.int64)
-    R, T = np.asarray(table.reps, np.int64), np.asarray(table.tile, np.int64)
-    lane = np.asarray(table.lane, np.int64)
+    d = _Rows(np.asarray(table.groups, np.int64), np.asarray(table.cores, np.int64),
+              np.asarray(table.reps, np.int64), np.asarray(table.tile, np.int64),
+              np.asarray(table.lane, np.int64), n)
+    cols, L, used_tiles = _shape_slot_cols(op_, info, d)
+    tiling_cols, tl = _tiling_cols(op_, info, d, backend, shapes, L, used_tiles)
+    cols += tiling_cols
+    cols += _knob_cols(table, info, d)
+    cols += list(_hw_vector(backend))          # ---- hardware
+    cols += _estimate_cols(op_, info, d, table, backend, shapes, matrix, used_tiles, tl)
+    assert len(cols) == F, (len(cols), F)
+    # fill feature-major, then view as [n, F]: row writes are contiguous
+    out = np.empty((F, n), np.float32)
+    for j, c in enumerate(cols):
+        out[j] = c
+    return out.T
+
+
+@dataclass(frozen=True, eq=False)
+class _Rows:
+    """A draft table's per-set columns as int64 arrays: groups / cores /
+    reps / tile [n, S], lane [n], and n."""
+    G: np.ndarray
+    C: np.ndarray
+    R: np.ndarray
+    T: np.ndarray
+    lane: np.ndarray
+    n: int
+
+
+@dataclass(frozen=True, eq=False)
+class _Tiling:
+    """The tiling section's per-draft quantities ([n] unless noted) the
+    estimates read: groups / cores per group in use and their product,
+    worst-core loop lengths (`lens`: var -> [n]) and outputs / reduction /
+    elements, the lane variable's length, effective lanes and columns,
+    column ops, footprint (elements), the reduction split, and per input
+    (3, padded) its tile, distinct tiles, distinct tiles within a group."""
+    g_used: np.ndarray
+    c_used: np.ndarray
+    total: np.ndarray
+    lens: dict
+    outs: np.ndarray
+    redl: np.ndarray
+    elems: np.ndarray
+    lane_len: np.ndarray
+    lane_eff: np.ndarray
+    lane_cols: np.ndarray
+    cols_core: np.ndarray
+    foot: np.ndarray
+    red_split: np.ndarray
+    in_core: list
+    in_copies: list
+    in_core_copies: list
+
+
+def _shape_slot_cols(op_, info: _OpInfo, d: _Rows) -> tuple[list, np.ndarray, np.ndarray]:
+    """(the shape and slot columns, L [n, S] value-range lengths, used
+    tiles [n, S]) of the drafts `d`."""
+    G, C, R, T, lane, n = d.G, d.C, d.R, d.T, d.lane, d.n
     S = G.shape[1]
     cols: list[np.ndarray] = []
     ones = 1.0      # op-level columns are scalars, broadcast on write
@@ -327,6 +381,19 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     ts = np.pad(ts, ((0, 0), (0, max(0, SLOTS - S))))[:, :SLOTS]
     cols += [ts[:, j] for j in range(SLOTS)]
 
+    return cols, L, used_tiles
+
+
+def _tiling_cols(op_, info: _OpInfo, d: _Rows, backend: Backend, shapes: dict, L, used_tiles
+                 ) -> tuple[list, _Tiling]:
+    """(the tiling columns, the `_Tiling` quantities the estimates read) of
+    the drafts `d`."""
+    G, C, R, T, lane, n = d.G, d.C, d.R, d.T, d.lane, d.n
+    S = G.shape[1]
+    core = backend.core
+    lanes, eb = core.lanes, core.elem_bytes
+    tiles = G * C
+    cols: list[np.ndarray] = []
     # ---- tiling --------------------------------------------------------------
     g_used, c_used = np.ones(n, np.int64), np.ones(n, np.int64)
     for si in range(S):
@@ -389,6 +456,14 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     cols += [_l2(x) for x in in_core] + [_l2(x) for x in in_copies] + [_l2(x) for x in in_core_copies]
     cols += [_l2(r[0]) for r in in_runs] + [_l2(out_runs[0]), _l2(min_run_bytes)]
 
+    return cols, _Tiling(g_used, c_used, total, lens, outs, redl, elems, lane_len, lane_eff, lane_cols,
+                         cols_core, foot, red_split, in_core, in_copies, in_core_copies)
+
+
+def _knob_cols(table: DraftTable, info: _OpInfo, d: _Rows) -> list:
+    """The knob columns of the drafts: one-hots and logs of their codes."""
+    lane = d.lane
+    cols: list[np.ndarray] = []
     # ---- knobs -------------------------------------------------------------------
     red_k, df, ki, ko = (np.asarray(table.column(c)) for c in ("reduction", "dataflow", "ki", "ko"))
     gran, irr, tk, wt, buf = (np.asarray(table.column(c)) for c in
@@ -399,10 +474,25 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     cols += [info.lane_none[lane].astype(np.float64), info.lane_red[lane].astype(np.float64),
              np.log2(ki), np.log2(ko), np.log2(tk), _l2(wt)]
 
-    # ---- hardware ----------------------------------------------------------------
-    hw = _hw_vector(backend)
-    cols += list(hw)
+    return cols
 
+
+def _estimate_cols(op_, info: _OpInfo, d: _Rows, table: DraftTable, backend: Backend, shapes: dict,
+                   matrix: int | None, used_tiles, tl: _Tiling) -> list:
+    """The closed-form estimate columns of the drafts: bytes, commands and
+    per-phase cycles, the family's own estimates where it has them
+    (`Family.estimates`), register batches and row switches, and the
+    per-group command counts (`COUNT_COLUMNS`)."""
+    G, C, R, T, lane, n = d.G, d.C, d.R, d.T, d.lane, d.n
+    core, group, t = backend.core, backend.group, backend.timing
+    lanes, eb = core.lanes, core.elem_bytes
+    g_used, c_used, total, lens, outs, redl, elems = (tl.g_used, tl.c_used, tl.total, tl.lens, tl.outs, tl.redl,
+                                                      tl.elems)
+    lane_len, lane_eff, lane_cols, cols_core, foot = tl.lane_len, tl.lane_eff, tl.lane_cols, tl.cols_core, tl.foot
+    red_split, in_core, in_copies, in_core_copies = tl.red_split, tl.in_core, tl.in_copies, tl.in_core_copies
+    red_k, df, ki, ko = (np.asarray(table.column(c)) for c in ("reduction", "dataflow", "ki", "ko"))
+    gran, tk, wt, buf = (np.asarray(table.column(c)) for c in ("granularity", "tasklets", "wram_tile", "buffers"))
+    cols: list[np.ndarray] = []
     # ---- closed-form estimates ------------------------------------------------------
     # rearrangement: every core that needs an input tile gets it written (replicated),
     # or once per distinct tile, or once per group when a broadcast reaches its cores
@@ -521,12 +611,7 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
              _l2(t_rb), _l2(t_merge), _l2(t_dpu), _l2(t_total), t_rearr / safe, t_comp / safe, t_rb / safe,
              _l2(batches), _l2(switches)]
     cols += [_l2(nt[c]) if nt is not None and c in nt else 0.0 for c in COUNT_COLUMNS]
-    assert len(cols) == F, (len(cols), F)
-    # fill feature-major, then view as [n, F]: row writes are contiguous
-    out = np.empty((F, n), np.float32)
-    for j, c in enumerate(cols):
-        out[j] = c
-    return out.T
+    return cols
 
 
 def _family_estimates(op_, info, backend, shapes, matrix, G, C, R, T, used_tiles, lens, g_used, c_used,
