@@ -1,6 +1,6 @@
 """A lower bound on the simulated cycles of every Newton draft of a
 contraction, from the draft table alone (no lowering): what lets the
-exhaustive tuner skip drafts that cannot win (`search/tuner.py`, branch and
+exhaustive tuner skip drafts that cannot win (`search/strategy.py`'s `Exhaustive`, branch and
 bound), as `hbm_pim/bounds.py` and `upmem/bounds.py` do for theirs.
 
 Why it is a bound.  The simulated total is rearr_pre + kernel[g] +
