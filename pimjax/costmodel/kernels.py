@@ -35,7 +35,6 @@ from ..partition.verify import infer_shapes
 KERNELS = ("gemv", "red", "va", "relu", "mmtv", "attn", "gemm", "conv")
 
 
-
 def supported_kernels(backend) -> tuple:
     """The kernels `backend`'s family lowers (`Family.kernels`; a Backend or a
     family name; () when no family implements it)."""

@@ -136,7 +136,7 @@ def _jax_cache(cache: str) -> None:
 
 def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: int, seconds: float,
                   model_top: list[int], seed: int, members: int | None = None, console=None, broad_random: int = 4,
-                  broad_top: int = 2, **hp) -> dict:
+                  broad_top: int | None = None, **hp) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..hw.presets import get_backend
@@ -147,6 +147,7 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
 
     check_train_args(steps2, seconds, model_top)
     members = family_of(name).training_shapes.members if members is None else members
+    broad_top = family_of(name).training_shapes.broad_top if broad_top is None else broad_top
     # built before any labelling, so a bad hyper-parameter fails in seconds, not after minutes
     model = CostModel(seed=seed, steps=steps1, seconds=seconds, members=members, **hp)
     backend = get_backend(name)
@@ -306,8 +307,7 @@ def main(argv=None) -> int:
                           seconds=args.seconds, model_top=args.model_top,
                           seed=args.seed, members=args.members, console=console,
                           broad_random=args.broad_random,
-                          broad_top=family_of(name).training_shapes.broad_top if args.broad_top is None
-                          else args.broad_top,
+                          broad_top=args.broad_top,
                           base=BASE if args.base == "auto" else (None if args.base == "none" else args.base),
                           **{k: v for k, v in (("margin", args.margin), ("tau", args.tau)) if v is not None})
         rows.append(s)
