@@ -15,8 +15,8 @@ process: "cold" includes the one-time costs of a process (numba loading or
 compiling the lowerings' and the cycle model's compiled loops, first-use
 caches), "warm" is a second Tuner (its own memory cache, so nothing is
 reused but the per-process compiled code and the lowerings' per-shape
-caches).  Lowering and simulation are timed apart (the Tuner's own
-`_lower_each` and `_simulate`; the search simulates a batch on a worker
+caches).  Lowering and simulation are timed apart (the searches' own
+`Measurer.lower_each` and `.simulate`; the search simulates a batch on a worker
 thread while it lowers the next, so the two overlap and their sum exceeds
 the total); "user + sys" is the process's CPU time over the run
 (`getrusage`, every thread), the figure to compare on a loaded box.
@@ -43,28 +43,28 @@ from pimjax.costmodel.kernels import case_drafts, lower_case, make_case
 from pimjax.errors import PimCompileError
 from pimjax.hw import get_backend
 from pimjax.lower import lower
+from pimjax.search.strategy import Measurer
 from pimjax.search.tuner import Tuner
 from pimjax.sim.cycles import cycles_batch
 
 
-class TimedTuner(Tuner):
-    """The exhaustive Tuner, with its lowering and simulation timed apart."""
+class TimedMeasurer(Measurer):
+    """The searches' Measurer, with its lowering and simulation timed apart."""
 
     def __init__(self):
-        super().__init__(mode="exhaustive")
         self.t = {"lower": 0.0, "sim": 0.0}
 
-    def _lower_each(self, *a, **k):
+    def lower_each(self, *a, **k):
         t0 = time.perf_counter()
-        out = Tuner._lower_each(*a, **k)
+        out = super().lower_each(*a, **k)
         self.t["lower"] += time.perf_counter() - t0
         return out
 
-    def _simulate(self, op, drafts, backend, shapes, lower_options, programs=None, lower_fn=lower):
+    def simulate(self, op, drafts, backend, shapes, lower_options, programs=None, lower_fn=lower):
         if programs is None:             # lowered here: timed as lowering
-            programs = self._lower_each(op, drafts, backend, shapes, lower_options, lower_fn)
+            programs = self.lower_each(op, drafts, backend, shapes, lower_options, lower_fn)
         t0 = time.perf_counter()
-        out = super()._simulate(op, drafts, backend, shapes, lower_options, programs, lower_fn)
+        out = super().simulate(op, drafts, backend, shapes, lower_options, programs, lower_fn)
         # on the exhaustive search's worker thread: overlaps the lowering of the next batch
         self.t["sim"] += time.perf_counter() - t0
         return out
@@ -83,17 +83,18 @@ def tune(backend_name: str, shape, sample: int | None = None) -> dict:
             mask = np.zeros(len(table), bool)
             mask[np.unique(np.linspace(0, len(table) - 1, n).astype(int))] = True
             return mask
-    tuner = TimedTuner()
+    timed = TimedMeasurer()
+    tuner = Tuner(mode="exhaustive", measurer=timed)
     r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     choice = tuner.choose(case.op, be, case.shapes, keep=keep)
     total = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)     # every thread of the process
-    sim = tuner.t["sim"]
+    sim = timed.t["sim"]
     scale = space / choice.space
     return {"drafts": space, "timed": choice.space, "failed": round(choice.failed * scale),
             "pruned": round(choice.pruned * scale),
-            "lower": tuner.t["lower"] * scale, "sim": sim * scale, "total": total * scale, "cpu": cpu * scale,
+            "lower": timed.t["lower"] * scale, "sim": sim * scale, "total": total * scale, "cpu": cpu * scale,
             "best": float(choice.report.total_cycles), "extrapolated": scale > 1}
 
 

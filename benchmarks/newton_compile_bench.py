@@ -71,6 +71,7 @@ def _layer(name: str):
 
 def exhaustive(layer: str, full: bool, all_layers: bool) -> list[dict]:
     """(1): rows of the exhaustive searches of `layer` (and every 1 x 1 layer)."""
+    import pimjax.search.strategy as S
     import pimjax.search.tuner as T
     from pimjax.hw.presets import newton_config
     from pimjax.models.cnn import cnn_layers
@@ -78,7 +79,7 @@ def exhaustive(layer: str, full: bool, all_layers: bool) -> list[dict]:
     op, shapes = _layer(layer)
 
     def run(bound: bool):
-        T.EXHAUSTIVE_BOUND = bound
+        S.EXHAUSTIVE_BOUND = bound
         t0, c0 = time.perf_counter(), _cpu()
         c = T.Tuner(mode="exhaustive").choose(op, be, shapes)
         return c, time.perf_counter() - t0, _cpu() - c0
@@ -104,13 +105,13 @@ def exhaustive(layer: str, full: bool, all_layers: bool) -> list[dict]:
             if name == layer:
                 continue
             op, shapes = _layer(name)
-            T.EXHAUSTIVE_BOUND = True
+            S.EXHAUSTIVE_BOUND = True
             t0, c0 = time.perf_counter(), _cpu()
             c = T.Tuner(mode="exhaustive").choose(op, be, shapes)
             rows.append(dict(layer=name, search="branch and bound, warm", space=c.space, simulated=c.simulated,
                              pruned=c.pruned, seconds=time.perf_counter() - t0, cpu=_cpu() - c0,
                              cycles=float(c.report.total_cycles), draft=str(c.draft)))
-    T.EXHAUSTIVE_BOUND = True
+    S.EXHAUSTIVE_BOUND = True
     return rows
 
 

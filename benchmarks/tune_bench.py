@@ -11,7 +11,7 @@ budgets (drafts lowered and simulated) and seeds, on ops with large draft
 spaces.  Both run the tuner's own code with the shipped cost model ranking
 the candidates; the only change is that a draft simulated once is not
 simulated again in a later run (the cycle model is deterministic, so the
-numbers are those of the tuner's own `_simulate`: `lower` + `cycles_batch`).
+numbers are those of the searches' own `Measurer.simulate`: `lower` + `cycles_batch`).
 A draft that fails to lower counts as infinitely slow (the plain Tuner
 would raise `PimCompileError` for the whole op; their count is printed).
 
@@ -36,6 +36,7 @@ from rich.table import Table
 from pimjax.api import enable_xla_cache
 from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.costmodel.predictor import load_default
+from pimjax.search.strategy import Measurer, TopK
 from pimjax.search.tuner import Tuner
 from pimjax.errors import PimCompileError
 from pimjax.hw import get_backend
@@ -46,19 +47,27 @@ DEFAULT_OPS = ("hbm-pim:gemv:8192x8192", "hbm-pim:mmtv:8x40x2048x128", "hbm-pim:
 
 
 class MemoTuner(Tuner):
-    """The Tuner, with simulations and predictions shared between runs on
-    one op (`memo`: draft index -> simulated total cycles)."""
+    """The Tuner, with simulations (`MemoMeasurer`) and predictions shared
+    between runs on one op."""
 
     def __init__(self, memo: dict, shared: dict, stats: dict, **kw):
-        super().__init__(mode="evolutionary", **kw)
-        self.memo, self.shared, self.stats = memo, shared, stats
+        super().__init__(mode="evolutionary", measurer=MemoMeasurer(memo, stats), **kw)
+        self.shared = shared
 
     def predict(self, op, table, backend, shapes):
         if "pred" not in self.shared:
             self.shared["pred"] = super().predict(op, table, backend, shapes)
         return self.shared["pred"]
 
-    def _simulate(self, op, drafts, backend, shapes, lower_options, programs=None, lower_fn=lower):
+
+class MemoMeasurer(Measurer):
+    """Simulations shared between runs on one op (`memo`: draft -> simulated
+    total cycles)."""
+
+    def __init__(self, memo: dict, stats: dict):
+        self.memo, self.stats = memo, stats
+
+    def simulate(self, op, drafts, backend, shapes, lower_options, programs=None, lower_fn=lower):
         # drafts simulated before are not lowered again; the caller's
         # `programs` are not used, so lowering is timed here for every run
         todo, programs = [], []
@@ -103,7 +112,8 @@ def run_op(spec: str, budgets, seeds: int, use_exhaustive: bool, console: Consol
                 .evolutionary(case.op, table, be, case.shapes, trials=budget).history[-1]
                 for seed in range(seeds)]
     # the default tuner (predict mode: the predicted top 8 and the baseline mapping, simulated)
-    choice = MemoTuner(memo, shared, stats, model=model)._top_k(case.op, table, be, case.shapes, {})
+    t = MemoTuner(memo, shared, stats, model=model)
+    choice = t.run(TopK(k=t.top_k), case.op, table, be, case.shapes)
     predict_best = memo[choice.draft]
     seconds = time.perf_counter() - t0
     ref, ref_kind = min(memo.values()), "best simulated by any run"

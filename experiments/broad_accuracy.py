@@ -5,7 +5,7 @@
 The cases are `costmodel.broad.broad_cases("heldout")`: LLaMA-2 13B / 33B /
 70B GEMVs (up to 28 672 x 8 192), decode attention, elementwise ops and
 VGG-16 convolutions, on each preset and on structural variants never
-trained on (`broad.HELDOUT_HW`).  Their draft spaces are too large to
+trained on (each family's `TrainingShapes.heldout_hw`, `broad.variants`).  Their draft spaces are too large to
 simulate exhaustively here, so per case `--per-case` uniformly random
 drafts plus the two the closed-form estimate ranks best are labelled
 (seeded: the same drafts every run, whichever weights are judged), cached
@@ -113,8 +113,8 @@ def main(argv=None) -> int:
     ap.add_argument("--label-only", action="store_true")
     args = ap.parse_args(argv)
     from pimjax.costmodel.predictor import Predictor, load_default
-    from pimjax.costmodel.train import BACKENDS
-    names = BACKENDS if args.backend == "all" else tuple(args.backend.split(","))
+    from pimjax.backends import families
+    names = tuple(families()) if args.backend == "all" else tuple(args.backend.split(","))
     rows, timing = [], {}
     for name in names:
         t0 = time.time()

@@ -20,6 +20,7 @@ def _forbid_lowering_and_simulation(monkeypatch):
     """Every way to a program or a simulated figure raises."""
     import pimjax.api as api
     import pimjax.report as report
+    import pimjax.search.strategy as strategy
     import pimjax.search.tuner as tune
     import dataclasses
 
@@ -31,7 +32,7 @@ def _forbid_lowering_and_simulation(monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("lower() lowered a program or simulated")
     monkeypatch.setattr(Program, "__init__", boom)
-    for mod, names in ((tune, ("lower", "cycles", "cycles_batch", "cycles_pooled")),
+    for mod, names in ((tune, ("lower", "cycles_pooled")), (strategy, ("lower", "cycles", "cycles_batch")),
                        (api, ("execute",)), (report, ("lower", "cycles_pooled")),
                        (lower_pkg, ("lower",)),
                        (sim_cycles, ("cycles", "cycles_batch", "cycles_pooled"))):

@@ -143,3 +143,146 @@ def test_generic_code_never_tests_a_backend_name():
             if pattern.search(line) and not line.strip().startswith("for "):     # iterating is not testing
                 offenders.append(f"{rel}:{n}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def _generic_modules():
+    """(path relative to pimjax/, module name, parsed AST) of every module of
+    generic code: all of `pimjax` but the family folders
+    (`backends.FAMILY_MODULES`) and the hardware presets (`hw/`)."""
+    import ast
+    from pimjax.backends import FAMILY_MODULES
+    root = Path(__file__).resolve().parents[1] / "pimjax"
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("hw/") or any(rel.startswith(f"backends/{m}/") for m in FAMILY_MODULES):
+            continue
+        parts = ["pimjax"] + rel[:-3].split("/")
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        yield rel, ".".join(parts), path.name == "__init__.py", ast.parse(path.read_text())
+
+
+def _imported(node, module: str, is_package: bool) -> list[str]:
+    """The absolute module names an Import / ImportFrom node of `module`
+    names (a `from X import y` names X and X.y: y may be a submodule)."""
+    import ast
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    if node.level:
+        base = base[: len(base) - (node.level - 1)]
+        src = ".".join(base + ([node.module] if node.module else []))
+    else:
+        src = node.module or ""
+    return [src] + [f"{src}.{a.name}" for a in node.names]
+
+
+# Studies that reproduce one family's paper on that family's own artifact, not code that must serve every
+# family: each may import its one family's modules (and no other's).  PIMFlow's study times the artifact's
+# packed Newton mapping on its Ramulator fork (`backends/newton/packed.py`).
+FAMILY_STUDIES = {"studies/pimflow.py": "newton"}
+
+
+def test_family_studies_exist():
+    """The exemption list names real files, so it cannot outlive what it exempts."""
+    root = Path(__file__).resolve().parents[1] / "pimjax"
+    from pimjax.backends import FAMILY_MODULES
+    for rel, fam in FAMILY_STUDIES.items():
+        assert (root / rel).is_file(), rel
+        assert fam in FAMILY_MODULES, fam
+
+
+def test_generic_code_never_imports_a_family_module():
+    """Generic code reaches a family only through the registry (`family_of`):
+    no import -- module-level or inside a function, absolute or relative --
+    of `pimjax.backends.<family>` or anything under it."""
+    import ast
+    from pimjax.backends import FAMILY_MODULES
+    offenders = []
+    for rel, module, is_package, tree in _generic_modules():
+        own = FAMILY_STUDIES.get(rel)
+        families = tuple(f"pimjax.backends.{m}" for m in FAMILY_MODULES if m != own)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                bad = [n for n in _imported(node, module, is_package)
+                       if any(n == f or n.startswith(f + ".") for f in families)]
+                if bad:
+                    offenders.append(f"{rel}:{node.lineno}: imports {bad[0]}")
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) \
+                    == "import_module" and node.args and isinstance(node.args[0], ast.Constant) \
+                    and any(str(node.args[0].value).startswith(f) for f in families):
+                offenders.append(f"{rel}:{node.lineno}: import_module({node.args[0].value!r})")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_import_scan_sees_a_family_import():
+    """The scan above catches each way of importing a family module (a check
+    that could not fail would prove nothing)."""
+    import ast
+    caught = []
+    for src, module, pkg in (("from ..backends.newton.counts import COUNTS", "pimjax.costmodel.features", False),
+                             ("from ...backends import upmem", "pimjax.costmodel.sub.x", False),
+                             ("import pimjax.backends.attacc.lower", "pimjax.search.tuner", False),
+                             ("from .backends.hbm_pim import FAMILY", "pimjax", True)):
+        node = ast.parse(src).body[0]
+        caught.append(any(n.startswith("pimjax.backends.") and n.split(".")[2] in
+                          ("newton", "upmem", "attacc", "hbm_pim") for n in _imported(node, module, pkg)))
+    assert caught == [True, True, True, True]
+    node = ast.parse("from ..backends import family_of").body[0]
+    assert not any(n.split(".")[2:3] in (["newton"], ["upmem"]) for n in _imported(node, "pimjax.search.x", False))
+
+
+# modules whose family-name literals are preset names a user types, not dispatch: the demo's cases
+PRESET_USERS = {"demo.py"}
+
+
+def _family_literals(tree, names: set) -> list[tuple[int, str]]:
+    """(line, what) of family names used as data in `tree`: a dict key, a
+    subscript (`X["newton"]`), or a literal collection listing every
+    registered family (what `families()` gives)."""
+    import ast
+
+    def name(node):
+        return node.value if isinstance(node, ast.Constant) and node.value in names else None
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            out += [(k.lineno, f"dict key {name(k)!r}") for k in node.keys if k is not None and name(k)]
+        elif isinstance(node, ast.Subscript) and name(node.slice):
+            out.append((node.lineno, f"subscript [{name(node.slice)!r}]"))
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            if {name(e) for e in node.elts} >= names:
+                out.append((node.lineno, "a literal list of every family (use backends.families())"))
+    return out
+
+
+def test_generic_code_keys_nothing_by_family_name():
+    """No dict keyed by a family's name, no lookup by one, no hand-written
+    list of the families in generic code: what varies by family is data on
+    its `Family` (e.g. `training_shapes`), reached through `family_of`."""
+    from pimjax.backends import families
+    names = set(families())
+    offenders = [f"{rel}:{line}: {what}" for rel, _, _, tree in _generic_modules() if rel not in PRESET_USERS
+                 for line, what in _family_literals(tree, names)]
+    assert not offenders, "\n".join(offenders)
+    # and the scan sees each form
+    import ast
+    probe = ast.parse('A = {"newton": 1}\nB = x["upmem"]\nC = ("hbm-pim", "attacc", "newton", "upmem")\nD = {"x": "newton"}')
+    assert [line for line, _ in _family_literals(probe, names)] == [1, 2, 3]
+
+
+def test_search_and_costmodel_ask_the_family_not_programmable():
+    """`core.programmable` is hardware (a feature of the cost model's
+    hardware vector), never a stand-in for "is UPMEM": no branch in the
+    search or the cost model tests it; they ask the family
+    (`backends.own_time_model`, `Family.estimates`)."""
+    import ast
+    offenders = []
+    for rel, _, _, tree in _generic_modules():
+        if not rel.startswith(("search/", "costmodel/")):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.If, ast.IfExp, ast.While)):
+                if any(isinstance(n, ast.Attribute) and n.attr == "programmable" for n in ast.walk(node.test)):
+                    offenders.append(f"{rel}:{node.lineno}")
+    assert not offenders, "\n".join(offenders)

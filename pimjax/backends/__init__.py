@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import PimCompileError
+from .hooks import EstimateInputs, TrainingShapes
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,14 @@ class Family:
               draft of `table` can beat when simulated, or None (no bound
               for this op): the exhaustive tuner's branch and bound skips
               the drafts whose bound exceeds the best total found.
+    estimates: (`hooks.EstimateInputs`) -> {name: [n] array} of the
+              family's own closed-form estimates of a draft table, each
+              replacing the cost model's generic one of that name
+              (`hooks.ESTIMATE_KEYS`; {} when it has none for the op), or
+              None: the generic estimates alone (`costmodel.features`).
+    training_shapes: `hooks.TrainingShapes`, what its cost model is
+              trained and judged on (`costmodel.kernels`, `.dataset`,
+              `.broad`, `.train`).
     """
     name: str
     lower: Callable
@@ -98,6 +107,8 @@ class Family:
     reduction_vector: bool = False
     controllers: dict = field(default_factory=dict)
     extra_drafts: Callable | None = None
+    estimates: Callable | None = None
+    training_shapes: TrainingShapes = field(default_factory=TrainingShapes)
 
 
 FAMILIES: dict[str, Family] = {}
@@ -123,9 +134,17 @@ def _load() -> None:
 
 
 def families() -> list[str]:
-    """The registered family names."""
+    """The registered family names, sorted."""
     _load()
     return sorted(FAMILIES)
+
+
+def own_time_model(backend: Any) -> bool:
+    """Whether `backend`'s family times its programs with a time model of its
+    own (`Family.cycles`: UPMEM's DPU pipeline), one program at a time,
+    rather than the batched DRAM engines; False for a backend no family
+    implements."""
+    return has_family(backend) and family_of(backend).cycles is not None
 
 
 def family_of(backend: Any) -> Family:
@@ -166,4 +185,4 @@ def has_family(backend: Any) -> bool:
 
 
 __all__ = ["Family", "FAMILIES", "FAMILY_MODULES", "register", "families", "family_of", "has_family", "missing_family",
-           "baseline"]
+           "baseline", "own_time_model", "EstimateInputs", "TrainingShapes"]

@@ -1,4 +1,4 @@
-"""pimjax.costmodel: the learned cost predictor (DCC §IV-D) and the tuner.
+"""pimjax.costmodel: the learned cost predictor (DCC §IV-D) the tuner ranks drafts with.
 
 Public names (imported lazily, so `import pimjax` does not pull in Flax):
 

@@ -9,9 +9,9 @@ head variants, each on the preset and on structural variants
 DPUs).  The two splits are disjoint by construction:
 
 * ``"train"``   -- GPT-3 13B and LLaMA-2 7B shapes, ResNet-50 convolutions,
-  the variants in `TRAIN_HW`;
+  the family's `TrainingShapes.train_hw` variants (`variants`);
 * ``"heldout"`` -- LLaMA-2 13B / 33B / 70B shapes, VGG-16 convolutions,
-  the variants in `HELDOUT_HW` (never trained on) and the preset; a shape
+  its `heldout_hw` variants (never trained on) and the preset; a shape
   the train split has for the same backend and kernel is left out.
 
 A case is a dict {backend, kernel, shape, hw}: `hw` the preset options
@@ -27,19 +27,6 @@ from functools import lru_cache
 
 from ..hw.core import Backend
 
-# structural hardware variants (preset options); disjoint between the splits
-TRAIN_HW: dict[str, list[dict]] = {
-    "hbm-pim": [{"channels": 16}, {"channels": 32}],
-    "attacc": [{"stacks": 5}, {"variant": "bg-pc"}, {"variant": "buffer-pc"}],
-    "newton": [{"channels": 8}, {"buffers": 1}],
-    "upmem": [{"dpus": 512}],
-}
-HELDOUT_HW: dict[str, list[dict]] = {
-    "hbm-pim": [{"channels": 48}, {"channels": 8}],
-    "attacc": [{"stacks": 2}, {"variant": "bg-npc"}, {"variant": "bank-npc", "stacks": 3}],
-    "newton": [{"channels": 4}, {"buffers": 2}],
-    "upmem": [{"dpus": 1024}, {"dpus": 2560}],
-}
 TRAIN_LLMS = ("gpt3-13b", "llama2-7b")
 HELDOUT_LLMS = ("llama2-13b", "llama2-33b", "llama2-70b")
 TRAIN_CNN, HELDOUT_CNN = "resnet-50", "vgg-16"
@@ -70,22 +57,31 @@ def _cnn_shapes(name: str, limit: int = 8) -> list[tuple]:
     return out[:limit]
 
 
+def variants(family: str, split: str) -> list[dict]:
+    """The structural hardware variants (preset options) of `family` in
+    `split` ("train" or "heldout"): its `TrainingShapes.train_hw` /
+    `heldout_hw`, disjoint between the splits."""
+    from ..backends import family_of
+    if split not in ("train", "heldout"):
+        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
+    ts = family_of(family).training_shapes
+    return [dict(h) for h in (ts.train_hw if split == "train" else ts.heldout_hw)]
+
+
 @lru_cache(maxsize=4)
 def _cases(split: str) -> tuple:
-    from ..backends import family_of
-    from .kernels import SUPPORTED
+    from ..backends import families, family_of
     if split not in ("train", "heldout"):
         raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
     llms = TRAIN_LLMS if split == "train" else HELDOUT_LLMS
     cnn = TRAIN_CNN if split == "train" else HELDOUT_CNN
-    hw = TRAIN_HW if split == "train" else HELDOUT_HW
     # held-out shapes are unseen shapes: none the train split has on that backend and kernel
     # (LLaMA-2 13B shares d_model 5120 and 40 heads with GPT-3 13B)
     trained = {(c["backend"], c["kernel"], tuple(c["shape"])) for c in _cases("train")} \
         if split == "heldout" else set()
     out = []
-    for backend in sorted(SUPPORTED):
-        kernels = SUPPORTED[backend]
+    for backend in families():
+        kernels = family_of(backend).kernels
         shapes: dict[str, list] = {}
         for m in llms:
             for k, ss in _llm_shapes(m).items():
@@ -93,15 +89,15 @@ def _cases(split: str) -> tuple:
         if "conv" in kernels:
             shapes["conv"] = _cnn_shapes(cnn)
         seen = set()
-        variants = [{}] + hw[backend]
+        hw = [{}] + variants(backend, split)
         for k in kernels:
             for i, s in enumerate(dict.fromkeys(shapes.get(k, []))):
                 if family_of(backend).integer and k in ("gemv", "mmtv") and s[0] * s[-1] > (1 << 25):
                     continue          # int32 on DPUs (UPMEM): the 70B FFN is minutes per draft of MRAM DMA
                 # every shape on the preset; on the variants a rotation, so each variant gets
                 # every kernel but not every shape (the labelling budget)
-                for j, opts in enumerate(variants):
-                    if j and (i + j) % len(variants) != 0 and (i + j) % len(variants) != 1:
+                for j, opts in enumerate(hw):
+                    if j and (i + j) % len(hw) != 0 and (i + j) % len(hw) != 1:
                         continue
                     key = (backend, k, s, tuple(sorted(opts.items())))
                     if key not in seen and (backend, k, s) not in trained:

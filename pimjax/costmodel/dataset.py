@@ -32,13 +32,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..backends import family_of, own_time_model
 from ..errors import PimCompileError
 from ..hw.core import Backend
 from ..partition import DraftTable
 from ..partition.table import KNOB_COLUMNS
 from .features import FEATURE_NAMES, features_table
 from .broad import backend_of, hw_key
-from .kernels import SUPPORTED, Case, case_drafts, default_cases, lower_case, make_case
+from .kernels import Case, case_drafts, default_cases, lower_case, make_case, supported_kernels
 
 CACHE_DIR = os.environ.get("PIMJAX_COSTMODEL_CACHE", "/tmp/costmodel")
 ROW_COLUMNS = ("groups", "cores", "reps", "tile", "lane") + KNOB_COLUMNS
@@ -128,7 +129,7 @@ def simulate(programs: list, backend: Backend, threads: int | None = None) -> np
     out = np.full((len(programs), 5), np.nan)
     if not programs:
         return out
-    if backend.core.programmable:           # UPMEM: its own time model, per program
+    if own_time_model(backend):             # a family's own time model (UPMEM's), per program
         for i, p in enumerate(programs):
             r = cycles(p, backend)
             out[i] = [float(r.total_cycles), float(r.rearrangement), float(r.compute),
@@ -307,20 +308,18 @@ class Plan:
     max_drafts: int = 400_000          # skip shapes whose draft space is larger
 
 
-PLANS = {
-    "hbm-pim": Plan(),
-    "attacc": Plan(shapes_per_kernel=32),
-    "newton": Plan(shapes_per_kernel=32),
-    "upmem": Plan(shapes_per_kernel=32),
-}
+def plan_of(backend: Backend | str) -> Plan:
+    """The round-1 `Plan` of a backend (or family name): its family's
+    `TrainingShapes.shapes_per_kernel`, the other counts the defaults."""
+    return Plan(shapes_per_kernel=family_of(backend).training_shapes.shapes_per_kernel)
 
 
 def training_cases(backend: str, plan: Plan | None = None, seed: int = 0) -> list[tuple[str, tuple]]:
     """The (kernel, shape) training cases of `backend` (deterministic in `seed`)."""
-    plan = plan or PLANS[backend]
+    plan = plan or plan_of(backend)
     rng = np.random.default_rng([seed, sum(map(ord, backend))])
     out = []
-    for kernel in SUPPORTED[backend]:
+    for kernel in supported_kernels(backend):
         seen = set(held_out(backend, kernel))
         shapes = []
         tries = 0

@@ -32,7 +32,8 @@ from ..hw.core import Backend, is_int
 from ..partition import DraftTable
 from .dataset import CACHE_DIR, ROW_COLUMNS, label
 from .features import features_table
-from .kernels import SUPPORTED, case_drafts, default_cases, make_case  # noqa: F401  (default_cases: re-exported)
+from ..backends import families
+from .kernels import case_drafts, default_cases, make_case, supported_kernels  # noqa: F401  (default_cases: re-exported)
 
 TIE = 1e-6          # relative cycle difference treated as an exact tie
 TIE_CYCLES = 1.0    # #Best: the choice is less than one command-clock cycle slower
@@ -235,8 +236,8 @@ def check_case(case) -> dict:
     if missing:
         raise ValueError(f"missing {', '.join(missing)}")
     b, k, shape = case["backend"], case["kernel"], case["shape"]
-    if b not in SUPPORTED:
-        raise ValueError(f"unknown backend {b!r}; expected one of {sorted(SUPPORTED)}")
+    if b not in families():
+        raise ValueError(f"unknown backend {b!r}; expected one of {families()}")
     if k not in RANKS:
         raise ValueError(f"unknown kernel {k!r}; expected one of {sorted(RANKS)}")
     if not (isinstance(shape, list) and all(is_int(v) for v in shape)):
@@ -249,4 +250,4 @@ def check_case(case) -> dict:
 
 
 def supported(backend: str, kernel: str) -> bool:
-    return kernel in SUPPORTED.get(backend, ())
+    return kernel in supported_kernels(backend)

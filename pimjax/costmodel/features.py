@@ -35,28 +35,26 @@ Feature groups (all sizes log2(1 + x) unless noted):
             column commands, row activations, DMA), rough times in
             cycles per phase, and the register batches a streamed kernel
             works through (ko registers at a time) with the row switches
-            they cost.  UPMEM's per-phase times are `dpu.py`'s closed form
-            of the lowering under the DPU time model (exact: UPMEM's model
-            is a residual over `est_t_total`); Newton's per-group command
-            counts (passes, buffer loads, GWRITE columns, G_ACT, COMP,
-            READRES) are `backends/newton/counts.py`'s, and its broadcast drafts'
-            rearrangement / compute / read-back `backends/newton/time.py`'s walk of
-            the command stream (exact but for refresh: Newton's model is a
-            residual over `est_t_total` too).  Elsewhere the estimates are
-            features, never the answer: the MLP learns the map to
-            simulated cycles.
+            they cost.  A family with a time model of its own replaces
+            these with its closed form (`Family.estimates`, reached through
+            the registry: UPMEM's DPU kernel and transfers, exact; Newton's
+            per-group command counts -- the `est_nt_*` columns,
+            `COUNT_COLUMNS` -- and its command stream's phases, exact but
+            for refresh; both models are residuals over `est_t_total`).
+            Elsewhere the estimates are features, never the answer: the MLP
+            learns the map to simulated cycles.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from ..errors import PimCompileError
 from ..hw.core import Backend
 from ..hw.dram_rules import CCD_AB, CCD_S, RCD_RD, RP, compile_rules
-from ..backends import family_of, has_family
-from ..backends.upmem.lower import kernel_constants
+from ..backends import EstimateInputs, family_of, has_family
+from ..backends.hooks import ESTIMATE_KEYS
 from ..partition import DraftTable, dimension_sets
 from ..partition.draft import GRANULARITIES
 from ..partition.generate import lane_candidates
@@ -64,10 +62,6 @@ from ..partition.table import from_drafts
 from ..partition.tiles import set_tilings
 from ..trace.ir import expr_prims
 from ..partition.verify import footprint_elements, infer_shapes, matrix_and_vector, per_core_var_lengths
-from ..backends.upmem.cycles import DEFAULT_LINK
-from ..backends.upmem.dpu import dpu_kernel_cycles, transfer_ns
-from ..backends.newton.counts import COUNTS, newton_geometry, newton_plan, plan_counts
-from ..backends.newton.time import newton_phases
 
 SLOTS = 4                                   # dimension-set slots (mmtv / attn / conv2d have 4-5)
 KI_KO = (1, 2, 4, 8)
@@ -75,6 +69,10 @@ TASKLETS = (1, 8, 11, 16, 24)
 WRAM_TILES = (0, 32, 64, 128, 256, 512, 1024, 2048)
 BUFFERS = (1, 2, 4)
 KINDS = ("contraction", "reduction", "elementwise", "attention")
+# per-group command counts a family's estimate may give (`Family.estimates`' "counts"; the
+# Newton family's `counts.py`): named est_nt_* since they were Newton's, and the shipped
+# weights' feature names must stay as they are
+COUNT_COLUMNS = ("passes", "loads", "gwrite_cols", "g_act", "comp", "comp_cols", "readres", "readres_bursts")
 _SLOT_FIELDS = ("len", "groups", "cores", "tile", "waste", "idle", "reduction", "lane", "compound")
 
 _SHAPE = (["kind_" + k for k in KINDS]
@@ -106,7 +104,7 @@ _EST = ["est_rearr_bytes", "est_rearr_unique_bytes", "est_rearr_bcast_bytes", "e
         "est_block_pad", "est_vec_loads", "est_tasklet_outputs", "est_tasklet_points", "est_tasklet_dma",
         "est_t_rearr", "est_t_compute", "est_t_readback", "est_t_merge",
         "est_t_dpu", "est_t_total", "est_share_rearr", "est_share_compute", "est_share_readback",
-        "est_reg_batches", "est_row_switches"] + [f"est_nt_{c}" for c in COUNTS]
+        "est_reg_batches", "est_row_switches"] + [f"est_nt_{c}" for c in COUNT_COLUMNS]
 FEATURE_NAMES: tuple[str, ...] = tuple(_SHAPE + _SLOT + _TILING + _KNOBS + _HW + _EST)
 F = len(FEATURE_NAMES)
 
@@ -288,12 +286,65 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     n = len(table)
     if n == 0:
         return np.zeros((0, F), np.float32)
-    core, group, t = backend.core, backend.group, backend.timing
-    lanes = core.lanes
-    eb = core.elem_bytes
-    G, C = np.asarray(table.groups, np.int64), np.asarray(table.cores, np.int64)
-    R, T = np.asarray(table.reps, np.int64), np.asarray(table.tile, np.int64)
-    lane = np.asarray(table.lane, np.int64)
+    d = _Rows(np.asarray(table.groups, np.int64), np.asarray(table.cores, np.int64),
+              np.asarray(table.reps, np.int64), np.asarray(table.tile, np.int64),
+              np.asarray(table.lane, np.int64), n)
+    cols, L, used_tiles = _shape_slot_cols(op_, info, d)
+    tiling_cols, tl = _tiling_cols(op_, info, d, backend, shapes, L, used_tiles)
+    cols += tiling_cols
+    cols += _knob_cols(table, info, d)
+    cols += list(_hw_vector(backend))          # ---- hardware
+    cols += _estimate_cols(op_, info, d, table, backend, shapes, matrix, used_tiles, tl)
+    assert len(cols) == F, (len(cols), F)
+    # fill feature-major, then view as [n, F]: row writes are contiguous
+    out = np.empty((F, n), np.float32)
+    for j, c in enumerate(cols):
+        out[j] = c
+    return out.T
+
+
+@dataclass(frozen=True, eq=False)
+class _Rows:
+    """A draft table's per-set columns as int64 arrays: groups / cores /
+    reps / tile [n, S], lane [n], and n."""
+    G: np.ndarray
+    C: np.ndarray
+    R: np.ndarray
+    T: np.ndarray
+    lane: np.ndarray
+    n: int
+
+
+@dataclass(frozen=True, eq=False)
+class _Tiling:
+    """The tiling section's per-draft quantities ([n] unless noted) the
+    estimates read: groups / cores per group in use and their product,
+    worst-core loop lengths (`lens`: var -> [n]) and outputs / reduction /
+    elements, the lane variable's length, effective lanes and columns,
+    column ops, footprint (elements), the reduction split, and per input
+    (3, padded) its tile, distinct tiles, distinct tiles within a group."""
+    g_used: np.ndarray
+    c_used: np.ndarray
+    total: np.ndarray
+    lens: dict
+    outs: np.ndarray
+    redl: np.ndarray
+    elems: np.ndarray
+    lane_len: np.ndarray
+    lane_eff: np.ndarray
+    lane_cols: np.ndarray
+    cols_core: np.ndarray
+    foot: np.ndarray
+    red_split: np.ndarray
+    in_core: list
+    in_copies: list
+    in_core_copies: list
+
+
+def _shape_slot_cols(op_, info: _OpInfo, d: _Rows) -> tuple[list, np.ndarray, np.ndarray]:
+    """(the shape and slot columns, L [n, S] value-range lengths, used
+    tiles [n, S]) of the drafts `d`."""
+    G, C, R, T, lane, n = d.G, d.C, d.R, d.T, d.lane, d.n
     S = G.shape[1]
     cols: list[np.ndarray] = []
     ones = 1.0      # op-level columns are scalars, broadcast on write
@@ -330,6 +381,19 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     ts = np.pad(ts, ((0, 0), (0, max(0, SLOTS - S))))[:, :SLOTS]
     cols += [ts[:, j] for j in range(SLOTS)]
 
+    return cols, L, used_tiles
+
+
+def _tiling_cols(op_, info: _OpInfo, d: _Rows, backend: Backend, shapes: dict, L, used_tiles
+                 ) -> tuple[list, _Tiling]:
+    """(the tiling columns, the `_Tiling` quantities the estimates read) of
+    the drafts `d`."""
+    G, C, R, T, lane, n = d.G, d.C, d.R, d.T, d.lane, d.n
+    S = G.shape[1]
+    core = backend.core
+    lanes, eb = core.lanes, core.elem_bytes
+    tiles = G * C
+    cols: list[np.ndarray] = []
     # ---- tiling --------------------------------------------------------------
     g_used, c_used = np.ones(n, np.int64), np.ones(n, np.int64)
     for si in range(S):
@@ -392,6 +456,14 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     cols += [_l2(x) for x in in_core] + [_l2(x) for x in in_copies] + [_l2(x) for x in in_core_copies]
     cols += [_l2(r[0]) for r in in_runs] + [_l2(out_runs[0]), _l2(min_run_bytes)]
 
+    return cols, _Tiling(g_used, c_used, total, lens, outs, redl, elems, lane_len, lane_eff, lane_cols,
+                         cols_core, foot, red_split, in_core, in_copies, in_core_copies)
+
+
+def _knob_cols(table: DraftTable, info: _OpInfo, d: _Rows) -> list:
+    """The knob columns of the drafts: one-hots and logs of their codes."""
+    lane = d.lane
+    cols: list[np.ndarray] = []
     # ---- knobs -------------------------------------------------------------------
     red_k, df, ki, ko = (np.asarray(table.column(c)) for c in ("reduction", "dataflow", "ki", "ko"))
     gran, irr, tk, wt, buf = (np.asarray(table.column(c)) for c in
@@ -402,10 +474,25 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     cols += [info.lane_none[lane].astype(np.float64), info.lane_red[lane].astype(np.float64),
              np.log2(ki), np.log2(ko), np.log2(tk), _l2(wt)]
 
-    # ---- hardware ----------------------------------------------------------------
-    hw = _hw_vector(backend)
-    cols += list(hw)
+    return cols
 
+
+def _estimate_cols(op_, info: _OpInfo, d: _Rows, table: DraftTable, backend: Backend, shapes: dict,
+                   matrix: int | None, used_tiles, tl: _Tiling) -> list:
+    """The closed-form estimate columns of the drafts: bytes, commands and
+    per-phase cycles, the family's own estimates where it has them
+    (`Family.estimates`), register batches and row switches, and the
+    per-group command counts (`COUNT_COLUMNS`)."""
+    G, C, R, T, lane, n = d.G, d.C, d.R, d.T, d.lane, d.n
+    core, group, t = backend.core, backend.group, backend.timing
+    lanes, eb = core.lanes, core.elem_bytes
+    g_used, c_used, total, lens, outs, redl, elems = (tl.g_used, tl.c_used, tl.total, tl.lens, tl.outs, tl.redl,
+                                                      tl.elems)
+    lane_len, lane_eff, lane_cols, cols_core, foot = tl.lane_len, tl.lane_eff, tl.lane_cols, tl.cols_core, tl.foot
+    red_split, in_core, in_copies, in_core_copies = tl.red_split, tl.in_core, tl.in_copies, tl.in_core_copies
+    red_k, df, ki, ko = (np.asarray(table.column(c)) for c in ("reduction", "dataflow", "ki", "ko"))
+    gran, tk, wt, buf = (np.asarray(table.column(c)) for c in ("granularity", "tasklets", "wram_tile", "buffers"))
+    cols: list[np.ndarray] = []
     # ---- closed-form estimates ------------------------------------------------------
     # rearrangement: every core that needs an input tile gets it written (replicated),
     # or once per distinct tile, or once per group when a broadcast reaches its cores
@@ -486,39 +573,17 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
     out_elems = float(info.result_size)
     t_merge = np.where(rb_bytes > 0, host.time_ns(rb_bytes + out_elems * 4, rb_bytes / 2
                                                   + (out_elems if op_.epilogue is not None else 0.0)), 0.0) / tck
-    if core.programmable:
-        consts = _dpu_constants(op_)
-        if consts is None:       # a body the DPU code model cannot price (the draft will not lower)
-            t_dpu = np.maximum(tk_points * float(info.instr) * 11.0, dma * float(t.dma_latency_cycles)
-                               / np.maximum(tk, 1) + foot * eb / float(t.dma_bytes_per_cycle))
-        else:                    # the lowering's own schedule and transfers in closed form (dpu.py)
-            t_dpu = dpu_kernel_cycles(op_, lens, tk, wt, df, backend, consts, info.vector_vars)
-            xfer = transfer_ns(op_, lens, shapes, G * C, info.sets, g_used, c_used, wt, red_k, backend, consts)
-            t_rearr, t_rb, t_merge = (x / tck for x in xfer)
-        t_dpu = t_dpu / float(t.dpu_clock_ghz) / tck
-        t_comp = t_dpu + DEFAULT_LINK.launch_ns / tck
-    else:
-        t_dpu = np.zeros(n)
-    nt = _newton(op_, info, C, G, used_tiles, df, buf, gran, backend, R, T)
-    if nt is not None:
-        nt, ph, rb_groups = nt
-        # Newton reads every latch back in READRES bursts, and the host adds them up:
-        # read-back bytes and the merge on the host roofline follow from the counts
-        rb_bytes = nt["readres_bursts"] * rb_groups * core.col_bytes
-        t_rb = nt["readres"] * float(t.tCL) + nt["readres_bursts"] * float(t.tBL)   # a read per READRES
-        t_merge = host.time_ns(rb_bytes + out_elems * 4, rb_bytes / max(1, core.reg_bytes)
-                               + (out_elems if op_.epilogue is not None else 0.0)) / tck
-        # the command stream's phases in closed form (backends/newton/time.py; NaN where the
-        # walk does not settle: those keep the count estimates above); the groups write
-        # channel-parallel through the host's staging buffer, which the host reads at its
-        # memory bandwidth (the simulator's floor under the leading writes)
-        ok = np.isfinite(ph["pre"])
-        host_read = host.memory_ns(ph["wr_cols"] * core.col_bytes * g_used) / tck
-        lead = np.maximum(ph["pre"], host_read) if host.staging_buffer_bytes > 0 \
-            else ph["pre"] * g_used                      # without staging the groups write in turn
-        t_rearr = np.where(ok, lead + ph["k_rearr"], t_rearr)
-        t_comp = np.where(ok, ph["compute"], t_comp)
-        t_rb = np.where(ok, ph["readback"], t_rb)
+    # a family with a time model of its own prices the drafts in closed form (`Family.estimates`:
+    # UPMEM's DPU kernel and transfers, Newton's command counts and stream phases)
+    own = _family_estimates(op_, info, backend, shapes, matrix, G, C, R, T, used_tiles, lens, g_used, c_used,
+                            red_k, df, gran, tk, wt, buf, foot, tk_points, dma, out_elems, t_rearr, t_comp)
+    t_dpu = own.get("t_dpu", np.zeros(n))
+    t_rearr = own.get("t_rearr", t_rearr)
+    t_comp = own.get("t_compute", t_comp)
+    t_rb = own.get("t_readback", t_rb)
+    t_merge = own.get("t_merge", t_merge)
+    rb_bytes = own.get("readback_bytes", rb_bytes)
+    nt = own.get("counts")
     t_total = t_rearr + t_comp + t_rb + t_merge
     safe = np.maximum(t_total, 1e-9)
     # register batches: a streamed kernel works through a core's columns ko registers at a time
@@ -545,51 +610,32 @@ def features_table(op, table: DraftTable, backend: Backend, shapes: dict | None 
              _l2(t_rearr), _l2(t_comp),
              _l2(t_rb), _l2(t_merge), _l2(t_dpu), _l2(t_total), t_rearr / safe, t_comp / safe, t_rb / safe,
              _l2(batches), _l2(switches)]
-    cols += [_l2(nt[c]) if nt is not None else 0.0 for c in COUNTS]
-    assert len(cols) == F, (len(cols), F)
-    # fill feature-major, then view as [n, F]: row writes are contiguous
-    out = np.empty((F, n), np.float32)
-    for j, c in enumerate(cols):
-        out[j] = c
-    return out.T
+    cols += [_l2(nt[c]) if nt is not None and c in nt else 0.0 for c in COUNT_COLUMNS]
+    return cols
 
 
-def _dpu_constants(op_) -> dict | None:
-    """`backends.upmem.lower.kernel_constants` of the op, or None when the DPU code
-    model has no instruction sequence for its body (it will not lower)."""
-    try:
-        return kernel_constants(op_)
-    except PimCompileError:
-        return None
-
-
-def _newton(op_, info, C, G, used_tiles, df, buf, gran, backend, reps, tile):
-    """Newton's per-group command counts (`backends/newton/counts.py`) and phase times
-    (`newton_phases`) of a contraction on a backend with a global buffer per
-    group, and the groups' READRES summed over groups in units of the worst
-    group's ([n] float), else None (zero features)."""
-    if "global_buffer" not in backend.group.units or op_.kind != "contraction":
-        return None
-    try:
-        mi, vi = matrix_and_vector(op_, info.shapes, info.matrix)
-    except Exception:  # noqa: BLE001 - a contraction Newton cannot run (it will not lower)
-        return None
-    mv, vv = set(op_.operands[mi].vars), set(op_.operands[vi].vars)
-    # the lowering's geometry: padded box lengths (a halo set tiled by its combined index widens
-    # h by the halo and keeps every kh), vector classes and busy cores of the fullest group
-    geo = newton_geometry(op_, vv, info.sets, reps, tile, G, C)
-    busy = geo["busy"]
-    plan = newton_plan(op_, mv, vv, geo["lens"], df, buf, geo["passes"], backend)
-    counts = plan_counts(plan, busy, gran == 1, backend)
-    # every group reads back its own classes' latches: along a set the vector reads, the groups
-    # hold ceil(L / T) busy cores between them, against G x min(C, tiles) counted per group
-    dims = {v for v in op_.output_vars if v in vv} | set(op_.reduction_vars)
-    rb_groups = np.asarray(G, np.float64).prod(axis=1)
-    for si, s in enumerate(info.sets):
-        if dims & set(s.vars):
-            rb_groups = rb_groups * used_tiles[:, si] / np.maximum(G[:, si] * busy[:, si], 1)
-    return counts, newton_phases(plan, np.asarray(C).prod(axis=1), gran == 1, backend,
-                                 busy=busy.prod(axis=1)), rb_groups
+def _family_estimates(op_, info, backend, shapes, matrix, G, C, R, T, used_tiles, lens, g_used, c_used,
+                      red_k, df, gran, tk, wt, buf, foot, tk_points, dma, out_elems, t_rearr, t_comp) -> dict:
+    """The family's own estimates of the table's drafts ({name: [n]},
+    `Family.estimates`; {} when it has none): the arguments are
+    `features_table`'s columns, gathered into an `EstimateInputs`.  A name
+    outside `ESTIMATE_KEYS`, or a count outside `COUNT_COLUMNS`, is an error
+    (a feature the model would never see)."""
+    fn = family_of(backend).estimates if has_family(backend) else None
+    if fn is None:
+        return {}
+    got = fn(EstimateInputs(
+        op=op_, backend=backend, shapes=shapes, matrix=matrix, sets=tuple(info.sets),
+        vector_vars=frozenset(info.vector_vars), groups=G, cores=C, reps=R, tile=T, used_tiles=used_tiles,
+        lens=lens, groups_used=g_used, cores_used=c_used, reduction=red_k, dataflow=df, granularity=gran,
+        tasklets=tk, wram_tile=wt, buffers=buf, footprint=foot, instr=float(info.instr),
+        tasklet_points=tk_points, dma=dma, out_elems=out_elems, t_rearr=t_rearr, t_compute=t_comp))
+    bad = set(got) - ESTIMATE_KEYS
+    bad |= {f"counts[{c!r}]" for c in (got.get("counts") or {}) if c not in COUNT_COLUMNS}
+    if bad:
+        raise ValueError(f"{backend.family} family's estimates gave {sorted(bad)}: the cost model's features "
+                         f"take {sorted(ESTIMATE_KEYS)} and counts among {COUNT_COLUMNS}")
+    return got
 
 
 def features(op, draft, backend: Backend, shapes: dict | None = None, matrix: int | None = None) -> np.ndarray:

@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..backends import families, family_of
+from ..backends import families, family_of, has_family
 from ..hw.core import Backend
 from ..kernels import FUNCTIONS, arg_shapes
 from ..trace.frontend import make_graph
@@ -34,9 +34,11 @@ from ..partition.verify import infer_shapes
 # the kernels the cost model is trained and judged on (their functions: the catalogue, `pimjax.kernels`)
 KERNELS = ("gemv", "red", "va", "relu", "mmtv", "attn", "gemm", "conv")
 
-# kernels each family lowers (`Family.kernels`; hbm-pim: all-bank SIMD; attacc: GEMV
-# units only, reductions as GEMVs with a ones vector; newton: contractions only; upmem: DPUs)
-SUPPORTED = {name: family_of(name).kernels for name in families()}
+
+def supported_kernels(backend) -> tuple:
+    """The kernels `backend`'s family lowers (`Family.kernels`; a Backend or a
+    family name; () when no family implements it)."""
+    return family_of(backend).kernels if has_family(backend) else ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -119,18 +121,11 @@ def lower_case(case: Case, draft, backend: Backend):
 
 
 def default_cases() -> list[dict]:
-    """The held-out evaluation cases (never used for training): per backend
-    and kernel a modest set of shapes whose draft spaces stay affordable to
-    simulate exhaustively (hundreds to a few thousand drafts; UPMEM's
-    tasklet x WRAM-tile knobs make its GEMV / MMTV spaces 10^4+)."""
-    gemv = [[128, 128], [256, 256], [512, 128], [1000, 200], [4096, 64], [256, 1024]]
-    elem = [[3000], [8192], [262144], [8, 1000], [12, 4096], [64, 64], [24, 1536], [100000]]
-    mmtv = [[1, 4, 64, 32], [1, 8, 128, 64], [2, 4, 96, 64], [1, 12, 256, 64], [4, 2, 128, 128]]
-    per = {
-        "hbm-pim": {"gemv": gemv, "red": elem, "va": elem, "relu": elem, "mmtv": mmtv},
-        "attacc": {"gemv": gemv + [[1024, 1024], [2048, 512]], "red": elem, "mmtv": mmtv, "attn": mmtv},
-        "newton": {"gemv": gemv + [[1024, 1024], [2048, 512]], "mmtv": mmtv[:4]},
-        "upmem": {"gemv": [[128, 128], [1000, 200]], "red": elem[:6], "va": elem[:6], "relu": elem[:6],
-                  "mmtv": [[1, 4, 64, 32]]},
-    }
-    return [{"backend": b, "kernel": k, "shape": s} for b, ks in per.items() for k, ss in ks.items() for s in ss]
+    """The held-out evaluation cases (never used for training): per family
+    (sorted) and kernel the shapes of its `TrainingShapes.heldout`, a modest
+    set whose draft spaces stay affordable to simulate exhaustively
+    (hundreds to a few thousand drafts; UPMEM's tasklet x WRAM-tile knobs
+    make its GEMV / MMTV spaces 10^4+).  Dicts {backend, kernel, shape
+    (a list)}."""
+    return [{"backend": b, "kernel": k, "shape": list(s)} for b in families()
+            for k, ss in family_of(b).training_shapes.heldout.items() for s in ss]

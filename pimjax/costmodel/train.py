@@ -5,7 +5,7 @@ Per backend:
 1. round 1 — label random drafts (and the closed-form estimate's best) of
    seeded random shapes of every kernel the backend runs
    (`dataset.generate`; records cached as JSON lines under --cache), and
-   (`BROAD_TOP` > 0: AttAcc, HBM-PIM) sampled drafts of the shipped models'
+   (`TrainingShapes.broad_top` > 0: all but UPMEM) sampled drafts of the shipped models'
    shapes on the preset and structural variants (`broad.py`'s train split);
 2. fit a first model (`--steps1` Adam steps);
 3. round 2 — label the drafts that model ranks best per training shape
@@ -35,31 +35,23 @@ import time
 
 import numpy as np
 
-BACKENDS = ("hbm-pim", "attacc", "newton", "upmem")
+from ..backends import families, family_of
+
 # residual models (`CostModel(base=...)`): the network learns log(cycles / estimate) where a
-# closed-form estimate prices the backend's drafts from the draft alone.  UPMEM's
-# (`backends/upmem/dpu.py`: the lowering's transfers and tasklet schedule under the DPU time model)
-# equals the simulated cycles on every training draft, Newton's (`costmodel.newton_time`: its
-# command stream under the timing rules) all but refresh; hbm-pim's and attacc's are rough.
-# Since issue #29 every family is one: the networks extrapolated on shapes beyond the training
-# range (AttAcc GEMVs 7-30x off), a residual clipped to the training range falls back on an
-# estimate that scales with the shape and the hardware (`Predictor`'s bound).
-BASES = {"upmem": "est_t_total", "newton": "est_t_total", "attacc": "est_t_total", "hbm-pim": "est_t_total"}
+# closed-form estimate prices the backend's drafts from the draft alone.  UPMEM's and Newton's
+# (`Family.estimates`: the lowering's transfers and tasklet schedule under the DPU time model;
+# the command stream under the timing rules) equal the simulated cycles all but refresh;
+# hbm-pim's and attacc's are rough.  Since issue #29 every family is one: the networks
+# extrapolated on shapes beyond the training range (AttAcc GEMVs 7-30x off), a residual clipped
+# to the training range falls back on an estimate that scales with the shape and the hardware
+# (`Predictor`'s bound).
+BASE = "est_t_total"
 
-# ensemble members per family.  HBM-PIM's and AttAcc's networks correct rough estimates, and two
-# members' spread was a poor uncertainty (the +-2 spread band held 32-38 % of the model-round picks,
-# predicted before their labels); five (session 23, chosen on experiments/validation_cases.json:
-# 35 / 36 against 34 / 36) widen it to 48-57 %, and their out-of-sample error falls (3.39 -> 3.30 %,
-# 1.81 -> 1.65 %).  Newton's and UPMEM's residuals over near-exact estimates keep two.
-MEMBERS = {"hbm-pim": 5, "attacc": 5, "newton": 2, "upmem": 2}
-
-# the models' shapes and hardware variants (`broad.py`'s train split) are labelled for AttAcc and
-# HBM-PIM (approximate estimates: the network learns the correction) and Newton (without them its
-# session-12 model was 54 % off on an unseen LLM GEMV on 4 channels, 0.3 % with them; its 46 broad
-# cases label in ~3 min since the LLM issue's faster lowering).  UPMEM's estimate walks the lowering
-# exactly, so its residual has nothing to learn there (0.0 % MAPE on the 531 broad held-out drafts,
-# which label in ~1 min): left out (0).
-BROAD_TOP = {"hbm-pim": 2, "attacc": 2, "newton": 2, "upmem": 0}
+# Per family (`Family.training_shapes`, `backends.hooks.TrainingShapes`): the ensemble members
+# (`members`: five for HBM-PIM and AttAcc, whose networks correct rough estimates and whose
+# two-member spread was a poor uncertainty; two for Newton and UPMEM) and the drafts per broad
+# train case in each model-driven round (`broad_top`: 0 for UPMEM, whose estimate walks the
+# lowering exactly, so its residual has nothing to learn there).
 
 
 def _arg(check):
@@ -144,7 +136,7 @@ def _jax_cache(cache: str) -> None:
 
 def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: int, seconds: float,
                   model_top: list[int], seed: int, members: int | None = None, console=None, broad_random: int = 4,
-                  broad_top: int = 2, **hp) -> dict:
+                  broad_top: int | None = None, **hp) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..hw.presets import get_backend
@@ -154,11 +146,12 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
     from .predictor import sigma_floor
 
     check_train_args(steps2, seconds, model_top)
-    members = MEMBERS.get(name, 2) if members is None else members
+    members = family_of(name).training_shapes.members if members is None else members
+    broad_top = family_of(name).training_shapes.broad_top if broad_top is None else broad_top
     # built before any labelling, so a bad hyper-parameter fails in seconds, not after minutes
     model = CostModel(seed=seed, steps=steps1, seconds=seconds, members=members, **hp)
     backend = get_backend(name)
-    plan = ds.PLANS[name]
+    plan = ds.plan_of(name)
     cases = ds.training_cases(name, plan, seed=seed)
     # the shipped models' shapes on the preset and structural variants (`broad.py`'s train split),
     # sampled sparsely: their spaces are too large, and their drafts too slow, for the random plan
@@ -272,19 +265,20 @@ def main(argv=None) -> int:
                     help="drafts per training shape labelled in each model-driven round (comma list)")
     ap.add_argument("--seed", type=_arg(non_negative_int), default=0)
     ap.add_argument("--members", type=_arg(positive_int), default=None,
-                    help=f"ensemble members, their log-cycles averaged (default per backend {MEMBERS})")
+                    help="ensemble members, their log-cycles averaged (default: the family's "
+                         "TrainingShapes.members)")
     ap.add_argument("--margin", type=_arg(non_negative_float), default=None,
                     help="ranking pairs: only drafts more than this apart in log-cycles (model default 0.01)")
     ap.add_argument("--tau", type=_arg(positive_float), default=None,
                     help="ranking hinge scale in log-cycles (default 0.02)")
     ap.add_argument("--base", default="auto",
                     help="residual model over this closed-form estimate feature: a feature name, 'none', or "
-                         f"'auto' (the per-backend default {BASES})")
+                         f"'auto' ({BASE})")
     ap.add_argument("--broad-random", type=_arg(positive_int), default=4,
                     help="random drafts per case of the models' shapes and hardware variants (broad.py)")
     ap.add_argument("--broad-top", type=_arg(non_negative_int), default=None,
                     help="drafts per such case in each model-driven round (0: leave those cases out; "
-                         f"default per backend {BROAD_TOP})")
+                         "default: the family's TrainingShapes.broad_top)")
     ap.add_argument("--relabel", action="store_true",
                     help="first simulate every cached record again (after a change of the time model)")
     args = ap.parse_args(argv)
@@ -296,10 +290,10 @@ def main(argv=None) -> int:
     from rich.table import Table
     console = Console(width=max(120, Console().width))
     _jax_cache(args.cache)
-    names = BACKENDS if args.backend == "all" else tuple(args.backend.split(","))
-    bad = [n for n in names if n not in BACKENDS]
+    names = tuple(families()) if args.backend == "all" else tuple(args.backend.split(","))
+    bad = [n for n in names if n not in families()]
     if bad:
-        console.print(f"[red]unknown backend(s) {bad}; choose from {BACKENDS} or all")
+        console.print(f"[red]unknown backend(s) {bad}; choose from {families()} or all")
         return 2
     rows = []
     for name in names:
@@ -313,8 +307,8 @@ def main(argv=None) -> int:
                           seconds=args.seconds, model_top=args.model_top,
                           seed=args.seed, members=args.members, console=console,
                           broad_random=args.broad_random,
-                          broad_top=BROAD_TOP[name] if args.broad_top is None else args.broad_top,
-                          base=BASES.get(name) if args.base == "auto" else (None if args.base == "none" else args.base),
+                          broad_top=args.broad_top,
+                          base=BASE if args.base == "auto" else (None if args.base == "none" else args.base),
                           **{k: v for k, v in (("margin", args.margin), ("tau", args.tau)) if v is not None})
         rows.append(s)
         console.print(f"{name}: {s['rows']} labelled drafts over {s['groups']} shapes; labelling "

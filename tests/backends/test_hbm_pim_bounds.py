@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import pimjax.search.tuner as tuner_mod
+import pimjax.search.strategy as strategy_mod
 from pimjax.backends import family_of
 from pimjax.backends.hbm_pim.bounds import column_gaps, lower_bound
 from pimjax.costmodel.kernels import case_drafts, make_case
@@ -80,9 +80,9 @@ def test_bound_counts_the_writes_and_macs_of_a_known_tiling():
 def check_pruned_search_is_the_full_one(case, backend, monkeypatch) -> None:
     """The exhaustive tuner with branch and bound picks the draft (and the
     cycles) of the one that simulates every draft, and simulates fewer."""
-    monkeypatch.setattr(tuner_mod, "EXHAUSTIVE_BOUND", True)
+    monkeypatch.setattr(strategy_mod, "EXHAUSTIVE_BOUND", True)
     pruned = Tuner(mode="exhaustive").choose(case.op, backend, case.shapes)
-    monkeypatch.setattr(tuner_mod, "EXHAUSTIVE_BOUND", False)
+    monkeypatch.setattr(strategy_mod, "EXHAUSTIVE_BOUND", False)
     full = Tuner(mode="exhaustive").choose(case.op, backend, case.shapes)
     assert pruned.draft == full.draft
     assert float(pruned.report.total_cycles) == float(full.report.total_cycles)

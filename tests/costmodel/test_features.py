@@ -7,13 +7,14 @@ from hypothesis import strategies as st
 
 from pimjax.costmodel.dataset import row_of, table_from_rows
 from pimjax.costmodel.features import F, FEATURE_NAMES, features, features_table
-from pimjax.costmodel.kernels import SUPPORTED, case_drafts, make_case
+from pimjax.backends import families, family_of
+from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.hw.presets import get_backend
 from pimjax.partition.generate import lane_candidates
 
 SHAPES = {"gemv": (96, 64), "red": (4, 300), "va": (1000,), "relu": (8, 40), "mmtv": (1, 2, 24, 32),
           "attn": (1, 2, 32, 16), "gemm": (8, 32, 16), "conv": (4, 4, 4, 8, 3)}
-CASES = [(b, k) for b, ks in SUPPORTED.items() for k in ks]
+CASES = [(b, k) for b in families() for k in family_of(b).kernels]
 
 
 @pytest.mark.parametrize("backend,kernel", CASES)
@@ -179,3 +180,32 @@ def test_a_gemv_only_family_prices_its_reduction_ones_vector(monkeypatch):
     assert counts["core"] == 2 * counts["broadcast"] > 0
     # families that reduce natively are untouched
     assert not backends.family_of(get_backend("hbm-pim")).reduction_vector
+
+
+def test_a_familys_estimates_reach_the_features_through_its_hook(monkeypatch):
+    """`Family.estimates` is the only way a family's closed form enters the
+    features: without Newton's hook its count columns are zero and its time
+    estimate the generic one; a hook naming an estimate the features do not
+    have is an error, not a silent column."""
+    import dataclasses
+
+    import pimjax.backends as backends
+    from pimjax.costmodel.features import COUNT_COLUMNS
+    be = get_backend("newton", channels=2)
+    case = make_case(be, "gemv", (96, 64))
+    table = case_drafts(case, be)
+    counts = [FEATURE_NAMES.index(f"est_nt_{c}") for c in COUNT_COLUMNS]
+    total = FEATURE_NAMES.index("est_t_total")
+    hooked = features_table(case.target, table, be, case.shapes)
+    assert (hooked[:, counts] > 0).any()
+    fam = backends.family_of(be)
+    monkeypatch.setitem(backends.FAMILIES, fam.name, dataclasses.replace(fam, estimates=None))
+    plain = features_table(case.target, table, be, case.shapes)
+    assert not plain[:, counts].any() and not np.array_equal(plain[:, total], hooked[:, total])
+    monkeypatch.setitem(backends.FAMILIES, fam.name, dataclasses.replace(fam, estimates=lambda x: {"t_bogus": 1.0}))
+    with pytest.raises(ValueError, match="t_bogus"):
+        features_table(case.target, table, be, case.shapes)
+    monkeypatch.setitem(backends.FAMILIES, fam.name,
+                        dataclasses.replace(fam, estimates=lambda x: {"counts": {"acts": np.ones(len(table))}}))
+    with pytest.raises(ValueError, match="acts"):
+        features_table(case.target, table, be, case.shapes)

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pimjax.costmodel.broad import HELDOUT_HW, TRAIN_HW, backend_of, broad_cases
+from pimjax.backends import families
+from pimjax.costmodel.broad import backend_of, broad_cases, variants
 from pimjax.costmodel.features import FEATURE_NAMES, features_table
 from pimjax.costmodel.model import CostModel
 from pimjax.costmodel.predictor import COVERAGE, Predictor, load_default, out_of_range, sigma_floor
@@ -134,9 +135,9 @@ def test_broad_cases_are_deterministic_and_disjoint():
     assert tr == broad_cases("train") and len(ho) >= 300
     key = lambda c: (c["backend"], c["kernel"], tuple(c["shape"]), tuple(sorted(c["hw"].items())))  # noqa: E731
     assert not {key(c) for c in tr} & {key(c) for c in ho}
-    for name in TRAIN_HW:              # no held-out variant is trained on
-        assert not {tuple(sorted(h.items())) for h in TRAIN_HW[name]} & \
-            {tuple(sorted(h.items())) for h in HELDOUT_HW[name]}
+    for name in families():            # no held-out variant is trained on
+        assert not {tuple(sorted(h.items())) for h in variants(name, "train")} & \
+            {tuple(sorted(h.items())) for h in variants(name, "heldout")}
     assert max(c["shape"][0] for c in ho if c["kernel"] == "gemv") >= 28672
     assert {c["backend"] for c in ho if c["hw"]} == {"hbm-pim", "attacc", "newton", "upmem"}
 

@@ -57,11 +57,11 @@ def test_train_backend_refuses_bad_settings_before_labelling(kw, match, tmp_path
 
 @pytest.mark.parametrize("name", ["hbm-pim", "upmem"])
 def test_train_backend_takes_the_familys_ensemble_size_by_default(name, tmp_path, monkeypatch):
-    """members=None (the CLI's default) is the family's `MEMBERS`: the
-    ensemble `make train` reproduces."""
+    """members=None (the CLI's default) is the family's
+    `TrainingShapes.members`: the ensemble `make train` reproduces."""
     import pimjax.costmodel.model as model_mod
-    from pimjax.costmodel.train import MEMBERS, BACKENDS
-    assert set(MEMBERS) == set(BACKENDS)
+    from pimjax.backends import family_of
+    want = family_of(name).training_shapes.members
     built = {}
 
     class Stop(Exception):
@@ -74,4 +74,4 @@ def test_train_backend_takes_the_familys_ensemble_size_by_default(name, tmp_path
     with pytest.raises(Stop):
         train_backend(name, cache=str(tmp_path), out_dir=str(tmp_path / "w"), steps1=5, steps2=5, seconds=1.0,
                       model_top=[10], seed=0)
-    assert built["members"] == MEMBERS[name]
+    assert built["members"] == want

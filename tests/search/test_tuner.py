@@ -63,12 +63,12 @@ def test_balanced_search_samples_both_reduction_strategies_early():
     assert rfactor.any() and (~rfactor).any()
     seen = []
     t = Tuner(mode="evolutionary", model=Flat(), trials=24, seed=0)
-    orig = t._simulate
+    orig = t.measurer.simulate
 
     def spy(op, ds, *a, **k):
         seen.extend(TABLE.index(d) for d in ds)
         return orig(op, ds, *a, **k)
-    t._simulate = spy
+    t.measurer.simulate = spy
     t.evolutionary(OP, TABLE, BE, SHAPES)
     early = np.asarray(seen[: int(0.4 * 24)])
     assert rfactor[early].any() and (~rfactor[early]).any()
@@ -308,10 +308,10 @@ def test_exhaustive_in_small_batches_picks_the_first_fastest(monkeypatch, pipeli
     program and report, every draft counted as simulated; among equals the
     first in table order (a lowering that gives every draft the same
     program makes them all equal)."""
-    import pimjax.search.tuner as tuner
-    monkeypatch.setattr(tuner, "EXHAUSTIVE_RECORDS", records)      # 1: one draft a batch
-    monkeypatch.setattr(tuner, "EXHAUSTIVE_BATCH", batch)
-    monkeypatch.setattr(tuner, "EXHAUSTIVE_PIPELINE", pipeline)
+    import pimjax.search.strategy as strategy
+    monkeypatch.setattr(strategy, "EXHAUSTIVE_RECORDS", records)      # 1: one draft a batch
+    monkeypatch.setattr(strategy, "EXHAUSTIVE_BATCH", batch)
+    monkeypatch.setattr(strategy, "EXHAUSTIVE_PIPELINE", pipeline)
     tag = f"{records}-{batch}-{pipeline}"
     choice = Tuner(mode="exhaustive").choose(SMALL_OP, SMALL_BE, SMALL_SHAPES, tag=tag)
     cyc = _small_cycles()

@@ -7,7 +7,8 @@ softmax unit per channel, for attention.
     baseline.py   AttAcc's open-source mapping
     reference.py  the AttAcc simulator's own programs (validation)
 """
-from .. import Family, register
+from .. import Family, TrainingShapes, register
+from ..hooks import EVAL_ELEM, EVAL_GEMV, EVAL_MMTV
 from ...lower.patterns import match_attention
 from .isa import TIMING_CLASSES
 from .baseline import attacc_baseline
@@ -28,4 +29,11 @@ FAMILY = register(Family(
     timing_classes=TIMING_CLASSES,
     execute=execute_attacc, baseline=attacc_baseline, kernels=("gemv", "red", "mmtv", "attn"),
     attention_blocks=attention_blocks, lower_block=lower_attention, block_operands=attention_op,
-    reduction_vector=True))
+    reduction_vector=True,
+    training_shapes=TrainingShapes(
+        shapes_per_kernel=32,
+        heldout={"gemv": EVAL_GEMV + ((1024, 1024), (2048, 512)), "red": EVAL_ELEM, "mmtv": EVAL_MMTV,
+                 "attn": EVAL_MMTV},
+        train_hw=({"stacks": 5}, {"variant": "bg-pc"}, {"variant": "buffer-pc"}),
+        heldout_hw=({"stacks": 2}, {"variant": "bg-npc"}, {"variant": "bank-npc", "stacks": 3}),
+        members=5, broad_top=2)))

@@ -7,7 +7,8 @@ programmed through all-bank-mode column commands and a CRF microkernel.
     baseline.py  the Samsung simulator's mapping
     bounds.py    a lower bound on a contraction draft's cycles (exhaustive tuning's pruning)
 """
-from .. import Family, register
+from .. import Family, TrainingShapes, register
+from ..hooks import EVAL_ELEM, EVAL_GEMV, EVAL_MMTV
 from .isa import TIMING_CLASSES
 from .baseline import hbm_pim_baseline
 from .bounds import lower_bound
@@ -18,4 +19,10 @@ FAMILY = register(Family(
     name="hbm-pim", lower=lower_hbm_pim, options=frozenset(DEFAULT_OPTIONS) | {"result_dtype"},
     timing_classes=TIMING_CLASSES,
     execute=execute_hbm_pim, baseline=hbm_pim_baseline, kernels=("gemv", "red", "va", "relu", "mmtv"),
-    lower_bound=lower_bound))
+    lower_bound=lower_bound,
+    training_shapes=TrainingShapes(
+        shapes_per_kernel=40,
+        heldout={"gemv": EVAL_GEMV, "red": EVAL_ELEM, "va": EVAL_ELEM, "relu": EVAL_ELEM, "mmtv": EVAL_MMTV},
+        train_hw=({"channels": 16}, {"channels": 32}), heldout_hw=({"channels": 48}, {"channels": 8}),
+        # five members: two networks' spread was a poor uncertainty over a rough estimate (costmodel/README)
+        members=5, broad_top=2)))

@@ -1,6 +1,6 @@
 """A lower bound on the simulated cycles of every draft of a contraction,
 from the draft table alone (no lowering): what lets the exhaustive tuner
-skip drafts that cannot win (`search/tuner.py`, branch and bound).
+skip drafts that cannot win (`search/strategy.py`'s `Exhaustive`, branch and bound).
 
 Why it is a bound.  Every group (pCH) runs one shared command stream, in
 order (`lower.py`: the matrix's host writes, then the frame and the GEMV

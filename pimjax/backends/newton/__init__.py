@@ -12,8 +12,11 @@ from a channel's global buffers (GWRITE, G_ACT, COMP, READRES).
     reference.py the artifact's layers as programs, against `../shared/reference/pimflow.csv`
     walk.py      time.py's walk compiled (numba), bit-identical
     bounds.py    a lower bound on a draft's cycles (the exhaustive tuner's branch and bound)
+    estimates.py counts.py's and time.py's closed form as the cost model's estimates (`Family.estimates`)
 """
-from .. import Family, register
+from .. import Family, TrainingShapes, register
+from ..hooks import EVAL_GEMV, EVAL_MMTV
+from .estimates import newton_estimates
 from .isa import TIMING_CLASSES
 from .fork import time_streams as fork_time_streams
 from .packed import extra_drafts
@@ -28,4 +31,11 @@ FAMILY = register(Family(
     options=frozenset(DEFAULT_OPTIONS) | {"result_dtype", "buffer_reuse"},
     timing_classes=TIMING_CLASSES,
     execute=execute_newton, baseline=newton_baseline, kernels=("gemv", "mmtv", "gemm", "conv"),
-    controllers={"pimflow": fork_time_streams}, extra_drafts=extra_drafts, lower_bound=lower_bound))
+    controllers={"pimflow": fork_time_streams}, extra_drafts=extra_drafts, lower_bound=lower_bound,
+    estimates=newton_estimates,
+    training_shapes=TrainingShapes(
+        shapes_per_kernel=32,
+        heldout={"gemv": EVAL_GEMV + ((1024, 1024), (2048, 512)), "mmtv": EVAL_MMTV[:4]},
+        train_hw=({"channels": 8}, {"buffers": 1}), heldout_hw=({"channels": 4}, {"buffers": 2}),
+        # broad cases: without them the session-12 model was 54 % off on an unseen LLM GEMV on 4 channels
+        members=2, broad_top=2)))

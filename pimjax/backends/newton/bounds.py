@@ -1,6 +1,6 @@
 """A lower bound on the simulated cycles of every Newton draft of a
 contraction, from the draft table alone (no lowering): what lets the
-exhaustive tuner skip drafts that cannot win (`search/tuner.py`, branch and
+exhaustive tuner skip drafts that cannot win (`search/strategy.py`'s `Exhaustive`, branch and
 bound), as `hbm_pim/bounds.py` and `upmem/bounds.py` do for theirs.
 
 Why it is a bound.  The simulated total is rearr_pre + kernel[g] +
@@ -52,7 +52,9 @@ so their bound counts only what group 0's cores must compute: core c holds
 its data tile (the set's first tiles, `lower.tiles`), and its COMPs read at
 least NB_c NO_c ceil(R_c / lanes) columns (its batch x matrix-output
 lengths x the columns its reduction elements fill) for each of the n_v
-vectors of the padded box; the host writes those columns too.  Their
+vectors of the padded box; the host writes those columns too.  A core
+whose tile is empty along any variable (more cores than a vector-only
+set's tiles) has no work and counts nothing.  Their
 stream lasts at least (W + GW + K - 1) g + tCCD_AB.  Where a core's tile is
 not a plain box of the matrix (a set mapped by a compound index, a matrix
 indexed by one: a convolution's halo) the bound is 0 (no pruning), and so
@@ -248,7 +250,11 @@ def _group0_columns(op: PimOp, table: DraftTable, shapes: dict, mi: int, lanes: 
         return p
     nb_no = prod([v for v in outs if v in mvars])
     r_c = prod([v for v in ext if v in red])
-    cols = np.where(valid, nb_no * (-(-r_c // lanes)), 0).sum(axis=1)
+    # a core whose tile is empty along any variable (a vector-only one included: a GEMM's output
+    # columns over more cores than it has) has no iteration point, and the lowering gives it no
+    # command: its matrix columns are neither written nor read
+    work = prod(list(ext)) > 0
+    cols = np.where(valid & work, nb_no * (-(-r_c // lanes)), 0).sum(axis=1)
     return cols.astype(np.int64), plain
 
 

@@ -1,6 +1,6 @@
 """A lower bound on the simulated cycles of every UPMEM draft of a table,
 from the table alone (no lowering): what lets an exhaustive search skip the
-drafts that cannot win (`search/tuner.py` and `costmodel/evaluate.py`,
+drafts that cannot win (`search/strategy.py`'s `Exhaustive` and `costmodel/evaluate.py`,
 branch and bound).
 
 Why it is a bound.  `cycles_upmem` prices the kernel at max(slowest
