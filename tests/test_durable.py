@@ -153,17 +153,20 @@ def test_tuning_cache_evicts_its_oldest_entries_past_its_bound(tmp_path):
         TuneCache(max_entries=-1)
 
 
-def test_label_store_compacts_to_its_newest_rows(tmp_path):
+def test_label_store_compacts_to_its_newest_labels(tmp_path):
     from pimjax.costmodel.features import F
     from pimjax.costmodel.online import LabelStore
-    store = LabelStore(str(tmp_path / "labels.jsonl"), max_rows=10)
-    for k in range(6):                                             # 2 rows an append: 12 > 10 at the 6th
-        X = np.full((2, F), float(k), np.float32)
-        assert store.append("newton", "g", X, [k + 1.0, k + 1.5]) == 2
-    _, y, _ = store.read("newton")
-    assert y.tolist() == [3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0, 6.5][-5:]     # the newest max_rows // 2
-    assert store.append("newton", "g", np.zeros((1, F), np.float32), [7.0]) == 1
-    assert store.read("newton")[1].tolist()[-1] == 7.0
+    path = tmp_path / "labels.jsonl"
+    X = np.full((2, F), 0.25, np.float32)
+    LabelStore(str(path)).append("newton", "g", X, [101.0, 102.0])
+    line = len(path.read_bytes()) // 2                              # every label the same size (cycles 1xx.0)
+    path.unlink()
+    store = LabelStore(str(path), max_bytes=10 * line)
+    for k in range(6):                                             # 2 labels an append: 12 > 10 at the 6th
+        assert store.append("newton", "g", X, [2.0 * k + 101, 2.0 * k + 102]) == 2
+    assert store.read("newton")[1].tolist() == [108.0, 109.0, 110.0, 111.0, 112.0]     # the newest within half
+    assert store.append("newton", "g", X[:1], [113.0]) == 1
+    assert store.read("newton")[1].tolist() == [108.0, 109.0, 110.0, 111.0, 112.0, 113.0]
 
 
 def test_explore_takes_a_point_only_with_all_its_rows(tmp_path):

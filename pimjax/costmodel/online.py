@@ -9,7 +9,7 @@ labels, and a copy of the shipped model is fine-tuned on them.  Opt-in.
 
 * `LabelStore` -- JSON lines, one per simulated draft: {"family", "group",
   "x": [F features], "cycles"} (no pickle), each with its checksum
-  (`pimjax.durable`).  Appends, compacted to the newest half past `max_rows`.
+  (`pimjax.durable`).  Appends, compacted to the newest half past `max_bytes`.
   A line that cannot be read (a torn write, a corrupt byte, another pimjax's
   feature width) is skipped with a `CorruptStateWarning`;
   a file that cannot be read at all is reported with a warning, moved aside
@@ -34,27 +34,27 @@ from .features import F
 
 class LabelStore:
     """Simulated drafts as cost-model labels, appended to a JSON-lines file
-    (`pimjax.durable`: checksummed lines, one locked write per `append`),
-    at most `max_rows` rows (default `MAX_ROWS`): an append that takes the
-    file past it compacts the file to its newest `max_rows // 2` rows
-    (the oldest evicted, torn lines dropped; `durable.rewrite_records`, under
-    the file's lock, so a concurrent append is not lost)."""
+    (`pimjax.durable`: checksummed lines, one locked write per `append`) of
+    at most `max_bytes` (default `MAX_BYTES`, 256 MiB, ~300 000 labels): an
+    append that takes the file past it compacts the file to its newest labels
+    within half of it (the oldest evicted, torn lines dropped;
+    `durable.rewrite_records`, under the file's lock, so a concurrent append
+    is not lost)."""
 
-    MAX_ROWS = 200_000
+    MAX_BYTES = 256 << 20
 
-    def __init__(self, path: str, max_rows: int | None = None):
+    def __init__(self, path: str, max_bytes: int | None = None):
         self.path = os.path.expanduser(path)
-        self.max_rows = int(max_rows or self.MAX_ROWS)
-        if self.max_rows < 2:
-            raise ValueError(f"LabelStore(max_rows={max_rows!r}): at least 2 rows")
+        self.max_bytes = int(max_bytes or self.MAX_BYTES)
+        if self.max_bytes < 1:
+            raise ValueError(f"LabelStore(max_bytes={max_bytes!r}): a positive number of bytes")
         self._lock = threading.Lock()
-        self._rows: int | None = None          # rows on disk when last counted (None: not yet)
 
     def append(self, family: str, group: str, X: np.ndarray, cycles) -> int:
         """Append rows X [n, F] with their simulated cycles [n] (rows whose
         cycles are not finite and > 0 are left out); returns rows written
         (on disk when it returns)."""
-        from ..durable import append_records, rewrite_records, scan_records
+        from ..durable import append_records, encode_record, rewrite_records
         X = np.asarray(X, np.float32).reshape(-1, F)
         y = np.asarray(cycles, np.float64).reshape(-1)
         ok = np.isfinite(y) & (y > 0) & np.isfinite(X).all(axis=1)
@@ -62,16 +62,20 @@ class LabelStore:
             return 0
         recs = [{"family": family, "group": group, "x": [float(v) for v in X[i]], "cycles": float(y[i])}
                 for i in np.nonzero(ok)[0]]
+
+        def newest(rows):           # the newest labels within half the bound
+            room, keep = self.max_bytes // 2, 0
+            for r in reversed(rows):
+                room -= len(encode_record(r).encode("utf-8"))
+                if room < 0:
+                    break
+                keep += 1
+            return rows[len(rows) - keep:]
         with self._lock:
             try:
                 append_records(self.path, recs)
-                if self._rows is None:
-                    self._rows = len(scan_records(self.path)[0])
-                else:
-                    self._rows += len(recs)     # other processes' rows are counted at the next compaction
-                if self._rows > self.max_rows:
-                    keep = self.max_rows // 2
-                    _, self._rows = rewrite_records(self.path, lambda rows: rows[-keep:])
+                if os.path.getsize(self.path) > self.max_bytes:
+                    rewrite_records(self.path, newest)
             except OSError as err:          # labels are a bonus: the compile carries on
                 warnings.warn(f"pimjax label store {self.path} cannot be written ({err})", RuntimeWarning,
                               stacklevel=2)
@@ -104,7 +108,7 @@ class LabelStore:
             if r.get("family") == family:
                 rows.append((x, c, str(r.get("group", ""))))
         if bad and not good:
-            self._set_aside(f"corrupt: none of its {bad} lines is a label")
+            self._set_aside(f"corrupt: skipped {bad} torn or corrupt entries, none of its lines is a label")
             return empty
         if bad:
             warn_skipped("label store", self.path, bad, good, stacklevel=2)
@@ -117,6 +121,7 @@ class LabelStore:
     def _set_aside(self, why: str) -> None:
         """Move the store aside under a name no earlier set-aside file holds
         (`<path>.corrupt`, then `.corrupt.1`, ...), so none is overwritten."""
+        from ..durable import CorruptStateWarning
         dest, k = self.path + ".corrupt", 0
         while os.path.exists(dest):
             k += 1
@@ -125,10 +130,10 @@ class LabelStore:
             os.replace(self.path, dest)
         except OSError as err:
             warnings.warn(f"pimjax label store {self.path}: {why}; it cannot be moved aside ({err}): ignored",
-                          RuntimeWarning, stacklevel=3)
+                          CorruptStateWarning, stacklevel=3)
             return
         warnings.warn(f"pimjax label store {self.path}: {why}; moved to {dest} and started again",
-                      RuntimeWarning, stacklevel=3)
+                      CorruptStateWarning, stacklevel=3)
 
 
 def refine(family: str, store: LabelStore, out: str, *, seconds: float = 30.0, steps: int = 500,
