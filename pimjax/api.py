@@ -460,11 +460,17 @@ def host_bytes(graph: PimGraph, backend: Backend) -> dict:
     return out
 
 
+XLA_CACHE_BYTES = 2 << 30
+"""The persistent compilation cache's bound (bytes; PIMJAX_XLA_CACHE_BYTES overrides)."""
+
+
 def enable_xla_cache(path: str | None = None) -> str | None:
     """Keep pimjax's expensive XLA compilations (the cycle scans: seconds
     each) on disk between runs: JAX's persistent compilation cache at `path`
     (default $PIMJAX_CACHE_DIR/xla or ~/.cache/pimjax/xla), for compilations
-    over one second.  Left alone when the user configured a cache dir
+    over one second, at most `XLA_CACHE_BYTES` (2 GiB; PIMJAX_XLA_CACHE_BYTES,
+    -1 unbounded): JAX evicts its least recently used entries past it, under a
+    file lock.  Left alone when the user configured a cache dir
     already; switched off by PIMJAX_XLA_CACHE=0 (the test suite does: several
     processes writing one cache crashed once).  Returns the directory used."""
     if os.environ.get("PIMJAX_XLA_CACHE", "1") == "0":
@@ -480,6 +486,8 @@ def enable_xla_cache(path: str | None = None) -> str | None:
         return None
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    jax.config.update("jax_compilation_cache_max_size", int(os.environ.get("PIMJAX_XLA_CACHE_BYTES",
+                                                                           XLA_CACHE_BYTES)))
     return path
 
 

@@ -24,11 +24,16 @@ newline.  `read_json(path, what)` is the whole-file counterpart for `atomic_writ
 `locked(path)` is the exclusive `flock` on `<path>.lock` for a read-modify-write of a whole
 file (the tuning cache merges what other processes wrote before it replaces the file).
 
-Not ours: JAX's persistent compilation cache (`api.enable_xla_cache`) writes each entry to a
-temporary file and renames it (an entry is whole or absent; JAX ignores an entry it cannot
-read and recompiles) and evicts least-recently-used entries above `jax_compilation_cache_max_size`
-bytes; numba's `cache=True` files (`__pycache__/*.nbi / *.nbc`) are written through a temporary
-file and renamed as well, and a stale or unreadable index is recompiled, not used.
+Not ours (their libraries' guarantees, as of jax 0.10 / numba 0.60):
+* JAX's persistent compilation cache (`api.enable_xla_cache`) writes an entry in place (no
+  temporary file).  Entries are compressed, so a torn one fails to decompress: JAX warns and
+  recompiles (the torn file stays until evicted).  pimjax sets its bound,
+  `jax_compilation_cache_max_size` (`api.XLA_CACHE_BYTES`): JAX then takes a file lock for
+  every read and write and evicts the least recently used entries past it.
+* numba's `cache=True` files (`__pycache__/*.nbi / *.nbc`) go through a temporary file and
+  `os.replace` (no fsync); an index of another source stamp or numba version is recompiled,
+  not used; one entry per compiled signature, so they grow with the code, not with calls.  A
+  kill mid-write leaves a `*.tmp.<uid>` that numba never removes.
 """
 from __future__ import annotations
 

@@ -199,3 +199,30 @@ def test_serving_table_cache_merges_processes_and_keeps_its_bound(tmp_path, monk
     assert list(c.entries) == ["a", "b", "c"]
     c.save()
     assert json.load(open(path)) == {"a": "a", "b": "b", "c": "c"}
+
+
+_XLA_PROBE = """
+import os, jax, jax.numpy as jnp
+from pimjax.api import enable_xla_cache
+path = enable_xla_cache()
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+for k in range(12):
+    jax.jit(lambda x, k=k: jnp.sin(x) * k + jnp.cos(x * k))(jnp.ones(16 + k)).block_until_ready()
+entries = [f for f in os.listdir(path) if f.endswith("-cache")]
+print(len(entries), sum(os.path.getsize(os.path.join(path, f)) for f in entries))
+"""
+
+
+def test_the_xla_cache_folder_stays_within_its_bound(tmp_path):
+    """`enable_xla_cache` bounds JAX's persistent cache (PIMJAX_XLA_CACHE_BYTES): 12 compilations
+    of ~2.6 kB each into a 20 kB cache leave fewer entries, within the bound (JAX evicts)."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PIMJAX_XLA_CACHE="1", PIMJAX_CACHE_DIR=str(tmp_path), PIMJAX_XLA_CACHE_BYTES="20000")
+    out = subprocess.run([sys.executable, "-c", _XLA_PROBE], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    entries, size = (int(v) for v in out.stdout.split())
+    assert 0 < entries < 12 and size <= 20000
