@@ -142,6 +142,13 @@ def _load(path: str | None) -> dict:
         if len(got) == n:
             done[key] = sorted(got.values(), key=lambda r: -1 if r.get("timing") is None else r["timing"])
             del groups[key]
+    cut = [k for k in groups if k not in done]
+    if cut:                                             # lines intact, a point's last rows never written
+        import warnings
+        from .durable import CorruptStateWarning
+        warnings.warn(f"pimjax explore results {path}: skipped {len(cut)} point(s) whose rows were cut short "
+                      f"({', '.join(p for p, _ in cut[:3])}{', ...' if len(cut) > 3 else ''}); they run again",
+                      CorruptStateWarning, stacklevel=3)
     return {**legacy, **done}
 
 

@@ -92,8 +92,10 @@ def atomic_write(path: str, data: bytes | str) -> None:
 
 def sweep_temporaries(path: str) -> int:
     """Remove `atomic_write`'s leftovers of `path` (`<name>.*.tmp` of a writer killed before
-    its rename); returns how many.  Call only under `locked(path)`: every writer that
-    locks holds the lock from its temporary file to its rename, so none is in flight."""
+    its rename); returns how many.  Call only under the lock every writer of `path` holds
+    from its temporary file to its rename (`locked(path)`, or the file's own flock for
+    `rewrite_records`), so none is in flight.  (A file written without a lock --
+    model weights, a CSV -- keeps a killed writer's temporary file.)"""
     n = 0
     for tmp in glob.glob(glob.escape(os.path.abspath(path)) + ".*.tmp"):
         with contextlib.suppress(OSError):
@@ -192,6 +194,7 @@ def rewrite_records(path: str, keep) -> tuple[int, int]:
     file (`_open_locked`), so none of their lines is lost."""
     fd = _open_locked(path, os.O_RDWR)
     try:
+        sweep_temporaries(path)         # a compaction killed before its rename (all hold this lock)
         with os.fdopen(os.dup(fd), "rb") as f:
             records, _ = _scan(f.read())
         kept = list(keep(records))

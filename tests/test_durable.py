@@ -179,7 +179,8 @@ def test_explore_takes_a_point_only_with_all_its_rows(tmp_path):
     durable.append_records(path, whole[:1])                         # the rest never made it
     durable.append_records(path, [dict(whole[0], point="q"), dict(whole[1], point="q"),
                                   dict(whole[2], point="q")])
-    assert list(_load(path)) == [("q", "f")]
+    with pytest.warns(CorruptStateWarning, match=r"skipped 1 point\(s\) whose rows were cut short \(p\)"):
+        assert list(_load(path)) == [("q", "f")]
     durable.append_records(path, whole)
     durable.append_records(path, whole)                             # a second process's copy
     done = _load(path)
