@@ -504,7 +504,11 @@ def _eager(method):
 
 class PimFunction:
     """A function compiled for a PIM backend per argument shapes (see module
-    docstring).  Create with `pim_jit`."""
+    docstring).  Create with `pim_jit`.  Keeps the `Compiled` of its latest
+    `COMPILES_KEPT` argument signatures (a call with an older one compiles
+    again: the tuning cache, when given, answers it)."""
+
+    COMPILES_KEPT = 64
 
     def __init__(self, fn: Callable, backend: str | Backend = "hbm-pim", resident: Sequence | str = "auto",
                  tuner: Tuner | str | None = None, cache: str | None = None, placement: str = "auto",
@@ -583,6 +587,8 @@ class PimFunction:
         sig = self._signature(args)
         compiled = self._compiled.get(sig)
         if compiled is None:
+            if len(self._compiled) >= self.COMPILES_KEPT:       # the bound: the oldest signature goes
+                del self._compiled[next(iter(self._compiled))]
             # eagerly even when called inside a transform's trace (jax.jit stages
             # every jnp op it sees, and the tuner's arithmetic needs values)
             with jax.ensure_compile_time_eval():
@@ -590,8 +596,8 @@ class PimFunction:
         return compiled
 
     def compiles(self) -> list:
-        """Every `Compiled` this function made so far, one per argument
-        signature, those of its `jax.vmap`-ped versions included (a call
+        """Every `Compiled` this function keeps, one per argument signature
+        (the latest `COMPILES_KEPT`), those of its `jax.vmap`-ped versions included (a call
         under `jax.vmap` compiles `jax.vmap(fn)` for the batched shapes):
         the reports of what calls inside transforms ran."""
         out = list(self._compiled.values())
@@ -1313,6 +1319,8 @@ def _transformed_call(owner: PimFunction, leaves: list, tree, compiled: "Compile
         # result shapes: the graph's outputs, or jax.eval_shape while not compiled
         outs = (_result_avals(compiled) if compiled is not None else
                 jax.eval_shape(owner.fn, *jax.tree_util.tree_unflatten(tree, [_abstract(x) for x in leaves])))
+        if len(runners) >= owner.COMPILES_KEPT:          # bounded as the compiles are
+            del runners[next(iter(runners))]
         run = runners[key] = _composable(owner, tree, get, outs)
     return run(*leaves)
 

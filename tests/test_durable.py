@@ -227,3 +227,20 @@ def test_the_xla_cache_folder_stays_within_its_bound(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     entries, size = (int(v) for v in out.stdout.split())
     assert 0 < entries < 12 and size <= 20000
+
+
+def test_a_function_keeps_the_compiles_of_its_latest_signatures(monkeypatch):
+    """`PimFunction.COMPILES_KEPT` bounds the compiles kept per function: a third shape evicts the
+    first, which compiles again when called (a new `Compiled`); values stay jnp's."""
+    import jax.numpy as jnp
+    from pimjax import pim_jit
+    from pimjax.api import PimFunction
+    monkeypatch.setattr(PimFunction, "COMPILES_KEPT", 2)
+    f = pim_jit(lambda x: jnp.sum(x * x), backend="hbm-pim")
+    xs = [np.arange(n, dtype=np.float32) for n in (8, 16, 24)]
+    for x in xs:
+        np.testing.assert_allclose(f(x), np.sum(x * x), rtol=1e-6)
+    kept = f.compiles()
+    assert len(kept) == 2 and [c.graph.values[c.graph.inputs[0]].shape for c in kept] == [(16,), (24,)]
+    f(xs[0])
+    assert [c.graph.values[c.graph.inputs[0]].shape for c in f.compiles()] == [(24,), (8,)]
