@@ -121,7 +121,7 @@ def _load(path: str | None) -> dict:
     an interrupt runs again.  A point written twice (two processes sharing the file ran it)
     answers with its first complete copy.  Torn or corrupt lines are skipped with a
     `durable.CorruptStateWarning`."""
-    from .durable import read_records
+    from pimjax.durable import read_records          # absolute: this module moves to pimjax/studies/
     done: dict = {}
     if path is None:
         return done
@@ -145,7 +145,7 @@ def _load(path: str | None) -> dict:
     cut = [k for k in groups if k not in done]
     if cut:                                             # lines intact, a point's last rows never written
         import warnings
-        from .durable import CorruptStateWarning
+        from pimjax.durable import CorruptStateWarning
         warnings.warn(f"pimjax explore results {path}: skipped {len(cut)} point(s) whose rows were cut short "
                       f"({', '.join(p for p, _ in cut[:3])}{', ...' if len(cut) > 3 else ''}); they run again",
                       CorruptStateWarning, stacklevel=3)
@@ -255,7 +255,7 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
     def finished(new: list) -> None:
         by_label[new[0]["point"]] = new
         if results is not None:          # one locked, checksummed append per point (pimjax.durable)
-            from .durable import append_records
+            from pimjax.durable import append_records
             append_records(results, [dict(r, point_rows=len(new)) for r in new])
 
     jobs = [(fn, args, label, be, fp, timings.get(label, []), tuner, placement, mesh, resident)

@@ -32,6 +32,15 @@ import warnings
 import numpy as np
 
 STORES = ("tune_cache", "label_store", "explore")
+
+
+def dse():
+    """`explore`'s module: pimjax.studies.dse since issue 42 moved it, pimjax.dse before."""
+    import importlib
+    try:
+        return importlib.import_module("pimjax.studies.dse")
+    except ImportError:
+        return importlib.import_module("pimjax.dse")
 ROWS = 16                 # label rows an append
 POINTS = 60               # explore points a results file
 
@@ -109,8 +118,8 @@ class Harness:
         import tempfile
         from pimjax.costmodel.features import F
         from pimjax.costmodel.online import LabelStore
-        from pimjax.dse import explore
         from pimjax.search.cache import TuneCache
+        explore = dse().explore
         with tempfile.TemporaryDirectory() as tmp:
             TuneCache(os.path.join(tmp, "t.json")).put("0:0", self._tune_record("0:0"))
             LabelStore(os.path.join(tmp, "l.jsonl")).append("warm", "g", np.ones((1, F)), [1.0])
@@ -151,7 +160,7 @@ class Harness:
                 labels.append("crash", f"{wid}:{s}", np.stack([_label_row(c) for c in codes]), codes)
                 _report(report, f"C {wid}:{s}")
         else:
-            from pimjax.dse import explore
+            explore = dse().explore
             last = []
 
             def started(label):
@@ -259,8 +268,7 @@ class Harness:
                 X, y, _ = LabelStore(self.path(store), max_bytes=1 << 40).read("crash")
                 got = (X, y)
             else:
-                from pimjax.dse import _load
-                got = _load(self.path(store))
+                got = dse()._load(self.path(store))
         torn = sum(int(m.group(1)) for w in caught if issubclass(w.category, CorruptStateWarning)
                    for m in [re.search(r"skipped (\d+)", str(w.message))] if m)
         return got, torn
@@ -300,7 +308,7 @@ class Harness:
     def finish_explore(self) -> None:
         """The resume check: a last `explore` on the current results file evaluates exactly
         the points it lacks and returns every point's right figures; then a new file."""
-        from pimjax.dse import _load, explore
+        _load, explore = dse()._load, dse().explore
         path = self.path("explore")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

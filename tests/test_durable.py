@@ -172,7 +172,8 @@ def test_label_store_compacts_to_its_newest_labels(tmp_path):
 def test_explore_takes_a_point_only_with_all_its_rows(tmp_path):
     """A point's rows are one append; one torn after its first row (a kill inside the write)
     does not count as done, and a point written twice answers once."""
-    from pimjax.dse import _load
+    from tests.crash_harness import dse
+    _load = dse()._load
     path = str(tmp_path / "r.jsonl")
     whole = [{"point": "p", "fingerprint": "f", "timing": t, "total_ns": 1.0, "point_rows": 3}
              for t in (None, 0, 1)]
@@ -189,7 +190,11 @@ def test_explore_takes_a_point_only_with_all_its_rows(tmp_path):
 
 
 def test_serving_table_cache_merges_processes_and_keeps_its_bound(tmp_path, monkeypatch):
-    from pimjax.models.serving.costs import TableCache
+    import importlib
+    try:                                        # pimjax.studies.serving since issue 42 moved it
+        TableCache = importlib.import_module("pimjax.studies.serving.costs").TableCache
+    except ImportError:
+        TableCache = importlib.import_module("pimjax.models.serving.costs").TableCache
     monkeypatch.setattr(TableCache, "_memory", {})
     monkeypatch.setattr(TableCache, "MAX_ENTRIES", 3)
     path = str(tmp_path / "tables.json")
