@@ -20,7 +20,6 @@ each heavy sweep to check them (`check_sample`).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -152,8 +151,9 @@ def load(name: str):
     import pandas as pd
     if not os.path.exists(path(name)):
         raise FileNotFoundError(f"{path(name)} is missing: run python experiments/dse_sweeps.py --only {name}")
-    with open(path(name)) as fh:
-        return pd.DataFrame([json.loads(line) for line in fh if line.strip()])
+    from pimjax.durable import read_records
+    return pd.DataFrame([{k: v for k, v in r.items() if k != "point_rows"}
+                         for r in read_records(path(name), "explore results")])
 
 
 # ---------------------------------------------------------------------------
@@ -239,16 +239,15 @@ def run_transfer(results=None, progress=True):
     preset = pimjax.pim_jit(llama_layer, backend=grid[PRESET], tuner=Tuner()).lower(*args).compile()
     preset_plans = {p.index: p for p in preset.plans if p.placement == "pim"}
     done = {}
-    if results and os.path.exists(results):
-        with open(results) as fh:
-            done = {r["point"]: r for r in (json.loads(line) for line in fh if line.strip())}
+    from pimjax.durable import append_records, read_records
+    if results:
+        done = {r["point"]: r for r in read_records(results, "transfer results")}
     rows = []
     for label, be in grid.items():
         if label not in done:
             done[label] = transfer_row(label, be, preset_plans, args)
             if results:
-                with open(results, "a") as fh:
-                    fh.write(json.dumps(done[label]) + "\n")
+                append_records(results, [done[label]])
             if progress:
                 print(f"transfer {label}: {done[label]['preset_draft_ns'] / max(done[label]['own_ns'], 1e-9):.3f}")
         rows.append(done[label])

@@ -215,11 +215,17 @@ def _positional(fn, args: tuple, kwargs: dict) -> tuple:
     return tuple(bound.args)
 
 
+XLA_CACHE_BYTES = 2 << 30
+"""The persistent compilation cache's bound (bytes; PIMJAX_XLA_CACHE_BYTES overrides)."""
+
+
 def enable_xla_cache(path: str | None = None) -> str | None:
     """Keep pimjax's expensive XLA compilations (the cycle scans: seconds
     each) on disk between runs: JAX's persistent compilation cache at `path`
     (default $PIMJAX_CACHE_DIR/xla or ~/.cache/pimjax/xla), for compilations
-    over one second.  Left alone when the user configured a cache dir
+    over one second, at most `XLA_CACHE_BYTES` (2 GiB; PIMJAX_XLA_CACHE_BYTES,
+    -1 unbounded): JAX evicts its least recently used entries past it, under a
+    file lock.  Left alone when the user configured a cache dir
     already; switched off by PIMJAX_XLA_CACHE=0 (the test suite does: several
     processes writing one cache crashed once).  Returns the directory used."""
     if os.environ.get("PIMJAX_XLA_CACHE", "1") == "0":
@@ -235,6 +241,8 @@ def enable_xla_cache(path: str | None = None) -> str | None:
         return None
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    jax.config.update("jax_compilation_cache_max_size", int(os.environ.get("PIMJAX_XLA_CACHE_BYTES",
+                                                                           XLA_CACHE_BYTES)))
     return path
 
 
@@ -251,7 +259,11 @@ def _eager(method):
 
 class PimFunction:
     """A function compiled for a PIM backend per argument shapes (see module
-    docstring).  Create with `pim_jit`."""
+    docstring).  Create with `pim_jit`.  Keeps the `Compiled` of its latest
+    `COMPILES_KEPT` argument signatures (a call with an older one compiles
+    again: the tuning cache, when given, answers it)."""
+
+    COMPILES_KEPT = 64
 
     def __init__(self, fn: Callable, backend: str | Backend = "hbm-pim", resident: Sequence | str = "auto",
                  tuner: Tuner | str | None = None, cache: str | None = None, placement: str = "auto",
@@ -330,6 +342,8 @@ class PimFunction:
         sig = self._signature(args)
         compiled = self._compiled.get(sig)
         if compiled is None:
+            if len(self._compiled) >= self.COMPILES_KEPT:       # the bound: the oldest signature goes
+                del self._compiled[next(iter(self._compiled))]
             # eagerly even when called inside a transform's trace (jax.jit stages
             # every jnp op it sees, and the tuner's arithmetic needs values)
             with jax.ensure_compile_time_eval():
@@ -337,8 +351,8 @@ class PimFunction:
         return compiled
 
     def compiles(self) -> list:
-        """Every `Compiled` this function made so far, one per argument
-        signature, those of its `jax.vmap`-ped versions included (a call
+        """Every `Compiled` this function keeps, one per argument signature
+        (the latest `COMPILES_KEPT`), those of its `jax.vmap`-ped versions included (a call
         under `jax.vmap` compiles `jax.vmap(fn)` for the batched shapes):
         the reports of what calls inside transforms ran."""
         out = list(self._compiled.values())
@@ -731,6 +745,8 @@ def _transformed_call(owner: PimFunction, leaves: list, tree, compiled: "Compile
         # result shapes: the graph's outputs, or jax.eval_shape while not compiled
         outs = (_result_avals(compiled) if compiled is not None else
                 jax.eval_shape(owner.fn, *jax.tree_util.tree_unflatten(tree, [_abstract(x) for x in leaves])))
+        if len(runners) >= owner.COMPILES_KEPT:          # bounded as the compiles are
+            del runners[next(iter(runners))]
         run = runners[key] = _composable(owner, tree, get, outs)
     return run(*leaves)
 

@@ -80,6 +80,8 @@ def test_two_local_processes_and_shards_give_the_serial_rows(swept, tmp_path):
     par = explore(gemv, *ARGS, backends=points, results=path, progress=False, processes=2)
     assert list(par["point"]) == ["channels=16", "channels=64"]
     np.testing.assert_allclose(par.set_index("point")["total_ns"], serial[par["point"]], rtol=1e-9)
+    same = [c for c in COLUMNS if c not in ("tuning_s", "timing")]   # every figure, draft and placement, exactly
+    assert par[same].to_dict("records") == df[df["timing"].isna()][same].to_dict("records")
     halves = [explore(gemv, *ARGS, backends=points, progress=False, shard=(i, 2)) for i in range(2)]
     assert [list(h["point"]) for h in halves] == [["channels=16"], ["channels=64"]]
     with pytest.raises(ValueError, match="shard"):

@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "pimjax"
 # share a layer (the lowering dispatches to the families, the families use its helpers), as do
 # "api" and "report" (the stages build reports)
 LAYERS = (
-    ("errors", "hw", "models", "precision"),    # no pimjax imports but each other's: data and plain jnp
+    ("errors", "hw", "models", "precision", "durable"),   # no pimjax imports but each other's: data, plain jnp, files
     ("trace",),
     ("kernels",),                               # the op corpus, traced
     ("partition",),

@@ -258,25 +258,17 @@ def records_path(backend: str, cache_dir: str | None = None) -> str:
 
 
 def read_records(path: str) -> list[dict]:
-    if not os.path.exists(path):
-        return []
-    out = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:      # a torn last line of an interrupted run
-                    continue
-    return out
+    """The labelled records of a records file in file order ([] when absent); torn or
+    corrupt lines (an interrupted run) are skipped with a `durable.CorruptStateWarning`."""
+    from ..durable import read_records as read
+    return read(path, "cost-model records")
 
 
 def append_records(path: str, records: list[dict]) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "a") as f:
-        for r in records:
-            f.write(json.dumps(r, separators=(",", ":")) + "\n")
+    """Append records (JSON-able dicts) to a records file: one locked, checksummed,
+    fsynced append (`pimjax.durable.append_records`)."""
+    from ..durable import append_records as append
+    append(path, records)
 
 
 def _case_key(backend: str, kernel: str, shape, hw: dict | None = None) -> str:
@@ -463,11 +455,8 @@ def relabel(backend: Backend, path: str, progress=None) -> tuple[int, int]:
         new = float(v[0]) if ok else None
         changed += (old is None) != (new is None) or (new is not None and abs(new - old) > 1.0)
         recs[k] = dict(recs[k], cycles=new, phases=[float(x) for x in v[1:]] if ok else None)
-    tmp = path + ".tmp"
-    if os.path.exists(tmp):
-        os.remove(tmp)
-    append_records(tmp, recs)
-    os.replace(tmp, path)
+    from ..durable import atomic_write, encode_record
+    atomic_write(path, "".join(encode_record(r) for r in recs))
     return len(recs), int(changed)
 
 

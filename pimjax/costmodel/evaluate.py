@@ -87,6 +87,31 @@ def _cache_path(backend: Backend, case, cache_dir) -> str | None:
     return os.path.join(d, f"{case.kernel}-{'x'.join(map(str, case.shape))}.npz")
 
 
+def _save_npz(path: str, **arrays) -> None:
+    """`np.savez` to `path`, atomically (`pimjax.durable.atomic_write`)."""
+    import io
+    from ..durable import atomic_write
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    atomic_write(path, buf.getvalue())
+
+
+def _load_npz(path: str | None) -> dict | None:
+    """The arrays of a labels file, or None when absent or unreadable (then with a
+    `CorruptStateWarning`: the labels are simulated again)."""
+    if path is None or not os.path.exists(path):
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except Exception as err:  # noqa: BLE001 - any unreadable file means: label again
+        import warnings
+        from ..durable import CorruptStateWarning
+        warnings.warn(f"pimjax exhaustive labels {path}: unreadable ({err}); simulating again",
+                      CorruptStateWarning, stacklevel=3)
+        return None
+
+
 def exhaustive(backend: Backend, kernel: str, shape, cache_dir: str | None = None, progress=None,
                prune: bool | None = None):
     """(case, table, cycles [n]): every draft that can be optimal simulated.
@@ -109,14 +134,14 @@ def exhaustive(backend: Backend, kernel: str, shape, cache_dir: str | None = Non
     full = prune is False or (prune is None and n <= PRUNE_ABOVE)
     cols = _table_cols(table)
     path = _cache_path(backend, case, cache_dir)
-    if path is not None and os.path.exists(path):
-        with np.load(path, allow_pickle=False) as z:
-            same = all(c in z and z[c].shape == cols[c].shape and np.array_equal(z[c], cols[c])
-                       for c in ROW_COLUMNS)
-            if same:
-                cyc = np.asarray(z["cycles"], np.float64)
-                if not (full and np.isposinf(cyc).any()):    # full labels asked, pruned ones cached
-                    return case, table, cyc
+    cached = _load_npz(path)
+    if cached is not None:
+        same = all(c in cached and cached[c].shape == cols[c].shape and np.array_equal(cached[c], cols[c])
+                   for c in ROW_COLUMNS)
+        if same and "cycles" in cached:
+            cyc = np.asarray(cached["cycles"], np.float64)
+            if not (full and np.isposinf(cyc).any()):    # full labels asked, pruned ones cached
+                return case, table, cyc
     bound = None if full else _bound(case, table, backend)
     if bound is None:
         cyc = label(case, table, np.arange(n), backend, progress)[:, 0]
@@ -137,7 +162,7 @@ def exhaustive(backend: Backend, kernel: str, shape, cache_dir: str | None = Non
             if np.isfinite(got).any():
                 best = min(best, float(np.nanmin(got)))
     if path is not None:
-        np.savez(path, cycles=cyc, **cols)
+        _save_npz(path, cycles=cyc, **cols)
     return case, table, cyc
 
 
@@ -151,7 +176,7 @@ def label_pruned(case, table: DraftTable, cyc: np.ndarray, idx, backend: Backend
     cyc[todo] = label(case, table, todo, backend)[:, 0]
     path = _cache_path(backend, case, cache_dir)
     if path is not None:
-        np.savez(path, cycles=cyc, **_table_cols(table))
+        _save_npz(path, cycles=cyc, **_table_cols(table))
 
 
 def evaluate_case(model, backend: Backend, kernel: str, shape, top_k: int = 8,

@@ -253,7 +253,9 @@ class CostModel:
                            base_log(X, self.hp["base"]), self.bound)
 
     def save(self, path: str) -> None:
-        """Write the model to `path` (msgpack; see module docstring)."""
+        """Write the model to `path` (msgpack; see module docstring), atomically
+        (`pimjax.durable.atomic_write`: a reader sees the old file or the new one)."""
+        from ..durable import atomic_write
         state = nnx.to_pure_dict(nnx.state(self.net, nnx.Param))
         meta = dict(self.meta, format=FORMAT_VERSION, n_features=self.n_features, hidden=list(self.hidden),
                     hp=self.hp, fitted=self.fitted, feature_names=list(FEATURE_NAMES)
@@ -267,8 +269,7 @@ class CostModel:
         blob = {"params": jax.tree.map(np.asarray, state),
                 "norm": norm,
                 "meta": json.dumps(meta, sort_keys=True)}
-        with open(path, "wb") as f:
-            f.write(serialization.msgpack_serialize(blob))
+        atomic_write(path, serialization.msgpack_serialize(blob))
 
     @classmethod
     def load(cls, path: str) -> "CostModel":

@@ -8,8 +8,10 @@ labels, and a copy of the shipped model is fine-tuned on them.  Opt-in.
     tuner = Tuner(model=model)                   # ranks with the refined copy
 
 * `LabelStore` -- JSON lines, one per simulated draft: {"family", "group",
-  "x": [F features], "cycles"} (no pickle).  Appends only.  A line that
-  cannot be read (a torn write, another pimjax's feature width) is skipped;
+  "x": [F features], "cycles"} (no pickle), each with its checksum
+  (`pimjax.durable`).  Appends, compacted to the newest half past `max_bytes`.
+  A line that cannot be read (a torn write, a corrupt byte, another pimjax's
+  feature width) is skipped with a `CorruptStateWarning`;
   a file that cannot be read at all is reported with a warning, moved aside
   to `<path>.corrupt` and started again -- the tuning cache's rule
   (`search.cache`): never a crash, never silently wrong labels.
@@ -21,7 +23,6 @@ labels, and a copy of the shipped model is fine-tuned on them.  Opt-in.
 """
 from __future__ import annotations
 
-import json
 import os
 import threading
 import warnings
@@ -32,69 +33,87 @@ from .features import F
 
 
 class LabelStore:
-    """Simulated drafts as cost-model labels, appended to a JSON-lines file."""
+    """Simulated drafts as cost-model labels, appended to a JSON-lines file
+    (`pimjax.durable`: checksummed lines, one locked write per `append`) of
+    at most `max_bytes` (default `MAX_BYTES`, 256 MiB, ~300 000 labels): an
+    append that takes the file past it compacts the file to its newest labels
+    within half of it (the oldest evicted, torn lines dropped;
+    `durable.rewrite_records`, under the file's lock, so a concurrent append
+    is not lost)."""
 
-    def __init__(self, path: str):
+    MAX_BYTES = 256 << 20
+
+    def __init__(self, path: str, max_bytes: int | None = None):
         self.path = os.path.expanduser(path)
+        self.max_bytes = int(max_bytes or self.MAX_BYTES)
+        if self.max_bytes < 1:
+            raise ValueError(f"LabelStore(max_bytes={max_bytes!r}): a positive number of bytes")
         self._lock = threading.Lock()
 
     def append(self, family: str, group: str, X: np.ndarray, cycles) -> int:
         """Append rows X [n, F] with their simulated cycles [n] (rows whose
-        cycles are not finite and > 0 are left out); returns rows written."""
+        cycles are not finite and > 0 are left out); returns rows written
+        (on disk when it returns)."""
+        from ..durable import append_records, encode_record, rewrite_records
         X = np.asarray(X, np.float32).reshape(-1, F)
         y = np.asarray(cycles, np.float64).reshape(-1)
         ok = np.isfinite(y) & (y > 0) & np.isfinite(X).all(axis=1)
         if not ok.any():
             return 0
-        lines = [json.dumps({"family": family, "group": group, "x": [float(v) for v in X[i]],
-                             "cycles": float(y[i])}, separators=(",", ":")) for i in np.nonzero(ok)[0]]
+        recs = [{"family": family, "group": group, "x": [float(v) for v in X[i]], "cycles": float(y[i])}
+                for i in np.nonzero(ok)[0]]
+
+        def newest(rows):           # the newest labels within half the bound
+            room, keep = self.max_bytes // 2, 0
+            for r in reversed(rows):
+                room -= len(encode_record(r).encode("utf-8"))
+                if room < 0:
+                    break
+                keep += 1
+            return rows[len(rows) - keep:]
         with self._lock:
-            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             try:
-                with open(self.path, "a") as f:
-                    f.write("\n".join(lines) + "\n")
+                append_records(self.path, recs)
+                if os.path.getsize(self.path) > self.max_bytes:
+                    rewrite_records(self.path, newest)
             except OSError as err:          # labels are a bonus: the compile carries on
                 warnings.warn(f"pimjax label store {self.path} cannot be written ({err})", RuntimeWarning,
                               stacklevel=2)
                 return 0
-        return int(ok.sum())
+        return len(recs)
 
     def read(self, family: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(X [n, F] float32, cycles [n], group ids [n] int) of `family`'s
-        readable rows.  An unreadable file is moved to `<path>.corrupt` with
-        a warning and counts as empty."""
-        if not os.path.exists(self.path):
-            return np.zeros((0, F), np.float32), np.zeros(0), np.zeros(0, np.int64)
-        rows, bad = [], 0
+        readable rows.  Torn or corrupt lines are skipped with a
+        `CorruptStateWarning`; a file none of whose lines is a label is
+        moved to `<path>.corrupt` with a warning and counts as empty."""
+        from ..durable import scan_records, warn_skipped
+        empty = np.zeros((0, F), np.float32), np.zeros(0), np.zeros(0, np.int64)
         try:
-            # a bad byte spoils its line only (replaced, then that line fails to parse and is skipped)
-            with open(self.path, encoding="utf-8", errors="replace") as f:
-                text = f.read()
+            records, bad = scan_records(self.path)
         except OSError as err:
             self._set_aside(f"unreadable ({type(err).__name__}: {err})")
-            return self.read(family)
-        for line in text.splitlines():
-            if not line.strip():
-                continue
+            return empty
+        rows, good = [], 0
+        for r in records:
             try:
-                r = json.loads(line)
                 x = np.asarray(r["x"], np.float32)
                 c = float(r["cycles"])
                 if x.shape != (F,) or not (np.isfinite(c) and c > 0):
                     raise ValueError("width or label")
-            except Exception:  # noqa: BLE001 - a torn or foreign line is skipped, not the file
+            except Exception:  # noqa: BLE001 - a foreign line is skipped, not the file
                 bad += 1
                 continue
+            good += 1
             if r.get("family") == family:
                 rows.append((x, c, str(r.get("group", ""))))
-        if bad and not rows and bad == sum(1 for ln in text.splitlines() if ln.strip()):
-            self._set_aside(f"none of its {bad} lines is a label")
-            return np.zeros((0, F), np.float32), np.zeros(0), np.zeros(0, np.int64)
+        if bad and not good:
+            self._set_aside(f"corrupt: skipped {bad} torn or corrupt entries, none of its lines is a label")
+            return empty
         if bad:
-            warnings.warn(f"pimjax label store {self.path}: skipped {bad} unreadable lines", RuntimeWarning,
-                          stacklevel=2)
+            warn_skipped("label store", self.path, bad, good, stacklevel=2)
         if not rows:
-            return np.zeros((0, F), np.float32), np.zeros(0), np.zeros(0, np.int64)
+            return empty
         groups = {g: i for i, g in enumerate(dict.fromkeys(g for _, _, g in rows))}
         return (np.stack([x for x, _, _ in rows]), np.array([c for _, c, _ in rows]),
                 np.array([groups[g] for _, _, g in rows], np.int64))
@@ -102,6 +121,7 @@ class LabelStore:
     def _set_aside(self, why: str) -> None:
         """Move the store aside under a name no earlier set-aside file holds
         (`<path>.corrupt`, then `.corrupt.1`, ...), so none is overwritten."""
+        from ..durable import CorruptStateWarning
         dest, k = self.path + ".corrupt", 0
         while os.path.exists(dest):
             k += 1
@@ -110,10 +130,10 @@ class LabelStore:
             os.replace(self.path, dest)
         except OSError as err:
             warnings.warn(f"pimjax label store {self.path}: {why}; it cannot be moved aside ({err}): ignored",
-                          RuntimeWarning, stacklevel=3)
+                          CorruptStateWarning, stacklevel=3)
             return
         warnings.warn(f"pimjax label store {self.path}: {why}; moved to {dest} and started again",
-                      RuntimeWarning, stacklevel=3)
+                      CorruptStateWarning, stacklevel=3)
 
 
 def refine(family: str, store: LabelStore, out: str, *, seconds: float = 30.0, steps: int = 500,
@@ -141,8 +161,5 @@ def refine(family: str, store: LabelStore, out: str, *, seconds: float = 30.0, s
     model = CostModel.load(shipped)
     model.update(X, y, g, steps=steps, seconds=seconds)
     model.meta["refined"] = {"rows": int(len(y)), "groups": int(len(np.unique(g))), "store": store.path}
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    tmp = f"{out}.tmp{os.getpid()}"
-    model.save(tmp)
-    os.replace(tmp, out)          # a new file: a hard link elsewhere keeps its old contents
+    model.save(out)               # atomic (a new file: a hard link elsewhere keeps its old contents)
     return Predictor.load(out)

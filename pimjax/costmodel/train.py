@@ -240,8 +240,8 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
     os.makedirs(out_dir, exist_ok=True)
     wpath = os.path.join(out_dir, f"{name}.msgpack")
     model.save(wpath)
-    with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
-        json.dump(summary, f, indent=1, sort_keys=True)
+    from ..durable import atomic_write
+    atomic_write(os.path.join(out_dir, f"{name}.json"), json.dumps(summary, indent=1, sort_keys=True))
     summary["weights"] = wpath
     summary["weights_bytes"] = os.path.getsize(wpath)
     return summary

@@ -1,12 +1,12 @@
 """The tuning cache: decisions keyed by (op signature, shapes, dtypes,
-backend fingerprint, options), in memory and optionally in a JSON file (a
-corrupted file is reported with a warning and rebuilt, never a crash)."""
+backend fingerprint, options), in memory and optionally in a JSON file
+written crash-safely (`pimjax.durable`; a corrupted file is reported with a
+`CorruptStateWarning` and rebuilt, never a crash), bounded to `max_entries`."""
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
-import os
 import threading
 import warnings
 from dataclasses import asdict
@@ -78,36 +78,46 @@ def draft_from_dict(d: dict) -> Draft:
 
 class TuneCache:
     """Chosen drafts by cache key: in memory, and in a JSON file when `path`
-    is given (written after every new entry).
+    is given (written after every new entry), at most `max_entries` of them.
 
-    Several tuners may share one file (threads or processes): a write locks
-    the file (`fcntl.flock` on `<path>.lock`), merges the entries already on
-    disk with this cache's, and replaces the file through its own temporary
-    file.  An entry that cannot be read (another pimjax version's draft) is
-    dropped alone, with a warning; a file that cannot be written warns and
-    the cache carries on in memory."""
+    Bound: above `max_entries` (default `MAX_ENTRIES`) the entries put
+    longest ago are evicted, in memory and in the file (the file keeps its
+    entries oldest first).  Several tuners may share one file (threads or
+    processes): a write locks it (`durable.locked`: `flock` on
+    `<path>.lock`), merges the entries already on disk with the ones this
+    cache put, and replaces the file atomically (`durable.atomic_write`:
+    temporary file, fsync, rename), so a process killed at any point leaves
+    the previous file or the new one, and no writer loses another's entries.
+    An entry that cannot be read (another pimjax version's draft) is dropped
+    alone, with a `CorruptStateWarning`; a file that cannot be written warns
+    and the cache carries on in memory."""
 
-    def __init__(self, path: str | None = None):
+    MAX_ENTRIES = 4096
+
+    def __init__(self, path: str | None = None, max_entries: int | None = None):
         self.path = path
+        self.max_entries = int(max_entries or self.MAX_ENTRIES)
+        if self.max_entries < 1:
+            raise ValueError(f"TuneCache(max_entries={max_entries!r}): a positive number of entries")
         self.entries: dict[str, dict] = {}
+        self._new: dict[str, dict] = {}          # put since the last write, oldest first
         self._lock = threading.Lock()
         if path:
             self.entries = self._read(warn=True)
 
     def _read(self, warn: bool) -> dict:
-        """The valid entries of the file ({} when it is absent or unreadable)."""
-        def say(msg):
-            if warn:
-                warnings.warn(f"pimjax tuning cache {self.path}: {msg}", RuntimeWarning, stacklevel=3)
-        try:
-            with open(self.path) as f:
-                data = json.load(f)
-            if not isinstance(data, dict):
-                raise ValueError("top level is not an object")
-        except FileNotFoundError:
+        """The valid entries of the file, oldest first ({} when it is absent or unreadable)."""
+        from ..durable import CorruptStateWarning, read_json
+        with warnings.catch_warnings():
+            if not warn:
+                warnings.simplefilter("ignore", CorruptStateWarning)
+            data = read_json(self.path, "tuning cache")
+        if data is None:
             return {}
-        except Exception as err:  # noqa: BLE001 - any corruption means: start over
-            say(f"unreadable ({err}); recompiling and rewriting it")
+        if not isinstance(data, dict):
+            if warn:
+                warnings.warn(f"pimjax tuning cache {self.path}: top level is not an object; recompiling "
+                              "and rewriting it", CorruptStateWarning, stacklevel=3)
             return {}
         good = {}
         for k, v in data.items():
@@ -116,8 +126,9 @@ class TuneCache:
                 good[k] = v
             except Exception:  # noqa: BLE001 - one stale entry is dropped, not the file
                 pass
-        if len(good) < len(data):
-            say(f"dropped {len(data) - len(good)} of {len(data)} entries it cannot read (another version?)")
+        if warn and len(good) < len(data):
+            warnings.warn(f"pimjax tuning cache {self.path}: dropped {len(data) - len(good)} of {len(data)} "
+                          "entries it cannot read (another version?)", CorruptStateWarning, stacklevel=3)
         return good
 
     def get(self, key: str) -> dict | None:
@@ -126,33 +137,41 @@ class TuneCache:
     def drop(self, key: str) -> None:
         """Forget an entry that turned out stale (it is re-tuned and re-put)."""
         self.entries.pop(key, None)
+        self._new.pop(key, None)
 
     def put(self, key: str, record: dict) -> None:
+        """Store `record` (a JSON-able dict with a "draft") under `key`, as the newest entry;
+        written through to the file when there is one (the put has returned: it is on disk)."""
         with self._lock:
+            self.entries.pop(key, None)
             self.entries[key] = record
+            self._new.pop(key, None)
+            self._new[key] = record
+            self._new = self._bounded(self._new)    # an unwritable file: the newest still wait
             if self.path:
                 try:
                     self._write()
                 except OSError as err:
                     warnings.warn(f"pimjax tuning cache {self.path} cannot be written ({err}); "
                                   "keeping it in memory", RuntimeWarning, stacklevel=2)
+            self.entries = self._bounded(self.entries)
+
+    def _bounded(self, entries: dict) -> dict:
+        """The newest `max_entries` of `entries` (oldest first)."""
+        extra = len(entries) - self.max_entries
+        return dict(list(entries.items())[extra:]) if extra > 0 else entries
 
     def _write(self) -> None:
-        import fcntl
-        import tempfile
-        folder = os.path.dirname(os.path.abspath(self.path))
-        with open(f"{self.path}.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            merged = {**self._read(warn=False), **self.entries}
-            fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(self.path) + ".", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w") as f:
-                    json.dump(merged, f, indent=1, sort_keys=True, allow_nan=False)
-                os.replace(tmp, self.path)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
+        from ..durable import atomic_write, locked, sweep_temporaries
+        with locked(self.path):
+            sweep_temporaries(self.path)            # a killed writer's temporary file
+            merged = self._read(warn=False)
+            for k, v in self._new.items():          # ours are the newest: to the end
+                merged.pop(k, None)
+                merged[k] = v
+            merged = self._bounded(merged)
+            atomic_write(self.path, json.dumps(merged, indent=1, allow_nan=False))
+        self._new = {}
         self.entries = merged
 
     def __len__(self) -> int:

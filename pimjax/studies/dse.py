@@ -24,7 +24,11 @@ file (never pickled) at once, keyed by the point's label,
 `search.cache.backend_fingerprint` and a digest of the run's settings (the
 function's name, the arguments' shapes and dtypes, tuner, placement,
 resident); a later call with the same file and settings skips the points it
-holds, and one with other settings runs them again.
+holds, and one with other settings runs them again.  The file is written
+crash-safely (`pimjax.durable`: each point's rows in one locked append of
+checksummed lines, fsynced): a process killed mid-write costs at most the
+point it was writing, which runs again; torn lines are skipped with a
+`CorruptStateWarning`.
 
 Scale-out: `processes=N` compiles points in N spawned worker processes
 (`concurrent.futures`); `shard=(i, n)` or `shard="jax"` (after
@@ -51,8 +55,6 @@ engine times every stream of every variant).
 from __future__ import annotations
 
 import itertools
-import json
-import os
 import time
 
 import numpy as np
@@ -114,22 +116,40 @@ def _settings_digest(fn, args, tuner, placement, resident) -> str:
 
 
 def _load(path: str | None) -> dict:
+    """{(point, fingerprint): its rows} of a results file.  A point counts only with all its
+    rows intact (each row carries `point_rows`, how many its point wrote at once): one torn by
+    an interrupt runs again.  A point written twice (two processes sharing the file ran it)
+    answers with its first complete copy.  Torn or corrupt lines are skipped with a
+    `durable.CorruptStateWarning`."""
+    from pimjax.durable import read_records          # absolute: this module moves to pimjax/studies/
     done: dict = {}
-    if path is None or not os.path.exists(path):
+    if path is None:
         return done
-    with open(path) as fh:
-        for n, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                row = json.loads(line)
-                done.setdefault((row["point"], row["fingerprint"]), []).append(row)
-            except (json.JSONDecodeError, KeyError, TypeError):     # a torn last line from an interrupt
-                import warnings
-                warnings.warn(f"explore results {path}:{n} is not a result row; ignored (that point runs again)",
-                              RuntimeWarning, stacklevel=3)
-    return done
+    groups: dict = {}
+    legacy: dict = {}
+    for row in read_records(path, "explore results"):
+        if "point" not in row or "fingerprint" not in row:
+            continue
+        key = (row["point"], row["fingerprint"])
+        if key in done:
+            continue
+        n = row.pop("point_rows", None)
+        if n is None:                                   # written before point_rows: taken as it is
+            legacy.setdefault(key, []).append(row)
+            continue
+        got = groups.setdefault(key, {})
+        got.setdefault(row.get("timing"), row)
+        if len(got) == n:
+            done[key] = sorted(got.values(), key=lambda r: -1 if r.get("timing") is None else r["timing"])
+            del groups[key]
+    cut = [k for k in groups if k not in done]
+    if cut:                                             # lines intact, a point's last rows never written
+        import warnings
+        from pimjax.durable import CorruptStateWarning
+        warnings.warn(f"pimjax explore results {path}: skipped {len(cut)} point(s) whose rows were cut short "
+                      f"({', '.join(p for p, _ in cut[:3])}{', ...' if len(cut) > 3 else ''}); they run again",
+                      CorruptStateWarning, stacklevel=3)
+    return {**legacy, **done}
 
 
 def _row(point: str, fp: str, backend: Backend, ca: dict, tuning_s: float, simulated: int,
@@ -234,9 +254,9 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
 
     def finished(new: list) -> None:
         by_label[new[0]["point"]] = new
-        if results is not None:          # one write per point: a whole line or none survives an interrupt
-            with open(results, "a") as fh:
-                fh.write("".join(json.dumps(r, allow_nan=True) + "\n" for r in new))
+        if results is not None:          # one locked, checksummed append per point (pimjax.durable)
+            from pimjax.durable import append_records
+            append_records(results, [dict(r, point_rows=len(new)) for r in new])
 
     jobs = [(fn, args, label, be, fp, timings.get(label, []), tuner, placement, mesh, resident)
             for label, be, fp in todo]

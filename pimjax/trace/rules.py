@@ -163,6 +163,7 @@ def elementwise_rule(b: Builder, eqn, atoms: list) -> list:
 
 
 _FOLDED: dict[tuple, Lit] = {}
+FOLDED_KEPT = 4096          # folded constants kept (cleared past it: a long run traces many functions)
 
 
 def _fold_constant(eqn, atoms: list[Lit]) -> Lit:
@@ -179,6 +180,8 @@ def _fold_constant(eqn, atoms: list[Lit]) -> Lit:
         value = np.asarray(eqn.primitive.bind(*args, **eqn.params))
         hit = Lit(value.item(), dtype)
         if key is not None:
+            if len(_FOLDED) >= FOLDED_KEPT:
+                _FOLDED.clear()
             _FOLDED[key] = hit
     return hit
 

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import time
 from dataclasses import dataclass
 
@@ -672,20 +671,26 @@ def _table_key(**parts) -> str:
 
 class TableCache:
     """Compiled serving figures (attention per bucket, the dense ladder) by key:
-    in memory for the process, and in a JSON file when `path` is given."""
+    in memory for the process (at most `MAX_ENTRIES`, the oldest evicted), and
+    in a JSON file when `path` is given (`pimjax.durable`: written atomically,
+    merged under a lock with what other processes saved; an unreadable file
+    warns with a `CorruptStateWarning` and is recompiled)."""
     _memory: dict = {}
+    MAX_ENTRIES = 1024
 
     def __init__(self, path: str | None = None):
+        from ...durable import read_json
         self.path = path
         self.entries = TableCache._memory
-        if path and os.path.exists(path):
-            try:
-                with open(path) as f:
-                    self.entries.update(json.load(f))
-            except (OSError, ValueError) as err:
-                import warnings
-                warnings.warn(f"pimjax serving table cache {path} unreadable ({err}); recompiling",
-                              RuntimeWarning, stacklevel=2)
+        if path:
+            data = read_json(path, "serving table cache")
+            if isinstance(data, dict):
+                self.entries.update(data)
+                self._bound()
+
+    def _bound(self) -> None:
+        for k in list(self.entries)[:max(0, len(self.entries) - self.MAX_ENTRIES)]:
+            del self.entries[k]
 
     def get(self, key: str):
         """The figures stored under `key` (a `_table_key` digest), or None."""
@@ -693,16 +698,25 @@ class TableCache:
 
     def put(self, key: str, value) -> None:
         """Store JSON-able figures under `key` (in memory; `save` writes the file)."""
+        self.entries.pop(key, None)
         self.entries[key] = value
+        self._bound()
 
     def save(self) -> None:
-        """Write every entry to `path` (atomically, through a temporary file); no-op without a path."""
+        """Write every entry to `path`, merged with the entries other processes saved there
+        (under `durable.locked`, replaced atomically); no-op without a path."""
         if not self.path:
             return
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.entries, f)
-        os.replace(tmp, self.path)
+        from ...durable import atomic_write, locked, read_json, sweep_temporaries
+        import warnings
+        with locked(self.path):
+            sweep_temporaries(self.path)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                disk = read_json(self.path, "serving table cache")
+            merged = {**(disk if isinstance(disk, dict) else {}), **self.entries}
+            merged = dict(list(merged.items())[-self.MAX_ENTRIES:])
+            atomic_write(self.path, json.dumps(merged))
 
 
 def attention_figures(shard, part_backend: Backend, buckets: list[int], tuner, *, mha: bool = False,

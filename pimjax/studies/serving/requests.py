@@ -156,8 +156,10 @@ class Requests:
         return df
 
     def to_csv(self, path: str) -> None:
-        """Write the trace as CSV (the columns of `to_frame`, no index)."""
-        self.to_frame().to_csv(path, index=False)
+        """Write the trace as CSV (the columns of `to_frame`, no index), atomically
+        (`pimjax.durable.atomic_write`)."""
+        from ...durable import atomic_write
+        atomic_write(path, self.to_frame().to_csv(index=False))
 
     @property
     def max_context(self) -> int:
