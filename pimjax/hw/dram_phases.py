@@ -48,6 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from .dram_rules import (ACTS, ALLBANK_COLUMNS, ARRAY_COLUMNS, BANK_COLUMNS, COLUMNS, N_LAT, NAMES, PRECHARGES,
                          READS, RULES, SCHEDULE, WRITES, Rule)
@@ -225,6 +226,23 @@ assert len(PICKS) == 36, sorted(PICKS)      # every read has its constant above
 # the refresh schedule: entries of the compiled vector that are not rules
 _SCHED = {n: len(RULES) + k for k, (n, _) in enumerate(SCHEDULE)}
 REF_INTERVAL, REF_FIRST, REF_WAVE = _SCHED["REFI"], _SCHED["REF0"], _SCHED["REFW"]
+
+
+@njit(nogil=True, cache=True, inline="always")
+def column_gap(last_allbank, allbank, same_bg):
+    """Phase column: the read that spaces a column after the channel's last
+    column, by their kinds (all-bank or not) and bank groups (a rule index;
+    compiled, and callable from Python)."""
+    if last_allbank:
+        return GAP_AB if allbank else (GAP_AB_L if same_bg else GAP_AB_S)
+    return GAP_L if same_bg else GAP_S
+
+
+@njit(nogil=True, cache=True, inline="always")
+def column_spacing(allbank, streamed):
+    """Phase column: the read that spaces a record's n columns: all-bank;
+    to alternating bank groups (`streamed`, a host stream); to one bank."""
+    return SPACE_AB if allbank else (SPACE_S if streamed else SPACE_L)
 
 
 def _rows(phase: str) -> np.ndarray:
