@@ -92,6 +92,56 @@ def _after(x, chains, k, n):
     return x
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _bucket(rec, i):
+    """The report bucket record i's time goes to: resident placement,
+    leading rearrangement, read-back, rearrangement, compute."""
+    if rec[5, i] == 1:
+        return 4
+    if rec[6, i] == 1:
+        return 0
+    if rec[4, i] == READBACK:
+        return 3
+    if rec[4, i] == REARRANGE:
+        return 1
+    return 2
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _pre_ready(t, b_act, b_rd, b_wr, b):
+    """Phase row open: when bank b may be precharged (tRAS after its ACT,
+    tRTP after its last read, the write recovery after its last write)."""
+    return max(b_act[b] + t[PRE_AFTER_ACT], b_rd[b] + t[PRE_AFTER_RD], b_wr[b] + t[PRE_AFTER_WR])
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _oldest(faw):
+    """The oldest of the last four ACTs (the tFAW window's slot to replace)."""
+    k = 0
+    for j in range(1, 4):
+        if faw[j] < faw[k]:
+            k = j
+    return k
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _activation(t, ready, b_act, bg_act, last_act, faw, b, bg, k):
+    """Phase row open: an ACT of bank b no earlier than `ready`, tRC after
+    its last ACT, tRRD after the bank group's / channel's, in the window."""
+    return max(ready, b_act[b] + t[ACT_AFTER_ACT], bg_act[bg] + t[ACT_AFTER_ACT_BG], last_act + t[ACT_AFTER_ACT_CH],
+               faw[k] + t[ACT_WINDOW])
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _column_end(t, chains, t_last, allbank, write):
+    """Phase end of a column record: its data back / in, or its slot."""
+    if allbank:
+        return t_last + t[END_AB]
+    if write:
+        return _after(t_last, chains, END_WR, N_WR_END)
+    return _after(t_last, chains, END_RD, N_RD_END)
+
+
 @njit(nogil=True, cache=True)
 def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts):
     """Time records lo:hi of `rec` ([8, M] int32, RECORD_FIELDS) with the
@@ -142,20 +192,13 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
             row0 = rec[2, i]
             if is_col and not allbank and row0 >= 0 and open_row[b0] != row0:
                 if open_row[b0] >= 0:
-                    ready0 = max(b_act[b0] + t[PRE_AFTER_ACT], b_rd[b0] + t[PRE_AFTER_RD],
-                                 b_wr[b0] + wr_pre) + t[ACT_AFTER_PRE]
+                    ready0 = _pre_ready(t, b_act, b_rd, b_wr, b0) + t[ACT_AFTER_PRE]
                 else:
                     ready0 = b_ready[b0]
                 ready0 = max(ready0, ref_end, 0.0)
                 if cls[op, WAIT] == 1 or rec[7, i] == 1:
                     ready0 = max(ready0, t_end)
-                k0 = 0
-                for j in range(1, 4):
-                    if faw[j] < faw[k0]:
-                        k0 = j
-                act0 = max(ready0, b_act[b0] + t[ACT_AFTER_ACT], bg_act[b0 // per_bg] + t[ACT_AFTER_ACT_BG],
-                           last_act + t[ACT_AFTER_ACT_CH],
-                           faw[k0] + t[ACT_WINDOW])
+                act0 = _activation(t, ready0, b_act, bg_act, last_act, faw, b0, b0 // per_bg, _oldest(faw))
                 if act0 < min(start, last_act + t[REF_WAVE]):
                     due = False
         if due:
@@ -182,18 +225,13 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
             if need:
                 per_bank = float(banks) if allbank else 1.0
                 if open_row[b] >= 0:
-                    ready = max(b_act[b] + t[PRE_AFTER_ACT], b_rd[b] + t[PRE_AFTER_RD], b_wr[b] + wr_pre) + t[ACT_AFTER_PRE]
+                    ready = _pre_ready(t, b_act, b_rd, b_wr, b) + t[ACT_AFTER_PRE]
                     counts[7] += per_bank
                 else:
                     ready = b_ready[b]
                 ready = max(ready, floor_t)
-                k = 0                                   # the oldest of the last four ACTs
-                for j in range(1, 4):
-                    if faw[j] < faw[k]:
-                        k = j
-                t_act = max(ready, b_act[b] + t[ACT_AFTER_ACT], bg_act[bg] + t[ACT_AFTER_ACT_BG],
-                            last_act + t[ACT_AFTER_ACT_CH],
-                            faw[k] + t[ACT_WINDOW])
+                k = _oldest(faw)
+                t_act = _activation(t, ready, b_act, bg_act, last_act, faw, b, bg, k)
                 open_row[b] = row
                 b_act[b] = t_act
                 bg_act[bg] = t_act
@@ -215,12 +253,7 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
             t0 = max(t0, t_bar)
             spacing = t[column_spacing(allbank, cls[op, STREAM] == 1)]
             t_last = t0 + (n - 1.0) * spacing
-            if allbank:
-                end = t_last + t[END_AB]
-            elif write:
-                end = _after(t_last, chains, END_WR, N_WR_END)
-            else:
-                end = _after(t_last, chains, END_RD, N_RD_END)
+            end = _column_end(t, chains, t_last, allbank, write)
             if write:
                 b_wr[b] = t_last
                 last_wr = t_last
@@ -262,10 +295,7 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
             # after the last column [COL_ORDER], the last GWRITE's only under ACTAB_AFTER_BUF
             t_act = max(floor_t, max(last_arr + t[ACTAB_AFTER_COL], last_buf + t[ACTAB_AFTER_BUF]))
             for b in range(banks):
-                if open_row[b] >= 0:
-                    ready = max(b_act[b] + t[PRE_AFTER_ACT], b_rd[b] + t[PRE_AFTER_RD], b_wr[b] + wr_pre) + t[ACT_AFTER_PRE]
-                else:
-                    ready = b_ready[b]
+                ready = _pre_ready(t, b_act, b_rd, b_wr, b) + t[ACT_AFTER_PRE] if open_row[b] >= 0 else b_ready[b]
                 t_act = max(t_act, ready, b_act[b] + t[ACT_AFTER_ACT])
             if cls[op, STAGGER] == 1:          # one activation per bank group, tFAW apart
                 t_act += (n_bg - 1) * t[ACT_WINDOW]
@@ -287,17 +317,7 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
             counts[7] += float(banks)
 
         # 4. the time the record adds goes to its report bucket
-        delta = max(end - t_end, 0.0)
-        if rec[5, i] == 1:
-            buckets[4] += delta
-        elif rec[6, i] == 1:
-            buckets[0] += delta
-        elif rec[4, i] == READBACK:
-            buckets[3] += delta
-        elif rec[4, i] == REARRANGE:
-            buckets[1] += delta
-        else:
-            buckets[2] += delta
+        buckets[_bucket(rec, i)] += max(end - t_end, 0.0)
         t_end = max(t_end, end)
         if cls[op, DATA_BUS] == 1:
             counts[5] += n
@@ -553,16 +573,7 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
         b = min(max(rec[1, i], 0), banks - 1)
         bg = b // per_bg
         row = rec[2, i]
-        if rec[5, i] == 1:              # 4.'s report bucket
-            kb = 4
-        elif rec[6, i] == 1:
-            kb = 0
-        elif rec[4, i] == READBACK:
-            kb = 3
-        elif rec[4, i] == REARRANGE:
-            kb = 1
-        else:
-            kb = 2
+        kb = _bucket(rec, i)            # 4.'s report bucket
         # 1. refresh between records, for the variants it is due in (an inlined per-variant branch: rare)
         if refresh:
             for v in range(W):
