@@ -324,6 +324,44 @@ def _run_units(units: list, sig: list, run, buckets: list, state_of, shift=None,
         prev = snap
 
 
+def _host_writes(ch: _Channel, buckets: list, seg_base, seg_cols, t_in: int, cc: int, cols: int, banks_used: int,
+                 per_bg: int, interleave_limit: int, horizon: float, steady: bool) -> np.ndarray:
+    """`_walk`'s leading rearrangement: the host writes every column a COMP
+    reads (flat column indices, returned), the banks in turn, in rounds
+    (skipping steady stretches), then a PREA; adds their time to
+    buckets[PRE]."""
+    read = np.zeros(int(seg_base.max()) + cc + 1, bool)
+    for i in range(t_in):
+        base = seg_base[:, :, i].ravel()
+        idx = (base[:, None] + np.arange(int(seg_cols[i]))[None, :]).ravel()
+        read[idx] = True
+    flat = np.nonzero(read)[0]
+    order = bank_order(list(range(banks_used)), per_bg)
+    if len(flat) * banks_used <= interleave_limit:     # one column per record
+        spans = [(int(r), 1) for r in flat // cols]
+        spacing = None
+    else:                                               # runs inside a row, streamed across bank groups
+        first, lengths = row_runs(flat, cols)
+        spans = [(int(r), int(m)) for r, m in zip(first // cols, lengths)]
+        spacing = ch.L[SPACE_S] if streamed(Op.WR, order, per_bg) == Op.WR_S else None
+
+    def write_round(span):
+        r, m = span
+        for b in order:
+            buckets[PRE] += ch.column(b, r, m, True, False, spacing=spacing)
+    # a round's signature: its width and whether it opens a row (a row holds up to `cols` columns)
+    round_sig = [(m, k == 0 or r != spans[k - 1][0]) for k, (r, m) in enumerate(spans)]
+
+    def skip_rounds(dt, last):
+        ch.shift(dt)
+        for b in order:                 # every bank wrote the last skipped round's row
+            ch.open[b] = last[0]
+    _run_units(spans, round_sig, write_round, buckets, lambda: ch.snapshot(horizon), skip_rounds,
+               period=_period(round_sig), steady=steady)
+    buckets[PRE] += ch.prea()
+    return flat
+
+
 def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: int,
           n_bg: int, rr_bursts: int, interleave_limit: int, steady: bool = True,
           compiled: tuple | None = None, class_cores: int = 0,
@@ -354,36 +392,9 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
     # no timing rule looks further back than the sum of the constraints (and the G_ACT stagger)
     horizon = 4.0 * (sum(t[k] for k in RULE_FIELDS) + n_bg * ch.L[ACT_WINDOW])
     # ---- host writes of every column a COMP reads, the banks in turn -----------------
-    read = np.zeros(int(seg_base.max()) + cc + 1, bool)
-    for i in range(t_in):
-        base = seg_base[:, :, i].ravel()
-        idx = (base[:, None] + np.arange(int(seg_cols[i]))[None, :]).ravel()
-        read[idx] = True
-    flat = np.nonzero(read)[0]
-    order = bank_order(list(range(banks_used)), per_bg)
     buckets = [0.0, 0.0, 0.0, 0.0]
-    if len(flat) * banks_used <= interleave_limit:     # one column per record
-        spans = [(int(r), 1) for r in flat // cols]
-        spacing = None
-    else:                                               # runs inside a row, streamed across bank groups
-        first, lengths = row_runs(flat, cols)
-        spans = [(int(r), int(m)) for r, m in zip(first // cols, lengths)]
-        spacing = ch.L[SPACE_S] if streamed(Op.WR, order, per_bg) == Op.WR_S else None
-
-    def write_round(span):
-        r, m = span
-        for b in order:
-            buckets[PRE] += ch.column(b, r, m, True, False, spacing=spacing)
-    # a round's signature: its width and whether it opens a row (a row holds up to `cols` columns)
-    round_sig = [(m, k == 0 or r != spans[k - 1][0]) for k, (r, m) in enumerate(spans)]
-
-    def skip_rounds(dt, last):
-        ch.shift(dt)
-        for b in order:                 # every bank wrote the last skipped round's row
-            ch.open[b] = last[0]
-    _run_units(spans, round_sig, write_round, buckets, lambda: ch.snapshot(horizon), skip_rounds,
-               period=_period(round_sig), steady=steady)
-    buckets[PRE] += ch.prea()
+    flat = _host_writes(ch, buckets, seg_base, seg_cols, t_in, cc, cols, banks_used, per_bg, interleave_limit,
+                        horizon, steady)
     # ---- the kernel -----------------------------------------------------------------------
     gw_banks = [g * per_bg for g in range(n_bg)]
     per_row = max(1, cols // max(1, cc))                 # segments a row holds
