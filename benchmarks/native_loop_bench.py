@@ -4,7 +4,8 @@
 
 1. `_stream` (the one-variant loop: `time_streams`, the tuner's path) against
    `_stream_v` at W = 1 (`time_streams_variants` of one timing): can the
-   one-variant loop be `_stream_v` at one variant (issue 42)?
+   one-variant loop be `_stream_v` at one variant (issue 42)?  And
+   `_stream_v` at W = 32 (a sweep's block), per (record x variant).
 2. with `--before REV`: this tree's `_stream` / `_stream_v` against the
    same functions of `pimjax/sim/native.py` at git revision REV (loaded as a
    module beside this one), on the same records: what a change of the loop
@@ -89,15 +90,26 @@ def _cpu(fns: dict, repeat: int) -> dict:
 
 
 def _runs(mod, be, rec, starts, stops, table):
+    """{loop: (fn, variants)}: fn times every stream (its results for the first variant)."""
     banks, per_bg = be.group.banks, be.group.banks_per_bank_group
     K = len(starts)
+    wide = np.ascontiguousarray(np.repeat(table, WIDE, axis=0))
 
     def one():
         return mod.time_streams(rec, starts, stops, np.zeros(K, np.int64), table, banks, per_bg, True, threads=1)
 
     def v1():
-        return mod.time_streams_variants(rec, starts, stops, table, banks, per_bg, True, threads=1, block=1)
-    return {"_stream": one, "_stream_v (W = 1)": v1}
+        out = mod.time_streams_variants(rec, starts, stops, table, banks, per_bg, True, threads=1, block=1)
+        return {k: v[0] for k, v in out.items()}
+
+    def vw():
+        out = mod.time_streams_variants(rec, starts, stops, wide, banks, per_bg, True, threads=1, block=WIDE)
+        return {k: v[0] for k, v in out.items()}
+    return {"_stream": (one, 1), "_stream_v (W = 1)": (v1, 1), f"_stream_v (W = {WIDE})": (vw, WIDE)}
+
+
+WIDE = 32
+"""Variants of the wide `_stream_v` run (its block: `native.BLOCK`); ns are per (record x variant)."""
 
 
 def _scan_compare(rev: str, repeat: int) -> None:
@@ -145,22 +157,23 @@ def main() -> None:
     mods = {"this tree": native}
     if args.before:
         mods[args.before] = _load_before(args.before)
-    loops = ("_stream", "_stream_v (W = 1)")
+    loops = ("_stream", "_stream_v (W = 1)", f"_stream_v (W = {WIDE})")
     head = f"{'backend':8} {'records':>9} {'loop':18}" + "".join(f" {m + ' ns/rec':>18}" for m in mods)
     head += f" {'/ _stream':>10}" + (f" {'this / ' + args.before:>18}" if args.before else "")
     print(head)
     for name in CASES:
         be, rec, starts, stops, table, live = _records(name, args.per_case)
-        fns, ref = {}, None
+        fns, ref, width = {}, None, {}
         for m, mod in mods.items():
-            for k, fn in _runs(mod, be, rec, starts, stops, table).items():
+            for k, (fn, w) in _runs(mod, be, rec, starts, stops, table).items():
+                width[k] = w
                 out = fn()                          # compiles; every loop gives the same results
                 got = (out["end"].ravel(), out["buckets"].ravel(), out["counts"].ravel())
                 if ref is None:
                     ref = got
                 assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(ref, got)), (m, k)
                 fns[m, k] = fn
-        ns = {key: sec / live * 1e9 for key, sec in _cpu(fns, args.repeat).items()}
+        ns = {key: sec / (live * width[key[1]]) * 1e9 for key, sec in _cpu(fns, args.repeat).items()}
         for k in loops:
             row = f"{name:8} {live:9,} {k:18}" + "".join(f" {ns[m, k]:18.1f}" for m in mods)
             row += f" {ns['this tree', k] / ns['this tree', '_stream']:9.2f}x"
