@@ -77,15 +77,16 @@ def _load_before(rev: str, module: str = "native"):
     return mod
 
 
-def _cpu(fns: dict, repeat: int) -> dict:
-    """Best-of-`repeat` CPU seconds of each fn, the fns taken in turn each
-    round (so a busy moment of the box falls on all of them alike)."""
+def _best(fns: dict, repeat: int, clock=time.process_time) -> dict:
+    """Best-of-`repeat` seconds (`clock`: CPU time by default) of each fn,
+    the fns taken in turn each round (so a busy moment of the box falls on
+    all of them alike)."""
     best = {k: np.inf for k in fns}
     for _ in range(repeat):
         for k, fn in fns.items():
-            t0 = time.process_time()
+            t0 = clock()
             fn()
-            best[k] = min(best[k], time.process_time() - t0)
+            best[k] = min(best[k], clock() - t0)
     return best
 
 
@@ -136,12 +137,7 @@ def _scan_compare(rev: str, repeat: int) -> None:
             outs.append(jax.tree.map(np.asarray, f(rec, t)))      # compiles
             fns[m] = (lambda f=f: jax.block_until_ready(f(rec, t)))
         assert all(np.array_equal(outs[0][k], o[k]) for o in outs for k in outs[0])
-        best = {m: np.inf for m in mods}
-        for _ in range(repeat):
-            for m, fn in fns.items():
-                t0 = time.perf_counter()
-                fn()
-                best[m] = min(best[m], time.perf_counter() - t0)
+        best = _best(fns, repeat, time.perf_counter)
         N, R = rec["op"].shape
         us = {m: best[m] / R * 1e6 for m in mods}
         print(f"{name:8} {f'{N} x {R}':>14}" + "".join(f" {us[m]:18.2f}" for m in mods)
@@ -173,7 +169,7 @@ def main() -> None:
                     ref = got
                 assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(ref, got)), (m, k)
                 fns[m, k] = fn
-        ns = {key: sec / (live * width[key[1]]) * 1e9 for key, sec in _cpu(fns, args.repeat).items()}
+        ns = {key: sec / (live * width[key[1]]) * 1e9 for key, sec in _best(fns, args.repeat).items()}
         for k in loops:
             row = f"{name:8} {live:9,} {k:18}" + "".join(f" {ns[m, k]:18.1f}" for m in mods)
             row += f" {ns['this tree', k] / ns['this tree', '_stream']:9.2f}x"
