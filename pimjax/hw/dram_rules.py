@@ -230,9 +230,12 @@ def _is_jax(v) -> bool:
     return type(v).__module__.startswith("jax") or hasattr(v, "aval")
 
 
-def compile_rules(t, dtype=None):
+def compile_rules(t, dtype=None, rules=None):
     """The dense latency vector of `RULES` (then `SCHEDULE`): [..., N_LAT],
     entry k the latency of rule k (index constants RAS, RP, ... FAW, ...).
+    rules: another table of `Rule`s to compile instead of `RULES` (an
+    edited table, as `hw.dram_phases.derive` resolves one): [..., len(rules)
+    + len(SCHEDULE)].
 
     t: a `Timing` or a mapping of its fields (any of them; at least
     `PARAMS`) to numbers, numpy arrays or jnp arrays / tracers; leaves with
@@ -241,7 +244,8 @@ def compile_rules(t, dtype=None):
     leaves (cast to `dtype` when given, e.g. float32 for the scan), with jnp
     when any leaf is a jax value, else numpy."""
     get = (lambda f: t[f]) if hasattr(t, "keys") else (lambda f: getattr(t, f))
-    raw = {f: get(f) for f in PARAMS}
+    table, exprs, params = (RULES, _EXPRS, PARAMS) if rules is None else _table(rules)
+    raw = {f: get(f) for f in params}
     use_jax = any(_is_jax(v) for v in raw.values())
     if use_jax:
         import jax.numpy as xp
@@ -263,12 +267,20 @@ def compile_rules(t, dtype=None):
         if isinstance(node, ast.Name):
             return vals[node.id]
         return xp.asarray(node.value, out_dtype)
-    cols = [xp.broadcast_to(xp.asarray(ev(tree), out_dtype), shape) for tree, _ in _EXPRS]
+    cols = [xp.broadcast_to(xp.asarray(ev(tree), out_dtype), shape) for tree, _ in exprs]
     # a rule switched off by its `unless` field (1) never binds: its latency is "long ago"
-    for k, r in enumerate(RULES):
+    for k, r in enumerate(table):
         if r.unless is not None:
             cols[k] = xp.where(vals[r.unless] != 0, xp.asarray(NEVER, out_dtype), cols[k]).astype(out_dtype)
     return xp.stack(cols, axis=-1)
+
+
+def _table(rules) -> tuple:
+    """(rules, parsed expressions then SCHEDULE's, the Timing fields they read) of an edited table."""
+    rules = tuple(rules)
+    exprs = tuple(_parse(r.latency) for r in rules) + tuple(_parse(e) for _, e in SCHEDULE)
+    params = set().union(*(names for _, names in exprs), (r.unless for r in rules if r.unless is not None))
+    return rules, exprs, tuple(sorted(params))
 
 
 def _terms(node) -> list:

@@ -35,10 +35,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..hw.core import Backend, Timing, check_timing_batch
-from ..hw.dram_rules import (AB_END, ACTAB_END, BUF_ACT, CCD_AB, CCD_L, CCD_S, CHAIN, FAW, N_LAT, NEVER, PREA_END,
-                              RAS, RC, RCD_RD, RCD_WR, RD_END, REF0, REFI, REFW, RFC, RP, RP_REF, RRD_L, RRD_S, RTP,
-                              RTP_AB, RTW, SIDE_BG, SIDE_END, SIDE_GAP, WR_END, WR_PRE, WTR_L, WTR_S, compile_chains,
-                              compile_rules)
+from ..hw.dram_phases import (ACT_AFTER_ACT, ACT_AFTER_ACT_BG, ACT_AFTER_ACT_CH, ACT_AFTER_PRE, ACT_AFTER_REF,
+                               ACT_WINDOW, ACTAB_AFTER_BUF, ACTAB_AFTER_COL, END_AB, END_ACTAB, END_PREA, END_RD,
+                               END_SIDE, END_WR, FIXED_AFTER_COL, GAP_AB, GAP_AB_L, GAP_AB_S, GAP_L, GAP_S,
+                               PRE_AFTER_ACT, PRE_AFTER_RD, PRE_AFTER_WR, PREA_AFTER_COL, PREALL_AFTER_AB,
+                               RD_AFTER_ACT, RD_AFTER_WR_L, RD_AFTER_WR_S, REF_AFTER_PREREF, REF_FIRST, REF_INTERVAL,
+                               REF_WAVE, SIDE_AFTER_SIDE, SIDE_AFTER_SIDE_BG, SPACE_AB, SPACE_L, SPACE_S,
+                               WR_AFTER_ACT, WR_AFTER_RD)
+from ..hw.dram_rules import CHAIN, N_LAT, NEVER, compile_chains, compile_rules
 from ..lower.program import Phase, Program, Records
 from ..backends import family_of, has_family
 from .engines import check_banks, check_programs, resolve_engine
@@ -161,6 +165,306 @@ def _first(hit):
     return jnp.concatenate(rows)
 
 
+class _Scan:
+    """What every phase of a `scan_lanes` step reads: the latencies as [1, N]
+    rows (L[k]: rule k, `hw.dram_phases` names the reads), the turnarounds'
+    chains, the geometry, the features in use, and the initial state."""
+
+    def __init__(self, t: dict, N: int, banks: int, banks_per_bg: int, refresh: bool, features: tuple):
+        f32, i32 = jnp.float32, jnp.int32
+        self.N, self.banks, self.per_bg, self.n_bg = N, banks, banks_per_bg, max(1, banks // banks_per_bg)
+        self.refresh, self.features = refresh, features
+        # the DRAM rules' latencies (`hw.dram_rules`), [1, N] rows
+        lat = compile_rules(t, f32)
+        self.L = [lat[..., k] for k in range(N_LAT)]
+        # the turnarounds as chains of terms: added term by term, they round as the
+        # rules written out (last_rd + tCL + tBL + tRTRS - tWL) did
+        chains = compile_chains(t, f32)
+        self.C = {k: [chains[..., k, j] for j in range(CHAIN)] for k in (WR_AFTER_RD, RD_AFTER_WR_L, RD_AFTER_WR_S)}
+        self.bank_ids = jnp.arange(banks, dtype=i32)[:, None]
+        self.bg_ids = jnp.arange(self.n_bg, dtype=i32)[:, None]
+        self.zero, self.no = jnp.zeros((1, N), f32), jnp.zeros((1, N), bool)
+        self.one = t["tCK"] / t["tCK"]            # 1, but not a constant XLA can fold
+        L, never, no, zero = self.L, self.never, self.no, self.zero
+        self.initial = dict(
+            open_row=jnp.full((banks, N), -1, i32), t_act=never(banks), pre_ok=never(banks),
+            t_ready=jnp.zeros((banks, N), f32), bg_act=never(self.n_bg), side_bg=never(self.n_bg), faw=never(4),
+            pre_open=never(),
+            last_act=never(), last_col=never(), last_col_bg=jnp.full((1, N), -1, i32), last_allbank=no,
+            last_arr=never(), last_buf=never(),      # the last bank-array column / GWRITE (BUFWR) column
+            last_rd=never(), last_wr=never(), last_wr_bg=jnp.full((1, N), -1, i32), last_side=never(),
+            t_issue=never(), t_bar=never(), t_end=zero, ref_end=never(),
+            next_ref=jnp.where(L[REF_FIRST] > 0, L[REF_FIRST], L[REF_INTERVAL]),
+            # the previous record's bank-state updates, for `_scan_apply` (a NOP to start)
+            u_bank=jnp.zeros((1, N), i32), u_row=jnp.zeros((1, N), i32), u_col=no, u_need=no, u_side=no,
+            u_act_all=no, u_pre_all=no, u_t_all=zero, u_t_act=zero, u_pre=zero, u_r_end=never(), u_reset=no)
+
+    def never(self, rows: int = 1):
+        return jnp.full((rows, self.N), NEVER, jnp.float32)
+
+    def keep(self, v):
+        """v, computed once: a division by a run-time 1 is an op XLA counts
+        as expensive, so it materialises v instead of fusing (recomputing)
+        it into each of the many rows that use it."""
+        return v / self.one
+
+
+def _at(v, i):
+    """v[i[n], n]: a [K, N] table's row i of each lane."""
+    return jnp.take_along_axis(v, i, axis=0)
+
+
+def _scan_apply(c: _Scan, s: dict) -> dict:
+    """(c) the previous record's updates of the [banks, N] / [n_bg, N] /
+    [4, N] state, from the u_* rows it left in the loop state."""
+    L = c.L
+    oh = s["u_bank"] == c.bank_ids
+    ohg = jax.lax.div(s["u_bank"], c.per_bg) == c.bg_ids
+    col, need, act_all, pre_all = oh & s["u_col"], oh & s["u_need"], s["u_act_all"], s["u_pre_all"]
+    new = dict(s)
+    reset = s["u_reset"]
+    # refresh (u_r_end = NEVER without one) closes every bank, a column
+    # opens its row, ACTAB opens `u_row` in every bank and PREA closes them
+    new["open_row"] = jnp.where(reset | pre_all, -1, jnp.where(
+        act_all | (col & (s["u_row"] >= 0)), s["u_row"], jnp.where(s["u_r_end"] > NEVER, -1, s["open_row"])))
+    new["t_act"] = jnp.where(reset, NEVER, jnp.where(act_all, s["u_t_all"],
+                                                      jnp.where(need, s["u_t_act"], s["t_act"])))
+    new["pre_ok"] = jnp.where(reset, NEVER, jnp.where(
+        act_all, jnp.maximum(s["pre_ok"], s["u_t_all"] + L[PRE_AFTER_ACT]),
+        jnp.where(col, s["u_pre"], s["pre_ok"])))
+    new["t_ready"] = jnp.where(reset, 0.0, jnp.where(pre_all, s["u_t_all"] + L[ACT_AFTER_PRE],
+                                                      jnp.maximum(s["t_ready"], s["u_r_end"])))
+    new["bg_act"] = jnp.where(reset, NEVER, jnp.where(ohg & s["u_need"], s["u_t_act"], s["bg_act"]))
+    new["faw"] = jnp.where(reset, NEVER, jnp.where(s["u_need"] & _first(s["faw"] == _rows(jnp.minimum, s["faw"])),
+                                                    s["u_t_act"], s["faw"]))
+    if "side" in c.features:
+        new["side_bg"] = jnp.where(reset, NEVER, jnp.where(ohg & s["u_side"], s["last_side"], s["side_bg"]))
+    return new
+
+
+def _scan_record(c: _Scan, s: dict, x: dict) -> dict:
+    """(a) the record's class flags and the state of its bank / bank group."""
+    flag = partial(flag_of, x["bits"])
+    valid = flag(VALID)
+    bank = jnp.clip(x["bank"], 0, c.banks - 1)
+    bg = jax.lax.div(bank, c.per_bg)
+    return dict(flag=flag, valid=valid, n=x["n"], row=x["row"], bank=bank, bg=bg,
+                is_col=flag(COLUMN) & valid, write=flag(WRITE), allbank=flag(ALLBANK),
+                act_all=flag(ACT_ALL) & valid, pre_all=flag(PRE_ALL) & valid,
+                side=flag(SIDE) & valid, fixed=flag(FIXED), wait=flag(WAIT),
+                row_b=_at(s["open_row"], bank), pre_b=_at(s["pre_ok"], bank), ready_b=_at(s["t_ready"], bank),
+                t_act_b=_at(s["t_act"], bank), bg_act_b=_at(s["bg_act"], bg))
+
+
+def _scan_refresh(c: _Scan, s: dict, g: dict) -> dict:
+    """Phase refresh, at a record boundary: every bank closed and busy until
+    r_end, and -- commands issue in order -- nothing after it starts before
+    r_end, whichever record it fell on (a barrier or a data movement record
+    does not touch the banks itself).  Then the record's floor (a barrier:
+    every earlier record ended)."""
+    L, zero = c.L, c.zero
+    floor_t, do_ref, r_end, next_ref, ref_end = zero, c.no, c.never(), s["next_ref"], s["ref_end"]
+    if c.refresh:
+        do_ref = g["valid"] & (s["t_end"] >= s["next_ref"])
+        # the refresh precharges like a PREA (tRTP_L after an all-bank MAC)
+        after_mac = jnp.where(s["last_allbank"], s["last_col"] + L[PREALL_AFTER_AB], NEVER)
+        r_start = jnp.maximum(jnp.maximum(s["next_ref"], s["pre_open"]), after_mac)
+        # a due refresh waits past a wave of fresh activations: a single-bank record whose ACT
+        # can issue within tREFW of the last ACT and before every open bank may be precharged
+        # (the controller keeps issuing while the refresh waits for its PREs; timing.py, 1)
+        open0 = g["row_b"] >= 0
+        need0 = g["is_col"] & ~g["allbank"] & (g["row"] >= 0) & (jnp.where(open0, g["row_b"], -1) != g["row"])
+        ready0 = jnp.maximum(jnp.where(open0, g["pre_b"] + L[ACT_AFTER_PRE], g["ready_b"]),
+                             jnp.maximum(zero, s["ref_end"]))
+        ready0 = jnp.where(g["wait"], jnp.maximum(ready0, s["t_end"]), ready0)
+        act0 = _activation(c, s, g, ready0)
+        do_ref = do_ref & ~(need0 & (act0 < jnp.minimum(r_start, s["last_act"] + L[REF_WAVE])))
+        r_end = r_start + L[REF_AFTER_PREREF] + L[ACT_AFTER_REF]
+        missed = jnp.floor((s["t_end"] - s["next_ref"]) / L[REF_INTERVAL])
+        next_ref = jnp.where(do_ref, next_ref + L[REF_INTERVAL] * (1.0 + missed), next_ref)
+        ref_end = jnp.where(do_ref, r_end, ref_end)
+        floor_t = jnp.maximum(zero, ref_end)
+        r_end = jnp.where(do_ref, r_end, NEVER)
+    # a barrier (WAIT class or a host sync point): nothing of this record
+    # -- row commands included -- before every earlier record has ended
+    floor_t = c.keep(jnp.where(g["wait"], jnp.maximum(floor_t, s["t_end"]), floor_t))
+    return dict(do_ref=do_ref, r_end=r_end, next_ref=next_ref, ref_end=ref_end, floor_t=floor_t,
+                pre_open=jnp.where(do_ref, NEVER, s["pre_open"]))
+
+
+def _activation(c: _Scan, s: dict, g: dict, ready):
+    """Phase row open: an ACT of the record's bank no earlier than `ready`
+    (its precharge done), tRC after its last ACT, tRRD after the bank
+    group's / channel's, and within the tFAW window."""
+    L = c.L
+    return jnp.maximum(jnp.maximum(jnp.maximum(ready, g["t_act_b"] + L[ACT_AFTER_ACT]),
+                                   g["bg_act_b"] + L[ACT_AFTER_ACT_BG]),
+                       jnp.maximum(s["last_act"] + L[ACT_AFTER_ACT_CH], _rows(jnp.minimum, s["faw"]) + L[ACT_WINDOW]))
+
+
+def _scan_row_open(c: _Scan, s: dict, g: dict, r: dict) -> dict:
+    """Phase row open: the implicit PRE + ACT of a column record to a
+    closed / other row."""
+    is_open = (g["row_b"] >= 0) & ~r["do_ref"]
+    need = g["is_col"] & (g["row"] >= 0) & (jnp.where(is_open, g["row_b"], -1) != g["row"])
+    ready_b = jnp.where(is_open, g["pre_b"] + c.L[ACT_AFTER_PRE], jnp.maximum(g["ready_b"], r["r_end"]))
+    ready_b = jnp.maximum(ready_b, r["floor_t"])
+    return dict(is_open=is_open, need=need, t_act=c.keep(_activation(c, s, g, ready_b)))
+
+
+def _scan_all_bank(c: _Scan, s: dict, g: dict, r: dict) -> tuple:
+    """Phase all-bank: (ACTAB / G_ACT time, PREA time)."""
+    L, zero = c.L, c.zero
+    t_actall = t_preall = zero
+    floor_t = r["floor_t"]
+    if "act_all" in c.features:
+        opened = s["open_row"] >= 0
+        ready_all = jnp.where(r["do_ref"], jnp.maximum(_rows(jnp.maximum, s["t_ready"]), r["r_end"]),
+                              _rows(jnp.maximum, jnp.where(opened, s["pre_ok"] + L[ACT_AFTER_PRE], s["t_ready"])))
+        ready_all = jnp.maximum(ready_all, _rows(jnp.maximum, s["t_act"]) + L[ACT_AFTER_ACT])   # ACT -> ACT: tRC
+        # after the last column [COL_ORDER]; after the last GWRITE only under BUF_ACT
+        after_cols = jnp.maximum(s["last_arr"] + L[ACTAB_AFTER_COL], s["last_buf"] + L[ACTAB_AFTER_BUF])
+        t_actall = jnp.maximum(ready_all, jnp.maximum(floor_t, after_cols))
+        # staggered (per bank group, tFAW apart): the last group opens last
+        t_actall = t_actall + jnp.where(g["flag"](STAGGER), (c.n_bg - 1) * L[ACT_WINDOW], 0.0)
+    if "pre_all" in c.features:
+        # in order after the last column [PREA_AFTER_COL: 0]; tRTP_L after an all-bank one (>= 0)
+        last_col_pre = s["last_col"] + jnp.where(s["last_allbank"], L[PREALL_AFTER_AB], L[PREA_AFTER_COL])
+        t_preall = jnp.maximum(r["pre_open"], jnp.maximum(floor_t, last_col_pre))
+    return t_actall, t_preall
+
+
+def _scan_column(c: _Scan, s: dict, g: dict, r: dict, o: dict) -> tuple:
+    """Phase column: (the record's last column, its end -- phase end of a
+    column record)."""
+    L, C = c.L, c.C
+    write, allbank, bg, n = g["write"], g["allbank"], g["bg"], g["n"]
+    rcd = jnp.where(write, L[WR_AFTER_ACT], L[RD_AFTER_ACT])
+    col_ready = jnp.where(o["need"], o["t_act"] + rcd, jnp.maximum(g["t_act_b"] + rcd, r["floor_t"]))
+    same_col_bg = bg == s["last_col_bg"]
+    spacing_prev = jnp.where(s["last_allbank"],
+                             jnp.where(allbank, L[GAP_AB], jnp.where(same_col_bg, L[GAP_AB_L], L[GAP_AB_S])),
+                             jnp.where(same_col_bg, L[GAP_L], L[GAP_S]))
+    t0 = jnp.maximum(col_ready, s["last_col"] + spacing_prev)
+    rd_to_wr = s["last_rd"]
+    wr_to_rd = s["last_wr"]
+    same_bg = bg == s["last_wr_bg"]
+    for j in range(CHAIN):
+        rd_to_wr = rd_to_wr + C[WR_AFTER_RD][j]
+        wr_to_rd = wr_to_rd + jnp.where(same_bg, C[RD_AFTER_WR_L][j], C[RD_AFTER_WR_S][j])
+    t0 = jnp.where(write, jnp.maximum(t0, rd_to_wr), jnp.maximum(t0, wr_to_rd))
+    t0 = jnp.where(g["wait"], jnp.maximum(t0, s["t_end"]), t0)
+    t0 = jnp.maximum(t0, s["t_bar"])
+    spacing = jnp.where(allbank, L[SPACE_AB], jnp.where(g["flag"](STREAM), L[SPACE_S], L[SPACE_L]))
+    t_last = c.keep(t0 + (n - 1.0) * spacing)
+    col_end = jnp.where(allbank, t_last + L[END_AB], t_last + jnp.where(write, L[END_WR], L[END_RD]))
+    return t_last, col_end
+
+
+def _scan_side(c: _Scan, s: dict, g: dict, r: dict) -> dict:
+    """Phase side: AttAcc's data-movement datapath, and fixed latencies."""
+    L, zero, n = c.L, c.zero, g["n"]
+    side_gap = L[SIDE_AFTER_SIDE]
+    s0 = side_last = side_end = f0 = zero
+    if "side" in c.features:
+        s0 = jnp.maximum(jnp.maximum(s["last_side"] + side_gap, r["floor_t"]),
+                         jnp.maximum(_at(s["side_bg"], g["bg"]) + L[SIDE_AFTER_SIDE_BG], s["t_bar"]))
+        s0 = jnp.where(g["wait"], jnp.maximum(s0, s["t_end"]), s0)
+        side_last = s0 + (n - 1.0) * jnp.maximum(side_gap, L[SIDE_AFTER_SIDE_BG])
+        side_end = jnp.where(g["fixed"], s0 + n, side_last + L[END_SIDE])
+    fixed_plain = g["fixed"] & ~g["side"] & g["valid"]
+    if "fixed" in c.features:
+        f0 = jnp.maximum(jnp.maximum(s["last_col"] + L[FIXED_AFTER_COL], s["t_end"]),
+                         jnp.maximum(r["floor_t"], s["t_bar"]))
+    return dict(s0=s0, side_last=side_last, side_end=side_end, fixed_plain=fixed_plain, f0=f0,
+                side_new=jnp.where(g["side"], jnp.where(g["fixed"], s0 + n - side_gap, side_last), s["last_side"]))
+
+
+def _scan_end(c: _Scan, s: dict, g: dict, col_end, sd: dict, t_actall, t_preall):
+    """Phase end: the record's end time, by its class."""
+    L, n = c.L, g["n"]
+    end = jnp.where(g["is_col"], col_end,
+                    jnp.where(g["side"], sd["side_end"],
+                              jnp.where(sd["fixed_plain"], sd["f0"] + n,
+                                        jnp.where(g["act_all"], t_actall + L[END_ACTAB],
+                                                  jnp.where(g["pre_all"], t_preall + L[END_PREA], s["t_end"])))))
+    return c.keep(jnp.where(g["valid"], end, s["t_end"]))
+
+
+def _scan_update(c: _Scan, s: dict, g: dict, r: dict, o: dict, t_last, sd: dict, t_actall, t_preall, end) -> tuple:
+    """The state after the record (the bank tables one step late, through
+    u_* rows: `_scan_apply`) and the scan's output row (its end time and the
+    timing-dependent command counts)."""
+    L, features = c.L, c.features
+    is_col, write, need, is_open = g["is_col"], g["write"], o["need"], o["is_open"]
+    act_all, pre_all, side, bg = g["act_all"], g["pre_all"], g["side"], g["bg"]
+    # the bank's earliest precharge after this record (a running max:
+    # see `scan_lanes`)
+    pre_col = jnp.maximum(jnp.maximum(g["pre_b"], jnp.where(need, o["t_act"] + L[PRE_AFTER_ACT], NEVER)),
+                          t_last + jnp.where(write, L[PRE_AFTER_WR], L[PRE_AFTER_RD]))
+    new = dict(s)
+    pre_open = jnp.where(is_col & (is_open | need), jnp.maximum(r["pre_open"], pre_col), r["pre_open"])
+    if "act_all" in features:     # every bank opens: pre_ok = max(pre_ok, t_actall + tRAS)
+        pre_open = jnp.where(act_all, jnp.maximum(_rows(jnp.maximum, s["pre_ok"]), t_actall + L[PRE_AFTER_ACT]),
+                             pre_open)
+    new["pre_open"] = jnp.where(pre_all, NEVER, pre_open)
+    rd_col, wr_col = is_col & ~write, is_col & write
+    new["last_act"] = jnp.where(need, jnp.maximum(s["last_act"], o["t_act"]), s["last_act"])
+    new["last_col"] = jnp.where(is_col, t_last, s["last_col"])
+    if "act_all" in features:
+        buf = g["flag"](BUFFER)
+        new["last_arr"] = jnp.where(is_col & ~buf, t_last, s["last_arr"])
+        new["last_buf"] = jnp.where(is_col & buf, t_last, s["last_buf"])
+    new["last_col_bg"] = jnp.where(is_col, bg, s["last_col_bg"])
+    new["last_allbank"] = jnp.where(is_col, g["allbank"], s["last_allbank"])
+    new["last_rd"] = jnp.where(rd_col, t_last, s["last_rd"])
+    new["last_wr"] = jnp.where(wr_col, t_last, s["last_wr"])
+    new["last_wr_bg"] = jnp.where(wr_col, bg, s["last_wr_bg"])
+    if "side" in features:
+        new["last_side"] = sd["side_new"]
+    if "barrier" in features:
+        issued = jnp.where(is_col, t_last, jnp.where(side, sd["side_new"],
+                                                      jnp.where(sd["fixed_plain"], sd["f0"] + g["n"] - 1.0, NEVER)))
+        new["t_issue"] = jnp.maximum(s["t_issue"], issued)
+        new["t_bar"] = jnp.where(g["flag"](BARRIER) & g["valid"], jnp.maximum(s["t_bar"], s["t_issue"] + 1.0),
+                                 s["t_bar"])
+    new["t_end"] = jnp.maximum(s["t_end"], end)
+    new["next_ref"] = r["next_ref"]
+    if c.refresh:
+        new["ref_end"] = r["ref_end"]
+    new.update(u_bank=g["bank"], u_row=g["row"], u_col=is_col, u_need=need, u_t_act=o["t_act"], u_pre=pre_col,
+               u_r_end=r["r_end"])
+    if "side" in features:
+        new["u_side"] = side
+    if "act_all" in features or "pre_all" in features:
+        new.update(u_act_all=act_all, u_pre_all=pre_all, u_t_all=jnp.where(act_all, t_actall, t_preall))
+    # the end time and the timing-dependent command counts (implicit ACT,
+    # REF, implicit PRE) as bits of one row
+    ys = jnp.concatenate([new["t_end"], jnp.where(need, 1.0, 0.0) + jnp.where(r["do_ref"], 2.0, 0.0)
+                          + jnp.where(need & is_open, 4.0, 0.0)])
+    # after the last record of a stream the lane starts over from the
+    # initial state (the bank tables through `_scan_apply`, from u_reset)
+    last = g["flag"](LAST)
+    # (rows this step never changes -- those of timing features the
+    # records do not use -- stay loop-invariant, which XLA hoists)
+    new = {k: v if k in TABLES or v is s[k] else jnp.where(last, c.initial[k], v) for k, v in new.items()}
+    new["u_reset"] = last
+    return new, ys
+
+
+def _scan_step(c: _Scan, s: dict, x: dict) -> tuple:
+    """One record of every lane, phase by phase (`hw.dram_phases`)."""
+    s = _scan_apply(c, s)
+    g = _scan_record(c, s, x)
+    r = _scan_refresh(c, s, g)
+    o = _scan_row_open(c, s, g, r)
+    t_actall, t_preall = _scan_all_bank(c, s, g, r)
+    t_last, col_end = _scan_column(c, s, g, r, o)
+    sd = _scan_side(c, s, g, r)
+    end = _scan_end(c, s, g, col_end, sd, t_actall, t_preall)
+    return _scan_update(c, s, g, r, o, t_last, sd, t_actall, t_preall, end)
+
+
 def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
                features: tuple[str, ...] = ALL_FEATURES, *, n_streams: int | None = None) -> dict:
     """Time many independent record streams in N lanes (semantics:
@@ -183,7 +487,7 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
     N-vectors (SIMD lanes on the CPU).  Each step (a) gathers the state of
     the record's bank, (b) computes the record's times on [1, N] rows and
     (c) writes the bank state back through one-hot selects -- one step late
-    (`apply`), from values carried in the loop state: fused into a
+    (`_scan_apply`), from values carried in the loop state: fused into a
     [banks, N] update, the record's times would be recomputed for every
     bank.  `features` names the timing classes the records use beyond plain
     / all-bank columns (see `features_of`); the step leaves out the others.
@@ -195,234 +499,11 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
     `pre_open`, the latest of them over the open banks (what refresh and
     PREA wait for): banks close only all together (PREA, refresh) or to
     reopen at once (a row miss)."""
-    n_bg = max(1, banks // banks_per_bg)
     N = rec["op"].shape[0]
     f32, i32 = jnp.float32, jnp.int32
     # per-stream values are [1, N] rows (same rank as the [banks, N] fields)
     t = {k: jnp.broadcast_to(jnp.asarray(v, f32), (N,))[None, :] for k, v in t.items()}
-    # the DRAM rules' latencies (`hw.dram_rules`), [1, N] rows
-    lat = compile_rules(t, f32)
-    L = [lat[..., k] for k in range(N_LAT)]
-    # the turnarounds as chains of terms: added term by term, they round as the
-    # rules written out (last_rd + tCL + tBL + tRTRS - tWL) did
-    chains = compile_chains(t, f32)
-    C = {k: [chains[..., k, j] for j in range(CHAIN)] for k in (RTW, WTR_L, WTR_S)}
-    bank_ids = jnp.arange(banks, dtype=i32)[:, None]
-    bg_ids = jnp.arange(n_bg, dtype=i32)[:, None]
-    never = lambda rows=1: jnp.full((rows, N), NEVER, f32)           # noqa: E731
-    zero, no = jnp.zeros((1, N), f32), jnp.zeros((1, N), bool)
-    state = dict(
-        open_row=jnp.full((banks, N), -1, i32), t_act=never(banks), pre_ok=never(banks),
-        t_ready=jnp.zeros((banks, N), f32), bg_act=never(n_bg), side_bg=never(n_bg), faw=never(4),
-        pre_open=never(),
-        last_act=never(), last_col=never(), last_col_bg=jnp.full((1, N), -1, i32), last_allbank=no,
-        last_arr=never(), last_buf=never(),      # the last bank-array column / GWRITE (BUFWR) column
-        last_rd=never(), last_wr=never(), last_wr_bg=jnp.full((1, N), -1, i32), last_side=never(),
-        t_issue=never(), t_bar=never(), t_end=zero, ref_end=never(), next_ref=jnp.where(L[REF0] > 0, L[REF0], L[REFI]),
-        # the previous record's bank-state updates, for `apply` (a NOP to start)
-        u_bank=jnp.zeros((1, N), i32), u_row=jnp.zeros((1, N), i32), u_col=no, u_need=no, u_side=no,
-        u_act_all=no, u_pre_all=no, u_t_all=zero, u_t_act=zero, u_pre=zero, u_r_end=never(), u_reset=no)
-    initial = state                      # where each stream starts
-    one = t["tCK"] / t["tCK"]            # 1, but not a constant XLA can fold
-
-    def keep(v):
-        """v, computed once: a division by a run-time 1 is an op XLA counts
-        as expensive, so it materialises v instead of fusing (recomputing)
-        it into each of the many rows that use it."""
-        return v / one
-    wr_pre = L[WR_PRE]
-    at = lambda v, i: jnp.take_along_axis(v, i, axis=0)               # noqa: E731  v[i[n], n]
-
-    def apply(s):
-        """(c) the previous record's updates of the [banks, N] / [n_bg, N] /
-        [4, N] state, from the u_* rows it left in the loop state."""
-        oh = s["u_bank"] == bank_ids
-        ohg = jax.lax.div(s["u_bank"], banks_per_bg) == bg_ids
-        col, need, act_all, pre_all = oh & s["u_col"], oh & s["u_need"], s["u_act_all"], s["u_pre_all"]
-        new = dict(s)
-        reset = s["u_reset"]
-        # refresh (u_r_end = NEVER without one) closes every bank, a column
-        # opens its row, ACTAB opens `u_row` in every bank and PREA closes them
-        new["open_row"] = jnp.where(reset | pre_all, -1, jnp.where(
-            act_all | (col & (s["u_row"] >= 0)), s["u_row"], jnp.where(s["u_r_end"] > NEVER, -1, s["open_row"])))
-        new["t_act"] = jnp.where(reset, NEVER, jnp.where(act_all, s["u_t_all"],
-                                                          jnp.where(need, s["u_t_act"], s["t_act"])))
-        new["pre_ok"] = jnp.where(reset, NEVER, jnp.where(
-            act_all, jnp.maximum(s["pre_ok"], s["u_t_all"] + L[RAS]), jnp.where(col, s["u_pre"], s["pre_ok"])))
-        new["t_ready"] = jnp.where(reset, 0.0, jnp.where(pre_all, s["u_t_all"] + L[RP],
-                                                          jnp.maximum(s["t_ready"], s["u_r_end"])))
-        new["bg_act"] = jnp.where(reset, NEVER, jnp.where(ohg & s["u_need"], s["u_t_act"], s["bg_act"]))
-        new["faw"] = jnp.where(reset, NEVER, jnp.where(s["u_need"] & _first(s["faw"] == _rows(jnp.minimum, s["faw"])),
-                                                        s["u_t_act"], s["faw"]))
-        if "side" in features:
-            new["side_bg"] = jnp.where(reset, NEVER, jnp.where(ohg & s["u_side"], s["last_side"], s["side_bg"]))
-        return new
-
-    def step(s, x):
-        bits, n = x["bits"], x["n"]
-        s = apply(s)
-        flag = partial(flag_of, bits)
-        valid = flag(VALID)
-        is_col, write, allbank = flag(COLUMN) & valid, flag(WRITE), flag(ALLBANK)
-        act_all, pre_all = flag(ACT_ALL) & valid, flag(PRE_ALL) & valid
-        side, fixed = flag(SIDE) & valid, flag(FIXED)
-        wait = flag(WAIT)
-        bank = jnp.clip(x["bank"], 0, banks - 1)
-        bg = jax.lax.div(bank, banks_per_bg)
-        # (a) the state of the record's bank / bank group
-        row_b, pre_b, ready_b, t_act_b, bg_act_b = (at(s["open_row"], bank), at(s["pre_ok"], bank),
-                                                    at(s["t_ready"], bank), at(s["t_act"], bank), at(s["bg_act"], bg))
-        pre_open = s["pre_open"]
-
-        # (b) this record's times
-        # 1. refresh at a record boundary: every bank closed and busy until
-        # r_end, and -- commands issue in order -- nothing after it starts
-        # before r_end, whichever record it fell on (a barrier or a data
-        # movement record does not touch the banks itself)
-        floor_t, do_ref, r_end, next_ref, ref_end = zero, no, never(), s["next_ref"], s["ref_end"]
-        if refresh:
-            do_ref = valid & (s["t_end"] >= s["next_ref"])
-            # the refresh precharges like a PREA (tRTP_L after an all-bank MAC)
-            after_mac = jnp.where(s["last_allbank"], s["last_col"] + L[RTP_AB], NEVER)
-            r_start = jnp.maximum(jnp.maximum(s["next_ref"], pre_open), after_mac)
-            # a due refresh waits past a wave of fresh activations: a single-bank record whose ACT
-            # can issue within tREFW of the last ACT and before every open bank may be precharged
-            # (the controller keeps issuing while the refresh waits for its PREs; timing.py, 1)
-            open0 = row_b >= 0
-            need0 = is_col & ~allbank & (x["row"] >= 0) & (jnp.where(open0, row_b, -1) != x["row"])
-            ready0 = jnp.maximum(jnp.where(open0, pre_b + L[RP], ready_b), jnp.maximum(zero, s["ref_end"]))
-            ready0 = jnp.where(wait, jnp.maximum(ready0, s["t_end"]), ready0)
-            act0 = jnp.maximum(jnp.maximum(jnp.maximum(ready0, t_act_b + L[RC]), bg_act_b + L[RRD_L]),
-                               jnp.maximum(s["last_act"] + L[RRD_S], _rows(jnp.minimum, s["faw"]) + L[FAW]))
-            do_ref = do_ref & ~(need0 & (act0 < jnp.minimum(r_start, s["last_act"] + L[REFW])))
-            r_end = r_start + L[RP_REF] + L[RFC]
-            missed = jnp.floor((s["t_end"] - s["next_ref"]) / L[REFI])
-            next_ref = jnp.where(do_ref, next_ref + L[REFI] * (1.0 + missed), next_ref)
-            ref_end = jnp.where(do_ref, r_end, ref_end)
-            floor_t = jnp.maximum(zero, ref_end)
-            r_end = jnp.where(do_ref, r_end, NEVER)
-        pre_open = jnp.where(do_ref, NEVER, pre_open)
-        # a barrier (WAIT class or a host sync point): nothing of this record
-        # -- row commands included -- before every earlier record has ended
-        floor_t = keep(jnp.where(wait, jnp.maximum(floor_t, s["t_end"]), floor_t))
-
-        # 2. rows: implicit PRE + ACT for a column command to a closed / other row
-        is_open = (row_b >= 0) & ~do_ref
-        need = is_col & (x["row"] >= 0) & (jnp.where(is_open, row_b, -1) != x["row"])
-        ready_b = jnp.where(is_open, pre_b + L[RP], jnp.maximum(ready_b, r_end))
-        ready_b = jnp.maximum(ready_b, floor_t)
-        t_act = keep(jnp.maximum(jnp.maximum(jnp.maximum(ready_b, t_act_b + L[RC]), bg_act_b + L[RRD_L]),
-                                 jnp.maximum(s["last_act"] + L[RRD_S], _rows(jnp.minimum, s["faw"]) + L[FAW])))
-
-        # explicit all-bank ACT (ACTAB / G_ACT) and PREA
-        t_actall = t_preall = zero
-        if "act_all" in features:
-            opened = s["open_row"] >= 0
-            ready_all = jnp.where(do_ref, jnp.maximum(_rows(jnp.maximum, s["t_ready"]), r_end),
-                                  _rows(jnp.maximum, jnp.where(opened, s["pre_ok"] + L[RP], s["t_ready"])))
-            ready_all = jnp.maximum(ready_all, _rows(jnp.maximum, s["t_act"]) + L[RC])   # ACT -> ACT: tRC
-            # after the last column [COL_ORDER]; after the last GWRITE only under BUF_ACT
-            after_cols = jnp.maximum(s["last_arr"], s["last_buf"] + L[BUF_ACT])
-            t_actall = jnp.maximum(ready_all, jnp.maximum(floor_t, after_cols))
-            # staggered (per bank group, tFAW apart): the last group opens last
-            t_actall = t_actall + jnp.where(flag(STAGGER), (n_bg - 1) * L[FAW], 0.0)
-        if "pre_all" in features:
-            last_col_pre = s["last_col"] + jnp.where(s["last_allbank"], L[RTP_AB], 0.0)
-            t_preall = jnp.maximum(pre_open, jnp.maximum(floor_t, last_col_pre))
-
-        # 3. columns
-        rcd = jnp.where(write, L[RCD_WR], L[RCD_RD])
-        col_ready = jnp.where(need, t_act + rcd, jnp.maximum(t_act_b + rcd, floor_t))
-        spacing_prev = jnp.where(allbank & s["last_allbank"], L[CCD_AB],
-                                 jnp.where(bg == s["last_col_bg"], L[CCD_L], L[CCD_S]))
-        t0 = jnp.maximum(col_ready, s["last_col"] + spacing_prev)
-        rd_to_wr = s["last_rd"]
-        wr_to_rd = s["last_wr"]
-        same_bg = bg == s["last_wr_bg"]
-        for j in range(CHAIN):
-            rd_to_wr = rd_to_wr + C[RTW][j]
-            wr_to_rd = wr_to_rd + jnp.where(same_bg, C[WTR_L][j], C[WTR_S][j])
-        t0 = jnp.where(write, jnp.maximum(t0, rd_to_wr), jnp.maximum(t0, wr_to_rd))
-        t0 = jnp.where(wait, jnp.maximum(t0, s["t_end"]), t0)
-        t0 = jnp.maximum(t0, s["t_bar"])
-        spacing = jnp.where(allbank, L[CCD_AB], jnp.where(flag(STREAM), L[CCD_S], L[CCD_L]))
-        t_last = keep(t0 + (n - 1.0) * spacing)
-        col_end = jnp.where(allbank, t_last + L[AB_END], t_last + jnp.where(write, L[WR_END], L[RD_END]))
-
-        # side datapath (AttAcc data movement) and fixed latencies
-        side_gap = L[SIDE_GAP]
-        s0 = side_last = side_end = f0 = zero
-        if "side" in features:
-            s0 = jnp.maximum(jnp.maximum(s["last_side"] + side_gap, floor_t),
-                             jnp.maximum(at(s["side_bg"], bg) + L[SIDE_BG], s["t_bar"]))
-            s0 = jnp.where(wait, jnp.maximum(s0, s["t_end"]), s0)
-            side_last = s0 + (n - 1.0) * jnp.maximum(side_gap, L[SIDE_BG])
-            side_end = jnp.where(fixed, s0 + n, side_last + L[SIDE_END])
-        fixed_plain = fixed & ~side & valid
-        if "fixed" in features:
-            f0 = jnp.maximum(jnp.maximum(s["last_col"], s["t_end"]), jnp.maximum(floor_t, s["t_bar"]))
-
-        end = jnp.where(is_col, col_end,
-                        jnp.where(side, side_end,
-                                  jnp.where(fixed_plain, f0 + n,
-                                            jnp.where(act_all, t_actall + L[ACTAB_END],
-                                                      jnp.where(pre_all, t_preall + L[PREA_END], s["t_end"])))))
-        end = keep(jnp.where(valid, end, s["t_end"]))
-
-        # the bank's earliest precharge after this record (a running max:
-        # see the docstring)
-        pre_col = jnp.maximum(jnp.maximum(pre_b, jnp.where(need, t_act + L[RAS], NEVER)),
-                              t_last + jnp.where(write, wr_pre, L[RTP]))
-        new = dict(s)
-        pre_open = jnp.where(is_col & (is_open | need), jnp.maximum(pre_open, pre_col), pre_open)
-        if "act_all" in features:     # every bank opens: pre_ok = max(pre_ok, t_actall + tRAS)
-            pre_open = jnp.where(act_all, jnp.maximum(_rows(jnp.maximum, s["pre_ok"]), t_actall + L[RAS]),
-                                 pre_open)
-        new["pre_open"] = jnp.where(pre_all, NEVER, pre_open)
-        rd_col, wr_col = is_col & ~write, is_col & write
-        side_new = jnp.where(side, jnp.where(fixed, s0 + n - side_gap, side_last), s["last_side"])
-        new["last_act"] = jnp.where(need, jnp.maximum(s["last_act"], t_act), s["last_act"])
-        new["last_col"] = jnp.where(is_col, t_last, s["last_col"])
-        if "act_all" in features:
-            buf = flag(BUFFER)
-            new["last_arr"] = jnp.where(is_col & ~buf, t_last, s["last_arr"])
-            new["last_buf"] = jnp.where(is_col & buf, t_last, s["last_buf"])
-        new["last_col_bg"] = jnp.where(is_col, bg, s["last_col_bg"])
-        new["last_allbank"] = jnp.where(is_col, allbank, s["last_allbank"])
-        new["last_rd"] = jnp.where(rd_col, t_last, s["last_rd"])
-        new["last_wr"] = jnp.where(wr_col, t_last, s["last_wr"])
-        new["last_wr_bg"] = jnp.where(wr_col, bg, s["last_wr_bg"])
-        if "side" in features:
-            new["last_side"] = side_new
-        if "barrier" in features:
-            issued = jnp.where(is_col, t_last, jnp.where(side, side_new,
-                                                          jnp.where(fixed_plain, f0 + n - 1.0, NEVER)))
-            new["t_issue"] = jnp.maximum(s["t_issue"], issued)
-            new["t_bar"] = jnp.where(flag(BARRIER) & valid, jnp.maximum(s["t_bar"], s["t_issue"] + 1.0),
-                                     s["t_bar"])
-        new["t_end"] = jnp.maximum(s["t_end"], end)
-        new["next_ref"] = next_ref
-        if refresh:
-            new["ref_end"] = ref_end
-        new.update(u_bank=bank, u_row=x["row"], u_col=is_col, u_need=need, u_t_act=t_act, u_pre=pre_col,
-                   u_r_end=r_end)
-        if "side" in features:
-            new["u_side"] = side
-        if "act_all" in features or "pre_all" in features:
-            new.update(u_act_all=act_all, u_pre_all=pre_all, u_t_all=jnp.where(act_all, t_actall, t_preall))
-        # the end time and the timing-dependent command counts (implicit ACT,
-        # REF, implicit PRE) as bits of one row
-        ys = jnp.concatenate([new["t_end"], jnp.where(need, 1.0, 0.0) + jnp.where(do_ref, 2.0, 0.0)
-                              + jnp.where(need & is_open, 4.0, 0.0)])
-        # after the last record of a stream the lane starts over from the
-        # initial state (the bank tables through `apply`, from u_reset)
-        last = flag(LAST)
-        # (rows this step never changes -- those of timing features the
-        # records do not use -- stay loop-invariant, which XLA hoists)
-        new = {k: v if k in TABLES or v is s[k] else jnp.where(last, initial[k], v) for k, v in new.items()}
-        new["u_reset"] = last
-        return new, ys
-
+    c = _Scan(t, N, banks, banks_per_bg, refresh, features)
     R = rec["op"].shape[1]
     sid = rec["sid"] if "sid" in rec else jnp.broadcast_to(jnp.arange(N, dtype=i32)[:, None], (N, R))
     n_streams = N if n_streams is None else n_streams
@@ -434,8 +515,8 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
     facts["bits"] = facts["bits"] | jnp.where(last, 1 << LAST, 0)
     xs = jax.tree.map(lambda v: v[:, None, :], facts)                  # [R, 1, N]
     # no unrolling: an unrolled body would fuse one record's times into the
-    # next record's [banks, N] updates again (see `apply`)
-    _, ys = jax.lax.scan(step, state, xs)                               # [R, 2, N]
+    # next record's [banks, N] updates again (see `_scan_apply`)
+    _, ys = jax.lax.scan(partial(_scan_step, c), c.initial, xs)         # [R, 2, N]
     ends, dyn = ys[:, 0, :], ys[:, 1, :].astype(i32)
     # the time a record adds is its end minus the latest earlier end (0 at
     # the start of a stream)

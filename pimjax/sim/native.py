@@ -20,7 +20,8 @@ timings do not drift; with integer timings the two engines agree exactly.
 
 Every latency comes from the DRAM rule table (`hw.dram_rules`), compiled
 by `timing_table` into one float64 [N_LAT, CHAIN] table per timing variant
-and indexed by the rule constants (RAS, RP, FAW, CCD_L, ...); the few
+and indexed by the phases' reads (`hw.dram_phases`: PRE_AFTER_ACT, GAP_L,
+ACT_WINDOW, ..., each the index of the rule it resolves to); the few
 latencies this loop added term by term when it wrote the rules out
 (read -> write, write -> read, a column's completion) it still adds term by
 term from their chains, so every result rounds as before.  The loop follows
@@ -56,10 +57,15 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import njit
 
-from ..hw.dram_rules import (AB_END, ACTAB_END, CCD_AB, CCD_L, CCD_S, CHAIN, CHAIN_LEN, FAW, N_LAT, NEVER, PREA_END, RAS, RC,
-                              RCD_RD, RCD_WR, RD_END, REF0, REFI, REFW, RFC, RP, RP_REF, RRD_L, RRD_S, RTP, RTP_AB, RTW,
-                              PARAMS, SIDE_BG, SIDE_END, SIDE_GAP, WR_END, WR_PRE, WTR_L, WTR_S, BUF_ACT,
-                              compile_chains)
+from ..hw.dram_phases import (ACT_AFTER_ACT, ACT_AFTER_ACT_BG, ACT_AFTER_ACT_CH, ACT_AFTER_PRE, ACT_AFTER_REF,
+                               ACT_WINDOW, ACTAB_AFTER_BUF, ACTAB_AFTER_COL, column_gap, column_spacing, END_AB,
+                               END_ACTAB, END_PREA, END_RD,
+                               END_SIDE, END_WR, FIXED_AFTER_COL, GAP_AB, GAP_AB_L, GAP_AB_S, GAP_L, GAP_S,
+                               PRE_AFTER_ACT, PRE_AFTER_RD, PRE_AFTER_WR, PREA_AFTER_COL, PREALL_AFTER_AB,
+                               RD_AFTER_ACT, RD_AFTER_WR_L, RD_AFTER_WR_S, REF_AFTER_PREREF, REF_FIRST, REF_INTERVAL,
+                               REF_WAVE, SIDE_AFTER_SIDE, SIDE_AFTER_SIDE_BG, SPACE_AB, SPACE_L, SPACE_S,
+                               WR_AFTER_ACT, WR_AFTER_RD, PHASE_ROWS)
+from ..hw.dram_rules import CHAIN, CHAIN_LEN, N_LAT, NEVER, PARAMS, compile_chains
 from ..lower.program import Phase
 from .timing import (ACT_ALL, ALLBANK, BARRIER, BUFFER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE,
                      STAGGER, STREAM, WAIT, WRITE)
@@ -71,8 +77,9 @@ READBACK, REARRANGE = int(Phase.READBACK), int(Phase.REARRANGE)     # module con
 
 # terms of the chains the loop adds one by one (module constants: numba folds them; the two
 # write -> read turnarounds have one length)
-N_RTW, N_WTR, N_RD_END, N_WR_END = CHAIN_LEN[RTW], CHAIN_LEN[WTR_L], CHAIN_LEN[RD_END], CHAIN_LEN[WR_END]
-assert CHAIN_LEN[WTR_S] == N_WTR
+N_RTW, N_WTR = CHAIN_LEN[WR_AFTER_RD], CHAIN_LEN[RD_AFTER_WR_L]
+N_RD_END, N_WR_END = CHAIN_LEN[END_RD], CHAIN_LEN[END_WR]
+assert CHAIN_LEN[RD_AFTER_WR_S] == N_WTR
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -85,10 +92,61 @@ def _after(x, chains, k, n):
     return x
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _bucket(rec, i):
+    """The report bucket record i's time goes to: resident placement,
+    leading rearrangement, read-back, rearrangement, compute."""
+    if rec[5, i] == 1:
+        return 4
+    if rec[6, i] == 1:
+        return 0
+    if rec[4, i] == READBACK:
+        return 3
+    if rec[4, i] == REARRANGE:
+        return 1
+    return 2
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _pre_ready(t, b_act, b_rd, b_wr, b):
+    """Phase row open: when bank b may be precharged (tRAS after its ACT,
+    tRTP after its last read, the write recovery after its last write)."""
+    return max(b_act[b] + t[PRE_AFTER_ACT], b_rd[b] + t[PRE_AFTER_RD], b_wr[b] + t[PRE_AFTER_WR])
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _oldest(faw):
+    """The oldest of the last four ACTs (the tFAW window's slot to replace)."""
+    k = 0
+    for j in range(1, 4):
+        if faw[j] < faw[k]:
+            k = j
+    return k
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _activation(t, ready, b_act, bg_act, last_act, faw, b, bg, k):
+    """Phase row open: an ACT of bank b no earlier than `ready`, tRC after
+    its last ACT, tRRD after the bank group's / channel's, in the window."""
+    return max(ready, b_act[b] + t[ACT_AFTER_ACT], bg_act[bg] + t[ACT_AFTER_ACT_BG], last_act + t[ACT_AFTER_ACT_CH],
+               faw[k] + t[ACT_WINDOW])
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _column_end(t, chains, t_last, allbank, write):
+    """Phase end of a column record: its data back / in, or its slot."""
+    if allbank:
+        return t_last + t[END_AB]
+    if write:
+        return _after(t_last, chains, END_WR, N_WR_END)
+    return _after(t_last, chains, END_RD, N_RD_END)
+
+
 @njit(nogil=True, cache=True)
 def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts):
     """Time records lo:hi of `rec` ([8, M] int32, RECORD_FIELDS) with the
-    latencies t [N_LAT] and their chains [N_LAT, CHAIN] (`dram_rules.compile_chains`, cycles).  Adds the time of each record to
+    latencies t [N_LAT] and their chains [N_LAT, CHAIN] (`dram_rules.compile_chains`,
+    cycles), read through the phases' rule indices (`hw.dram_phases`).  Adds the time of each record to
     buckets [5] and the commands to counts [8]; returns the end time."""
     n_bg = max(1, banks // per_bg)
     open_row = np.full(banks, -1, np.int64)
@@ -104,8 +162,8 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
     last_col_bg = last_wr_bg = -1
     last_allbank = False
     t_end = 0.0
-    next_ref = t[REF0] if t[REF0] > 0 else t[REFI]
-    wr_pre = t[WR_PRE]
+    next_ref = t[REF_FIRST] if t[REF_FIRST] > 0 else t[REF_INTERVAL]
+    wr_pre = t[PRE_AFTER_WR]
     for i in range(lo, hi):
         n_i = rec[3, i]
         if n_i <= 0:
@@ -123,10 +181,10 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
         start = next_ref
         if due:
             if last_allbank:
-                start = max(start, last_col + t[RTP_AB])
+                start = max(start, last_col + t[PREALL_AFTER_AB])
             for b in range(banks):
                 if open_row[b] >= 0:
-                    start = max(start, b_act[b] + t[RAS], b_rd[b] + t[RTP], b_wr[b] + wr_pre)
+                    start = max(start, b_act[b] + t[PRE_AFTER_ACT], b_rd[b] + t[PRE_AFTER_RD], b_wr[b] + wr_pre)
             # a due refresh waits past a wave of fresh activations: a single-bank record whose ACT
             # can issue within tREFW of the last ACT and before every open bank may be precharged
             # (the controller keeps issuing while the refresh waits for its PREs; timing.py, 1)
@@ -134,27 +192,22 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
             row0 = rec[2, i]
             if is_col and not allbank and row0 >= 0 and open_row[b0] != row0:
                 if open_row[b0] >= 0:
-                    ready0 = max(b_act[b0] + t[RAS], b_rd[b0] + t[RTP], b_wr[b0] + wr_pre) + t[RP]
+                    ready0 = _pre_ready(t, b_act, b_rd, b_wr, b0) + t[ACT_AFTER_PRE]
                 else:
                     ready0 = b_ready[b0]
                 ready0 = max(ready0, ref_end, 0.0)
                 if cls[op, WAIT] == 1 or rec[7, i] == 1:
                     ready0 = max(ready0, t_end)
-                k0 = 0
-                for j in range(1, 4):
-                    if faw[j] < faw[k0]:
-                        k0 = j
-                act0 = max(ready0, b_act[b0] + t[RC], bg_act[b0 // per_bg] + t[RRD_L], last_act + t[RRD_S],
-                           faw[k0] + t[FAW])
-                if act0 < min(start, last_act + t[REFW]):
+                act0 = _activation(t, ready0, b_act, bg_act, last_act, faw, b0, b0 // per_bg, _oldest(faw))
+                if act0 < min(start, last_act + t[REF_WAVE]):
                     due = False
         if due:
-            end_ref = start + t[RP_REF] + t[RFC]
+            end_ref = start + t[REF_AFTER_PREREF] + t[ACT_AFTER_REF]
             for b in range(banks):
                 open_row[b] = -1
                 b_ready[b] = max(b_ready[b], end_ref)
-            missed = np.floor((t_end - next_ref) / t[REFI])
-            next_ref += t[REFI] * (1.0 + missed)
+            missed = np.floor((t_end - next_ref) / t[REF_INTERVAL])
+            next_ref += t[REF_INTERVAL] * (1.0 + missed)
             ref_end = end_ref
             counts[4] += 1.0
         floor_t = max(floor_t, ref_end)      # commands issue in order
@@ -172,54 +225,35 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
             if need:
                 per_bank = float(banks) if allbank else 1.0
                 if open_row[b] >= 0:
-                    ready = max(b_act[b] + t[RAS], b_rd[b] + t[RTP], b_wr[b] + wr_pre) + t[RP]
+                    ready = _pre_ready(t, b_act, b_rd, b_wr, b) + t[ACT_AFTER_PRE]
                     counts[7] += per_bank
                 else:
                     ready = b_ready[b]
                 ready = max(ready, floor_t)
-                k = 0                                   # the oldest of the last four ACTs
-                for j in range(1, 4):
-                    if faw[j] < faw[k]:
-                        k = j
-                t_act = max(ready, b_act[b] + t[RC], bg_act[bg] + t[RRD_L], last_act + t[RRD_S],
-                            faw[k] + t[FAW])
+                k = _oldest(faw)
+                t_act = _activation(t, ready, b_act, bg_act, last_act, faw, b, bg, k)
                 open_row[b] = row
                 b_act[b] = t_act
                 bg_act[bg] = t_act
                 last_act = max(last_act, t_act)
                 faw[k] = t_act
                 counts[0] += per_bank
-            rcd = t[RCD_WR] if write else t[RCD_RD]
+            rcd = t[WR_AFTER_ACT] if write else t[RD_AFTER_ACT]
             col_ready = b_act[b] + rcd if need else max(b_act[b] + rcd, floor_t)
             # 3. the first column, then n columns `spacing` apart
-            if allbank and last_allbank:
-                gap = t[CCD_AB]
-            elif bg == last_col_bg:
-                gap = t[CCD_L]
-            else:
-                gap = t[CCD_S]
+            gap = t[column_gap(last_allbank, allbank, bg == last_col_bg)]
             t0 = max(col_ready, last_col + gap)
             if write:
-                t0 = max(t0, _after(last_rd, chains, RTW, N_RTW))
+                t0 = max(t0, _after(last_rd, chains, WR_AFTER_RD, N_RTW))
             else:
-                wtr = WTR_L if bg == last_wr_bg else WTR_S
+                wtr = RD_AFTER_WR_L if bg == last_wr_bg else RD_AFTER_WR_S
                 t0 = max(t0, _after(last_wr, chains, wtr, N_WTR))
             if cls[op, WAIT] == 1:
                 t0 = max(t0, t_end)
             t0 = max(t0, t_bar)
-            if allbank:
-                spacing = t[CCD_AB]
-            elif cls[op, STREAM] == 1:
-                spacing = t[CCD_S]          # interleaved with other bank groups
-            else:
-                spacing = t[CCD_L]
+            spacing = t[column_spacing(allbank, cls[op, STREAM] == 1)]
             t_last = t0 + (n - 1.0) * spacing
-            if allbank:
-                end = t_last + t[AB_END]
-            elif write:
-                end = _after(t_last, chains, WR_END, N_WR_END)
-            else:
-                end = _after(t_last, chains, RD_END, N_RD_END)
+            end = _column_end(t, chains, t_last, allbank, write)
             if write:
                 b_wr[b] = t_last
                 last_wr = t_last
@@ -239,63 +273,51 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
             t_issue = max(t_issue, t_last)
         elif cls[op, SIDE] == 1:
             bg = min(max(rec[1, i], 0), banks - 1) // per_bg
-            gap = t[SIDE_GAP]
-            s0 = max(max(last_side + gap, floor_t), max(side_bg[bg] + t[SIDE_BG], t_bar))
+            gap = t[SIDE_AFTER_SIDE]
+            s0 = max(max(last_side + gap, floor_t), max(side_bg[bg] + t[SIDE_AFTER_SIDE_BG], t_bar))
             if cls[op, WAIT] == 1:
                 s0 = max(s0, t_end)
             if cls[op, FIXED] == 1:
                 end = s0 + n
                 last_side = s0 + n - gap
             else:
-                last_side = s0 + (n - 1.0) * max(gap, t[SIDE_BG])     # one record = one bank group
-                end = last_side + t[SIDE_END]
+                last_side = s0 + (n - 1.0) * max(gap, t[SIDE_AFTER_SIDE_BG])     # one record = one bank group
+                end = last_side + t[END_SIDE]
             side_bg[bg] = last_side
             t_issue = max(t_issue, last_side)
         elif cls[op, FIXED] == 1:
-            f0 = max(max(last_col, t_end), max(floor_t, t_bar))
+            f0 = max(max(last_col + t[FIXED_AFTER_COL], t_end), max(floor_t, t_bar))
             end = f0 + n
             t_issue = max(t_issue, f0 + n - 1.0)
         elif cls[op, BARRIER] == 1:
             t_bar = max(t_bar, t_issue + 1.0)
         elif cls[op, ACT_ALL] == 1:
-            # after the last column [COL_ORDER], the last GWRITE's only under BUF_ACT
-            t_act = max(floor_t, max(last_arr, last_buf + t[BUF_ACT]))
+            # after the last column [COL_ORDER], the last GWRITE's only under ACTAB_AFTER_BUF
+            t_act = max(floor_t, max(last_arr + t[ACTAB_AFTER_COL], last_buf + t[ACTAB_AFTER_BUF]))
             for b in range(banks):
-                if open_row[b] >= 0:
-                    ready = max(b_act[b] + t[RAS], b_rd[b] + t[RTP], b_wr[b] + wr_pre) + t[RP]
-                else:
-                    ready = b_ready[b]
-                t_act = max(t_act, ready, b_act[b] + t[RC])
+                ready = _pre_ready(t, b_act, b_rd, b_wr, b) + t[ACT_AFTER_PRE] if open_row[b] >= 0 else b_ready[b]
+                t_act = max(t_act, ready, b_act[b] + t[ACT_AFTER_ACT])
             if cls[op, STAGGER] == 1:          # one activation per bank group, tFAW apart
-                t_act += (n_bg - 1) * t[FAW]
+                t_act += (n_bg - 1) * t[ACT_WINDOW]
             for b in range(banks):
                 open_row[b] = rec[2, i]
                 b_act[b] = t_act
-            end = t_act + t[ACTAB_END]
+            end = t_act + t[END_ACTAB]
             counts[0] += float(banks)
         elif cls[op, PRE_ALL] == 1:
-            t_pre = max(floor_t, last_col + (t[RTP_AB] if last_allbank else 0.0))
+            # in order after the last column [PREA_AFTER_COL: 0]; tRTP_L after an all-bank one (>= 0)
+            t_pre = max(floor_t, last_col + (t[PREALL_AFTER_AB] if last_allbank else t[PREA_AFTER_COL]))
             for b in range(banks):
                 if open_row[b] >= 0:
-                    t_pre = max(t_pre, b_act[b] + t[RAS], b_rd[b] + t[RTP], b_wr[b] + wr_pre)
+                    t_pre = max(t_pre, b_act[b] + t[PRE_AFTER_ACT], b_rd[b] + t[PRE_AFTER_RD], b_wr[b] + wr_pre)
             for b in range(banks):
                 open_row[b] = -1
-                b_ready[b] = t_pre + t[RP]
-            end = t_pre + t[PREA_END]
+                b_ready[b] = t_pre + t[ACT_AFTER_PRE]
+            end = t_pre + t[END_PREA]
             counts[7] += float(banks)
 
         # 4. the time the record adds goes to its report bucket
-        delta = max(end - t_end, 0.0)
-        if rec[5, i] == 1:
-            buckets[4] += delta
-        elif rec[6, i] == 1:
-            buckets[0] += delta
-        elif rec[4, i] == READBACK:
-            buckets[3] += delta
-        elif rec[4, i] == REARRANGE:
-            buckets[1] += delta
-        else:
-            buckets[2] += delta
+        buckets[_bucket(rec, i)] += max(end - t_end, 0.0)
         t_end = max(t_end, end)
         if cls[op, DATA_BUS] == 1:
             counts[5] += n
@@ -445,7 +467,7 @@ def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np
 def _precharge_ready(t, b_act, b_rd, b_wr, b, v):
     """When bank b of variant v may be precharged (tRAS after its ACT, tRTP
     after its last read, the write recovery after its last write)."""
-    return max(b_act[b, v] + t[RAS, v], b_rd[b, v] + t[RTP, v], b_wr[b, v] + t[WR_PRE, v])
+    return max(b_act[b, v] + t[PRE_AFTER_ACT, v], b_rd[b, v] + t[PRE_AFTER_RD, v], b_wr[b, v] + t[PRE_AFTER_WR, v])
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -455,14 +477,14 @@ def _refresh_v(v, t, banks, per_bg, open_row, b_act, b_rd, b_wr, b_ready, bg_act
     `_stream_v`'s state."""
     start = next_ref[v]
     if last_allbank:
-        start = max(start, last_col[v] + t[RTP_AB, v])
+        start = max(start, last_col[v] + t[PREALL_AFTER_AB, v])
     for bb in range(banks):
         if open_row[bb, v] >= 0:
             start = max(start, _precharge_ready(t, b_act, b_rd, b_wr, bb, v))
     # a due refresh waits past a wave of fresh activations (`_stream`, 1)
     if is_col and not allbank and row >= 0 and open_row[b, v] != row:
         if open_row[b, v] >= 0:
-            ready0 = _precharge_ready(t, b_act, b_rd, b_wr, b, v) + t[RP, v]
+            ready0 = _precharge_ready(t, b_act, b_rd, b_wr, b, v) + t[ACT_AFTER_PRE, v]
         else:
             ready0 = b_ready[b, v]
         ready0 = max(ready0, ref_end[v], 0.0)
@@ -472,16 +494,16 @@ def _refresh_v(v, t, banks, per_bg, open_row, b_act, b_rd, b_wr, b_ready, bg_act
         for j in range(1, 4):
             if faw[j, v] < faw[k0, v]:
                 k0 = j
-        act0 = max(ready0, b_act[b, v] + t[RC, v], bg_act[b // per_bg, v] + t[RRD_L, v],
-                   last_act[v] + t[RRD_S, v], faw[k0, v] + t[FAW, v])
-        if act0 < min(start, last_act[v] + t[REFW, v]):
+        act0 = max(ready0, b_act[b, v] + t[ACT_AFTER_ACT, v], bg_act[b // per_bg, v] + t[ACT_AFTER_ACT_BG, v],
+                   last_act[v] + t[ACT_AFTER_ACT_CH, v], faw[k0, v] + t[ACT_WINDOW, v])
+        if act0 < min(start, last_act[v] + t[REF_WAVE, v]):
             return
-    end_ref = start + t[RP_REF, v] + t[RFC, v]
+    end_ref = start + t[REF_AFTER_PREREF, v] + t[ACT_AFTER_REF, v]
     for bb in range(banks):
         open_row[bb, v] = -1
         b_ready[bb, v] = max(b_ready[bb, v], end_ref)
-    missed = np.floor((t_end[v] - next_ref[v]) / t[REFI, v])
-    next_ref[v] += t[REFI, v] * (1.0 + missed)
+    missed = np.floor((t_end[v] - next_ref[v]) / t[REF_INTERVAL, v])
+    next_ref[v] += t[REF_INTERVAL, v] * (1.0 + missed)
     ref_end[v] = end_ref
     counts[4, v] += 1.0
 
@@ -526,7 +548,7 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
     tmp = np.zeros(W)
     next_ref = np.empty(W)
     for v in range(W):
-        next_ref[v] = t[REF0, v] if t[REF0, v] > 0 else t[REFI, v]
+        next_ref[v] = t[REF_FIRST, v] if t[REF_FIRST, v] > 0 else t[REF_INTERVAL, v]
     # set by the records alone: the same in every variant
     last_col_bg = last_wr_bg = -1
     last_allbank = False
@@ -551,16 +573,7 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
         b = min(max(rec[1, i], 0), banks - 1)
         bg = b // per_bg
         row = rec[2, i]
-        if rec[5, i] == 1:              # 4.'s report bucket
-            kb = 4
-        elif rec[6, i] == 1:
-            kb = 0
-        elif rec[4, i] == READBACK:
-            kb = 3
-        elif rec[4, i] == REARRANGE:
-            kb = 1
-        else:
-            kb = 2
+        kb = _bucket(rec, i)            # 4.'s report bucket
         # 1. refresh between records, for the variants it is due in (an inlined per-variant branch: rare)
         if refresh:
             for v in range(W):
@@ -575,19 +588,19 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
                 f = max(0.0, ref_end[v])
                 if wait:
                     f = max(f, t_end[v])
-                if act_all:         # after the last column [COL_ORDER], the last GWRITE's only under BUF_ACT
-                    tmp[v] = max(f, max(last_arr[v], last_buf[v] + t[BUF_ACT, v]))
+                if act_all:         # after the last column [COL_ORDER], the last GWRITE's only under ACTAB_AFTER_BUF
+                    tmp[v] = max(f, max(last_arr[v] + t[ACTAB_AFTER_COL, v], last_buf[v] + t[ACTAB_AFTER_BUF, v]))
                 else:
-                    tmp[v] = max(f, last_col[v] + (t[RTP_AB, v] if last_allbank else 0.0))
+                    tmp[v] = max(f, last_col[v] + (t[PREALL_AFTER_AB, v] if last_allbank else t[PREA_AFTER_COL, v]))
             if act_all:
                 for bb in range(banks):
                     for v in range(W):
-                        ready = _precharge_ready(t, b_act, b_rd, b_wr, bb, v) + t[RP, v]
+                        ready = _precharge_ready(t, b_act, b_rd, b_wr, bb, v) + t[ACT_AFTER_PRE, v]
                         ready = ready if open_row[bb, v] >= 0 else b_ready[bb, v]
-                        tmp[v] = max(tmp[v], ready, b_act[bb, v] + t[RC, v])
+                        tmp[v] = max(tmp[v], ready, b_act[bb, v] + t[ACT_AFTER_ACT, v])
                 if cls[op, STAGGER] == 1:          # one activation per bank group, tFAW apart
                     for v in range(W):
-                        tmp[v] += (n_bg - 1) * t[FAW, v]
+                        tmp[v] += (n_bg - 1) * t[ACT_WINDOW, v]
                 for bb in range(banks):
                     for v in range(W):
                         open_row[bb, v] = row
@@ -600,33 +613,23 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
                 for bb in range(banks):
                     for v in range(W):
                         open_row[bb, v] = -1
-                        b_ready[bb, v] = tmp[v] + t[RP, v]
+                        b_ready[bb, v] = tmp[v] + t[ACT_AFTER_PRE, v]
             for v in range(W):
                 if act_all:
-                    e = tmp[v] + t[ACTAB_END, v]
+                    e = tmp[v] + t[END_ACTAB, v]
                     counts[0, v] += float(banks)
                 else:
-                    e = tmp[v] + t[PREA_END, v]
+                    e = tmp[v] + t[END_PREA, v]
                     counts[7, v] += float(banks)
                 buckets[kb, v] += max(e - t_end[v], 0.0)
                 t_end[v] = max(t_end[v], e)
         else:
             # what `_stream` decides from the record alone, decided once
             per_bank = float(banks) if allbank else 1.0
-            rcd_k = RCD_WR if write else RCD_RD
-            if allbank and last_allbank:
-                gap_k = CCD_AB
-            elif bg == last_col_bg:
-                gap_k = CCD_L
-            else:
-                gap_k = CCD_S
-            wtr = WTR_L if bg == last_wr_bg else WTR_S
-            if allbank:
-                sp_k = CCD_AB
-            elif cls[op, STREAM] == 1:
-                sp_k = CCD_S
-            else:
-                sp_k = CCD_L
+            rcd_k = WR_AFTER_ACT if write else RD_AFTER_ACT
+            gap_k = column_gap(last_allbank, allbank, bg == last_col_bg)
+            wtr = RD_AFTER_WR_L if bg == last_wr_bg else RD_AFTER_WR_S
+            sp_k = column_spacing(allbank, cls[op, STREAM] == 1)
             buffer = cls[op, BUFFER] == 1
             # the command kind is the record's: one loop over the variants per kind (the branches out of
             # the loop); need_any: some variant must open the column's row (most records: none or all of
@@ -647,7 +650,7 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
                     # apart; need_any: some variant does)
                     if need_any and open_row[b, v] != row:
                         if open_row[b, v] >= 0:
-                            ready = _precharge_ready(t, b_act, b_rd, b_wr, b, v) + t[RP, v]
+                            ready = _precharge_ready(t, b_act, b_rd, b_wr, b, v) + t[ACT_AFTER_PRE, v]
                             counts[7, v] += per_bank
                         else:
                             ready = b_ready[b, v]
@@ -655,8 +658,8 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
                         k = 0                                   # the oldest of the last four ACTs
                         for j in range(1, 4):
                             k = j if faw[j, v] < faw[k, v] else k
-                        t_act = max(ready, b_act[b, v] + t[RC, v], bg_act[bg, v] + t[RRD_L, v],
-                                    last_act[v] + t[RRD_S, v], faw[k, v] + t[FAW, v])
+                        t_act = max(ready, b_act[b, v] + t[ACT_AFTER_ACT, v], bg_act[bg, v] + t[ACT_AFTER_ACT_BG, v],
+                                    last_act[v] + t[ACT_AFTER_ACT_CH, v], faw[k, v] + t[ACT_WINDOW, v])
                         open_row[b, v] = row
                         b_act[b, v] = t_act
                         bg_act[bg, v] = t_act
@@ -671,7 +674,7 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
                     if write:
                         x = last_rd[v]
                         for j in range(N_RTW):
-                            x += chains[RTW, j, v]
+                            x += chains[WR_AFTER_RD, j, v]
                     else:
                         x = last_wr[v]
                         for j in range(N_WTR):
@@ -682,15 +685,15 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
                     t0 = max(t0, t_bar[v])
                     t_last = t0 + (n - 1.0) * t[sp_k, v]
                     if allbank:
-                        e = t_last + t[AB_END, v]
+                        e = t_last + t[END_AB, v]
                     elif write:
                         e = t_last
                         for j in range(N_WR_END):
-                            e += chains[WR_END, j, v]
+                            e += chains[END_WR, j, v]
                     else:
                         e = t_last
                         for j in range(N_RD_END):
-                            e += chains[RD_END, j, v]
+                            e += chains[END_RD, j, v]
                     if write:
                         b_wr[b, v] = t_last
                         last_wr[v] = t_last
@@ -712,16 +715,16 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
                     f = max(0.0, ref_end[v])
                     if wait:
                         f = max(f, te)
-                    gap = t[SIDE_GAP, v]
-                    s0 = max(max(last_side[v] + gap, f), max(side_bg[bg, v] + t[SIDE_BG, v], t_bar[v]))
+                    gap = t[SIDE_AFTER_SIDE, v]
+                    s0 = max(max(last_side[v] + gap, f), max(side_bg[bg, v] + t[SIDE_AFTER_SIDE_BG, v], t_bar[v]))
                     if op_wait:
                         s0 = max(s0, te)
                     if fixed:
                         e = s0 + n
                         ls = s0 + n - gap
                     else:
-                        ls = s0 + (n - 1.0) * max(gap, t[SIDE_BG, v])     # one record = one bank group
-                        e = ls + t[SIDE_END, v]
+                        ls = s0 + (n - 1.0) * max(gap, t[SIDE_AFTER_SIDE_BG, v])     # one record = one bank group
+                        e = ls + t[END_SIDE, v]
                     last_side[v] = ls
                     side_bg[bg, v] = ls
                     t_issue[v] = max(t_issue[v], ls)
@@ -733,7 +736,7 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
                     f = max(0.0, ref_end[v])
                     if wait:
                         f = max(f, te)
-                    f0 = max(max(last_col[v], te), max(f, t_bar[v]))
+                    f0 = max(max(last_col[v] + t[FIXED_AFTER_COL, v], te), max(f, t_bar[v]))
                     e = f0 + n
                     t_issue[v] = max(t_issue[v], f0 + n - 1.0)
                     buckets[kb, v] += max(e - te, 0.0)
@@ -860,20 +863,26 @@ def _op_rows() -> np.ndarray:
     it may have to open: precharge, tRC, tRRD, tFAW).  A superset by
     construction: the test perturbs every row outside it and finds the
     results unchanged bit for bit."""
-    act = (RAS, RTP, WR_PRE, RP, RC, RRD_L, RRD_S, FAW)          # opening a row (2.)
+    # opening a row (2.)
+    act = (PRE_AFTER_ACT, PRE_AFTER_RD, PRE_AFTER_WR, ACT_AFTER_PRE, ACT_AFTER_ACT, ACT_AFTER_ACT_BG, ACT_AFTER_ACT_CH,
+           ACT_WINDOW)
     rows = np.zeros((CLASS_TABLE.shape[0], N_LAT), bool)
     for op in range(CLASS_TABLE.shape[0]):
         c = CLASS_TABLE[op]
         use = []
         if c[COLUMN]:
-            use += act + (CCD_AB, CCD_L, CCD_S, AB_END)
-            use += (RCD_WR, RTW, WR_END) if c[WRITE] else (RCD_RD, WTR_L, WTR_S, RD_END)
+            use += act + (GAP_L, GAP_S, GAP_AB, GAP_AB_L, GAP_AB_S, SPACE_L, SPACE_S, SPACE_AB, END_AB)
+            use += (WR_AFTER_ACT, WR_AFTER_RD, END_WR) if c[WRITE] else \
+                (RD_AFTER_ACT, RD_AFTER_WR_L, RD_AFTER_WR_S, END_RD)
         if c[SIDE]:
-            use += (SIDE_GAP, SIDE_BG, SIDE_END)
+            use += (SIDE_AFTER_SIDE, SIDE_AFTER_SIDE_BG, END_SIDE)
+        if c[FIXED]:
+            use += (FIXED_AFTER_COL,)
         if c[ACT_ALL]:
-            use += (BUF_ACT, RAS, RTP, WR_PRE, RP, RC, FAW, ACTAB_END)
+            use += (ACTAB_AFTER_BUF, ACTAB_AFTER_COL, PRE_AFTER_ACT, PRE_AFTER_RD, PRE_AFTER_WR, ACT_AFTER_PRE,
+                    ACT_AFTER_ACT, ACT_WINDOW, END_ACTAB)
         if c[PRE_ALL]:
-            use += (RTP_AB, RAS, RTP, WR_PRE, RP, PREA_END)
+            use += (PREALL_AFTER_AB, PREA_AFTER_COL, PRE_AFTER_ACT, PRE_AFTER_RD, PRE_AFTER_WR, ACT_AFTER_PRE, END_PREA)
         rows[op, list(use)] = True
     return rows
 
@@ -881,7 +890,8 @@ def _op_rows() -> np.ndarray:
 OP_ROWS = _op_rows()
 # what a refresh reads (1.: its schedule, the precharges it waits for, the activation wave it lets pass)
 REFRESH_ROWS = np.zeros(N_LAT, bool)
-REFRESH_ROWS[[REF0, REFI, REFW, RP_REF, RFC, RTP_AB, RAS, RTP, WR_PRE, RP, RC, RRD_L, RRD_S, FAW]] = True
+# (the refresh phase's reads and the row-open ones its wave test reads: `hw.dram_phases`)
+REFRESH_ROWS[np.union1d(PHASE_ROWS["refresh"], PHASE_ROWS["row_open"])] = True
 
 
 def latency_rows(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, refresh: bool) -> np.ndarray:

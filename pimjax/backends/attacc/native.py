@@ -109,6 +109,147 @@ def _bg_order(banks, m, banks_per_bg, order):
         order[t] = idx[t]
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _gemv_steps(n_b, n_v, t_out, t_in, chunk, traverse_is):
+    """The plan's steps in the Python form's order: (b, v, j, i) [S] each,
+    whether step k drains its output block, whether it completes it."""
+    S = n_b * n_v * t_out * t_in
+    sb_ = np.empty(S, np.int64)
+    sv_ = np.empty(S, np.int64)
+    sj_ = np.empty(S, np.int64)
+    si_ = np.empty(S, np.int64)
+    sdr = np.empty(S, np.bool_)
+    scp = np.empty(S, np.bool_)
+    k = 0
+    for b in range(n_b):
+        for v in range(n_v):
+            for j0 in range(0, t_out, chunk):
+                j1 = min(t_out, j0 + chunk)
+                if traverse_is:
+                    for i in range(t_in):
+                        for j in range(j0, j1):
+                            sb_[k], sv_[k], sj_[k], si_[k] = b, v, j, i
+                            sdr[k], scp[k] = True, i == t_in - 1
+                            k += 1
+                else:
+                    for j in range(j0, j1):
+                        for i in range(t_in):
+                            sb_[k], sv_[k], sj_[k], si_[k] = b, v, j, i
+                            sdr[k], scp[k] = i == t_in - 1, i == t_in - 1
+                            k += 1
+    return sb_, sv_, sj_, si_, sdr, scp
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _flush(out, p, write, rb, h, pend_row, pend_item, n_pend, BARRIER, RDACC, READB, final):
+    """sb.flush: a barrier, then an RDACC per completed softmax-buffer row
+    (the last flush syncs the host on its first); returns (p, h)."""
+    p = _rec(out, p, write, BARRIER, 0, 0, 0, 1, READB, 0, 0, -1, 0, 0, 0)
+    for q in range(n_pend):
+        if write:
+            rb[h, 0], rb[h, 1], rb[h, 2], rb[h, 3] = (pend_item[q, 0], pend_item[q, 1], pend_item[q, 2],
+                                                      pend_item[q, 3])
+        p = _rec(out, p, write, RDACC, (h % 16) * 4, 0, 0, 1, READB, pend_row[q], 0, 1, 0, h,
+                 1 if (final and q == 0) else 0)
+        h += 1
+    return p, h
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _drain_items(pch, cluster, row_of, C, P, item_c, n_item, unit_item):
+    """`_drain_commands`' items: per pCH one (adder tree, row) per command,
+    in order of first appearance; unit c's item into unit_item[c, 0].
+    Returns the commands (the most items of a pCH)."""
+    for q in range(P):
+        n_item[q] = 0
+    for c in range(C):
+        q = pch[c]
+        t = -1
+        for y in range(n_item[q]):
+            c0 = item_c[q, y]
+            if cluster[c0] == cluster[c] and row_of[c0] == row_of[c]:
+                t = y
+                break
+        if t < 0:
+            t = n_item[q]
+            item_c[q, t] = c
+            n_item[q] += 1
+        unit_item[c, 0] = t
+    m = 0
+    for q in range(P):
+        m = max(m, n_item[q])
+    return m
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _load_items(ids, b, v, e0, ke, pch, C, P, item_c, item_e, n_item, n_e, e_unit, e_item, unit_item):
+    """A load's items per pCH: distinct (row id, entry), in order of first
+    appearance (unit, entry); a unit's entry joins the item of an earlier
+    unit of its pCH with the same row id (unit_item[c, e]).  Returns the
+    commands (the most items of a pCH)."""
+    for q in range(P):
+        n_item[q] = 0
+    for c in range(C):
+        q = pch[c]
+        for e in range(ke):
+            s = ids[c, b, v, e0 + e]
+            t = -1
+            for y in range(n_e[q, e]):
+                if ids[e_unit[q, e, y], b, v, e0 + e] == s:
+                    t = e_item[q, e, y]
+                    break
+            if t < 0:
+                t = n_item[q]
+                item_c[q, t] = c
+                item_e[q, t] = e
+                n_item[q] += 1
+                e_unit[q, e, n_e[q, e]] = c
+                e_item[q, e, n_e[q, e]] = t
+                n_e[q, e] += 1
+            unit_item[c, e] = t
+    m = 0
+    for q in range(P):
+        m = max(m, n_item[q])
+        for e in range(ke):
+            n_e[q, e] = 0
+    return m
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _name_banks(cmd_bank, m, P, n_item, item_c, core_base):
+    """Command t's bank: the first unit of the first pCH with a t-th item."""
+    for t in range(m):
+        cmd_bank[t] = -1
+    for q in range(P):
+        for t in range(n_item[q]):
+            if cmd_bank[t] < 0:
+                cmd_bank[t] = core_base[item_c[q, t]]
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _macs(out, p, write, v0, end, ke, mode, seg, level, open_row, mac_op, PREA, ACTAB, COMP, base):
+    """The MAC records of one block (columns v0:end, in segments), opening
+    each row with PREA + ACTAB at bank level; returns (p, open_row)."""
+    rstep = ke if mode == 0 else 0
+    x = v0
+    while x < end:
+        n = min(end, (x // seg + 1) * seg) - x
+        if level == 0:
+            row, tb = x // 32, 0
+        elif level == 1:
+            row, tb = x // 128, (x // 32) % 4
+        else:
+            row, tb = x // 1024, 0
+        if level == 0 and open_row != row:
+            if open_row != -1:
+                p = _rec(out, p, write, PREA, 0, 0, 0, 1, COMP, 0, 0, -1, 0, 0, 0)
+            p = _rec(out, p, write, ACTAB, 0, row, 0, 1, COMP, 0, 0, -1, 0, 0, 0)
+            open_row = row
+        p = _rec(out, p, write, mac_op, tb, row, x % seg, n, COMP, x - v0, rstep, -1, mode, base, 0)
+        x += n
+    return p, open_row
+
+
 @njit(nogil=True, cache=True)
 def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, rdst, rb):
     """The kernel records of `lower._gemv_program` after the placement and
@@ -135,30 +276,8 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
     write = out.shape[1] > 0                # the records
     wroutes = rsrc.shape[0] > 0             # the route rows (only `execute` reads them)
     # the steps (as the Python form lists them)
-    S = n_b * n_v * t_out * t_in
-    sb_ = np.empty(S, np.int64)
-    sv_ = np.empty(S, np.int64)
-    sj_ = np.empty(S, np.int64)
-    si_ = np.empty(S, np.int64)
-    sdr = np.empty(S, np.bool_)
-    scp = np.empty(S, np.bool_)
-    k = 0
-    for b in range(n_b):
-        for v in range(n_v):
-            for j0 in range(0, t_out, chunk):
-                j1 = min(t_out, j0 + chunk)
-                if traverse_is:
-                    for i in range(t_in):
-                        for j in range(j0, j1):
-                            sb_[k], sv_[k], sj_[k], si_[k] = b, v, j, i
-                            sdr[k], scp[k] = True, i == t_in - 1
-                            k += 1
-                else:
-                    for j in range(j0, j1):
-                        for i in range(t_in):
-                            sb_[k], sv_[k], sj_[k], si_[k] = b, v, j, i
-                            sdr[k], scp[k] = i == t_in - 1, i == t_in - 1
-                            k += 1
+    sb_, sv_, sj_, si_, sdr, scp = _gemv_steps(n_b, n_v, t_out, t_in, chunk, traverse_is)
+    S = sb_.shape[0]
     # state
     p = 0                                   # records
     r = 0                                   # routes
@@ -217,14 +336,8 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
                         nfree += free[x]
                     if nfree < n_cls and n_pend > 0:
                         # sb.flush(em, 1): a barrier, RDACC per completed row, rows released
-                        p = _rec(out, p, write, BARRIER, 0, 0, 0, 1, READB, 0, 0, -1, 0, 0, 0)
-                        for q in range(n_pend):
-                            if write:
-                                rb[h, 0], rb[h, 1], rb[h, 2], rb[h, 3] = (pend_item[q, 0], pend_item[q, 1],
-                                                                          pend_item[q, 2], pend_item[q, 3])
-                            p = _rec(out, p, write, RDACC, (h % 16) * 4, 0, 0, 1, READB, pend_row[q], 0, 1, 0,
-                                     h, 0)
-                            h += 1
+                        p, h = _flush(out, p, write, rb, h, pend_row, pend_item, n_pend, BARRIER, RDACC, READB,
+                                      False)
                         for q in range(n_pend):
                             free[pend_row[q]] = True
                         n_pend = 0
@@ -246,24 +359,7 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
                 for c in range(C):
                     row_of[c] = sbrow[b, v, j, cls[c]]
                 # _drain_commands: per pCH, one (adder tree, row) per command
-                for q in range(P):
-                    n_item[q] = 0
-                for c in range(C):
-                    q = pch[c]
-                    t = -1
-                    for y in range(n_item[q]):
-                        c0 = item_c[q, y]
-                        if cluster[c0] == cluster[c] and row_of[c0] == row_of[c]:
-                            t = y
-                            break
-                    if t < 0:
-                        t = n_item[q]
-                        item_c[q, t] = c
-                        n_item[q] += 1
-                    unit_item[c, 0] = t
-                m = 0
-                for q in range(P):
-                    m = max(m, n_item[q])
+                m = _drain_items(pch, cluster, row_of, C, P, item_c, n_item, unit_item)
                 if not write and not wroutes:       # counting: m commands, m routes
                     p += m
                     r += m
@@ -272,16 +368,11 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
                             pend_row[n_pend] = sbrow[b, v, j, a]
                             n_pend += 1
                     continue
-                for t in range(m):
-                    cmd_bank[t] = -1
-                    if wroutes:
+                _name_banks(cmd_bank, m, P, n_item, item_c, core_base)
+                if wroutes:
+                    for t in range(m):
                         for c in range(C):
                             cmd_dst[t, c] = -1
-                for q in range(P):                  # the first pCH with a t-th item names the bank
-                    for t in range(n_item[q]):
-                        if cmd_bank[t] < 0:
-                            cmd_bank[t] = core_base[item_c[q, t]]
-                if wroutes:
                     for c in range(C):
                         cmd_dst[unit_item[c, 0], c] = row_of[c]
                 _bg_order(cmd_bank, m, bpbg, order)
@@ -324,25 +415,8 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
                 # ---- MACs of the block, then the next step's prefetch, then the drain is pending ----
                 b, v, j, i = sb_[k], sv_[k], sj_[k], si_[k]
                 v0 = start[b, j, i]
-                end = v0 + size[j, i]
-                ke = min(KI, E - KI * i)
-                rstep = ke if mode == 0 else 0
-                x = v0
-                while x < end:
-                    n = min(end, (x // seg + 1) * seg) - x
-                    if level == 0:
-                        row, tb = x // 32, 0
-                    elif level == 1:
-                        row, tb = x // 128, (x // 32) % 4
-                    else:
-                        row, tb = x // 1024, 0
-                    if level == 0 and open_row != row:
-                        if open_row != -1:
-                            p = _rec(out, p, write, PREA, 0, 0, 0, 1, COMP, 0, 0, -1, 0, 0, 0)
-                        p = _rec(out, p, write, ACTAB, 0, row, 0, 1, COMP, 0, 0, -1, 0, 0, 0)
-                        open_row = row
-                    p = _rec(out, p, write, mac_op, tb, row, x % seg, n, COMP, x - v0, rstep, -1, mode, base, 0)
-                    x += n
+                p, open_row = _macs(out, p, write, v0, v0 + size[j, i], min(KI, E - KI * i), mode, seg, level,
+                                    open_row, mac_op, PREA, ACTAB, COMP, base)
                 lk = -1
                 if prefetch and k + 1 < S:
                     if (not reuse) or (sb_[k + 1] != sb_[k] or sv_[k + 1] != sv_[k] or si_[k + 1] != si_[k]):
@@ -357,50 +431,19 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
             b, v, i = sb_[lk], sv_[lk], si_[lk]
             ke = min(KI, E - KI * i)
             e0 = KI * i
-            # items per pCH: distinct (row id, entry), in order of first appearance (unit, entry);
-            # a unit's entry joins the item of an earlier unit of its pCH with the same row id
-            for q in range(P):
-                n_item[q] = 0
-            for c in range(C):
-                q = pch[c]
-                for e in range(ke):
-                    s = ids[c, b, v, e0 + e]
-                    t = -1
-                    for y in range(n_e[q, e]):
-                        if ids[e_unit[q, e, y], b, v, e0 + e] == s:
-                            t = e_item[q, e, y]
-                            break
-                    if t < 0:
-                        t = n_item[q]
-                        item_c[q, t] = c
-                        item_e[q, t] = e
-                        n_item[q] += 1
-                        e_unit[q, e, n_e[q, e]] = c
-                        e_item[q, e, n_e[q, e]] = t
-                        n_e[q, e] += 1
-                    unit_item[c, e] = t
-            m = 0
-            for q in range(P):
-                m = max(m, n_item[q])
-                for e in range(ke):
-                    n_e[q, e] = 0
+            m = _load_items(ids, b, v, e0, ke, pch, C, P, item_c, item_e, n_item, n_e, e_unit, e_item, unit_item)
             if not write and not wroutes:           # counting: m commands, m routes
                 p += m
                 r += m
                 if stage == 1:
                     p += 1
                 continue
-            for t in range(m):
-                cmd_bank[t] = -1
-                if wroutes:
+            _name_banks(cmd_bank, m, P, n_item, item_c, core_base)
+            if wroutes:
+                for t in range(m):
                     for c in range(C):
                         cmd_src[t, c] = -1
                         cmd_dst[t, c] = 0
-            for q in range(P):                     # the first pCH with a t-th item names the bank
-                for t in range(n_item[q]):
-                    if cmd_bank[t] < 0:
-                        cmd_bank[t] = core_base[item_c[q, t]]
-            if wroutes:
                 for c in range(C):
                     for e in range(ke):
                         t = unit_item[c, e]
@@ -419,13 +462,7 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
                 p = _rec(out, p, write, BARRIER, 0, 0, 0, 1, COMP, 0, 0, -1, 0, 0, 0)
     # the final sb.flush(em, 1, final=True)
     if n_pend > 0:
-        p = _rec(out, p, write, BARRIER, 0, 0, 0, 1, READB, 0, 0, -1, 0, 0, 0)
-        for q in range(n_pend):
-            if write:
-                rb[h, 0], rb[h, 1], rb[h, 2], rb[h, 3] = (pend_item[q, 0], pend_item[q, 1], pend_item[q, 2],
-                                                          pend_item[q, 3])
-            p = _rec(out, p, write, RDACC, (h % 16) * 4, 0, 0, 1, READB, pend_row[q], 0, 1, 0, h, 1 if q == 0 else 0)
-            h += 1
+        p, h = _flush(out, p, write, rb, h, pend_row, pend_item, n_pend, BARRIER, RDACC, READB, True)
     return p, r, h, used_max
 
 
@@ -483,38 +520,18 @@ def load_commands(ids, dst, pch, core_base, banks_per_bg):
     for c in range(C):
         P = max(P, pch[c] + 1)
     item_c = np.empty((P, C * ke), np.int64)
+    item_e = np.empty((P, C * ke), np.int64)
     n_item = np.zeros(P, np.int64)
     n_e = np.zeros((P, ke), np.int64)
     e_unit = np.empty((P, ke, C), np.int64)
     e_item = np.empty((P, ke, C), np.int64)
     unit_item = np.empty((C, ke), np.int64)
-    for c in range(C):
-        q = pch[c]
-        for e in range(ke):
-            s = ids[c, e]
-            t = -1
-            for y in range(n_e[q, e]):
-                if ids[e_unit[q, e, y], e] == s:
-                    t = e_item[q, e, y]
-                    break
-            if t < 0:
-                t = n_item[q]
-                item_c[q, t] = c
-                n_item[q] += 1
-                e_unit[q, e, n_e[q, e]] = c
-                e_item[q, e, n_e[q, e]] = t
-                n_e[q, e] += 1
-            unit_item[c, e] = t
-    m = 0
-    for q in range(P):
-        m = max(m, n_item[q])
-    bank = np.full(m, -1, np.int64)
+    ids4 = np.ascontiguousarray(ids).reshape(C, 1, 1, ke)       # one (b, v), entries 0..ke-1
+    m = _load_items(ids4, 0, 0, 0, ke, pch, C, P, item_c, item_e, n_item, n_e, e_unit, e_item, unit_item)
+    bank = np.empty(m, np.int64)
+    _name_banks(bank, m, P, n_item, item_c, core_base)
     src = np.full((m, C), -1, np.int64)
     dd = np.zeros((m, C), np.int64)
-    for q in range(P):
-        for t in range(n_item[q]):
-            if bank[t] < 0:
-                bank[t] = core_base[item_c[q, t]]
     for c in range(C):
         for e in range(ke):
             t = unit_item[c, e]

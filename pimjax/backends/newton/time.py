@@ -20,7 +20,7 @@ write; the tFAW window; the channel's last column, read and write):
                    leading rearrangement, as the simulator buckets them),
                    G_ACT (tRC, precharge after tRAS / tRTP, (bank groups - 1)
                    tFAW of staggered activations, after the last column --
-                   after the last GWRITE column only under rule BUF_ACT,
+                   after the last GWRITE column only under rule ACTAB_AFTER_BUF,
                    off with GWRITE latency hiding),
                    COMPs tCCD_AB apart after tRCD and the write-to-read
                    turnaround, READRES after everything before it;
@@ -68,9 +68,12 @@ from math import gcd
 
 import numpy as np
 
-from ...hw.dram_rules import (AB_END, ACTAB_END, BUF_ACT, CCD_AB, CCD_L, CCD_S, FAW, NEVER, PARAMS, PREA_END, RAS, RC,
-                              RCD_RD, RCD_WR, RD_END, RP, RRD_L, RRD_S, RTP, RTP_AB, RTW, WR_END, WR_PRE, WTR_L,
-                              WTR_S, compile_chains, compile_rules)
+from ...hw.dram_phases import (ACT_AFTER_ACT, ACT_AFTER_ACT_BG, ACT_AFTER_ACT_CH, ACT_AFTER_PRE, ACT_WINDOW,
+                               ACTAB_AFTER_BUF, ACTAB_AFTER_COL, column_gap, column_spacing, END_AB, END_ACTAB,
+                               END_PREA, END_RD, END_WR, GAP_L, GAP_S, PRE_AFTER_ACT, PRE_AFTER_RD, PRE_AFTER_WR,
+                               PREA_AFTER_COL, PREALL_AFTER_AB, RD_AFTER_ACT, RD_AFTER_WR_L, RD_AFTER_WR_S, SPACE_S,
+                               WR_AFTER_ACT, WR_AFTER_RD)
+from ...hw.dram_rules import NEVER, PARAMS, compile_chains, compile_rules
 from .lower import _runs, _segments, readres_bursts, row_runs
 from ...lower.program import Op, bank_order, streamed
 from ...partition import dimension_sets
@@ -155,7 +158,8 @@ class _Channel:
 
     def _pre_ok(self, b: int) -> float:
         L = self.L
-        return max(self.act[b] + L[RAS], self.rd[b] + L[RTP], _after(self.wr[b], self.C[WR_PRE]))
+        return max(self.act[b] + L[PRE_AFTER_ACT], self.rd[b] + L[PRE_AFTER_RD],
+                   _after(self.wr[b], self.C[PRE_AFTER_WR]))
 
     def _advance(self, end: float) -> float:
         d = max(end - self.end, 0.0)
@@ -173,30 +177,31 @@ class _Channel:
         bg = b // self.per_bg
         need = row >= 0 and self.open[b] != row
         if need:                        # PRE (if open) + ACT under tRC / tRRD / tFAW
-            ready = self._pre_ok(b) + L[RP] if self.open[b] >= 0 else self.ready[b]
-            a = max(ready, self.act[b] + L[RC], self.bg_act[bg] + L[RRD_L], self.last_act + L[RRD_S],
-                    min(self.faw) + L[FAW])
+            ready = self._pre_ok(b) + L[ACT_AFTER_PRE] if self.open[b] >= 0 else self.ready[b]
+            a = max(ready, self.act[b] + L[ACT_AFTER_ACT], self.bg_act[bg] + L[ACT_AFTER_ACT_BG],
+                    self.last_act + L[ACT_AFTER_ACT_CH],
+                    min(self.faw) + L[ACT_WINDOW])
             self.open[b], self.act[b], self.bg_act[bg] = row, a, a
             self.last_act = max(self.last_act, a)
             self.faw[self.faw.index(min(self.faw))] = a
-        rcd = L[RCD_WR] if write else L[RCD_RD]
+        rcd = L[WR_AFTER_ACT] if write else L[RD_AFTER_ACT]
         t0 = self.act[b] + rcd if need else max(self.act[b] + rcd, 0.0)
-        gap = L[CCD_AB] if (allbank and self.last_ab) else (L[CCD_L] if bg == self.last_bg else L[CCD_S])
+        gap = L[column_gap(self.last_ab, allbank, bg == self.last_bg)]
         t0 = max(t0, self.last_col + gap)
         if write:
-            t0 = max(t0, _after(self.last_rd, self.C[RTW]))
+            t0 = max(t0, _after(self.last_rd, self.C[WR_AFTER_RD]))
         else:
-            t0 = max(t0, _after(self.last_wr, self.C[WTR_L if bg == self.last_wr_bg else WTR_S]))
+            t0 = max(t0, _after(self.last_wr, self.C[RD_AFTER_WR_L if bg == self.last_wr_bg else RD_AFTER_WR_S]))
         if wait:
             t0 = max(t0, self.end)
-        sp = L[CCD_AB] if allbank else (L[CCD_L] if spacing is None else spacing)
+        sp = L[column_spacing(allbank, False)] if (allbank or spacing is None) else spacing
         last = t0 + (n - 1) * sp
         if allbank:
-            end = last + L[AB_END]
+            end = last + L[END_AB]
         elif write:
-            end = _after(last, self.C[WR_END])
+            end = _after(last, self.C[END_WR])
         else:
-            end = _after(last, self.C[RD_END])
+            end = _after(last, self.C[END_RD])
         if write:
             self.wr[b], self.last_wr, self.last_wr_bg = last, last, bg
         else:
@@ -219,7 +224,7 @@ class _Channel:
         nb, d, steady, j = len(banks), 0.0, 0, 0
         bgs = [b // self.per_bg for b in banks]
         # the gap between two columns of the run: one bank group, or every column in another one
-        gap = self.L[CCD_L] if nb == 1 else (self.L[CCD_S] if len(set(bgs)) == nb else None)
+        gap = self.L[GAP_L] if nb == 1 else (self.L[GAP_S] if len(set(bgs)) == nb else None)
         while j < count:
             before = self.last_col
             d += self.column(banks[j % nb], -1, 1, True, False, buffer=True)
@@ -233,25 +238,28 @@ class _Channel:
                 bg = bgs[(count - 1) % nb]
                 self.last_col = self.last_wr = self.last_buf = last
                 self.last_bg = self.last_wr_bg = bg
-                return d + self._advance(_after(last, self.C[WR_END]))
+                return d + self._advance(_after(last, self.C[END_WR]))
         return d
 
     def prea(self) -> float:
         L = self.L
         opened = [self._pre_ok(b) for b in range(len(self.open)) if self.open[b] >= 0]
-        t_pre = max(opened + [0.0, self.last_col + (L[RTP_AB] if self.last_ab else 0.0)])
+        # in order after the last column [PREA_AFTER_COL: 0]; tRTP_L after an all-bank one (>= 0)
+        t_pre = max(opened + [0.0, self.last_col + (L[PREALL_AFTER_AB] if self.last_ab else L[PREA_AFTER_COL])])
         for b in range(len(self.open)):
-            self.open[b], self.ready[b] = -1, t_pre + L[RP]
-        return self._advance(t_pre + L[PREA_END])
+            self.open[b], self.ready[b] = -1, t_pre + L[ACT_AFTER_PRE]
+        return self._advance(t_pre + L[END_PREA])
 
     def g_act(self, row: int, stagger: float) -> float:
         L = self.L
-        ready = max(self._pre_ok(b) + L[RP] if self.open[b] >= 0 else self.ready[b] for b in range(len(self.open)))
-        # after the last column; after the last GWRITE only under BUF_ACT (off: GWRITE latency hiding)
-        a = max(ready, max(self.act) + L[RC], max(self.last_arr, self.last_buf + L[BUF_ACT])) + stagger
+        ready = max(self._pre_ok(b) + L[ACT_AFTER_PRE] if self.open[b] >= 0 else self.ready[b]
+                    for b in range(len(self.open)))
+        # after the last column; after the last GWRITE only under ACTAB_AFTER_BUF (off: GWRITE latency hiding)
+        a = max(ready, max(self.act) + L[ACT_AFTER_ACT],
+                max(self.last_arr + L[ACTAB_AFTER_COL], self.last_buf + L[ACTAB_AFTER_BUF])) + stagger
         for b in range(len(self.open)):
             self.open[b], self.act[b] = row, a
-        return self._advance(a + L[ACTAB_END])
+        return self._advance(a + L[END_ACTAB])
 
 
 UNIT_PERIODS = 4096
@@ -316,6 +324,44 @@ def _run_units(units: list, sig: list, run, buckets: list, state_of, shift=None,
         prev = snap
 
 
+def _host_writes(ch: _Channel, buckets: list, seg_base, seg_cols, t_in: int, cc: int, cols: int, banks_used: int,
+                 per_bg: int, interleave_limit: int, horizon: float, steady: bool) -> np.ndarray:
+    """`_walk`'s leading rearrangement: the host writes every column a COMP
+    reads (flat column indices, returned), the banks in turn, in rounds
+    (skipping steady stretches), then a PREA; adds their time to
+    buckets[PRE]."""
+    read = np.zeros(int(seg_base.max()) + cc + 1, bool)
+    for i in range(t_in):
+        base = seg_base[:, :, i].ravel()
+        idx = (base[:, None] + np.arange(int(seg_cols[i]))[None, :]).ravel()
+        read[idx] = True
+    flat = np.nonzero(read)[0]
+    order = bank_order(list(range(banks_used)), per_bg)
+    if len(flat) * banks_used <= interleave_limit:     # one column per record
+        spans = [(int(r), 1) for r in flat // cols]
+        spacing = None
+    else:                                               # runs inside a row, streamed across bank groups
+        first, lengths = row_runs(flat, cols)
+        spans = [(int(r), int(m)) for r, m in zip(first // cols, lengths)]
+        spacing = ch.L[SPACE_S] if streamed(Op.WR, order, per_bg) == Op.WR_S else None
+
+    def write_round(span):
+        r, m = span
+        for b in order:
+            buckets[PRE] += ch.column(b, r, m, True, False, spacing=spacing)
+    # a round's signature: its width and whether it opens a row (a row holds up to `cols` columns)
+    round_sig = [(m, k == 0 or r != spans[k - 1][0]) for k, (r, m) in enumerate(spans)]
+
+    def skip_rounds(dt, last):
+        ch.shift(dt)
+        for b in order:                 # every bank wrote the last skipped round's row
+            ch.open[b] = last[0]
+    _run_units(spans, round_sig, write_round, buckets, lambda: ch.snapshot(horizon), skip_rounds,
+               period=_period(round_sig), steady=steady)
+    buckets[PRE] += ch.prea()
+    return flat
+
+
 def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: int,
           n_bg: int, rr_bursts: int, interleave_limit: int, steady: bool = True,
           compiled: tuple | None = None, class_cores: int = 0,
@@ -344,42 +390,15 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
     seg_cols = np.minimum(cc, n_rc - np.arange(t_in) * cc)
     ch = _Channel(t, banks, per_bg, compiled, budget)
     # no timing rule looks further back than the sum of the constraints (and the G_ACT stagger)
-    horizon = 4.0 * (sum(t[k] for k in RULE_FIELDS) + n_bg * ch.L[FAW])
+    horizon = 4.0 * (sum(t[k] for k in RULE_FIELDS) + n_bg * ch.L[ACT_WINDOW])
     # ---- host writes of every column a COMP reads, the banks in turn -----------------
-    read = np.zeros(int(seg_base.max()) + cc + 1, bool)
-    for i in range(t_in):
-        base = seg_base[:, :, i].ravel()
-        idx = (base[:, None] + np.arange(int(seg_cols[i]))[None, :]).ravel()
-        read[idx] = True
-    flat = np.nonzero(read)[0]
-    order = bank_order(list(range(banks_used)), per_bg)
     buckets = [0.0, 0.0, 0.0, 0.0]
-    if len(flat) * banks_used <= interleave_limit:     # one column per record
-        spans = [(int(r), 1) for r in flat // cols]
-        spacing = None
-    else:                                               # runs inside a row, streamed across bank groups
-        first, lengths = row_runs(flat, cols)
-        spans = [(int(r), int(m)) for r, m in zip(first // cols, lengths)]
-        spacing = ch.L[CCD_S] if streamed(Op.WR, order, per_bg) == Op.WR_S else None
-
-    def write_round(span):
-        r, m = span
-        for b in order:
-            buckets[PRE] += ch.column(b, r, m, True, False, spacing=spacing)
-    # a round's signature: its width and whether it opens a row (a row holds up to `cols` columns)
-    round_sig = [(m, k == 0 or r != spans[k - 1][0]) for k, (r, m) in enumerate(spans)]
-
-    def skip_rounds(dt, last):
-        ch.shift(dt)
-        for b in order:                 # every bank wrote the last skipped round's row
-            ch.open[b] = last[0]
-    _run_units(spans, round_sig, write_round, buckets, lambda: ch.snapshot(horizon), skip_rounds,
-               period=_period(round_sig), steady=steady)
-    buckets[PRE] += ch.prea()
+    flat = _host_writes(ch, buckets, seg_base, seg_cols, t_in, cc, cols, banks_used, per_bg, interleave_limit,
+                        horizon, steady)
     # ---- the kernel -----------------------------------------------------------------------
     gw_banks = [g * per_bg for g in range(n_bg)]
     per_row = max(1, cols // max(1, cc))                 # segments a row holds
-    stagger = (n_bg - 1) * ch.L[FAW]
+    stagger = (n_bg - 1) * ch.L[ACT_WINDOW]
     # single-bank passes command banks 0 .. class_cores - 1 (which banks a class holds moves mainly
     # tRRD_L / tRRD_S between its ACTs; the same banks every pass lets equal passes be skipped)
     state = {"loaded": None, "open": None, "pre": True, "banks": list(range(min(class_cores, banks)))}
@@ -515,7 +534,7 @@ def _walk_native(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, 
         spacing = np.nan
     else:                                               # runs inside a row, streamed across bank groups
         span_row, span_len = first // cols, lengths
-        spacing = float(L[CCD_S]) if stream else np.nan
+        spacing = float(L[SPACE_S]) if stream else np.nan
     buckets, unsettled = walk(n_b, n_v, n_o, n_rc, cc, t_in, kv, ki, lo, bool(is_flow), passes, seg_base, seg_cols,
                               span_row, span_len, order, spacing, L, C, banks, per_bg, cols, n_bg, rr_bursts,
                               class_cores, horizon, bool(steady), float(budget), UNIT_PERIODS)
@@ -528,7 +547,7 @@ def _native_consts(t: dict, compiled: tuple | None, n_bg: int) -> tuple:
     """(latencies [N_LAT], chains [N_LAT, CHAIN] as float64 arrays, `_walk`'s horizon) of timing t."""
     L, C = compiled if compiled is not None else _compiled(t)
     L, C = np.asarray(L, np.float64), np.asarray(C, np.float64)
-    return L, C, float(4.0 * (sum(t[k] for k in RULE_FIELDS) + n_bg * float(L[FAW])))
+    return L, C, float(4.0 * (sum(t[k] for k in RULE_FIELDS) + n_bg * float(L[ACT_WINDOW])))
 
 
 @lru_cache(maxsize=256)

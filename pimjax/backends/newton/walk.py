@@ -33,9 +33,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ...hw.dram_rules import (AB_END, ACTAB_END, BUF_ACT, CCD_AB, CCD_L, CCD_S, FAW, NEVER, PREA_END, RAS, RC,
-                              RCD_RD, RCD_WR, RD_END, RP, RRD_L, RRD_S, RTP, RTP_AB, RTW, WR_END, WR_PRE, WTR_L,
-                              WTR_S)
+from ...hw.dram_phases import (ACT_AFTER_ACT, ACT_AFTER_ACT_BG, ACT_AFTER_ACT_CH, ACT_AFTER_PRE, ACT_WINDOW,
+                               ACTAB_AFTER_BUF, ACTAB_AFTER_COL, column_gap, column_spacing, END_AB, END_ACTAB,
+                               END_PREA, END_RD, END_WR, GAP_L, GAP_S, PRE_AFTER_ACT, PRE_AFTER_RD, PRE_AFTER_WR,
+                               PREA_AFTER_COL, PREALL_AFTER_AB, RD_AFTER_ACT, RD_AFTER_WR_L, RD_AFTER_WR_S,
+                               WR_AFTER_ACT, WR_AFTER_RD)
+from ...hw.dram_rules import NEVER
 
 # channel scalars, from the start of the scalar block (`_o_s`)
 (_LAST_ACT, _LAST_COL, _LAST_BG, _LAST_AB, _LAST_ARR, _LAST_BUF, _LAST_RD, _LAST_WR, _LAST_WR_BG, _END,
@@ -63,7 +66,7 @@ def _after(x, C, k):
 
 @njit(cache=True, nogil=True, inline="always")
 def _pre_ok(st, L, C, nb, b):
-    return max(max(st[b] + L[RAS], st[nb + b] + L[RTP]), _after(st[2 * nb + b], C, WR_PRE))
+    return max(max(st[b] + L[PRE_AFTER_ACT], st[nb + b] + L[PRE_AFTER_RD]), _after(st[2 * nb + b], C, PRE_AFTER_WR))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -88,51 +91,42 @@ def _column(st, L, C, nb, nbg, per_bg, b, row, n, write, allbank, wait, spacing,
     need = row >= 0 and st[o_open + b] != row
     if need:                        # PRE (if open) + ACT under tRC / tRRD / tFAW
         if st[o_open + b] >= 0:
-            ready = _pre_ok(st, L, C, nb, b) + L[RP]
+            ready = _pre_ok(st, L, C, nb, b) + L[ACT_AFTER_PRE]
         else:
             ready = st[3 * nb + b]
         mf, kf = st[o_faw], 0
         for q in range(1, 4):
             if st[o_faw + q] < mf:
                 mf, kf = st[o_faw + q], q
-        a = max(max(max(max(ready, st[b] + L[RC]), st[o_bga + bg] + L[RRD_L]), st[s + _LAST_ACT] + L[RRD_S]),
-                mf + L[FAW])
+        a = max(max(max(max(ready, st[b] + L[ACT_AFTER_ACT]), st[o_bga + bg] + L[ACT_AFTER_ACT_BG]),
+                    st[s + _LAST_ACT] + L[ACT_AFTER_ACT_CH]),
+                mf + L[ACT_WINDOW])
         st[o_open + b] = row
         st[b] = a
         st[o_bga + bg] = a
         st[s + _LAST_ACT] = max(st[s + _LAST_ACT], a)
         st[o_faw + kf] = a
-    rcd = L[RCD_WR] if write else L[RCD_RD]
+    rcd = L[WR_AFTER_ACT] if write else L[RD_AFTER_ACT]
     if need:
         t0 = st[b] + rcd
     else:
         t0 = max(st[b] + rcd, 0.0)
-    if allbank and st[s + _LAST_AB] != 0.0:
-        gap = L[CCD_AB]
-    elif bg == st[s + _LAST_BG]:
-        gap = L[CCD_L]
-    else:
-        gap = L[CCD_S]
+    gap = L[column_gap(st[s + _LAST_AB] != 0.0, allbank, bg == st[s + _LAST_BG])]
     t0 = max(t0, st[s + _LAST_COL] + gap)
     if write:
-        t0 = max(t0, _after(st[s + _LAST_RD], C, RTW))
+        t0 = max(t0, _after(st[s + _LAST_RD], C, WR_AFTER_RD))
     else:
-        t0 = max(t0, _after(st[s + _LAST_WR], C, WTR_L if bg == st[s + _LAST_WR_BG] else WTR_S))
+        t0 = max(t0, _after(st[s + _LAST_WR], C, RD_AFTER_WR_L if bg == st[s + _LAST_WR_BG] else RD_AFTER_WR_S))
     if wait:
         t0 = max(t0, st[s + _END])
-    if allbank:
-        sp = L[CCD_AB]
-    elif np.isnan(spacing):
-        sp = L[CCD_L]
-    else:
-        sp = spacing
+    sp = L[column_spacing(allbank, False)] if (allbank or np.isnan(spacing)) else spacing
     last = t0 + (n - 1) * sp
     if allbank:
-        end = last + L[AB_END]
+        end = last + L[END_AB]
     elif write:
-        end = _after(last, C, WR_END)
+        end = _after(last, C, END_WR)
     else:
-        end = _after(last, C, RD_END)
+        end = _after(last, C, END_RD)
     if write:
         st[2 * nb + b] = last
         st[s + _LAST_WR] = last
@@ -159,7 +153,7 @@ def _gwrite_run(st, L, C, nb, nbg, per_bg, count):
     steady = 0
     j = 0
     # every GWRITE bank in its own bank group: the run's gap is tCCD_S (tCCD_L with one bank)
-    gap = L[CCD_L] if nbg == 1 else L[CCD_S]
+    gap = L[GAP_L] if nbg == 1 else L[GAP_S]
     while j < count:
         before = st[s + _LAST_COL]
         d += _column(st, L, C, nb, nbg, per_bg, (j % nbg) * per_bg, -1, 1, True, False, False, np.nan, True)
@@ -181,7 +175,7 @@ def _gwrite_run(st, L, C, nb, nbg, per_bg, count):
             st[s + _LAST_BUF] = last
             st[s + _LAST_BG] = bg
             st[s + _LAST_WR_BG] = bg
-            return d + _advance(st, s, _after(last, C, WR_END))
+            return d + _advance(st, s, _after(last, C, END_WR))
     return d
 
 
@@ -193,11 +187,12 @@ def _prea(st, L, C, nb, nbg):
     for b in range(nb):
         if st[4 * nb + b] >= 0:
             t_pre = max(t_pre, _pre_ok(st, L, C, nb, b))
-    t_pre = max(t_pre, st[s + _LAST_COL] + (L[RTP_AB] if st[s + _LAST_AB] != 0.0 else 0.0))
+    # in order after the last column [PREA_AFTER_COL: 0]; tRTP_L after an all-bank one (>= 0)
+    t_pre = max(t_pre, st[s + _LAST_COL] + (L[PREALL_AFTER_AB] if st[s + _LAST_AB] != 0.0 else L[PREA_AFTER_COL]))
     for b in range(nb):
         st[4 * nb + b] = -1.0
-        st[3 * nb + b] = t_pre + L[RP]
-    return _advance(st, s, t_pre + L[PREA_END])
+        st[3 * nb + b] = t_pre + L[ACT_AFTER_PRE]
+    return _advance(st, s, t_pre + L[END_PREA])
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -207,14 +202,15 @@ def _g_act(st, L, C, nb, nbg, row, stagger):
     ready = 0.0
     act_max = 0.0
     for b in range(nb):
-        r = _pre_ok(st, L, C, nb, b) + L[RP] if st[4 * nb + b] >= 0 else st[3 * nb + b]
+        r = _pre_ok(st, L, C, nb, b) + L[ACT_AFTER_PRE] if st[4 * nb + b] >= 0 else st[3 * nb + b]
         ready = r if b == 0 else max(ready, r)
         act_max = st[b] if b == 0 else max(act_max, st[b])
-    a = max(max(ready, act_max + L[RC]), max(st[s + _LAST_ARR], st[s + _LAST_BUF] + L[BUF_ACT])) + stagger
+    a = max(max(ready, act_max + L[ACT_AFTER_ACT]),
+            max(st[s + _LAST_ARR] + L[ACTAB_AFTER_COL], st[s + _LAST_BUF] + L[ACTAB_AFTER_BUF])) + stagger
     for b in range(nb):
         st[4 * nb + b] = row
         st[b] = a
-    return _advance(st, s, a + L[ACTAB_END])
+    return _advance(st, s, a + L[END_ACTAB])
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -580,7 +576,7 @@ def walk(n_b, n_v, n_o, n_rc, cc, t_in, kv, ki, lo, is_flow, passes, seg_base, s
         have_prev = True
     st[s + _PRE] += _prea(st, L, C, nb, nbg)
     # ---- the kernel -------------------------------------------------------------------------
-    stagger = (nbg - 1) * L[FAW]
+    stagger = (nbg - 1) * L[ACT_WINDOW]
     per_row = max(1, cols // max(1, cc))                 # segments a row holds
     geo = (nb, nbg, per_bg, n_v, n_o, t_in, kv, ki, lo, cols, class_cores, stagger, rr, per_row)
     n_vg, n_ig, n_ob = -(-n_v // kv), -(-t_in // ki), -(-n_o // lo)
