@@ -162,5 +162,25 @@ def check_values(operands, result, unit: np.dtype, reference=None, checks=check_
     return out
 
 
-__all__ = ["PRECISIONS", "unit_dtype", "conversion", "op_dtypes", "check_operand", "check_values",
+
+
+# The relative tolerance a backend's results keep against jax, by the type its units compute in
+# (and, for floating data, by the data's own type, which jax computes in): fp16 / bf16 accumulation
+# of up to a few hundred terms (tests/test_api.py's TOL); float32 and integer units are exact up to
+# float32 rounding.  Data, so a backend with another unit type states its own here.
+UNIT_TOLERANCE = {"float16": 3e-2, "bfloat16": 6e-2, "float32": 1e-5, "float64": 1e-5,
+                  "int8": 0.0, "int16": 0.0, "int32": 0.0, "int64": 0.0}
+
+
+def tolerance(backend, dtypes=()) -> float:
+    """The relative tolerance of `backend`'s results on data of `dtypes`
+    (dtype names or numpy dtypes): the largest `UNIT_TOLERANCE` of its
+    units' type (`Core.dtype`) and of the floating data types; a result is
+    within it when |pim - jax| <= tol * (|jax| + scale), scale the
+    magnitude of the values the op summed."""
+    names = [backend.core.dtype] + [np.dtype(d).name for d in dtypes if _float(d)]
+    return max(UNIT_TOLERANCE.get(n, 1e-5) for n in names)
+
+
+__all__ = ["PRECISIONS", "UNIT_TOLERANCE", "tolerance", "unit_dtype", "conversion", "op_dtypes", "check_operand", "check_values",
            "OperandChecks"]
