@@ -107,12 +107,14 @@ class Arg:
     argument list (`("a0",)` a plain argument, `("p", "w1")` the leaf `w1` of
     the dict argument `p`); shape; dtype name; `kind` "normal" (uniform in
     [-1, 1] floats, [-4, 4] ints), "mask" (bool) or "index" (an int32 0-d in
-    [0, hi])."""
+    [0, hi]); `mag` scales "normal" values (beyond fp16's range, or
+    int8 products that wrap, when large)."""
     path: tuple
     shape: tuple
     dtype: str
     kind: str = "normal"
     hi: int = 0
+    mag: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,10 +150,11 @@ class Program:
             elif a.kind == "index":
                 v = np.asarray(rng.integers(0, a.hi + 1), np.int32)
             elif a.dtype in INTS:
-                v = rng.integers(-4, 5, a.shape).astype(a.dtype)
+                m = int(min(4 * a.mag, np.iinfo(a.dtype).max))
+                v = rng.integers(-m, m + 1, a.shape).astype(a.dtype)
             else:
                 dt = ml_dtypes.bfloat16 if a.dtype == "bfloat16" else a.dtype
-                v = rng.uniform(-1, 1, a.shape).astype(np.float32).astype(dt)
+                v = (a.mag * rng.uniform(-1, 1, a.shape)).astype(np.float32).astype(dt)
             if len(a.path) == 1:
                 out[a.path[0]] = v
             else:
@@ -169,8 +172,8 @@ class Program:
 class _Builder:
     """Accumulates a program's lines, parameters and argument leaves."""
 
-    def __init__(self, draw, pytree: bool):
-        self.draw, self.pytree = draw, pytree
+    def __init__(self, draw, pytree: bool, mag: float = 1.0):
+        self.draw, self.pytree, self.mag = draw, pytree, mag
         self.lines: list[str] = []
         self.args: list[Arg] = []
         self.params: list[str] = []
@@ -183,11 +186,11 @@ class _Builder:
         if weight and self.pytree:
             if "p" not in self.params:
                 self.params.append("p")
-            self.args.append(Arg(("p", f"w{k}"), tuple(shape), dtype, kind, hi))
+            self.args.append(Arg(("p", f"w{k}"), tuple(shape), dtype, kind, hi, self.mag))
             return f'p["w{k}"]'
         name = f"a{k}"
         self.params.append(name)
-        self.args.append(Arg((name,), tuple(shape), dtype, kind, hi))
+        self.args.append(Arg((name,), tuple(shape), dtype, kind, hi, self.mag))
         return name
 
     def let(self, expr: str) -> str:
@@ -345,7 +348,24 @@ def _update(b: _Builder, dtype: str):
     return c, b.let(f"{c} @ {x}")
 
 
-KINDS = ("dot", "elementwise", "reduce", "layout", "conv", "attention", "update")
+def _mlp(b: _Builder, dtype: str):
+    """Two products with an activation between (an MLP block), the second
+    weight maybe transposed at the use."""
+    B, D, H, O = b.size(6), b.size(), b.size(), b.size()
+    x = b.arg((B, D) if B > 1 else (D,), dtype)
+    w1 = b.arg((D, H), dtype, weight=True)
+    h = b.let(f"{x} @ {w1}")
+    h = b.let(f"jax.nn.relu({h})" if dtype in FLOATS else f"jnp.maximum({h}, 0)")
+    if b.draw.bool():
+        w2 = b.arg((O, H), dtype, weight=True)
+        return b.let(f"{h} @ {w2}.T")
+    w2 = b.arg((H, O), dtype, weight=True)
+    return b.let(f"{h} @ {w2}")
+
+
+KINDS = ("dot", "elementwise", "reduce", "layout", "conv", "attention", "update", "mlp")
+# value magnitudes (index 0 first): most programs in [-1, 1]; some past fp16's and int8's ranges
+MAGNITUDES = (1.0, 1.0, 1.0, 8.0, 300.0)
 
 
 def program(draw) -> Program:
@@ -353,7 +373,7 @@ def program(draw) -> Program:
     kind = draw.choice(KINDS)
     float_only = kind in ("attention", "conv")
     dtype = draw.choice(FLOATS if float_only else DTYPES)
-    b = _Builder(draw, pytree=draw.bool())
+    b = _Builder(draw, pytree=draw.bool(), mag=draw.choice(MAGNITUDES))
     rets: list[str] = []
     if kind == "dot":
         y, shape = _dot(b, dtype)
@@ -380,6 +400,8 @@ def program(draw) -> Program:
     elif kind == "conv":
         y = _conv(b, dtype)
         rets.append(b.let(f"jax.nn.relu({y})") if draw.bool() else y)
+    elif kind == "mlp":
+        rets.append(_mlp(b, dtype))
     elif kind == "attention":
         rets.append(_attention(b, dtype)[0])
     else:
@@ -593,6 +615,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "pimjax", "fuzz-xla"))
     ap.add_argument("--log", default=None, help="append one line per failure (JSON) to this file")
+    ap.add_argument("--counts", default=None, help="keep the running counts (JSON) in this file, "
+                                                    "rewritten atomically after every program")
     a = ap.parse_args(argv)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -632,6 +656,12 @@ def main(argv=None) -> int:
                                                      outcome=r.outcome, detail=r.detail,
                                                      source=prog.source)) + "\n")
             bar.update(job, advance=1, rate=done / (time.perf_counter() - t0), fails=len(failures))
+            if a.counts:            # a run stopped early keeps its figures (temp file + rename)
+                with open(a.counts + ".tmp", "w") as fh:
+                    json.dump(dict(programs=done, seconds=time.perf_counter() - t0, workers=a.workers,
+                                   tuner=a.tuner, counts=["|".join(k) + f"={v}" for k, v in sorted(counts.items())],
+                                   on_pim=["|".join(k) + f"={v}" for k, v in sorted(pim_runs.items())]), fh)
+                os.replace(a.counts + ".tmp", a.counts)
     if pool is not None:
         pool.close()
     elapsed = time.perf_counter() - t0
