@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import subprocess
 import sys
 import time
@@ -18,7 +19,8 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from pimjax.testing import fuzz
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # this checkout's pimjax
+from pimjax.testing import fuzz  # noqa: E402
 
 
 def run(n: int, seed: int, tuner: str) -> tuple[float, collections.Counter]:
