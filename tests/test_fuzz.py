@@ -52,17 +52,45 @@ def test_compare_tells_a_mismatch_from_agreement():
     assert fuzz.compare(i, i, 0.0, 1.0) == "" and "differ" in fuzz.compare(i + 1, i, 0.0, 1.0)
 
 
-def test_check_flags_a_silent_mismatch():
-    """The classifier itself: a program whose PIM result we corrupt (through
-    a wrong reference) is a "mismatch", not "equal"."""
+class _Stub:
+    """Stands in for a pim_jit function: returns `out(*args)` or raises."""
+
+    def __init__(self, out):
+        self.out = out
+
+    def __call__(self, *args):
+        return self.out(*args)
+
+    def compiles(self):
+        return []
+
+
+def test_check_classifies_each_outcome():
+    """The classifier itself: a wrong value is a "mismatch", an exception a
+    "crash", a PimCompileError naming the op "compile_error", one naming
+    none "unclear_error"; the real pim_jit run is "equal"."""
+    from pimjax import PimCompileError
     src = "def program(a0, a1):\n    v0 = a0 @ a1\n    return v0\n"
     p = fuzz.Program("dot", src, ("a0", "a1"), (fuzz.Arg(("a0",), (4, 8), "float16"),
                                                  fuzz.Arg(("a1",), (8,), "float16")))
-    want, scale = fuzz.reference_of(p)
-    r = fuzz.check(p, "hbm-pim", "prefer_pim", tuner=fuzz.flat_tuner(), reference=(want, scale))
+    r = fuzz.check(p, "hbm-pim", "prefer_pim", tuner=fuzz.flat_tuner())
     assert r.outcome == "equal" and r.on_pim == 1, r
-    r = fuzz.check(p, "hbm-pim", "prefer_pim", tuner=fuzz.flat_tuner(), reference=(want + 1, scale))
-    assert r.outcome == "mismatch", r
+    args = p.make_args(0)
+    want, scale = fuzz.reference_of(p)
+
+    def outcome(out):
+        return fuzz._one_call(_Stub(out), p.fn, args, want, 3e-2, scale, None).outcome
+
+    def raises(e):
+        def f(*a):
+            raise e
+        return f
+    assert outcome(lambda *a: jax.jit(p.fn)(*a)) == "equal"
+    assert outcome(lambda *a: jax.jit(p.fn)(*a) + 1) == "mismatch"
+    assert outcome(lambda *a: jax.jit(p.fn)(*a).astype(np.float32)) == "crash"        # jax gives float16
+    assert outcome(raises(ValueError("boom"))) == "crash"
+    assert outcome(raises(PimCompileError("dot_general at x.py:1 cannot run on hbm-pim"))) == "compile_error"
+    assert outcome(raises(PimCompileError("cannot compile"))) == "unclear_error"
 
 
 # the make-test slice: a fixed-seed handful (derandomize), the flat tuner (top-1 draft) for speed

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import math
 import os
 import random
@@ -131,9 +132,10 @@ class Program:
     params: tuple
     args: tuple
 
-    @property
+    @functools.cached_property
     def fn(self):
-        """The program as a callable (the source executed with jax, jnp, lax)."""
+        """The program as a callable (the source executed with jax, jnp, lax;
+        one function object per Program, so jax.jit's cache hits)."""
         import jax
         import jax.numpy as jnp
         from jax import lax
@@ -519,21 +521,21 @@ def _ops_named(fn, args) -> set[str]:
 
 
 def check(prog: Program, backend: str, placement: str, seed: int = 0, tuner=None,
-          timeout_s: float | None = 300.0, reference=None) -> Result:
+          timeout_s: float | None = 300.0, reference=None, reference2=None) -> Result:
     """Run `prog` through `pim_jit` on `backend` (`BACKEND_OPTIONS`) under
     `placement` and classify the result against `jax.jit` (module docstring).
     Two calls of one compiled function: the arguments of `seed` as numpy
     arrays, then those of `seed + 1` as jax arrays (a stale resident weight
-    or a cached operand check shows there).  reference: (want, scale) of
-    the first call when already computed (`reference_of`)."""
+    or a cached operand check shows there).  reference, reference2:
+    (want, scale) of the two calls when already computed (`reference_of`)."""
     import jax
     from pimjax import get_backend, pim_jit
     from pimjax.precision import tolerance
     fn = prog.fn
     be = get_backend(backend, **BACKEND_OPTIONS[backend])
     rtol = tolerance(be, [a.dtype for a in prog.args if a.kind == "normal"])
-    calls = [(prog.make_args(seed), reference), (jax.tree_util.tree_map(jax.numpy.asarray, prog.make_args(seed + 1)),
-                                                  None)]
+    calls = [(prog.make_args(seed), reference),
+             (jax.tree_util.tree_map(jax.numpy.asarray, prog.make_args(seed + 1)), reference2)]
     f = pim_jit(fn, backend=be, placement=placement, tuner=tuner)
     out = Result("equal")
     for k, (args, ref) in enumerate(calls):
@@ -596,10 +598,10 @@ def check_all(prog: Program, seed: int = 0, backends=BACKENDS, placements=PLACEM
     """{(backend, placement): Result} for every pair; a program jax itself
     rejects gives {("jax", "-"): Result("invalid", ...)} (a generator bug)."""
     try:
-        ref = reference_of(prog, seed)
+        ref, ref2 = reference_of(prog, seed), reference_of(prog, seed + 1)
     except Exception as e:          # noqa: BLE001
         return {("jax", "-"): Result("invalid", f"{type(e).__name__}: {str(e)[:300]}")}
-    return {(b, p): check(prog, b, p, seed, tuner, timeout_s, ref) for b in backends for p in placements}
+    return {(b, p): check(prog, b, p, seed, tuner, timeout_s, ref, ref2) for b in backends for p in placements}
 
 
 # --- the command line ----------------------------------------------------------------------------
