@@ -160,9 +160,11 @@ def check_values(operands, result, unit: np.dtype, reference=None, checks=check_
             pass
     n = _count(bad)
     if n:
+        top = float(ml_dtypes.finfo(unit).max)
+        narrower = (f", or a result past the output's {res.dtype} range ({float(ml_dtypes.finfo(res.dtype).max):g})"
+                    if float(ml_dtypes.finfo(res.dtype).max) < top else "")     # bf16 units, fp16 data
         out.append(f"result: {n} inf / NaN value(s) from finite operands where jax's differ "
-                   f"(the {unit} arithmetic overflowed, e.g. a running sum above "
-                   f"{float(ml_dtypes.finfo(unit).max):g})")
+                   f"(the {unit} arithmetic overflowed, e.g. a running sum above {top:g}{narrower})")
     return out
 
 

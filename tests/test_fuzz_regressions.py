@@ -35,6 +35,31 @@ FP16_EDGE_ATTENTION = Program(
      Arg(("a2",), (2, 3, 48, 2), "float16", mag=300.0)))
 
 
+# seed 10267: an fp16 dot_general + add on newton under placement="auto", planned MD-DP (PIMFlow's
+# GPU / PIM split).  One result past 65504 came back inf with no PrecisionWarning: the MD-DP path
+# skipped the per-call value check the PIM path runs.  Fixed in pimjax/api.py (Compiled.__call__).
+MDDP_FP16_OVERFLOW = Program(
+    "dot",
+    'def program(a0, p, a2):\n    v0 = lax.dot_general(a0, p["w1"], (((0,), (0,)), ((), ())))\n'
+    '    v1 = v0 + a2\n    return v1\n',
+    ("a0", "p", "a2"),
+    (Arg(("a0",), (48, 100), "float16", mag=300.0), Arg(("p", "w1"), (48, 13), "float16", mag=300.0),
+     Arg(("a2",), (100, 13), "float16", mag=300.0)))
+
+
+def test_mddp_overflow_is_flagged():
+    import warnings
+
+    import pimjax
+    f = pimjax.pim_jit(MDDP_FP16_OVERFLOW.fn, backend="newton", placement="auto", **fuzz.BACKEND_OPTIONS["newton"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        f(*MDDP_FP16_OVERFLOW.make_args(10267))
+    assert [o.placement for o in f.compiles()[0].report().ops] == ["md-dp"]      # the path under test
+    r = fuzz.check(MDDP_FP16_OVERFLOW, "newton", "auto", seed=10267, timeout_s=None)
+    assert r.outcome == "precision" and "inf / NaN value(s) from finite operands" in r.detail, r
+
+
 def test_nan_where_jax_has_inf_is_flagged():
     """check_values on its own: a NaN result where jax's is inf counts; an
     inf jax gives too does not."""
