@@ -60,6 +60,26 @@ def test_mddp_overflow_is_flagged():
     assert r.outcome == "precision" and "inf / NaN value(s) from finite operands" in r.detail, r
 
 
+# seed 10290: an fp16 convolution with values of +-300.  Its products (up to 90 000) overflowed
+# float16 in pimjax's evaluator (a conv's affine maps miss the einsum path), so a host-placed conv
+# (upmem) returned inf where jax (float32 products and sums, one rounding) gives 28 910, and the PIM
+# check on hbm-pim compared with that inf and said nothing.  Fixed in pimjax/trace/evaluate.py.
+FP16_CONV_PRODUCTS = Program(
+    "conv",
+    'def program(a0, a1):\n    v0 = lax.conv_general_dilated(a0, a1, (1, 1), "VALID", feature_group_count=1, '
+    'dimension_numbers=("NCHW", "OIHW", "NCHW"))\n    return v0\n',
+    ("a0", "a1"),
+    (Arg(("a0",), (1, 1, 8, 5), "float16", mag=300.0), Arg(("a1",), (4, 1, 3, 2), "float16", mag=300.0)))
+
+
+def test_fp16_conv_products_match_jax_on_the_host_and_are_flagged_on_pim():
+    res = fuzz.check_all(FP16_CONV_PRODUCTS, seed=10290, backends=("upmem", "hbm-pim"),
+                         placements=("prefer_pim",), tuner=fuzz.flat_tuner(), timeout_s=None)
+    assert res[("upmem", "prefer_pim")].outcome == "equal", res            # host: jax's values
+    hbm = res[("hbm-pim", "prefer_pim")]
+    assert hbm.on_pim and hbm.outcome == "precision" and "conv_general_dilated" in hbm.detail, hbm
+
+
 def test_nan_where_jax_has_inf_is_flagged():
     """check_values on its own: a NaN result where jax's is inf counts; an
     inf jax gives too does not."""
