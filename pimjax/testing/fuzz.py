@@ -143,6 +143,11 @@ class Program:
         exec(compile(self.source, f"<fuzz {self.kind}>", "exec"), env)   # noqa: S102 -- our own text
         return env["program"]
 
+    def __getstate__(self):
+        """Without the cached `fn` (a function made by exec does not pickle:
+        `make fuzz --workers` sends programs between processes)."""
+        return {k: v for k, v in self.__dict__.items() if k != "fn"}
+
     def make_args(self, seed: int = 0) -> tuple:
         """The arguments (numpy arrays; dicts for pytree parameters), values
         drawn from `seed`."""
