@@ -6,6 +6,7 @@ large runs are `make fuzz N=...` (benchmarks/README.md)."""
 from __future__ import annotations
 
 import collections
+import pickle
 
 import jax
 import numpy as np
@@ -40,6 +41,7 @@ def test_program_source_is_its_reproducer():
     np.testing.assert_array_equal(np.asarray(jax.jit(env["prog"].fn)(*args), np.float32),
                                   np.asarray(jax.jit(p.fn)(*args), np.float32))
     assert env["prog"] == p
+    assert pickle.loads(pickle.dumps(p)) == p           # workers send programs back (its cached fn left out)
 
 
 def test_compare_tells_a_mismatch_from_agreement():
