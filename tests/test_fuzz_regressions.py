@@ -80,6 +80,24 @@ def test_fp16_conv_products_match_jax_on_the_host_and_are_flagged_on_pim():
     assert hbm.on_pim and hbm.outcome == "precision" and "conv_general_dilated" in hbm.detail, hbm
 
 
+# seed 20031: an int8 elementwise chain on upmem (int32 DPUs).  jax wraps a0 + 3 + a1 at int8 before
+# the minimum; the DPU interpreter kept the int32 sum (146, not -110), so the minimum picked the
+# other operand: -56 where jax gives -107, silently.  Fixed in pimjax/backends/upmem/execute.py.
+INT8_WRAP_BEFORE_MIN = Program(
+    "elementwise",
+    "def program(a0, a1, a2):\n    v0 = a0 + 3\n    v1 = a1 + v0\n    v2 = jnp.minimum(v1, a2)\n"
+    "    v3 = v2 + 3\n    return v3\n",
+    ("a0", "a1", "a2"),
+    (Arg(("a0",), (4,), "int8", mag=300.0), Arg(("a1",), (4,), "int8", mag=300.0),
+     Arg(("a2",), (1,), "int8", mag=300.0)))
+
+
+def test_int8_wraps_before_a_minimum_on_upmem():
+    r = fuzz.check(INT8_WRAP_BEFORE_MIN, "upmem", "prefer_pim", seed=20031, tuner=fuzz.flat_tuner(),
+                   timeout_s=None)
+    assert r.outcome == "equal" and r.on_pim == 1, r
+
+
 def test_nan_where_jax_has_inf_is_flagged():
     """check_values on its own: a NaN result where jax's is inf counts; an
     inf jax gives too does not."""
