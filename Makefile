@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-slow train bench clean
+.PHONY: demo test test-slow train bench fuzz clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,12 @@ train: $(STAMP)
 
 bench: $(STAMP)
 	for b in benchmarks/*_bench.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# the differential fuzzer (pimjax/testing/fuzz.py): N random programs x 4 backends x 2 placements
+# against jax.jit, a progress bar and an outcome table; FUZZ_ARGS e.g. "--workers 4 --seed 1000 --tuner flat"
+N ?= 1000
+fuzz: $(STAMP)
+	$(PY) -m pimjax.testing.fuzz $(N) $(FUZZ_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -575,7 +575,12 @@ class Compiled:
                 operands = [on_device(a.value) for a in p.op.operands]
                 full = host_op(graph, p.op, operands)[0]
                 info = graph.values[p.op.result.value]
-                env[p.op.result.value] = jnp.asarray(run_split(p.split, p.op, operands, full)).astype(info.dtype)
+                out = run_split(p.split, p.op, operands, full)
+                # its PIM rows ran in the units' type too: checked like a PIM op's (fuzz seed 10267: an
+                # fp16 result past 65504 on newton's bf16 units came back inf, unflagged); the whole
+                # operands are scanned, the GPU's rows included (a superset: never silent)
+                self._check_values(p, p.op, operands, out)
+                env[p.op.result.value] = jnp.asarray(out).astype(info.dtype)
                 continue
             if p.placement == "pim":
                 fused = p.program.op             # the block's fused op for attention blocks

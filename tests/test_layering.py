@@ -29,7 +29,7 @@ LAYERS = (
     ("search",),
     ("plan",),
     ("api", "report"),
-    ("demo", "studies"),
+    ("demo", "studies", "testing"),             # testing: the differential fuzzer over pim_jit
 )
 LAYER = {u: i for i, units in enumerate(LAYERS) for u in units}
 SHARED_LAYER_CYCLES = ({"lower", "backends"},)

@@ -105,11 +105,14 @@ def evaluate_op(graph: PimGraph, op: PimOp, operands: list) -> list:
     value = _einsum_fast_path(op, operands)
     if value is None:
         domain = tuple(lv.name for lv in op.loop_vars)
-        gathered = _Gathered(op, operands, domain, ext)
+        narrow, wide = _widened(op, operands)
+        gathered = _Gathered(op, wide, domain, ext)
         value = _broadcast_full(eval_expr(op.body, gathered, None), domain, ext)
         if op.reduction_vars:
             axes = tuple(domain.index(v) for v in op.reduction_vars)
             value = _reduce(value, axes, op.combiner)
+        if narrow is not None:
+            value = value.astype(narrow)
     if op.epilogue is not None:
         gathered = _Gathered(op, operands, out_vars, ext)
         value = _broadcast_full(eval_expr(op.epilogue, gathered, value), out_vars, ext)
@@ -250,6 +253,27 @@ def _reduce(value, axes, combiner: str):
     if combiner == "min":
         return jnp.min(value, axis=axes)
     raise ValueError(f"unknown combiner {combiner!r}")
+
+
+def _widened(op: PimOp, operands) -> tuple:
+    """(16-bit dtype, operands in float32) for a sum of products of two
+    float16 / bfloat16 reads (a convolution's affine maps miss the einsum
+    path), else (None, operands): XLA multiplies and accumulates those in
+    float32 and rounds once, where products in float16 overflow past 65504
+    (fuzz seed 10290: 300 x 300 read inf, jax 28 910)."""
+    body = op.body
+    if not (op.reduction_vars and op.combiner == "add" and isinstance(body, Prim) and body.name == "mul"
+            and len(body.args) == 2):
+        return None, operands
+    reads = [_plain_read(a) for a in body.args]
+    if None in reads or any(t is not None for _, t in reads):
+        return None, operands
+    dts = {np.dtype(operands[k].dtype) for k, _ in reads}
+    if len(dts) != 1 or dts.pop().name not in ("float16", "bfloat16"):
+        return None, operands
+    narrow = operands[reads[0][0]].dtype
+    idx = {k for k, _ in reads}
+    return narrow, [jnp.asarray(x, jnp.float32) if k in idx else x for k, x in enumerate(operands)]
 
 
 # --------------------------------------------------------------------------

@@ -104,8 +104,23 @@ def _reaches(rec: dict, r: np.ndarray, G: int, C: int) -> np.ndarray:
     return np.broadcast_to(hit[None], (G, C, len(r))).reshape(G * C, len(r))
 
 
-def _eval_body(expr, get, dtype):
-    """Evaluate a body expression over [D, P] operand arrays (numpy, `dtype`)."""
+def _data_dtype(expr, dts):
+    """The dtype jax computes a body node in: its operands' (a constant is
+    weakly typed: None), a conversion's target."""
+    if isinstance(expr, Arg):
+        return np.dtype(dts[expr.index])
+    if isinstance(expr, Prim):
+        if expr.name == "convert_element_type":
+            return np.dtype(expr.param("new_dtype"))
+        return next((d for d in (_data_dtype(x, dts) for x in expr.args) if d is not None), None)
+    return None
+
+
+def _eval_body(expr, get, dtype, dts=None):
+    """Evaluate a body expression over [D, P] operand arrays (numpy, `dtype`).
+    dts: the operands' own dtypes; an int8 / int16 node's value wraps to its
+    width after each add / sub / mul / neg, as jax's does (a min of a wrapped
+    sum differs from a min of the int32 sum: fuzz seed 20031)."""
     if isinstance(expr, Arg):
         return get(expr.index)
     if isinstance(expr, Const):
@@ -114,23 +129,28 @@ def _eval_body(expr, get, dtype):
             raise ValueError(f"upmem: non-integer constant {v} in integer arithmetic")
         return np.asarray(v).astype(dtype)
     if isinstance(expr, Prim):
-        a = [_eval_body(x, get, dtype) for x in expr.args]
+        a = [_eval_body(x, get, dtype, dts) for x in expr.args]
         n = expr.name
+        narrow = _data_dtype(expr, dts) if dts is not None and dtype == np.int32 else None
+        wrap = narrow is not None and narrow.kind in "iu" and narrow.itemsize < 4
+
+        def fit(r):
+            return r.astype(narrow).astype(dtype) if wrap else r.astype(dtype)
         with np.errstate(over="ignore"):
             if n in ("add", "add_any"):
-                return (a[0] + a[1]).astype(dtype)
+                return fit(a[0] + a[1])
             if n == "sub":
-                return (a[0] - a[1]).astype(dtype)
+                return fit(a[0] - a[1])
             if n == "mul":
-                return (a[0] * a[1]).astype(dtype)
+                return fit(a[0] * a[1])
             if n == "neg":
-                return (-a[0]).astype(dtype)
+                return fit(-a[0])
         if n == "max":
             return np.maximum(a[0], a[1])
         if n == "min":
             return np.minimum(a[0], a[1])
         if n in ("convert_element_type", "copy", "copy_p", "reduce_precision"):
-            return a[0].astype(dtype)
+            return fit(a[0])
     raise ValueError(f"upmem executor: unsupported body expression {expr!r}")
 
 
@@ -251,7 +271,8 @@ def execute_upmem(program: Program, arrays, arithmetic: str):
             cache[k] = operand(k)
         return cache[k][0]
 
-    value = _eval_body(op.body, get, dtype) if pts.size else np.zeros((D, 0), dtype)
+    dts = [np.asarray(a).dtype for a in given]
+    value = _eval_body(op.body, get, dtype, dts) if pts.size else np.zeros((D, 0), dtype)
     value = np.broadcast_to(np.asarray(value, dtype), (D, pts.size))
     v_ok = np.ones((D, pts.size), bool)
     for k in op.body_operands:

@@ -1,0 +1,107 @@
+"""Issue 44: the differential fuzzer (`pimjax.testing.fuzz`).  A fixed-seed
+slice of random programs through `pim_jit` on the four backends under both
+placements must give only the three allowed outcomes; the generator covers
+what it claims; the classifier tells a mismatch from an agreement.  The
+large runs are `make fuzz N=...` (benchmarks/README.md)."""
+from __future__ import annotations
+
+import collections
+import pickle
+
+import jax
+import numpy as np
+from hypothesis import HealthCheck, given, note, settings, strategies as st
+
+from pimjax.testing import fuzz
+
+
+def test_generated_programs_are_valid_jax_and_cover_the_space():
+    """300 seeded programs: jax traces every one (strict promotion, rank
+    promotion raising: tests/conftest.py); every kind and dtype occurs,
+    sizes 1 and primes occur, and some arguments are pytrees."""
+    kinds, dtypes, sizes, pytrees = collections.Counter(), set(), set(), 0
+    for seed in range(300):
+        p = fuzz.program(fuzz.RandomDraw(seed))
+        jax.make_jaxpr(p.fn)(*p.make_args(seed))
+        kinds[p.kind] += 1
+        dtypes |= {a.dtype for a in p.args}
+        sizes |= {d for a in p.args for d in a.shape}
+        pytrees += "p" in p.params
+    assert set(kinds) == set(fuzz.KINDS)
+    assert set(fuzz.DTYPES) <= dtypes
+    assert {1, 3, 5, 7, 13, 17, 31} <= sizes and 12 in sizes
+    assert 0 < pytrees < 300
+
+
+def test_program_source_is_its_reproducer():
+    p = fuzz.program(fuzz.RandomDraw(3))
+    args = p.make_args(0)
+    env: dict = {}
+    exec(p.reproducer().split("\nprint(")[0], env)           # the script up to its check call
+    np.testing.assert_array_equal(np.asarray(jax.jit(env["prog"].fn)(*args), np.float32),
+                                  np.asarray(jax.jit(p.fn)(*args), np.float32))
+    assert env["prog"] == p
+    assert pickle.loads(pickle.dumps(p)) == p           # workers send programs back (its cached fn left out)
+
+
+def test_compare_tells_a_mismatch_from_agreement():
+    w = np.array([1.0, -2.0, 0.0], np.float32)
+    assert fuzz.compare(w + 0.01, w, rtol=3e-2, scale=1.0) == ""
+    assert "1 of 3 differ" in fuzz.compare(w + np.array([0, 0, 0.5], np.float32), w, rtol=3e-2, scale=1.0)
+    assert "float16" in fuzz.compare(w.astype(np.float16), w, rtol=3e-2, scale=1.0)     # a dtype jax did not give
+    assert "structure" in fuzz.compare((w, w), w, rtol=3e-2, scale=1.0)
+    i = np.array([1, 2], np.int32)
+    assert fuzz.compare(i, i, 0.0, 1.0) == "" and "differ" in fuzz.compare(i + 1, i, 0.0, 1.0)
+
+
+class _Stub:
+    """Stands in for a pim_jit function: returns `out(*args)` or raises."""
+
+    def __init__(self, out):
+        self.out = out
+
+    def __call__(self, *args):
+        return self.out(*args)
+
+    def compiles(self):
+        return []
+
+
+def test_check_classifies_each_outcome():
+    """The classifier itself: a wrong value is a "mismatch", an exception a
+    "crash", a PimCompileError naming the op "compile_error", one naming
+    none "unclear_error"; the real pim_jit run is "equal"."""
+    from pimjax import PimCompileError
+    src = "def program(a0, a1):\n    v0 = a0 @ a1\n    return v0\n"
+    p = fuzz.Program("dot", src, ("a0", "a1"), (fuzz.Arg(("a0",), (4, 8), "float16"),
+                                                 fuzz.Arg(("a1",), (8,), "float16")))
+    r = fuzz.check(p, "hbm-pim", "prefer_pim", tuner=fuzz.flat_tuner())
+    assert r.outcome == "equal" and r.on_pim == 1, r
+    args = p.make_args(0)
+    want, scale = fuzz.reference_of(p)
+
+    def outcome(out):
+        return fuzz._one_call(_Stub(out), p.fn, args, want, 3e-2, scale, None).outcome
+
+    def raises(e):
+        def f(*a):
+            raise e
+        return f
+    assert outcome(lambda *a: jax.jit(p.fn)(*a)) == "equal"
+    assert outcome(lambda *a: jax.jit(p.fn)(*a) + 1) == "mismatch"
+    assert outcome(lambda *a: jax.jit(p.fn)(*a).astype(np.float32)) == "crash"        # jax gives float16
+    assert outcome(raises(ValueError("boom"))) == "crash"
+    assert outcome(raises(PimCompileError("dot_general at x.py:1 cannot run on hbm-pim"))) == "compile_error"
+    assert outcome(raises(PimCompileError("cannot compile"))) == "unclear_error"
+
+
+# the make-test slice: a fixed-seed handful (derandomize), the flat tuner (top-1 draft) for speed
+@settings(max_examples=5, derandomize=True, deadline=None, print_blob=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_fuzz_slice_gives_only_allowed_outcomes(data):
+    prog = fuzz.program(fuzz.HypothesisDraw(data))
+    note(prog.reproducer())
+    res = fuzz.check_all(prog, tuner=fuzz.flat_tuner(), timeout_s=None)
+    bad = {k: r for k, r in res.items() if r.outcome not in fuzz.OK_OUTCOMES}
+    assert not bad, f"{bad}\n{prog.source}"
