@@ -534,7 +534,8 @@ def check(prog: Program, backend: str, placement: str, seed: int = 0, tuner=None
     or a cached operand check shows there).  reference, reference2:
     (want, scale) of the two calls when already computed (`reference_of`)."""
     import jax
-    from pimjax import get_backend, pim_jit
+    from pimjax.api import pim_jit
+    from pimjax.hw.presets import get_backend
     from pimjax.precision import tolerance
     fn = prog.fn
     be = get_backend(backend, **BACKEND_OPTIONS[backend])
@@ -557,7 +558,7 @@ def check(prog: Program, backend: str, placement: str, seed: int = 0, tuner=None
 
 def _one_call(f, fn, args, want, rtol, scale, timeout_s) -> Result:
     import jax
-    from pimjax import PimCompileError, PrecisionWarning
+    from pimjax.errors import PimCompileError, PrecisionWarning
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
