@@ -379,8 +379,10 @@ def _attention_of(ops: list[OpFigures], context: int, tuning_s: float, verify_s:
                             baseline_kernel_cycles=sum(o.baseline_kernel_cycles for o in on_pim))
 
 
-def _split(t_gpu: float, t_pim: float, fraction) -> float:
-    """A GEMV split between GPU and PIM, both running at once (attacc-full)."""
+def split_ns(t_gpu: float, t_pim: float, fraction) -> float:
+    """ns of a GEMV split between GPU and PIM running at once (attacc-full; serving's steps too):
+    "balanced" finishes both together, a float f puts f of the rows on PIM.  t_gpu / t_pim: ns of
+    the whole GEMV on each; an infinite t_pim (no PIM mapping) leaves it on the GPU."""
     if not np.isfinite(t_pim):
         return t_gpu
     if fraction == "balanced":
@@ -401,10 +403,10 @@ def _system_times(ops: list[OpFigures], att: AttentionFigures, gpu_att: float, f
         out["gpu"][o.phase] += g
         out["attacc-base"][o.phase] += g
         ffn_gemv = o.phase == "ffn" and o.kind == "contraction" and on_pim
-        out["attacc-full"][o.phase] += _split(g, base, fraction) if ffn_gemv else g
+        out["attacc-full"][o.phase] += split_ns(g, base, fraction) if ffn_gemv else g
         dcc_pim = o.phase in ("qkv", "proj")
         out["base+dcc"][o.phase] += best if dcc_pim else g
-        out["full+dcc"][o.phase] += best if dcc_pim else (_split(g, pim, fraction) if ffn_gemv else g)
+        out["full+dcc"][o.phase] += best if dcc_pim else (split_ns(g, pim, fraction) if ffn_gemv else g)
         out["pimjax"][o.phase] += best
     # attention: the GPU reads exactly `context` rows; PIM runs the bucketed block
     pim_ok = np.isfinite(att.pim_ns)

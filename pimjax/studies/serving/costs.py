@@ -56,6 +56,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...hw.core import Backend, HostModel
+from ..inference import split_ns
 
 SYSTEMS = ("gpu", "attacc-base", "attacc-full", "base+dcc", "full+dcc", "pimjax")
 PIM_ATTENTION = {"attacc-base": "baseline", "attacc-full": "baseline", "base+dcc": "tuned", "full+dcc": "tuned",
@@ -323,17 +324,6 @@ def kernel_ns(host: HostModel, row: tuple, elem_bytes: int = 2) -> float:
 # --------------------------------------------------------------------------
 # the dense part of a layer, per system
 # --------------------------------------------------------------------------
-def split_ns(t_gpu: float, t_pim: float, fraction) -> float:
-    """A GEMV split between GPU and PIM running at once (`decode`'s attacc-full):
-    "balanced" finishes both together, a float f puts f of the rows on PIM."""
-    if not np.isfinite(t_pim):
-        return t_gpu
-    if fraction == "balanced":
-        return t_gpu * t_pim / (t_gpu + t_pim)
-    f = float(fraction)
-    return max((1 - f) * t_gpu, f * t_pim)
-
-
 def dense_system_ns(system: str, phases, kinds, gpu, pim, base, fraction="balanced") -> dict:
     """{phase: ns} of the dense ops of one layer on `system`, op by op, by
     `decode`'s rules (`inference._system_times`): gpu / pim / base the ops' GPU,
