@@ -704,11 +704,25 @@ def _split_vars(op: PimOp, mvars: set, vvars: set):
     return o_b, o_v, o_m, red
 
 
-def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts: dict,
-                  use_native: bool = True) -> Program:
-    geo = Geometry.of(backend)
-    tiles = core_tiles(op, draft)
-    G, C = tiles.groups, tiles.cores
+@dataclass(frozen=True)
+class _GemvRoles:
+    """Which operand is the bank-resident matrix (mi) and which the host-streamed vector
+    (vi; None for a reduction, run as a GEMV with a ones vector), the op's variables by
+    role (o_b: batch outputs of both, o_v: vector-only outputs, o_m: matrix-only outputs,
+    red: reduction variables, the lane variable last in o_m or red) and the unit mode
+    (TREE: the lane reduces through the adder tree; MACMODE: the lane is an output)."""
+    mi: int
+    vi: int | None
+    o_b: list
+    o_v: list
+    o_m: list
+    red: list
+    mode: int
+
+
+def _gemv_roles(op: PimOp, draft: Draft, shapes: dict) -> _GemvRoles:
+    """The GEMV reading of `op` (a two-operand product or a plain reduction), or
+    PimCompileError naming why the units cannot run it."""
     if op.kind == "contraction":
         body = op.body
         if not (isinstance(body, Prim) and body.name == "mul" and len(body.args) == 2
@@ -723,7 +737,6 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
         if _plain_arg(op.body) is None:
             raise PimCompileError(f"attacc reductions need a plain operand body ({op.name})")
         mi, vi = _plain_arg(op.body), None
-        M, V = op.operands[mi], None
         o_b, o_v, o_m = [], [], list(op.output_vars)
         red = [lv.name for lv in op.loop_vars if lv.name in op.reduction_vars]
     lane = draft.lane_var
@@ -736,12 +749,67 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
     else:
         raise PimCompileError(f"attacc: lane variable {lane!r} must be a reduction variable (adder tree) "
                               f"or a matrix-only output variable (mac mode) of {op.name}")
+    return _GemvRoles(mi, vi, o_b, o_v, o_m, red, mode)
+
+
+def _gemv_layouts(op: PimOp, tiles: CoreTiles, shapes: dict, ro: _GemvRoles, gp: _Gemv, geo: Geometry,
+                  box: dict, n: tuple):
+    """The program's layouts and host index tables, n = (n_b, n_v, n_o, n_r) per-unit extents:
+    the matrix layout (positions computed on first use), the result layout (descriptive:
+    a softmax-buffer slot per local output), flat result indices per unit class
+    `flat_o[G, classes, n_b, n_v, n_o]` with `ocls[C]`, and the vector's host indices
+    padded to whole GB entries `vidx[G, classes, n_b, n_v, E, 16]` (-1: padding,
+    HOST_ONE: the ones vector of a reduction) with `vcls[C]`."""
+    G, C = tiles.groups, tiles.cores
+    n_b, n_v, n_o, n_r = n
+    o_b, o_v, o_m, red = ro.o_b, ro.o_v, ro.o_m, ro.red
+    M = op.operands[ro.mi]
+    m_vars = tuple(o_b + o_m + red)
+    # where each matrix element lives: only `execute` reads it (computed on first use)
+    m_pos = LazyPositions(lambda: _matrix_positions(gp, geo, 0), n_b * n_o * n_r)
+    m_layout = tile_layout(tiles, "M", ro.mi, m_vars, M.index_map, shapes[M.value], m_pos,
+                           tuple(box[v] for v in m_vars))
+    r_vars = tuple(o_b + o_v + o_m)
+    rbox = tuple(box[v] for v in r_vars)
+    rop = np.arange(int(np.prod(rbox, dtype=np.int64))) % max(1, n_o)
+    r_pos = np.stack([np.zeros_like(rop), np.zeros_like(rop), rop // LANES, rop % LANES], -1)
+    res_layout = tile_layout(tiles, "acc", -1, r_vars, *acc_space(op), r_pos, rbox)
+    res_layout = TensorLayout(**{**res_layout.__dict__, "space": "softmax"})
+    # flat result / vector indices per unit class (units with equal ranges hold equal indices)
+    flat_o, ocls = _class_index(res_layout)
+    flat_o = flat_o.reshape(G, -1, n_b, n_v, n_o)                      # [G, classes, n_b, n_v, n_o]
+
+    # host data: the vector (or ones) per core, instance, entry
+    if ro.vi is not None:
+        V = op.operands[ro.vi]
+        v_vars = tuple(o_b + o_v + red)
+        vlay = tile_layout(tiles, "v", ro.vi, v_vars, V.index_map, shapes[V.value],
+                           np.zeros((1, 4), np.int32), tuple(box[v] for v in v_vars))
+        vidx, vcls = _class_index(vlay)
+        vidx = vidx.reshape(G, -1, n_b, n_v, n_r)
+    else:
+        vidx, vcls = np.full((G, 1, n_b, n_v, n_r), HOST_ONE, np.int64), np.zeros(C, np.int64)
+    pad = gp.E * LANES - n_r
+    vidx = np.pad(vidx, ((0, 0),) * 4 + ((0, pad),), constant_values=-1).reshape(G, -1, n_b, n_v, gp.E, LANES)
+    return m_layout, res_layout, r_vars, flat_o, ocls, vidx, vcls
+
+
+def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts: dict,
+                  use_native: bool = True) -> Program:
+    """The AttAcc program of a GEMV (or reduction) `op` under `draft`: the matrix placed
+    in the banks, the vector streamed into the GBs, MACs, drains to the softmax buffer and
+    the host's read-back.  The compiled (native) emitter is tried first for bank /
+    bank-group granularity; the Python emitter (`_gemv_records`) is the reference."""
+    geo = Geometry.of(backend)
+    tiles = core_tiles(op, draft)
+    G, C = tiles.groups, tiles.cores
+    ro = _gemv_roles(op, draft, shapes)
+    mode = ro.mode
     box = dict(zip(tiles.vars, tiles.box(tiles.vars)))
     prod = lambda vs: int(np.prod([box[v] for v in vs], dtype=np.int64))  # noqa: E731
-    n_b, n_v, n_o, n_r = prod(o_b), prod(o_v), prod(o_m), prod(red)
+    n = n_b, n_v, n_o, n_r = prod(ro.o_b), prod(ro.o_v), prod(ro.o_m), prod(ro.red)
     reuse = opts["register_reuse"]
-    dataflow = draft.dataflow
-    traverse_is = dataflow == "is"
+    traverse_is = draft.dataflow == "is"
     # the data-block layout stores the matrix in the order the dataflow reads
     # it; without it the columns stay in the output-major (host) order
     order_is = traverse_is and bool(opts["data_block_layout"])
@@ -750,60 +818,69 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
     rows_needed = -(-gp.v_total // (geo.seg if geo.level != "bg" else 128))
     if rows_needed > backend.core.rows:
         raise PimCompileError(f"attacc: {rows_needed} rows of matrix data per bank exceed {backend.core.rows}")
-
-    # layouts: the matrix, the result (descriptive: slot per local output)
-    m_vars = tuple(o_b + o_m + red)
-    # where each matrix element lives: only `execute` reads it (computed on first use)
-    m_pos = LazyPositions(lambda: _matrix_positions(gp, geo, 0), n_b * n_o * n_r)
-    m_layout = tile_layout(tiles, "M", mi, m_vars, M.index_map, shapes[M.value], m_pos,
-                           tuple(box[v] for v in m_vars))
-    r_vars = tuple(o_b + o_v + o_m)
-    rbox = tuple(box[v] for v in r_vars)
-    ro = np.arange(int(np.prod(rbox, dtype=np.int64))) % max(1, n_o)
-    r_pos = np.stack([np.zeros_like(ro), np.zeros_like(ro), ro // LANES, ro % LANES], -1)
-    res_layout = tile_layout(tiles, "acc", -1, r_vars, *acc_space(op), r_pos, rbox)
-    res_layout = TensorLayout(**{**res_layout.__dict__, "space": "softmax"})
-    # flat result / vector indices per unit class (units with equal ranges hold equal indices)
-    flat_o, ocls = _class_index(res_layout)
-    flat_o = flat_o.reshape(G, -1, n_b, n_v, n_o)                      # [G, classes, n_b, n_v, n_o]
-
-    # host data: the vector (or ones) per core, instance, entry
-    if vi is not None:
-        v_vars = tuple(o_b + o_v + red)
-        vlay = tile_layout(tiles, "v", vi, v_vars, V.index_map, shapes[V.value], np.zeros((1, 4), np.int32),
-                           tuple(box[v] for v in v_vars))
-        vidx, vcls = _class_index(vlay)
-        vidx = vidx.reshape(G, -1, n_b, n_v, n_r)
-    else:
-        vidx, vcls = np.full((G, 1, n_b, n_v, n_r), HOST_ONE, np.int64), np.zeros(C, np.int64)
-    pad = gp.E * LANES - n_r
-    vidx = np.pad(vidx, ((0, 0),) * 4 + ((0, pad),), constant_values=-1).reshape(G, -1, n_b, n_v, gp.E, LANES)
+    m_layout, res_layout, r_vars, flat_o, ocls, vidx, vcls = _gemv_layouts(op, tiles, shapes, ro, gp, geo, box, n)
 
     tables = _Tables(C, G)
     em = _Emitter(geo, draft.granularity, tables, C)
     resident = set(opts["resident"])
-    _placement(em, geo, 0, gp.v_total, 0, C, mi in resident)
+    _placement(em, geo, 0, gp.v_total, 0, C, ro.mi in resident)
     em.barrier()                                                         # the kernel starts after placement
 
     cls = np.arange(C) if draft.reduction == "host" else _classes(tiles, list(r_vars))
+    # meta = head, what the emitter produced, tail (in this key order, as both emitters always wrote it)
+    head = dict(kind=op.kind, geometry=geo, mode=mode)
+    tail = dict(gb_entries=cap, host_data_operands=(ro.vi,), sfm=(), gemv=gp,
+                operand_shapes={k: tuple(shapes[a.value]) for k, a in enumerate(op.operands)},
+                result_shape=tuple(shapes[op.result.value]), result_dtype=opts["result_dtype"])
+    readback = Readback(1, combiner="add", lane_partials=False, epilogue_on_host=True)
     if use_native and draft.granularity != "core":
         done = _gemv_native(em, geo, gp, vidx, vcls, flat_o, ocls, cls, opts, traverse_is, reuse, mode, cap, C, G)
-        if done is None:                     # the compiled form declined: the Python form decides
-            em = _Emitter(geo, draft.granularity, tables, C)
-            _placement(em, geo, 0, gp.v_total, 0, C, mi in resident)
-            em.barrier()
-    if use_native and draft.granularity != "core":
         if done is not None:
             host, meta_n = done
-            meta = dict(kind=op.kind, geometry=geo, mode=mode, **meta_n, gb_entries=cap,
-                        host_data_operands=(vi,), sfm=(), gemv=gp,
-                        operand_shapes={k: tuple(shapes[a.value]) for k, a in enumerate(op.operands)},
-                        result_shape=tuple(shapes[op.result.value]), result_dtype=opts["result_dtype"])
-            return _program(op, draft, backend, tiles, [m_layout, res_layout], em, host, meta, opts,
-                            Readback(1, combiner="add", lane_partials=False, epilogue_on_host=True))
+            meta = dict(head, **meta_n, **tail)
+            return _program(op, draft, backend, tiles, [m_layout, res_layout], em, host, meta, opts, readback)
+        # the compiled form declined: the Python form decides, from a fresh placement
+        em = _Emitter(geo, draft.granularity, tables, C)
+        _placement(em, geo, 0, gp.v_total, 0, C, ro.mi in resident)
+        em.barrier()
     # per unit (the compiled form reads the per-class tables; copying them out per unit
     # cost ~5 ms a draft there)
-    vidx, flat_o = vidx[:, vcls], flat_o[:, ocls]
+    sb = _gemv_records(em, tables, gp, vidx[:, vcls], flat_o[:, ocls], cls, opts, traverse_is, reuse, mode,
+                       cap, C, G)
+    route_src, route_dst, host = tables.arrays()
+    meta = dict(head, route_src=route_src, route_dst=route_dst, readback_map=sb.readback_map(),
+                sb_rows=max(1, sb.used_max), **tail)
+    return _program(op, draft, backend, tiles, [m_layout, res_layout], em, host, meta, opts, readback)
+
+
+def _gemv_steps(gp: _Gemv, n_b: int, n_v: int, traverse_is: bool, chunk: int) -> list:
+    """The GEMV's schedule, steps (load key, b, v, j, i, drain, complete): output-stationary
+    keeps a block's sums in the accumulator over the input tiles; input-stationary drains
+    every (block, tile) and the softmax buffer adds the partials.  Output blocks go in
+    chunks of `chunk` whose softmax-buffer rows fit."""
+    steps = []
+    for b in range(n_b):
+        for v in range(n_v):
+            for j0 in range(0, gp.t_out, chunk):
+                js = range(j0, min(gp.t_out, j0 + chunk))
+                if traverse_is:
+                    steps += [((b, v, i), b, v, j, i, True, i == gp.t_in - 1)
+                              for i in range(gp.t_in) for j in js]
+                else:
+                    steps += [((b, v, i), b, v, j, i, i == gp.t_in - 1, i == gp.t_in - 1)
+                              for j in js for i in range(gp.t_in)]
+    return steps
+
+
+def _gemv_records(em: _Emitter, tables: _Tables, gp: _Gemv, vidx: np.ndarray, flat_o: np.ndarray,
+                  cls: np.ndarray, opts: dict, traverse_is: bool, reuse: bool, mode: int, cap: int,
+                  C: int, G: int) -> "_SoftmaxBuffer":
+    """The Python emitter's kernel records after placement: per step a GB load (WRGB, into
+    the other half of the GB ahead of time when it fits: prefetch), the MACs, and the
+    drain of finished blocks into softmax-buffer rows (issued after the next step's
+    barrier so it overlaps).  vidx [G, C, n_b, n_v, E, 16] and flat_o [G, C, n_b, n_v, n_o]
+    are per unit; units of one class `cls[c]` share a softmax-buffer row.  Returns the
+    flushed softmax buffer (its read-back map and peak rows)."""
     cls_ids = sorted(int(k) for k in np.unique(cls))
     rep = {k: int(np.nonzero(cls == k)[0][0]) for k in cls_ids}
     n_cls = len(cls_ids)
@@ -818,22 +895,7 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
             host_ids[key] = tables.host_row(vidx[:, c, b, v, e])
         return host_ids[key]
 
-    # steps (load key, b, v, j, i, drain, complete): output-stationary keeps a
-    # block's sums in the accumulator over the input tiles; input-stationary
-    # drains every (block, tile) and the softmax buffer adds the partials.
-    # Output blocks go in chunks whose softmax-buffer rows fit.
-    steps = []
-    chunk = max(1, sb.cap // n_cls)
-    for b in range(n_b):
-        for v in range(n_v):
-            for j0 in range(0, gp.t_out, chunk):
-                js = range(j0, min(gp.t_out, j0 + chunk))
-                if traverse_is:
-                    steps += [((b, v, i), b, v, j, i, True, i == gp.t_in - 1)
-                              for i in range(gp.t_in) for j in js]
-                else:
-                    steps += [((b, v, i), b, v, j, i, i == gp.t_in - 1, i == gp.t_in - 1)
-                              for j in js for i in range(gp.t_in)]
+    steps = _gemv_steps(gp, flat_o.shape[2], flat_o.shape[3], traverse_is, max(1, sb.cap // n_cls))
     prefetch = reuse and 2 * gp.KI <= cap
     sbrows: dict = {}
 
@@ -890,15 +952,7 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
         em.barrier()
         pending()
     sb.flush(em, 1, final=True)
-
-    route_src, route_dst, host = tables.arrays()
-    meta = dict(kind=op.kind, geometry=geo, mode=mode, route_src=route_src, route_dst=route_dst,
-                readback_map=sb.readback_map(), sb_rows=max(1, sb.used_max), gb_entries=cap,
-                host_data_operands=(vi,), sfm=(), gemv=gp,
-                operand_shapes={k: tuple(shapes[a.value]) for k, a in enumerate(op.operands)},
-                result_shape=tuple(shapes[op.result.value]), result_dtype=opts["result_dtype"])
-    return _program(op, draft, backend, tiles, [m_layout, res_layout], em, host, meta, opts,
-                    Readback(1, combiner="add", lane_partials=False, epilogue_on_host=True))
+    return sb
 
 
 def _unique_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
