@@ -23,6 +23,7 @@ times, not once per draft.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 import jax
@@ -346,6 +347,25 @@ def _run_many(tabs, vals, fp16, C: int, E: int, S: int, H: int, size: int):
     return jax.lax.map(lambda a: _run(a[0], vals, a[0]["n_segs"], a[1], C, E, S, H, size), (tabs, fp16))
 
 
+@dataclass(frozen=True)
+class _Unit:
+    """What every step of one program's interpretation reads: the program's padded
+    tables `t` (`_stack`), the host values `vals`, the FP16 flag and the padded sizes
+    (C units, E global-buffer rows, S accumulator rows, H host rows).  Fields may be
+    tracers: this is only a bundle passed to the step functions below, never a jit key."""
+    t: dict
+    vals: jax.Array
+    fp16: jax.Array
+    C: int
+    E: int
+    S: int
+    H: int
+
+    def rnd(self, x):
+        """x rounded to FP16 (nearest even) when `fp16` is set, else unchanged."""
+        return jnp.where(self.fp16, x.astype(jnp.float16).astype(jnp.float32), x)
+
+
 def _run(t, vals, n_segs, fp16, C: int, E: int, S: int, H: int, size: int):
     """[size] float32 merged result of one (padded) program.
 
@@ -356,149 +376,172 @@ def _run(t, vals, n_segs, fp16, C: int, E: int, S: int, H: int, size: int):
     the banks or buffers and the result of every product, adder-tree level,
     accumulation and softmax is rounded to FP16 (round to nearest even),
     i.e. FP16 arithmetic, so both modes share one compiled program."""
-    lane_ids = jnp.arange(LANES)
-    units = jnp.arange(C)
-    f32 = jnp.float32
-    nan = jnp.full((), jnp.nan, f32)
-    rsrc, rdst, masks, scales, xs, segs = t["rsrc"], t["rdst"], t["masks"], t["scales"], t["steps"], t["segs"]
-
-    def rnd(x):
-        return jnp.where(fp16, x.astype(jnp.float16).astype(f32), x)
-
-    # values are rounded as the host's writes round them, after the gather
-    # (rounding is elementwise, so it commutes with it; only what is read is rounded)
-    def columns(base):
-        """[..., 16] the bank columns at buffer row bases [...] (16-wide slices)."""
-        dn = jax.lax.GatherDimensionNumbers(offset_dims=(base.ndim,), collapsed_slice_dims=(),
-                                            start_index_map=(0,))
-        return rnd(jax.lax.gather(vals, base[..., None], dn, slice_sizes=(LANES,), mode="clip"))
-
-    def rows(a, start):
-        """The RUN steps of a run: rows start .. start + RUN - 1 of a step table."""
-        return jax.lax.dynamic_slice_in_dim(a, start, RUN, 0)
-
-    # Each piece of state is updated by its own `cond` / `switch` on the
-    # segment kind, from the state before the step (one kind acts per step).
-    # With a single switch over the whole state XLA copied the untouched
-    # pieces (1.9 MB per group batch) in every branch: the batch-8 attention
-    # loop took 0.58-0.78 s that way, 0.43-0.54 s this way.
-
-    def mac_run(acc, gb, start, n, base, tree: bool):
-        """[C, 16] accumulators after RUN MAC steps: products and adder trees
-        batched, the FP16 accumulation in command order."""
-        on = rows(t["on"], start) & (jnp.arange(RUN) < n)[:, None]          # [RUN, C]
-        col = columns(base[rows(t["slot"], start)])                         # [RUN, C, 16] the columns read
-        u, rs, arg = rows(xs["u"], start), rows(xs["rs"], start), rows(xs["arg"], start)
-        if tree:
-            e_tree = jnp.clip(arg + u % rs, 0, E - 1)
-            slot = jnp.clip(u // rs, 0, LANES - 1)
-            w = jnp.swapaxes(gb[:, e_tree], 0, 1)                           # [RUN, C, 16]
-            dot = _tree_sum(rnd(col * w), rnd)                              # [RUN, C] the adder trees
-            for r in range(RUN):
-                hit = on[r][:, None] & (lane_ids == slot[r])[None, :]
-                acc = jnp.where(hit, rnd(acc + dot[r][:, None]), acc)
-        else:
-            s_ = arg * LANES + u
-            scal = gb[:, jnp.clip(s_ // LANES, 0, E - 1), s_ % LANES].T      # [RUN, C]
-            prod = rnd(col * scal[:, :, None])                              # [RUN, C, 16]
-            for r in range(RUN):
-                acc = jnp.where(on[r][:, None], rnd(acc + prod[r]), acc)
-        return acc
-
-    def route(x):
-        r = jnp.clip(x["route"], 0, rsrc.shape[0] - 1)
-        return rsrc[r], rdst[r]
-
-    def load(gb, x, sb, sbw, hst):
-        """WRGB / MVGB: [C, E, 16] buffers with the routed rows written."""
-        src, dst = route(x)
-        dst = jnp.clip(dst, 0, E - 1)
-        from_host = hst[jnp.clip(src, 0, hst.shape[0] - 1)]
-        srow = jnp.clip(src, 0, S - 1)
-        from_sb = jnp.where(sbw[srow][:, None], sb[srow], nan)
-        val = jnp.where(x["kind"] == K_WRGB, from_host, from_sb)          # [C, 16]
-        return gb.at[units, dst].set(jnp.where((src >= 0)[:, None], val, gb[units, dst]))
-
-    def drain(acc, x):
-        """MVSB: the drained units' accumulators restart from zero."""
-        return jnp.where((route(x)[1] >= 0)[:, None], 0.0, acc)
-
-    def mvsb(sb, sbw, x, acc):
-        """MVSB: the adder tree sums the command's units into the channel
-        accumulator rows; the first MVSB of a row overwrites it."""
-        src, dst = route(x)
-        drained = dst >= 0
-        drow = jnp.where(drained, jnp.clip(dst, 0, S - 1), S)
-        contrib = jax.ops.segment_sum(jnp.where(drained[:, None], acc, 0.0), drow, num_segments=S + 1)[:S]
-        hit = jax.ops.segment_sum(drained.astype(jnp.int32), drow, num_segments=S + 1)[:S] > 0
-        first = jax.ops.segment_sum((drained & (src == 1)).astype(jnp.int32), drow,
-                                    num_segments=S + 1)[:S] > 0
-        old = jnp.where(sbw[:, None] & ~first[:, None], sb, 0.0)
-        return jnp.where(hit[:, None], rnd(old + rnd(contrib)), sb), sbw | hit
-
-    def sfm(sb, sbw, x, acc):
-        """SFM: softmax over the masked rows (float32 inside the unit)."""
-        ki = jnp.clip(x["sfm"], 0, masks.shape[0] - 1)
-        mk = masks[ki]
-        z = jnp.where(mk, sb * scales[ki], -jnp.inf)
-        zmax = jnp.max(z)
-        ex = jnp.where(mk, jnp.exp(z - jnp.where(jnp.isfinite(zmax), zmax, 0.0)), 0.0)
-        p = ex / jnp.maximum(jnp.sum(ex), jnp.finfo(f32).tiny)
-        return jnp.where(mk, rnd(p), sb), sbw
-
-    def rdacc_rows(start, n):
-        """[RUN] accumulator rows read and host rows written by an RDACC run
-        (rows past the run: S / H, dropped by the scatters)."""
-        on = jnp.arange(RUN) < n
-        srow = jnp.clip(rows(xs["sbrow"], start), 0, S - 1)
-        hrow = rows(xs["hrow"], start)
-        return srow, jnp.where(on, srow, S), jnp.where(on & (hrow >= 0) & (hrow < H), hrow, H)
-
-    def rdacc_sb(sb, sbw, start, n):
-        """RDACC: the rows read by the host are free again."""
-        _, read, _ = rdacc_rows(start, n)
-        return sb, sbw & ~jnp.zeros(S, bool).at[read].set(True, mode="drop")
-
-    def rdacc_host(hb, start, n, sb, sbw):
-        """RDACC: the host's read-back rows receive the accumulator rows."""
-        srow, _, hrow = rdacc_rows(start, n)
-        return hb.at[hrow].set(jnp.where(sbw[srow][:, None], sb[srow], nan), mode="drop")
-
-    def keep(v, *_):
-        return v
-
-    # per segment kind (K_NONE, K_MAC, K_WRGB, K_MVGB, K_MVSB, K_SFM, K_RDACC, K_TREE): the branch
-    # updating the accumulators and the one updating the accumulator rows
-    acc_branch = jnp.array([0, 1, 0, 0, 3, 0, 0, 2], jnp.int32)
-    sb_branch = jnp.array([0, 0, 0, 0, 1, 2, 3, 0], jnp.int32)
-
-    def run_group(base, hidx):
-        hst = rnd(vals[hidx])
-        init = (jnp.full((C, E, LANES), jnp.nan, f32), jnp.zeros((C, LANES), f32),
-                jnp.zeros((S, LANES), f32), jnp.zeros(S, bool), jnp.full((H, LANES), jnp.nan, f32))
-
-        def body(i, c):
-            gb, acc, sb, sbw, hb = c
-            kind, start, n = segs["kind"][i], segs["start"][i], segs["len"][i]
-            x = {k: a[start] for k, a in xs.items()}                    # a one-step segment's fields
-            gb2 = jax.lax.cond((kind == K_WRGB) | (kind == K_MVGB), load, keep, gb, x, sb, sbw, hst)
-            acc2 = jax.lax.switch(acc_branch[kind], [
-                keep, lambda a_: mac_run(a_, gb, start, n, base, tree=False),
-                lambda a_: mac_run(a_, gb, start, n, base, tree=True), lambda a_: drain(a_, x)], acc)
-            sb2, sbw2 = jax.lax.switch(sb_branch[kind], [
-                lambda b_, w_: (b_, w_), lambda b_, w_: mvsb(b_, w_, x, acc),
-                lambda b_, w_: sfm(b_, w_, x, acc), lambda b_, w_: rdacc_sb(b_, w_, start, n)], sb, sbw)
-            hb2 = jax.lax.cond(kind == K_RDACC, rdacc_host, keep, hb, start, n, sb, sbw)
-            return gb2, acc2, sb2, sbw2, hb2
-
-        return jax.lax.fori_loop(0, n_segs, body, init)[4]
-
-    hb = jax.vmap(run_group)(t["base"], t["hidx"])                      # [G, H, 16]
+    u = _Unit(t, vals, fp16, C, E, S, H)
+    hb = jax.vmap(lambda base, hidx: _run_group(u, n_segs, base, hidx))(t["base"], t["hidx"])  # [G, H, 16]
     flat = t["rb"].reshape(-1)
     seg = jnp.where(flat >= 0, flat, size)
     acc = jax.ops.segment_sum(hb.reshape(-1), seg, num_segments=size + 1)[:size]
     count = jax.ops.segment_sum(jnp.ones_like(seg), seg, num_segments=size + 1)[:size]
     return jnp.where(count > 0, acc, jnp.nan)
+
+
+# values are rounded as the host's writes round them, after the gather
+# (rounding is elementwise, so it commutes with it; only what is read is rounded)
+def _columns(u: _Unit, base):
+    """[..., 16] the bank columns at buffer row bases [...] (16-wide slices)."""
+    dn = jax.lax.GatherDimensionNumbers(offset_dims=(base.ndim,), collapsed_slice_dims=(),
+                                        start_index_map=(0,))
+    return u.rnd(jax.lax.gather(u.vals, base[..., None], dn, slice_sizes=(LANES,), mode="clip"))
+
+
+def _rows(a, start):
+    """The RUN steps of a run: rows start .. start + RUN - 1 of a step table."""
+    return jax.lax.dynamic_slice_in_dim(a, start, RUN, 0)
+
+
+# Each piece of state is updated by its own `cond` / `switch` on the
+# segment kind, from the state before the step (one kind acts per step).
+# With a single switch over the whole state XLA copied the untouched
+# pieces (1.9 MB per group batch) in every branch: the batch-8 attention
+# loop took 0.58-0.78 s that way, 0.43-0.54 s this way.
+
+def _mac_run(u: _Unit, acc, gb, start, n, base, tree: bool):
+    """[C, 16] accumulators after RUN MAC steps: products and adder trees
+    batched, the FP16 accumulation in command order."""
+    t, xs, rnd, E = u.t, u.t["steps"], u.rnd, u.E
+    lane_ids = jnp.arange(LANES)
+    on = _rows(t["on"], start) & (jnp.arange(RUN) < n)[:, None]         # [RUN, C]
+    col = _columns(u, base[_rows(t["slot"], start)])                    # [RUN, C, 16] the columns read
+    un, rs, arg = _rows(xs["u"], start), _rows(xs["rs"], start), _rows(xs["arg"], start)
+    if tree:
+        e_tree = jnp.clip(arg + un % rs, 0, E - 1)
+        slot = jnp.clip(un // rs, 0, LANES - 1)
+        w = jnp.swapaxes(gb[:, e_tree], 0, 1)                           # [RUN, C, 16]
+        dot = _tree_sum(rnd(col * w), rnd)                              # [RUN, C] the adder trees
+        for r in range(RUN):
+            hit = on[r][:, None] & (lane_ids == slot[r])[None, :]
+            acc = jnp.where(hit, rnd(acc + dot[r][:, None]), acc)
+    else:
+        s_ = arg * LANES + un
+        scal = gb[:, jnp.clip(s_ // LANES, 0, E - 1), s_ % LANES].T      # [RUN, C]
+        prod = rnd(col * scal[:, :, None])                              # [RUN, C, 16]
+        for r in range(RUN):
+            acc = jnp.where(on[r][:, None], rnd(acc + prod[r]), acc)
+    return acc
+
+
+def _route(u: _Unit, x):
+    """[C] source and destination of the one-step segment x's route (-1: unit not routed)."""
+    r = jnp.clip(x["route"], 0, u.t["rsrc"].shape[0] - 1)
+    return u.t["rsrc"][r], u.t["rdst"][r]
+
+
+def _load(u: _Unit, gb, x, sb, sbw, hst):
+    """WRGB / MVGB: [C, E, 16] buffers with the routed rows written."""
+    S = u.S
+    src, dst = _route(u, x)
+    dst = jnp.clip(dst, 0, u.E - 1)
+    from_host = hst[jnp.clip(src, 0, hst.shape[0] - 1)]
+    srow = jnp.clip(src, 0, S - 1)
+    from_sb = jnp.where(sbw[srow][:, None], sb[srow], jnp.full((), jnp.nan, jnp.float32))
+    val = jnp.where(x["kind"] == K_WRGB, from_host, from_sb)          # [C, 16]
+    units = jnp.arange(u.C)
+    return gb.at[units, dst].set(jnp.where((src >= 0)[:, None], val, gb[units, dst]))
+
+
+def _drain(u: _Unit, acc, x):
+    """MVSB: the drained units' accumulators restart from zero."""
+    return jnp.where((_route(u, x)[1] >= 0)[:, None], 0.0, acc)
+
+
+def _mvsb(u: _Unit, sb, sbw, x, acc):
+    """MVSB: the adder tree sums the command's units into the channel
+    accumulator rows; the first MVSB of a row overwrites it."""
+    S = u.S
+    src, dst = _route(u, x)
+    drained = dst >= 0
+    drow = jnp.where(drained, jnp.clip(dst, 0, S - 1), S)
+    contrib = jax.ops.segment_sum(jnp.where(drained[:, None], acc, 0.0), drow, num_segments=S + 1)[:S]
+    hit = jax.ops.segment_sum(drained.astype(jnp.int32), drow, num_segments=S + 1)[:S] > 0
+    first = jax.ops.segment_sum((drained & (src == 1)).astype(jnp.int32), drow,
+                                num_segments=S + 1)[:S] > 0
+    old = jnp.where(sbw[:, None] & ~first[:, None], sb, 0.0)
+    return jnp.where(hit[:, None], u.rnd(old + u.rnd(contrib)), sb), sbw | hit
+
+
+def _sfm(u: _Unit, sb, sbw, x, acc):
+    """SFM: softmax over the masked rows (float32 inside the unit)."""
+    masks, scales = u.t["masks"], u.t["scales"]
+    ki = jnp.clip(x["sfm"], 0, masks.shape[0] - 1)
+    mk = masks[ki]
+    z = jnp.where(mk, sb * scales[ki], -jnp.inf)
+    zmax = jnp.max(z)
+    ex = jnp.where(mk, jnp.exp(z - jnp.where(jnp.isfinite(zmax), zmax, 0.0)), 0.0)
+    p = ex / jnp.maximum(jnp.sum(ex), jnp.finfo(jnp.float32).tiny)
+    return jnp.where(mk, u.rnd(p), sb), sbw
+
+
+def _rdacc_rows(u: _Unit, start, n):
+    """[RUN] accumulator rows read and host rows written by an RDACC run
+    (rows past the run: S / H, dropped by the scatters)."""
+    xs, S, H = u.t["steps"], u.S, u.H
+    on = jnp.arange(RUN) < n
+    srow = jnp.clip(_rows(xs["sbrow"], start), 0, S - 1)
+    hrow = _rows(xs["hrow"], start)
+    return srow, jnp.where(on, srow, S), jnp.where(on & (hrow >= 0) & (hrow < H), hrow, H)
+
+
+def _rdacc_sb(u: _Unit, sb, sbw, start, n):
+    """RDACC: the rows read by the host are free again."""
+    _, read, _ = _rdacc_rows(u, start, n)
+    return sb, sbw & ~jnp.zeros(u.S, bool).at[read].set(True, mode="drop")
+
+
+def _rdacc_host(u: _Unit, hb, start, n, sb, sbw):
+    """RDACC: the host's read-back rows receive the accumulator rows."""
+    srow, _, hrow = _rdacc_rows(u, start, n)
+    return hb.at[hrow].set(jnp.where(sbw[srow][:, None], sb[srow], jnp.full((), jnp.nan, jnp.float32)),
+                           mode="drop")
+
+
+def _keep(v, *_):
+    return v
+
+
+# per segment kind (K_NONE, K_MAC, K_WRGB, K_MVGB, K_MVSB, K_SFM, K_RDACC, K_TREE): the branch
+# updating the accumulators and the one updating the accumulator rows
+_ACC_BRANCH = (0, 1, 0, 0, 3, 0, 0, 2)
+_SB_BRANCH = (0, 0, 0, 0, 1, 2, 3, 0)
+
+
+def _segment_step(u: _Unit, base, hst, i, c):
+    """One iteration of the segment loop: segment i applied to the group's state
+    c = (gb [C, E, 16] global buffers, acc [C, 16] unit accumulators, sb [S, 16]
+    accumulator rows, sbw [S] their written flags, hb [H, 16] host read-back rows)."""
+    gb, acc, sb, sbw, hb = c
+    segs, xs = u.t["segs"], u.t["steps"]
+    kind, start, n = segs["kind"][i], segs["start"][i], segs["len"][i]
+    x = {k: a[start] for k, a in xs.items()}                    # a one-step segment's fields
+    keep = _keep
+    gb2 = jax.lax.cond((kind == K_WRGB) | (kind == K_MVGB), partial(_load, u), keep, gb, x, sb, sbw, hst)
+    acc2 = jax.lax.switch(jnp.array(_ACC_BRANCH, jnp.int32)[kind], [
+        keep, lambda a_: _mac_run(u, a_, gb, start, n, base, tree=False),
+        lambda a_: _mac_run(u, a_, gb, start, n, base, tree=True), lambda a_: _drain(u, a_, x)], acc)
+    sb2, sbw2 = jax.lax.switch(jnp.array(_SB_BRANCH, jnp.int32)[kind], [
+        lambda b_, w_: (b_, w_), lambda b_, w_: _mvsb(u, b_, w_, x, acc),
+        lambda b_, w_: _sfm(u, b_, w_, x, acc), lambda b_, w_: _rdacc_sb(u, b_, w_, start, n)], sb, sbw)
+    hb2 = jax.lax.cond(kind == K_RDACC, partial(_rdacc_host, u), keep, hb, start, n, sb, sbw)
+    return gb2, acc2, sb2, sbw2, hb2
+
+
+def _run_group(u: _Unit, n_segs, base, hidx):
+    """[H, 16] host read-back rows of one group (one vmapped lane): the segment loop
+    from empty buffers (NaN: unwritten) and zeroed accumulators."""
+    C, E, S, H, f32 = u.C, u.E, u.S, u.H, jnp.float32
+    hst = u.rnd(u.vals[hidx])
+    init = (jnp.full((C, E, LANES), jnp.nan, f32), jnp.zeros((C, LANES), f32),
+            jnp.zeros((S, LANES), f32), jnp.zeros(S, bool), jnp.full((H, LANES), jnp.nan, f32))
+    return jax.lax.fori_loop(0, n_segs, lambda i, c: _segment_step(u, base, hst, i, c), init)[4]
 
 
 def _aligned_empty(n: int) -> np.ndarray:

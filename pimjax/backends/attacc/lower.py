@@ -704,11 +704,25 @@ def _split_vars(op: PimOp, mvars: set, vvars: set):
     return o_b, o_v, o_m, red
 
 
-def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts: dict,
-                  use_native: bool = True) -> Program:
-    geo = Geometry.of(backend)
-    tiles = core_tiles(op, draft)
-    G, C = tiles.groups, tiles.cores
+@dataclass(frozen=True)
+class _GemvRoles:
+    """Which operand is the bank-resident matrix (mi) and which the host-streamed vector
+    (vi; None for a reduction, run as a GEMV with a ones vector), the op's variables by
+    role (o_b: batch outputs of both, o_v: vector-only outputs, o_m: matrix-only outputs,
+    red: reduction variables, the lane variable last in o_m or red) and the unit mode
+    (TREE: the lane reduces through the adder tree; MACMODE: the lane is an output)."""
+    mi: int
+    vi: int | None
+    o_b: list
+    o_v: list
+    o_m: list
+    red: list
+    mode: int
+
+
+def _gemv_roles(op: PimOp, draft: Draft, shapes: dict) -> _GemvRoles:
+    """The GEMV reading of `op` (a two-operand product or a plain reduction), or
+    PimCompileError naming why the units cannot run it."""
     if op.kind == "contraction":
         body = op.body
         if not (isinstance(body, Prim) and body.name == "mul" and len(body.args) == 2
@@ -723,7 +737,6 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
         if _plain_arg(op.body) is None:
             raise PimCompileError(f"attacc reductions need a plain operand body ({op.name})")
         mi, vi = _plain_arg(op.body), None
-        M, V = op.operands[mi], None
         o_b, o_v, o_m = [], [], list(op.output_vars)
         red = [lv.name for lv in op.loop_vars if lv.name in op.reduction_vars]
     lane = draft.lane_var
@@ -736,12 +749,67 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
     else:
         raise PimCompileError(f"attacc: lane variable {lane!r} must be a reduction variable (adder tree) "
                               f"or a matrix-only output variable (mac mode) of {op.name}")
+    return _GemvRoles(mi, vi, o_b, o_v, o_m, red, mode)
+
+
+def _gemv_layouts(op: PimOp, tiles: CoreTiles, shapes: dict, ro: _GemvRoles, gp: _Gemv, geo: Geometry,
+                  box: dict, n: tuple):
+    """The program's layouts and host index tables, n = (n_b, n_v, n_o, n_r) per-unit extents:
+    the matrix layout (positions computed on first use), the result layout (descriptive:
+    a softmax-buffer slot per local output), flat result indices per unit class
+    `flat_o[G, classes, n_b, n_v, n_o]` with `ocls[C]`, and the vector's host indices
+    padded to whole GB entries `vidx[G, classes, n_b, n_v, E, 16]` (-1: padding,
+    HOST_ONE: the ones vector of a reduction) with `vcls[C]`."""
+    G, C = tiles.groups, tiles.cores
+    n_b, n_v, n_o, n_r = n
+    o_b, o_v, o_m, red = ro.o_b, ro.o_v, ro.o_m, ro.red
+    M = op.operands[ro.mi]
+    m_vars = tuple(o_b + o_m + red)
+    # where each matrix element lives: only `execute` reads it (computed on first use)
+    m_pos = LazyPositions(lambda: _matrix_positions(gp, geo, 0), n_b * n_o * n_r)
+    m_layout = tile_layout(tiles, "M", ro.mi, m_vars, M.index_map, shapes[M.value], m_pos,
+                           tuple(box[v] for v in m_vars))
+    r_vars = tuple(o_b + o_v + o_m)
+    rbox = tuple(box[v] for v in r_vars)
+    rop = np.arange(int(np.prod(rbox, dtype=np.int64))) % max(1, n_o)
+    r_pos = np.stack([np.zeros_like(rop), np.zeros_like(rop), rop // LANES, rop % LANES], -1)
+    res_layout = tile_layout(tiles, "acc", -1, r_vars, *acc_space(op), r_pos, rbox)
+    res_layout = TensorLayout(**{**res_layout.__dict__, "space": "softmax"})
+    # flat result / vector indices per unit class (units with equal ranges hold equal indices)
+    flat_o, ocls = _class_index(res_layout)
+    flat_o = flat_o.reshape(G, -1, n_b, n_v, n_o)                      # [G, classes, n_b, n_v, n_o]
+
+    # host data: the vector (or ones) per core, instance, entry
+    if ro.vi is not None:
+        V = op.operands[ro.vi]
+        v_vars = tuple(o_b + o_v + red)
+        vlay = tile_layout(tiles, "v", ro.vi, v_vars, V.index_map, shapes[V.value],
+                           np.zeros((1, 4), np.int32), tuple(box[v] for v in v_vars))
+        vidx, vcls = _class_index(vlay)
+        vidx = vidx.reshape(G, -1, n_b, n_v, n_r)
+    else:
+        vidx, vcls = np.full((G, 1, n_b, n_v, n_r), HOST_ONE, np.int64), np.zeros(C, np.int64)
+    pad = gp.E * LANES - n_r
+    vidx = np.pad(vidx, ((0, 0),) * 4 + ((0, pad),), constant_values=-1).reshape(G, -1, n_b, n_v, gp.E, LANES)
+    return m_layout, res_layout, r_vars, flat_o, ocls, vidx, vcls
+
+
+def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts: dict,
+                  use_native: bool = True) -> Program:
+    """The AttAcc program of a GEMV (or reduction) `op` under `draft`: the matrix placed
+    in the banks, the vector streamed into the GBs, MACs, drains to the softmax buffer and
+    the host's read-back.  The compiled (native) emitter is tried first for bank /
+    bank-group granularity; the Python emitter (`_gemv_records`) is the reference."""
+    geo = Geometry.of(backend)
+    tiles = core_tiles(op, draft)
+    G, C = tiles.groups, tiles.cores
+    ro = _gemv_roles(op, draft, shapes)
+    mode = ro.mode
     box = dict(zip(tiles.vars, tiles.box(tiles.vars)))
     prod = lambda vs: int(np.prod([box[v] for v in vs], dtype=np.int64))  # noqa: E731
-    n_b, n_v, n_o, n_r = prod(o_b), prod(o_v), prod(o_m), prod(red)
+    n = n_b, n_v, n_o, n_r = prod(ro.o_b), prod(ro.o_v), prod(ro.o_m), prod(ro.red)
     reuse = opts["register_reuse"]
-    dataflow = draft.dataflow
-    traverse_is = dataflow == "is"
+    traverse_is = draft.dataflow == "is"
     # the data-block layout stores the matrix in the order the dataflow reads
     # it; without it the columns stay in the output-major (host) order
     order_is = traverse_is and bool(opts["data_block_layout"])
@@ -750,60 +818,69 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
     rows_needed = -(-gp.v_total // (geo.seg if geo.level != "bg" else 128))
     if rows_needed > backend.core.rows:
         raise PimCompileError(f"attacc: {rows_needed} rows of matrix data per bank exceed {backend.core.rows}")
-
-    # layouts: the matrix, the result (descriptive: slot per local output)
-    m_vars = tuple(o_b + o_m + red)
-    # where each matrix element lives: only `execute` reads it (computed on first use)
-    m_pos = LazyPositions(lambda: _matrix_positions(gp, geo, 0), n_b * n_o * n_r)
-    m_layout = tile_layout(tiles, "M", mi, m_vars, M.index_map, shapes[M.value], m_pos,
-                           tuple(box[v] for v in m_vars))
-    r_vars = tuple(o_b + o_v + o_m)
-    rbox = tuple(box[v] for v in r_vars)
-    ro = np.arange(int(np.prod(rbox, dtype=np.int64))) % max(1, n_o)
-    r_pos = np.stack([np.zeros_like(ro), np.zeros_like(ro), ro // LANES, ro % LANES], -1)
-    res_layout = tile_layout(tiles, "acc", -1, r_vars, *acc_space(op), r_pos, rbox)
-    res_layout = TensorLayout(**{**res_layout.__dict__, "space": "softmax"})
-    # flat result / vector indices per unit class (units with equal ranges hold equal indices)
-    flat_o, ocls = _class_index(res_layout)
-    flat_o = flat_o.reshape(G, -1, n_b, n_v, n_o)                      # [G, classes, n_b, n_v, n_o]
-
-    # host data: the vector (or ones) per core, instance, entry
-    if vi is not None:
-        v_vars = tuple(o_b + o_v + red)
-        vlay = tile_layout(tiles, "v", vi, v_vars, V.index_map, shapes[V.value], np.zeros((1, 4), np.int32),
-                           tuple(box[v] for v in v_vars))
-        vidx, vcls = _class_index(vlay)
-        vidx = vidx.reshape(G, -1, n_b, n_v, n_r)
-    else:
-        vidx, vcls = np.full((G, 1, n_b, n_v, n_r), HOST_ONE, np.int64), np.zeros(C, np.int64)
-    pad = gp.E * LANES - n_r
-    vidx = np.pad(vidx, ((0, 0),) * 4 + ((0, pad),), constant_values=-1).reshape(G, -1, n_b, n_v, gp.E, LANES)
+    m_layout, res_layout, r_vars, flat_o, ocls, vidx, vcls = _gemv_layouts(op, tiles, shapes, ro, gp, geo, box, n)
 
     tables = _Tables(C, G)
     em = _Emitter(geo, draft.granularity, tables, C)
     resident = set(opts["resident"])
-    _placement(em, geo, 0, gp.v_total, 0, C, mi in resident)
+    _placement(em, geo, 0, gp.v_total, 0, C, ro.mi in resident)
     em.barrier()                                                         # the kernel starts after placement
 
     cls = np.arange(C) if draft.reduction == "host" else _classes(tiles, list(r_vars))
+    # meta = head, what the emitter produced, tail (in this key order, as both emitters always wrote it)
+    head = dict(kind=op.kind, geometry=geo, mode=mode)
+    tail = dict(gb_entries=cap, host_data_operands=(ro.vi,), sfm=(), gemv=gp,
+                operand_shapes={k: tuple(shapes[a.value]) for k, a in enumerate(op.operands)},
+                result_shape=tuple(shapes[op.result.value]), result_dtype=opts["result_dtype"])
+    readback = Readback(1, combiner="add", lane_partials=False, epilogue_on_host=True)
     if use_native and draft.granularity != "core":
         done = _gemv_native(em, geo, gp, vidx, vcls, flat_o, ocls, cls, opts, traverse_is, reuse, mode, cap, C, G)
-        if done is None:                     # the compiled form declined: the Python form decides
-            em = _Emitter(geo, draft.granularity, tables, C)
-            _placement(em, geo, 0, gp.v_total, 0, C, mi in resident)
-            em.barrier()
-    if use_native and draft.granularity != "core":
         if done is not None:
             host, meta_n = done
-            meta = dict(kind=op.kind, geometry=geo, mode=mode, **meta_n, gb_entries=cap,
-                        host_data_operands=(vi,), sfm=(), gemv=gp,
-                        operand_shapes={k: tuple(shapes[a.value]) for k, a in enumerate(op.operands)},
-                        result_shape=tuple(shapes[op.result.value]), result_dtype=opts["result_dtype"])
-            return _program(op, draft, backend, tiles, [m_layout, res_layout], em, host, meta, opts,
-                            Readback(1, combiner="add", lane_partials=False, epilogue_on_host=True))
+            meta = dict(head, **meta_n, **tail)
+            return _program(op, draft, backend, tiles, [m_layout, res_layout], em, host, meta, opts, readback)
+        # the compiled form declined: the Python form decides, from a fresh placement
+        em = _Emitter(geo, draft.granularity, tables, C)
+        _placement(em, geo, 0, gp.v_total, 0, C, ro.mi in resident)
+        em.barrier()
     # per unit (the compiled form reads the per-class tables; copying them out per unit
     # cost ~5 ms a draft there)
-    vidx, flat_o = vidx[:, vcls], flat_o[:, ocls]
+    sb = _gemv_records(em, tables, gp, vidx[:, vcls], flat_o[:, ocls], cls, opts, traverse_is, reuse, mode,
+                       cap, C, G)
+    route_src, route_dst, host = tables.arrays()
+    meta = dict(head, route_src=route_src, route_dst=route_dst, readback_map=sb.readback_map(),
+                sb_rows=max(1, sb.used_max), **tail)
+    return _program(op, draft, backend, tiles, [m_layout, res_layout], em, host, meta, opts, readback)
+
+
+def _gemv_steps(gp: _Gemv, n_b: int, n_v: int, traverse_is: bool, chunk: int) -> list:
+    """The GEMV's schedule, steps (load key, b, v, j, i, drain, complete): output-stationary
+    keeps a block's sums in the accumulator over the input tiles; input-stationary drains
+    every (block, tile) and the softmax buffer adds the partials.  Output blocks go in
+    chunks of `chunk` whose softmax-buffer rows fit."""
+    steps = []
+    for b in range(n_b):
+        for v in range(n_v):
+            for j0 in range(0, gp.t_out, chunk):
+                js = range(j0, min(gp.t_out, j0 + chunk))
+                if traverse_is:
+                    steps += [((b, v, i), b, v, j, i, True, i == gp.t_in - 1)
+                              for i in range(gp.t_in) for j in js]
+                else:
+                    steps += [((b, v, i), b, v, j, i, i == gp.t_in - 1, i == gp.t_in - 1)
+                              for j in js for i in range(gp.t_in)]
+    return steps
+
+
+def _gemv_records(em: _Emitter, tables: _Tables, gp: _Gemv, vidx: np.ndarray, flat_o: np.ndarray,
+                  cls: np.ndarray, opts: dict, traverse_is: bool, reuse: bool, mode: int, cap: int,
+                  C: int, G: int) -> "_SoftmaxBuffer":
+    """The Python emitter's kernel records after placement: per step a GB load (WRGB, into
+    the other half of the GB ahead of time when it fits: prefetch), the MACs, and the
+    drain of finished blocks into softmax-buffer rows (issued after the next step's
+    barrier so it overlaps).  vidx [G, C, n_b, n_v, E, 16] and flat_o [G, C, n_b, n_v, n_o]
+    are per unit; units of one class `cls[c]` share a softmax-buffer row.  Returns the
+    flushed softmax buffer (its read-back map and peak rows)."""
     cls_ids = sorted(int(k) for k in np.unique(cls))
     rep = {k: int(np.nonzero(cls == k)[0][0]) for k in cls_ids}
     n_cls = len(cls_ids)
@@ -818,22 +895,7 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
             host_ids[key] = tables.host_row(vidx[:, c, b, v, e])
         return host_ids[key]
 
-    # steps (load key, b, v, j, i, drain, complete): output-stationary keeps a
-    # block's sums in the accumulator over the input tiles; input-stationary
-    # drains every (block, tile) and the softmax buffer adds the partials.
-    # Output blocks go in chunks whose softmax-buffer rows fit.
-    steps = []
-    chunk = max(1, sb.cap // n_cls)
-    for b in range(n_b):
-        for v in range(n_v):
-            for j0 in range(0, gp.t_out, chunk):
-                js = range(j0, min(gp.t_out, j0 + chunk))
-                if traverse_is:
-                    steps += [((b, v, i), b, v, j, i, True, i == gp.t_in - 1)
-                              for i in range(gp.t_in) for j in js]
-                else:
-                    steps += [((b, v, i), b, v, j, i, i == gp.t_in - 1, i == gp.t_in - 1)
-                              for j in js for i in range(gp.t_in)]
+    steps = _gemv_steps(gp, flat_o.shape[2], flat_o.shape[3], traverse_is, max(1, sb.cap // n_cls))
     prefetch = reuse and 2 * gp.KI <= cap
     sbrows: dict = {}
 
@@ -890,15 +952,7 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
         em.barrier()
         pending()
     sb.flush(em, 1, final=True)
-
-    route_src, route_dst, host = tables.arrays()
-    meta = dict(kind=op.kind, geometry=geo, mode=mode, route_src=route_src, route_dst=route_dst,
-                readback_map=sb.readback_map(), sb_rows=max(1, sb.used_max), gb_entries=cap,
-                host_data_operands=(vi,), sfm=(), gemv=gp,
-                operand_shapes={k: tuple(shapes[a.value]) for k, a in enumerate(op.operands)},
-                result_shape=tuple(shapes[op.result.value]), result_dtype=opts["result_dtype"])
-    return _program(op, draft, backend, tiles, [m_layout, res_layout], em, host, meta, opts,
-                    Readback(1, combiner="add", lane_partials=False, epilogue_on_host=True))
+    return sb
 
 
 def _unique_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1229,15 +1283,13 @@ def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | No
     xv = tuple(lv.name for lv in X.loop_vars)
     idx = [ts.var_index(at.c2s[v]) for v in xv]
     tx = CoreTiles(xv, ts.start[:, :, idx], ts.length[:, :, idx], (), G, C)
-    s2c = {s: c for c, s in at.c2s.items()}
     bh, n, dk = at.bh, at.n, at.dk
-    bh_c, n_c, dv = [s2c[v] for v in bh], s2c[n], s2c[dk]
     box = dict(zip(ts.vars, ts.box(ts.vars)))
     n_b = int(np.prod([box[v] for v in bh], dtype=np.int64))
     n_n, n_d = box[n], box[dk]
     cap = backend.core.n_input_regs
     lay_is = lambda E: bool(opts["data_block_layout"]) and -(-E // cap) > 1  # noqa: E731
-    K, V, q = S.operands[at.ki], X.operands[at.vi], S.operands[at.qi]
+    K, V = S.operands[at.ki], X.operands[at.vi]
     # grouped-query attention: head steps that differ only in variables K
     # (V) does not read -- the query heads of one KV head -- read one stored
     # copy of K (V): the unit runs a score / context GEMV per query head over
@@ -1253,9 +1305,69 @@ def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | No
     gc = _plan(MACMODE, int(v_store.max()) + 1, 1, n_d, n_n, cap, lay_is(-(-n_n // LANES)),
                opts["gb_tile"], align).shared(v_store)
     rows_k = int(geo.address(max(gs.v_total - 1, 0))[1]) + 1
-    k_vars, v_vars = tuple(bh + [n, dk]), tuple(bh_c + [dv, n_c])
     if rows_k + int(geo.address(max(gc.v_total - 1, 0))[1]) + 1 > backend.core.rows:
         raise PimCompileError("attacc attention: K and V exceed the rows of a bank")
+    k_layout, v_layout, res_layout, flat_o, qidx = _attention_layouts(at, ts, tx, shapes, box, gs, gc, geo,
+                                                                      rows_k)
+
+    tables = _Tables(C, G)
+    em = _Emitter(geo, draft.granularity, tables, C)
+    resident = set(opts["resident"])
+    _placement(em, geo, 0, gs.v_total, 0, C, 1 in resident)
+    _placement(em, geo, 1, gc.v_total, rows_k, C, 2 in resident)
+    em.barrier()
+
+    hs = _head_steps(at, draft, ts, tx, opts, em, tables, gs, gc, rows_k, qidx, flat_o)
+    pipelined = _emit_heads(hs, n_b, cap, opts)
+    sb = hs.sb
+    sb.flush(em, 2, final=True)
+
+    route_src, route_dst, host = tables.arrays()
+    meta = dict(kind="attention", geometry=geo, route_src=route_src, route_dst=route_dst,
+                readback_map=sb.readback_map(), sb_rows=max(1, sb.used_max), gb_entries=cap,
+                host_data_operands=(0,), sfm=tuple((m[:max(1, sb.used_max)], s) for m, s in hs.sfm_specs),
+                score=gs, context=gc, pipelined=pipelined, block_ops=tuple(block_ops),
+                operand_shapes={k: tuple(shapes[a.value]) for k, a in enumerate(at.fused.operands)},
+                result_shape=tuple(shapes[X.result.value]), result_dtype=opts["result_dtype"])
+    return _program(at.fused, draft, backend, ts, [k_layout, v_layout, res_layout], em, host, meta, opts,
+                    Readback(2, combiner="add", lane_partials=False, epilogue_on_host=True))
+
+
+def _emit_heads(hs: "_HeadSteps", n_b: int, cap: int, opts: dict) -> bool:
+    """The records of the n_b head steps, in pairs when the GBs (`cap` entries) and the
+    softmax buffer hold two heads' q, P and score / context rows at once (the reference's
+    software pipeline), else one by one.  Returns whether pairs were used."""
+    gs, gc = hs.gs, hs.gc
+    pipelined = (gs.t_in == 1 and gc.t_in == 1 and 2 * gs.E <= cap and 2 * gc.E <= cap
+                 and gs.E + gc.E <= cap and opts["register_reuse"]
+                 and 2 * len(hs.ids_s) * gs.t_out + 2 * len(hs.ids_c) * gc.t_out <= hs.sb.cap)
+    k = 0
+    while k < n_b:
+        if pipelined and k + 1 < n_b:
+            _head_pair(hs, k, k + 1, cap, bool(opts.get("trace_generator_pairs")))
+            k += 2
+        else:
+            _head_single(hs, k)
+            k += 1
+    return pipelined
+
+
+def _attention_layouts(at: _Attention, ts: CoreTiles, tx: CoreTiles, shapes: dict, box: dict, gs: _Gemv,
+                       gc: _Gemv, geo: Geometry, rows_k: int):
+    """The block's layouts and host index tables: K's and V's bank layouts (V's rows
+    after K's `rows_k`; positions computed on first use), the context result layout
+    (descriptive: a softmax-buffer slot per local output), the flat result index per
+    unit and head step `flat_o[G, C, n_b, n_d]` (-1: none) and q's host indices padded
+    to whole GB entries `qidx[G, C, n_b, E, 16]` (-1: padding)."""
+    S, X = at.S, at.X
+    G, C = ts.groups, ts.cores
+    s2c = {s: c for c, s in at.c2s.items()}
+    bh, n, dk = at.bh, at.n, at.dk
+    bh_c, n_c, dv = [s2c[v] for v in bh], s2c[n], s2c[dk]
+    n_b = int(np.prod([box[v] for v in bh], dtype=np.int64))
+    n_d = box[dk]
+    K, V, q = S.operands[at.ki], X.operands[at.vi], S.operands[at.qi]
+    k_vars, v_vars = tuple(bh + [n, dk]), tuple(bh_c + [dv, n_c])
     # where K's and V's elements live: only `execute` reads it (computed on first use)
     k_pos = LazyPositions(lambda: _matrix_positions(gs, geo, 0), gs.n_b * gs.n_o * gs.n_r)
     v_pos = LazyPositions(lambda: _matrix_positions(gc, geo, rows_k), gc.n_b * gc.n_o * gc.n_r)
@@ -1275,184 +1387,234 @@ def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | No
     qf, qv = global_index(qlay)
     qidx = np.where(qv, qf, -1).reshape(G, C, n_b, n_d)
     qidx = np.pad(qidx, ((0, 0), (0, 0), (0, 0), (0, gs.E * LANES - n_d)), constant_values=-1)
-    qidx = qidx.reshape(G, C, n_b, gs.E, LANES)
+    return k_layout, v_layout, res_layout, flat_o, qidx.reshape(G, C, n_b, gs.E, LANES)
 
-    tables = _Tables(C, G)
-    em = _Emitter(geo, draft.granularity, tables, C)
-    resident = set(opts["resident"])
-    _placement(em, geo, 0, gs.v_total, 0, C, 1 in resident)
-    _placement(em, geo, 1, gc.v_total, rows_k, C, 2 in resident)
-    em.barrier()
 
+@dataclass(frozen=True)
+class _HeadSteps:
+    """What the head steps' record emission shares.  Static: the emitter and its tables,
+    the score (gs) and context (gc) GEMV plans, V's first row `rows_k`, q's host indices
+    `qidx[G, C, n_b, E, 16]`, the result's flat indices `flat_o[G, C, n_b, n_d]`, the
+    units' score / context classes (`cls_*[C]`, sorted ids `ids_*`, a representative unit
+    `rep_c` and each unit's class position `pos_*`), the head of each unit and each score
+    class's sequence length (the softmax masks), the softmax scale.  Running (mutated in
+    place as heads are emitted): the softmax buffer `sb`, the score / context rows each
+    head step holds (`srows` / `crows`: step -> {(class, block): row}), the SFM masks
+    emitted so far and the host rows of q already written (`host_ids`)."""
+    em: _Emitter
+    tables: _Tables
+    geo: Geometry
+    gs: _Gemv
+    gc: _Gemv
+    rows_k: int
+    qidx: np.ndarray
+    flat_o: np.ndarray
+    cls_s: np.ndarray
+    ids_s: list
+    ids_c: list
+    rep_c: dict
+    pos_s: np.ndarray
+    pos_c: np.ndarray
+    heads: np.ndarray
+    n_len: dict
+    scale: float
+    C: int
+    G: int
+    sb: "_SoftmaxBuffer"
+    srows: dict
+    crows: dict
+    sfm_specs: list
+    host_ids: dict
+
+
+def _head_steps(at: _Attention, draft: Draft, ts: CoreTiles, tx: CoreTiles, opts: dict, em: _Emitter,
+                tables: _Tables, gs: _Gemv, gc: _Gemv, rows_k: int, qidx: np.ndarray,
+                flat_o: np.ndarray) -> _HeadSteps:
+    """The unit classes of the score and context GEMVs and a fresh softmax buffer."""
+    s2c = {s: c for c, s in at.c2s.items()}
+    C = ts.cores
     # the softmax needs whole scores: head-dim partials always merge in the channel accumulator
-    cls_s = _classes(ts, bh + [n])
-    cls_c = np.arange(C) if draft.reduction == "host" else _classes(tx, bh_c + [dv])
+    cls_s = _classes(ts, at.bh + [at.n])
+    cls_c = np.arange(C) if draft.reduction == "host" else _classes(tx, [s2c[v] for v in at.bh] + [s2c[at.dk]])
     ids_s, ids_c = sorted(set(cls_s.tolist())), sorted(set(cls_c.tolist()))
     rep_s = {k: int(np.nonzero(cls_s == k)[0][0]) for k in ids_s}
     rep_c = {k: int(np.nonzero(cls_c == k)[0][0]) for k in ids_c}
-    heads = _classes(ts, bh)                                             # units of one head (per step)
-    n_len = {k: int(ts.length[0, rep_s[k], ts.var_index(n)]) for k in ids_s}
-    sb = _SoftmaxBuffer(opts["sb_rows"], G)
-    sfm_specs: list = []
-    host_ids: dict = {}
-
-    def host_id(c, k, e):
-        if (c, k, e) not in host_ids:
-            host_ids[(c, k, e)] = tables.host_row(qidx[:, c, k, e])
-        return host_ids[(c, k, e)]
-
-    srows: dict[int, dict] = {}
-    crows: dict[int, dict] = {}
-
-    def alloc_score(k):
-        rows = sb.alloc(len(ids_s) * gs.t_out)
-        srows[k] = {(cl, j): rows[a * gs.t_out + j] for a, cl in enumerate(ids_s) for j in range(gs.t_out)}
-
-    def alloc_ctx(k):
-        if len(sb.free) < len(ids_c) * gc.t_out:
-            sb.flush(em, 2)
-        rows = sb.alloc(len(ids_c) * gc.t_out)
-        crows[k] = {(cl, j): rows[a * gc.t_out + j] for a, cl in enumerate(ids_c) for j in range(gc.t_out)}
-
-    def score_block(k, j, i, base):
-        return lambda: em.macs(int(gs.start[k, j, i]), int(gs.size[j, i]), 0, TREE, gs.reg_step(i), base)
-
-    def ctx_block(k, j, i, base):
-        return lambda: em.macs(int(gc.start[k, j, i]), int(gc.size[j, i]), rows_k, MACMODE, 0, base)
-
+    heads = _classes(ts, at.bh)                                          # units of one head (per step)
+    n_len = {k: int(ts.length[0, rep_s[k], ts.var_index(at.n)]) for k in ids_s}
     # unit -> position of its class in ids_s / ids_c: a drain's per-unit rows by one gather
     # (a list over the units per drain cost O(C) in Python, thousands of times per program)
     pos_s, pos_c = np.searchsorted(ids_s, cls_s), np.searchsorted(ids_c, cls_c)
+    return _HeadSteps(em, tables, em.geo, gs, gc, rows_k, qidx, flat_o, cls_s, ids_s, ids_c, rep_c, pos_s, pos_c,
+                      heads, n_len, at.scale, C, ts.groups, _SoftmaxBuffer(opts["sb_rows"], ts.groups),
+                      {}, {}, [], {})
 
-    def score_drain(k, j):
-        return lambda: em.drain(np.array([srows[k][(cl, j)] for cl in ids_s])[pos_s], sb)
 
-    def ctx_drain(k, j, complete):
-        def f():
-            em.drain(np.array([crows[k][(cl, j)] for cl in ids_c])[pos_c], sb)
-            if complete:
-                for cl in ids_c:
-                    flat = np.full((G, LANES), -1, np.int64)
-                    outs = gc.outs(j)
-                    flat[:, :outs] = flat_o[:, rep_c[cl], k, LANES * j:LANES * j + outs]
-                    sb.result_row(crows[k][(cl, j)], flat)
-        return f
+def _q_host_row(h: _HeadSteps, c: int, k: int, e: int) -> int:
+    """The host row holding unit c's q entry e of head step k (written once, then reused)."""
+    if (c, k, e) not in h.host_ids:
+        h.host_ids[(c, k, e)] = h.tables.host_row(h.qidx[:, c, k, e])
+    return h.host_ids[(c, k, e)]
 
-    def q_cmds(k, i, base):
-        need = {c: [(host_id(c, k, e), base + e - gs.KI * i) for e in range(gs.KI * i, gs.KI * i + gs.ke(i))]
-                for c in range(C)}
-        return _load_commands(geo, need, em.gran, C)
 
-    def p_cmds(k, i, base):
-        need = {c: [(srows[k][(int(cls_s[c]), e)], base + e - gc.KI * i)
-                    for e in range(gc.KI * i, gc.KI * i + gc.ke(i))] for c in range(C)}
-        return _load_commands(geo, need, em.gran, C)
+def _alloc_score(h: _HeadSteps, k: int) -> None:
+    """Softmax-buffer rows for head step k's scores (one per score class and output block)."""
+    rows = h.sb.alloc(len(h.ids_s) * h.gs.t_out)
+    h.srows[k] = {(cl, j): rows[a * h.gs.t_out + j] for a, cl in enumerate(h.ids_s) for j in range(h.gs.t_out)}
 
-    def emit(op_, cmds, phase=Phase.COMPUTE, src=-1):
-        for bank, s_, d_ in cmds:
-            em.side(op_, bank, arg=tables.route(s_, d_), phase=phase, src=src)
 
-    def sfm(k):
-        def f():
-            for hg in sorted(set(heads.tolist())):
-                mask = np.zeros((sb.cap, LANES), bool)
-                for cl in sorted({int(cls_s[c]) for c in np.nonzero(heads == hg)[0]}):
-                    for j in range(gs.t_out):
-                        valid = np.arange(LANES) + LANES * j < n_len[cl]
-                        mask[srows[k][(cl, j)]] |= valid
-                sfm_specs.append((mask, at.scale))
-                em.side(Op.SFM, 0, aux=len(sfm_specs) - 1)
-        return f
+def _alloc_ctx(h: _HeadSteps, k: int) -> None:
+    """Softmax-buffer rows for head step k's context (flushing finished rows if short)."""
+    if len(h.sb.free) < len(h.ids_c) * h.gc.t_out:
+        h.sb.flush(h.em, 2)
+    rows = h.sb.alloc(len(h.ids_c) * h.gc.t_out)
+    h.crows[k] = {(cl, j): rows[a * h.gc.t_out + j] for a, cl in enumerate(h.ids_c) for j in range(h.gc.t_out)}
 
-    def phase(blocks, drains, fillers):
-        L = len(blocks)
-        for j in range(L + 1):
-            if j > 0:
-                drains[j - 1]()
-            if j < L:
-                blocks[j]()
-            for f in fillers.get(j, ()):
-                f()
-            if j < L:
-                em.barrier()
 
-    def spread(cmds, first: int, L: int, op_, phase_=Phase.COMPUTE, src=-1) -> dict:
-        """Commands spread over segments first .. L-1 (the reference's strides)."""
-        parts = np.array_split(np.arange(len(cmds)), max(1, L - first))
-        return {first + a: [lambda ix=ix: emit(op_, [cmds[t] for t in ix], phase_, src)]
-                for a, ix in enumerate(parts) if len(ix)}
+def _score_block(h: _HeadSteps, k, j, i, base):
+    """Score phase, output block j / input tile i of head k: adder-tree MACs of K rows with q in GB."""
+    gs = h.gs
+    return lambda: h.em.macs(int(gs.start[k, j, i]), int(gs.size[j, i]), 0, TREE, gs.reg_step(i), base)
 
-    def merge(*ds):
-        out: dict = {}
-        for d in ds:
-            for k_, v_ in d.items():
-                out.setdefault(k_, []).extend(v_)
-        return out
 
-    def single(k):
-        alloc_score(k)
-        for i in range(gs.t_in):
-            emit(Op.WRGB, q_cmds(k, i, 0), Phase.REARRANGE, 0)
-            em.barrier()
-            phase([score_block(k, j, i, 0) for j in range(gs.t_out)],
-                  [score_drain(k, j) for j in range(gs.t_out)], {})
-        sfm(k)()
-        alloc_ctx(k)
-        for i in range(gc.t_in):
-            emit(Op.MVGB, p_cmds(k, i, 0))
-            em.barrier()
-            phase([ctx_block(k, j, i, 0) for j in range(gc.t_out)],
-                  [ctx_drain(k, j, i == gc.t_in - 1) for j in range(gc.t_out)], {})
-        sb.release(srows.pop(k).values())
+def _ctx_block(h: _HeadSteps, k, j, i, base):
+    """Context phase, output block j / input tile i of head k: mac-mode MACs of V rows with P in GB."""
+    gc = h.gc
+    return lambda: h.em.macs(int(gc.start[k, j, i]), int(gc.size[j, i]), h.rows_k, MACMODE, 0, base)
 
-    def pair(k0, k1):
-        Eq, Ep = gs.E, gc.E
-        qb = (cap - Eq, cap - 2 * Eq)
-        pb = (0, Ep)
-        alloc_score(k0)
-        alloc_score(k1)
-        Ls, Lc = gs.t_out, gc.t_out
-        emit(Op.WRGB, q_cmds(k0, 0, qb[0]), Phase.REARRANGE, 0)
+
+def _score_drain(h: _HeadSteps, k, j):
+    """MVSB of score block j into head k's score rows."""
+    return lambda: h.em.drain(np.array([h.srows[k][(cl, j)] for cl in h.ids_s])[h.pos_s], h.sb)
+
+
+def _ctx_drain(h: _HeadSteps, k, j, complete):
+    """MVSB of context block j into head k's context rows; once complete, the rows are results."""
+    def f():
+        h.em.drain(np.array([h.crows[k][(cl, j)] for cl in h.ids_c])[h.pos_c], h.sb)
+        if complete:
+            for cl in h.ids_c:
+                flat = np.full((h.G, LANES), -1, np.int64)
+                outs = h.gc.outs(j)
+                flat[:, :outs] = h.flat_o[:, h.rep_c[cl], k, LANES * j:LANES * j + outs]
+                h.sb.result_row(h.crows[k][(cl, j)], flat)
+    return f
+
+
+def _q_cmds(h: _HeadSteps, k, i, base):
+    """WRGB commands writing q's tile i of head k into the GBs from entry `base`."""
+    gs = h.gs
+    need = {c: [(_q_host_row(h, c, k, e), base + e - gs.KI * i) for e in range(gs.KI * i, gs.KI * i + gs.ke(i))]
+            for c in range(h.C)}
+    return _load_commands(h.geo, need, h.em.gran, h.C)
+
+
+def _p_cmds(h: _HeadSteps, k, i, base):
+    """MVGB commands moving the softmaxed scores P (tile i of head k) into the GBs from `base`."""
+    gc = h.gc
+    need = {c: [(h.srows[k][(int(h.cls_s[c]), e)], base + e - gc.KI * i)
+                for e in range(gc.KI * i, gc.KI * i + gc.ke(i))] for c in range(h.C)}
+    return _load_commands(h.geo, need, h.em.gran, h.C)
+
+
+def _emit_moves(h: _HeadSteps, op_, cmds, phase=Phase.COMPUTE, src=-1):
+    """The side records of (bank, source, destination) load commands."""
+    for bank, s_, d_ in cmds:
+        h.em.side(op_, bank, arg=h.tables.route(s_, d_), phase=phase, src=src)
+
+
+def _softmax(h: _HeadSteps, k):
+    """Softmax phase of head k: one SFM per head over its valid score lanes."""
+    def f():
+        for hg in sorted(set(h.heads.tolist())):
+            mask = np.zeros((h.sb.cap, LANES), bool)
+            for cl in sorted({int(h.cls_s[c]) for c in np.nonzero(h.heads == hg)[0]}):
+                for j in range(h.gs.t_out):
+                    valid = np.arange(LANES) + LANES * j < h.n_len[cl]
+                    mask[h.srows[k][(cl, j)]] |= valid
+            h.sfm_specs.append((mask, h.scale))
+            h.em.side(Op.SFM, 0, aux=len(h.sfm_specs) - 1)
+    return f
+
+
+def _gemv_phase(h: _HeadSteps, blocks, drains, fillers):
+    """A GEMV's blocks, each drained one barrier later (overlapping the next block's MACs),
+    with `fillers[j]` (loads / softmax of another head) issued in segment j."""
+    L = len(blocks)
+    for j in range(L + 1):
+        if j > 0:
+            drains[j - 1]()
+        if j < L:
+            blocks[j]()
+        for f in fillers.get(j, ()):
+            f()
+        if j < L:
+            h.em.barrier()
+
+
+def _spread(h: _HeadSteps, cmds, first: int, L: int, op_, phase_=Phase.COMPUTE, src=-1) -> dict:
+    """Commands spread over segments first .. L-1 (the reference's strides)."""
+    parts = np.array_split(np.arange(len(cmds)), max(1, L - first))
+    return {first + a: [lambda ix=ix: _emit_moves(h, op_, [cmds[t] for t in ix], phase_, src)]
+            for a, ix in enumerate(parts) if len(ix)}
+
+
+def _merge_fillers(*ds):
+    out: dict = {}
+    for d in ds:
+        for k_, v_ in d.items():
+            out.setdefault(k_, []).extend(v_)
+    return out
+
+
+def _head_single(h: _HeadSteps, k: int) -> None:
+    """Head step k alone: score (q loads, MACs, drains), softmax, context (P moves, MACs, drains)."""
+    gs, gc, em = h.gs, h.gc, h.em
+    _alloc_score(h, k)
+    for i in range(gs.t_in):
+        _emit_moves(h, Op.WRGB, _q_cmds(h, k, i, 0), Phase.REARRANGE, 0)
         em.barrier()
-        phase([score_block(k0, j, 0, qb[0]) for j in range(Ls)], [score_drain(k0, j) for j in range(Ls)],
-              spread(q_cmds(k1, 0, qb[1]), 0, Ls, Op.WRGB, Phase.REARRANGE, 0))
-        p0 = p_cmds(k0, 0, pb[0])
-        phase([score_block(k1, j, 0, qb[1]) for j in range(Ls)], [score_drain(k1, j) for j in range(Ls)],
-              merge({0: [sfm(k0)]}, spread(p0, Ls // 2, Ls, Op.MVGB)))
-        alloc_ctx(k0)
-        alloc_ctx(k1)
-        sb.release(srows.pop(k0).values())
-        p1 = p_cmds(k1, 0, pb[1])
-        phase([ctx_block(k0, j, 0, pb[0]) for j in range(Lc)], [ctx_drain(k0, j, True) for j in range(Lc)],
-              merge({0: [sfm(k1)]}, spread(p1, Lc // 2, Lc, Op.MVGB)))
-        sb.release(srows.pop(k1).values())
-        # the trace generator's pair loop emits the FIRST head's context MACs for the second head
-        # ("Head1: Context" reuses cmd_context_mac[i]): timing-only replica, see `reference_program`
-        kv = k0 if opts.get("trace_generator_pairs") else k1
-        phase([ctx_block(kv, j, 0, pb[1]) for j in range(Lc)], [ctx_drain(k1, j, True) for j in range(Lc)], {})
+        _gemv_phase(h, [_score_block(h, k, j, i, 0) for j in range(gs.t_out)],
+                    [_score_drain(h, k, j) for j in range(gs.t_out)], {})
+    _softmax(h, k)()
+    _alloc_ctx(h, k)
+    for i in range(gc.t_in):
+        _emit_moves(h, Op.MVGB, _p_cmds(h, k, i, 0))
+        em.barrier()
+        _gemv_phase(h, [_ctx_block(h, k, j, i, 0) for j in range(gc.t_out)],
+                    [_ctx_drain(h, k, j, i == gc.t_in - 1) for j in range(gc.t_out)], {})
+    h.sb.release(h.srows.pop(k).values())
 
-    pipelined = (gs.t_in == 1 and gc.t_in == 1 and 2 * gs.E <= cap and 2 * gc.E <= cap
-                 and gs.E + gc.E <= cap and opts["register_reuse"]
-                 and 2 * len(ids_s) * gs.t_out + 2 * len(ids_c) * gc.t_out <= sb.cap)
-    k = 0
-    while k < n_b:
-        if pipelined and k + 1 < n_b:
-            pair(k, k + 1)
-            k += 2
-        else:
-            single(k)
-            k += 1
-    sb.flush(em, 2, final=True)
 
-    route_src, route_dst, host = tables.arrays()
-    meta = dict(kind="attention", geometry=geo, route_src=route_src, route_dst=route_dst,
-                readback_map=sb.readback_map(), sb_rows=max(1, sb.used_max), gb_entries=cap,
-                host_data_operands=(0,), sfm=tuple((m[:max(1, sb.used_max)], s) for m, s in sfm_specs),
-                score=gs, context=gc, pipelined=pipelined, block_ops=tuple(block_ops),
-                operand_shapes={k: tuple(shapes[a.value]) for k, a in enumerate(at.fused.operands)},
-                result_shape=tuple(shapes[X.result.value]), result_dtype=opts["result_dtype"])
-    return _program(at.fused, draft, backend, ts, [k_layout, v_layout, res_layout], em, host, meta, opts,
-                    Readback(2, combiner="add", lane_partials=False, epilogue_on_host=True))
+def _head_pair(h: _HeadSteps, k0: int, k1: int, cap: int, trace_generator_pairs: bool) -> None:
+    """Head steps k0, k1 software-pipelined as the reference does: k1's score overlaps
+    k0's softmax and P moves, k0's context overlaps k1's softmax and P moves (q of the
+    two heads in the top of the GB, P in the bottom)."""
+    gs, gc, em = h.gs, h.gc, h.em
+    Eq, Ep = gs.E, gc.E
+    qb = (cap - Eq, cap - 2 * Eq)
+    pb = (0, Ep)
+    _alloc_score(h, k0)
+    _alloc_score(h, k1)
+    Ls, Lc = gs.t_out, gc.t_out
+    _emit_moves(h, Op.WRGB, _q_cmds(h, k0, 0, qb[0]), Phase.REARRANGE, 0)
+    em.barrier()
+    _gemv_phase(h, [_score_block(h, k0, j, 0, qb[0]) for j in range(Ls)], [_score_drain(h, k0, j) for j in range(Ls)],
+                _spread(h, _q_cmds(h, k1, 0, qb[1]), 0, Ls, Op.WRGB, Phase.REARRANGE, 0))
+    p0 = _p_cmds(h, k0, 0, pb[0])
+    _gemv_phase(h, [_score_block(h, k1, j, 0, qb[1]) for j in range(Ls)], [_score_drain(h, k1, j) for j in range(Ls)],
+                _merge_fillers({0: [_softmax(h, k0)]}, _spread(h, p0, Ls // 2, Ls, Op.MVGB)))
+    _alloc_ctx(h, k0)
+    _alloc_ctx(h, k1)
+    h.sb.release(h.srows.pop(k0).values())
+    p1 = _p_cmds(h, k1, 0, pb[1])
+    _gemv_phase(h, [_ctx_block(h, k0, j, 0, pb[0]) for j in range(Lc)], [_ctx_drain(h, k0, j, True) for j in range(Lc)],
+                _merge_fillers({0: [_softmax(h, k1)]}, _spread(h, p1, Lc // 2, Lc, Op.MVGB)))
+    h.sb.release(h.srows.pop(k1).values())
+    # the trace generator's pair loop emits the FIRST head's context MACs for the second head
+    # ("Head1: Context" reuses cmd_context_mac[i]): timing-only replica, see `reference_program`
+    kv = k0 if trace_generator_pairs else k1
+    _gemv_phase(h, [_ctx_block(h, kv, j, 0, pb[1]) for j in range(Lc)],
+                [_ctx_drain(h, k1, j, True) for j in range(Lc)], {})
 
 
 # --------------------------------------------------------------------------

@@ -41,6 +41,8 @@ the program failed to produce.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -182,23 +184,69 @@ def _last_before(rec_mask: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(idx) if idx.size else idx
 
 
+@dataclass(frozen=True)
+class _Machine:
+    """The static facts every phase reads: the program, its records expanded to int64
+    columns (`rec[field][e]`), each record's MRAM byte address, and the DPU grid
+    (G ranks x C DPUs = D DPUs, eb bytes per element)."""
+    program: Program
+    rec: dict
+    addr: np.ndarray
+    G: int
+    C: int
+    eb: int
+
+    @property
+    def D(self) -> int:
+        return self.G * self.C
+
+
+@dataclass(frozen=True)
+class _Points:
+    """The compute points the kernel's EXEC records name, one entry per executed point
+    (P of them): the record `pr` that runs it, its local index `pts` in the points
+    layout, its tasklet and output slot, its coordinates per loop variable, its output
+    local index `o_of`; `pvalid[D, P_all]` is every DPU's loop bound."""
+    pr: np.ndarray
+    pts: np.ndarray
+    task: np.ndarray
+    slot: np.ndarray
+    cmap: dict
+    o_of: np.ndarray
+    P_all: int
+    pvalid: np.ndarray
+
+
 def execute_upmem(program: Program, arrays, arithmetic: str):
-    op = program.op
+    """Run `program` on the operand `arrays` (the op's operands, any shapes the program
+    was lowered for); returns the result as a jax array of `meta["result_shape"]`.
+    The phases below are the hardware's: host -> MRAM transfers, the DPU kernel
+    (EXEC / MERGE / DMA_WR), MRAM -> host transfers, the host's merge of partials."""
     meta = program.meta
     dtype = np.int32 if arithmetic == "backend" else np.float32
     given = arrays                       # the epilogue reads the operands in their own dtypes
     arrays = _convert_inputs(arrays, arithmetic)
-    G, C = program.groups, program.cores
-    D = G * C
-    eb = meta["elem_bytes"]
-    W = max(1, meta["mram_bytes"] // 4)
     rec = {f: np.asarray(getattr(program.commands, f))[0].astype(np.int64)
            for f in ("op", "n", "aux", "arg", "reg", "reg_step", "core", "src", "bank", "row", "col")}
-    addr = rec["row"] * 1024 + rec["col"] * 8
-    mram = np.zeros((D, W), dtype)
-    ok = np.zeros((D, W), bool)
+    m = _Machine(program, rec, rec["row"] * 1024 + rec["col"] * 8, program.groups, program.cores,
+                 meta["elem_bytes"])
+    W = max(1, meta["mram_bytes"] // 4)
+    mram = np.zeros((m.D, W), dtype)
+    ok = np.zeros((m.D, W), bool)
+    _host_to_mram(m, arrays, mram, ok)
+    pt = _kernel_points(m)
+    acc, acc_ok, last_exec = _kernel_accumulate(m, pt, mram, ok, dtype)
+    _dma_write_result(m, acc, acc_ok, last_exec, mram, ok)
+    host_vals, host_ok = _mram_to_host(m, mram, ok)
+    merged, merged_ok = _host_merge(m, host_vals, host_ok, dtype)
+    return _finish(program, merged, merged_ok, given, dtype, arithmetic)
 
-    # ---- 1. host -> MRAM ------------------------------------------------------
+
+def _host_to_mram(m: _Machine, arrays, mram: np.ndarray, ok: np.ndarray) -> None:
+    """Phase 1, XFER_H2D: write the local positions each transfer names into `mram[D, W]`
+    (in place) and mark them in `ok`; a broadcast delivers DPU 0's data to every DPU,
+    but never over a DPU's own data."""
+    program, rec, eb, D = m.program, m.rec, m.eb, m.D
     h2d = (rec["op"] == Op.XFER_H2D) & (rec["src"] >= 0)
     for lid in np.unique(rec["src"][h2d]):
         lay = program.layouts[int(lid)]
@@ -207,7 +255,7 @@ def execute_upmem(program: Program, arrays, arithmetic: str):
             continue
         vals, valid = _layout_values(lay, arrays[lay.operand])
         vals, valid = vals.reshape(D, -1), valid.reshape(D, -1)
-        reach = _reaches(rec, r, G, C)                                       # [D, E]
+        reach = _reaches(rec, r, m.G, m.C)                                   # [D, E]
         bc = rec["reg"][r] == Xfer.BROADCAST
         uniq, inv = np.unique(pos, return_inverse=True)
         own = np.zeros((len(uniq), D), bool)                                 # a DPU's own data
@@ -219,10 +267,13 @@ def execute_upmem(program: Program, arrays, arithmetic: str):
         mram[:, words] = np.where(own, vals[:, uniq], np.where(cast, vals[:1, uniq], mram[:, words]))
         ok[:, words] |= own | cast
 
-    # ---- 2. the kernel --------------------------------------------------------
+
+def _kernel_points(m: _Machine) -> _Points:
+    """Phase 2a: expand the ELEMENTWISE / REDUCE EXEC records into the points they compute
+    (a record runs `row` consecutive points from `arg`; points past the layout are dropped)."""
+    meta, rec = m.program.meta, m.rec
     pts_lay: TensorLayout = meta["points"]
     geo = meta["geometry"]
-    res: TensorLayout = program.layouts[meta["result_layout"]]
     is_exec = (rec["op"] == Op.DPU_EXEC) & np.isin(rec["aux"], (Exec.ELEMENTWISE, Exec.REDUCE))
     e_idx = np.flatnonzero(is_exec)
     cnt = rec["row"][e_idx]
@@ -231,44 +282,56 @@ def execute_upmem(program: Program, arrays, arithmetic: str):
     pts = rec["arg"][pr] + np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)
     inside = (pts >= 0) & (pts < P_all)
     pr, pts = pr[inside], pts[inside]
-    task = rec["reg"][pr]
-    slot = rec["bank"][pr]
     _, pvalid = global_index(pts_lay)                                      # [G, C, P_all]
-    pvalid = pvalid.reshape(D, P_all)
     coords = np.unravel_index(pts, pts_lay.box) if pts_lay.box else ()
-    cmap = dict(zip(pts_lay.vars, coords))
-    elementwise = meta["kind"] == "elementwise"
     n_out_pt = geo.Rout * geo.Rin
-    o_of = pts if elementwise else pts // n_out_pt                          # output local index
+    o_of = pts if meta["kind"] == "elementwise" else pts // n_out_pt       # output local index
+    return _Points(pr, pts, rec["reg"][pr], rec["bank"][pr], dict(zip(pts_lay.vars, coords)), o_of,
+                   P_all, pvalid.reshape(m.D, P_all))
+
+
+def _operand_words(m: _Machine, pt: _Points, mram: np.ndarray, ok: np.ndarray, k: int):
+    """Operand k's value and written-mask at every point, `[D, P]` each: the MRAM word is
+    readable only inside the tile the tasklet's most recent DMA_RD of that operand
+    brought into WRAM (the WRAM cache the kernel actually reads)."""
+    meta, rec, D = m.program.meta, m.rec, m.D
+    lay = m.program.layouts[meta["layout_of"][k]]
+    P = pt.pts.size
+    if not lay.vars:                                                    # scalar kernel argument
+        w = _words(lay, np.zeros(1, np.int64))
+        return (np.broadcast_to(mram[:, w], (D, P)), np.broadcast_to(ok[:, w], (D, P)))
+    local = np.zeros(P, np.int64)
+    for v, b in zip(lay.vars, lay.box):
+        local = local * b + pt.cmap[v]
+    w = _words(lay, local)
+    lid = meta["layout_of"][k]
     dma_rd = rec["op"] == Op.DMA_RD
+    covered = np.zeros(P, bool)
+    byte = mram_address(lay.positions[local])
+    for t in np.unique(pt.task):
+        last = _last_before(dma_rd & (rec["reg"] == t) & (rec["src"] == lid))
+        sel = pt.task == t
+        L = last[pt.pr[sel]]
+        lo = m.addr[np.maximum(L, 0)]
+        hi = lo + rec["n"][np.maximum(L, 0)]
+        covered[sel] = (L >= 0) & (byte[sel] >= lo) & (byte[sel] + m.eb <= hi)
+    return mram[:, w], ok[:, w] & covered[None, :]
 
-    def operand(k):
-        lay = program.layouts[meta["layout_of"][k]]
-        if not lay.vars:                                                    # scalar kernel argument
-            w = _words(lay, np.zeros(1, np.int64))
-            return (np.broadcast_to(mram[:, w], (D, pts.size)), np.broadcast_to(ok[:, w], (D, pts.size)))
-        local = np.zeros(pts.size, np.int64)
-        for v, b in zip(lay.vars, lay.box):
-            local = local * b + cmap[v]
-        w = _words(lay, local)
-        # the word must lie in the tile the tasklet's last DMA_RD of this operand brought in
-        lid = meta["layout_of"][k]
-        covered = np.zeros(pts.size, bool)
-        byte = mram_address(lay.positions[local])
-        for t in np.unique(task):
-            last = _last_before(dma_rd & (rec["reg"] == t) & (rec["src"] == lid))
-            sel = task == t
-            L = last[pr[sel]]
-            lo = addr[np.maximum(L, 0)]
-            hi = lo + rec["n"][np.maximum(L, 0)]
-            covered[sel] = (L >= 0) & (byte[sel] >= lo) & (byte[sel] + eb <= hi)
-        return mram[:, w], ok[:, w] & covered[None, :]
 
+def _kernel_accumulate(m: _Machine, pt: _Points, mram: np.ndarray, ok: np.ndarray, dtype):
+    """Phase 2b, the EXEC / MERGE records: evaluate the body at every point and combine
+    per (tasklet slot, output) entry.  Returns `acc[D, n_slot, n_out]`, its written-mask
+    (an output whose valid points were not each computed exactly once is unwritten) and
+    `last_exec[n_slot, n_out]`, the last record contributing to each entry (for DMA_WR)."""
+    program, meta, rec, D = m.program, m.program.meta, m.rec, m.D
+    op = program.op
+    res: TensorLayout = program.layouts[meta["result_layout"]]
+    pts, pvalid = pt.pts, pt.pvalid
     cache = {}
 
     def get(k):
         if k not in cache:
-            cache[k] = operand(k)
+            cache[k] = _operand_words(m, pt, mram, ok, k)
         return cache[k][0]
 
     dts = [np.asarray(a).dtype for a in given]
@@ -280,20 +343,20 @@ def execute_upmem(program: Program, arrays, arithmetic: str):
         v_ok = v_ok & cache[k][1]
     active = pvalid[:, pts]                                                 # [D, P] per-DPU loop bounds
     # every valid point of an output must be computed exactly once
-    times = np.bincount(pts, minlength=P_all)
+    times = np.bincount(pts, minlength=pt.P_all)
     bad_pt = pvalid & (times != 1)[None, :]
+    elementwise = meta["kind"] == "elementwise"
+    geo = meta["geometry"]
     n_out = res.size // max(1, meta["partial_slots"])
-    all_o = np.arange(P_all) if elementwise else np.arange(P_all) // n_out_pt
+    all_o = np.arange(pt.P_all) if elementwise else np.arange(pt.P_all) // (geo.Rout * geo.Rin)
     incomplete = np.zeros((n_out, D), bool)
     np.logical_or.at(incomplete, all_o, bad_pt.T)
     incomplete = incomplete.T
 
     comb = op.combiner or "add"
-    T = meta["tasklets"]
-    n_slot = T if meta["split_reduction"] else 1
-    seg = slot * n_out + o_of                                               # (slot, output) entry
-    ident = _identity(comb, dtype)
-    contrib = np.where(active, value, ident)
+    n_slot = meta["tasklets"] if meta["split_reduction"] else 1
+    seg = pt.slot * n_out + pt.o_of                                         # (slot, output) entry
+    contrib = np.where(active, value, _identity(comb, dtype))
     bad = ~v_ok & active
     if elementwise:
         acc = np.zeros((D, n_slot * n_out), dtype)
@@ -308,22 +371,29 @@ def execute_upmem(program: Program, arrays, arithmetic: str):
     acc = acc.reshape(D, n_slot, n_out)
     acc_ok = acc_ok.reshape(D, n_slot, n_out)
     last_exec = np.full(n_slot * n_out, -1, np.int64)
-    np.maximum.at(last_exec, seg, pr)
+    np.maximum.at(last_exec, seg, pt.pr)
     last_exec = last_exec.reshape(n_slot, n_out)
     merge = np.flatnonzero((rec["op"] == Op.DPU_EXEC) & (rec["aux"] == Exec.MERGE))
     if merge.size:                     # tasklet 0 folds every tasklet's partial into slot 0
-        m = int(merge[0])
-        done = (last_exec < m).all(axis=0)
+        mi = int(merge[0])
+        done = (last_exec < mi).all(axis=0)
         if comb == "add":
             folded = acc.astype(np.int64 if dtype == np.int32 else dtype).sum(axis=1).astype(dtype)
         else:
             folded = acc.max(axis=1) if comb == "max" else acc.min(axis=1)
         acc[:, 0] = folded
         acc_ok[:, 0] = acc_ok.all(axis=1) & done[None, :]
-        last_exec[0] = m
-    acc_ok = acc_ok & ~incomplete[:, None, :]
+        last_exec[0] = mi
+    return acc, acc_ok & ~incomplete[:, None, :], last_exec
 
-    # DMA_WR: WRAM slots -> MRAM words of the result layout (a later write wins)
+
+def _dma_write_result(m: _Machine, acc, acc_ok, last_exec, mram: np.ndarray, ok: np.ndarray) -> None:
+    """Phase 2c, DMA_WR: WRAM slots -> MRAM words of the result layout (in place; a later
+    write of the same position wins, and a slot counts as written only if its last
+    contributing EXEC / MERGE came before the write)."""
+    meta, rec, eb = m.program.meta, m.rec, m.eb
+    res: TensorLayout = m.program.layouts[meta["result_layout"]]
+    n_slot, n_out = last_exec.shape
     wr = (rec["op"] == Op.DMA_WR) & (rec["src"] == meta["result_layout"])
     widx = np.flatnonzero(wr)
     per = np.maximum(rec["n"][widx] // eb, 1)
@@ -346,27 +416,37 @@ def execute_upmem(program: Program, arrays, arithmetic: str):
     mram[:, words] = acc[:, src_slot, o_w]
     ok[:, words] = acc_ok[:, src_slot, o_w] & fresh[None, :]
 
-    # ---- 3. MRAM -> host ---------------------------------------------------
-    d2h = (rec["op"] == Op.XFER_D2H) & (rec["src"] == meta["result_layout"])
-    r, pos = _expand(rec, d2h, eb, res.size)
-    seen = np.zeros((res.size, D), bool)
-    np.logical_or.at(seen, pos, _reaches(rec, r, G, C).T)
-    rw = _words(res, np.arange(res.size))
-    host_vals = mram[:, rw]
-    host_ok = ok[:, rw] & seen.T
 
-    # ---- 4. host merge -----------------------------------------------------
+def _mram_to_host(m: _Machine, mram: np.ndarray, ok: np.ndarray):
+    """Phase 3, XFER_D2H: every DPU's result words `[D, res.size]` and whether a transfer
+    actually read each one (a word no D2H reached is unread)."""
+    meta, rec, D = m.program.meta, m.rec, m.D
+    res: TensorLayout = m.program.layouts[meta["result_layout"]]
+    d2h = (rec["op"] == Op.XFER_D2H) & (rec["src"] == meta["result_layout"])
+    r, pos = _expand(rec, d2h, m.eb, res.size)
+    seen = np.zeros((res.size, D), bool)
+    np.logical_or.at(seen, pos, _reaches(rec, r, m.G, m.C).T)
+    rw = _words(res, np.arange(res.size))
+    return mram[:, rw], ok[:, rw] & seen.T
+
+
+def _host_merge(m: _Machine, host_vals: np.ndarray, host_ok: np.ndarray, dtype):
+    """Phase 4: the host folds the DPUs' partials (rfactor, per-tasklet partials) with the
+    op's combiner into the result shape; an element is valid only if some DPU produced it
+    and every contributing word was written and read."""
+    program = m.program
+    res: TensorLayout = program.layouts[program.meta["result_layout"]]
+    comb = program.op.combiner or "add"
     flat, valid = global_index(res)
     flat, valid = flat.reshape(-1), valid.reshape(-1)
     size = int(np.prod(res.shape, dtype=np.int64)) if res.shape else 1
     segm = np.where(valid, flat, size)
-    hv = np.where(valid, host_vals.reshape(-1), ident).astype(dtype)
+    hv = np.where(valid, host_vals.reshape(-1), _identity(comb, dtype)).astype(dtype)
     merged = _segment(hv, segm, size + 1, comb, dtype)[:size]
     bad_m = np.zeros(size + 1, bool)
     np.logical_or.at(bad_m, segm, ~host_ok.reshape(-1) & valid)
     merged_ok = ~bad_m[:size] & (np.bincount(segm, minlength=size + 1)[:size] > 0)
-    return _finish(program, merged.reshape(res.shape), merged_ok.reshape(res.shape), given, dtype,
-                   arithmetic)
+    return merged.reshape(res.shape), merged_ok.reshape(res.shape)
 
 
 def _finish(program: Program, acc, acc_ok, operands, dtype, arithmetic: str):
