@@ -235,7 +235,8 @@ def execute_upmem(program: Program, arrays, arithmetic: str):
     ok = np.zeros((m.D, W), bool)
     _host_to_mram(m, arrays, mram, ok)
     pt = _kernel_points(m)
-    acc, acc_ok, last_exec = _kernel_accumulate(m, pt, mram, ok, dtype)
+    dts = [np.asarray(a).dtype for a in given]    # the operands' own dtypes: int8 arithmetic wraps as jax's
+    acc, acc_ok, last_exec = _kernel_accumulate(m, pt, mram, ok, dtype, dts)
     _dma_write_result(m, acc, acc_ok, last_exec, mram, ok)
     host_vals, host_ok = _mram_to_host(m, mram, ok)
     merged, merged_ok = _host_merge(m, host_vals, host_ok, dtype)
@@ -318,11 +319,12 @@ def _operand_words(m: _Machine, pt: _Points, mram: np.ndarray, ok: np.ndarray, k
     return mram[:, w], ok[:, w] & covered[None, :]
 
 
-def _kernel_accumulate(m: _Machine, pt: _Points, mram: np.ndarray, ok: np.ndarray, dtype):
+def _kernel_accumulate(m: _Machine, pt: _Points, mram: np.ndarray, ok: np.ndarray, dtype, dts: list):
     """Phase 2b, the EXEC / MERGE records: evaluate the body at every point and combine
     per (tasklet slot, output) entry.  Returns `acc[D, n_slot, n_out]`, its written-mask
     (an output whose valid points were not each computed exactly once is unwritten) and
-    `last_exec[n_slot, n_out]`, the last record contributing to each entry (for DMA_WR)."""
+    `last_exec[n_slot, n_out]`, the last record contributing to each entry (for DMA_WR).
+    dts: the operands' dtypes as given (`_eval_body` wraps narrow integer arithmetic to them)."""
     program, meta, rec, D = m.program, m.program.meta, m.rec, m.D
     op = program.op
     res: TensorLayout = program.layouts[meta["result_layout"]]
@@ -334,7 +336,6 @@ def _kernel_accumulate(m: _Machine, pt: _Points, mram: np.ndarray, ok: np.ndarra
             cache[k] = _operand_words(m, pt, mram, ok, k)
         return cache[k][0]
 
-    dts = [np.asarray(a).dtype for a in given]
     value = _eval_body(op.body, get, dtype, dts) if pts.size else np.zeros((D, 0), dtype)
     value = np.broadcast_to(np.asarray(value, dtype), (D, pts.size))
     v_ok = np.ones((D, pts.size), bool)
