@@ -174,6 +174,11 @@ def packed_plan(op: PimOp, draft: Draft, backend: Backend, shapes: dict, matrix:
     ext = op.extents
     o_m = tuple(v for v in op.output_vars if v in mv)
     o_v = tuple(v for v in op.output_vars if v in vv)
+    if set(o_m) & set(o_v) or len(o_m) + len(o_v) != len(op.output_vars):
+        # PIMFlow packs a CONV / FC: every output index belongs to the filter or to the pixel side;
+        # a batched product (attention heads on both operands) has no packed mapping
+        raise PimCompileError(f"newton: {op.name}: the packed mapping needs each output index on exactly one "
+                              f"operand (a batched product is not a CONV / FC)")
     red = tuple(lane_order([lv.name for lv in op.loop_vars if lv.name in op.reduction_vars], draft.lane_var))
     prod = lambda vs: int(np.prod([ext[v] for v in vs], dtype=np.int64))  # noqa: E731
     F, P, n_r = prod(o_m), prod(o_v), prod(red)
