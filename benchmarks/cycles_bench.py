@@ -26,7 +26,7 @@ from pimjax.lower import lower
 from pimjax.partition import drafts
 from pimjax.backends import baseline
 from pimjax.sim.engines import ENGINES
-from pimjax.sim.cycles import _timing_vector, cycles, cycles_batch, program_arrays, sweep
+from pimjax.sim.cycles import timing_vector, cycles, cycles_batch, program_arrays, sweep
 from pimjax.sim.reference import simulate
 from pimjax.kernels import kernel_op
 
@@ -66,7 +66,7 @@ def main() -> None:
     n_even = sum(sum(live(p)) for p in even)
     t_even = {e: best_of(lambda: cycles_batch(even, be, engine=e).total_cycles) for e in ENGINES}
     # reference model on a sample (it is slow), per record
-    t = {k: float(v) for k, v in _timing_vector(be.timing).items()}
+    t = {k: float(v) for k, v in timing_vector(be.timing).items()}
     sample = progs[:16]
     ref_records = 0
     t0 = time.perf_counter()

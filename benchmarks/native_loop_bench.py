@@ -38,7 +38,7 @@ from pimjax.kernels import kernel_op  # noqa: E402
 from pimjax.lower import lower  # noqa: E402
 from pimjax.partition import drafts  # noqa: E402
 from pimjax.sim import native  # noqa: E402
-from pimjax.sim.cycles import _pool_streams, _timing_vector  # noqa: E402
+from pimjax.sim.cycles import _pool_streams, timing_vector  # noqa: E402
 
 CASES = {"hbm-pim": (("gemv", [1024, 1024]), ("va", [1 << 16]), ("red", [256, 1024])),
          "attacc": (("gemv", [2048, 1024]),)}
@@ -55,7 +55,7 @@ def _records(name: str, per_case: int):
             progs.append(lower(op, table[int(i)], be, shapes, resident=(0,)))
     rec, starts, stops, _ = _pool_streams(progs)
     rec = rec.copy()
-    table = native.timing_table({k: float(v) for k, v in _timing_vector(be.timing).items()})
+    table = native.timing_table({k: float(v) for k, v in timing_vector(be.timing).items()})
     live = int((rec[3] > 0).sum())
     return be, rec, starts, stops, table, live
 
@@ -128,7 +128,7 @@ def _scan_compare(rev: str, repeat: int) -> None:
         table = drafts(op, be, shapes=shapes)
         arr = program_arrays(lower(op, table[len(table) // 2], be, shapes, resident=(0,)))["rec"]
         rec = {k: np.asarray(v) for k, v in arr.items()}
-        t = {k: float(v) for k, v in _timing_vector(be.timing).items()}
+        t = {k: float(v) for k, v in timing_vector(be.timing).items()}
         g = be.group
         fns, outs = {}, []
         for m, mod in mods.items():

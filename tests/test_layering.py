@@ -1,5 +1,5 @@
-"""The package's imports run one way (issue 42): trace -> partition -> lower / backends -> sim ->
-costmodel -> search -> plan -> api / report -> studies.
+"""The package's imports run one way (issue 42): family registry -> trace -> partition -> lower ->
+sim -> backends -> costmodel -> search -> plan -> api / report -> studies.
 
 Read from the source with `ast` (nothing is imported), every import counts: module level,
 function-local (a function-local import is how a cycle hides) and under `TYPE_CHECKING`.  A
@@ -15,16 +15,18 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "pimjax"
 
-# bottom first; a unit may import its own layer and the layers below.  "lower" and "backends"
-# share a layer (the lowering dispatches to the families, the families use its helpers), as do
-# "api" and "report" (the stages build reports)
+# bottom first; a unit may import its own layer and the layers below.  "api" and "report" share a
+# layer (the stages build reports).  `family` is the backend-family registry: `lower`, `sim` and
+# the cost model dispatch through it, and it finds the family folders (`backends`) by name on
+# first use, a plugin registry, so the families sit above the generic engines they use (`sim`).
 LAYERS = (
-    ("errors", "hw", "models", "precision", "durable"),   # no pimjax imports but each other's: data, plain jnp, files
+    ("errors", "hw", "models", "precision", "durable", "family"),   # no pimjax imports but each other's
     ("trace",),
     ("kernels",),                               # the op corpus, traced
     ("partition",),
-    ("lower", "backends"),
+    ("lower",),
     ("sim",),
+    ("backends",),
     ("costmodel",),
     ("search",),
     ("plan",),
@@ -32,28 +34,6 @@ LAYERS = (
     ("demo", "studies", "testing"),             # testing: the differential fuzzer over pim_jit
 )
 LAYER = {u: i for i, units in enumerate(LAYERS) for u in units}
-SHARED_LAYER_CYCLES = ({"lower", "backends"},)
-
-# upward imports that exist today, each (importing module, imported module): the families'
-# simulators use the generic simulator's engines and tables (issue 42 deliverable 2, the one
-# timing engine, removes them).  An entry that no longer exists fails `test_known_exceptions_exist`,
-# so the list only shrinks.
-KNOWN_UPWARD = {
-    ("pimjax.backends.attacc.execute", "pimjax.sim.padding"),
-    ("pimjax.backends.hbm_pim.execute", "pimjax.sim.padding"),
-    ("pimjax.backends.newton.execute", "pimjax.sim.padding"),
-    ("pimjax.backends.newton.fork", "pimjax.sim.native"),
-    ("pimjax.backends.newton.packed", "pimjax.sim.cycles"),
-    ("pimjax.backends.newton.packed", "pimjax.sim.native"),
-    ("pimjax.backends.newton.reference", "pimjax.sim.cycles"),
-    ("pimjax.backends.upmem.cycles", "pimjax.sim.engines"),
-    ("pimjax.backends.upmem.cycles", "pimjax.sim.report"),
-}
-# private names imported from another unit today (importing module, imported module, name)
-KNOWN_PRIVATE = {
-    ("pimjax.backends.newton.fork", "pimjax.sim.native", "_latencies"),
-    ("pimjax.backends.newton.packed", "pimjax.sim.cycles", "_timing_vector"),
-}
 
 
 def unit(module: str) -> str:
@@ -123,18 +103,18 @@ def test_imports_run_one_way():
         a, b = unit(me), unit(target)
         if a and not b:             # the package root re-exports every layer: importing it hides the dependency
             bad.append(f"{path}:{line}: {me} imports the package root ({target}); import the module that owns it")
-        if a and b and a != b and LAYER[b] > LAYER[a] and (me, target) not in KNOWN_UPWARD:
+        if a and b and a != b and LAYER[b] > LAYER[a]:
             bad.append(f"{path}:{line}: {me} ({a}, layer {LAYER[a]}) imports {target} ({b}, layer {LAYER[b]})")
     assert not bad, "imports against the layering:\n" + "\n".join(bad)
 
 
 def test_no_package_cycle():
-    """Without the known upward imports the unit graph has no cycle but the one a shared layer
-    declares (strongly connected components by Tarjan's algorithm)."""
+    """The unit graph has no cycle (strongly connected components by Tarjan's algorithm), the
+    units of a shared layer included."""
     graph: dict[str, set] = {}
     for me, target, _, _, _ in IMPORTS:
         a, b = unit(me), unit(target)
-        if a and b and a != b and (me, target) not in KNOWN_UPWARD:
+        if a and b and a != b:
             graph.setdefault(a, set()).add(b)
     index, low, stack, on, sccs = {}, {}, [], set(), []
 
@@ -160,7 +140,7 @@ def test_no_package_cycle():
     for v in list(graph):
         if v not in index:
             visit(v)
-    cycles = [c for c in sccs if len(c) > 1 and c not in SHARED_LAYER_CYCLES]
+    cycles = [c for c in sccs if len(c) > 1]
     assert not cycles, f"package cycles: {cycles}"
 
 
@@ -170,17 +150,32 @@ def test_no_private_name_crosses_units():
         if unit(me) == unit(target):
             continue
         bad += [f"{path}:{line}: {me} imports {target}.{n}" for n in names
-                if n.startswith("_") and (me, target, n) not in KNOWN_PRIVATE]
+                if n.startswith("_")]
     assert not bad, "private names imported across units (give them a public owner):\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("known", sorted(KNOWN_UPWARD) + sorted(KNOWN_PRIVATE), ids=str)
-def test_known_exceptions_exist(known):
-    """Each listed exception is still in the source: a fixed one is taken off the list."""
-    if len(known) == 2:
-        assert any((me, target) == known for me, target, *_ in IMPORTS)
-    else:
-        assert any((me, target) == known[:2] and known[2] in names for me, target, names, *_ in IMPORTS)
+def test_only_the_registry_imports_by_name():
+    """A pimjax module imported by a computed name (importlib, __import__) is an import this walk
+    cannot see: only the family registry does it, for the family folders (`family.PACKAGE`), which
+    sit above it.  A literal relative name stays in its unit; a
+    literal name outside pimjax (`jax`) is no pimjax import.  A name relative to the package
+    itself (`import_module(name, __name__)`: a package's lazy attributes) stays in its unit."""
+    users = []
+    for path in sorted(ROOT.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+                arg = node.args[0] if node.args else None
+                literal = isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                own = len(node.args) > 1 and getattr(node.args[1], "id", "") == "__name__"   # relative to itself
+                if name in ("import_module", "__import__") and not own and not (
+                        literal and (arg.value.startswith(".") or not arg.value.startswith("pimjax"))):
+                    users.append(str(path.relative_to(ROOT)))
+    assert set(users) <= {"family/__init__.py"}, users
+    from pimjax.family import PACKAGE
+    assert unit(PACKAGE) == "backends" and LAYER["backends"] > LAYER["family"]
 
 
 def test_models_are_plain_jnp():

@@ -54,7 +54,7 @@ import numpy as np
 from ..hw.core import Backend
 from ..hw.dram_rules import CCD_AB, CCD_S, RCD_RD, RP, compile_rules
 from ..backends import EstimateInputs, family_of, has_family
-from ..backends.hooks import ESTIMATE_KEYS
+from ..family.hooks import ESTIMATE_KEYS
 from ..partition import DraftTable, dimension_sets
 from ..partition.draft import GRANULARITIES
 from ..partition.generate import lane_candidates

@@ -47,7 +47,7 @@ from ..backends import families, family_of
 # (`Predictor`'s bound).
 BASE = "est_t_total"
 
-# Per family (`Family.training_shapes`, `backends.hooks.TrainingShapes`): the ensemble members
+# Per family (`Family.training_shapes`, `family.hooks.TrainingShapes`): the ensemble members
 # (`members`: five for HBM-PIM and AttAcc, whose networks correct rough estimates and whose
 # two-member spread was a poor uncertainty; two for Newton and UPMEM) and the drafts per broad
 # train case in each model-driven round (`broad_top`: 0 for UPMEM, whose estimate walks the

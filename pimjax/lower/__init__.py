@@ -5,6 +5,7 @@ import functools
 import numpy as np
 
 from ..errors import PimCompileError
+from ..family import family_of
 from ..partition.verify import mesh_error
 from .layout import value_shapes
 from . import text  # noqa: F401  (registers Program.as_text)
@@ -88,7 +89,6 @@ def lower(op, draft, backend, shapes=None, **options) -> Program:
     options: lowering switches (register_reuse, data_block_layout,
     channel_parallel, resident=(operand indices), ...), each on by default.
     """
-    from ..backends import family_of        # the families import this package: resolved at call time
     family = family_of(backend)
     _check_call(op, draft, backend, options, family.options)
     if shapes is not None and (wrong := shape_error(op, shapes)):

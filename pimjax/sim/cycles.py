@@ -44,7 +44,7 @@ from ..hw.dram_phases import (ACT_AFTER_ACT, ACT_AFTER_ACT_BG, ACT_AFTER_ACT_CH,
                                WR_AFTER_ACT, WR_AFTER_RD)
 from ..hw.dram_rules import CHAIN, N_LAT, NEVER, compile_chains, compile_rules
 from ..lower.program import Phase, Program, Records
-from ..backends import family_of, has_family
+from ..family import family_of, has_family
 from .engines import check_banks, check_programs, resolve_engine
 from .padding import fine, pow2
 from .report import BOUNDS, CycleReport
@@ -54,7 +54,7 @@ from .timing import (ACT_ALL, ALLBANK, BARRIER, BUFFER, CLASS_TABLE, COLUMN, DAT
 SCAN_FIELDS = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
 
 
-def _timing_vector(t: Timing) -> dict:
+def timing_vector(t: Timing) -> dict:
     """{field: float32 jax scalar / array} of a Timing's dynamic fields.  A
     timing of plain numbers (a preset's) is converted once and kept: the
     tuner times one backend dozens of times per layer, and two dozen
@@ -801,7 +801,7 @@ def cycles(program: Program, backend: Backend, *, include_resident: bool = False
     if model is not None:           # e.g. DPUs run their own instruction streams: UPMEM's time model
         return model(program, backend, include_resident=include_resident, refresh=refresh, engine=engine)
     check_banks([program], backend)
-    t = _timing_vector(backend.timing)
+    t = timing_vector(backend.timing)
     if engine == "native" or _controller(backend) is not None:
         return report_at(_native_reports([program], t, backend, refresh, include_resident=include_resident), 0)
     arr = program_arrays(program, include_resident)
@@ -955,10 +955,10 @@ def cycles_batch(programs: list[Program], backend: Backend, *, refresh: bool = T
         return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *reps)
     check_banks(programs, backend)
     if engine == "native" or _controller(backend) is not None:
-        return _native_reports(programs, _timing_vector(backend.timing), backend, refresh, threads)
+        return _native_reports(programs, timing_vector(backend.timing), backend, refresh, threads)
     arrs = [program_arrays(p) for p in programs]
     coarse = len(programs) <= SMALL_BATCH if coarse is None else coarse
-    t = _timing_vector(backend.timing)
+    t = timing_vector(backend.timing)
     geo = _geo(backend, refresh, arrs)
     P, S = len(arrs), max(a["rec"]["op"].shape[0] for a in arrs)
     # the streams: (program, kind, stream) and live record count
@@ -1217,7 +1217,7 @@ def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bo
         raise ValueError(f"{backend.name} has its own time model, whose variants are whole backends: use "
                          f"{where}(program, stack_variants([backend, ...]))")
     check_banks(progs, backend)
-    t = _timing_vector(check_timing_batch(timings))       # one leading [T] axis on every leaf
+    t = timing_vector(check_timing_batch(timings))       # one leading [T] axis on every leaf
     if mesh is not None:
         if engine not in (None, "scan"):
             raise ValueError(f"a sweep over a device mesh runs on the scan engine (engine='scan' or None), got "

@@ -22,7 +22,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from ..backends import family_of
+from ..family import family_of
 from ..lower.program import Program
 
 

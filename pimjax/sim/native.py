@@ -375,7 +375,7 @@ THREADS = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaf
 
 def timing_table(t: dict) -> np.ndarray:
     """[V, N_LAT, CHAIN] float64 latency chains (`dram_rules.compile_chains`)
-    from `cycles._timing_vector`-style leaves (scalars, or [V] arrays for V
+    from `cycles.timing_vector`-style leaves (scalars, or [V] arrays for V
     variants)."""
     leaves = {f: np.atleast_1d(np.asarray(t[f], np.float64)) for f in PARAMS}
     if max(v.size for v in leaves.values()) > 16:       # a sweep: compiled each time, not kept
@@ -402,7 +402,7 @@ def _chains(table, who: str, min_rows: int = 0) -> np.ndarray:
     return chains
 
 
-def _latencies(chains: np.ndarray) -> np.ndarray:
+def latencies(chains: np.ndarray) -> np.ndarray:
     """[..., N_LAT] each rule's latency: its chain [..., N_LAT, CHAIN] summed
     in order (the order the loops' `_after` adds a chain's terms in)."""
     lat = chains[..., 0]
@@ -427,7 +427,7 @@ def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np
     rec = np.ascontiguousarray(rec, np.int32)
     starts, stops, tix = (np.ascontiguousarray(a, np.int64) for a in (starts, stops, tix))
     chains = _chains(table, "time_streams")
-    table = _latencies(chains)
+    table = latencies(chains)
     S = starts.shape[0]
     if rec.shape[0] != len(RECORD_FIELDS) or stops.shape != (S,) or tix.shape != (S,):
         raise ValueError(f"time_streams: rec [{len(RECORD_FIELDS)}, M] and starts / stops / tix [S] expected, "
@@ -821,7 +821,7 @@ def time_streams_variants(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray
     if U and (starts.min() < 0 or (stops < starts).any() or stops.max() > rec.shape[1]):
         raise ValueError(f"time_streams_variants: streams must lie in the {rec.shape[1]} records "
                          "(0 <= start <= stop)")
-    lat = _latencies(chains)
+    lat = latencies(chains)
     NB = -(-V // max(1, min(int(block or BLOCK), V)))
     W = -(-V // NB)                 # blocks of equal width: the padding stays below NB (V = 33: 2 x 17, not 2 x 32)
     pad = np.minimum(np.arange(NB * W), V - 1)            # the last block padded with row V - 1

@@ -117,7 +117,7 @@ def class_table() -> np.ndarray:
     """[max opcode + 1, N_FLAGS] int32 timing-class flags: the shared
     commands' and every registered family's (`Family.timing_classes`); an
     opcode no one declares has no class (all zero, like NOP)."""
-    from ..backends import FAMILIES, families
+    from ..family import FAMILIES, families
     families()                                      # load the registered families
     classes = dict(GENERIC_CLASSES)
     for fam in FAMILIES.values():

@@ -208,7 +208,7 @@ def _host_write_time(cores: int, columns: int) -> tuple[float, set]:
     the two banks of `cores` PIM units (one pseudo-channel, refresh off)."""
     from pimjax.backends.hbm_pim.lower import Geometry, _host_columns
     from pimjax.lower.program import Phase, RecordBuilder
-    from pimjax.sim.cycles import _timing_vector, scan_stream
+    from pimjax.sim.cycles import timing_vector, scan_stream
     be = get_backend("hbm-pim")
     b = RecordBuilder()
     flat = np.arange(columns)
@@ -217,7 +217,7 @@ def _host_write_time(cores: int, columns: int) -> tuple[float, set]:
     arr = {f: np.asarray(rec[f], np.int32) for f in ("op", "bank", "row", "n", "phase", "resident")}
     arr["pre"] = np.zeros_like(arr["op"])
     arr["sync"] = np.zeros_like(arr["op"])
-    out = scan_stream(arr, _timing_vector(be.timing), be.group.banks, be.group.banks_per_bank_group, False)
+    out = scan_stream(arr, timing_vector(be.timing), be.group.banks, be.group.banks_per_bank_group, False)
     return float(out["end"]), set(np.unique(arr["op"]).tolist())
 
 

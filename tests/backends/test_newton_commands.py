@@ -17,7 +17,7 @@ from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.backends.newton.time import draft_plans, newton_phases
 from pimjax.hw.presets import NEWTON_CONFIGS, get_backend, newton_config
 from pimjax.lower.program import Op, Phase
-from pimjax.sim.cycles import _timing_vector, cycles
+from pimjax.sim.cycles import timing_vector, cycles
 from pimjax.sim.native import RECORD_FIELDS, time_streams, timing_table
 from pimjax.sim.reference import simulate
 
@@ -43,7 +43,7 @@ def _three_engines(recs, be):
     import jax.numpy as jnp
     from pimjax.sim.cycles import features_of, scan_stream
     g = be.group
-    t = {k: float(v) for k, v in _timing_vector(be.timing).items()}
+    t = {k: float(v) for k, v in timing_vector(be.timing).items()}
     ref = simulate(recs, t, g.banks, g.banks_per_bank_group, refresh=False)
     rec = np.array([[r[f] for r in recs] for f in RECORD_FIELDS], np.int32)
     nat = time_streams(rec, np.array([0]), np.array([len(recs)]), np.zeros(1, np.int64), timing_table(t),
@@ -51,7 +51,7 @@ def _three_engines(recs, be):
     arr = {k: jnp.asarray([r[k] for r in recs], jnp.int32) for k in recs[0]}
     feats = features_of(np.asarray(arr["op"]))
     scan = jax.jit(lambda r, tt: scan_stream(r, tt, g.banks, g.banks_per_bank_group, False, feats))(
-        arr, _timing_vector(be.timing))
+        arr, timing_vector(be.timing))
     return [ref["end"], float(nat["end"][0]), float(scan["end"])]
 
 

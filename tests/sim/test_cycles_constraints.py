@@ -7,15 +7,15 @@ import pytest
 
 from pimjax.hw import get_backend, stack_variants
 from pimjax.lower.program import Op, Phase
-from pimjax.sim.cycles import _timing_vector, scan_stream
+from pimjax.sim.cycles import timing_vector, scan_stream
 
 BE = get_backend("hbm-pim")
-T = {k: float(v) for k, v in _timing_vector(BE.timing).items()}
+T = {k: float(v) for k, v in timing_vector(BE.timing).items()}
 
 
 def run(records, refresh=False, timing=None):
     """End time of a record list on one pseudo-channel (refresh off by default)."""
-    t = _timing_vector(timing or BE.timing)
+    t = timing_vector(timing or BE.timing)
     fields = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
     arr = {f: jnp.asarray([r.get(f, 0) if f != "phase" else r.get(f, int(Phase.COMPUTE))
                            for r in records], jnp.int32) for f in fields}
@@ -83,7 +83,7 @@ def test_read_write_turnarounds():
 
 def test_fifth_activate_inside_tfaw_waits():
     be = BE.replace(timing=BE.timing.replace(tFAW=40.0, tRRD_S=2.0, tRRD_L=2.0))
-    t = {k: float(v) for k, v in _timing_vector(be.timing).items()}
+    t = {k: float(v) for k, v in timing_vector(be.timing).items()}
     # five reads to five banks in different bank groups where possible
     recs = [rd(b, 1) for b in (0, 4, 8, 12, 1)]
     end, counts = run(recs, timing=be.timing)
@@ -102,7 +102,7 @@ def test_all_bank_pim_columns_are_tccd_ab_apart():
 
 def test_refresh_blocks_for_trp_plus_trfc():
     be = BE.replace(timing=BE.timing.replace(tREFI=100.0, tREF0=0.0, tRFC=50.0))
-    t = {k: float(v) for k, v in _timing_vector(be.timing).items()}
+    t = {k: float(v) for k, v in timing_vector(be.timing).items()}
     recs = [rd(0, 5, n=30), rd(0, 5)]          # the first ends after the 100-cycle deadline
     end, counts = run(recs, refresh=True, timing=be.timing)
     t_last = t["tRCDRD"] + 29 * t["tCCD_L"]
@@ -124,7 +124,7 @@ def test_sync_holds_row_commands_until_everything_ended():
 
 def test_vmap_over_timing_variants():
     variants = stack_variants([BE.timing.replace(tRP=float(v)) for v in (14, 20, 26)])
-    t = _timing_vector(variants)
+    t = timing_vector(variants)
     recs = [rd(0, 5), rd(0, 6)]
     fields = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
     arr = {f: jnp.asarray([r.get(f, 0) for r in recs], jnp.int32) for f in fields}
@@ -143,7 +143,7 @@ def test_refresh_on_a_barrier_still_blocks_the_banks(middle):
     longer by the refresh's tRP + tRFC, with or without the barrier."""
     be = get_backend("attacc")
     timing = be.timing.replace(tREFI=1000.0, tREF0=100.0, tRFC=50.0)
-    t = {k: float(v) for k, v in _timing_vector(timing).items()}
+    t = {k: float(v) for k, v in timing_vector(timing).items()}
     recs = ([dict(op=int(Op.ACTAB), row=0, n=1), dict(op=int(Op.MACAB), row=0, n=32)]
             + [dict(op=int(op), n=1) for op in middle]
             + [dict(op=int(Op.PREA), n=1), dict(op=int(Op.ACTAB), row=1, n=1),
@@ -152,8 +152,8 @@ def test_refresh_on_a_barrier_still_blocks_the_banks(middle):
     arr = {f: jnp.asarray([r.get(f, 0) if f != "phase" else int(Phase.COMPUTE) for r in recs], jnp.int32)
            for f in fields}
     geo = (be.group.banks, be.group.banks_per_bank_group)
-    off = scan_stream(arr, _timing_vector(timing), *geo, False)
-    on = scan_stream(arr, _timing_vector(timing), *geo, True)
+    off = scan_stream(arr, timing_vector(timing), *geo, False)
+    on = scan_stream(arr, timing_vector(timing), *geo, True)
     first_end = t["tRCDRD"] + 32 * t["tCCD_AB"]
     assert first_end >= 100 and float(on["counts"][4]) == 1
     # refresh: all banks precharged at max(deadline, tRAS after the ACTAB, tRTP_L after the last MAC)
@@ -167,7 +167,7 @@ def test_refresh_on_a_barrier_still_blocks_the_banks(middle):
 def test_trc_spaces_two_activations_of_a_bank():
     """ACT -> ACT of one bank waits tRC even when tRAS + tRP is shorter."""
     timing = BE.timing.replace(tRC=float(T["tRAS"] + T["tRP"] + 40))
-    t = {k: float(v) for k, v in _timing_vector(timing).items()}
+    t = {k: float(v) for k, v in timing_vector(timing).items()}
     end, _ = run([rd(0, 5), rd(0, 6)], timing=timing)
     t_pre = max(t["tRAS"], t["tRCDRD"] + t["tRTP_S"])
     assert t_pre + t["tRP"] < t["tRC"]
@@ -179,7 +179,7 @@ def test_trc_spaces_two_activations_of_a_bank():
     fields = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
     arr = {f: jnp.asarray([r.get(f, 0) if f != "phase" else int(Phase.COMPUTE) for r in recs], jnp.int32)
            for f in fields}
-    out = scan_stream(arr, _timing_vector(timing), be.group.banks, be.group.banks_per_bank_group, False)
+    out = scan_stream(arr, timing_vector(timing), be.group.banks, be.group.banks_per_bank_group, False)
     assert float(out["end"]) == 200.0 + float(timing.tRCDRD)
 
 
@@ -190,7 +190,7 @@ def test_all_bank_activations_count_and_cost_per_bank():
     fields = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
     arr = {f: jnp.asarray([r.get(f, 0) if f != "phase" else int(Phase.COMPUTE) for r in recs], jnp.int32)
            for f in fields}
-    out = scan_stream(arr, _timing_vector(be.timing), be.group.banks, be.group.banks_per_bank_group, False)
+    out = scan_stream(arr, timing_vector(be.timing), be.group.banks, be.group.banks_per_bank_group, False)
     counts = np.asarray(out["counts"])
     assert counts[0] == be.group.banks and counts[7] == be.group.banks and counts[3] == 4
 
@@ -200,7 +200,7 @@ def _three_engines(recs, timing, refresh=True):
     the reference model."""
     from pimjax.sim.native import RECORD_FIELDS, time_streams, timing_table
     from pimjax.sim.reference import simulate
-    t = {k: float(v) for k, v in _timing_vector(timing).items()}
+    t = {k: float(v) for k, v in timing_vector(timing).items()}
     full = [{f: r.get(f, int(Phase.COMPUTE) if f == "phase" else 0)
              for f in ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")} for r in recs]
     scan_end, scan_counts = run(recs, refresh=refresh, timing=timing)
@@ -223,7 +223,7 @@ def test_refresh_waits_past_a_wave_of_fresh_activations():
     once issuable); the refresh comes after the last command, outside the
     run: the wave takes as long as without refresh."""
     timing = BE.timing.replace(tREFI=1000.0, tREF0=20.0, tRFC=50.0)
-    t = {k: float(v) for k, v in _timing_vector(timing).items()}
+    t = {k: float(v) for k, v in timing_vector(timing).items()}
     wave = [rd(b, 9) for b in (0, 4, 8, 12)]
     assert 3 * t["tRRD_S"] < t["tREFW"]                             # a fresh wave (tREFW = tRAS)
     no_ref, _ = run(wave, timing=timing)
@@ -244,7 +244,7 @@ def test_refresh_does_not_wait_for_activations_tras_apart():
     later request: Ramulator's) the refresh never waits for a wave."""
     timing = BE.timing.replace(tREFI=1000.0, tREF0=20.0, tRFC=50.0, tRRD_S=float(T["tREFW"]),
                                tRRD_L=float(T["tREFW"]), tFAW=float(4 * T["tREFW"]))
-    t = {k: float(v) for k, v in _timing_vector(timing).items()}
+    t = {k: float(v) for k, v in timing_vector(timing).items()}
     end, refs = _three_engines([rd(0, 9), rd(4, 9)], timing)
     assert refs == 1.0
     # bank 0 precharged at max(deadline, tRAS after its ACT, tRTP after its read); bank 4 opens after

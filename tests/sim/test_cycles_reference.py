@@ -9,7 +9,7 @@ from pimjax.hw import get_backend
 from pimjax.lower.program import Op, Phase
 import jax
 
-from pimjax.sim.cycles import _timing_vector, features_of, scan_stream
+from pimjax.sim.cycles import timing_vector, features_of, scan_stream
 from pimjax.sim.reference import simulate
 from pimjax.sim.timing import CLASS_TABLE, COLUMN
 
@@ -50,7 +50,7 @@ def run_both(records, backend_name, refresh, short_refresh):
     be = backend_of(backend_name)
     if short_refresh:  # make refreshes frequent so small programs exercise them
         be = be.replace(timing=be.timing.replace(tREFI=97.0, tRFC=31.0, tREF0=0.0))
-    t = _timing_vector(be.timing)
+    t = timing_vector(be.timing)
     tf = {k: float(v) for k, v in t.items()}
     ref = simulate(records, tf, be.group.banks, be.group.banks_per_bank_group, refresh)
     pad = 64 - len(records)   # one length -> one compile; NOP records (n = 0) change nothing
@@ -105,7 +105,7 @@ def test_streams_packed_in_lanes_equal_reference(backend_name, data):
     streams = data.draw(st.lists(record_lists(backend_name), min_size=1, max_size=5))
     refresh = data.draw(st.booleans())
     lane_of = [data.draw(st.integers(0, 1)) for _ in streams]
-    t = _timing_vector(be.timing)
+    t = timing_vector(be.timing)
     tf = {k: float(v) for k, v in t.items()}
     T = 320                                     # 5 streams of <= 60 records fit in one lane
     arr = {k: np.zeros((2, T), np.int32) for k in streams[0][0]}

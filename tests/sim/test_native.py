@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from pimjax.hw import get_backend, stack_variants
-from pimjax.sim.cycles import _timing_vector
+from pimjax.sim.cycles import timing_vector
 from pimjax.sim.native import RECORD_FIELDS, time_streams, timing_table
 from pimjax.sim.reference import simulate
 
@@ -19,7 +19,7 @@ def _timing(backend_name, short_refresh):
     be = backend_of(backend_name)
     if short_refresh:   # frequent refreshes, so that small programs exercise them
         be = be.replace(timing=be.timing.replace(tREFI=97.0, tRFC=31.0, tREF0=0.0))
-    return be, {k: float(v) for k, v in _timing_vector(be.timing).items()}
+    return be, {k: float(v) for k, v in timing_vector(be.timing).items()}
 
 
 def _flat(streams):
@@ -72,7 +72,7 @@ def test_many_streams_and_timings_equal_reference(backend_name, data):
 def test_bad_arguments_raise():
     rec = np.zeros((len(RECORD_FIELDS), 4), np.int32)
     one = np.zeros(1, np.int64)
-    table = timing_table({k: float(v) for k, v in _timing_vector(get_backend("hbm-pim").timing).items()})
+    table = timing_table({k: float(v) for k, v in timing_vector(get_backend("hbm-pim").timing).items()})
     with pytest.raises(ValueError, match="rec"):
         time_streams(rec[:3], one, one + 4, one, table, 16, 4, True)
     with pytest.raises(ValueError, match="timing rows"):

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from pimjax.hw import get_backend, stack_variants
 from pimjax.hw.dram_rules import PARAMS, RCD_RD, RD_END
 from pimjax.sim.timing import ALLBANK, BARRIER, CLASS_TABLE, COLUMN, WRITE
-from pimjax.sim.cycles import _distinct_streams, _pool_streams, _timing_key, _timing_vector, check_timing_batch
+from pimjax.sim.cycles import _distinct_streams, _pool_streams, _timing_key, timing_vector, check_timing_batch
 from pimjax.sim.native import (RECORD_FIELDS, latency_rows, time_streams, time_streams_sweep, time_streams_variants,
                                timing_table)
 
@@ -56,7 +56,7 @@ def _random_table(data, be, V):
     latencies changed, so that many variants' refreshes fall due at the same
     record."""
     same_refi = data.draw(st.booleans())
-    base = {k: float(v) for k, v in _timing_vector(be.timing).items()}
+    base = {k: float(v) for k, v in timing_vector(be.timing).items()}
     base.update(tREFI=97.0, tRFC=31.0, tREF0=0.0)      # the first refresh at tREFI: short streams refresh
     scale = st.sampled_from([0.0, 0.5, 0.75, 1.0, 1.0, 1.0, 1.25, 1.37, 2.0, 3.5])
     rows = []
@@ -184,7 +184,7 @@ def test_a_read_timing_sweep_times_a_stream_without_reads_once(monkeypatch):
     rec, starts, stops, _ = _pool_streams(_lowered(be))
     t = be.timing
     V = 37
-    table = timing_table(_timing_vector(check_timing_batch(stack_variants(
+    table = timing_table(timing_vector(check_timing_batch(stack_variants(
         [t.replace(tRCDRD=float(t.tRCDRD) * (1.0 + i / V)) for i in range(V)]))))
     reads = latency_rows(rec, starts, stops, True)[:, RCD_RD]
     assert reads.any() and (~reads).any()          # both kinds of stream in the programs
@@ -211,7 +211,7 @@ def test_an_infinite_latency_and_an_int_refresh_flag_give_the_one_variant_loop()
     recs = [dict(op=rd, bank=0, row=0, n=2, phase=2, resident=0, pre=0, sync=0),
             dict(op=bar, bank=0, row=0, n=1, phase=3, resident=0, pre=0, sync=0)]
     rec, starts, stops = _flat([recs])
-    t = {k: float(v) for k, v in _timing_vector(be.timing).items()}
+    t = {k: float(v) for k, v in timing_vector(be.timing).items()}
     table = np.concatenate([timing_table(t), timing_table(t)])
     table[1, RD_END, 0] = np.inf
     banks, per_bg = be.group.banks, be.group.banks_per_bank_group
@@ -228,7 +228,7 @@ def test_identical_variants_refresh_together():
     record; each equals the one-variant loop."""
     be = backend_of("attacc")
     rec, starts, stops, _ = _pool_streams(_lowered(be)[:4])
-    t = {k: float(v) for k, v in _timing_vector(be.timing).items()}
+    t = {k: float(v) for k, v in timing_vector(be.timing).items()}
     table = np.concatenate([timing_table(dict(t, tREFI=301.0))] * 11)
     banks, per_bg = be.group.banks, be.group.banks_per_bank_group
     old = _per_pair(rec, starts, stops, table, banks, per_bg, True)
@@ -258,7 +258,7 @@ def _variant_table(be, V):
     t = be.timing
     rows = [t.replace(tRCDRD=float(t.tRCDRD) * (1.0 + i / V), tRP=float(t.tRP) * (1.0 + 0.37 * (i % 3)),
                       tFAW=float(t.tFAW) + 0.5 * (i % 5), tREFI=float(t.tREFI) * (0.3 + i / V)) for i in range(V)]
-    return timing_table(_timing_vector(check_timing_batch(stack_variants(rows))))
+    return timing_table(timing_vector(check_timing_batch(stack_variants(rows))))
 
 
 @pytest.mark.parametrize("backend_name", ["hbm-pim", "attacc", "newton", "newton-gwh"])
@@ -311,7 +311,7 @@ def test_llama_layer_programs_equal_one_variant_loop():
 def test_bad_arguments_raise():
     rec = np.zeros((len(RECORD_FIELDS), 4), np.int32)
     one = np.zeros(1, np.int64)
-    table = timing_table({k: float(v) for k, v in _timing_vector(get_backend("hbm-pim").timing).items()})
+    table = timing_table({k: float(v) for k, v in timing_vector(get_backend("hbm-pim").timing).items()})
     with pytest.raises(ValueError, match="rec"):
         time_streams_variants(rec[:3], one, one + 4, table, 16, 4, True)
     with pytest.raises(ValueError, match="table"):

@@ -8,7 +8,7 @@ softmax unit per channel, for attention.
     reference.py  the AttAcc simulator's own programs (validation)
 """
 from .. import Family, TrainingShapes, register
-from ..hooks import EVAL_ELEM, EVAL_GEMV, EVAL_MMTV
+from ...family.hooks import EVAL_ELEM, EVAL_GEMV, EVAL_MMTV
 from ...lower.patterns import match_attention
 from .isa import TIMING_CLASSES
 from .baseline import attacc_baseline

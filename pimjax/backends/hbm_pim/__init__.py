@@ -8,7 +8,7 @@ programmed through all-bank-mode column commands and a CRF microkernel.
     bounds.py    a lower bound on a contraction draft's cycles (exhaustive tuning's pruning)
 """
 from .. import Family, TrainingShapes, register
-from ..hooks import EVAL_ELEM, EVAL_GEMV, EVAL_MMTV
+from ...family.hooks import EVAL_ELEM, EVAL_GEMV, EVAL_MMTV
 from .isa import TIMING_CLASSES
 from .baseline import hbm_pim_baseline
 from .bounds import lower_bound

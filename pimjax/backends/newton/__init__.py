@@ -15,7 +15,7 @@ from a channel's global buffers (GWRITE, G_ACT, COMP, READRES).
     estimates.py counts.py's and time.py's closed form as the cost model's estimates (`Family.estimates`)
 """
 from .. import Family, TrainingShapes, register
-from ..hooks import EVAL_GEMV, EVAL_MMTV
+from ...family.hooks import EVAL_GEMV, EVAL_MMTV
 from .estimates import newton_estimates
 from .isa import TIMING_CLASSES
 from .fork import time_streams as fork_time_streams

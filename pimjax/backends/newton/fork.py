@@ -207,8 +207,8 @@ def time_repeated(rec: np.ndarray, seg_lo, seg_hi, seg_rep, table: np.ndarray, b
     timing row).  The same as timing the segments written out (a packed
     channel's loads repeat one template; `packed.stream_cycles`), without
     writing them out."""
-    from ...sim.native import _latencies
-    f = compile_fork(_latencies(np.asarray(table, np.float64)))[0]
+    from ...sim.native import latencies
+    f = compile_fork(latencies(np.asarray(table, np.float64)))[0]
     buckets, counts = np.zeros(5), np.zeros(8)
     return float(_stream(np.ascontiguousarray(rec, np.int32), *(np.ascontiguousarray(a, np.int64) for a in
                                                                 (seg_lo, seg_hi, seg_rep)),
@@ -221,13 +221,13 @@ def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np
     arguments (table: the DRAM latency chains [V, N_LAT, CHAIN] of
     `native.timing_table`, from which the fork's latencies are compiled) and
     outputs ({"buckets": [S, 5], "end": [S], "counts": [S, 8]})."""
-    from ...sim.native import _latencies
+    from ...sim.native import latencies
     rec = np.ascontiguousarray(rec, np.int32)
     starts, stops, tix = (np.ascontiguousarray(a, np.int64) for a in (starts, stops, tix))
     S = starts.shape[0]
     if S and (starts.min() < 0 or (stops < starts).any() or stops.max() > rec.shape[1]):
         raise ValueError(f"fork time_streams: streams must lie in the {rec.shape[1]} records")
-    f = compile_fork(_latencies(np.asarray(table, np.float64)))
+    f = compile_fork(latencies(np.asarray(table, np.float64)))
     if S and (tix.min() < 0 or tix.max() >= f.shape[0]):
         raise ValueError(f"fork time_streams: timing rows 0..{f.shape[0] - 1}, got {tix.min()}..{tix.max()}")
     buckets, end, counts = np.zeros((S, 5)), np.zeros(S), np.zeros((S, 8))

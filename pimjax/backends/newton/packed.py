@@ -571,7 +571,7 @@ def stream_cycles(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None
     time to it.  The PIMFlow study times thousands of layer shares with it."""
     from ...backends import family_of
     from ...sim.native import time_streams, timing_table
-    from ...sim.cycles import _timing_vector
+    from ...sim.cycles import timing_vector
     from .lower import _gw_banks, readres_bursts
     shapes = value_shapes(op, shapes)
     plan = packed_plan(op, draft, backend, shapes, matrix)
@@ -581,7 +581,7 @@ def stream_cycles(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None
     for c in range(plan.G):
         key = tuple((c % plan.m(p), len(plan.group_loads(p, c // plan.m(p)))) for p in plan.parts)
         seen.setdefault(key, c)
-    table = timing_table(_timing_vector(backend.timing))
+    table = timing_table(timing_vector(backend.timing))
     banks, per_bg = backend.group.banks, backend.group.banks_per_bank_group
     if backend.group.controller == "pimflow":
         # the fork keeps no bank state: a channel is its per-load templates, each run once per load

@@ -11,7 +11,7 @@ its own instruction stream, WRAM scratchpad and MRAM DMA.
     estimates.py dpu.py's closed form as the cost model's estimates (`Family.estimates`)
 """
 from .. import Family, TrainingShapes, register
-from ..hooks import EVAL_ELEM
+from ...family.hooks import EVAL_ELEM
 from .estimates import upmem_estimates
 from .isa import TIMING_CLASSES
 from .baseline import upmem_baseline

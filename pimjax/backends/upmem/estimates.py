@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import PimCompileError
-from ..hooks import EstimateInputs
+from ...family.hooks import EstimateInputs
 from .cycles import DEFAULT_LINK
 from .dpu import dpu_kernel_cycles, transfer_ns
 from .lower import kernel_constants
