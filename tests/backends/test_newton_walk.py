@@ -156,3 +156,24 @@ def test_segment_ranks_in_closed_form_equal_the_sorted_visit_order(n_b, n_o, t_i
         assert rows == -(-rank.size // per_row)
     else:
         np.testing.assert_array_equal(base, rank * (-(-cc // cols)) * cols)
+
+
+def test_memoised_walks_are_per_core():
+    """A backend variant that differs only in its read-back width (no READRES
+    bus time, as PIMFlow's fork) gets walks of its own: timing it first leaves
+    the other backend's phases as a fresh walk gives them (the memo key once
+    lacked `Core.readres_bytes`, an order-dependent failure of the suite)."""
+    be = BACKENDS["newton"]
+    other = be.replace(core=be.core.replace(readres_bytes=0))
+    assert other.core.readback_bus_bytes != be.core.readback_bus_bytes
+    case = make_case(be, "gemv", (512, 1024))
+    args = nt.draft_plans(case.op, case_drafts(case, be), case.shapes, be)
+    nt._WALKS.clear()
+    fresh = nt.newton_phases(*args, be)
+    nt._WALKS.clear()
+    no_bus = nt.newton_phases(*args, other)
+    after = nt.newton_phases(*args, be)
+    nt._WALKS.clear()
+    assert not np.array_equal(no_bus["readback"], fresh["readback"], equal_nan=True)   # the variant differs
+    for k in fresh:
+        np.testing.assert_array_equal(after[k], fresh[k], err_msg=k)

@@ -632,12 +632,13 @@ _WALKS: dict = {}
 
 
 def _cached(t, banks, per_bg, cols, n_bg, backend, limit, steady=True, budget=np.inf):
-    """One memoised walk per backend timing (drafts of one shape share plans;
+    """One memoised walk per backend timing, core and group (drafts of one shape share plans;
     the tuner and the labeller featurise the same shapes again); a walk
     past `budget` column records gives None."""
-    core = backend.core
-    key = (tuple(sorted(t.items())), banks, per_bg, cols, n_bg, backend.group.cores_per_group, core.reg_bytes,
-           core.col_bytes, limit, steady, budget)
+    # the whole Core and Group (frozen, hashed by value): the walk reads the geometry and, through
+    # `readres_bursts`, the read-back width -- a key of chosen fields once missed `readres_bytes`, so a
+    # variant without read-back bus time handed its walks to the backend timed next
+    key = (tuple(sorted(t.items())), backend.core, backend.group, n_bg, limit, steady, budget)
     if key not in _WALKS:
         if len(_WALKS) >= 8:            # a timing sweep: keep the memory bounded
             _WALKS.clear()
