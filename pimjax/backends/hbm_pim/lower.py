@@ -39,6 +39,7 @@ from ...partition.draft import Draft
 from ...partition.verify import matrix_and_vector, register_split_error
 from ...trace.affine import AffineExpr
 from ...trace.ir import Acc, Arg, Const, PimOp, Prim
+from ...lower.context import LowerContext
 from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
 from ...lower.native import class_totals, column_runs, gemv_sequence
 from ...lower.program import (RECORD_FIELDS, LazyArray, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records,
@@ -169,14 +170,9 @@ DEFAULT_OPTIONS = dict(register_reuse=True, data_block_layout=True, channel_para
                        resident=(), frame=True, result_dtype="float32")
 
 
-@dataclass
-class _Ctx:
-    op: PimOp
-    draft: Draft
-    backend: Backend
-    tiles: CoreTiles
-    shapes: dict
-    options: dict
+@dataclass(frozen=True)
+class _Ctx(LowerContext):
+    """`LowerContext` and the channel's bank geometry."""
     geom: Geometry
 
 

@@ -99,9 +99,10 @@ from ...partition.draft import Draft
 from ...partition.verify import matrix_and_vector
 from ...trace.affine import AffineExpr
 from ...trace.ir import Arg, Const, PimOp, Prim, replace_acc
+from ...lower.context import LowerContext
 from ...lower.layout import acc_space, tile_layout, value_shapes
 from ...lower.program import RECORD_FIELDS, LazyPositions, Op, Phase, Program, Readback, Records, TensorLayout
-from ...lower.tiles import CoreTiles, core_tiles
+from ...lower.tiles import core_tiles
 
 # --------------------------------------------------------------------------
 # constants of the DPU code model (instructions; see module docstring)
@@ -156,14 +157,9 @@ PRIM_OPTIONS = dict(boundary="tile", acc_in_wram=True, rows_per_block=2, tasklet
                     mul_bits=6, broadcast=False, tasklet_split="prim")
 
 
-@dataclass
-class _Ctx:
-    op: PimOp
-    draft: Draft
-    backend: Backend
-    tiles: CoreTiles
-    shapes: dict
-    opts: dict
+@dataclass(frozen=True)
+class _Ctx(LowerContext):
+    """`LowerContext`, the element width and the boundary-check style."""
     eb: int            # bytes per element in MRAM
     boundary: str      # "pad" | "element" | "tile"
 
@@ -330,7 +326,7 @@ def _expr_cost(e, ctx: _Ctx, scalars: set) -> int:
     if name == "mul":
         if any(isinstance(a, Const) for a in args):
             return inner + MUL_CONST * wide
-        return inner + (MUL_CALL + int(ctx.opts["mul_bits"])) * (3 if ctx.eb == 8 else 1)
+        return inner + (MUL_CALL + int(ctx.options["mul_bits"])) * (3 if ctx.eb == 8 else 1)
     raise PimCompileError(f"upmem: no instruction sequence for {name} (DPUs run integer "
                           "add/sub/mul/max/min; division and transcendental functions stay on the host)")
 
@@ -342,7 +338,7 @@ def _point_cost(ctx: _Ctx, n_arrays: int, scalars: set) -> int:
         cost += 1                                   # sw of the result
     else:
         cost += (2 if ctx.op.combiner != "add" else 1) * (2 if ctx.eb == 8 else 1)  # combine
-        if ctx.opts["acc_in_wram"]:
+        if ctx.options["acc_in_wram"]:
             cost += 2                               # lw + sw of bufferC[pos]
     if ctx.boundary == "element":
         cost += CHECK
@@ -598,7 +594,7 @@ def _transfers(ctx: _Ctx, recs: _Recs, layout_id: int, layout: TensorLayout, dir
     per_dpu: the host side is a per-DPU staging buffer (partials), so the
     whole tile is one host-contiguous chunk."""
     eb = ctx.eb
-    opts = ctx.opts
+    opts = ctx.options
     if per_dpu and opts["bulk"]:
         n = layout.size
         runs = [(0, n, 1, 1)]
@@ -664,13 +660,13 @@ def _lower(ctx: _Ctx) -> Program:
         lid[k] = len(layouts)
         layouts.append(lay)
         base = _roundup(base + eb, DMA_ALIGN)
-    split = ctx.opts["tasklet_split"]
+    split = ctx.options["tasklet_split"]
     if split not in ("auto", "outputs", "prim"):
         raise ValueError(f"tasklet_split must be 'auto', 'outputs' or 'prim', got {split!r}")
     if split == "prim":     # PrIM's GEMV binds only rows to tasklets; its RED splits the input
         split = "outputs" if op.kind == "contraction" else "auto"
     split_red = op.kind != "elementwise" and geo.O < T and split == "auto"
-    partial_slots = T if (split_red and ctx.opts["tasklet_partials"]) else 1
+    partial_slots = T if (split_red and ctx.options["tasklet_partials"]) else 1
     if op.kind == "elementwise":
         rvars, rbox = geo.out_vars, geo.box
     else:
@@ -690,10 +686,10 @@ def _lower(ctx: _Ctx) -> Program:
 
     # ---- host -> MRAM -------------------------------------------------------
     pre = _Recs()
-    resident = set(ctx.opts["resident"])
+    resident = set(ctx.options["resident"])
     h2d = res_b = 0
     # kernel arguments (sizes, offsets; PrIM's DPU_INPUT_ARGUMENTS): one small parallel transfer
-    pre.add((0, 0, 0), Op.XFER_H2D, 16, reg=int(Xfer.PARALLEL if ctx.opts["bank_parallel"] else Xfer.SERIAL),
+    pre.add((0, 0, 0), Op.XFER_H2D, 16, reg=int(Xfer.PARALLEL if ctx.options["bank_parallel"] else Xfer.SERIAL),
             aux=1, phase=int(Phase.REARRANGE))
     for step, k in enumerate(body_ops + sorted(scalars & set(op.body_operands)), 1):
         nb = _transfers(ctx, pre, lid[k], layouts[lid[k]], Op.XFER_H2D, Phase.REARRANGE, step,
@@ -732,10 +728,10 @@ def _lower(ctx: _Ctx) -> Program:
                 result_layout=res_id, partial_slots=partial_slots, split_reduction=split_red,
                 elem_bytes=eb, mram_bytes=base, tasklets=T,
                 result_shape=tuple(ctx.shapes[op.result.value]),
-                result_dtype=ctx.opts["result_dtype"], **info)
+                result_dtype=ctx.options["result_dtype"], **info)
     readback = Readback(res_id, combiner=op.combiner or "add", lane_partials=False, epilogue_on_host=True)
     return Program(ctx.backend.name, op, draft, tuple(layouts), records, (), readback, tiles.groups, tiles.cores,
-                   parallel_rearrangement=bool(ctx.opts["bank_parallel"]), options=dict(ctx.opts),
+                   parallel_rearrangement=bool(ctx.options["bank_parallel"]), options=dict(ctx.options),
                    stats=stats, meta=meta, family=ctx.backend.family)
 
 
@@ -797,7 +793,7 @@ def _kernel_outputs(ctx, geo: _Geom, ker: _Recs, body_ops, lid, layouts, res, re
     WRAM for the whole output block (ATiM's caching location above the
     output loop)."""
     T, E, eb = ctx.draft.tasklets, geo.E, ctx.eb
-    ob = max(1, int(ctx.opts["rows_per_block"]))
+    ob = max(1, int(ctx.options["rows_per_block"]))
     O = _real_outputs(ctx, geo)
     is_flow = ctx.draft.dataflow == "is"
     if is_flow:   # one block of accumulators per tasklet, at most one caching tile of them
