@@ -6,9 +6,14 @@
   time of `sim.execute` after JIT warm-up (fp16 backend arithmetic), record
   counts with repeat compression vs one record per column command;
 * the batch-8 attention step (8 x 40 heads, L 2048, d 128: score, softmax
-  and context as one program) on attacc, its baseline draft.
+  and context as one program) on attacc, its baseline draft;
+* 16 small attacc ops of distinct shapes (GEMVs, row reductions), each lowered
+  and run once cold and then warm, with the interpreter's small-program
+  size class (`attacc.execute.SMALL`) and with per-dimension buckets alone,
+  side by side.
 Targets: lowering and execution each <= 1 s after warm-up; the GEMV under
-50 000 records.
+50 000 records; the small ops' cold total >= 2x faster with the class, their
+warm calls within 1 ms of the buckets'.
 """
 from __future__ import annotations
 
@@ -80,5 +85,40 @@ def main() -> None:
           f"{np.abs(got - want).max() / np.abs(want).max():.1e} (fp16 backend arithmetic)")
 
 
+def small_ops() -> None:
+    """The small-program class against per-dimension buckets: cold (trace +
+    XLA compile + run) and warm per-call time of 16 small ops."""
+    from pimjax.backends.attacc import execute as attacc_execute
+    att = get_backend("attacc", channels=2)
+    rng = np.random.default_rng(1)
+    shapes = [("gemv", [m, k]) for m, k in ((64, 48), (100, 37), (129, 64), (200, 100), (48, 257), (512, 256),
+                                             (31, 17), (96, 160))]
+    shapes += [("red", [m, n]) for m, n in ((100, 129), (7, 300), (64, 64), (33, 48), (256, 12), (5, 1000),
+                                                (128, 96), (17, 17))]
+    small = attacc_execute.SMALL
+    out = {}
+    # the class first: whatever warms up in the process favours the buckets that run second
+    for mode, cls in (("size class", small), ("buckets only", {})):
+        attacc_execute.SMALL = cls
+        cases = []
+        for kernel, shape in shapes:        # lowered per mode: a program keeps its padded tables
+            case = make_case(att, kernel, shape)
+            prog = lower_case(case, baseline(case.op, att), att)
+            args = [rng.standard_normal(s).astype(np.float32) for s in arg_shapes(kernel, case.shape)]
+            cases.append((prog, args))
+        t0 = time.perf_counter()
+        for prog, args in cases:
+            jax.block_until_ready(execute(prog, *args))
+        cold = time.perf_counter() - t0
+        warm = [best_of(lambda: execute(prog, *args), repeat=5) for prog, args in cases]
+        out[mode] = (cold, 1e3 * float(np.median(warm)), 1e3 * max(warm))
+    attacc_execute.SMALL = small
+    print(f"\n{'16 small attacc ops':40} {'cold s':>9} {'warm ms (median / max)':>24}")
+    for mode, (cold, med, mx) in out.items():
+        print(f"{mode:40} {cold:9.2f} {med:11.2f} / {mx:.2f}")
+    print(f"cold: buckets / class = {out['buckets only'][0] / out['size class'][0]:.1f}x")
+
+
 if __name__ == "__main__":
     main()
+    small_ops()

@@ -532,3 +532,29 @@ def test_an_attention_draft_of_more_units_than_the_backend_has_is_refused():
     pr = p.proposal
     with pytest.raises(PimCompileError, match="cores per group"):
         family_of(bg).lower_block(p.choice.program.meta["block_ops"], p.draft, bg, pr.shapes, **pr.lower_options)
+
+
+def test_small_programs_share_one_interpreter_size():
+    """Small programs of different shapes pad to the one `SMALL` size class
+    (one compiled interpreter) and still compute jnp's values; a program
+    past any of the class's dimensions keeps its own power-of-two buckets."""
+    from pimjax.backends.attacc import execute as ax
+    from pimjax.costmodel.kernels import lower_case, make_case
+    from pimjax.sim.execute import execute
+    be = get_backend("attacc", channels=2)
+    rng = np.random.default_rng(0)
+    dims = []
+    for kernel, shape in (("gemv", [64, 48]), ("gemv", [31, 17]), ("red", [5, 1000])):
+        case = make_case(be, kernel, shape)
+        prog = lower_case(case, baseline(case.op, be), be)
+        need = ax._buckets([ax._prepare(prog)])
+        assert all(need[k] <= v for k, v in ax.SMALL.items())
+        dims.append(ax._dims([ax._prepare(prog)]))
+        args = [rng.standard_normal(s).astype(np.float32) for s in
+                ([shape, shape[1:]] if kernel == "gemv" else [shape])]
+        want = args[0] @ args[1] if kernel == "gemv" else args[0].sum(-1)
+        np.testing.assert_allclose(np.asarray(execute(prog, *args, arithmetic="wide")), want, rtol=1e-5, atol=1e-4)
+    assert dims[0] == dims[1] == dims[2] and all(dims[0][k] == v for k, v in ax.SMALL.items())
+    case = make_case(be, "gemv", [512, 256])            # 131 072 operand elements: past SMALL["V"]
+    big = ax._prepare(lower_case(case, baseline(case.op, be), be))
+    assert ax._buckets([big])["V"] > ax.SMALL["V"] and ax._dims([big]) == ax._buckets([big])

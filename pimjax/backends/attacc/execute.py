@@ -259,8 +259,25 @@ def _pad_to(x: np.ndarray, shape: tuple, fill) -> np.ndarray:
     return np.pad(x, pads, constant_values=fill)
 
 
+# One size class for small programs: a set of table dimensions all within these pads to them, so
+# that the many small ops of a model (and a fuzzer's random programs) share one compiled
+# interpreter, where per-dimension buckets gave nearly every op its own: tracing and compiling the
+# interpreter takes ~2 s, running a small program at this size ~1-2 ms (benchmarks/execute_bench.py).
+# E (the backend's buffer rows) is not padded: it is the same for every program of a backend.
+SMALL = dict(G=2, C=64, NS=4096, SIDE=8192, T=1024, NSEG=128, NH=128, NR=1024, S=512, K=4, H=512, size=8192,
+             V=32768)
+
+
 def _dims(preps: list[dict]) -> dict:
-    """Power-of-two bucket of every table dimension (max over the programs)."""
+    """Power-of-two bucket of every table dimension (max over the programs),
+    or the `SMALL` class where every dimension fits in it."""
+    d = _buckets(preps)
+    if all(d[k] <= v for k, v in SMALL.items()):
+        return {**d, **SMALL}
+    return d
+
+
+def _buckets(preps: list[dict]) -> dict:
     return dict(G=_bucket(max(p["G"] for p in preps), 1), C=_bucket(max(p["C"] for p in preps), 1),
                 NS=_bucket(max(p["base"].shape[1] for p in preps)),
                 SIDE=_bucket(sum(p["side"].shape[0] for p in preps), 1),
@@ -287,11 +304,13 @@ def batch_dims(programs: list[Program], *more: dict) -> dict:
 
 def _stack(preps: list[dict], dims: dict | None = None) -> tuple[dict, dict]:
     """Pad the tables of several programs to shared power-of-two shapes."""
-    need = _dims(preps)
     if dims is not None:
+        need = _buckets(preps)          # given dims (`batch_dims`) need only cover the programs
         if any(dims[k] < v for k, v in need.items()):
             raise ValueError(f"execute_batch dims {dims} are smaller than the programs need ({need})")
         need = dict(dims)
+    else:
+        need = _dims(preps)
     G, C, NS, T, NH, NR, S, K, H, NSEG = (need[k] for k in ("G", "C", "NS", "T", "NH", "NR", "S", "K", "H",
                                                              "NSEG"))
     out: dict = {k: [] for k in ("base", "slot", "hidx", "rsrc", "rdst", "masks", "scales", "rb", "nslot")}
