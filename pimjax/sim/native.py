@@ -285,8 +285,9 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
     latencies t [N_LAT] and their chains [N_LAT, CHAIN] (`dram_rules.compile_chains`,
     cycles), read through the phases' rule indices (`hw.dram_phases`).  Adds the time of each record to
     buckets [5] and the commands to counts [8]; returns the end time.  Each
-    phase is a helper inlined here (numba IR-level inlining: the code
-    compiled is the loop written out)."""
+    phase is a helper inlined here (`njit_phases`: the code compiled is the
+    loop written out); the comments number them as `hw.dram_phases.PHASES`
+    (1 refresh, 2 row open, 3 column, 4 all-bank, 5 side, 6 end)."""
     n_bg = max(1, banks // per_bg)
     open_row = np.full(banks, -1, np.int64)
     b_act = np.full(banks, NEVER)
