@@ -1,6 +1,6 @@
 """Speed of the cycle model, side by side in one run.
 
-    python benchmarks/cycles_bench.py
+    python benchmarks/cycles_bench.py [--before REV] [--repeat 3]
 
 1. command records simulated per second: `cycles_batch` on 256 programs
    with each engine -- "native" (the compiled event loop, `sim.native`,
@@ -13,9 +13,17 @@
    (reference/hbm-pim.md).
 Targets: >= 10 M records/s batched; the GEMV >= 100x faster than 3.1 s;
 the 10 000-variant sweep <= 10 s.
+4. with `--before REV`: the native engine's measures of 1-3 again, this
+   tree's loops (`sim/native.py`'s `_streams` / `_streams_v`) against REV's
+   (loaded as a module beside this one, swapped in), taken in turn each
+   round, best of `--repeat`: what a change of the loops costs.
 """
 from __future__ import annotations
 
+import argparse
+import contextlib
+import os
+import sys
 import time
 
 import jax
@@ -41,7 +49,50 @@ def best_of(fn, repeat=3):
     return min(times)
 
 
+@contextlib.contextmanager
+def _loops_of(mod):
+    """`sim.native`'s stream loops replaced by those of module `mod` (same signatures)."""
+    from pimjax.sim import native
+    saved = native._streams, native._streams_v
+    native._streams, native._streams_v = mod._streams, mod._streams_v
+    try:
+        yield
+    finally:
+        native._streams, native._streams_v = saved
+
+
+def _native_compare(rev: str, repeat: int, cases: dict) -> None:
+    """4.: each case {name: fn} timed with this tree's loops and with REV's, in turn, best of `repeat`."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from native_loop_bench import _load_before
+    from pimjax.sim import native
+    mods = {"this tree": native, rev: _load_before(rev)}
+    best = {(m, c): np.inf for m in mods for c in cases}
+    for m, mod in mods.items():                   # compile both, and check they agree
+        with _loops_of(mod):
+            got = [np.asarray(fn()) for fn in cases.values()]
+        if m == "this tree":
+            want = got
+        assert all(np.array_equal(a, b) for a, b in zip(want, got)), m
+    for r in range(repeat):
+        for c, fn in cases.items():
+            for m, mod in list(mods.items())[::1 if r % 2 else -1]:      # the first of a pair alternates
+                with _loops_of(mod):
+                    t0 = time.perf_counter()
+                    jax.block_until_ready(fn())
+                    best[m, c] = min(best[m, c], time.perf_counter() - t0)
+    print(f"\nnative engine, this tree's loops against {rev}'s (s, best of {repeat}):")
+    print(f"{'measure':40} {'this tree':>10} {rev:>10} {'ratio':>7}")
+    for c in cases:
+        a, b = best["this tree", c], best[rev, c]
+        print(f"{c:40} {a:10.4f} {b:10.4f} {a / b:6.3f}x")
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--before", default=None, help="git revision whose sim/native.py loops to compare against")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
     be = get_backend("hbm-pim", channels=16)
     rng = np.random.default_rng(0)
     progs = []
@@ -102,6 +153,12 @@ def main() -> None:
     print(f"longest stream of the 256-program batch: {max(lengths):,} records")
     print(f"\nrecords: {n_records:,} in the batch ({len(progs)} programs), "
           f"{int(program_arrays(prog)['rec']['n'].astype(bool).sum()):,} in the GEMV program")
+    if args.before:
+        _native_compare(args.before, args.repeat, {
+            "cycles_batch, 256 programs": lambda: cycles_batch(progs, be, engine="native").total_cycles,
+            "cycles_batch, 1024 streams <= 4096": lambda: cycles_batch(even, be, engine="native").total_cycles,
+            "GEMV 4096x4096 baseline program": lambda: cycles(prog, big, engine="native").total_cycles,
+            "sweep of 10 000 variants": lambda: sweep(prog, variants, big, engine="native").total_cycles})
 
 
 if __name__ == "__main__":

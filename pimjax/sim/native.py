@@ -66,6 +66,7 @@ from ..hw.dram_phases import (ACT_AFTER_ACT, ACT_AFTER_ACT_BG, ACT_AFTER_ACT_CH,
                                REF_WAVE, SIDE_AFTER_SIDE, SIDE_AFTER_SIDE_BG, SPACE_AB, SPACE_L, SPACE_S,
                                WR_AFTER_ACT, WR_AFTER_RD, PHASE_ROWS)
 from ..hw.dram_rules import CHAIN, CHAIN_LEN, N_LAT, NEVER, PARAMS, compile_chains
+from ..lower.inline_njit import njit_phases
 from ..lower.program import Phase
 from .timing import (ACT_ALL, ALLBANK, BARRIER, BUFFER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE,
                      STAGGER, STREAM, WAIT, WRITE)
@@ -142,12 +143,151 @@ def _column_end(t, chains, t_last, allbank, write):
     return _after(t_last, chains, END_RD, N_RD_END)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
+def _refresh(t, rec, i, cls, op, banks, per_bg, open_row, b_act, b_rd, b_wr, b_ready, bg_act, faw, last_act, last_col,
+             last_allbank, ref_end, next_ref, t_end, wr_pre, is_col, allbank, counts):
+    """Phase refresh of `_stream`, due before record i (t_end >= next_ref):
+    every open bank precharged (like PREA: tRTP_L after an all-bank MAC),
+    all banks busy for tRP + tRFC.  Returns (next_ref, ref_end)."""
+    start = next_ref
+    if last_allbank:
+        start = max(start, last_col + t[PREALL_AFTER_AB])
+    for b in range(banks):
+        if open_row[b] >= 0:
+            start = max(start, b_act[b] + t[PRE_AFTER_ACT], b_rd[b] + t[PRE_AFTER_RD], b_wr[b] + wr_pre)
+    # a due refresh waits past a wave of fresh activations: a single-bank record whose ACT
+    # can issue within tREFW of the last ACT and before every open bank may be precharged
+    # (the controller keeps issuing while the refresh waits for its PREs; timing.py, 1)
+    b0 = min(max(rec[1, i], 0), banks - 1)
+    row0 = rec[2, i]
+    if is_col and not allbank and row0 >= 0 and open_row[b0] != row0:
+        if open_row[b0] >= 0:
+            ready0 = _pre_ready(t, b_act, b_rd, b_wr, b0) + t[ACT_AFTER_PRE]
+        else:
+            ready0 = b_ready[b0]
+        ready0 = max(ready0, ref_end, 0.0)
+        if cls[op, WAIT] == 1 or rec[7, i] == 1:
+            ready0 = max(ready0, t_end)
+        act0 = _activation(t, ready0, b_act, bg_act, last_act, faw, b0, b0 // per_bg, _oldest(faw))
+        if act0 < min(start, last_act + t[REF_WAVE]):
+            return next_ref, ref_end
+    end_ref = start + t[REF_AFTER_PREREF] + t[ACT_AFTER_REF]
+    for b in range(banks):
+        open_row[b] = -1
+        b_ready[b] = max(b_ready[b], end_ref)
+    missed = np.floor((t_end - next_ref) / t[REF_INTERVAL])
+    counts[4] += 1.0
+    return next_ref + t[REF_INTERVAL] * (1.0 + missed), end_ref
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _row_open(t, open_row, b_act, b_rd, b_wr, b_ready, bg_act, faw, last_act, b, bg, row, floor_t, per_bank, counts):
+    """Phase row open of `_stream`: the implicit PRE (if another row is
+    open) and ACT of row `row` in bank b for a column record; per_bank: the
+    banks it stands for.  Returns the channel's last ACT."""
+    if open_row[b] >= 0:
+        ready = _pre_ready(t, b_act, b_rd, b_wr, b) + t[ACT_AFTER_PRE]
+        counts[7] += per_bank
+    else:
+        ready = b_ready[b]
+    ready = max(ready, floor_t)
+    k = _oldest(faw)
+    t_act = _activation(t, ready, b_act, bg_act, last_act, faw, b, bg, k)
+    open_row[b] = row
+    b_act[b] = t_act
+    bg_act[bg] = t_act
+    last_act = max(last_act, t_act)
+    faw[k] = t_act
+    counts[0] += per_bank
+    return last_act
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _column(t, chains, cls, op, n, b_act, b, bg, write, allbank, need, floor_t, t_end, t_bar, last_col, last_rd,
+            last_wr, last_col_bg, last_wr_bg, last_allbank):
+    """Phase column of `_stream`: the first column (tRCD after the ACT, the
+    gap after the last column, the read / write turnaround, in order), then
+    n columns `spacing` apart; and phase end.  Returns (the last column's
+    time, the record's end)."""
+    rcd = t[WR_AFTER_ACT] if write else t[RD_AFTER_ACT]
+    col_ready = b_act[b] + rcd if need else max(b_act[b] + rcd, floor_t)
+    gap = t[column_gap(last_allbank, allbank, bg == last_col_bg)]
+    t0 = max(col_ready, last_col + gap)
+    if write:
+        t0 = max(t0, _after(last_rd, chains, WR_AFTER_RD, N_RTW))
+    else:
+        wtr = RD_AFTER_WR_L if bg == last_wr_bg else RD_AFTER_WR_S
+        t0 = max(t0, _after(last_wr, chains, wtr, N_WTR))
+    if cls[op, WAIT] == 1:
+        t0 = max(t0, t_end)
+    t0 = max(t0, t_bar)
+    spacing = t[column_spacing(allbank, cls[op, STREAM] == 1)]
+    t_last = t0 + (n - 1.0) * spacing
+    return t_last, _column_end(t, chains, t_last, allbank, write)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _side(t, cls, op, n, bg, side_bg, last_side, floor_t, t_end, t_bar):
+    """Phase side of `_stream`: a record of AttAcc's data-movement datapath
+    (one record = one bank group), fixed-latency or n transfers; and phase
+    end.  Returns (the record's end, its last transfer)."""
+    gap = t[SIDE_AFTER_SIDE]
+    s0 = max(max(last_side + gap, floor_t), max(side_bg[bg] + t[SIDE_AFTER_SIDE_BG], t_bar))
+    if cls[op, WAIT] == 1:
+        s0 = max(s0, t_end)
+    if cls[op, FIXED] == 1:
+        end = s0 + n
+        last_side = s0 + n - gap
+    else:
+        last_side = s0 + (n - 1.0) * max(gap, t[SIDE_AFTER_SIDE_BG])     # one record = one bank group
+        end = last_side + t[END_SIDE]
+    side_bg[bg] = last_side
+    return end, last_side
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _act_all(t, cls, op, banks, n_bg, row, open_row, b_act, b_rd, b_wr, b_ready, floor_t, last_arr, last_buf, counts):
+    """Phase all-bank of `_stream`, ACTAB: row `row` opened in every bank;
+    and phase end.  Returns the record's end."""
+    # after the last column [COL_ORDER], the last GWRITE's only under ACTAB_AFTER_BUF
+    t_act = max(floor_t, max(last_arr + t[ACTAB_AFTER_COL], last_buf + t[ACTAB_AFTER_BUF]))
+    for b in range(banks):
+        ready = _pre_ready(t, b_act, b_rd, b_wr, b) + t[ACT_AFTER_PRE] if open_row[b] >= 0 else b_ready[b]
+        t_act = max(t_act, ready, b_act[b] + t[ACT_AFTER_ACT])
+    if cls[op, STAGGER] == 1:          # one activation per bank group, tFAW apart
+        t_act += (n_bg - 1) * t[ACT_WINDOW]
+    for b in range(banks):
+        open_row[b] = row
+        b_act[b] = t_act
+    counts[0] += float(banks)
+    return t_act + t[END_ACTAB]
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _pre_all(t, banks, open_row, b_act, b_rd, b_wr, b_ready, floor_t, last_col, last_allbank, wr_pre, counts):
+    """Phase all-bank of `_stream`, PREA: every open bank precharged; and
+    phase end.  Returns the record's end."""
+    # in order after the last column [PREA_AFTER_COL: 0]; tRTP_L after an all-bank one (>= 0)
+    t_pre = max(floor_t, last_col + (t[PREALL_AFTER_AB] if last_allbank else t[PREA_AFTER_COL]))
+    for b in range(banks):
+        if open_row[b] >= 0:
+            t_pre = max(t_pre, b_act[b] + t[PRE_AFTER_ACT], b_rd[b] + t[PRE_AFTER_RD], b_wr[b] + wr_pre)
+    for b in range(banks):
+        open_row[b] = -1
+        b_ready[b] = t_pre + t[ACT_AFTER_PRE]
+    counts[7] += float(banks)
+    return t_pre + t[END_PREA]
+
+
+@njit_phases(nogil=True, cache=True)
 def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts):
     """Time records lo:hi of `rec` ([8, M] int32, RECORD_FIELDS) with the
     latencies t [N_LAT] and their chains [N_LAT, CHAIN] (`dram_rules.compile_chains`,
     cycles), read through the phases' rule indices (`hw.dram_phases`).  Adds the time of each record to
-    buckets [5] and the commands to counts [8]; returns the end time."""
+    buckets [5] and the commands to counts [8]; returns the end time.  Each
+    phase is a helper inlined here (`njit_phases`: the code compiled is the
+    loop written out); the comments number them as `hw.dram_phases.PHASES`
+    (1 refresh, 2 row open, 3 column, 4 all-bank, 5 side, 6 end)."""
     n_bg = max(1, banks // per_bg)
     open_row = np.full(banks, -1, np.int64)
     b_act = np.full(banks, NEVER)
@@ -174,45 +314,13 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
         write = cls[op, WRITE] == 1
         allbank = cls[op, ALLBANK] == 1
 
-        # 1. refresh between records: every open bank precharged (like PREA:
-        # tRTP_L after an all-bank MAC), all banks busy for tRP + tRFC
-        floor_t = 0.0
-        due = refresh and t_end >= next_ref
-        start = next_ref
-        if due:
-            if last_allbank:
-                start = max(start, last_col + t[PREALL_AFTER_AB])
-            for b in range(banks):
-                if open_row[b] >= 0:
-                    start = max(start, b_act[b] + t[PRE_AFTER_ACT], b_rd[b] + t[PRE_AFTER_RD], b_wr[b] + wr_pre)
-            # a due refresh waits past a wave of fresh activations: a single-bank record whose ACT
-            # can issue within tREFW of the last ACT and before every open bank may be precharged
-            # (the controller keeps issuing while the refresh waits for its PREs; timing.py, 1)
-            b0 = min(max(rec[1, i], 0), banks - 1)
-            row0 = rec[2, i]
-            if is_col and not allbank and row0 >= 0 and open_row[b0] != row0:
-                if open_row[b0] >= 0:
-                    ready0 = _pre_ready(t, b_act, b_rd, b_wr, b0) + t[ACT_AFTER_PRE]
-                else:
-                    ready0 = b_ready[b0]
-                ready0 = max(ready0, ref_end, 0.0)
-                if cls[op, WAIT] == 1 or rec[7, i] == 1:
-                    ready0 = max(ready0, t_end)
-                act0 = _activation(t, ready0, b_act, bg_act, last_act, faw, b0, b0 // per_bg, _oldest(faw))
-                if act0 < min(start, last_act + t[REF_WAVE]):
-                    due = False
-        if due:
-            end_ref = start + t[REF_AFTER_PREREF] + t[ACT_AFTER_REF]
-            for b in range(banks):
-                open_row[b] = -1
-                b_ready[b] = max(b_ready[b], end_ref)
-            missed = np.floor((t_end - next_ref) / t[REF_INTERVAL])
-            next_ref += t[REF_INTERVAL] * (1.0 + missed)
-            ref_end = end_ref
-            counts[4] += 1.0
-        floor_t = max(floor_t, ref_end)      # commands issue in order
-        wait = cls[op, WAIT] == 1 or rec[7, i] == 1
-        if wait:
+        # 1. refresh between records
+        if refresh and t_end >= next_ref:
+            next_ref, ref_end = _refresh(t, rec, i, cls, op, banks, per_bg, open_row, b_act, b_rd, b_wr, b_ready,
+                                         bg_act, faw, last_act, last_col, last_allbank, ref_end, next_ref, t_end,
+                                         wr_pre, is_col, allbank, counts)
+        floor_t = max(0.0, ref_end)      # commands issue in order
+        if cls[op, WAIT] == 1 or rec[7, i] == 1:
             floor_t = max(floor_t, t_end)
 
         end = t_end
@@ -224,36 +332,11 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
             need = row >= 0 and open_row[b] != row
             if need:
                 per_bank = float(banks) if allbank else 1.0
-                if open_row[b] >= 0:
-                    ready = _pre_ready(t, b_act, b_rd, b_wr, b) + t[ACT_AFTER_PRE]
-                    counts[7] += per_bank
-                else:
-                    ready = b_ready[b]
-                ready = max(ready, floor_t)
-                k = _oldest(faw)
-                t_act = _activation(t, ready, b_act, bg_act, last_act, faw, b, bg, k)
-                open_row[b] = row
-                b_act[b] = t_act
-                bg_act[bg] = t_act
-                last_act = max(last_act, t_act)
-                faw[k] = t_act
-                counts[0] += per_bank
-            rcd = t[WR_AFTER_ACT] if write else t[RD_AFTER_ACT]
-            col_ready = b_act[b] + rcd if need else max(b_act[b] + rcd, floor_t)
-            # 3. the first column, then n columns `spacing` apart
-            gap = t[column_gap(last_allbank, allbank, bg == last_col_bg)]
-            t0 = max(col_ready, last_col + gap)
-            if write:
-                t0 = max(t0, _after(last_rd, chains, WR_AFTER_RD, N_RTW))
-            else:
-                wtr = RD_AFTER_WR_L if bg == last_wr_bg else RD_AFTER_WR_S
-                t0 = max(t0, _after(last_wr, chains, wtr, N_WTR))
-            if cls[op, WAIT] == 1:
-                t0 = max(t0, t_end)
-            t0 = max(t0, t_bar)
-            spacing = t[column_spacing(allbank, cls[op, STREAM] == 1)]
-            t_last = t0 + (n - 1.0) * spacing
-            end = _column_end(t, chains, t_last, allbank, write)
+                last_act = _row_open(t, open_row, b_act, b_rd, b_wr, b_ready, bg_act, faw, last_act, b, bg, row,
+                                     floor_t, per_bank, counts)
+            # 3. the first column, then n columns `spacing` apart; 6. its end
+            t_last, end = _column(t, chains, cls, op, n, b_act, b, bg, write, allbank, need, floor_t, t_end, t_bar,
+                                  last_col, last_rd, last_wr, last_col_bg, last_wr_bg, last_allbank)
             if write:
                 b_wr[b] = t_last
                 last_wr = t_last
@@ -272,18 +355,9 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
             last_allbank = allbank
             t_issue = max(t_issue, t_last)
         elif cls[op, SIDE] == 1:
-            bg = min(max(rec[1, i], 0), banks - 1) // per_bg
-            gap = t[SIDE_AFTER_SIDE]
-            s0 = max(max(last_side + gap, floor_t), max(side_bg[bg] + t[SIDE_AFTER_SIDE_BG], t_bar))
-            if cls[op, WAIT] == 1:
-                s0 = max(s0, t_end)
-            if cls[op, FIXED] == 1:
-                end = s0 + n
-                last_side = s0 + n - gap
-            else:
-                last_side = s0 + (n - 1.0) * max(gap, t[SIDE_AFTER_SIDE_BG])     # one record = one bank group
-                end = last_side + t[END_SIDE]
-            side_bg[bg] = last_side
+            # 5. side
+            end, last_side = _side(t, cls, op, n, min(max(rec[1, i], 0), banks - 1) // per_bg, side_bg, last_side,
+                                   floor_t, t_end, t_bar)
             t_issue = max(t_issue, last_side)
         elif cls[op, FIXED] == 1:
             f0 = max(max(last_col + t[FIXED_AFTER_COL], t_end), max(floor_t, t_bar))
@@ -292,31 +366,14 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
         elif cls[op, BARRIER] == 1:
             t_bar = max(t_bar, t_issue + 1.0)
         elif cls[op, ACT_ALL] == 1:
-            # after the last column [COL_ORDER], the last GWRITE's only under ACTAB_AFTER_BUF
-            t_act = max(floor_t, max(last_arr + t[ACTAB_AFTER_COL], last_buf + t[ACTAB_AFTER_BUF]))
-            for b in range(banks):
-                ready = _pre_ready(t, b_act, b_rd, b_wr, b) + t[ACT_AFTER_PRE] if open_row[b] >= 0 else b_ready[b]
-                t_act = max(t_act, ready, b_act[b] + t[ACT_AFTER_ACT])
-            if cls[op, STAGGER] == 1:          # one activation per bank group, tFAW apart
-                t_act += (n_bg - 1) * t[ACT_WINDOW]
-            for b in range(banks):
-                open_row[b] = rec[2, i]
-                b_act[b] = t_act
-            end = t_act + t[END_ACTAB]
-            counts[0] += float(banks)
+            # 4. all-bank
+            end = _act_all(t, cls, op, banks, n_bg, rec[2, i], open_row, b_act, b_rd, b_wr, b_ready, floor_t,
+                           last_arr, last_buf, counts)
         elif cls[op, PRE_ALL] == 1:
-            # in order after the last column [PREA_AFTER_COL: 0]; tRTP_L after an all-bank one (>= 0)
-            t_pre = max(floor_t, last_col + (t[PREALL_AFTER_AB] if last_allbank else t[PREA_AFTER_COL]))
-            for b in range(banks):
-                if open_row[b] >= 0:
-                    t_pre = max(t_pre, b_act[b] + t[PRE_AFTER_ACT], b_rd[b] + t[PRE_AFTER_RD], b_wr[b] + wr_pre)
-            for b in range(banks):
-                open_row[b] = -1
-                b_ready[b] = t_pre + t[ACT_AFTER_PRE]
-            end = t_pre + t[END_PREA]
-            counts[7] += float(banks)
+            end = _pre_all(t, banks, open_row, b_act, b_rd, b_wr, b_ready, floor_t, last_col, last_allbank, wr_pre,
+                           counts)
 
-        # 4. the time the record adds goes to its report bucket
+        # 6. the time the record adds goes to its report bucket
         buckets[_bucket(rec, i)] += max(end - t_end, 0.0)
         t_end = max(t_end, end)
         if cls[op, DATA_BUS] == 1:
@@ -473,7 +530,7 @@ def _precharge_ready(t, b_act, b_rd, b_wr, b, v):
 @njit(nogil=True, cache=True, inline="always")
 def _refresh_v(v, t, banks, per_bg, open_row, b_act, b_rd, b_wr, b_ready, bg_act, faw, last_act, last_col,
                ref_end, next_ref, t_end, counts, last_allbank, is_col, allbank, row, b, wait):
-    """Step 1 of `_stream` (a refresh that is due) for variant v of
+    """Phase refresh of `_stream` (`_refresh`, when due) for variant v of
     `_stream_v`'s state."""
     start = next_ref[v]
     if last_allbank:
@@ -508,7 +565,167 @@ def _refresh_v(v, t, banks, per_bg, open_row, b_act, b_rd, b_wr, b_ready, bg_act
     counts[4, v] += 1.0
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
+def _all_bank_v(t, act_all, stagger, W, banks, n_bg, row, wait, last_allbank, kb, open_row, b_act, b_rd, b_wr, b_ready,
+                ref_end, last_arr, last_buf, last_col, t_end, tmp, buckets, counts):
+    """Phases all-bank and end of `_stream_v`: an ACTAB (act_all) or a PREA
+    passes over the banks, banks outer, variants inner (contiguous); each
+    variant's max over the banks still in bank order, as `_stream`."""
+    for v in range(W):
+        f = max(0.0, ref_end[v])
+        if wait:
+            f = max(f, t_end[v])
+        if act_all:         # after the last column [COL_ORDER], the last GWRITE's only under ACTAB_AFTER_BUF
+            tmp[v] = max(f, max(last_arr[v] + t[ACTAB_AFTER_COL, v], last_buf[v] + t[ACTAB_AFTER_BUF, v]))
+        else:
+            tmp[v] = max(f, last_col[v] + (t[PREALL_AFTER_AB, v] if last_allbank else t[PREA_AFTER_COL, v]))
+    if act_all:
+        for bb in range(banks):
+            for v in range(W):
+                ready = _precharge_ready(t, b_act, b_rd, b_wr, bb, v) + t[ACT_AFTER_PRE, v]
+                ready = ready if open_row[bb, v] >= 0 else b_ready[bb, v]
+                tmp[v] = max(tmp[v], ready, b_act[bb, v] + t[ACT_AFTER_ACT, v])
+        if stagger:          # one activation per bank group, tFAW apart
+            for v in range(W):
+                tmp[v] += (n_bg - 1) * t[ACT_WINDOW, v]
+        for bb in range(banks):
+            for v in range(W):
+                open_row[bb, v] = row
+                b_act[bb, v] = tmp[v]
+    else:
+        for bb in range(banks):
+            for v in range(W):
+                if open_row[bb, v] >= 0:
+                    tmp[v] = max(tmp[v], _precharge_ready(t, b_act, b_rd, b_wr, bb, v))
+        for bb in range(banks):
+            for v in range(W):
+                open_row[bb, v] = -1
+                b_ready[bb, v] = tmp[v] + t[ACT_AFTER_PRE, v]
+    for v in range(W):
+        if act_all:
+            e = tmp[v] + t[END_ACTAB, v]
+            counts[0, v] += float(banks)
+        else:
+            e = tmp[v] + t[END_PREA, v]
+            counts[7, v] += float(banks)
+        buckets[kb, v] += max(e - t_end[v], 0.0)
+        t_end[v] = max(t_end[v], e)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _row_open_v(t, v, b, bg, row, f, per_bank, open_row, b_act, b_rd, b_wr, b_ready, bg_act, faw, last_act, counts):
+    """Phase row open of `_stream_v` for variant v: the implicit PRE (if
+    another row is open) and ACT of row `row` in bank b, no earlier than f.
+    Returns the ACT's time."""
+    if open_row[b, v] >= 0:
+        ready = _precharge_ready(t, b_act, b_rd, b_wr, b, v) + t[ACT_AFTER_PRE, v]
+        counts[7, v] += per_bank
+    else:
+        ready = b_ready[b, v]
+    ready = max(ready, f)
+    k = 0                                   # the oldest of the last four ACTs
+    for j in range(1, 4):
+        k = j if faw[j, v] < faw[k, v] else k
+    t_act = max(ready, b_act[b, v] + t[ACT_AFTER_ACT, v], bg_act[bg, v] + t[ACT_AFTER_ACT_BG, v],
+                last_act[v] + t[ACT_AFTER_ACT_CH, v], faw[k, v] + t[ACT_WINDOW, v])
+    open_row[b, v] = row
+    b_act[b, v] = t_act
+    bg_act[bg, v] = t_act
+    last_act[v] = max(last_act[v], t_act)
+    faw[k, v] = t_act
+    counts[0, v] += per_bank
+    return t_act
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _column_v(t, chains, v, b, n, write, allbank, buffer, op_wait, col_ready, te, gap_k, wtr, sp_k, kb, b_rd, b_wr,
+              last_col, last_rd, last_wr, last_arr, last_buf, t_issue, t_bar, buckets, t_end):
+    """Phases column and end of `_stream_v` for variant v: the first column
+    no earlier than col_ready (te: the variant's end so far), then n columns
+    `spacing` apart; the record's time into its bucket kb."""
+    t0 = max(col_ready, last_col[v] + t[gap_k, v])
+    if write:
+        x = last_rd[v]
+        for j in range(N_RTW):
+            x += chains[WR_AFTER_RD, j, v]
+    else:
+        x = last_wr[v]
+        for j in range(N_WTR):
+            x += chains[wtr, j, v]
+    t0 = max(t0, x)
+    if op_wait:
+        t0 = max(t0, te)
+    t0 = max(t0, t_bar[v])
+    t_last = t0 + (n - 1.0) * t[sp_k, v]
+    if allbank:
+        e = t_last + t[END_AB, v]
+    elif write:
+        e = t_last
+        for j in range(N_WR_END):
+            e += chains[END_WR, j, v]
+    else:
+        e = t_last
+        for j in range(N_RD_END):
+            e += chains[END_RD, j, v]
+    if write:
+        b_wr[b, v] = t_last
+        last_wr[v] = t_last
+    else:
+        b_rd[b, v] = t_last
+        last_rd[v] = t_last
+    last_col[v] = t_last
+    if buffer:
+        last_buf[v] = t_last
+    else:
+        last_arr[v] = t_last
+    t_issue[v] = max(t_issue[v], t_last)
+    buckets[kb, v] += max(e - te, 0.0)
+    t_end[v] = max(te, e)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _side_v(t, W, bg, n, wait, op_wait, fixed, kb, last_side, side_bg, t_issue, t_bar, ref_end, t_end, buckets):
+    """Phases side and end of `_stream_v`: a record of the data-movement
+    datapath (one record = one bank group), fixed-latency or n transfers."""
+    for v in range(W):
+        te = t_end[v]
+        f = max(0.0, ref_end[v])
+        if wait:
+            f = max(f, te)
+        gap = t[SIDE_AFTER_SIDE, v]
+        s0 = max(max(last_side[v] + gap, f), max(side_bg[bg, v] + t[SIDE_AFTER_SIDE_BG, v], t_bar[v]))
+        if op_wait:
+            s0 = max(s0, te)
+        if fixed:
+            e = s0 + n
+            ls = s0 + n - gap
+        else:
+            ls = s0 + (n - 1.0) * max(gap, t[SIDE_AFTER_SIDE_BG, v])     # one record = one bank group
+            e = ls + t[END_SIDE, v]
+        last_side[v] = ls
+        side_bg[bg, v] = ls
+        t_issue[v] = max(t_issue[v], ls)
+        buckets[kb, v] += max(e - te, 0.0)
+        t_end[v] = max(te, e)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _fixed_v(t, W, n, wait, kb, last_col, t_issue, t_bar, ref_end, t_end, buckets):
+    """Phases side (a fixed-latency record: n cycles after the last column)
+    and end of `_stream_v`."""
+    for v in range(W):
+        te = t_end[v]
+        f = max(0.0, ref_end[v])
+        if wait:
+            f = max(f, te)
+        f0 = max(max(last_col[v] + t[FIXED_AFTER_COL, v], te), max(f, t_bar[v]))
+        e = f0 + n
+        t_issue[v] = max(t_issue[v], f0 + n - 1.0)
+        buckets[kb, v] += max(e - te, 0.0)
+        t_end[v] = max(te, e)
+
+
+@njit_phases(nogil=True, cache=True)
 def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts, t_end):
     """`_stream` of records lo:hi of `rec` under W timing variants at once,
     record by record: each record is decoded once (op, class, bank, row, n,
@@ -518,7 +735,8 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
     calls.  The state a refresh touches is per variant (a refresh closes
     the rows at a time that depends on the timing, so which records open a
     row differs by variant); the state only the records set (the last
-    column's bank group and kind) is shared.
+    column's bank group and kind) is shared.  Each phase is a helper
+    inlined here, as in `_stream`.
 
     t: [N_LAT, W] float64 latencies, chains: [N_LAT, CHAIN, W] their chains
     (the variant axis last: the inner loop reads them contiguously).
@@ -573,7 +791,7 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
         b = min(max(rec[1, i], 0), banks - 1)
         bg = b // per_bg
         row = rec[2, i]
-        kb = _bucket(rec, i)            # 4.'s report bucket
+        kb = _bucket(rec, i)            # 6.'s report bucket
         # 1. refresh between records, for the variants it is due in (an inlined per-variant branch: rare)
         if refresh:
             for v in range(W):
@@ -582,48 +800,10 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
                                last_act, last_col, ref_end, next_ref, t_end, counts, last_allbank, is_col, allbank,
                                row, b, wait)
         if act_all or pre_all:
-            # the all-bank commands pass over the banks: banks outer, variants inner (contiguous); each
-            # variant's max over the banks still in bank order, as `_stream`
-            for v in range(W):
-                f = max(0.0, ref_end[v])
-                if wait:
-                    f = max(f, t_end[v])
-                if act_all:         # after the last column [COL_ORDER], the last GWRITE's only under ACTAB_AFTER_BUF
-                    tmp[v] = max(f, max(last_arr[v] + t[ACTAB_AFTER_COL, v], last_buf[v] + t[ACTAB_AFTER_BUF, v]))
-                else:
-                    tmp[v] = max(f, last_col[v] + (t[PREALL_AFTER_AB, v] if last_allbank else t[PREA_AFTER_COL, v]))
-            if act_all:
-                for bb in range(banks):
-                    for v in range(W):
-                        ready = _precharge_ready(t, b_act, b_rd, b_wr, bb, v) + t[ACT_AFTER_PRE, v]
-                        ready = ready if open_row[bb, v] >= 0 else b_ready[bb, v]
-                        tmp[v] = max(tmp[v], ready, b_act[bb, v] + t[ACT_AFTER_ACT, v])
-                if cls[op, STAGGER] == 1:          # one activation per bank group, tFAW apart
-                    for v in range(W):
-                        tmp[v] += (n_bg - 1) * t[ACT_WINDOW, v]
-                for bb in range(banks):
-                    for v in range(W):
-                        open_row[bb, v] = row
-                        b_act[bb, v] = tmp[v]
-            else:
-                for bb in range(banks):
-                    for v in range(W):
-                        if open_row[bb, v] >= 0:
-                            tmp[v] = max(tmp[v], _precharge_ready(t, b_act, b_rd, b_wr, bb, v))
-                for bb in range(banks):
-                    for v in range(W):
-                        open_row[bb, v] = -1
-                        b_ready[bb, v] = tmp[v] + t[ACT_AFTER_PRE, v]
-            for v in range(W):
-                if act_all:
-                    e = tmp[v] + t[END_ACTAB, v]
-                    counts[0, v] += float(banks)
-                else:
-                    e = tmp[v] + t[END_PREA, v]
-                    counts[7, v] += float(banks)
-                buckets[kb, v] += max(e - t_end[v], 0.0)
-                t_end[v] = max(t_end[v], e)
-        else:
+            # 4. all-bank
+            _all_bank_v(t, act_all, cls[op, STAGGER] == 1, W, banks, n_bg, row, wait, last_allbank, kb, open_row,
+                        b_act, b_rd, b_wr, b_ready, ref_end, last_arr, last_buf, last_col, t_end, tmp, buckets, counts)
+        elif is_col:
             # what `_stream` decides from the record alone, decided once
             per_bank = float(banks) if allbank else 1.0
             rcd_k = WR_AFTER_ACT if write else RD_AFTER_ACT
@@ -631,124 +811,42 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
             wtr = RD_AFTER_WR_L if bg == last_wr_bg else RD_AFTER_WR_S
             sp_k = column_spacing(allbank, cls[op, STREAM] == 1)
             buffer = cls[op, BUFFER] == 1
-            # the command kind is the record's: one loop over the variants per kind (the branches out of
-            # the loop); need_any: some variant must open the column's row (most records: none or all of
-            # them, which differ only past their refreshes), so the loop's row test is skipped when none
+            # need_any: some variant must open the column's row (most records: none or all of them, which
+            # differ only past their refreshes), so the loop's row test is skipped when none
             need_any = False
-            if is_col and row >= 0:
+            if row >= 0:
                 for v in range(W):
                     if open_row[b, v] != row:
                         need_any = True
                         break
-            if is_col:
-                for v in range(W):
-                    te = t_end[v]
-                    f = max(0.0, ref_end[v])         # commands issue in order
-                    if wait:
-                        f = max(f, te)
-                    # 2. open the row if needed (which variants need it differs once their refreshes fall
-                    # apart; need_any: some variant does)
-                    if need_any and open_row[b, v] != row:
-                        if open_row[b, v] >= 0:
-                            ready = _precharge_ready(t, b_act, b_rd, b_wr, b, v) + t[ACT_AFTER_PRE, v]
-                            counts[7, v] += per_bank
-                        else:
-                            ready = b_ready[b, v]
-                        ready = max(ready, f)
-                        k = 0                                   # the oldest of the last four ACTs
-                        for j in range(1, 4):
-                            k = j if faw[j, v] < faw[k, v] else k
-                        t_act = max(ready, b_act[b, v] + t[ACT_AFTER_ACT, v], bg_act[bg, v] + t[ACT_AFTER_ACT_BG, v],
-                                    last_act[v] + t[ACT_AFTER_ACT_CH, v], faw[k, v] + t[ACT_WINDOW, v])
-                        open_row[b, v] = row
-                        b_act[b, v] = t_act
-                        bg_act[bg, v] = t_act
-                        last_act[v] = max(last_act[v], t_act)
-                        faw[k, v] = t_act
-                        counts[0, v] += per_bank
-                        col_ready = t_act + t[rcd_k, v]
-                    else:
-                        col_ready = max(b_act[b, v] + t[rcd_k, v], f)
-                    # 3. the first column, then n columns `spacing` apart
-                    t0 = max(col_ready, last_col[v] + t[gap_k, v])
-                    if write:
-                        x = last_rd[v]
-                        for j in range(N_RTW):
-                            x += chains[WR_AFTER_RD, j, v]
-                    else:
-                        x = last_wr[v]
-                        for j in range(N_WTR):
-                            x += chains[wtr, j, v]
-                    t0 = max(t0, x)
-                    if op_wait:
-                        t0 = max(t0, te)
-                    t0 = max(t0, t_bar[v])
-                    t_last = t0 + (n - 1.0) * t[sp_k, v]
-                    if allbank:
-                        e = t_last + t[END_AB, v]
-                    elif write:
-                        e = t_last
-                        for j in range(N_WR_END):
-                            e += chains[END_WR, j, v]
-                    else:
-                        e = t_last
-                        for j in range(N_RD_END):
-                            e += chains[END_RD, j, v]
-                    if write:
-                        b_wr[b, v] = t_last
-                        last_wr[v] = t_last
-                    else:
-                        b_rd[b, v] = t_last
-                        last_rd[v] = t_last
-                    last_col[v] = t_last
-                    if buffer:
-                        last_buf[v] = t_last
-                    else:
-                        last_arr[v] = t_last
-                    t_issue[v] = max(t_issue[v], t_last)
-                    # 4. the time the record adds goes to its report bucket
-                    buckets[kb, v] += max(e - te, 0.0)
-                    t_end[v] = max(te, e)
-            elif side:
-                for v in range(W):
-                    te = t_end[v]
-                    f = max(0.0, ref_end[v])
-                    if wait:
-                        f = max(f, te)
-                    gap = t[SIDE_AFTER_SIDE, v]
-                    s0 = max(max(last_side[v] + gap, f), max(side_bg[bg, v] + t[SIDE_AFTER_SIDE_BG, v], t_bar[v]))
-                    if op_wait:
-                        s0 = max(s0, te)
-                    if fixed:
-                        e = s0 + n
-                        ls = s0 + n - gap
-                    else:
-                        ls = s0 + (n - 1.0) * max(gap, t[SIDE_AFTER_SIDE_BG, v])     # one record = one bank group
-                        e = ls + t[END_SIDE, v]
-                    last_side[v] = ls
-                    side_bg[bg, v] = ls
-                    t_issue[v] = max(t_issue[v], ls)
-                    buckets[kb, v] += max(e - te, 0.0)
-                    t_end[v] = max(te, e)
-            elif fixed:
-                for v in range(W):
-                    te = t_end[v]
-                    f = max(0.0, ref_end[v])
-                    if wait:
-                        f = max(f, te)
-                    f0 = max(max(last_col[v] + t[FIXED_AFTER_COL, v], te), max(f, t_bar[v]))
-                    e = f0 + n
-                    t_issue[v] = max(t_issue[v], f0 + n - 1.0)
-                    buckets[kb, v] += max(e - te, 0.0)
-                    t_end[v] = max(te, e)
-            else:
-                # a barrier (or a record of no kind) adds no time: e = t_end, whose 0 (NaN past an
-                # infinite end, as in `_stream`) still goes to the bucket
-                for v in range(W):
-                    if barrier:
-                        t_bar[v] = max(t_bar[v], t_issue[v] + 1.0)
-                    te = t_end[v]
-                    buckets[kb, v] += max(te - te, 0.0)
+            for v in range(W):
+                te = t_end[v]
+                f = max(0.0, ref_end[v])         # commands issue in order
+                if wait:
+                    f = max(f, te)
+                # 2. open the row if needed (which variants need it differs once their refreshes fall apart)
+                if need_any and open_row[b, v] != row:
+                    t_act = _row_open_v(t, v, b, bg, row, f, per_bank, open_row, b_act, b_rd, b_wr, b_ready, bg_act,
+                                        faw, last_act, counts)
+                    col_ready = t_act + t[rcd_k, v]
+                else:
+                    col_ready = max(b_act[b, v] + t[rcd_k, v], f)
+                # 3. the first column, then n columns `spacing` apart; 6. the end
+                _column_v(t, chains, v, b, n, write, allbank, buffer, op_wait, col_ready, te, gap_k, wtr, sp_k, kb,
+                          b_rd, b_wr, last_col, last_rd, last_wr, last_arr, last_buf, t_issue, t_bar, buckets, t_end)
+        elif side:
+            # 5. side
+            _side_v(t, W, bg, n, wait, op_wait, fixed, kb, last_side, side_bg, t_issue, t_bar, ref_end, t_end, buckets)
+        elif fixed:
+            _fixed_v(t, W, n, wait, kb, last_col, t_issue, t_bar, ref_end, t_end, buckets)
+        else:
+            # a barrier (or a record of no kind) adds no time: e = t_end, whose 0 (NaN past an
+            # infinite end, as in `_stream`) still goes to the bucket
+            for v in range(W):
+                if barrier:
+                    t_bar[v] = max(t_bar[v], t_issue[v] + 1.0)
+                te = t_end[v]
+                buckets[kb, v] += max(te - te, 0.0)
         if is_col:
             if write:
                 last_wr_bg = bg

@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit, types
 from numba.typed import Dict
 
+from ...lower.inline_njit import njit_phases
 from ...lower.native import put_record
 
 # level codes of `Geometry.level`
@@ -250,7 +251,114 @@ def _macs(out, p, write, v0, end, ke, mode, seg, level, open_row, mac_op, PREA, 
     return p, open_row
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
+def _scratch(C, KI, P):
+    """`gemv_stream`'s scratch for one load / drain: per command its bank,
+    route source / destination per unit, its place in bank-group order; per
+    pCH its items' first unit and entry, their count; per unit its row;
+    per pCH and entry the items so far (count, units, items); per unit and
+    entry its item."""
+    maxcmd = C * KI + C
+    return (np.empty(maxcmd, np.int64), np.empty((maxcmd, C), np.int64), np.empty((maxcmd, C), np.int64),
+            np.empty(maxcmd, np.int64), np.empty((P, C * KI + C), np.int64), np.empty((P, C * KI + C), np.int64),
+            np.zeros(P, np.int64), np.empty(C, np.int64), np.zeros((P, KI), np.int64), np.empty((P, KI, C), np.int64),
+            np.empty((P, KI, C), np.int64), np.empty((C, KI), np.int64))
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _sb_rows(out, p, write, rb, h, free, fresh, sbrow, b, v, j, sb_cap, n_cls, pend_row, pend_item, n_pend, used_max,
+             BARRIER, RDACC, READB):
+    """Drain: softmax-buffer rows for output block (b, v, j), one per
+    result class, flushing the completed rows first when too few are free.
+    Returns (p, h, n_pend, used_max, ok); not ok: the buffer overflows (the
+    Python form raises PimCompileError)."""
+    nfree = 0
+    for x in range(sb_cap):
+        nfree += free[x]
+    if nfree < n_cls and n_pend > 0:
+        # sb.flush(em, 1): a barrier, RDACC per completed row, rows released
+        p, h = _flush(out, p, write, rb, h, pend_row, pend_item, n_pend, BARRIER, RDACC, READB, False)
+        for q in range(n_pend):
+            free[pend_row[q]] = True
+        n_pend = 0
+        nfree = 0
+        for x in range(sb_cap):
+            nfree += free[x]
+    if n_cls > nfree:
+        return p, h, n_pend, used_max, False
+    got = 0
+    for x in range(sb_cap):
+        if got == n_cls:
+            break
+        if free[x]:
+            free[x] = False
+            fresh[x] = True
+            sbrow[b, v, j, got] = x
+            used_max = max(used_max, x + 1)
+            got += 1
+    return p, h, n_pend, used_max, True
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _drain_records(out, p, write, wroutes, r, m, C, P, n_item, item_c, core_base, unit_item, row_of, cmd_bank,
+                   cmd_dst, bpbg, order, rsrc, rdst, fresh, MVSB, COMP):
+    """Drain: the m MVSB commands (`_drain_items`) in bank-group order, and
+    their route rows (destination rows; a source of 1 on a row's first
+    write) when wroutes.  Returns (p, r)."""
+    _name_banks(cmd_bank, m, P, n_item, item_c, core_base)
+    if wroutes:
+        for t in range(m):
+            for c in range(C):
+                cmd_dst[t, c] = -1
+        for c in range(C):
+            cmd_dst[unit_item[c, 0], c] = row_of[c]
+    _bg_order(cmd_bank, m, bpbg, order)
+    for t in range(m):
+        o = order[t]
+        if wroutes:
+            for c in range(C):
+                d = cmd_dst[o, c]
+                rsrc[r, c] = 1 if (d >= 0 and fresh[d]) else -1
+                rdst[r, c] = d
+            for c in range(C):
+                d = cmd_dst[o, c]
+                if d >= 0:
+                    fresh[d] = False
+        p = _rec(out, p, write, MVSB, cmd_bank[o], 0, 0, 1, COMP, 0, 0, -1, 0, r, 0)
+        r += 1
+    return p, r
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _load_records(out, p, write, wroutes, r, m, C, P, n_item, item_c, core_base, unit_item, ids, b, v, e0, ke, lbase,
+                  cmd_bank, cmd_src, cmd_dst, bpbg, order, rsrc, rdst, WRGB, REARR):
+    """Load: the m WRGB commands (`_load_items`) of entries e0 : e0 + ke of
+    (b, v) in bank-group order, and their route rows (host row id, buffer
+    entry lbase + e) when wroutes.  Returns (p, r)."""
+    _name_banks(cmd_bank, m, P, n_item, item_c, core_base)
+    if wroutes:
+        for t in range(m):
+            for c in range(C):
+                cmd_src[t, c] = -1
+                cmd_dst[t, c] = 0
+        for c in range(C):
+            for e in range(ke):
+                t = unit_item[c, e]
+                cmd_src[t, c] = ids[c, b, v, e0 + e]
+                cmd_dst[t, c] = lbase + e
+    _bg_order(cmd_bank, m, bpbg, order)
+    for t in range(m):
+        o = order[t]
+        if wroutes:
+            for c in range(C):
+                rsrc[r, c] = cmd_src[o, c]
+                rdst[r, c] = cmd_dst[o, c]
+        p = _rec(out, p, write, WRGB, cmd_bank[o], 0, 0, 1, REARR, 0, 0, 0, 0, r, 0)
+        r += 1
+    return p, r
+
+
+@njit_phases(nogil=True, cache=True)
 def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, rdst, rb):
     """The kernel records of `lower._gemv_program` after the placement and
     its barrier (broadcast granularity), written when out has columns.
@@ -267,6 +375,7 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
           read-back rows' (class, b, v, j).  Each is written when it has
           rows (records and rb: out has columns); with none, a count.
     Returns (records, routes, read-back rows, softmax-buffer rows used).
+    A step's phases (load, MACs, drain, flush) are helpers inlined here.
     """
     (n_b, n_v, t_out, t_in, KI, E, n_o, chunk, traverse_is, reuse, prefetch, n_cls, sb_cap, mode, level,
      seg, bpbg, C, mac_op, BARRIER, WRGB, MVSB, RDACC, ACTAB, PREA, REARR, COMP, READB) = (
@@ -294,19 +403,8 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
     for c in range(C):
         P = max(P, pch[c] + 1)
     # scratch for one load / drain
-    maxcmd = C * KI + C
-    cmd_bank = np.empty(maxcmd, np.int64)
-    cmd_src = np.empty((maxcmd, C), np.int64)
-    cmd_dst = np.empty((maxcmd, C), np.int64)
-    order = np.empty(maxcmd, np.int64)
-    item_c = np.empty((P, C * KI + C), np.int64)     # per pCH: the item's first unit
-    item_e = np.empty((P, C * KI + C), np.int64)
-    n_item = np.zeros(P, np.int64)
-    row_of = np.empty(C, np.int64)
-    n_e = np.zeros((P, KI), np.int64)               # per pCH and entry: its items so far
-    e_unit = np.empty((P, KI, C), np.int64)
-    e_item = np.empty((P, KI, C), np.int64)
-    unit_item = np.empty((C, KI), np.int64)
+    (cmd_bank, cmd_src, cmd_dst, order, item_c, item_e, n_item, row_of, n_e, e_unit, e_item,
+     unit_item) = _scratch(C, KI, P)
 
     prefetched = np.full(S + 1, -1, np.int64)
     region = 0
@@ -331,31 +429,11 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
                 b, v, j, cp = sb_[pending], sv_[pending], sj_[pending], scp[pending]
                 pending = -1
                 if sbrow[b, v, j, 0] < 0:
-                    nfree = 0
-                    for x in range(sb_cap):
-                        nfree += free[x]
-                    if nfree < n_cls and n_pend > 0:
-                        # sb.flush(em, 1): a barrier, RDACC per completed row, rows released
-                        p, h = _flush(out, p, write, rb, h, pend_row, pend_item, n_pend, BARRIER, RDACC, READB,
-                                      False)
-                        for q in range(n_pend):
-                            free[pend_row[q]] = True
-                        n_pend = 0
-                        nfree = 0
-                        for x in range(sb_cap):
-                            nfree += free[x]
-                    if n_cls > nfree:
+                    p, h, n_pend, used_max, ok = _sb_rows(out, p, write, rb, h, free, fresh, sbrow, b, v, j, sb_cap,
+                                                          n_cls, pend_row, pend_item, n_pend, used_max, BARRIER,
+                                                          RDACC, READB)
+                    if not ok:
                         return -1, -1, -1, -1       # the Python form raises PimCompileError
-                    got = 0
-                    for x in range(sb_cap):
-                        if got == n_cls:
-                            break
-                        if free[x]:
-                            free[x] = False
-                            fresh[x] = True
-                            sbrow[b, v, j, got] = x
-                            used_max = max(used_max, x + 1)
-                            got += 1
                 for c in range(C):
                     row_of[c] = sbrow[b, v, j, cls[c]]
                 # _drain_commands: per pCH, one (adder tree, row) per command
@@ -368,27 +446,8 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
                             pend_row[n_pend] = sbrow[b, v, j, a]
                             n_pend += 1
                     continue
-                _name_banks(cmd_bank, m, P, n_item, item_c, core_base)
-                if wroutes:
-                    for t in range(m):
-                        for c in range(C):
-                            cmd_dst[t, c] = -1
-                    for c in range(C):
-                        cmd_dst[unit_item[c, 0], c] = row_of[c]
-                _bg_order(cmd_bank, m, bpbg, order)
-                for t in range(m):
-                    o = order[t]
-                    if wroutes:
-                        for c in range(C):
-                            d = cmd_dst[o, c]
-                            rsrc[r, c] = 1 if (d >= 0 and fresh[d]) else -1
-                            rdst[r, c] = d
-                        for c in range(C):
-                            d = cmd_dst[o, c]
-                            if d >= 0:
-                                fresh[d] = False
-                    p = _rec(out, p, write, MVSB, cmd_bank[o], 0, 0, 1, COMP, 0, 0, -1, 0, r, 0)
-                    r += 1
+                p, r = _drain_records(out, p, write, wroutes, r, m, C, P, n_item, item_c, core_base, unit_item,
+                                      row_of, cmd_bank, cmd_dst, bpbg, order, rsrc, rdst, fresh, MVSB, COMP)
                 if cp:
                     for a in range(n_cls):
                         pend_row[n_pend] = sbrow[b, v, j, a]
@@ -438,26 +497,8 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
                 if stage == 1:
                     p += 1
                 continue
-            _name_banks(cmd_bank, m, P, n_item, item_c, core_base)
-            if wroutes:
-                for t in range(m):
-                    for c in range(C):
-                        cmd_src[t, c] = -1
-                        cmd_dst[t, c] = 0
-                for c in range(C):
-                    for e in range(ke):
-                        t = unit_item[c, e]
-                        cmd_src[t, c] = ids[c, b, v, e0 + e]
-                        cmd_dst[t, c] = lbase + e
-            _bg_order(cmd_bank, m, bpbg, order)
-            for t in range(m):
-                o = order[t]
-                if wroutes:
-                    for c in range(C):
-                        rsrc[r, c] = cmd_src[o, c]
-                        rdst[r, c] = cmd_dst[o, c]
-                p = _rec(out, p, write, WRGB, cmd_bank[o], 0, 0, 1, REARR, 0, 0, 0, 0, r, 0)
-                r += 1
+            p, r = _load_records(out, p, write, wroutes, r, m, C, P, n_item, item_c, core_base, unit_item, ids, b, v,
+                                 e0, ke, lbase, cmd_bank, cmd_src, cmd_dst, bpbg, order, rsrc, rdst, WRGB, REARR)
             if stage == 1:
                 p = _rec(out, p, write, BARRIER, 0, 0, 0, 1, COMP, 0, 0, -1, 0, 0, 0)
     # the final sb.flush(em, 1, final=True)
