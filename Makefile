@@ -30,7 +30,8 @@ bench: $(STAMP)
 	for b in benchmarks/*_bench.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 # the differential fuzzer (pimjax/testing/fuzz.py): N random programs x 4 backends x 2 placements
-# against jax.jit, a progress bar and an outcome table; FUZZ_ARGS e.g. "--workers 4 --seed 1000 --tuner flat"
+# against jax.jit, a progress bar and an outcome table; FUZZ_ARGS e.g. "--workers 4 --seed 1000 --tuner flat";
+# "--counts run.json" keeps the counts after every program, and "--counts run.json --resume" continues that run
 N ?= 1000
 fuzz: $(STAMP)
 	$(PY) -m pimjax.testing.fuzz $(N) $(FUZZ_ARGS)

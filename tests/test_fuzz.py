@@ -105,3 +105,34 @@ def test_fuzz_slice_gives_only_allowed_outcomes(data):
     res = fuzz.check_all(prog, tuner=fuzz.flat_tuner(), timeout_s=None)
     bad = {k: r for k, r in res.items() if r.outcome not in fuzz.OK_OUTCOMES}
     assert not bad, f"{bad}\n{prog.source}"
+
+
+def test_a_stopped_run_resumes_where_it_stopped(tmp_path, capsys, monkeypatch):
+    """`--resume` continues the run its counts file records: a run of 2
+    programs continued to 3 runs only the third, and its counts are a
+    3-program run's; a file of another run, or one that does not record its
+    programs, is refused by name."""
+    import json
+    import pytest
+    opts = ["--backends", "upmem", "--placements", "prefer_pim", "--cache-dir", ""]
+    part, whole = tmp_path / "part.json", tmp_path / "whole.json"
+    assert fuzz.main(["2", "--seed", "41", "--counts", str(part)] + opts) == 0
+    assert json.loads(part.read_text())["done"] == [[41, 42]]
+    ran = []
+    worker = fuzz._worker
+    monkeypatch.setattr(fuzz, "_worker", lambda task: ran.append(task[0]) or worker(task))
+    assert fuzz.main(["3", "--seed", "41", "--counts", str(part), "--resume"] + opts) == 0
+    assert ran == [43]
+    monkeypatch.setattr(fuzz, "_worker", worker)
+    assert fuzz.main(["3", "--seed", "41", "--counts", str(whole)] + opts) == 0
+    got, want = json.loads(part.read_text()), json.loads(whole.read_text())
+    assert got["done"] == want["done"] == [[41, 43]] and got["programs"] == 3
+    assert got["counts"] == want["counts"] and got["on_pim"] == want["on_pim"]
+    with pytest.raises(SystemExit):          # another first seed: not this run
+        fuzz.main(["3", "--seed", "40", "--counts", str(part), "--resume"] + opts)
+    assert "seed 41 (now 40)" in capsys.readouterr().err        # argparse's error, on stderr
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({k: v for k, v in want.items() if k != "done"}))
+    with pytest.raises(SystemExit):
+        fuzz.main(["3", "--seed", "41", "--counts", str(old), "--resume"] + opts)
+    assert "cannot be resumed" in capsys.readouterr().err

@@ -27,7 +27,10 @@ the wrong structure / shape / dtype), "hang" (past `timeout_s`).
 
 Run `python -m pimjax.testing.fuzz N` (or `make fuzz N=...`) for a run with a
 progress bar and a table of outcome x backend x placement counts; a failure
-prints `Program.reproducer()`, a script that replays it.
+prints `Program.reproducer()`, a script that replays it.  `--counts FILE`
+rewrites the counts and the seeds done after every program (atomically), and
+`--counts FILE --resume` continues that run where it stopped (a 10 000-program
+run may span several sittings).
 """
 from __future__ import annotations
 
@@ -644,6 +647,52 @@ def _setup(cache_dir):
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
+def _keyed(d: dict) -> list[str]:
+    """{(outcome, backend, placement): n} as the counts file writes it: "outcome|backend|placement=n"."""
+    return ["|".join(k) + f"={v}" for k, v in sorted(d.items())]
+
+
+def _unkeyed(rows: list[str]) -> dict:
+    out = {}
+    for row in rows:
+        key, n = row.rsplit("=", 1)
+        out[tuple(key.split("|"))] = int(n)
+    return out
+
+
+def _ranges(seeds: set) -> list[list[int]]:
+    """Sorted seeds as [first, last] runs (a 10 000-program run's file stays small)."""
+    out: list[list[int]] = []
+    for s in sorted(seeds):
+        if out and s == out[-1][1] + 1:
+            out[-1][1] = s
+        else:
+            out.append([s, s])
+    return out
+
+
+def _resumed(path: str, run: dict) -> dict | None:
+    """The state of the run `path` records, to continue (None: no file yet).
+    `n` may differ (a run continued to more programs).  A file of another run
+    (another first seed, backends, placements or tuner), or one
+    without the seeds it has done (written before `--resume` existed), is a
+    ValueError naming the difference: its counts cannot be added to."""
+    import json
+    if not os.path.exists(path):
+        return None
+    with open(path) as fh:
+        old = json.load(fh)
+    if "done" not in old:
+        raise ValueError(f"{path} does not record which programs it ran: it cannot be resumed")
+    # the same programs (first seed, backends, placements, tuner); n may grow: a run continued further
+    diff = [f"{k} {old.get(k)!r} (now {v!r})" for k, v in run.items() if k != "n" and old.get(k) != v]
+    if diff:
+        raise ValueError(f"{path} records another run: " + ", ".join(diff))
+    done = [s for lo, hi in old["done"] for s in range(lo, hi + 1)]
+    return dict(done=done, seconds=float(old["seconds"]), counts=_unkeyed(old["counts"]),
+                on_pim=_unkeyed(old["on_pim"]), eager=_unkeyed(old["eager"]))
+
+
 def main(argv=None) -> int:
     """`python -m pimjax.testing.fuzz N [--seed S] [--workers W] ...`: run
     programs S .. S+N-1, print the outcome table; exit 1 on any failure."""
@@ -659,19 +708,34 @@ def main(argv=None) -> int:
     ap.add_argument("--log", default=None, help="append one line per failure (JSON) to this file")
     ap.add_argument("--counts", default=None, help="keep the running counts (JSON) in this file, "
                                                     "rewritten atomically after every program")
+    ap.add_argument("--resume", action="store_true", help="with --counts: continue the run that file "
+                    "records (same first seed, backends, placements, tuner; N may be larger), skipping the "
+                    "programs it has done and adding to its counts")
     a = ap.parse_args(argv)
+    if a.resume and not a.counts:
+        ap.error("--resume needs --counts FILE (the run to continue)")
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
     import json
+    from pimjax.durable import atomic_write
     backends, placements = tuple(a.backends.split(",")), tuple(a.placements.split(","))
     tuner = None if a.tuner == "predict" else a.tuner
-    tasks = [(s, backends, placements, tuner, a.timeout) for s in range(a.seed, a.seed + a.n)]
+    run = dict(seed=a.seed, n=a.n, backends=list(backends), placements=list(placements), tuner=a.tuner)
+    try:
+        prior = _resumed(a.counts, run) if a.resume else None
+    except ValueError as e:
+        ap.error(str(e))
+    done_seeds = set(prior["done"]) if prior else set()
+    tasks = [(s, backends, placements, tuner, a.timeout) for s in range(a.seed, a.seed + a.n) if s not in done_seeds]
     console = Console()
-    counts: dict = {}
-    pim_runs: dict = {}
-    eager_runs: dict = {}
+    counts: dict = dict(prior["counts"]) if prior else {}
+    pim_runs: dict = dict(prior["on_pim"]) if prior else {}
+    eager_runs: dict = dict(prior["eager"]) if prior else {}
     failures = []
+    before_s = prior["seconds"] if prior else 0.0
+    if prior:
+        console.print(f"resuming {a.counts}: {len(done_seeds)} of {a.n} programs done, {len(tasks)} to run")
     t0 = time.perf_counter()
     _setup(a.cache_dir)
     if a.workers > 1:
@@ -683,10 +747,11 @@ def main(argv=None) -> int:
     cols = (TextColumn("fuzz"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("{task.fields[rate]:.2f} prog/s  failures {task.fields[fails]}"))
     with Progress(*cols, console=console) as bar:
-        job = bar.add_task("fuzz", total=a.n, rate=0.0, fails=0)
+        job = bar.add_task("fuzz", total=a.n, completed=len(done_seeds), rate=0.0, fails=0)
         done = 0
         for seed, prog, res, _dt in results:
             done += 1
+            done_seeds.add(seed)
             for (b, p), r in res.items():
                 counts[(r.outcome, b, p)] = counts.get((r.outcome, b, p), 0) + 1
                 pim_runs[(b, p)] = pim_runs.get((b, p), 0) + (r.on_pim > 0)
@@ -701,18 +766,18 @@ def main(argv=None) -> int:
                                                      outcome=r.outcome, detail=r.detail,
                                                      source=prog.source)) + "\n")
             bar.update(job, advance=1, rate=done / (time.perf_counter() - t0), fails=len(failures))
-            if a.counts:            # a run stopped early keeps its figures (temp file + rename)
-                with open(a.counts + ".tmp", "w") as fh:
-                    json.dump(dict(programs=done, seconds=time.perf_counter() - t0, workers=a.workers,
-                                   tuner=a.tuner, counts=["|".join(k) + f"={v}" for k, v in sorted(counts.items())],
-                                   on_pim=["|".join(k) + f"={v}" for k, v in sorted(pim_runs.items())],
-                                   eager=["|".join(k) + f"={v}" for k, v in sorted(eager_runs.items())]), fh)
-                os.replace(a.counts + ".tmp", a.counts)
+            if a.counts:            # a run stopped early keeps its figures, and `--resume` continues it
+                atomic_write(a.counts, json.dumps(dict(
+                    run, programs=len(done_seeds), done=_ranges(done_seeds),
+                    seconds=before_s + time.perf_counter() - t0, workers=a.workers,
+                    counts=_keyed(counts), on_pim=_keyed(pim_runs), eager=_keyed(eager_runs))))
     if pool is not None:
         pool.close()
-    elapsed = time.perf_counter() - t0
-    table = Table(title=f"{a.n} programs (seeds {a.seed}..{a.seed + a.n - 1}) in {elapsed:.0f} s: "
-                        f"{a.n / elapsed:.2f} programs/s, {a.workers} worker(s), tuner {a.tuner}")
+    elapsed = before_s + time.perf_counter() - t0
+    ran = len(done_seeds)
+    table = Table(title=f"{ran} programs (seeds {a.seed}..{a.seed + a.n - 1}) in {elapsed:.0f} s: "
+                        f"{ran / elapsed:.2f} programs/s, {a.workers} worker(s), tuner {a.tuner}"
+                        + (" (resumed)" if prior else ""))
     table.add_column("backend")
     table.add_column("placement")
     shown = [o for o in OUTCOMES if o in OK_OUTCOMES or any(k[0] == o for k in counts)]
