@@ -47,6 +47,34 @@ MDDP_FP16_OVERFLOW = Program(
      Arg(("a2",), (100, 13), "float16", mag=300.0)))
 
 
+# seed 33170: an fp16 two-layer MLP.  The first GEMM (K = 1) overflows to inf in some rows, as in
+# jax; in another row the second GEMM's fp16 running sum overflowed to +inf and -inf, NaN where
+# jax.jit (float32 sums) gives -inf.  The per-call check passed it silently: it skipped a result
+# whenever any operand element was inf.  Fixed in pimjax/precision.py (check_values: with jax's
+# result at hand, the positions where it differs count whatever the operands hold).
+MLP_OVERFLOW_NEXT_TO_INF = Program(
+    "mlp",
+    "def program(a0, a1, a2):\n    v0 = a0 @ a1\n    v1 = jax.nn.relu(v0)\n    v2 = v1 @ a2\n    return v2\n",
+    ("a0", "a1", "a2"),
+    (Arg(("a0",), (5, 1), "float16", mag=300.0), Arg(("a1",), (1, 8), "float16", mag=300.0),
+     Arg(("a2",), (8, 8), "float16", mag=300.0)))
+
+
+def test_overflow_beside_an_inf_operand_is_flagged():
+    res = fuzz.check_all(MLP_OVERFLOW_NEXT_TO_INF, seed=33170, backends=("hbm-pim", "attacc"),
+                         placements=("prefer_pim",), tuner=fuzz.flat_tuner(), timeout_s=None)
+    for r in res.values():
+        assert r.outcome == "precision" and "inf / NaN value(s) where jax's differ" in r.detail, res
+    # check_values on its own: an inf operand no longer hides a differing position; without jax's
+    # result nothing is said (the operand's inf may carry into the result, as in jax)
+    x = np.array([np.inf, 1.0], np.float16)
+    got = np.array([np.inf, np.nan], np.float16)
+    ev = check_values([x], got, np.dtype(np.float16), reference=lambda: np.array([np.inf, -np.inf], np.float32))
+    assert ev == ["result: 1 inf / NaN value(s) where jax's differ (the float16 arithmetic overflowed, "
+                  "e.g. a running sum above 65504)"], ev
+    assert check_values([x], got, np.dtype(np.float16)) == []
+
+
 def test_mddp_overflow_is_flagged():
     import warnings
 
