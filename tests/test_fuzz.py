@@ -131,6 +131,11 @@ def test_a_stopped_run_resumes_where_it_stopped(tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit):          # another first seed: not this run
         fuzz.main(["3", "--seed", "40", "--counts", str(part), "--resume"] + opts)
     assert "seed 41 (now 40)" in capsys.readouterr().err        # argparse's error, on stderr
+    # a failure of an earlier sitting still fails the resumed run (exit status 1)
+    failed = json.loads(whole.read_text())
+    failed["counts"] = failed["counts"] + ["mismatch|upmem|prefer_pim=1"]
+    whole.write_text(json.dumps(failed))
+    assert fuzz.main(["3", "--seed", "41", "--counts", str(whole), "--resume"] + opts) == 1
     old = tmp_path / "old.json"
     old.write_text(json.dumps({k: v for k, v in want.items() if k != "done"}))
     with pytest.raises(SystemExit):

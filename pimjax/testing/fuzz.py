@@ -796,7 +796,8 @@ def main(argv=None) -> int:
     console.print(table)
     for seed, prog, b, p, r in failures[:5]:
         console.print(f"--- seed {seed}, {b}, {p}: {r.outcome}\n{prog.reproducer(seed, b, p)}")
-    return 1 if failures else 0
+    # a resumed run's earlier sittings count too: their failures are in `counts`, not in `failures`
+    return 1 if failures or any(k[0] in FAIL_OUTCOMES for k in counts) else 0
 
 
 if __name__ == "__main__":
