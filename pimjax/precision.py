@@ -43,6 +43,14 @@ def unit_dtype(backend) -> np.dtype | None:
     return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
 
 
+def significant_bits(unit) -> int:
+    """The significant bits of a floating type (the implicit one counted):
+    float16 11, bfloat16 8, float32 24.  A value converted to it keeps a
+    relative error up to 2**-bits; a sum whose terms cancel keeps that
+    error relative to its terms' magnitude, not to its result."""
+    return int(ml_dtypes.finfo(unit).nmant) + 1
+
+
 def _float(dt) -> bool:
     try:
         dt = np.dtype(dt)
@@ -195,5 +203,5 @@ def tolerance(backend, dtypes=()) -> float:
     return max(UNIT_TOLERANCE.get(n, 1e-5) for n in names)
 
 
-__all__ = ["PRECISIONS", "UNIT_TOLERANCE", "tolerance", "unit_dtype", "conversion", "op_dtypes", "check_operand", "check_values",
+__all__ = ["PRECISIONS", "UNIT_TOLERANCE", "tolerance", "unit_dtype", "significant_bits", "conversion", "op_dtypes", "check_operand", "check_values",
            "OperandChecks"]

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import collections
 import pickle
+import warnings
 
 import jax
+import ml_dtypes
 import numpy as np
 from hypothesis import HealthCheck, given, note, settings, strategies as st
 
+from pimjax.errors import PrecisionWarning
 from pimjax.testing import fuzz
 
 
@@ -93,6 +96,19 @@ def test_check_classifies_each_outcome():
     assert outcome(raises(ValueError("boom"))) == "crash"
     assert outcome(raises(PimCompileError("dot_general at x.py:1 cannot run on hbm-pim"))) == "compile_error"
     assert outcome(raises(PimCompileError("cannot compile"))) == "unclear_error"
+    # a stated conversion explains a difference only when jax at the units' precision gives it too
+    unit = np.dtype(ml_dtypes.bfloat16)
+    coarse = fuzz.at_unit_precision(p.fn, unit)
+
+    def converted(out):
+        def f(*a):
+            warnings.warn(f"pim_jit(program) runs 1 op(s) on data {fuzz.CONVERTED}: dot_general",
+                          PrecisionWarning)
+            return out(*a)
+        return fuzz._one_call(_Stub(f), p.fn, args, want, 1e-4, 0.0, None, unit).outcome
+    assert fuzz.compare(coarse(*args), want, 1e-4, 0.0)         # bf16 rounding shows at this tolerance
+    assert converted(coarse) == "precision"
+    assert converted(lambda *a: coarse(*a) + 1) == "mismatch"
 
 
 # the make-test slice: a fixed-seed handful (derandomize), the flat tuner (top-1 draft) for speed
@@ -136,6 +152,24 @@ def test_a_stopped_run_resumes_where_it_stopped(tmp_path, capsys, monkeypatch):
     failed["counts"] = failed["counts"] + ["mismatch|upmem|prefer_pim=1"]
     whole.write_text(json.dumps(failed))
     assert fuzz.main(["3", "--seed", "41", "--counts", str(whole), "--resume"] + opts) == 1
+    # --recheck: a failure the log records, run again on the code as it is, moves to its new outcome
+    rec = json.loads(part.read_text())
+    assert "equal|upmem|prefer_pim=3" in rec["counts"], rec     # upmem's integer units: no precision
+    rec["counts"] = [c.replace("equal|upmem|prefer_pim=3", "equal|upmem|prefer_pim=2") for c in rec["counts"]] \
+        + ["mismatch|upmem|prefer_pim=1"]
+    part.write_text(json.dumps(rec))
+    log = tmp_path / "fail.jsonl"
+    log.write_text(json.dumps(dict(seed=42, kind="?", backend="upmem", placement="prefer_pim",
+                                   outcome="mismatch", detail="", source="")) + "\n"
+                   + json.dumps(dict(seed=99, kind="?", backend="upmem", placement="prefer_pim",
+                                     outcome="mismatch", detail="", source="")) + "\n{torn")
+    assert fuzz.main(["--counts", str(part), "--log", str(log), "--recheck"] + opts) == 0
+    got = json.loads(part.read_text())
+    assert got["counts"] == want["counts"], got                  # seed 99 is not this run's
+    assert [(r["seed"], r["was"], r["now"]) for r in got["rechecked"]] == [(42, "mismatch", "equal")]
+    assert fuzz.recheck(str(part), str(log)) == 0 and json.loads(part.read_text()) == got    # once only
+    assert fuzz.main(["4", "--seed", "41", "--counts", str(part), "--resume"] + opts) == 0
+    assert json.loads(part.read_text())["rechecked"] == got["rechecked"]       # kept by a later sitting
     old = tmp_path / "old.json"
     old.write_text(json.dumps({k: v for k, v in want.items() if k != "done"}))
     with pytest.raises(SystemExit):

@@ -60,6 +60,31 @@ MLP_OVERFLOW_NEXT_TO_INF = Program(
      Arg(("a2",), (8, 8), "float16", mag=300.0)))
 
 
+# seed 38502: an fp16 two-layer MLP on Newton (bf16 units: 8 significant bits for fp16's 11).  One
+# result's terms (|v1| up to 64 832 times |a2| up to 300: 8.4e6 in all) cancel to -2 749 in jax; the
+# bf16 units give +3 456 -- what jax gives on every value rounded to bf16 -- under the compile-time
+# conversion warning, which named only the range.  Not a pimjax bug: the warning now states the
+# precision, and the fuzzer counts a difference that jax at the units' precision reproduces as
+# "precision" (`fuzz.at_unit_precision`).
+MLP_CANCELS_IN_BF16 = Program(
+    "mlp",
+    "def program(a0, a1, a2):\n    v0 = a0 @ a1\n    v1 = jax.nn.relu(v0)\n    v2 = v1 @ a2.T\n    return v2\n",
+    ("a0", "a1", "a2"),
+    (Arg(("a0",), (2, 1), "float16", mag=300.0), Arg(("a1",), (1, 17), "float16", mag=300.0),
+     Arg(("a2",), (129, 17), "float16", mag=300.0)))
+
+
+def test_bf16_cancellation_is_the_stated_conversion():
+    import ml_dtypes
+    prog, args = MLP_CANCELS_IN_BF16, MLP_CANCELS_IN_BF16.make_args(38502)
+    want, scale = fuzz.reference_of(prog, 38502)
+    bf16 = fuzz.at_unit_precision(prog.fn, np.dtype(ml_dtypes.bfloat16))(*args)
+    assert fuzz.compare(bf16, want, 6e-2, scale)            # a real difference, made by the rounding alone
+    r = fuzz.check(prog, "newton", "prefer_pim", seed=38502, tuner=fuzz.flat_tuner(), timeout_s=None)
+    assert r.outcome == "precision" and "jax at bfloat16 precision agrees" in r.detail, r
+    assert "converted to the units' type" in r.detail, r
+
+
 def test_overflow_beside_an_inf_operand_is_flagged():
     res = fuzz.check_all(MLP_OVERFLOW_NEXT_TO_INF, seed=33170, backends=("hbm-pim", "attacc"),
                          placements=("prefer_pim",), tuner=fuzz.flat_tuner(), timeout_s=None)

@@ -18,7 +18,10 @@ the result (`OUTCOMES`): the three allowed ones --
   jax.jit's fused program rounds differently from jax op by op at fp16's
   range edge, of jax op by op: detail `EAGER`);
 * "precision": different, with a `PrecisionWarning` naming an overflow,
-  underflow or inf / NaN (the cause);
+  underflow or inf / NaN (the cause), or naming the conversion of the data
+  to the units' type where jax, on every value rounded to that type
+  (`at_unit_precision`), agrees with pimjax (a sum that cancels keeps the
+  units' precision of its terms: fp16 data on Newton's bf16 units);
 * "compile_error": a `PimCompileError` naming a primitive of the program;
 
 and the failures: "mismatch" (different, nothing said), "unclear_error" (a
@@ -30,7 +33,9 @@ progress bar and a table of outcome x backend x placement counts; a failure
 prints `Program.reproducer()`, a script that replays it.  `--counts FILE`
 rewrites the counts and the seeds done after every program (atomically), and
 `--counts FILE --resume` continues that run where it stopped (a 10 000-program
-run may span several sittings).
+run may span several sittings); `--counts FILE --log LOG --recheck` runs the
+failures it logged again once they are fixed, and moves them to their new
+outcome in the file (`recheck`).
 """
 from __future__ import annotations
 
@@ -487,6 +492,56 @@ def _names_cause(messages: list[str]) -> bool:
     return any(("overflow" in m or "underflow" in m or "inf / NaN" in m) for m in messages)
 
 
+CONVERTED = "converted to the units' type"      # the words of pim_jit's conversion PrecisionWarning
+# call-like primitives whose body `at_unit_precision` evaluates equation by equation (a scan's or a
+# while's body is not a call: bound whole, its inner values unrounded)
+_INLINED = ("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
+            "custom_vjp_call_jaxpr", "remat", "checkpoint")
+
+
+def at_unit_precision(fn, unit):
+    """`fn` as jax computes it on units of type `unit` (a numpy dtype:
+    float16, bfloat16): every floating value each primitive reads and
+    writes rounded to `unit` and back to its own dtype, one primitive at a
+    time (no fusion may skip a rounding).  Returns a callable with `fn`'s
+    arguments and result structure.  The reference that tells a conversion's
+    precision loss from a wrong result: pimjax converts an op's data to its
+    units' type, computes there, and converts the result back."""
+    import jax
+    import ml_dtypes
+    from jax.extend.core import Literal
+
+    def rounded(x):
+        a = np.asarray(x)
+        if not (a.dtype.kind == "f" or a.dtype == ml_dtypes.bfloat16) or a.dtype == unit:
+            return x
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            return jax.numpy.asarray(a.astype(unit).astype(a.dtype))
+
+    def run(jaxpr, consts, args):
+        env = dict(zip(jaxpr.constvars, consts))
+        env.update(zip(jaxpr.invars, args))
+
+        def read(v):
+            return v.val if isinstance(v, Literal) else env[v]
+        for e in jaxpr.eqns:
+            ins = [rounded(read(v)) for v in e.invars]
+            sub = next((e.params[k] for k in ("jaxpr", "call_jaxpr", "fun_jaxpr") if k in e.params), None)
+            if e.primitive.name in _INLINED and sub is not None:
+                outs = run(getattr(sub, "jaxpr", sub), getattr(sub, "consts", ()), ins)
+            else:
+                outs = e.primitive.bind(*ins, **e.params)
+                outs = outs if e.primitive.multiple_results else [outs]
+            env.update((v, rounded(x)) for v, x in zip(e.outvars, outs))
+        return [read(v) for v in jaxpr.outvars]
+
+    def f(*args):
+        closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
+        out = run(closed.jaxpr, closed.consts, jax.tree_util.tree_leaves(args))
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), out)
+    return f
+
+
 def compare(got, want, rtol: float, scale: float) -> str:
     """'' when every leaf of `got` has `want`'s structure, shape and dtype and
     |got - want| <= rtol * (|want| + scale) (NaN where jax has NaN; exact for
@@ -539,7 +594,7 @@ def check(prog: Program, backend: str, placement: str, seed: int = 0, tuner=None
     import jax
     from pimjax.api import pim_jit
     from pimjax.hw.presets import get_backend
-    from pimjax.precision import tolerance
+    from pimjax.precision import tolerance, unit_dtype
     fn = prog.fn
     be = get_backend(backend, **BACKEND_OPTIONS[backend])
     rtol = tolerance(be, [a.dtype for a in prog.args if a.kind == "normal"])
@@ -549,7 +604,7 @@ def check(prog: Program, backend: str, placement: str, seed: int = 0, tuner=None
     out = Result("equal")
     for k, (args, ref) in enumerate(calls):
         want, scale = ref if ref is not None else reference_of(prog, seed + k)
-        r = _one_call(f, fn, args, want, rtol, scale, timeout_s)
+        r = _one_call(f, fn, args, want, rtol, scale, timeout_s, unit_dtype(be))
         if k:
             r = dataclasses.replace(r, detail=f"second call: {r.detail}" if r.detail else "")
         if r.outcome != "equal" or k == 0:
@@ -559,7 +614,7 @@ def check(prog: Program, backend: str, placement: str, seed: int = 0, tuner=None
     return out
 
 
-def _one_call(f, fn, args, want, rtol, scale, timeout_s) -> Result:
+def _one_call(f, fn, args, want, rtol, scale, timeout_s, unit=None) -> Result:
     import jax
     from pimjax.errors import PimCompileError, PrecisionWarning
     with warnings.catch_warnings(record=True) as caught:
@@ -588,10 +643,16 @@ def _one_call(f, fn, args, want, rtol, scale, timeout_s) -> Result:
         return Result("crash", diff, on_pim)
     # jax.jit's fusions may round differently from jax op by op where an fp16 value passes 65504
     # (seed 10036: a score jax.jit turns into inf, then NaN, is finite op by op); both are jax
-    with jax.disable_jit():
-        eager = fn(*args)
+    with jax.disable_jit():      # jax arrays: a numpy argument's `a @ b` would be numpy's matmul
+        eager = fn(*jax.tree_util.tree_map(jax.numpy.asarray, args))
     if not compare(got, eager, rtol, scale):
         return Result("equal", f"{EAGER}; jax.jit: {diff}", on_pim)
+    # data converted to the units' type keeps that type's precision, and a sum whose terms cancel
+    # keeps it relative to the terms (seed 38502: fp16 terms of 8.4e6 summing to -2 749 in jax, +3 456
+    # on Newton's bf16 units); the stated conversion is the cause when jax at the units' precision agrees
+    converted = [m for m in msgs if CONVERTED in m]
+    if converted and unit is not None and not compare(got, at_unit_precision(fn, unit)(*args), rtol, scale):
+        return Result("precision", f"{diff}; jax at {unit} precision agrees | {converted[-1][:200]}", on_pim)
     return Result("mismatch", diff + (f" | warned: {msgs[-1][:200]}" if msgs else ""), on_pim)
 
 
@@ -690,7 +751,56 @@ def _resumed(path: str, run: dict) -> dict | None:
         raise ValueError(f"{path} records another run: " + ", ".join(diff))
     done = [s for lo, hi in old["done"] for s in range(lo, hi + 1)]
     return dict(done=done, seconds=float(old["seconds"]), counts=_unkeyed(old["counts"]),
-                on_pim=_unkeyed(old["on_pim"]), eager=_unkeyed(old["eager"]))
+                on_pim=_unkeyed(old["on_pim"]), eager=_unkeyed(old["eager"]),
+                rechecked=old.get("rechecked", []))
+
+
+def recheck(counts_path: str, log_path: str, timeout_s: float | None = 300.0, say=print) -> int:
+    """Run again, on the code as it is now, the failures `log_path` (the
+    `--log` JSON lines) records for the run `counts_path` holds, and move
+    each from its old outcome to the new one in that file's counts, listing
+    it under "rechecked" ({seed, backend, placement, was, now, detail}): a
+    run's record after the bugs it found were fixed.  A failure already
+    rechecked is skipped; lines of other runs' seeds or backends are
+    ignored; "on_pim" is kept (a fix of a value does not move an op).
+    Returns the number of failures the counts still hold (0: none)."""
+    import json
+    from pimjax.durable import atomic_write
+    with open(counts_path) as fh:
+        rec = json.load(fh)
+    done = {s for lo, hi in rec.get("done", []) for s in range(lo, hi + 1)}
+    counts = _unkeyed(rec["counts"])
+    rechecked = list(rec.get("rechecked", []))
+    seen = {(r["seed"], r["backend"], r["placement"]) for r in rechecked}
+    todo = []
+    with open(log_path) as fh:
+        for line in fh:
+            try:
+                row = json.loads(line)
+            except ValueError:          # a torn last line (the run was killed mid-write): nothing to redo
+                continue
+            key = (row["seed"], row["backend"], row["placement"])
+            if (row["seed"] in done and row["backend"] in rec["backends"] and
+                    row["placement"] in rec["placements"] and key not in seen):
+                seen.add(key)
+                todo.append(row)
+    tuner = flat_tuner() if rec["tuner"] == "flat" else None
+    for row in todo:
+        seed, b, p = row["seed"], row["backend"], row["placement"]
+        prog = program(RandomDraw(seed))
+        refs = (reference_of(prog, seed), reference_of(prog, seed + 1))
+        r = check(prog, b, p, seed, tuner, timeout_s, *refs)
+        old = (row["outcome"], b, p)
+        if counts.get(old, 0) < 1:
+            raise ValueError(f"{counts_path} holds no {row['outcome']} on {b} {p} for seed {seed} of {log_path}")
+        counts[old] -= 1
+        counts[(r.outcome, b, p)] = counts.get((r.outcome, b, p), 0) + 1
+        rechecked.append(dict(seed=seed, backend=b, placement=p, was=row["outcome"], now=r.outcome,
+                              detail=r.detail[:300]))
+        say(f"seed {seed} {b} {p}: {row['outcome']} -> {r.outcome}")
+    rec.update(counts=_keyed({k: v for k, v in counts.items() if v}), rechecked=rechecked)
+    atomic_write(counts_path, json.dumps(rec))
+    return sum(v for k, v in counts.items() if k[0] in FAIL_OUTCOMES)
 
 
 def main(argv=None) -> int:
@@ -711,9 +821,17 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", action="store_true", help="with --counts: continue the run that file "
                     "records (same first seed, backends, placements, tuner; N may be larger), skipping the "
                     "programs it has done and adding to its counts")
+    ap.add_argument("--recheck", action="store_true", help="with --counts and --log: run the failures the "
+                    "log records for that run again on the current code, and move them to their new outcome "
+                    "in the counts file (listed under 'rechecked')")
     a = ap.parse_args(argv)
     if a.resume and not a.counts:
         ap.error("--resume needs --counts FILE (the run to continue)")
+    if a.recheck:
+        if not (a.counts and a.log):
+            ap.error("--recheck needs --counts FILE and --log FILE (the run, and its failures)")
+        _setup(a.cache_dir)
+        return 1 if recheck(a.counts, a.log, a.timeout) else 0
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
@@ -770,7 +888,8 @@ def main(argv=None) -> int:
                 atomic_write(a.counts, json.dumps(dict(
                     run, programs=len(done_seeds), done=_ranges(done_seeds),
                     seconds=before_s + time.perf_counter() - t0, workers=a.workers,
-                    counts=_keyed(counts), on_pim=_keyed(pim_runs), eager=_keyed(eager_runs))))
+                    counts=_keyed(counts), on_pim=_keyed(pim_runs), eager=_keyed(eager_runs),
+                    **({"rechecked": prior["rechecked"]} if prior and prior["rechecked"] else {}))))
     if pool is not None:
         pool.close()
     elapsed = before_s + time.perf_counter() - t0
@@ -806,4 +925,4 @@ if __name__ == "__main__":
 
 __all__ = ["BACKENDS", "PLACEMENTS", "BACKEND_OPTIONS", "OUTCOMES", "OK_OUTCOMES", "FAIL_OUTCOMES", "Arg",
            "Program", "Result", "RandomDraw", "HypothesisDraw", "program", "programs", "check", "check_all",
-           "compare", "reference_of", "flat_tuner", "main"]
+           "compare", "reference_of", "at_unit_precision", "flat_tuner", "recheck", "main"]
