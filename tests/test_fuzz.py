@@ -170,6 +170,11 @@ def test_a_stopped_run_resumes_where_it_stopped(tmp_path, capsys, monkeypatch):
     assert fuzz.recheck(str(part), str(log)) == 0 and json.loads(part.read_text()) == got    # once only
     assert fuzz.main(["4", "--seed", "41", "--counts", str(part), "--resume"] + opts) == 0
     assert json.loads(part.read_text())["rechecked"] == got["rechecked"]       # kept by a later sitting
+    log.write_text(json.dumps(dict(seed=44, kind="?", backend="upmem", placement="prefer_pim",
+                                   outcome="crash", detail="", source="")) + "\n")
+    with pytest.raises(SystemExit):          # the file holds no such failure: another run's log
+        fuzz.main(["--counts", str(part), "--log", str(log), "--recheck"] + opts)
+    assert "holds no crash on upmem prefer_pim for seed 44" in capsys.readouterr().err
     old = tmp_path / "old.json"
     old.write_text(json.dumps({k: v for k, v in want.items() if k != "done"}))
     with pytest.raises(SystemExit):

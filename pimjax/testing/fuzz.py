@@ -831,7 +831,10 @@ def main(argv=None) -> int:
         if not (a.counts and a.log):
             ap.error("--recheck needs --counts FILE and --log FILE (the run, and its failures)")
         _setup(a.cache_dir)
-        return 1 if recheck(a.counts, a.log, a.timeout) else 0
+        try:
+            return 1 if recheck(a.counts, a.log, a.timeout) else 0
+        except (OSError, ValueError, KeyError) as e:      # a file of another run, or not a run's record
+            ap.error(f"--recheck: {type(e).__name__}: {e}")
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
