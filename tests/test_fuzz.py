@@ -14,6 +14,7 @@ import ml_dtypes
 import numpy as np
 from hypothesis import HealthCheck, given, note, settings, strategies as st
 
+from pimjax.durable import CorruptStateWarning
 from pimjax.errors import PrecisionWarning
 from pimjax.testing import fuzz
 
@@ -163,11 +164,13 @@ def test_a_stopped_run_resumes_where_it_stopped(tmp_path, capsys, monkeypatch):
                                    outcome="mismatch", detail="", source="")) + "\n"
                    + json.dumps(dict(seed=99, kind="?", backend="upmem", placement="prefer_pim",
                                      outcome="mismatch", detail="", source="")) + "\n{torn")
-    assert fuzz.main(["--counts", str(part), "--log", str(log), "--recheck"] + opts) == 0
+    with pytest.warns(CorruptStateWarning, match="fuzz failure log .* skipped 1 torn"):     # "{torn"
+        assert fuzz.main(["--counts", str(part), "--log", str(log), "--recheck"] + opts) == 0
     got = json.loads(part.read_text())
     assert got["counts"] == want["counts"], got                  # seed 99 is not this run's
     assert [(r["seed"], r["was"], r["now"]) for r in got["rechecked"]] == [(42, "mismatch", "equal")]
-    assert fuzz.recheck(str(part), str(log)) == 0 and json.loads(part.read_text()) == got    # once only
+    with pytest.warns(CorruptStateWarning):
+        assert fuzz.recheck(str(part), str(log)) == 0 and json.loads(part.read_text()) == got    # once only
     assert fuzz.main(["4", "--seed", "41", "--counts", str(part), "--resume"] + opts) == 0
     assert json.loads(part.read_text())["rechecked"] == got["rechecked"]       # kept by a later sitting
     log.write_text(json.dumps(dict(seed=44, kind="?", backend="upmem", placement="prefer_pim",
@@ -180,3 +183,30 @@ def test_a_stopped_run_resumes_where_it_stopped(tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit):
         fuzz.main(["3", "--seed", "41", "--counts", str(old), "--resume"] + opts)
     assert "cannot be resumed" in capsys.readouterr().err
+
+
+def test_a_logged_failure_is_rechecked_end_to_end(tmp_path, monkeypatch):
+    """A run that met a failure writes it to `--log` (checksummed lines,
+    `durable.append_records`) and exits 1; once "fixed", `--recheck` reads
+    the log back, runs that program again and the run's counts hold no
+    failure any more (exit 0)."""
+    import json
+    from pimjax.durable import read_records
+    opts = ["--backends", "upmem", "--placements", "prefer_pim", "--cache-dir", ""]
+    counts, log = tmp_path / "run.json", tmp_path / "fail.jsonl"
+    real = fuzz.check_all
+
+    def broken(prog, seed=0, *a, **k):        # seed 42 "fails" as a bug would make it
+        res = real(prog, seed, *a, **k)
+        return {key: fuzz.Result("mismatch", "injected") if seed == 42 else r for key, r in res.items()}
+    monkeypatch.setattr(fuzz, "check_all", broken)
+    assert fuzz.main(["2", "--seed", "41", "--counts", str(counts), "--log", str(log)] + opts) == 1
+    rows = read_records(str(log), "fuzz failure log")
+    assert [(r["seed"], r["backend"], r["outcome"]) for r in rows] == [(42, "upmem", "mismatch")]
+    assert "mismatch|upmem|prefer_pim=1" in json.loads(counts.read_text())["counts"]
+    monkeypatch.setattr(fuzz, "check_all", real)         # the "fix"
+    assert fuzz.main(["--counts", str(counts), "--log", str(log), "--recheck"] + opts) == 0
+    rec = json.loads(counts.read_text())
+    assert not any(c.startswith("mismatch") for c in rec["counts"]), rec
+    assert [(r["seed"], r["was"]) for r in rec["rechecked"]] == [(42, "mismatch")]
+    assert sum(int(c.rsplit("=", 1)[1]) for c in rec["counts"]) == 2      # one outcome per program still

@@ -508,12 +508,11 @@ def at_unit_precision(fn, unit):
     precision loss from a wrong result: pimjax converts an op's data to its
     units' type, computes there, and converts the result back."""
     import jax
-    import ml_dtypes
     from jax.extend.core import Literal
 
     def rounded(x):
         a = np.asarray(x)
-        if not (a.dtype.kind == "f" or a.dtype == ml_dtypes.bfloat16) or a.dtype == unit:
+        if not jax.numpy.issubdtype(a.dtype, jax.numpy.floating) or a.dtype == unit:    # bf16 included
             return x
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
             return jax.numpy.asarray(a.astype(unit).astype(a.dtype))
@@ -732,6 +731,11 @@ def _ranges(seeds: set) -> list[list[int]]:
     return out
 
 
+def _seeds(ranges: list[list[int]]) -> set[int]:
+    """The seeds of `_ranges`' [first, last] runs."""
+    return {s for lo, hi in ranges for s in range(lo, hi + 1)}
+
+
 def _resumed(path: str, run: dict) -> dict | None:
     """The state of the run `path` records, to continue (None: no file yet).
     `n` may differ (a run continued to more programs).  A file of another run
@@ -749,8 +753,7 @@ def _resumed(path: str, run: dict) -> dict | None:
     diff = [f"{k} {old.get(k)!r} (now {v!r})" for k, v in run.items() if k != "n" and old.get(k) != v]
     if diff:
         raise ValueError(f"{path} records another run: " + ", ".join(diff))
-    done = [s for lo, hi in old["done"] for s in range(lo, hi + 1)]
-    return dict(done=done, seconds=float(old["seconds"]), counts=_unkeyed(old["counts"]),
+    return dict(done=_seeds(old["done"]), seconds=float(old["seconds"]), counts=_unkeyed(old["counts"]),
                 on_pim=_unkeyed(old["on_pim"]), eager=_unkeyed(old["eager"]),
                 rechecked=old.get("rechecked", []))
 
@@ -765,31 +768,25 @@ def recheck(counts_path: str, log_path: str, timeout_s: float | None = 300.0, sa
     ignored; "on_pim" is kept (a fix of a value does not move an op).
     Returns the number of failures the counts still hold (0: none)."""
     import json
-    from pimjax.durable import atomic_write
+    from pimjax.durable import atomic_write, read_records
     with open(counts_path) as fh:
         rec = json.load(fh)
-    done = {s for lo, hi in rec.get("done", []) for s in range(lo, hi + 1)}
+    done = _seeds(rec.get("done", []))
     counts = _unkeyed(rec["counts"])
     rechecked = list(rec.get("rechecked", []))
     seen = {(r["seed"], r["backend"], r["placement"]) for r in rechecked}
     todo = []
-    with open(log_path) as fh:
-        for line in fh:
-            try:
-                row = json.loads(line)
-            except ValueError:          # a torn last line (the run was killed mid-write): nothing to redo
-                continue
-            key = (row["seed"], row["backend"], row["placement"])
-            if (row["seed"] in done and row["backend"] in rec["backends"] and
-                    row["placement"] in rec["placements"] and key not in seen):
-                seen.add(key)
-                todo.append(row)
+    for row in read_records(log_path, "fuzz failure log"):     # a torn line (a killed run) skipped, warned
+        key = (row["seed"], row["backend"], row["placement"])
+        if (row["seed"] in done and row["backend"] in rec["backends"] and
+                row["placement"] in rec["placements"] and key not in seen):
+            seen.add(key)
+            todo.append(row)
     tuner = flat_tuner() if rec["tuner"] == "flat" else None
     for row in todo:
         seed, b, p = row["seed"], row["backend"], row["placement"]
         prog = program(RandomDraw(seed))
-        refs = (reference_of(prog, seed), reference_of(prog, seed + 1))
-        r = check(prog, b, p, seed, tuner, timeout_s, *refs)
+        r = check(prog, b, p, seed, tuner, timeout_s)
         old = (row["outcome"], b, p)
         if counts.get(old, 0) < 1:
             raise ValueError(f"{counts_path} holds no {row['outcome']} on {b} {p} for seed {seed} of {log_path}")
@@ -815,7 +812,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tuner", default="predict", help="'predict' (the shipped cost model) or 'flat'")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "pimjax", "fuzz-xla"))
-    ap.add_argument("--log", default=None, help="append one line per failure (JSON) to this file")
+    ap.add_argument("--log", default=None, help="append one line per failure (checksummed JSON, "
+                    "pimjax.durable.append_records) to this file")
     ap.add_argument("--counts", default=None, help="keep the running counts (JSON) in this file, "
                                                     "rewritten atomically after every program")
     ap.add_argument("--resume", action="store_true", help="with --counts: continue the run that file "
@@ -839,7 +837,7 @@ def main(argv=None) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
     import json
-    from pimjax.durable import atomic_write
+    from pimjax.durable import append_records, atomic_write
     backends, placements = tuple(a.backends.split(",")), tuple(a.placements.split(","))
     tuner = None if a.tuner == "predict" else a.tuner
     run = dict(seed=a.seed, n=a.n, backends=list(backends), placements=list(placements), tuner=a.tuner)
@@ -881,11 +879,9 @@ def main(argv=None) -> int:
                 if r.outcome not in OK_OUTCOMES:
                     failures.append((seed, prog, b, p, r))
                     console.print(f"[red]FAIL[/] seed {seed} {prog.kind} {b} {p}: {r.outcome}: {r.detail}")
-                    if a.log:
-                        with open(a.log, "a") as fh:
-                            fh.write(json.dumps(dict(seed=seed, kind=prog.kind, backend=b, placement=p,
-                                                     outcome=r.outcome, detail=r.detail,
-                                                     source=prog.source)) + "\n")
+                    if a.log:       # checksummed lines: `--recheck` reads them back past a torn tail
+                        append_records(a.log, [dict(seed=seed, kind=prog.kind, backend=b, placement=p,
+                                                    outcome=r.outcome, detail=r.detail, source=prog.source)])
             bar.update(job, advance=1, rate=done / (time.perf_counter() - t0), fails=len(failures))
             if a.counts:            # a run stopped early keeps its figures, and `--resume` continues it
                 atomic_write(a.counts, json.dumps(dict(
