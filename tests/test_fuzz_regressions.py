@@ -167,7 +167,23 @@ def test_exp_of_overflowed_dot_is_a_stated_precision_loss():
 
 
 def test_fp16_edge_attention_gives_only_allowed_outcomes():
+    """Whichever way this machine's XLA rounds the fused program: on one CPU jax.jit turns two
+    more scores into inf (NaN through the softmax) than jax op by op does, on another it does not.  What pimjax
+    guarantees is jax op by op; the fuzzer's EAGER detail must say exactly when jax.jit differed."""
+    import jax
+
+    from pimjax.hw.presets import get_backend
+    from pimjax.precision import tolerance
     res = fuzz.check_all(FP16_EDGE_ATTENTION, seed=10036, backends=("hbm-pim", "upmem"),
                          tuner=fuzz.flat_tuner(), timeout_s=None)
     assert all(r.outcome in fuzz.OK_OUTCOMES for r in res.values()), res
-    assert res[("upmem", "prefer_pim")].detail.startswith(fuzz.EAGER)      # jax.jit's NaN, op by op finite
+    upmem = get_backend("upmem", **fuzz.BACKEND_OPTIONS["upmem"])
+    rtol = tolerance(upmem, [a.dtype for a in FP16_EDGE_ATTENTION.args if a.kind == "normal"])
+    jitted, scale = fuzz.reference_of(FP16_EDGE_ATTENTION, 10036)
+    with jax.disable_jit():
+        eager = FP16_EDGE_ATTENTION.fn(*jax.tree_util.tree_map(
+            jax.numpy.asarray, FP16_EDGE_ATTENTION.make_args(10036)))
+    jit_differs = bool(fuzz.compare(jitted, eager, rtol, scale))
+    r = res[("upmem", "prefer_pim")]                       # integer units: exact, so equal to jax op by op
+    assert r.outcome == "equal", r
+    assert r.detail.startswith(fuzz.EAGER) == jit_differs, (r, jit_differs)
