@@ -144,7 +144,7 @@ def decode_record(line: str) -> dict | None:
         text = line
     try:
         out = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):      # RecursionError: nesting deeper than the parser's stack
         return None
     return out if isinstance(out, dict) else None
 
@@ -258,7 +258,8 @@ def read_json(path: str, what: str):
         return json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as err:
-        warnings.warn(f"pimjax {what} {path}: unreadable ({err}); starting again without it",
+    except (OSError, ValueError, RecursionError) as err:   # RecursionError: a file nested past the parser's stack
+        warnings.warn(f"pimjax {what} {path}: unreadable ({type(err).__name__}: {str(err)[:200]}); "
+                      "starting again without it",
                       CorruptStateWarning, stacklevel=2)
         return None

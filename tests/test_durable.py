@@ -119,6 +119,26 @@ def test_atomic_write_replaces_whole_and_unreadable_json_warns(tmp_path):
     assert not os.path.exists(path + ".123abc.tmp")
 
 
+def test_state_nested_past_the_parsers_stack_is_skipped_with_a_warning(tmp_path):
+    """A file (or a record) of 200 000 nested brackets makes json.loads raise RecursionError, not
+    ValueError: the readers skip it with a CorruptStateWarning like every other corruption."""
+    from pimjax.search.cache import TuneCache
+    deep = "[" * 200_000 + "]" * 200_000
+    path = str(tmp_path / "tune.json")
+    open(path, "w").write(deep)
+    with pytest.warns(CorruptStateWarning, match="tuning cache .*tune.json: unreadable \\(RecursionError"):
+        cache = TuneCache(path)
+    assert cache.entries == {}
+    cache.put("k", _draft_record(1.0))                            # rebuilt: the file is usable again
+    assert list(TuneCache(path).entries) == ["k"]
+    log = str(tmp_path / "log.jsonl")
+    durable.append_records(log, _records(2))
+    with open(log, "a") as f:
+        f.write('{"deep": ' + deep + "}\n")
+    with pytest.warns(CorruptStateWarning, match="skipped 1 torn or corrupt entry of 3"):
+        assert durable.read_records(log, "log") == _records(2)
+
+
 # ---------------------------------------------------------------------------------------------
 # the stores' bounds
 # ---------------------------------------------------------------------------------------------
