@@ -208,7 +208,8 @@ HOST_ENERGY_FIELDS = ("e_mem_pj_per_byte", "e_l2_pj_per_byte", "e_l1_pj_per_byte
                       "static_power_w")
 
 
-@pytree_dataclass(static=("name", "staging_buffer_bytes", "model", "sms", "l1_bytes_per_sm", "l2_bytes"))
+@pytree_dataclass(static=("name", "staging_buffer_bytes", "model", "sms", "l1_bytes_per_sm", "l2_bytes",
+                           "profile", "profile_base"))
 class HostModel(_Replace):
     """The host (GPU / CPU) and its time model.
 
@@ -243,6 +244,15 @@ class HostModel(_Replace):
     k step of a tiled product; sm_inflight_bytes: the loads one SM can have
     outstanding (its L1 MSHRs x line): by Little's law an SM streams at most
     sm_inflight_bytes / mem_latency_ns, whatever the memory's channels.
+
+    Read by the "library" model (`hw/gpu_library.py`): simt_flops is the FP32 rate an FP32
+    GEMM runs at (the CUDA cores' FFMA; AMD CDNA's FP32 matrix rate); wave_overhead_ns: ns
+    one wave of a tiled product's thread blocks costs beyond its arithmetic (the tile's
+    pipeline fill and epilogue; fitted per GPU, `hw/measured/fits.json`).
+
+    model "profile" (`hw/profile.py`: a GPU described by its own measurements): profile is
+    the `GpuProfile` of measured times it answers from, profile_base the analytic model
+    (one of `hw.gpu.GENERIC_GPU_MODELS`) that fills what the table lacks.
     """
     name: str
     peak_flops: Any
@@ -265,6 +275,9 @@ class HostModel(_Replace):
     l2_bandwidth: Any = 0.0
     mem_latency_ns: Any = 0.0
     sm_inflight_bytes: Any = 0.0
+    wave_overhead_ns: Any = 0.0
+    profile: Any = None
+    profile_base: str = ""
 
     def __post_init__(self):
         from .gpu import GPU_MODELS
@@ -272,17 +285,24 @@ class HostModel(_Replace):
         check_finite(self, *self._dynamic_fields)
         check_positive(self, "peak_flops", "mem_bandwidth", "flops_efficiency", "bandwidth_efficiency")
         check_non_negative(self, "launch_overhead_ns", "staging_buffer_bytes", "sms", "l1_bytes_per_sm",
-                           "l2_bytes", *HOST_ENERGY_FIELDS, *PIMFLOW_FIELDS)
+                           "l2_bytes", *HOST_ENERGY_FIELDS, *PIMFLOW_FIELDS, "wave_overhead_ns")
         for n in ("flops_efficiency", "bandwidth_efficiency"):
             v = _concrete(getattr(self, n))
             if v is not None and not np.all(v <= 1):
                 raise ValueError(f"HostModel.{n} must be <= 1, got {getattr(self, n)!r}")
         if self.model not in GPU_MODELS:
             raise ValueError(f"HostModel.model {self.model!r}: valid models are {list(GPU_MODELS)}")
-        if self.model in ("occupancy", "attacc") and self.sms < 1:
+        if self.model in ("occupancy", "attacc", "library") and self.sms < 1:
             raise ValueError(f"HostModel.model {self.model!r} needs sms >= 1 (thread-block slots)")
         if self.model == "attacc" and (self.l1_bytes_per_sm < 1 or self.l2_bytes < 1):
             raise ValueError("HostModel.model 'attacc' needs l1_bytes_per_sm and l2_bytes (its tiling search)")
+        if self.model == "profile":
+            from .gpu import GENERIC_GPU_MODELS
+            from .profile import GpuProfile
+            if not isinstance(self.profile, GpuProfile) or self.profile_base not in GENERIC_GPU_MODELS:
+                raise ValueError("HostModel.model 'profile' needs a GpuProfile (profile=) and the analytic model that "
+                                 f"fills what it lacks (profile_base= one of {list(GENERIC_GPU_MODELS)}): "
+                                 "use pimjax.hw.profile.profile_host(base, profile)")
         if self.model == "pimflow":
             missing = [n for n in ("sms", "l2_bytes", *PIMFLOW_FIELDS)
                        if (v := _concrete(getattr(self, n))) is not None and not np.all(v > 0)]

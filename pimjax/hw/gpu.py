@@ -28,6 +28,12 @@ dispatches on it, so graph ops (`pimjax.sim.host.host_time`) and code without a 
   on CNN layers): an optimistic bound on a library's pick, not yet checked against a
   measured GEMM; a block per row of a row reduction, 8 elements per thread of a
   map).  Constants and sources below.
+* ``"library"`` -- the kernels cuBLAS / rocBLAS and PyTorch run (tile waves with a per-wave
+  cost, the dtype's rate, rows read twice by softmax / norms), its efficiencies fitted per GPU
+  on public measured sets and checked on the rest: `pimjax/hw/gpu_library.py`,
+  `pimjax/hw/gpu_check.py` (the per-class table).
+* ``"profile"`` -- a GPU described by its own measured table (`pimjax/hw/profile.py`), the
+  analytic model `profile_base` filling what the table lacks.
 * ``"pimflow"`` -- PIMFlow's GPU as its artifact measures it: Accel-Sim (configuration
   SM75_RTX2060, `hw.host.pimflow_rtx2060`) running the TVM build of each layer
   (`target="cuda -libs=cudnn,cublas"`).  Every kernel costs the configured launch
@@ -62,8 +68,8 @@ import math
 
 import numpy as np
 
-GPU_MODELS = ("roofline", "dcc", "attacc", "occupancy", "pimflow")
-GENERIC_GPU_MODELS = ("roofline", "dcc", "attacc", "occupancy")   # the models any GPU builder takes (`hw.host`);
+GPU_MODELS = ("roofline", "dcc", "attacc", "occupancy", "library", "pimflow", "profile")
+GENERIC_GPU_MODELS = ("roofline", "dcc", "attacc", "occupancy", "library")   # the models any GPU builder takes (`hw.host`);
                                                                   #   "pimflow" is PIMFlow's configured RTX 2060 only
 
 # --------------------------------------------------------------------------
@@ -206,6 +212,12 @@ def gemm_ns(host, m: int, n: int, k: int, batch: int = 1, elem_bytes: int = 2,
         return _attacc_gemm_ns(host, m, n, k, batch, eb, None if layer is None else layer == "fc")
     if model == "pimflow":
         return _pimflow_gemm_ns(host, m, n, k, batch, eb, operand_bytes)
+    if model == "library":
+        from . import gpu_library
+        return float(gpu_library.gemm_ns(host, m, n, k, batch, eb))
+    if model == "profile":
+        from .profile import profile_gemm_ns
+        return profile_gemm_ns(host, m, n, k, batch, eb, operand_bytes)
     bytes_moved = batch * (m * k + k * n + m * n) * eb
     flops = 2.0 * batch * m * n * k
     if model in ("roofline", "dcc"):
@@ -252,6 +264,12 @@ def elementwise_ns(host, bytes_moved: float, flops: float = 0.0, *, outputs: int
     outputs, reduction = max(1, int(outputs)), max(1, int(reduction))
     if model == "pimflow":
         return _pimflow_tvm_ns(host, bytes_moved, flops, outputs, reduction)
+    if model == "library":
+        from . import gpu_library
+        return float(gpu_library.elementwise_ns(host, bytes_moved, flops, outputs, reduction, kind))
+    if model == "profile":
+        from .profile import profile_elementwise_ns
+        return profile_elementwise_ns(host, bytes_moved, flops, outputs=outputs, reduction=reduction, kind=kind)
     if model == "attacc":
         scale = ATTACC_FIT_BANDWIDTH / _f(host.mem_bandwidth)
         if kind == "act":

@@ -27,6 +27,7 @@ import numpy as np
 
 from . import energy_table as E
 from .core import HostModel
+from .gpu_library import LIB_LAUNCH_NS
 
 # --------------------------------------------------------------------------
 # NVIDIA A100-80GB (DCC and AttAcc baseline GPU)
@@ -40,6 +41,7 @@ A100_ON_HBM_PIM_BANDWIDTH = 64 * 16e9   # backends.md / hbm-pim.md: 64 pCH x 16 
 A100_BW_EFFICIENCY = 0.81           # dcc.md: DCC's GPU model uses 0.81 bandwidth utilisation
 A100_FLOPS_EFFICIENCY = 0.8         # AttAcc simulator src/config.py: SCALING_FACTOR['MAX_COMPUTE_UTIL'] = 0.8
 A100_SMS = 108                      # A100 whitepaper: 108 SMs
+A100_FP32_FLOPS = 19.5e12           # A100 datasheet: 19.5 TFLOP/s FP32 (CUDA cores; the "library" model's FP32 GEMM)
 A100_SMEM_PER_SM = 164 * 1024       # A100 whitepaper: up to 164 KB shared memory per SM (of 192 KB L1/smem)
 
 # Launch overhead, calibrated so the roofline reproduces AttAcc's own A100 model
@@ -72,7 +74,11 @@ GPU_MODEL_FACTORS = {
     "dcc": (A100_BW_EFFICIENCY, DCC_FLOPS_EFFICIENCY, 0.0),    # dcc.md: 3352 GB/s x 0.81, 312 TFLOP/s; no launch
     "attacc": (ATTACC_BW_EFFICIENCY, A100_FLOPS_EFFICIENCY, 0.0),  # AttAcc devices.py: no fixed kernel cost
     "occupancy": (A100_BW_EFFICIENCY, A100_FLOPS_EFFICIENCY, OCC_LAUNCH_NS),  # DCC's / AttAcc's utilisations
-}                                                              #   + a launch; occupancy in gpu.py
+                                                               #   + a launch; occupancy in gpu.py
+    # the kernels' model (gpu_library.py): these defaults are the A100's; `gpus.gpu(name)` gives a measured
+    # card its own fitted efficiencies and per-wave cost (hw/measured/fits.json)
+    "library": (A100_BW_EFFICIENCY, A100_FLOPS_EFFICIENCY, LIB_LAUNCH_NS),
+}
 
 
 def _memory_bandwidth(memory, bandwidths: dict, who: str) -> tuple[float, str]:
@@ -157,7 +163,8 @@ def a100(memory="hbm2e", model: str = "roofline") -> HostModel:
     bw, label = _memory_bandwidth(memory, {"hbm2e": A100_HBM2E_BANDWIDTH, "hbm3": A100_HBM3_BANDWIDTH,
                                            "hbm-pim": A100_ON_HBM_PIM_BANDWIDTH}, "a100")
     return _gpu(f"A100-80GB ({label})", A100_PEAK_FP16_FLOPS, bw, _model_factors(model, "a100"), model,
-                A100_SMS, A100_SMEM_PER_SM, A100_L1_PER_SM, A100_L2)     # staging 18,137,088 B
+                A100_SMS, A100_SMEM_PER_SM, A100_L1_PER_SM, A100_L2).replace(simt_flops=A100_FP32_FLOPS)
+                                                                          # staging 18,137,088 B
 
 
 # --------------------------------------------------------------------------
@@ -166,6 +173,7 @@ def a100(memory="hbm2e", model: str = "roofline") -> HostModel:
 H100_PEAK_FP16_FLOPS = 989.4e12     # H100 SXM5 datasheet: 989.4 TFLOP/s FP16 dense tensor (1,979 with sparsity)
 H100_HBM3_BANDWIDTH = 3.35e12       # H100 SXM5 datasheet: 3.35 TB/s HBM3 (80 GB)
 H100_SMS = 132                      # H100 whitepaper: 132 SMs on the SXM5 part (PyTorch reports 132 on our device)
+H100_FP32_FLOPS = 66.9e12           # H100 SXM5 datasheet: 67 TFLOP/s FP32 (CUDA cores)
 H100_SMEM_PER_SM = 228 * 1024       # H100 whitepaper / CUDA Programming Guide (cc 9.0): up to 228 KB shared per SM
 H100_L1_PER_SM = 256 * 1024         # H100 whitepaper: 256 KB combined L1 / shared memory per SM
 H100_L2 = 50 * 1024 * 1024          # H100 whitepaper: 50 MB L2
@@ -179,7 +187,7 @@ def h100(memory="hbm3", model: str = "roofline") -> HostModel:
     evaluates PIM against it, so no preset pairs with it."""
     bw, label = _memory_bandwidth(memory, {"hbm3": H100_HBM3_BANDWIDTH}, "h100")
     return _gpu(f"H100-SXM5 ({label})", H100_PEAK_FP16_FLOPS, bw, _model_factors(model, "h100"), model,
-                H100_SMS, H100_SMEM_PER_SM, H100_L1_PER_SM, H100_L2)
+                H100_SMS, H100_SMEM_PER_SM, H100_L1_PER_SM, H100_L2).replace(simt_flops=H100_FP32_FLOPS)
 
 
 # --------------------------------------------------------------------------
@@ -200,7 +208,7 @@ def h200(memory="hbm3e", model: str = "roofline") -> HostModel:
     PIM system with it."""
     bw, label = _memory_bandwidth(memory, {"hbm3e": H200_HBM3E_BANDWIDTH}, "h200")
     return _gpu(f"H200-SXM ({label})", H200_PEAK_FP16_FLOPS, bw, _model_factors(model, "h200"), model,
-                H200_SMS, H100_SMEM_PER_SM, H100_L1_PER_SM, H200_L2)
+                H200_SMS, H100_SMEM_PER_SM, H100_L1_PER_SM, H200_L2).replace(simt_flops=H100_FP32_FLOPS)
 
 
 # --------------------------------------------------------------------------

@@ -169,9 +169,15 @@ def test_host_time_on_graph_ops_is_the_same_model():
     op = next(o for o in g.ops if o.kind == "contraction")
     assert op_gemm_shape(op) == {"m": 1, "n": L, "k": D_HEAD, "batch": 5}
     shapes = {i: v.shape for i, v in enumerate(g.values)}
+    from pimjax.hw.profile import GpuProfile, profile_host
+    measured = GpuProfile("one point", ((1, L, D_HEAD, 5, 2),), (4321.0,))
     for model in GPU_MODELS:
-        gpu = pimflow_rtx2060() if model == "pimflow" else a100("hbm3", model=model)
+        gpu = (pimflow_rtx2060() if model == "pimflow" else
+               profile_host(a100("hbm3", model="library"), measured) if model == "profile" else
+               a100("hbm3", model=model))
         assert host_time(op, gpu, shapes, 2) == pytest.approx(gemm_ns(gpu, 1, L, D_HEAD, batch=5)), model
+        if model == "profile":           # the measured point, plus the launch the table leaves out
+            assert gemm_ns(gpu, 1, L, D_HEAD, batch=5) == 4321.0 + float(gpu.launch_overhead_ns)
 
 
 FAIR = [("hbm-pim", {}), ("hbm-pim", dict(channels=16)), ("attacc", {}), ("attacc", dict(stacks=2)),

@@ -1,0 +1,263 @@
+"""Hold pimjax's GPU models to measured kernel times (`pimjax.hw.measured`), class by class.
+
+A measured time is the kernel plus the method's floor: NeuSight brackets one PyTorch call
+with CUDA events, LLMCompass with the host's clock, so a call's host dispatch (12-90 us by
+op and card) sits before the kernel.  The floor is stated, not modelled: per source, GPU and
+op class it is the `FLOOR_PERCENTILE`th percentile of the measured times, and the model's
+launch (`HostModel.launch_overhead_ns`) is set to it.  A row is "above the floor" when it
+measures more than `ABOVE` x the floor; the acceptance bands are read on those rows, and the
+floor rows are held to 0.5-2.
+
+`fit(gpu)` fits the "library" model's three constants of one card (flops_efficiency and
+wave_overhead_ns on its products, bandwidth_efficiency on its maps) on the even rows of its
+sets; `class_table` checks them on the odd rows (`split="odd"`) or on every row.
+`python -m pimjax.hw.gpu_check --fit` refits every card into `hw/measured/fits.json`;
+without it, prints the table.
+
+    >>> rows = class_table("library", gpus=("v100",), classes=("map",))
+    >>> rows[0]["gpu"], rows[0]["class"], rows[0]["median"] > 0
+    ('v100', 'map', True)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import numpy as np
+
+from . import gpu as G
+from . import gpu_library as L
+from . import measured as M
+
+FLOOR_PERCENTILE = 1.0       # the method's floor: the 1st percentile of a (source, GPU, class)'s times
+ABOVE = 2.0                  # rows measuring more than 2 x the floor are "above the floor"
+BAND = (0.8, 1.25)           # issue 49's acceptance band of model / measured
+FLOOR_BAND = (0.5, 2.0)
+CLASSES = ("gemm", "bmm", "conv", "map", "norm", "softmax", "allreduce")
+TWO_INPUT_MAPS = ("add", "mul", "sub", "div", "pow", "maximum", "where", "masked_fill")
+FITS_PATH = os.path.join(M.HERE, "fits.json")
+FIT_GRID = {"flops_efficiency": tuple(np.round(np.arange(0.30, 1.001, 0.05), 2)),
+            "wave_overhead_ns": (0.0, 1000.0, 2000.0, 3000.0, 4000.0, 6000.0, 8000.0),
+            "bandwidth_efficiency": tuple(np.round(np.arange(0.40, 1.001, 0.02), 2))}
+
+
+def _classes(rows) -> np.ndarray:
+    return np.array([M.op_class(o) for o in rows["op"]], dtype=object)
+
+
+def _elem_bytes(rows) -> np.ndarray:
+    return np.array([{"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}.get(d, 4) for d in rows["dtype"]], np.int64)
+
+
+def floors(rows) -> np.ndarray:
+    """[R] us: the floor of each row's (source, GPU, class) (module docstring)."""
+    cls = _classes(rows)
+    out = np.zeros(len(cls))
+    _, inv = np.unique(np.array([f"{s}|{g}|{c}" for s, g, c in zip(rows["source"], rows["gpu"], cls)]),
+                       return_inverse=True)
+    for j in range(int(inv.max()) + 1 if len(inv) else 0):
+        sel = inv == j
+        out[sel] = np.percentile(rows["time_us"][sel], FLOOR_PERCENTILE)
+    return out
+
+
+def conv_gemm(spec: str) -> dict:
+    """The implicit GEMM of a measured convolution ("n=..;h=..;..."): m = n x output pixels,
+    n = output channels per group, k = input channels per group x kh x kw, batch = groups."""
+    p = {k: int(v) for k, v in (kv.split("=") for kv in spec.split(";") if kv)}
+    g = max(1, p.get("groups", 1))
+    oh = (p["h"] + 2 * p.get("pad", 0) - p["kh"]) // p.get("stride", 1) + 1
+    ow = (p.get("w", p["h"]) + 2 * p.get("pad", 0) - p["kw"]) // p.get("stride", 1) + 1
+    return {"m": p["n"] * oh * ow, "n": p["f"] // g, "k": p["c"] // g * p["kh"] * p["kw"], "batch": g}
+
+
+def _shape_args(rows, cls):
+    """Per class, the model's arguments of each row (arrays)."""
+    eb = _elem_bytes(rows)
+    if cls in ("gemm", "bmm"):
+        return dict(m=rows["m"], n=rows["n"], k=rows["k"], batch=np.maximum(rows["batch"], 1), elem_bytes=eb)
+    if cls == "conv":
+        g = [conv_gemm(s) for s in rows["conv"]]
+        return {k: np.array([x[k] for x in g], np.int64) for k in ("m", "n", "k", "batch")} | {"elem_bytes": eb}
+    if cls == "map":
+        n_in = np.array([2 if o in TWO_INPUT_MAPS else 1 for o in rows["op"]])
+        return dict(bytes_moved=(n_in + 1) * rows["numel"] * eb, outputs=rows["numel"], reduction=1, kind="act")
+    if cls in ("norm", "softmax"):
+        nbytes = 2 * rows["rows"] * rows["cols"] * eb
+        return dict(bytes_moved=nbytes, outputs=rows["rows"], reduction=rows["cols"], kind=cls)
+    if cls == "allreduce":
+        return dict(bytes_per_gpu=rows["numel"] * 2.0, gpus=4)
+    raise ValueError(f"class {cls!r}: valid classes are {list(CLASSES)}")
+
+
+def model_us(host, rows, cls: str) -> np.ndarray:
+    """[R] us of `rows` (all of class `cls`) on `host`'s GPU model (its launch = the floor)."""
+    a = _shape_args(rows, cls)
+    if cls in ("gemm", "bmm", "conv"):
+        if host.model == "library":
+            return np.asarray(L.gemm_ns(host, a["m"], a["n"], a["k"], a["batch"], a["elem_bytes"])) / 1e3
+        return np.array([G.gemm_ns(host, *(int(a[k][i]) for k in ("m", "n", "k", "batch", "elem_bytes")))
+                         for i in range(len(a["m"]))]) / 1e3
+    if cls == "allreduce":
+        return np.array([G.allreduce_ns(host, b, 4) for b in a["bytes_per_gpu"]]) / 1e3 \
+            + float(host.launch_overhead_ns) / 1e3
+    if host.model == "library":
+        return np.asarray(L.elementwise_ns(host, a["bytes_moved"], 0.0, a["outputs"], a["reduction"],
+                                           a["kind"])) / 1e3
+    red = np.broadcast_to(a["reduction"], a["outputs"].shape)
+    kind = "norm" if cls == "norm" else ("softmax" if cls == "softmax" else "act")
+    return np.array([G.elementwise_ns(host, float(b), 0.0, outputs=int(o), reduction=int(r), kind=kind)
+                     for b, o, r in zip(a["bytes_moved"], a["outputs"], red)]) / 1e3
+
+
+def host_for(gpu_name: str, model: str, floor_us: float = 0.0, params: dict | None = None):
+    """The card's HostModel on `model`, its launch the floor; "library": its fitted constants."""
+    from .gpus import gpu
+    host = gpu(gpu_name, model=model)
+    if model == "library":
+        host = host.replace(**(fits().get(gpu_name, {}) if params is None else params))
+    return host.replace(launch_overhead_ns=float(floor_us) * 1e3)
+
+
+def _cells(rows, split: str):
+    cls, fl = _classes(rows), floors(rows)
+    parity = np.zeros(len(cls), bool)
+    for key in set(zip(rows["source"], rows["gpu"])):       # even / odd within each file and card
+        sel = np.nonzero((rows["source"] == key[0]) & (rows["gpu"] == key[1]))[0]
+        parity[sel] = np.arange(len(sel)) % 2 == 1
+    keep = {"all": np.ones(len(cls), bool), "even": ~parity, "odd": parity}[split]
+    return cls, fl, keep
+
+
+def _subset(rows, sel):
+    return {c: a[sel] for c, a in rows.items()}
+
+
+def class_table(model: str = "library", gpus=None, classes=CLASSES, split: str = "odd", max_rows: int | None = None,
+                rows=None) -> list[dict]:
+    """Per (gpu, class, dtype) of the measured sets: rows, rows above the floor, the median
+    and the share in `BAND` of model / measured above it, the share of floor rows in
+    `FLOOR_BAND`.  split: "odd" (the rows `fit` did not see), "even" or "all"; max_rows: at
+    most that many rows a cell, evenly strided (the scalar models are slow on 20 000)."""
+    rows = M.load() if rows is None else rows
+    cls, fl, keep = _cells(rows, split)
+    out = []
+    for g in sorted(set(rows["gpu"]) if gpus is None else gpus):
+        for c in classes:
+            for dt in sorted(set(rows["dtype"])):
+                sel = np.nonzero(keep & (rows["gpu"] == g) & (cls == c) & (rows["dtype"] == dt))[0]
+                if not len(sel):
+                    continue
+                if max_rows and len(sel) > max_rows:
+                    sel = sel[np.linspace(0, len(sel) - 1, max_rows).astype(int)]
+                sub = _subset(rows, sel)
+                t = sub["time_us"]
+                pred = np.zeros(len(t))
+                for f in set(fl[sel]):
+                    s = fl[sel] == f
+                    pred[s] = model_us(host_for(g, model, f), _subset(sub, s), c)
+                ratio, above = pred / t, t > ABOVE * fl[sel]
+                ra, rf = ratio[above], ratio[~above]
+                out.append({"gpu": g, "class": c, "dtype": dt, "rows": int(len(t)), "above": int(above.sum()),
+                            "median": float(np.median(ra)) if len(ra) else float("nan"),
+                            "in_band": float(np.mean((ra >= BAND[0]) & (ra <= BAND[1]))) if len(ra) else float("nan"),
+                            "floor_in_band": float(np.mean((rf >= FLOOR_BAND[0]) & (rf <= FLOOR_BAND[1])))
+                            if len(rf) else float("nan")})
+    return out
+
+
+FIT_FIELDS = ("flops_efficiency", "wave_overhead_ns", "bandwidth_efficiency")
+
+
+def fits() -> dict:
+    """{gpu: {flops_efficiency, wave_overhead_ns, bandwidth_efficiency}} as fitted (fits.json)."""
+    if not os.path.exists(FITS_PATH):
+        return {}
+    with open(FITS_PATH, encoding="utf-8") as fh:
+        return {g: {k: v[k] for k in FIT_FIELDS} for g, v in json.load(fh)["gpus"].items()}
+
+
+def _score(rows, fl, cls, params, gpu_name, classes) -> float:
+    hits, n = 0, 0
+    for c in classes:
+        sel = np.nonzero(cls == c)[0]
+        for f in set(fl[sel]):
+            s = sel[fl[sel] == f]
+            t = rows["time_us"][s]
+            above = t > ABOVE * f
+            if not above.any():
+                continue
+            r = model_us(host_for(gpu_name, "library", f, params), _subset(_subset(rows, s), above), c) / t[above]
+            hits += int(np.sum((r >= BAND[0]) & (r <= BAND[1])))
+            n += int(above.sum())
+    return hits / n if n else 0.0
+
+
+def fit(gpu_name: str, rows=None) -> dict:
+    """The "library" constants of `gpu_name` that put most of its even rows above the floor in
+    `BAND`: flops_efficiency x wave_overhead_ns on its products (gemm, bmm, conv), then
+    bandwidth_efficiency on its maps; grid search over `FIT_GRID`.  Returns {constant: value,
+    "score_products", "score_maps"} (the even rows' share in band)."""
+    rows = M.load(gpu=gpu_name) if rows is None else rows
+    cls, fl, keep = _cells(rows, "even")
+    rows, cls, fl = _subset(rows, keep), cls[keep], fl[keep]
+    base = {"flops_efficiency": 0.8, "wave_overhead_ns": 0.0, "bandwidth_efficiency": 0.8}
+    best = (-1.0, base)
+    for e in FIT_GRID["flops_efficiency"]:
+        for w in FIT_GRID["wave_overhead_ns"]:
+            p = dict(base, flops_efficiency=float(e), wave_overhead_ns=float(w))
+            s = _score(rows, fl, cls, p, gpu_name, ("gemm", "bmm", "conv"))
+            if s > best[0]:
+                best = (s, p)
+    s_prod, p = best
+    best = (-1.0, p)
+    for b in FIT_GRID["bandwidth_efficiency"]:
+        q = dict(p, bandwidth_efficiency=float(b))
+        s = _score(rows, fl, cls, q, gpu_name, ("map",))
+        if s > best[0]:
+            best = (s, q)
+    return dict(best[1], score_products=round(s_prod, 4), score_maps=round(best[0], 4))
+
+
+def _print_table(table, title):
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=title)
+    for col in ("gpu", "class", "dtype", "rows", "above", "median", "in_band", "floor_in_band"):
+        t.add_column(col, justify="left" if col in ("gpu", "class", "dtype") else "right")
+    for r in table:
+        t.add_row(r["gpu"], r["class"], r["dtype"], str(r["rows"]), str(r["above"]), f"{r['median']:.2f}",
+                  f"{r['in_band']:.2f}", f"{r['floor_in_band']:.2f}")
+    Console().print(t)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pimjax.hw.gpu_check", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fit", action="store_true", help="refit every card's library constants into fits.json")
+    ap.add_argument("--model", default="library", help="GPU model to check (default library)")
+    ap.add_argument("--split", default="odd", choices=("odd", "even", "all"))
+    ap.add_argument("--max-rows", type=int, default=None)
+    args = ap.parse_args(argv)
+    if args.fit:
+        from .gpus import GPU_SPECS
+        rows = M.load()
+        out = {}
+        for g in sorted(set(rows["gpu"])):
+            if g in GPU_SPECS:
+                out[g] = fit(g, _subset(rows, rows["gpu"] == g))
+                print(g, out[g], flush=True)
+        doc = {"what": "the 'library' GPU model's constants per card (pimjax/hw/gpu_library.py), fitted by "
+                       "`python -m pimjax.hw.gpu_check --fit` on the even rows of each card's measured sets "
+                       "(pimjax/hw/measured); score_*: the even rows' share in 0.8-1.25",
+               "gpus": out}
+        with open(FITS_PATH, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=1, sort_keys=True)
+            fh.write("\n")
+    _print_table(class_table(args.model, split=args.split, max_rows=args.max_rows),
+                 f"model '{args.model}' / measured, {args.split} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

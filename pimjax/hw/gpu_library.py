@@ -1,0 +1,84 @@
+"""The "library" GPU model: the kernels cuBLAS / rocBLAS and PyTorch run, held to measured times.
+
+`pimjax/hw/gpu.py` dispatches here for `HostModel.model == "library"`.  Every function takes
+numpy arrays (or scalars) and broadcasts, so a whole measured set is timed in one call
+(`pimjax.hw.gpu_check`).  Units: ns, bytes, FLOP.
+
+* a product (GEMM, batched GEMM; m x k . k x n, `batch` of them): the library's threadblock
+  tiles (`LIB_TILES`), a block per output tile, waves of one block per SM; each wave costs its
+  tile's arithmetic at the SM's share of the dtype's rate (`dtype_flops` x flops_efficiency)
+  plus `wave_overhead_ns` (the tile's pipeline fill and epilogue); the fastest tile is the pick.
+  The operands stream from memory once at bandwidth x bandwidth_efficiency; the kernel takes
+  the longer of the two, plus the launch.
+* a map: its bytes at bandwidth x bandwidth_efficiency, the bandwidth scaled by the SMs a
+  kernel of few blocks occupies (`MAP_ELEMS_PER_BLOCK` outputs a block);
+* a row softmax / norm: a block per row, its input read twice (PyTorch's softmax: a max / sum
+  pass, then the write pass; layer_norm: the statistics pass, then the normalising pass).
+
+`HostModel.launch_overhead_ns` is the launch and framework floor: a GPU's own launch for
+pimjax's reports (`LIB_LAUNCH_NS`), a measurement method's floor when held to measured sets
+(`gpu_check`).  The efficiencies and `wave_overhead_ns` are fits per GPU
+(`hw/measured/fits.json`, fitted on the even rows of the measured sets, checked on the odd).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+LIB_TILES = ((128, 128), (128, 64), (64, 64), (64, 32), (32, 32))
+                                # threadblock tiles (m x n) of the GEMM kernels cuBLAS / CUTLASS / rocBLAS
+                                #   (Tensile) ship: CUTLASS's default 128 x 128 and the smaller ones their
+                                #   kernel names carry for small products
+MAP_ELEMS_PER_BLOCK = 128 * 4   # PyTorch's elementwise kernels (ATen native/cuda/thread_constants.h, recalled):
+                                #   num_threads 128 (4 warps) x thread_work_size 4 = 512 outputs a block
+ROW_EXTRA_READS = {"norm": 1.0, "softmax": 1.0}
+                                # passes over the input beyond the first: ATen's layer_norm (a Welford
+                                #   statistics pass, then the normalising pass) and softmax (the max / sum
+                                #   pass, then the exp-and-write pass) read each row twice
+LIB_LAUNCH_NS = 2000.0          # assumption: a kernel launch as a GPU executes back-to-back kernels of one
+                                #   stream (~2 us, between CUDA graphs' ~1 us and an eager launch's ~4 us;
+                                #   the measured sets' framework floors are stated beside them, `gpu_check`)
+
+
+def _f(x):
+    return np.asarray(x, np.float64)
+
+
+def dtype_flops(host, elem_bytes):
+    """FLOP/s of a product of `elem_bytes`-byte elements on `host`: 4 -> the FP32 rate
+    (`simt_flops`; the FP16 rate / 2 where a host gives none), 2 -> the FP16 tensor rate
+    (`peak_flops`), 1 -> twice it (INT8 tensor ops: A100 / H100 datasheets, 624 / 1 979 TOPS)."""
+    eb = _f(elem_bytes)
+    fp32 = _f(host.simt_flops) if float(np.max(_f(host.simt_flops))) > 0 else _f(host.peak_flops) / 2
+    return np.where(eb >= 4, fp32, np.where(eb <= 1, 2 * _f(host.peak_flops), _f(host.peak_flops)))
+
+
+def gemm_ns(host, m, n, k, batch=1, elem_bytes=2):
+    """ns of `batch` (m x k) . (k x n) products (arrays broadcast): the fastest `LIB_TILES`
+    tile's waves against the operands' streaming, plus the launch (module docstring)."""
+    m, n, k, b, eb = (_f(x) for x in (m, n, k, batch, elem_bytes))
+    per_sm = dtype_flops(host, eb) * _f(host.flops_efficiency) / host.sms
+    wave = _f(host.wave_overhead_ns)
+    t_cmp = np.full(np.broadcast(m, n, k, b, eb).shape, np.inf)
+    for tm, tn in LIB_TILES:
+        waves = np.ceil(b * np.ceil(m / tm) * np.ceil(n / tn) / host.sms)
+        t_cmp = np.minimum(t_cmp, waves * (2.0 * tm * tn * k / per_sm * 1e9 + wave))
+    t_mem = b * (m * k + k * n + m * n) * eb / (_f(host.mem_bandwidth) * _f(host.bandwidth_efficiency)) * 1e9
+    return np.maximum(t_cmp, t_mem) + _f(host.launch_overhead_ns)
+
+
+def elementwise_ns(host, bytes_moved, flops=0.0, outputs=1, reduction=1, kind="act"):
+    """ns of a map (reduction 1) or a row reduction of `reduction` elements into each of
+    `outputs` (arrays broadcast).  kind "norm" / "softmax" read the input twice
+    (`ROW_EXTRA_READS`: the input is half of `bytes_moved`, in + out of one shape)."""
+    nbytes, flops, outputs, reduction = (_f(x) for x in (bytes_moved, flops, outputs, reduction))
+    outputs, reduction = np.maximum(outputs, 1), np.maximum(reduction, 1)
+    extra = ROW_EXTRA_READS.get(kind, 0.0) * 0.5 * nbytes
+    blocks = np.where(reduction > 1, outputs, np.ceil(outputs / MAP_ELEMS_PER_BLOCK))
+    util = np.minimum(1.0, blocks / host.sms)
+    t_mem = (nbytes + extra) / (_f(host.mem_bandwidth) * _f(host.bandwidth_efficiency) * util) * 1e9
+    t_cmp = flops / (dtype_flops(host, 4) * util) * 1e9
+    return np.maximum(t_mem, t_cmp) + _f(host.launch_overhead_ns)
+
+
+__all__ = ["LIB_TILES", "MAP_ELEMS_PER_BLOCK", "ROW_EXTRA_READS", "LIB_LAUNCH_NS", "dtype_flops", "gemm_ns",
+           "elementwise_ns"]

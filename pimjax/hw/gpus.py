@@ -1,0 +1,59 @@
+"""GPUs by name, from their datasheets: the cards the public measurements were taken on
+(`pimjax.hw.measured`) and the ones the papers compare with.
+
+`GPU_SPECS` is data: one row per card, every figure the datasheet's (recalled from the vendors'
+datasheets / whitepapers; the README of `hw/measured` names the exact card of each source).
+`gpu(name, model)` turns a row into a `HostModel` timed by a GPU model of `hw/gpu.py`.
+
+Fields: fp16: dense FP16 tensor / matrix FLOP/s (the rate cuBLAS / rocBLAS reach on FP16
+GEMMs; a card without tensor units: its packed-FP16 CUDA-core rate, or its FP32 rate where
+FP16 is no faster); fp32: the FP32 rate an FP32 GEMM runs at (NVIDIA: the CUDA cores' FFMA --
+PyTorch leaves TF32 off for matmuls; AMD CDNA: "FP32 Matrix", the MFMA f32 rate rocBLAS's
+kernels use); bandwidth: bytes/s of the card's memory; sms: SMs (NVIDIA) / CUs (AMD);
+l2: bytes; smem: shared memory (LDS) bytes per SM.
+
+    >>> g = gpu("v100", model="library")
+    >>> g.sms, round(g.mem_bandwidth / 1e9), round(g.simt_flops / 1e12, 1)
+    (80, 900, 14.0)
+"""
+from __future__ import annotations
+
+MB = 1024 * 1024
+KB = 1024
+
+GPU_SPECS = {
+    # name: (label, fp16 FLOP/s, fp32 FLOP/s, bytes/s, SMs, L2 bytes, smem bytes / SM)
+    "a100": ("A100-SXM4-80GB", 312e12, 19.5e12, 2039e9, 108, 40 * MB, 164 * KB),    # A100 datasheet (SXM4 80GB)
+    "a100-40gb": ("A100-PCIe-40GB", 312e12, 19.5e12, 1555e9, 108, 40 * MB, 164 * KB),   # A100 datasheet (PCIe 40GB)
+    "a100-80gb": ("A100-PCIe-80GB", 312e12, 19.5e12, 1935e9, 108, 40 * MB, 164 * KB),   # A100 datasheet (PCIe 80GB)
+    "h100": ("H100-SXM5-80GB", 989.4e12, 66.9e12, 3.35e12, 132, 50 * MB, 228 * KB),   # H100 datasheet (SXM5)
+    "h200": ("H200-SXM-141GB", 989.4e12, 66.9e12, 4.8e12, 132, 50 * MB, 228 * KB),    # H200 datasheet
+    "v100": ("V100-PCIe-32GB", 112e12, 14e12, 900e9, 80, 6 * MB, 96 * KB),           # V100 datasheet (PCIe)
+    "t4": ("T4", 65e12, 8.1e12, 320e9, 40, 4 * MB, 64 * KB),                         # T4 datasheet
+    "l4": ("L4", 121e12, 30.3e12, 300e9, 58, 48 * MB, 100 * KB),                    # L4 datasheet (FP16 dense: 242 / 2)
+    "p100": ("P100-PCIe-16GB", 18.7e12, 9.3e12, 732e9, 56, 4 * MB, 64 * KB),        # P100 datasheet (PCIe; FP16 = 2 x FP32)
+    "p4": ("Tesla P4", 5.5e12, 5.5e12, 192e9, 20, 2 * MB, 96 * KB),                 # P4 datasheet (GP104: no fast FP16)
+    "rtx2060": ("RTX 2060", 51.6e12, 6.45e12, 336e9, 30, 3 * MB, 64 * KB),          # Turing whitepaper (TU106, 30 SMs)
+    "mi100": ("MI100", 184.6e12, 46.1e12, 1228.8e9, 120, 8 * MB, 64 * KB),          # MI100 datasheet (FP32 Matrix 46.1)
+    "mi210": ("MI210", 181e12, 45.3e12, 1638.4e9, 104, 8 * MB, 64 * KB),            # MI210 datasheet (FP32 Matrix 45.3)
+    "mi250": ("MI250 (one GCD)", 181e12, 45.3e12, 1638.4e9, 104, 8 * MB, 64 * KB),  # MI250 datasheet / 2: one of its
+                                                                                     #   two dies, the device PyTorch sees
+}
+
+
+def gpu(name: str, model: str = "library", memory: float | None = None):
+    """The `HostModel` of the card `name` (`GPU_SPECS`), timed by `model` (a GPU model of
+    `hw/gpu.py`: "library" by default, the one held to the measured sets), on its own memory
+    or on `memory` bytes/s.  Efficiencies and launch: the model's (`hw/host.GPU_MODEL_FACTORS`,
+    `hw/gpu_library` for "library")."""
+    from .host import _gpu, _model_factors
+    if name not in GPU_SPECS:
+        raise ValueError(f"gpu({name!r}): valid GPUs are {sorted(GPU_SPECS)}")
+    label, fp16, fp32, bw, sms, l2, smem = GPU_SPECS[name]
+    if memory is not None:
+        bw, label = float(memory), f"{label} ({float(memory) / 1e9:,.1f} GB/s)"
+    host = _gpu(label, fp16, bw, _model_factors(model, "gpu"), model, sms, smem, smem, l2)
+    return host.replace(simt_flops=fp32)
+
+
+__all__ = ["GPU_SPECS", "gpu"]

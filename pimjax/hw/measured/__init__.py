@@ -1,0 +1,111 @@
+"""Measured GPU op latencies from public sources, to hold pimjax's GPU models to.
+
+One CSV per source beside this file (`README.md` lists them; `benchmarks/measured_import.py`
+writes them from the sources' repositories).  Every file opens with ``#`` lines naming its
+repository, paths, commit, units and notes, then the columns
+
+    gpu, op, dtype, batch, m, n, k, rows, cols, numel, conv, time_us, context
+
+(an empty cell: not applicable).  Shapes: a ``gemm`` is one (m x k) . (k x n) product, a
+``bmm`` `batch` of them; ``softmax`` / ``layernorm`` fold `cols` elements into each of `rows`
+outputs; a map (``add``, ``gelu``, ...) has `numel` outputs; ``conv`` a ``n=..;h=..;...``
+string.  time_us: microseconds per call of the op as the source measured it (its method, and
+so its launch / framework floor, is in the file's notes).
+
+    >>> rows = load("llmcompass", gpu="a100", op="gemm")
+    >>> int(rows["m"][0]), int(rows["n"][0]), int(rows["k"][0]), float(rows["time_us"][0])
+    (64, 12288, 12288, 190.0)
+"""
+from __future__ import annotations
+
+import csv
+import functools
+import os
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+COLUMNS = ("gpu", "op", "dtype", "batch", "m", "n", "k", "rows", "cols", "numel", "conv", "time_us", "context")
+INT_COLUMNS = ("batch", "m", "n", "k", "rows", "cols", "numel")     # 0 = not applicable
+TEXT_COLUMNS = ("gpu", "op", "dtype", "conv", "context")
+
+# the op classes a GPU model times (`pimjax.hw.gpu`), by the ops of the files
+OP_CLASS = {"gemm": "gemm", "bmm": "bmm", "conv": "conv", "dwconv": "conv", "softmax": "softmax",
+            "layernorm": "norm", "rmsnorm": "norm", "allreduce": "allreduce", "attention": "attention"}
+MAP_OPS = ("add", "mul", "sub", "div", "pow", "addu", "mulu", "subu", "divu", "powu", "relu", "gelu", "tanh",
+           "silu", "rsqrt", "where", "masked_fill", "maximum", "copy", "dropout", "embedding")
+
+
+def op_class(op: str) -> str:
+    """The kernel class of a measured op: gemm, bmm, conv, softmax, norm, map, allreduce,
+    attention, or "other" (a whole model, a bookkeeping node)."""
+    if op in OP_CLASS:
+        return OP_CLASS[op]
+    return "map" if op in MAP_OPS else "other"
+
+
+def sources() -> dict[str, str]:
+    """{source name: file path} of every shipped file ("llmcompass", "neusight_ops_v100", ...)."""
+    return {f[:-4]: os.path.join(HERE, f) for f in sorted(os.listdir(HERE)) if f.endswith(".csv")}
+
+
+def header(source: str) -> dict[str, str]:
+    """The `#` lines of a source's file as {key: text} (source, path, commit, units, notes)."""
+    out = {}
+    with open(_path(source), encoding="utf-8") as fh:
+        for line in fh:
+            if not line.startswith("#"):
+                break
+            key, _, text = line[1:].strip().partition(":")
+            out[key.strip()] = text.strip()
+    return out
+
+
+def _path(source: str) -> str:
+    known = sources()
+    if source not in known:
+        raise ValueError(f"measured source {source!r}: valid sources are {sorted(known)}")
+    return known[source]
+
+
+@functools.lru_cache(maxsize=32)
+def _read(source: str) -> dict:
+    with open(_path(source), encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(line for line in fh if not line.startswith("#"))
+        if tuple(reader.fieldnames or ()) != COLUMNS:
+            raise ValueError(f"measured source {source!r}: columns {reader.fieldnames} are not {list(COLUMNS)}")
+        rows = list(reader)
+    out = {c: np.array([r[c] for r in rows], dtype=object) for c in TEXT_COLUMNS}
+    for c in INT_COLUMNS:
+        out[c] = np.array([int(r[c]) if r[c] else 0 for r in rows], np.int64)
+    out["time_us"] = np.array([float(r["time_us"]) for r in rows], np.float64)
+    out["source"] = np.full(len(rows), source, dtype=object)
+    for a in out.values():
+        a.flags.writeable = False
+    return out
+
+
+def load(source: str | None = None, *, gpu: str | None = None, op: str | None = None,
+         dtype: str | None = None, cls: str | None = None) -> dict[str, np.ndarray]:
+    """The rows of `source` (None: every shipped file) as {column: array [R]}, filtered by
+    gpu, op, dtype and op class (`op_class`); an extra "source" column names each row's file.
+    Integer columns hold 0 where the file's cell is empty; time_us is in microseconds."""
+    names = list(sources()) if source is None else [source]
+    parts = [_read(s) for s in names]
+    cols = {c: np.concatenate([p[c] for p in parts]) for c in (*COLUMNS, "source")}
+    keep = np.ones(len(cols["time_us"]), bool)
+    for col, want in (("gpu", gpu), ("op", op), ("dtype", dtype)):
+        if want is not None:
+            keep &= cols[col] == want
+    if cls is not None:
+        keep &= np.array([op_class(o) == cls for o in cols["op"]], bool)
+    return {c: a[keep] for c, a in cols.items()}
+
+
+def to_dataframe(rows: dict):
+    """`load`'s rows as a pandas DataFrame (pandas is a test / notebook extra)."""
+    import pandas as pd
+    return pd.DataFrame({c: np.asarray(a) for c, a in rows.items()})
+
+
+__all__ = ["COLUMNS", "OP_CLASS", "MAP_OPS", "op_class", "sources", "header", "load", "to_dataframe"]

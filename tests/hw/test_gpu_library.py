@@ -1,0 +1,184 @@
+"""The "library" GPU model (`pimjax/hw/gpu_library.py`), the measured sets it is held to
+(`pimjax/hw/measured`), the check (`pimjax/hw/gpu_check.py`) and the GPU described by its own
+measurements (`pimjax/hw/profile.py`).  Expectations are derived here from the hosts' fields."""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pimjax.hw import gpu_check, measured
+from pimjax.hw import gpu_library as L
+from pimjax.hw.gpus import GPU_SPECS, gpu
+from pimjax.hw.profile import GpuProfile, lookup, profile_host, profile_source
+
+
+# --- the measured sets -------------------------------------------------------------------------
+def test_every_measured_file_names_its_source_commit_and_units():
+    for name in measured.sources():
+        h = measured.header(name)
+        assert {"source", "path", "commit", "units", "notes"} <= set(h), (name, h)
+        assert re.fullmatch(r"[0-9a-f]{40}", h["commit"]), name
+        assert "/" in h["source"] and "us" in h["units"].replace("µ", "u"), name
+        rows = measured.load(name)
+        assert len(rows["time_us"]) > 0 and np.all(rows["time_us"] > 0), name
+        assert set(rows["gpu"]) <= set(GPU_SPECS), (name, set(rows["gpu"]) - set(GPU_SPECS))
+
+
+def test_llmcompass_gemm_rows_are_its_tflops():
+    """LLMCompass's GEMM file gives ms and TFLOP/s: 2 m n k / time must be what its plot shows
+    (the large A100 products run at 230-280 TFLOP/s of the 312 peak)."""
+    r = measured.load("llmcompass", gpu="a100", op="gemm")
+    big = (r["m"] >= 8192) & (r["n"] >= 8192)
+    tflops = 2.0 * r["m"] * r["n"] * r["k"] / (r["time_us"] * 1e-6) / 1e12
+    assert np.all((tflops[big] > 200) & (tflops[big] < 312))
+
+
+def test_load_filters_and_refuses_unknown_sources():
+    r = measured.load(gpu="v100", cls="map")
+    assert set(r["gpu"]) == {"v100"} and all(measured.op_class(o) == "map" for o in r["op"])
+    with pytest.raises(ValueError, match="valid sources"):
+        measured.load("nonesuch")
+
+
+# --- the library model, from its host's fields ----------------------------------------------------
+def test_library_gemv_is_the_operands_at_the_fitted_bandwidth():
+    h = gpu("h100").replace(launch_overhead_ns=0.0)
+    n = k = 8192
+    want = (n * k + k + n) * 2 / (float(h.mem_bandwidth) * float(h.bandwidth_efficiency)) * 1e9
+    assert h.gemm_ns(1, n, k) == pytest.approx(want, rel=1e-12)
+
+
+def test_library_gemm_waves_quantise_on_the_sms():
+    """A compute-bound product whose 128 x 128 tiles fill exactly one wave of SMs costs one
+    wave; one more tile row costs a second wave of the fastest tile that covers it."""
+    h = gpu("v100").replace(launch_overhead_ns=0.0, mem_bandwidth=1e18)
+    sms, k = h.sms, 4096
+    per_sm = float(h.simt_flops) * float(h.flops_efficiency) / sms
+    one = 2 * 128 * 128 * k / per_sm * 1e9 + float(h.wave_overhead_ns)
+    m, n = 128 * (sms // 10), 128 * 10                      # sms tiles of 128 x 128
+    assert h.gemm_ns(m, n, k, elem_bytes=4) == pytest.approx(one, rel=1e-9)
+    assert h.gemm_ns(m + 128, n, k, elem_bytes=4) > h.gemm_ns(m, n, k, elem_bytes=4)
+
+
+def test_library_dtype_rates_come_from_the_datasheet():
+    h = gpu("a100-40gb")
+    assert float(L.dtype_flops(h, 4)) == GPU_SPECS["a100-40gb"][2]
+    assert float(L.dtype_flops(h, 2)) == GPU_SPECS["a100-40gb"][1]
+    assert float(L.dtype_flops(h, 1)) == 2 * GPU_SPECS["a100-40gb"][1]
+
+
+def test_library_row_ops_read_their_input_twice():
+    h = gpu("t4").replace(launch_overhead_ns=0.0)
+    rows, cols = 4096, 4096
+    nbytes = 2 * rows * cols * 4
+    mp = h.elementwise_ns(nbytes, outputs=rows * cols, kind="act")
+    sm = h.elementwise_ns(nbytes, outputs=rows, reduction=cols, kind="softmax")
+    assert mp == pytest.approx(nbytes / (float(h.mem_bandwidth) * float(h.bandwidth_efficiency)) * 1e9)
+    assert sm == pytest.approx(1.5 * mp)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4096), st.integers(1, 4096), st.integers(1, 4096), st.integers(1, 16),
+       st.sampled_from([1, 2, 4]), st.sampled_from(sorted(GPU_SPECS)), st.integers(0, 2))
+def test_library_gemm_never_gets_faster_with_more_work(m, n, k, b, eb, name, dim):
+    h = gpu(name)
+    shape = [m, n, k, b]
+    bigger = list(shape)
+    bigger[dim] *= 2
+    assert h.gemm_ns(*bigger, elem_bytes=eb) >= h.gemm_ns(*shape, elem_bytes=eb) > 0
+
+
+# --- the check -------------------------------------------------------------------------------------
+def test_check_of_rows_the_model_itself_made_is_exact():
+    """Rows whose times are the model's own (plus a floor) come out at 1.0, every one in band:
+    the harness pairs each row with its own prediction and floor."""
+    h = gpu_check.host_for("v100", "library")
+    rng = np.random.default_rng(0)
+    n = 40
+    m, nn, k = (rng.integers(1, 3000, n) for _ in range(3))
+    t_kernel = np.asarray(L.gemm_ns(h.replace(launch_overhead_ns=0.0), m, nn, k, 1, 4)) / 1e3
+    floor = 30.0
+    rows = {c: np.zeros(n, np.int64) for c in measured.INT_COLUMNS}
+    rows.update(m=m, n=nn, k=k, batch=np.ones(n, np.int64), time_us=t_kernel + floor,
+                gpu=np.full(n, "v100", object), op=np.full(n, "gemm", object), dtype=np.full(n, "fp32", object),
+                source=np.full(n, "synthetic", object), conv=np.full(n, "", object), context=np.full(n, "", object))
+    rows["time_us"][np.argmin(rows["time_us"])] = floor * 0.999        # the 1st percentile is the floor
+    fl = gpu_check.floors(rows)
+    assert np.allclose(fl, np.percentile(rows["time_us"], gpu_check.FLOOR_PERCENTILE))
+    (row,) = gpu_check.class_table("library", gpus=("v100",), classes=("gemm",), split="all", rows=rows)
+    above = rows["time_us"] > gpu_check.ABOVE * fl
+    assert row["rows"] == n and row["above"] == int(above.sum())
+    got = gpu_check.model_us(gpu_check.host_for("v100", "library", fl[0]), rows, "gemm")
+    np.testing.assert_allclose(got[above], (t_kernel + fl[0])[above], rtol=1e-9)
+    assert row["in_band"] == 1.0
+
+
+def test_conv_as_implicit_gemm():
+    assert gpu_check.conv_gemm("n=2;h=56;w=56;c=64;f=128;kh=3;kw=3;stride=1;pad=1;groups=1") == \
+        {"m": 2 * 56 * 56, "n": 128, "k": 64 * 9, "batch": 1}
+    assert gpu_check.conv_gemm("n=1;h=14;c=32;f=32;kh=3;kw=3;stride=2;pad=1;groups=32") == \
+        {"m": 7 * 7, "n": 1, "k": 9, "batch": 32}
+
+
+def test_fits_are_what_fit_gives_on_the_even_rows():
+    """fits.json is reproducible: refitting one card gives its stored constants."""
+    stored = gpu_check.fits()["h100"]
+    got = gpu_check.fit("h100")
+    assert {k: got[k] for k in gpu_check.FIT_FIELDS} == stored
+
+
+# --- the GPU described by its own measurements ----------------------------------------------------
+def _profile():
+    pts = ((64, 1024, 1024, 1, 2), (256, 1024, 1024, 1, 2), (1024, 1024, 1024, 1, 2), (64, 4096, 4096, 1, 2))
+    ns = (9000.0, 11000.0, 30000.0, 40000.0)
+    rows = ((4096, 4096, 2, 1), (65536, 1, 2, 0))
+    return GpuProfile("test GPU", pts, ns, rows, (50000.0, 7000.0))
+
+
+def test_profile_returns_its_own_times_at_its_points():
+    p = _profile()
+    h = profile_host(gpu("h100").replace(launch_overhead_ns=0.0), p)
+    for pt, t in zip(p.products, p.product_ns):
+        assert h.gemm_ns(*pt[:4], elem_bytes=pt[4]) == t
+        assert profile_source(h, "gemm", m=pt[0], n=pt[1], k=pt[2], elem_bytes=pt[4]) == "measured"
+    assert h.elementwise_ns(2 * 4096 * 4096 * 2, outputs=4096, reduction=4096, kind="norm") == 50000.0
+    assert h.elementwise_ns(2 * 65536 * 2, outputs=65536, kind="act") == 7000.0
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(65, 1023))
+def test_profile_interpolates_monotonically_between_its_points(m):
+    h = profile_host(gpu("h100").replace(launch_overhead_ns=0.0), _profile())
+    t = h.gemm_ns(m, 1024, 1024)
+    t1 = h.gemm_ns(m + 1, 1024, 1024)
+    lo, hi = (9000.0, 11000.0) if m < 256 else (11000.0, 30000.0)
+    assert lo <= t <= hi and t <= t1
+    assert profile_source(h, "gemm", m=m, n=1024, k=1024) == "interpolated"
+    if m not in (64, 256):
+        x0, x1 = (64, 256) if m < 256 else (256, 1024)
+        w = (math.log(m) - math.log(x0)) / (math.log(x1) - math.log(x0))
+        assert t == pytest.approx(math.exp((1 - w) * math.log(lo) + w * math.log(hi)), rel=1e-9)
+
+
+def test_profile_falls_back_to_its_base_model_and_says_so():
+    base = gpu("h100")
+    h = profile_host(base, _profile())
+    assert h.gemm_ns(3000, 3000, 3000) == base.gemm_ns(3000, 3000, 3000)
+    assert profile_source(h, "gemm", m=3000, n=3000, k=3000) == "model"
+    assert lookup((), (), (1, 2)) == (None, "model")
+    assert "measured profile" in h.name and "library" in h.name
+
+
+def test_profile_from_measured_rows_subtracts_the_floor():
+    r = measured.load("llmcompass", gpu="a100", op="gemm")
+    p = GpuProfile.from_rows(r, "A100", floor_us=10.0)
+    i = 0
+    key = (int(r["m"][i]), int(r["n"][i]), int(r["k"][i]), 1, 2)
+    assert p.product_ns[p.products.index(key)] == pytest.approx((r["time_us"][i] - 10.0) * 1e3)
+    with pytest.raises(ValueError, match="GpuProfile"):
+        profile_host(gpu("h100"), p).replace(profile=None)
