@@ -552,6 +552,61 @@ def measured_ns(row: dict, clock: str = "graph") -> float | None:
     return None if v is None else v.get(f"{clock}_ns")
 
 
+def measured_rows(data: dict, clock: str = "graph") -> list[dict]:
+    """A measured file's rows in `pimjax.hw.measured`'s columns (fp16; time_us on `clock`), for
+    `--csv`: the products (GEMV, GEMM, the per-head GEMVs of `mmtv` as a batched product), the
+    maps (va -> add, relu, the norm set's maps), layer norms and softmaxes.  Cases of other kinds
+    (fused attention, convolutions, reductions, calibration) are left out: `GpuProfile` has no
+    class for them."""
+    out = []
+    gpu = str(data.get("info", {}).get("gpu", "gpu")).lower().replace(" ", "-")
+    for c in data["rows"]:
+        t = measured_ns(c, clock)
+        if t is None:
+            continue
+        k = c["kind"]
+        row = dict(gpu=gpu, dtype="fp16", time_us=round(t / 1e3, 3), context=label(c))
+        if k == "gemv":
+            row.update(op="gemm", m=1, n=c["N"], k=c["K"])
+        elif k == "gemm":
+            row.update(op="gemm", m=c["M"], n=c["N"], k=c["K"])
+        elif k == "mmtv":
+            row.update(op="bmm", batch=c["B"] * c["H"], m=1, n=c["L"], k=c["D"])
+        elif k in ("va", "relu"):
+            row.update(op="add" if k == "va" else "relu", numel=c["B"] * c["E"])
+        elif k == "map":
+            row.update(op=c["op"], numel=c["N"])
+        elif k == "layernorm":
+            row.update(op="layernorm", rows=c["T"], cols=c["E"])
+        elif k == "softmax":
+            row.update(op="softmax", rows=c["R"], cols=c["L"])
+        else:
+            continue
+        out.append(row)
+    return out
+
+
+def write_csv(data_path: str, out_path: str, clock: str = "graph") -> int:
+    """Write `measured_rows` of the file `data_path` to `out_path` in `pimjax.hw.measured`'s
+    format (its `#` header naming this script, the file and the clock); returns the row count.
+    `pimjax.hw.profile.GpuProfile.from_rows(pimjax.hw.measured.read(out_path), ...)` reads it back."""
+    import csv
+    with open(data_path) as fh:
+        data = json.load(fh)
+    rows = measured_rows(data, clock)
+    from pimjax.hw.measured import COLUMNS
+    with open(out_path, "w", newline="", encoding="utf-8") as fh:
+        info = data.get("info", {})
+        fh.write(f"# source: benchmarks/gpu_kernels.py --measure on {info.get('gpu', '?')}\n")
+        fh.write(f"# path: {os.path.basename(data_path)}\n# commit: {'0' * 40}\n")
+        fh.write(f"# units: time_us is microseconds per kernel, the {clock} clock (gpu_kernels.py docstring)\n")
+        fh.write(f"# notes: measured {info.get('date', '?')}; torch {info.get('torch', '?')}; fp16\n")
+        w = csv.DictWriter(fh, fieldnames=COLUMNS, restval="")
+        w.writeheader()
+        w.writerows(rows)
+    return len(rows)
+
+
 def class_ratios(data: dict, clock: str = "graph", models=None) -> list[dict]:
     """Per kernel class (`CLASSES`) and GPU model: n, min, median, max of model / measured
     over the measured cases of that class (`data`: a measured JSON, {"info", "rows"}), on
@@ -654,11 +709,16 @@ def main() -> None:
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     ap.add_argument("--classes", action="store_true", help="model / measured per kernel class (class_ratios)")
     ap.add_argument("--clock", default="graph", choices=("graph", "stream", "jax"), help="with --classes")
+    ap.add_argument("--csv", metavar="OUT.csv", help="write --data's rows in pimjax.hw.measured's format (the "
+                                                      "table of a measured-profile GPU, pimjax.hw.profile) and exit")
     ap.add_argument("--write-shapes", action="store_true",
                     help=f"write {CNN_SHAPES} from pimjax's cnn_layers and exit")
     args = ap.parse_args()
     if args.write_shapes:
         write_cnn_shapes()
+        return
+    if args.csv:
+        print(f"{write_csv(args.data, args.csv, args.clock)} rows -> {args.csv}")
         return
     if args.list:
         for c in cases():

@@ -2,8 +2,8 @@
 
 A measured time is the kernel plus the method's floor: NeuSight brackets one PyTorch call
 with CUDA events, LLMCompass with the host's clock, so a call's host dispatch (12-90 us by
-op and card) sits before the kernel.  The floor is stated, not modelled: per source, GPU and
-op class it is the `FLOOR_PERCENTILE`th percentile of the measured times, and the model's
+op and card) sits before the kernel.  The floor is stated, not modelled: per method (`method`),
+GPU and op class it is the `FLOOR_PERCENTILE`th percentile of the measured times, and the model's
 launch (`HostModel.launch_overhead_ns`) is set to it.  A row is "above the floor" when it
 measures more than `ABOVE` x the floor; the acceptance bands are read on those rows, and the
 floor rows are held to 0.5-2.
@@ -50,11 +50,18 @@ def _elem_bytes(rows) -> np.ndarray:
     return np.array([{"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}.get(d, 4) for d in rows["dtype"]], np.int64)
 
 
+def method(source: str) -> str:
+    """The measuring method of a source file: its project ("neusight_ops_v100", "neusight_models" ->
+    "neusight"): one method, one floor, whichever of its files a row is in (a file of large ops
+    alone, as NeuSight's model traces, has no floor of its own)."""
+    return str(source).split("_")[0]
+
+
 def floors(rows) -> np.ndarray:
-    """[R] us: the floor of each row's (source, GPU, class) (module docstring)."""
+    """[R] us: the floor of each row's (method, GPU, class) (module docstring)."""
     cls = _classes(rows)
     out = np.zeros(len(cls))
-    _, inv = np.unique(np.array([f"{s}|{g}|{c}" for s, g, c in zip(rows["source"], rows["gpu"], cls)]),
+    _, inv = np.unique(np.array([f"{method(s)}|{g}|{c}" for s, g, c in zip(rows["source"], rows["gpu"], cls)]),
                        return_inverse=True)
     for j in range(int(inv.max()) + 1 if len(inv) else 0):
         sel = inv == j
@@ -62,10 +69,16 @@ def floors(rows) -> np.ndarray:
     return out
 
 
+def conv_params(spec: str) -> dict:
+    """A measured convolution's "n=..;h=..;..." as {name: int}."""
+    return {k: int(v) for k, v in (kv.split("=") for kv in spec.split(";") if kv)}
+
+
 def conv_gemm(spec: str) -> dict:
     """The implicit GEMM of a measured convolution ("n=..;h=..;..."): m = n x output pixels,
-    n = output channels per group, k = input channels per group x kh x kw, batch = groups."""
-    p = {k: int(v) for k, v in (kv.split("=") for kv in spec.split(";") if kv)}
+    n = output channels per group, k = input channels per group x kh x kw, batch = groups
+    (the GPU models other than "library" time a convolution as this product)."""
+    p = conv_params(spec)
     g = max(1, p.get("groups", 1))
     oh = (p["h"] + 2 * p.get("pad", 0) - p["kh"]) // p.get("stride", 1) + 1
     ow = (p.get("w", p["h"]) + 2 * p.get("pad", 0) - p["kw"]) // p.get("stride", 1) + 1
@@ -94,6 +107,13 @@ def _shape_args(rows, cls):
 def model_us(host, rows, cls: str) -> np.ndarray:
     """[R] us of `rows` (all of class `cls`) on `host`'s GPU model (its launch = the floor)."""
     a = _shape_args(rows, cls)
+    if cls == "conv" and host.model == "library":
+        p = [conv_params(s) for s in rows["conv"]]
+        col = {k: np.array([x.get(k, d) for x in p], np.float64)
+               for k, d in (("n", 1), ("h", 1), ("c", 1), ("f", 1), ("kh", 1), ("kw", 1), ("stride", 1), ("pad", 0),
+                            ("groups", 1))}
+        col["w"] = np.array([x.get("w", x["h"]) for x in p], np.float64)
+        return np.asarray(L.conv_ns(host, **col, elem_bytes=a["elem_bytes"])) / 1e3
     if cls in ("gemm", "bmm", "conv"):
         if host.model == "library":
             return np.asarray(L.gemm_ns(host, a["m"], a["n"], a["k"], a["batch"], a["elem_bytes"])) / 1e3

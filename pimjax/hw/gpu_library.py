@@ -80,5 +80,37 @@ def elementwise_ns(host, bytes_moved, flops=0.0, outputs=1, reduction=1, kind="a
     return np.maximum(t_mem, t_cmp) + _f(host.launch_overhead_ns)
 
 
-__all__ = ["LIB_TILES", "MAP_ELEMS_PER_BLOCK", "ROW_EXTRA_READS", "LIB_LAUNCH_NS", "dtype_flops", "gemm_ns",
+WINOGRAD_TILES = (2,)          # cuDNN's Winograd for 3 x 3 stride-1 convolutions, F(2x2, 3x3) (Lavin & Gray, "Fast
+                                #   Algorithms for Convolutional Neural Networks", CVPR 2016): its transforms around a
+                                #   batched GEMM.  Offering F(4x4, 3x3) as well put NeuSight's FP32 convolutions at a
+                                #   median 0.64-0.97 of measured (0.79-1.24 without it): not what these cards ran
+
+
+def conv_ns(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_bytes=2):
+    """ns of a convolution (NCHW input n x c x h x w, f filters of c / groups x kh x kw) as the
+    fastest algorithm cuDNN's benchmark mode finds among the two modelled: the implicit GEMM
+    (m = n x output pixels, n = f / groups, k = c / groups x kh x kw, `groups` products) and, for
+    a 3 x 3 stride-1 convolution, Winograd F(t x t, 3 x 3) for t in `WINOGRAD_TILES`: (t + 2)^2
+    products of (n x tiles) x c . c x f between three transform kernels that stream their
+    operands (input, filter, output).  Scalars or arrays (broadcast)."""
+    n, h, w, c, f, kh, kw, stride, pad, g, eb = (_f(x) for x in (n, h, w, c, f, kh, kw, stride, pad, groups,
+                                                                  elem_bytes))
+    oh = np.floor((h + 2 * pad - kh) / stride) + 1
+    ow = np.floor((w + 2 * pad - kw) / stride) + 1
+    launch = _f(host.launch_overhead_ns)
+    host = host.replace(launch_overhead_ns=0.0)     # one launch (the op's floor) for the whole algorithm
+    best = gemm_ns(host, n * oh * ow, f / g, c / g * kh * kw, g, eb)
+    wino = (kh == 3) & (kw == 3) & (stride == 1) & (g == 1)
+    for t in WINOGRAD_TILES:
+        a2 = (t + 2.0) ** 2
+        tiles = n * np.ceil(oh / t) * np.ceil(ow / t)
+        prod = gemm_ns(host, tiles, f, c, a2, eb)
+        into = elementwise_ns(host, (n * h * w * c + a2 * tiles * c) * eb, outputs=a2 * tiles * c)
+        filt = elementwise_ns(host, (9.0 + a2) * f * c * eb, outputs=a2 * f * c)
+        out = elementwise_ns(host, (a2 * tiles * f + n * oh * ow * f) * eb, outputs=n * oh * ow * f)
+        best = np.where(wino, np.minimum(best, prod + into + filt + out), best)
+    return best + launch
+
+
+__all__ = ["LIB_TILES", "WINOGRAD_TILES", "conv_ns", "MAP_ELEMS_PER_BLOCK", "ROW_EXTRA_READS", "LIB_LAUNCH_NS", "dtype_flops", "gemm_ns",
            "elementwise_ns"]

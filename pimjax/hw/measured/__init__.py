@@ -68,12 +68,22 @@ def _path(source: str) -> str:
     return known[source]
 
 
-@functools.lru_cache(maxsize=32)
 def _read(source: str) -> dict:
-    with open(_path(source), encoding="utf-8", newline="") as fh:
+    return _read_file(_path(source), source)
+
+
+def read(path: str) -> dict[str, np.ndarray]:
+    """Rows of any file in this format (e.g. the one `benchmarks/gpu_kernels.py --csv` writes on
+    the user's own GPU), as `load` returns them; "source" is the file's name."""
+    return _read_file(os.path.abspath(path), os.path.splitext(os.path.basename(path))[0])
+
+
+@functools.lru_cache(maxsize=32)
+def _read_file(path: str, source: str) -> dict:
+    with open(path, encoding="utf-8", newline="") as fh:
         reader = csv.DictReader(line for line in fh if not line.startswith("#"))
         if tuple(reader.fieldnames or ()) != COLUMNS:
-            raise ValueError(f"measured source {source!r}: columns {reader.fieldnames} are not {list(COLUMNS)}")
+            raise ValueError(f"measured file {path}: columns {reader.fieldnames} are not {list(COLUMNS)}")
         rows = list(reader)
     out = {c: np.array([r[c] for r in rows], dtype=object) for c in TEXT_COLUMNS}
     for c in INT_COLUMNS:
@@ -108,4 +118,4 @@ def to_dataframe(rows: dict):
     return pd.DataFrame({c: np.asarray(a) for c, a in rows.items()})
 
 
-__all__ = ["COLUMNS", "OP_CLASS", "MAP_OPS", "op_class", "sources", "header", "load", "to_dataframe"]
+__all__ = ["COLUMNS", "OP_CLASS", "MAP_OPS", "op_class", "sources", "header", "load", "read", "to_dataframe"]
