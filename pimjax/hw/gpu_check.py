@@ -134,9 +134,9 @@ def model_us(host, rows, cls: str) -> np.ndarray:
 def host_for(gpu_name: str, model: str, floor_us: float = 0.0, params: dict | None = None):
     """The card's HostModel on `model`, its launch the floor; "library": its fitted constants."""
     from .gpus import gpu
-    host = gpu(gpu_name, model=model)
-    if model == "library":
-        host = host.replace(**(fits().get(gpu_name, {}) if params is None else params))
+    host = gpu(gpu_name, model=model)                  # "library": the card's fitted constants
+    if model == "library" and params is not None:
+        host = host.replace(**params)
     return host.replace(launch_overhead_ns=float(floor_us) * 1e3)
 
 

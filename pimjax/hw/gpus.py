@@ -44,16 +44,20 @@ GPU_SPECS = {
 def gpu(name: str, model: str = "library", memory: float | None = None):
     """The `HostModel` of the card `name` (`GPU_SPECS`), timed by `model` (a GPU model of
     `hw/gpu.py`: "library" by default, the one held to the measured sets), on its own memory
-    or on `memory` bytes/s.  Efficiencies and launch: the model's (`hw/host.GPU_MODEL_FACTORS`,
-    `hw/gpu_library` for "library")."""
+    or on `memory` bytes/s.  Efficiencies and launch: the model's (`hw/host.GPU_MODEL_FACTORS`);
+    on "library" a card of the measured sets gets its own fitted efficiencies and per-wave cost
+    (`hw/measured/fits.json`), the launch stays `gpu_library.LIB_LAUNCH_NS`."""
     from .host import _gpu, _model_factors
     if name not in GPU_SPECS:
         raise ValueError(f"gpu({name!r}): valid GPUs are {sorted(GPU_SPECS)}")
     label, fp16, fp32, bw, sms, l2, smem = GPU_SPECS[name]
     if memory is not None:
         bw, label = float(memory), f"{label} ({float(memory) / 1e9:,.1f} GB/s)"
-    host = _gpu(label, fp16, bw, _model_factors(model, "gpu"), model, sms, smem, smem, l2)
-    return host.replace(simt_flops=fp32)
+    host = _gpu(label, fp16, bw, _model_factors(model, "gpu"), model, sms, smem, smem, l2).replace(simt_flops=fp32)
+    if model == "library":
+        from .gpu_check import fits
+        host = host.replace(**fits().get(name, {}))      # the card's own fitted constants, where it was measured
+    return host
 
 
 __all__ = ["GPU_SPECS", "gpu"]
