@@ -175,7 +175,7 @@ import jax.custom_batching
 import jax.numpy as jnp
 import numpy as np
 
-from .errors import PrecisionWarning
+from .errors import PrecisionWarning, user_stacklevel
 from .hw.core import Backend
 from .hw.presets import get_backend
 from .plan.mixed import run_split
@@ -617,7 +617,7 @@ class Compiled:
             self._report.ops[[o.index for o in self._report.ops].index(p.index)].saturation = text
         warnings.warn(f"pim_jit({getattr(self.lowered.traced.owner.fn, '__name__', 'fn')}): "
                       f"{op.name} at {op.source or '?'} on {self.backend.name}: {'; '.join(events)}",
-                      PrecisionWarning, stacklevel=4)
+                      PrecisionWarning, stacklevel=user_stacklevel())
 
     @_eager
     def report(self):
@@ -667,7 +667,7 @@ def _conversions(graph: PimGraph, plans: list, backend: Backend, owner: PimFunct
                       f"units' type: {ops}. Values beyond its range become inf or 0 on PIM (checked per call: "
                       f"report 'saturation'), and every value keeps {unit}'s {bits} significant bits, so a "
                       "sum whose terms cancel is exact only to that precision of its terms; "
-                      "precision='strict' refuses conversions", PrecisionWarning, stacklevel=4)
+                      "precision='strict' refuses conversions", PrecisionWarning, stacklevel=user_stacklevel())
     return out
 
 

@@ -46,6 +46,8 @@ import tempfile
 import warnings
 import zlib
 
+from .errors import user_stacklevel
+
 _CRC_PREFIX = '{"_crc":"'
 _CRC_LEN = len(_CRC_PREFIX) + 8 + 2          # '{"_crc":"' + 8 hex + '",'
 
@@ -238,14 +240,14 @@ def read_records(path: str, what: str) -> list[dict]:
     (its writer was killed before finishing it), whatever it holds."""
     out, bad = scan_records(path)
     if bad:
-        warn_skipped(what, path, bad, len(out), stacklevel=3)
+        warn_skipped(what, path, bad, len(out))
     return out
 
 
-def warn_skipped(what: str, path: str, bad: int, used: int, stacklevel: int = 2) -> None:
+def warn_skipped(what: str, path: str, bad: int, used: int) -> None:
     """The one `CorruptStateWarning` of a reader that skipped `bad` entries and used `used`."""
     warnings.warn(f"pimjax {what} {path}: skipped {bad} torn or corrupt entr{'y' if bad == 1 else 'ies'} "
-                  f"of {bad + used}; the other {used} are used", CorruptStateWarning, stacklevel=stacklevel + 1)
+                  f"of {bad + used}; the other {used} are used", CorruptStateWarning, stacklevel=user_stacklevel())
 
 
 def read_json(path: str, what: str):
@@ -261,5 +263,5 @@ def read_json(path: str, what: str):
     except (OSError, ValueError, RecursionError) as err:   # RecursionError: a file nested past the parser's stack
         warnings.warn(f"pimjax {what} {path}: unreadable ({type(err).__name__}: {str(err)[:200]}); "
                       "starting again without it",
-                      CorruptStateWarning, stacklevel=2)
+                      CorruptStateWarning, stacklevel=user_stacklevel())
         return None

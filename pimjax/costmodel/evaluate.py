@@ -34,6 +34,7 @@ from .dataset import CACHE_DIR, ROW_COLUMNS, label
 from .features import features_table
 from ..backends import families
 from .kernels import case_drafts, default_cases, make_case, supported_kernels  # noqa: F401  (default_cases: re-exported)
+from ..errors import user_stacklevel
 
 TIE = 1e-6          # relative cycle difference treated as an exact tie
 TIE_CYCLES = 1.0    # #Best: the choice is less than one command-clock cycle slower
@@ -108,7 +109,7 @@ def _load_npz(path: str | None) -> dict | None:
         import warnings
         from ..durable import CorruptStateWarning
         warnings.warn(f"pimjax exhaustive labels {path}: unreadable ({err}); simulating again",
-                      CorruptStateWarning, stacklevel=3)
+                      CorruptStateWarning, stacklevel=user_stacklevel())
         return None
 
 

@@ -30,6 +30,7 @@ import warnings
 import numpy as np
 
 from .features import F
+from ..errors import user_stacklevel
 
 
 class LabelStore:
@@ -78,7 +79,7 @@ class LabelStore:
                     rewrite_records(self.path, newest)
             except OSError as err:          # labels are a bonus: the compile carries on
                 warnings.warn(f"pimjax label store {self.path} cannot be written ({err})", RuntimeWarning,
-                              stacklevel=2)
+                              stacklevel=user_stacklevel())
                 return 0
         return len(recs)
 
@@ -111,7 +112,7 @@ class LabelStore:
             self._set_aside(f"corrupt: skipped {bad} torn or corrupt entries, none of its lines is a label")
             return empty
         if bad:
-            warn_skipped("label store", self.path, bad, good, stacklevel=2)
+            warn_skipped("label store", self.path, bad, good)
         if not rows:
             return empty
         groups = {g: i for i, g in enumerate(dict.fromkeys(g for _, _, g in rows))}
@@ -130,10 +131,10 @@ class LabelStore:
             os.replace(self.path, dest)
         except OSError as err:
             warnings.warn(f"pimjax label store {self.path}: {why}; it cannot be moved aside ({err}): ignored",
-                          CorruptStateWarning, stacklevel=3)
+                          CorruptStateWarning, stacklevel=user_stacklevel())
             return
         warnings.warn(f"pimjax label store {self.path}: {why}; moved to {dest} and started again",
-                      CorruptStateWarning, stacklevel=3)
+                      CorruptStateWarning, stacklevel=user_stacklevel())
 
 
 def refine(family: str, store: LabelStore, out: str, *, seconds: float = 30.0, steps: int = 500,

@@ -16,6 +16,7 @@ import numpy as np
 from ..hw.core import Backend
 from ..partition.draft import DimPart, Draft
 from ..trace.ir import PimOp
+from ..errors import user_stacklevel
 
 
 def op_signature(op: PimOp) -> str:
@@ -117,7 +118,7 @@ class TuneCache:
         if not isinstance(data, dict):
             if warn:
                 warnings.warn(f"pimjax tuning cache {self.path}: top level is not an object; recompiling "
-                              "and rewriting it", CorruptStateWarning, stacklevel=3)
+                              "and rewriting it", CorruptStateWarning, stacklevel=user_stacklevel())
             return {}
         good = {}
         for k, v in data.items():
@@ -128,7 +129,7 @@ class TuneCache:
                 pass
         if warn and len(good) < len(data):
             warnings.warn(f"pimjax tuning cache {self.path}: dropped {len(data) - len(good)} of {len(data)} "
-                          "entries it cannot read (another version?)", CorruptStateWarning, stacklevel=3)
+                          "entries it cannot read (another version?)", CorruptStateWarning, stacklevel=user_stacklevel())
         return good
 
     def get(self, key: str) -> dict | None:
@@ -153,7 +154,7 @@ class TuneCache:
                     self._write()
                 except OSError as err:
                     warnings.warn(f"pimjax tuning cache {self.path} cannot be written ({err}); "
-                                  "keeping it in memory", RuntimeWarning, stacklevel=2)
+                                  "keeping it in memory", RuntimeWarning, stacklevel=user_stacklevel())
             self.entries = self._bounded(self.entries)
 
     def _bounded(self, entries: dict) -> dict:

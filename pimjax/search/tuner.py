@@ -50,6 +50,7 @@ from ..trace.ir import PimOp
 from .cache import cache_key, draft_from_dict
 from .strategy import (STRATEGIES, Choice, Database, Evolutionary, Measurer, Strategy, Task, TopK,
                        against_baseline, with_extras)
+from ..errors import user_stacklevel
 
 
 @dataclass
@@ -182,7 +183,7 @@ class Tuner:
             if trained not in (None, backend.family) and not getattr(self, "_warned", False):
                 self._warned = True
                 warnings.warn(f"the tuner's cost model was trained for {trained}, not {backend.name}: its "
-                              "ranking of these drafts means little", RuntimeWarning, stacklevel=3)
+                              "ranking of these drafts means little", RuntimeWarning, stacklevel=user_stacklevel())
             return self._model
         # one shipped model per backend family, on the backend's own features (the hardware vector),
         # so a user-defined backend of a family ranks with it
@@ -333,7 +334,7 @@ class Tuner:
                 program = lower_fn(op, draft, backend, shapes, **lower_options)
             except Exception as err:  # noqa: BLE001 - a stale entry (another version's draft): re-tune
                 warnings.warn(f"tuning cache entry for {op.name} no longer lowers ({type(err).__name__}: "
-                              f"{err}); tuning again", RuntimeWarning, stacklevel=3)
+                              f"{err}); tuning again", RuntimeWarning, stacklevel=user_stacklevel())
                 self.database.drop(p.key)
             else:
                 predicted = hit.get("predicted")
@@ -344,7 +345,7 @@ class Tuner:
                 if not wrong:
                     return _with_append(checked, p)
                 warnings.warn(f"tuning cache entry for {op.name} is wrong ({wrong}); dropped, tuning again",
-                              RuntimeWarning, stacklevel=3)
+                              RuntimeWarning, stacklevel=user_stacklevel())
                 self.database.drop(p.key)
         if p.table is None:           # proposed from a cache entry that is gone or stale: predict now
             p = self._predict_space(p)

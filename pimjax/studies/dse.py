@@ -60,6 +60,7 @@ import time
 import numpy as np
 
 from ..hw.core import Backend
+from ..errors import user_stacklevel
 
 MAXIMISE = ("speedup_gpu", "tokens_per_s", "goodput_tokens_per_s", "requests_per_s")   # evolve's objectives to maximise
 COLUMNS = ("point", "backend", "variant", "timing", "total_ns", "pim_ns", "host_ns", "energy_pj", "gpu_ns",
@@ -148,7 +149,7 @@ def _load(path: str | None) -> dict:
         from pimjax.durable import CorruptStateWarning
         warnings.warn(f"pimjax explore results {path}: skipped {len(cut)} point(s) whose rows were cut short "
                       f"({', '.join(p for p, _ in cut[:3])}{', ...' if len(cut) > 3 else ''}); they run again",
-                      CorruptStateWarning, stacklevel=3)
+                      CorruptStateWarning, stacklevel=user_stacklevel())
     return {**legacy, **done}
 
 
