@@ -9,6 +9,7 @@ GPT-style decode layer with resident weights.
 from __future__ import annotations
 
 import time
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .api import pim_jit
+from .errors import PrecisionWarning
 from .kernels import FUNCTIONS, arg_shapes
 
 # (kernel, shape) per backend: DCC's kernels at several sizes and batch sizes
@@ -34,6 +36,14 @@ def _args(kernel, shape, seed):
             for s in arg_shapes(kernel, shape)]
 
 
+def _data(compiled) -> str:
+    """What the PIM units did to the data, for the table: the conversions (float32 on fp16 units)
+    and any range finding of the calls (`Compiled.conversions`, `.saturation`)."""
+    conv = sorted(set(compiled.conversions.values()))
+    sat = [s for s in compiled.saturation.values() if s]
+    return "; ".join(conv + sat) or "as is"
+
+
 def _error(got, want) -> float:
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     return float(np.max(np.abs(got - want)) / max(1e-6, float(np.max(np.abs(want)))))
@@ -42,7 +52,7 @@ def _error(got, want) -> float:
 def kernel_table(console: Console) -> None:
     t = Table(title="PIM kernels (pim_jit, executed PIM programs vs jax.jit)")
     for col in ("backend", "kernel", "shape", "on PIM", "PIM µs", "GPU µs", "vs GPU", "vs baseline",
-                "placement µs (once)", "max rel err", "compile s"):
+                "placement µs (once)", "data on PIM", "max rel err", "compile s"):
         t.add_column(col, justify="left" if col in ("backend", "kernel", "shape") else "right")
     for backend, cases in CASES.items():
         for i, (kernel, shape) in enumerate(cases):
@@ -55,8 +65,10 @@ def kernel_table(console: Console) -> None:
             # prefer_pim: a kernel table shows each kernel's PIM program, also where
             # the GPU would win (speedup < 1); the decode layer below places by cost
             f = pim_jit(fn, backend=backend, resident=tuple(range(len(args))), placement="prefer_pim")
-            compiled = f.lower(*args).compile()
-            got = compiled(*args)
+            with warnings.catch_warnings():         # the conversions are a column of the table, not warnings
+                warnings.simplefilter("ignore", PrecisionWarning)
+                compiled = f.lower(*args).compile()
+                got = compiled(*args)
             t_compile = time.perf_counter() - t0
             want = jax.jit(fn)(*args)
             rep = compiled.report()
@@ -68,7 +80,8 @@ def kernel_table(console: Console) -> None:
                       f"{rep.total_ns / 1e3:,.2f}",
                       f"{rep.gpu_ns / 1e3:,.2f}", f"{rep.gpu_ns / rep.total_ns:.2f}x",
                       f"{np.exp(np.mean(np.log(base))):.2f}x" if base else "-",
-                      f"{rep.resident_ns / 1e3:,.1f}", f"{_error(got, want):.1e}", f"{t_compile:.1f}")
+                      f"{rep.resident_ns / 1e3:,.1f}", _data(compiled), f"{_error(got, want):.1e}",
+                      f"{t_compile:.1f}")
     console.print(t)
 
 
@@ -112,10 +125,14 @@ def decode_layer(console: Console) -> None:
         console.print(f"[dim]{backend}: compiling a GPT decode layer (d {d}, {heads} heads, "
                       f"context {ctx}, weights resident)...[/dim]")
         f = pim_jit(gpt_layer, backend=backend)      # params (a dict): resident by default
-        compiled = f.lower(params, x, kc, vc).compile()
-        got = compiled(params, x, kc, vc)
+        with warnings.catch_warnings():             # stated below the report instead
+            warnings.simplefilter("ignore", PrecisionWarning)
+            compiled = f.lower(params, x, kc, vc).compile()
+            got = compiled(params, x, kc, vc)
         err = _error(got, jax.jit(gpt_layer)(params, x, kc, vc))
         console.print(compiled.report().table())
+        console.print(f"data on PIM: {_data(compiled)} ({len(compiled.conversions)} op(s) converted; a script "
+                      "gets this as one PrecisionWarning per compile)")
         console.print(f"max relative error vs jax.jit: {err:.1e}\n")
 
 

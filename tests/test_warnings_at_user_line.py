@@ -54,3 +54,17 @@ def test_user_stacklevel_skips_pimjax_frames():
     with pytest.warns(UserWarning) as rec:
         warnings.warn("here", UserWarning, stacklevel=user())
     assert rec[0].filename == __file__
+
+
+def test_ops_of_pimjax_own_models_name_their_line_not_a_question_mark():
+    """An op traced from code pimjax wrote (the demo's GPT layer) names its line in that file."""
+    import inspect
+
+    import pimjax
+    from pimjax.demo import gpt_layer, gpt_layer_args
+    params, x, k, v = gpt_layer_args(256, 4, 64)
+    g = pimjax.make_graph(gpt_layer, params, x, k, v)
+    lines, first = inspect.getsourcelines(gpt_layer)
+    sources = [o.source for o in g.ops if o.kind != "layout"]
+    assert sources and all(s.startswith("pimjax/demo.py:") for s in sources), sources
+    assert all(first <= int(s.rsplit(":", 1)[1]) < first + len(lines) for s in sources), sources

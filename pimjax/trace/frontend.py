@@ -170,15 +170,27 @@ def is_internal(filename: str) -> bool:
     return hit
 
 
+_JAX_DIRS = _INTERNAL_DIRS[:2]
+_MACHINERY = tuple(os.path.join(_PIMJAX_DIR, d) + os.sep for d in ("trace", "plan", "search", "sim", "lower")) + (
+    os.path.join(_PIMJAX_DIR, "api.py"),)
+
+
 def user_source(tb) -> str:
-    """"file:line" of the innermost traceback frame outside jax and pimjax."""
+    """"file:line" of the innermost traceback frame outside jax and pimjax; for code pimjax
+    itself wrote (a study's model, `pimjax/models`), the innermost frame of that code outside
+    jax and pimjax's compiler machinery, so an op of pimjax's own model names its line there,
+    not "?"."""
     if tb is None:
         return ""
     codes, lastis = tb.raw_frames()
+    fallback = ""
     for code, lasti in zip(codes, lastis):
-        if not is_internal(code.co_filename):
-            return f"{code.co_filename}:{type(tb).code_addr2line(code, lasti)}"
-    return ""
+        name = code.co_filename
+        if not is_internal(name):
+            return f"{name}:{type(tb).code_addr2line(code, lasti)}"
+        if not fallback and not name.startswith(_JAX_DIRS) and not name.startswith(_MACHINERY):
+            fallback = f"{os.path.relpath(name, os.path.dirname(_PIMJAX_DIR))}:{type(tb).code_addr2line(code, lasti)}"
+    return fallback
 
 
 class SourceRef:
