@@ -60,6 +60,10 @@ energy pJ; bytes; GB/s = bytes / ns.
                  arguments placed in PIM layout once (see Residency below)
   per_call       {argument (or leaf path): why} of those rearranged every
                  call
+  gpu_sources    on a GPU described by its own measurements
+                 (`pimjax.hw.profile`): {op index (str): "measured",
+                 "interpolated" or "model"} -- where each op's GPU time
+                 came from; {} on the analytic GPU models
   energy_pj      energy of the PIM ops (simulated only)
   ops            per op, in plan order: index, name, placement ("pim",
                  "host", "fused", "md-dp"), reason, draft (in words), precision

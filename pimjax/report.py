@@ -146,6 +146,8 @@ class Report:
     system_text: str = ""                        # the same in one line (`hw.system_line`)
     gpu: str = ""                                # the GPU "vs GPU" (gpu_ns, speedup_gpu) used: System.baseline's name
     gpu_model: str = ""                          #   and its time model (`hw.gpu.GPU_MODELS`)
+    gpu_sources: dict = field(default_factory=dict)  # on a measured-profile GPU (`hw.profile`): {op index:
+                                                 #   "measured" / "interpolated" / "model"}; {} on other GPUs
 
     # -- totals ------------------------------------------------------------
     @property
@@ -230,7 +232,8 @@ class Report:
                "gpu_ns": self.gpu_ns, "speedup_gpu": self.gpu_ns / total if total else float("nan"),
                "resident_ns": self.resident_ns, "energy_pj": self.energy_pj}
         return {**{k: _none_if_nan(v) for k, v in top.items()}, "resident": dict(self.resident),
-                "per_call": dict(self.per_call), "ops": ops}
+                "per_call": dict(self.per_call), "gpu_sources": {str(k): v for k, v in self.gpu_sources.items()},
+                "ops": ops}
 
     def table(self):
         from rich.table import Table
@@ -262,6 +265,12 @@ class Report:
             t.caption += f"\nper call {label}: {why}"
         if self.cost_model:
             t.caption += f"\ncost model: {self.cost_model}"
+        if self.gpu_sources:
+            n = {w: sum(v == w for v in self.gpu_sources.values()) for w in ("measured", "interpolated", "model")}
+            filled = [str(i) for i, v in self.gpu_sources.items() if v == "model"]
+            t.caption += (f"\nGPU times from its measured profile: {n['measured']} op(s) measured, "
+                          f"{n['interpolated']} interpolated, {n['model']} filled by the analytic model"
+                          + (f" (ops {', '.join(filled)})" if filled else ""))
         return t
 
     def as_text(self) -> str:
@@ -340,6 +349,11 @@ def build_report(stage, figures: str = "simulated") -> Report:
                  system=describe_system(be), system_text=system_line(be),
                  gpu=be.system.baseline.name, gpu_model=be.system.baseline.model)
     shapes = {i: v.shape for i, v in enumerate(stage.graph.values)}
+    if be.system.baseline.model == "profile":        # which GPU times the measured table gave
+        from .plan.plans import host_bytes
+        from .sim.host import host_time_source
+        eb = host_bytes(stage.graph, be)
+        rep.gpu_sources = {p.index: host_time_source(p.op, be.system.baseline, shapes, eb) for p in stage.plans}
     peaks = derived_peaks(be)
     nan = float("nan")
     for p in stage.plans:

@@ -143,12 +143,18 @@ def profile_gemm_ns(host, m, n, k, batch=1, elem_bytes=2, operand_bytes=None) ->
     return t + float(host.launch_overhead_ns)
 
 
-def profile_elementwise_ns(host, bytes_moved, flops=0.0, *, outputs, reduction=1, kind="act") -> float:
-    """ns of a map / row reduction on a "profile" host (as `profile_gemm_ns`); the element
-    size is bytes_moved / (2 x outputs x reduction) rounded to 1, 2 or 4 (in + out of a shape)."""
+def elementwise_key(bytes_moved, outputs, reduction=1, kind="act") -> tuple:
+    """The table key of a map / row reduction as `hw.gpu.elementwise_ns` describes it: the
+    element size is bytes_moved / (2 x outputs x reduction) rounded to 1, 2 or 4 (in + out)."""
     elems = max(1, int(outputs) * max(1, int(reduction)))
     eb = min((1, 2, 4), key=lambda e: abs(e - bytes_moved / (2.0 * elems)))
-    t, _ = lookup(host.profile.rows, host.profile.row_ns, _row_key(outputs, reduction, eb, kind))
+    return _row_key(outputs, reduction, eb, kind)
+
+
+def profile_elementwise_ns(host, bytes_moved, flops=0.0, *, outputs, reduction=1, kind="act") -> float:
+    """ns of a map / row reduction on a "profile" host (as `profile_gemm_ns`; the key:
+    `elementwise_key`)."""
+    t, _ = lookup(host.profile.rows, host.profile.row_ns, elementwise_key(bytes_moved, outputs, reduction, kind))
     if t is None:
         return float(_base(host).elementwise_ns(bytes_moved, flops, outputs=outputs, reduction=reduction, kind=kind))
     return t + float(host.launch_overhead_ns)
@@ -157,17 +163,21 @@ def profile_elementwise_ns(host, bytes_moved, flops=0.0, *, outputs, reduction=1
 def profile_source(host, kind: str, **shape) -> str:
     """"measured", "interpolated" or "model": where a "profile" host's time of one op comes
     from.  kind: "gemm" (m, n, k, batch=1, elem_bytes=2) or "elementwise" (outputs,
-    reduction=1, elem_bytes=2, kind="act")."""
+    reduction=1, kind="act", and elem_bytes=2 or the bytes_moved `hw.gpu.elementwise_ns` takes)."""
     if getattr(host, "model", None) != "profile":
         return "model"
     if kind == "gemm":
         key = _product_key(shape["m"], shape["n"], shape["k"], shape.get("batch", 1), shape.get("elem_bytes", 2))
         return lookup(host.profile.products, host.profile.product_ns, key)[1]
     if kind == "elementwise":
-        key = _row_key(shape["outputs"], shape.get("reduction", 1), shape.get("elem_bytes", 2),
-                       shape.get("kind", "act"))
+        if "bytes_moved" in shape:
+            key = elementwise_key(shape["bytes_moved"], shape["outputs"], shape.get("reduction", 1),
+                                  shape.get("kind", "act"))
+        else:
+            key = _row_key(shape["outputs"], shape.get("reduction", 1), shape.get("elem_bytes", 2),
+                           shape.get("kind", "act"))
         return lookup(host.profile.rows, host.profile.row_ns, key)[1]
     raise ValueError(f"profile_source kind {kind!r}: valid kinds are ['elementwise', 'gemm']")
 
 
-__all__ = ["GpuProfile", "lookup", "profile_host", "profile_gemm_ns", "profile_elementwise_ns", "profile_source"]
+__all__ = ["GpuProfile", "lookup", "elementwise_key", "profile_host", "profile_gemm_ns", "profile_elementwise_ns", "profile_source"]

@@ -121,6 +121,33 @@ def host_time(op: PimOp, host: HostModel, shapes: dict | None = None,
                                reduction=reduction, kind=kind)
 
 
+def host_time_source(op: PimOp, host: HostModel, shapes: dict | None = None, dtype_bytes: dict | int = 2) -> str:
+    """Where `host_time`'s figure of `op` comes from: on a measured-profile GPU
+    (`hw.profile`, model "profile") "measured", "interpolated" or "model" (its analytic model
+    filled it); "model" on every other host."""
+    if host.model != "profile":
+        return "model"
+    from ..hw.profile import profile_source
+    if shapes is None:
+        from ..partition.verify import infer_shapes
+        shapes = infer_shapes(op)
+    gemm = op_gemm_shape(op)
+    if gemm is not None:
+        first = op.operands[op.body_operands[0]].value if op.body is not None else op.operands[0].value
+        eb = dtype_bytes.get(first, 4) if isinstance(dtype_bytes, dict) else dtype_bytes
+        return profile_source(host, "gemm", **gemm, elem_bytes=eb)
+    ext = op.extents
+    if op.loop_vars:
+        outputs = int(np.prod([ext[v] for v in op.output_vars], dtype=np.int64)) if op.output_vars else 1
+        reduction = int(np.prod([ext[v] for v in op.reduction_vars], dtype=np.int64)) if op.reduction_vars else 1
+    else:
+        outputs = sum(int(np.prod(shapes[r.value], dtype=np.int64)) for r in op.results)
+        reduction = 1
+    kind = "copy" if op.kind in ("host", "layout") else ("reduce" if reduction > 1 else "act")
+    return profile_source(host, "elementwise", bytes_moved=op_bytes(op, shapes, dtype_bytes), outputs=outputs,
+                          reduction=reduction, kind=kind)
+
+
 def host_energy(op: PimOp, host: HostModel, shapes: dict | None = None, dtype_bytes: dict | int = 2,
                 ns: float | None = None) -> float:
     """pJ of `op` on the host (`hw.gpu.gpu_energy_pj`): its `op_bytes` (the operand traffic

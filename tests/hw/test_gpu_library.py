@@ -158,8 +158,8 @@ def test_profile_interpolates_monotonically_between_its_points(m):
     t1 = h.gemm_ns(m + 1, 1024, 1024)
     lo, hi = (9000.0, 11000.0) if m < 256 else (11000.0, 30000.0)
     assert lo <= t <= hi and t <= t1
-    assert profile_source(h, "gemm", m=m, n=1024, k=1024) == "interpolated"
-    if m not in (64, 256):
+    assert profile_source(h, "gemm", m=m, n=1024, k=1024) == ("measured" if m == 256 else "interpolated")
+    if m != 256:
         x0, x1 = (64, 256) if m < 256 else (256, 1024)
         w = (math.log(m) - math.log(x0)) / (math.log(x1) - math.log(x0))
         assert t == pytest.approx(math.exp((1 - w) * math.log(lo) + w * math.log(hi)), rel=1e-9)
@@ -182,3 +182,27 @@ def test_profile_from_measured_rows_subtracts_the_floor():
     assert p.product_ns[p.products.index(key)] == pytest.approx((r["time_us"][i] - 10.0) * 1e3)
     with pytest.raises(ValueError, match="GpuProfile"):
         profile_host(gpu("h100"), p).replace(profile=None)
+
+
+def test_report_says_which_gpu_times_the_profile_gave():
+    """pim_jit against a measured-profile GPU: the report counts the ops whose GPU time is the
+    table's and names the ones the analytic model filled."""
+    import jax
+
+    import pimjax
+    from pimjax.hw import get_backend
+    W = np.ones((256, 512), np.float16)
+    x = np.ones(512, np.float16)
+    prof = GpuProfile("my GPU", ((1, 256, 512, 1, 2),), (5000.0,))     # the GEMV measured, the relu not
+    host = profile_host(gpu("h100"), prof)
+    assert get_backend("hbm-pim", channels=4, gpu=host).system.baseline is host
+    f = pimjax.pim_jit(lambda W, x: jax.nn.relu(W @ x), backend="hbm-pim", channels=4, gpu=host)
+    rep = f.lower(W, x).compile().report()
+    srcs = rep.to_dict()["gpu_sources"]
+    kinds = {o.index: o.name for o in rep.ops}
+    assert srcs and set(srcs.values()) <= {"measured", "interpolated", "model"}
+    gemv = next(i for i, n in kinds.items() if n.startswith("dot_general"))
+    assert srcs[str(gemv)] == "measured"
+    text = str(rep)
+    assert "GPU times from its measured profile: 1 op(s) measured" in text, text[-600:]
+    assert rep.gpu_model == "profile" and "my GPU (measured profile; else library)" in rep.gpu
