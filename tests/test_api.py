@@ -20,6 +20,7 @@ from pimjax.lower import lower
 from pimjax.backends import baseline
 from pimjax.sim.cycles import cycles
 from tests.corpus import CORPUS
+from tests.helpers import assert_trees_close
 
 
 class FlatModel:
@@ -48,10 +49,9 @@ TOL = {"hbm-pim": 3e-2, "attacc": 3e-2, "newton": 6e-2, "upmem": 1e-5}
 
 
 def _close(got, want, tol):
-    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
-        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
-        scale = max(1.0, float(np.max(np.abs(w)))) if w.size else 1.0
-        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * scale)
+    """The same pytree, shapes and dtypes as `want`; values within tol (relative, and absolute
+    at the scale of max(1, max |want|))."""
+    assert_trees_close(got, want, rtol=tol, atol=tol, atol_scaled=True)
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from pimjax.trace import Acc, Arg, Prim
 from pimjax.trace.evaluate import evaluate_op, gather
 from pimjax.trace.affine import AffineExpr
 from tests.corpus import CORPUS
+from tests.helpers import assert_trees_close
 
 rng = np.random.default_rng(0)
 W = rng.standard_normal((8, 4)).astype(np.float32)
@@ -20,9 +21,7 @@ b = rng.standard_normal(8).astype(np.float32)
 
 
 def _check(g, fn, *args):
-    for got, want in zip(jax.tree_util.tree_leaves(g.evaluate(*args)),
-                         jax.tree_util.tree_leaves(fn(*args))):
-        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+    assert_trees_close(g.evaluate(*args), fn(*args), rtol=1e-5, atol=1e-6)
 
 
 def test_fuse_false_keeps_one_op_per_primitive():
