@@ -180,4 +180,5 @@ def profile_source(host, kind: str, **shape) -> str:
     raise ValueError(f"profile_source kind {kind!r}: valid kinds are ['elementwise', 'gemm']")
 
 
-__all__ = ["GpuProfile", "lookup", "elementwise_key", "profile_host", "profile_gemm_ns", "profile_elementwise_ns", "profile_source"]
+__all__ = ["GpuProfile", "lookup", "elementwise_key", "profile_host", "profile_gemm_ns", "profile_elementwise_ns",
+           "profile_source"]

@@ -102,13 +102,23 @@ def host_time(op: PimOp, host: HostModel, shapes: dict | None = None,
         # traced, or a concrete stack of hosts: one time per variant
         return as_float(host.time_ns(op_bytes(op, shapes, dtype_bytes), op_flops(op)))
     # the kernel models (hw/gpu.py) take concrete hosts
+    kind, args = op_kernel(op, shapes, dtype_bytes)
+    if kind == "gemm":
+        # the "pimflow" model reads the operands' real bytes (a convolution's input, not its im2col view)
+        real = float(op_bytes(op, shapes, dtype_bytes)) if host.model == "pimflow" else None
+        return host.gemm_ns(**args, operand_bytes=real)
+    return host.elementwise_ns(**args)
+
+
+def op_kernel(op: PimOp, shapes: dict, dtype_bytes: dict | int = 2) -> tuple[str, dict]:
+    """The kernel a GPU model times for `op`: ("gemm", gemm_ns's m, n, k, batch, elem_bytes) for
+    a two-operand contraction, else ("elementwise", elementwise_ns's bytes_moved, flops,
+    outputs, reduction, kind)."""
     gemm = op_gemm_shape(op)
     if gemm is not None:
         first = op.operands[op.body_operands[0]].value if op.body is not None else op.operands[0].value
         eb = dtype_bytes.get(first, 4) if isinstance(dtype_bytes, dict) else dtype_bytes
-        # the "pimflow" model reads the operands' real bytes (a convolution's input, not its im2col view)
-        real = float(op_bytes(op, shapes, dtype_bytes)) if host.model == "pimflow" else None
-        return host.gemm_ns(**gemm, elem_bytes=eb, operand_bytes=real)
+        return "gemm", dict(gemm, elem_bytes=eb)
     ext = op.extents
     if op.loop_vars:
         outputs = int(np.prod([ext[v] for v in op.output_vars], dtype=np.int64)) if op.output_vars else 1
@@ -117,7 +127,7 @@ def host_time(op: PimOp, host: HostModel, shapes: dict | None = None,
         outputs = sum(int(np.prod(shapes[r.value], dtype=np.int64)) for r in op.results)
         reduction = 1
     kind = "copy" if op.kind in ("host", "layout") else ("reduce" if reduction > 1 else "act")
-    return host.elementwise_ns(op_bytes(op, shapes, dtype_bytes), op_flops(op), outputs=outputs,
+    return "elementwise", dict(bytes_moved=op_bytes(op, shapes, dtype_bytes), flops=op_flops(op), outputs=outputs,
                                reduction=reduction, kind=kind)
 
 
@@ -131,21 +141,9 @@ def host_time_source(op: PimOp, host: HostModel, shapes: dict | None = None, dty
     if shapes is None:
         from ..partition.verify import infer_shapes
         shapes = infer_shapes(op)
-    gemm = op_gemm_shape(op)
-    if gemm is not None:
-        first = op.operands[op.body_operands[0]].value if op.body is not None else op.operands[0].value
-        eb = dtype_bytes.get(first, 4) if isinstance(dtype_bytes, dict) else dtype_bytes
-        return profile_source(host, "gemm", **gemm, elem_bytes=eb)
-    ext = op.extents
-    if op.loop_vars:
-        outputs = int(np.prod([ext[v] for v in op.output_vars], dtype=np.int64)) if op.output_vars else 1
-        reduction = int(np.prod([ext[v] for v in op.reduction_vars], dtype=np.int64)) if op.reduction_vars else 1
-    else:
-        outputs = sum(int(np.prod(shapes[r.value], dtype=np.int64)) for r in op.results)
-        reduction = 1
-    kind = "copy" if op.kind in ("host", "layout") else ("reduce" if reduction > 1 else "act")
-    return profile_source(host, "elementwise", bytes_moved=op_bytes(op, shapes, dtype_bytes), outputs=outputs,
-                          reduction=reduction, kind=kind)
+    kind, args = op_kernel(op, shapes, dtype_bytes)
+    args.pop("flops", None)
+    return profile_source(host, kind, **args)
 
 
 def host_energy(op: PimOp, host: HostModel, shapes: dict | None = None, dtype_bytes: dict | int = 2,
