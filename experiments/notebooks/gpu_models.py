@@ -45,12 +45,12 @@ print(f"{len(rows['time_us']):,} measured rows;", ", ".join(f"{s}: {measured.hea
 # ## Per GPU × class: model / measured above the floor
 #
 # `median`: of model / measured; `in_band`: the share within 0.8-1.25; `floor_in_band`: the floor rows' share
-# within 0.5-2. At most 1 500 rows a cell here (`max_rows`, evenly strided) to keep the notebook quick;
+# within 0.5-2. At most 600 rows a cell here (100 for `occupancy`) (`max_rows`, evenly strided) to keep the notebook quick;
 # `benchmarks/gpu_models_bench.py` runs every row.
 
 # %%
-after = pd.DataFrame(gpu_check.class_table("library", split="odd", max_rows=1500))
-before = pd.DataFrame(gpu_check.class_table("occupancy", split="odd", max_rows=150))
+after = pd.DataFrame(gpu_check.class_table("library", split="odd", max_rows=600))
+before = pd.DataFrame(gpu_check.class_table("occupancy", split="odd", max_rows=100))
 table = after.merge(before[["gpu", "class", "dtype", "median", "in_band"]], on=["gpu", "class", "dtype"],
                     suffixes=("", "_occupancy"))
 display(table.round(2))

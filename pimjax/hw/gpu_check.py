@@ -162,11 +162,14 @@ def class_table(model: str = "library", gpus=None, classes=CLASSES, split: str =
     most that many rows a cell, evenly strided (the scalar models are slow on 20 000)."""
     rows = M.load() if rows is None else rows
     cls, fl, keep = _cells(rows, split)
+    groups: dict = {}                     # (gpu, class, dtype) -> row indices, one pass over the rows
+    for i in np.nonzero(keep)[0]:
+        groups.setdefault((rows["gpu"][i], cls[i], rows["dtype"][i]), []).append(i)
     out = []
     for g in sorted(set(rows["gpu"]) if gpus is None else gpus):
         for c in classes:
             for dt in sorted(set(rows["dtype"])):
-                sel = np.nonzero(keep & (rows["gpu"] == g) & (cls == c) & (rows["dtype"] == dt))[0]
+                sel = np.asarray(groups.get((g, c, dt), []), np.int64)
                 if not len(sel):
                     continue
                 if max_rows and len(sel) > max_rows:
