@@ -11,10 +11,9 @@ import traceback as pytraceback
 
 import jax
 import jax.extend.core as jcore
-import jaxlib
 import numpy as np
 
-from ..errors import PimTraceError
+from ..errors import PIMJAX_DIR, PimTraceError, internal_dirs, is_internal
 
 from .builder import Atom, Builder, Lit, Ref
 from .check import check_graph
@@ -156,23 +155,9 @@ def _has_empty(eqn) -> bool:
 # --------------------------------------------------------------------------
 # source lines
 # --------------------------------------------------------------------------
-_PIMJAX_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_INTERNAL_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (jax, jaxlib)) + (
-    _PIMJAX_DIR + os.sep,)
-_internal_cache: dict[str, bool] = {}
-
-
-def is_internal(filename: str) -> bool:
-    """True for files inside jax, jaxlib or pimjax (not user code)."""
-    hit = _internal_cache.get(filename)
-    if hit is None:
-        hit = _internal_cache[filename] = filename.startswith(_INTERNAL_DIRS)
-    return hit
-
-
-_JAX_DIRS = _INTERNAL_DIRS[:2]
-_MACHINERY = tuple(os.path.join(_PIMJAX_DIR, d) + os.sep for d in ("trace", "plan", "search", "sim", "lower")) + (
-    os.path.join(_PIMJAX_DIR, "api.py"),)
+_JAX_DIRS = internal_dirs()[:2]
+_MACHINERY = tuple(os.path.join(PIMJAX_DIR, d) + os.sep for d in ("trace", "plan", "search", "sim", "lower")) + (
+    os.path.join(PIMJAX_DIR, "api.py"),)
 
 
 def user_source(tb) -> str:
@@ -189,7 +174,7 @@ def user_source(tb) -> str:
         if not is_internal(name):
             return f"{name}:{type(tb).code_addr2line(code, lasti)}"
         if not fallback and not name.startswith(_JAX_DIRS) and not name.startswith(_MACHINERY):
-            fallback = f"{os.path.relpath(name, os.path.dirname(_PIMJAX_DIR))}:{type(tb).code_addr2line(code, lasti)}"
+            fallback = f"{os.path.relpath(name, os.path.dirname(PIMJAX_DIR))}:{type(tb).code_addr2line(code, lasti)}"
     return fallback
 
 
