@@ -77,17 +77,12 @@ print(f"library: {len(ok)} of {len(held)} cells with >= 10 rows above the floor 
 
 # %%
 fig, axes = plt.subplots(2, 3, figsize=(15, 9))
-cls = np.array([measured.op_class(o) for o in rows["op"]])
-fl = gpu_check.floors(rows)
-odd = gpu_check._cells(rows, "odd")[2]
+cls, fl, odd = gpu_check.prepare(rows, "odd")
 for ax, (g, c) in zip(axes.flat, [("v100", "gemm"), ("a100-40gb", "bmm"), ("t4", "conv"), ("p100", "map"),
                                  ("v100", "softmax"), ("h100", "gemm")]):
     sel = np.nonzero(odd & (rows["gpu"] == g) & (cls == c))[0][:1500]
     sub = {k: v[sel] for k, v in rows.items()}
-    pred = np.zeros(len(sel))
-    for f in set(fl[sel]):
-        s = fl[sel] == f
-        pred[s] = gpu_check.model_us(gpu_check.host_for(g, "library", f), {k: v[s] for k, v in sub.items()}, c)
+    pred = gpu_check.predict(sub, fl[sel], g, c)
     t = sub["time_us"]
     above = t > gpu_check.ABOVE * fl[sel]
     ax.loglog(t[above], pred[above], ".", ms=2, alpha=0.5, label="above the floor")

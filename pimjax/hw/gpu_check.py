@@ -26,11 +26,12 @@ import os
 
 import numpy as np
 
+from ..durable import atomic_write
 from . import gpu as G
 from . import gpu_library as L
 from . import measured as M
 
-FLOOR_PERCENTILE = 1.0       # the method's floor: the 1st percentile of a (source, GPU, class)'s times
+FLOOR_PERCENTILE = 1.0       # the method's floor: the 1st percentile of a (method, GPU, class)'s times
 ABOVE = 2.0                  # rows measuring more than 2 x the floor are "above the floor"
 BAND = (0.8, 1.25)           # issue 49's acceptance band of model / measured
 FLOOR_BAND = (0.5, 2.0)
@@ -47,7 +48,7 @@ def _classes(rows) -> np.ndarray:
 
 
 def _elem_bytes(rows) -> np.ndarray:
-    return np.array([{"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}.get(d, 4) for d in rows["dtype"]], np.int64)
+    return np.array([M.ELEM_BYTES.get(d, 4) for d in rows["dtype"]], np.int64)
 
 
 def method(source: str) -> str:
@@ -140,7 +141,10 @@ def host_for(gpu_name: str, model: str, floor_us: float = 0.0, params: dict | No
     return host.replace(launch_overhead_ns=float(floor_us) * 1e3)
 
 
-def _cells(rows, split: str):
+def prepare(rows, split: str = "all"):
+    """(class [R], floor us [R], kept [R] bool) of `rows`: each row's op class, its method's
+    floor (`floors`), and whether it is in `split` ("all"; "even" / "odd": alternate rows within
+    each file and card, the fit's rows and the check's)."""
     cls, fl = _classes(rows), floors(rows)
     parity = np.zeros(len(cls), bool)
     for key in set(zip(rows["source"], rows["gpu"])):       # even / odd within each file and card
@@ -154,6 +158,17 @@ def _subset(rows, sel):
     return {c: a[sel] for c, a in rows.items()}
 
 
+def predict(rows, floor_us, gpu_name: str, cls: str, model: str = "library", params: dict | None = None):
+    """[R] us of `rows` (one card's, all of class `cls`) on `model`, each row with its own
+    floor `floor_us` [R] as the launch (`host_for`; params: "library" constants to try)."""
+    floor_us = np.asarray(floor_us, np.float64)
+    out = np.zeros(len(floor_us))
+    for f in set(floor_us.tolist()):
+        s = floor_us == f
+        out[s] = model_us(host_for(gpu_name, model, f, params), _subset(rows, s), cls)
+    return out
+
+
 def class_table(model: str = "library", gpus=None, classes=CLASSES, split: str = "odd", max_rows: int | None = None,
                 rows=None) -> list[dict]:
     """Per (gpu, class, dtype) of the measured sets: rows, rows above the floor, the median
@@ -161,7 +176,7 @@ def class_table(model: str = "library", gpus=None, classes=CLASSES, split: str =
     `FLOOR_BAND`.  split: "odd" (the rows `fit` did not see), "even" or "all"; max_rows: at
     most that many rows a cell, evenly strided (the scalar models are slow on 20 000)."""
     rows = M.load() if rows is None else rows
-    cls, fl, keep = _cells(rows, split)
+    cls, fl, keep = prepare(rows, split)
     groups: dict = {}                     # (gpu, class, dtype) -> row indices, one pass over the rows
     for i in np.nonzero(keep)[0]:
         groups.setdefault((rows["gpu"][i], cls[i], rows["dtype"][i]), []).append(i)
@@ -174,13 +189,8 @@ def class_table(model: str = "library", gpus=None, classes=CLASSES, split: str =
                     continue
                 if max_rows and len(sel) > max_rows:
                     sel = sel[np.linspace(0, len(sel) - 1, max_rows).astype(int)]
-                sub = _subset(rows, sel)
-                t = sub["time_us"]
-                pred = np.zeros(len(t))
-                for f in set(fl[sel]):
-                    s = fl[sel] == f
-                    pred[s] = model_us(host_for(g, model, f), _subset(sub, s), c)
-                ratio, above = pred / t, t > ABOVE * fl[sel]
+                t = rows["time_us"][sel]
+                ratio, above = predict(_subset(rows, sel), fl[sel], g, c, model) / t, t > ABOVE * fl[sel]
                 ra, rf = ratio[above], ratio[~above]
                 out.append({"gpu": g, "class": c, "dtype": dt, "rows": int(len(t)), "above": int(above.sum()),
                             "median": float(np.median(ra)) if len(ra) else float("nan"),
@@ -202,18 +212,14 @@ def fits() -> dict:
 
 
 def _score(rows, fl, cls, params, gpu_name, classes) -> float:
+    """The share in `BAND` of the rows of `classes` above their floor, on "library" with `params`."""
     hits, n = 0, 0
     for c in classes:
-        sel = np.nonzero(cls == c)[0]
-        for f in set(fl[sel]):
-            s = sel[fl[sel] == f]
-            t = rows["time_us"][s]
-            above = t > ABOVE * f
-            if not above.any():
-                continue
-            r = model_us(host_for(gpu_name, "library", f, params), _subset(_subset(rows, s), above), c) / t[above]
+        sel = np.nonzero((cls == c) & (rows["time_us"] > ABOVE * fl))[0]
+        if len(sel):
+            r = predict(_subset(rows, sel), fl[sel], gpu_name, c, "library", params) / rows["time_us"][sel]
             hits += int(np.sum((r >= BAND[0]) & (r <= BAND[1])))
-            n += int(above.sum())
+            n += len(sel)
     return hits / n if n else 0.0
 
 
@@ -223,7 +229,7 @@ def fit(gpu_name: str, rows=None) -> dict:
     bandwidth_efficiency on its maps; grid search over `FIT_GRID`.  Returns {constant: value,
     "score_products", "score_maps"} (the even rows' share in band)."""
     rows = M.load(gpu=gpu_name) if rows is None else rows
-    cls, fl, keep = _cells(rows, "even")
+    cls, fl, keep = prepare(rows, "even")
     rows, cls, fl = _subset(rows, keep), cls[keep], fl[keep]
     base = {"flops_efficiency": 0.8, "wave_overhead_ns": 0.0, "bandwidth_efficiency": 0.8}
     best = (-1.0, base)
@@ -274,9 +280,7 @@ def main(argv=None) -> int:
                        "`python -m pimjax.hw.gpu_check --fit` on the even rows of each card's measured sets "
                        "(pimjax/hw/measured); score_*: the even rows' share in 0.8-1.25",
                "gpus": out}
-        with open(FITS_PATH, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=1, sort_keys=True)
-            fh.write("\n")
+        atomic_write(FITS_PATH, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     _print_table(class_table(args.model, split=args.split, max_rows=args.max_rows),
                  f"model '{args.model}' / measured, {args.split} rows")
     return 0

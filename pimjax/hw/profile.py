@@ -60,14 +60,13 @@ class GpuProfile:
         the measuring method's floor, subtracted from every time (a row at or under it is
         left out: it measured the method, not the kernel).  Repeated points: their median."""
         from . import measured as M
-        eb = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
         floor = np.broadcast_to(np.asarray(floor_us, np.float64), rows["time_us"].shape)
         prods, rws = {}, {}
         for i, op in enumerate(rows["op"]):
             t = (float(rows["time_us"][i]) - float(floor[i])) * 1e3
             if t <= 0:
                 continue
-            e = eb.get(rows["dtype"][i], 4)
+            e = M.ELEM_BYTES.get(rows["dtype"][i], 4)
             c = M.op_class(op)
             if c in ("gemm", "bmm"):
                 key = (int(rows["m"][i]), int(rows["n"][i]), int(rows["k"][i]), max(1, int(rows["batch"][i])), e)

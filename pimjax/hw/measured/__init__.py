@@ -26,6 +26,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COLUMNS = ("gpu", "op", "dtype", "batch", "m", "n", "k", "rows", "cols", "numel", "conv", "time_us", "context")
+ELEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}     # bytes per element of the dtype column's names
 INT_COLUMNS = ("batch", "m", "n", "k", "rows", "cols", "numel")     # 0 = not applicable
 TEXT_COLUMNS = ("gpu", "op", "dtype", "conv", "context")
 
@@ -118,4 +119,4 @@ def to_dataframe(rows: dict):
     return pd.DataFrame({c: np.asarray(a) for c, a in rows.items()})
 
 
-__all__ = ["COLUMNS", "OP_CLASS", "MAP_OPS", "op_class", "sources", "header", "load", "read", "to_dataframe"]
+__all__ = ["COLUMNS", "ELEM_BYTES", "OP_CLASS", "MAP_OPS", "op_class", "sources", "header", "load", "read", "to_dataframe"]
