@@ -151,6 +151,11 @@ def _py_assign(src: str, name: str):
     raise KeyError(name)
 
 
+def csv_fields(m: Mirror, path: str) -> list[list[str]]:
+    """The comma-separated fields, stripped, of every non-blank line of a headerless file."""
+    return [[x.strip() for x in line.split(",")] for line in m.show(path).splitlines() if line.strip()]
+
+
 def llmcompass(m: Mirror) -> tuple[list[dict], list[str]]:
     out: list[dict] = []
     base = "ae/figure5"
@@ -160,10 +165,7 @@ def llmcompass(m: Mirror) -> tuple[list[dict], list[str]]:
     for dev in ("A100", "MI210"):
         p = f"{base}/ab/real_hardware/matmul_{dev}.csv"
         paths.append(p)
-        for line in m.show(p).splitlines():
-            if not line.strip():
-                continue
-            f = [x.strip() for x in line.split(",")]
+        for f in csv_fields(m, p):
             M, N, K = int(f[0]), int(f[1]), int(f[2])
             ms = float(f[3].removesuffix("ms"))
             tf = float(f[4].removesuffix("Tflops"))
@@ -180,9 +182,7 @@ def llmcompass(m: Mirror) -> tuple[list[dict], list[str]]:
         for dev in ("A100", "MI210"):
             p = f"{base}/{sub}/real_hardware/{op}_{dev}.csv"
             paths.append(p)
-            lines = [l for l in m.show(p).splitlines() if l.strip()]
-            for i, line in enumerate(lines):
-                f = [x.strip() for x in line.split(",")]
+            for i, f in enumerate(csv_fields(m, p)):
                 M, N, g = int(f[0]), int(f[1]), float(f[2])
                 t_us = M * N / (g * 1e9) * 1e6
                 sweep = ("fig5 sweep N (M=4096)" if i < 11 else
@@ -195,10 +195,7 @@ def llmcompass(m: Mirror) -> tuple[list[dict], list[str]]:
     for dev in ("A100", "MI210"):
         p = f"{base}/g/real_hardware/gelu_{dev}.csv"
         paths.append(p)
-        for line in m.show(p).splitlines():
-            if not line.strip():
-                continue
-            f = [x.strip() for x in line.split(",")]
+        for f in csv_fields(m, p):
             n, g = int(f[0]), float(f[1])
             out.append(row(gpu=LLMC_GPU[dev], op="gelu", dtype="fp16",
                            numel=n, time_us=fnum(n / (g * 1e9) * 1e6),
