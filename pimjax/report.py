@@ -37,6 +37,7 @@ from .partition.draft import describe_draft
 from .precision import conversion, op_dtypes
 from .sim.append import charge_append
 from .sim.cycles import cycles_pooled
+from .sim.gpu_kernels import gpu_kernels
 from .sim.host import op_bytes
 from .trace.ir import PimOp
 
@@ -148,6 +149,8 @@ class Report:
     gpu_model: str = ""                          #   and its time model (`hw.gpu.GPU_MODELS`)
     gpu_sources: dict = field(default_factory=dict)  # on a measured-profile GPU (`hw.profile`): {op index:
                                                  #   "measured" / "interpolated" / "model"}; {} on other GPUs
+    gpu_kernels: list = field(default_factory=list)  # the GPU-only run's kernels (`sim.gpu_kernels.GpuKernel`),
+                                                 #   which gpu_ns adds up: ops fused as the GPU's libraries fuse them
 
     # -- totals ------------------------------------------------------------
     @property
@@ -233,6 +236,8 @@ class Report:
                "resident_ns": self.resident_ns, "energy_pj": self.energy_pj}
         return {**{k: _none_if_nan(v) for k, v in top.items()}, "resident": dict(self.resident),
                 "per_call": dict(self.per_call), "gpu_sources": {str(k): v for k, v in self.gpu_sources.items()},
+                "gpu_kernels": [{"name": k.name, "ops": list(k.ops), "kind": k.kind, "ns": k.ns}
+                                for k in self.gpu_kernels],
                 "ops": ops}
 
     def table(self):
@@ -271,6 +276,18 @@ class Report:
             t.caption += (f"\nGPU times from its measured profile: {n['measured']} op(s) measured, "
                           f"{n['interpolated']} interpolated, {n['model']} filled by the analytic model"
                           + (f" (ops {', '.join(filled)})" if filled else ""))
+        per_op = {}
+        for k in self.gpu_kernels:
+            for i in k.ops:
+                per_op[i] = per_op.get(i, 0) + 1
+        # the kernels that are not one op each: a fused group, or a GEMM's epilogue run after it
+        fused = [k for k in self.gpu_kernels if len(k.ops) > 1 or (per_op[k.ops[0]] > 1 and k.kind != "gemm")]
+        if fused:
+            n_ops = len({i for k in self.gpu_kernels for i in k.ops})
+            t.caption += (f"\nGPU-only run: {len(self.gpu_kernels)} kernels for {n_ops} ops; fused: "
+                          + "; ".join(f"ops {', '.join(map(str, k.ops))} as one {k.kind} kernel"
+                                      if len(k.ops) > 1 else f"op {k.ops[0]}'s epilogue ({k.name}) as its own kernel"
+                                      for k in fused))
         return t
 
     def as_text(self) -> str:
@@ -349,10 +366,11 @@ def build_report(stage, figures: str = "simulated") -> Report:
                  system=describe_system(be), system_text=system_line(be),
                  gpu=be.system.baseline.name, gpu_model=be.system.baseline.model)
     shapes = {i: v.shape for i, v in enumerate(stage.graph.values)}
+    from .plan.plans import host_bytes
+    eb = host_bytes(stage.graph, be)
+    rep.gpu_kernels = list(gpu_kernels(stage.graph, be.system.baseline, shapes, eb))
     if be.system.baseline.model == "profile":        # which GPU times the measured table gave
-        from .plan.plans import host_bytes
         from .sim.host import host_time_source
-        eb = host_bytes(stage.graph, be)
         rep.gpu_sources = {p.index: host_time_source(p.op, be.system.baseline, shapes, eb) for p in stage.plans}
     peaks = derived_peaks(be)
     nan = float("nan")

@@ -71,6 +71,9 @@ import numpy as np
 GPU_MODELS = ("roofline", "dcc", "attacc", "occupancy", "library", "pimflow", "profile")
 GENERIC_GPU_MODELS = ("roofline", "dcc", "attacc", "occupancy", "library")   # the models any GPU builder takes (`hw.host`);
                                                                   #   "pimflow" is PIMFlow's configured RTX 2060 only
+FUSING_GPU_MODELS = ("library", "profile")   # the models of library kernels: a graph's maps and row reductions run
+                                             #   fused, as XLA / vLLM / cuDNN run them (`sim/gpu_kernels.py`); the
+                                             #   papers' models time every op as the papers did
 
 # --------------------------------------------------------------------------
 # "occupancy": the thread-block mapping of ordinary CUDA kernels

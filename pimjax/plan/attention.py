@@ -17,7 +17,7 @@ from ..errors import PimCompileError
 from ..hw.core import Backend
 from ..lower.patterns import score_seq_dim
 from ..partition.dimsets import dimension_sets
-from ..sim.host import host_time
+from ..sim.gpu_kernels import op_gpu_ns
 from ..trace.ir import PimGraph
 from .plans import OpPlan, gpu_words, host_bytes, predicted_placement, refuse
 
@@ -52,11 +52,12 @@ def note_unfused(plans: list, unfused: dict[int, str]) -> list:
 
 
 def attention_ops(graph: PimGraph, block: tuple, backend: Backend, shapes: dict):
-    """(ops, host roofline ns of the block, the fused op) of an attention block."""
+    """(ops, the block's ns on the GPU, the fused op, {op index: its share of the GPU's kernels,
+    ns}) of an attention block (`sim.gpu_kernels.op_gpu_ns`)."""
     ops = [graph.ops[i] for i in block]
-    eb = host_bytes(graph, backend)
-    h_ns = sum(host_time(o, backend.system.baseline, shapes, eb) for o in ops)
-    return ops, h_ns, family_of(backend).block_operands(ops)   # operands (q, K, V), the context result
+    share = op_gpu_ns(graph, backend.system.baseline, shapes, host_bytes(graph, backend))
+    gpu_ns = {i: float(share[i]) for i in block}
+    return ops, sum(gpu_ns.values()), family_of(backend).block_operands(ops), gpu_ns   # fused: (q, K, V) -> context
 
 
 def predict_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids,
@@ -65,7 +66,7 @@ def predict_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids
     score op), the predicted placement; the plan of its last op carries
     the proposal."""
     family = family_of(backend)
-    ops, h_ns, fused = attention_ops(graph, block, backend, shapes)
+    ops, h_ns, fused, gpu_ns = attention_ops(graph, block, backend, shapes)
     score, ctx = ops[0], ops[-1]
     eb = host_bytes(graph, backend)
     n_var = score.result.index_map[score_seq_dim(ops)].single_var      # the sequence the softmax reduces
@@ -88,7 +89,7 @@ def predict_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids
     if proposal is None:
         if placement == "pim":
             refuse(score, backend, why)
-        return [OpPlan(i, graph.ops[i], "host", why, host_time(graph.ops[i], backend.system.baseline, shapes, eb))
+        return [OpPlan(i, graph.ops[i], "host", why, float(gpu_ns[i]))
                 for i in block]
     pred_ns = proposal.predicted_cycles * float(backend.timing.tCK)
     where, verdict = predicted_placement(pred_ns, h_ns, placement, backend, "the attention block on PIM")
@@ -98,7 +99,7 @@ def predict_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids
                       None, res, block, proposal)
         return [OpPlan(i, graph.ops[i], "fused", f"in the attention block run at op {block[-1]}", 0.0)
                 for i in block[:-1]] + [last]
-    plans = [OpPlan(i, graph.ops[i], "host", why, host_time(graph.ops[i], backend.system.baseline, shapes, eb))
+    plans = [OpPlan(i, graph.ops[i], "host", why, float(gpu_ns[i]))
              for i in block]
     plans[-1] = replace(plans[-1], draft=proposal.draft, predicted_cycles=proposal.predicted_cycles,
                         resident=res, block=block, proposal=proposal)
@@ -109,7 +110,7 @@ def verify_attention(graph, carrier: OpPlan, backend, tuner, shapes, placement: 
     """The compile stage of an attention block: its proposal verified
     (lowered and simulated), the placement on the simulated figures."""
     block, res = carrier.block, carrier.resident
-    ops, h_ns, _ = attention_ops(graph, block, backend, shapes)
+    ops, h_ns, _, gpu_ns = attention_ops(graph, block, backend, shapes)
     score, ctx = ops[0], ops[-1]
     eb = host_bytes(graph, backend)
     try:
@@ -124,7 +125,7 @@ def verify_attention(graph, carrier: OpPlan, backend, tuner, shapes, placement: 
         if choice is not None:
             why = (f"{gpu_words(backend)} {h_ns:,.0f} ns beats the attention block on "
                    f"PIM {float(choice.report.total_ns):,.0f} ns")
-        return [OpPlan(i, graph.ops[i], "host", why, host_time(graph.ops[i], backend.system.baseline, shapes, eb))
+        return [OpPlan(i, graph.ops[i], "host", why, float(gpu_ns[i]))
                 for i in block]
     # the block runs where its last op (the context product) stood
     pim_ns = float(choice.report.total_ns)

@@ -15,7 +15,7 @@ from ..errors import PimCompileError
 from ..hw.core import Backend
 from ..partition.verify import op_support
 from ..search.tuner import Tuner
-from ..sim.host import host_time
+from ..sim.gpu_kernels import op_gpu_ns
 from ..trace.ir import PimGraph
 from .attention import attention_blocks, note_unfused, predict_attention, verify_attention
 from .mixed import mixed_plans
@@ -44,6 +44,7 @@ def predict_plans(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids:
     plans = []
     blocks, unfused = attention_blocks(graph, backend)
     in_block = {i for b in blocks.values() for i in b}
+    gpu_ns = op_gpu_ns(graph, backend.system.baseline, shapes, eb)     # each op's share of the GPU's kernels
     for i, op in enumerate(graph.ops):
         if i in blocks:
             block = predict_attention(graph, blocks[i], backend, tuner, shapes, dtypes, resident_ids,
@@ -53,7 +54,7 @@ def predict_plans(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids:
             continue
         if i in in_block:
             continue
-        h_ns = host_time(op, backend.system.baseline, shapes, eb)
+        h_ns = float(gpu_ns[i])
         upd = append_update(op)
         in_place = upd is not None and upd[2] in appends
         if in_place:

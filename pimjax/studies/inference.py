@@ -69,7 +69,7 @@ from ..hw.core import Backend, HostModel
 from ..hw.presets import get_backend
 from ..plan.plans import host_bytes
 from ..search.tuner import Tuner
-from ..sim.host import host_time
+from ..sim.gpu_kernels import gpu_kernels
 from ..trace.frontend import make_graph
 from ..trace.ir import PimGraph
 from ..models.configs import ModelConfig
@@ -250,11 +250,11 @@ def _attention_shapes(cfg: ModelConfig, batch: int, context: int, dtype=np.float
 
 def gpu_attention_ns(cfg: ModelConfig, batch: int, context: int, backend: Backend) -> float:
     """The attention at `context` on the host roofline (ns, one layer): its
-    ops traced at this context and timed by `sim.host.host_time`."""
+    ops traced at this context and run as the GPU's kernels (`sim.gpu_kernels`)."""
     g = make_graph(_attention_fn(cfg.n_heads // cfg.n_kv_heads), *_attention_shapes(cfg, batch, context))
     shapes = {i: v.shape for i, v in enumerate(g.values)}
     eb = host_bytes(g, backend)
-    return float(sum(host_time(op, backend.system.baseline, shapes, eb) for op in g.ops))
+    return float(sum(k.ns for k in gpu_kernels(g, backend.system.baseline, shapes, eb)))
 
 
 class GpuAttention:
@@ -303,14 +303,14 @@ class GpuAttention:
 
 def prefill_gpu_ns(cfg: ModelConfig, batch: int, prompt: int, backend: Backend) -> float:
     """The prefill of a `prompt`-token prompt on the host roofline (ns, all
-    layers): `layers.make_prefill` traced from shapes, every op timed by
-    `sim.host.host_time`."""
+    layers): `layers.make_prefill` traced from shapes and run as the GPU's kernels
+    (`sim.gpu_kernels`)."""
     from ..models.layers import make_prefill, param_shapes
     x = jax.ShapeDtypeStruct((batch, prompt, cfg.d_model), np.float16)
     g = make_graph(make_prefill(cfg), param_shapes(cfg), x)
     shapes = {i: v.shape for i, v in enumerate(g.values)}
     eb = host_bytes(g, backend)
-    return cfg.n_layers * float(sum(host_time(op, backend.system.baseline, shapes, eb) for op in g.ops))
+    return cfg.n_layers * float(sum(k.ns for k in gpu_kernels(g, backend.system.baseline, shapes, eb)))
 
 
 def _baseline(plan, backend: Backend, graph, tuner: Tuner):
