@@ -52,7 +52,12 @@ energy pJ; bytes; GB/s = bytes / ns.
   gpu, gpu_model the GPU "vs GPU" compares with (`System.baseline`'s name)
                  and its time model (`pimjax.hw.gpu.GPU_MODELS`: "occupancy"
                  by default, "pimflow" for PIMFlow's Accel-Sim RTX 2060, ...)
-  gpu_ns         every op on the host roofline (the GPU-only run, ns)
+  gpu_ns         the GPU-only run (ns): the sum of gpu_kernels
+  gpu_kernels    the kernels the GPU-only run launches (`pimjax.sim.gpu_kernels`),
+                 each {name, ops (op indices), kind ("gemm", "norm", "softmax",
+                 "reduce", "act", "copy"), ns}; on the "library" and "profile"
+                 models maps and row reductions fuse as XLA / vLLM fuse them,
+                 elsewhere one kernel per op
   speedup_gpu    gpu_ns / total_ns
   resident_ns    one-time placement of resident operands, not in total_ns
                  (simulated only)

@@ -40,13 +40,19 @@ GPU_SPECS = {
                                                                                      #   two dies, the device PyTorch sees
 }
 
+# a card without measured sets borrows the fitted "library" constants of a measured card of the same
+# architecture and memory type (its tile pipeline and memory system): the RTX 2060 (TU106, GDDR6) those
+# of the T4 (TU104, GDDR6), as issue 49 asks for PIMFlow's GPU
+FITS_FROM = {"rtx2060": "t4"}
+
 
 def gpu(name: str, model: str = "library", memory: float | None = None):
     """The `HostModel` of the card `name` (`GPU_SPECS`), timed by `model` (a GPU model of
     `hw/gpu.py`: "library" by default, the one held to the measured sets), on its own memory
     or on `memory` bytes/s.  Efficiencies and launch: the model's (`hw/host.GPU_MODEL_FACTORS`);
     on "library" a card of the measured sets gets its own fitted efficiencies and per-wave cost
-    (`hw/measured/fits.json`), the launch stays `gpu_library.LIB_LAUNCH_NS`."""
+    (`hw/measured/fits.json`; a card of `FITS_FROM` its sibling's), the launch stays
+    `gpu_library.LIB_LAUNCH_NS`."""
     from .host import _gpu, _model_factors
     if name not in GPU_SPECS:
         raise ValueError(f"gpu({name!r}): valid GPUs are {sorted(GPU_SPECS)}")
@@ -56,8 +62,9 @@ def gpu(name: str, model: str = "library", memory: float | None = None):
     host = _gpu(label, fp16, bw, _model_factors(model, "gpu"), model, sms, smem, smem, l2).replace(simt_flops=fp32)
     if model == "library":
         from .gpu_check import fits
-        host = host.replace(**fits().get(name, {}))      # the card's own fitted constants, where it was measured
+        host = host.replace(**fits().get(FITS_FROM.get(name, name), {}))   # the card's fitted constants (or its
+                                                                            #   measured sibling's)
     return host
 
 
-__all__ = ["GPU_SPECS", "gpu"]
+__all__ = ["FITS_FROM", "GPU_SPECS", "gpu"]

@@ -35,6 +35,8 @@ from .energy_table import (E_ACT_PRE_PJ_PER_BIT, E_ALU_PJ_PER_MAC, E_BGMUX_TO_GI
                            E_COL_TO_BGMUX, E_INTERPOSER, E_TSV)
 from .gpu import GENERIC_GPU_MODELS, GPU_MODELS
 from .host import a100, gpu_on, pimflow_rtx2060, rtx2060, xeon_gold_5220r
+from . import gpus
+from .gpus import GPU_SPECS
 from .peaks import bus_bandwidth
 
 _PRESETS: dict[str, Callable[..., Backend]] = {}
@@ -114,6 +116,9 @@ def _baseline_gpu(name: str, gpu, host, build, external_GBps: float, default: st
                          f"only; valid GPU models here are {list(GENERIC_GPU_MODELS)} or a HostModel")
     if not isinstance(gpu, str) or gpu not in GPU_MODELS:
         raise ValueError(f"{name} option gpu={gpu!r}: a GPU model {list(GPU_MODELS)} or a HostModel")
+    if gpu == "library" and isinstance(build, str) and build in GPU_SPECS:
+        # the card with its constants fitted on measured kernels (`hw.gpus.gpu`), on the PIM system's memory
+        return gpus.gpu(build, "library", memory=float(external_GBps) * 1e9)
     return gpu_on(build, external_GBps, model=gpu)
 
 

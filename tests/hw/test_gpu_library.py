@@ -206,3 +206,24 @@ def test_report_says_which_gpu_times_the_profile_gave():
     text = str(rep)
     assert "GPU times from its measured profile: 1 op(s) measured" in text, text[-600:]
     assert rep.gpu_model == "profile" and "my GPU (measured profile; else library)" in rep.gpu
+
+
+def test_a_card_without_measurements_borrows_its_measured_siblings_fits():
+    from pimjax.hw.gpus import FITS_FROM
+    for card, sibling in FITS_FROM.items():
+        assert card not in gpu_check.fits() and sibling in gpu_check.fits()
+        h, s = gpu(card), gpu(sibling)
+        for k, v in gpu_check.fits()[sibling].items():
+            if hasattr(h, k):
+                assert getattr(h, k) == v == getattr(s, k)
+        assert h.sms == GPU_SPECS[card][4] and h.peak_flops == GPU_SPECS[card][1]   # its own datasheet
+
+
+def test_a_preset_asked_for_the_library_model_gets_the_fitted_card_on_its_memory():
+    import pimjax
+    be = pimjax.get_backend("attacc", gpu="library")
+    g, ref = be.system.gpu, gpu("a100")
+    assert g.model == "library"
+    assert g.mem_bandwidth == pytest.approx(be.system.n_groups * be.system.link_bandwidth * 1e9)
+    for k in ("bandwidth_efficiency", "flops_efficiency", "wave_overhead_ns", "simt_flops", "sms"):
+        assert getattr(g, k) == getattr(ref, k), k
