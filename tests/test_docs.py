@@ -30,3 +30,13 @@ def test_every_public_name_is_in_the_api_reference():
     assert documented, "the page lost its mkdocstrings directives"
     missing = sorted(set(pimjax.__all__) - documented)
     assert not missing, f"add `::: pimjax.<name>` for {missing} to docs/api.md"
+
+
+# references that read as references (issue 53): history goes to git, not into these files
+LINE_LIMIT = 1000
+
+
+def test_the_reference_files_stay_short():
+    long = {name: n for name in ("README.md", "benchmarks/README.md", "CHANGELOG.md")
+            if (n := len((ROOT / name).read_text(encoding="utf-8").splitlines())) > LINE_LIMIT}
+    assert not long, f"over {LINE_LIMIT} lines (condense; history is in git): {long}"
