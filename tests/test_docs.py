@@ -1,5 +1,6 @@
-"""One API surface and its reference (issue 53): what users call sits at the top level, and the
-documentation site's API page names every public name.  No mkdocs needed: the page is read as text."""
+"""The documentation (issue 53): one API surface (what users call sits at the top level) and its
+reference (the site's API page names every public name, read as text: no mkdocs needed); the reference
+files stay short; the site's notebook pages show an executed copy only when it is the committed notebook."""
 from __future__ import annotations
 
 import json
