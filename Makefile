@@ -4,14 +4,19 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: demo test test-slow train bench fuzz clean
+.PHONY: demo test test-slow docs train bench fuzz clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
+
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
 
 demo: $(STAMP)
 	$(PY) -m pimjax.demo
@@ -22,6 +27,10 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile -m slow
+
+# the documentation site (mkdocs.yml, docs/): a strict build, every warning an error, into site/
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 train: $(STAMP)
 	$(PY) -m pimjax.costmodel.train
@@ -37,4 +46,4 @@ fuzz: $(STAMP)
 	$(PY) -m pimjax.testing.fuzz $(N) $(FUZZ_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis site
