@@ -73,3 +73,34 @@ for b, g in t9.groupby("backend"):
     print(f"{b}: paper {p1:.2f} -> {p8:.2f} (x{p8 / p1:.2f}), ours {o1:.2f} -> {o8:.2f} (x{o8 / o1:.2f}); end points "
           + ("within 25 %" if hit else "miss") + f". Where the gains differ: {dcc.WHY_FIG9[b]}")
 print(f"notebook ran in {time.perf_counter() - t_start:.0f} s")
+
+# %% [markdown]
+# ## Checks
+#
+# What must hold whatever the cycle model's details: a row per backend and case the notebook set out to
+# run, and a Fig. 9 point per backend and batch whose value is the geometric mean of that batch's cases,
+# with the paper's end points at batches 1 and 8 only. Every time and speedup is finite and positive, and
+# DCC's search never loses to the default mapping it starts from (the tuner simulates it and keeps the
+# fastest: `dcc_vs_base` >= 1). More batch is more work: the GPU roofline and the default mapping's
+# PIM time do not fall as the batch grows, and the GPU roofline is the same on both backends (same GPU,
+# same ops).
+
+# %%
+import numpy as np
+cases = dcc.fig9_cases()
+assert [(r.backend, r.batch, r.size) for r in fig9.itertuples()] == \
+    [(be.name, b, s) for be in systems for _, b, s in cases], "a row per backend and case, in order"
+for col in ("pim_ns", "base_ns", "gpu_ns", "dcc_vs_base", "dcc_vs_gpu", "base_vs_gpu"):
+    assert np.isfinite(fig9[col]).all() and (fig9[col] > 0).all(), col
+assert (fig9.dcc_vs_base >= 1 - 1e-9).all(), fig9[fig9.dcc_vs_base < 1 - 1e-9]
+assert np.allclose(fig9.dcc_vs_gpu, fig9.dcc_vs_base * fig9.base_vs_gpu, rtol=1e-9)
+for (b, s), g in fig9.groupby(["backend", "size"]):
+    g = g.sort_values("batch")
+    assert g.gpu_ns.is_monotonic_increasing and g.base_ns.is_monotonic_increasing, (b, s)
+gpu = fig9.pivot_table(index=["batch", "size"], columns="backend", values="gpu_ns")
+assert np.allclose(gpu.min(axis=1), gpu.max(axis=1), rtol=1e-12)
+assert sorted(zip(t9.backend, t9.batch)) == sorted({(r.backend, r.batch) for r in fig9.itertuples()})
+for r in t9.itertuples():
+    mine = fig9[(fig9.backend == r.backend) & (fig9.batch == r.batch)].dcc_vs_base
+    assert np.isclose(r.ours, np.exp(np.log(mine).mean())) and r.ours >= 1 - 1e-9, r
+    assert np.isnan(r.paper) == (r.batch not in (1, 8)), r
