@@ -66,3 +66,39 @@ side.round(4)
 
 # %%
 print(f"notebook ran in {time.perf_counter() - t_start:.0f} s")
+
+# %% [markdown]
+# ## Checks
+#
+# What must hold whatever the predictor's quality: every case of the subset lowered, so each DCC row has
+# as many cases as the notebook chose for it, and the overall row is the sum of the rows. Per case the
+# exhaustive optimum is no slower than the predicted top-k's best, which is no slower than the top-1
+# pick (optimum <= top-k <= pick, so both relative performances lie in (0, 1], a best pick is a best
+# top-k, a strict best is a best). Per row, #Best is a share in [0, 1] equal to best / total, the misses
+# are total − best, the misses' mean is 1 exactly when there is none (a miss is slower than the tie
+# margin) and never below the worst miss, and the comparison table holds the paper's rows with the
+# paper's #Best shares in [0, 1].
+
+# %%
+import numpy as np
+catalogue = {(b, c) for b, _, c in dcc.TABLE2_ROWS}
+assert len(results) == len(cases) and all(r.lowered > 0 for r in results), "every case lowered"
+for r in results:
+    assert 0 < r.optimum <= r.chosen, (r.backend, r.kernel, r.shape, r.optimum, r.chosen)
+    assert 0 < r.rel <= r.topk_rel <= 1 + 1e-12, (r.backend, r.kernel, r.shape, r.rel, r.topk_rel)
+    assert (not r.best or r.topk_best) and (not r.best_strict or r.best), (r.backend, r.kernel, r.shape)
+    assert np.isfinite(r.mape) and r.mape >= 0 and r.lowered <= r.drafts
+rows = table[table.backend != "all"]
+assert set(zip(rows.backend, rows.kernel)) == catalogue
+for t in table.itertuples():
+    mine = [c for c in cases if t.backend == "all" or (c["backend"], c["kernel"]) == (t.backend, t.kernel)]
+    assert t.total == len(mine) > 0, t
+    assert 0 <= t.best_frac <= 1 and np.isclose(t.best_frac, t.best / t.total) and t.misses == t.total - t.best, t
+    assert t.best_strict <= t.best <= t.topk_best <= t.total, t
+    assert 0 < t.worst <= t.subopt <= 1 and (t.subopt == 1) == (t.misses == 0), t
+overall = table[table.backend == "all"].iloc[0]
+for col in ("total", "best", "best_strict", "misses", "topk_best", "drafts"):
+    assert overall[col] == rows[col].sum(), col
+assert len(side) == len(dcc.PAPER_TABLE2) + 1 and side["paper best_frac"].between(0, 1).all()
+assert side["ours best_frac"].between(0, 1).all() and (side["ours total"] > 0).all()
+assert side["ours total"].iloc[-1] == side["ours total"].iloc[:-1].sum() == len(cases)
