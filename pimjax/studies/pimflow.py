@@ -60,7 +60,8 @@ PIMFLOW_CONFIG = "newton++"
 # activations, 1 = the filter / FC weight; each layer (and share) takes the faster placement
 PLACEMENTS = {1: "filter"}
 
-GPU_BASELINES = ("occupancy", "pimflow")    # pimjax's default GPU model, PIMFlow's Accel-Sim RTX 2060
+GPU_BASELINES = ("occupancy", "pimflow", "library")   # pimjax's default GPU model, PIMFlow's Accel-Sim RTX 2060,
+                                                      #   the measured-checked RTX 2060 (`checked_rtx2060`)
 GPU = "pimflow"                             # the GPU the figures use unless told (`gpu=`): PIMFlow's own
 INPUT_HW = 224                              # the models' input (cnn_layers' default resolution)
 
@@ -75,14 +76,31 @@ def model_table(model: str):
     return cnn.cnn_layers(name, **changes)
 
 
+def checked_rtx2060(channels: int):
+    """The RTX 2060 on pimjax's measured-checked "library" model (`hw.gpus.gpu`: the card's datasheet
+    compute, the fitted constants of its measured Turing sibling, the T4: `hw.gpus.FITS_FROM`) on
+    `channels` of PIMFlow's GDDR6 channels (the bandwidth PIMFlow's own GPU has on them,
+    `hw.host.pimflow_rtx2060`), so that only the kernels' timing differs from PIMFlow's GPU."""
+    from ..hw.gpus import gpu
+    from ..hw.host import pimflow_rtx2060
+    return gpu("rtx2060", "library", memory=float(pimflow_rtx2060(channels).mem_bandwidth))
+
+
 def backend_for(config: str, pim_channels: int = PIM_CHANNELS, gpu: str | None = None):
     """The PIMFlow system with `pim_channels` PIM channels of 32 under PIM configuration `config`;
     gpu: the GPU model of `System.gpu` / `System.cogpu` (None: `GPU`, "pimflow": PIMFlow's own
-    Accel-Sim RTX 2060, `hw.host.pimflow_rtx2060`; "occupancy": the preset's default).  The PIM
-    channels run PIMFlow's Ramulator fork's controller (`newton(simulator="pimflow")`)."""
+    Accel-Sim RTX 2060, `hw.host.pimflow_rtx2060`; "library": `checked_rtx2060`; "occupancy": the
+    preset's default).  The PIM channels run PIMFlow's Ramulator fork's controller
+    (`newton(simulator="pimflow")`)."""
     from ..hw.presets import newton_config
+    gpu = gpu or GPU
+    if gpu == "library":
+        be = newton_config(config, channels=pim_channels, total_channels=TOTAL_CHANNELS, simulator="pimflow",
+                           gpu=checked_rtx2060(TOTAL_CHANNELS))
+        co = checked_rtx2060(TOTAL_CHANNELS - pim_channels) if TOTAL_CHANNELS > pim_channels else None
+        return be.replace(system=be.system.replace(cogpu=co))
     return newton_config(config, channels=pim_channels, total_channels=TOTAL_CHANNELS, simulator="pimflow",
-                         gpu=gpu or GPU)
+                         gpu=gpu)
 
 
 def layer_op(row):
@@ -170,12 +188,12 @@ def fused_into_product(rows: list[dict]) -> dict[int, int]:
 
 def other_node_ns(host, row, fused_from: dict | None = None) -> float:
     """A non-contraction node on the GPU: its bytes streamed (pools reduce their window).
-    fused_from: on the "pimflow" GPU model, the row of the node whose epilogue kernel this node
+    fused_from: on the "pimflow" GPU model (and the checked RTX 2060 in its place), the row of the node whose epilogue kernel this node
     runs in (`fused_into_product`): no kernel of its own, only the bytes it adds to that kernel
     (what it reads and writes beyond the fused chain's value, read and written once there);
     ignored on the other models."""
     from ..hw.gpu import elementwise_ns
-    if fused_from is not None and host.model == "pimflow":
+    if fused_from is not None and host.model in ("pimflow", "library"):
         extra = float(row["in_bytes"] + row["out_bytes"]) - 2.0 * float(fused_from["out_bytes"])
         return max(0.0, extra) / (float(host.mem_bandwidth) * float(host.bandwidth_efficiency)) * 1e9
     outputs = max(1, int(row["Ho"]) * int(row["Wo"]) * int(row["F"]))
@@ -258,7 +276,8 @@ def layer_times(model: str, pim_channels: int = PIM_CHANNELS, memo=None, variant
     memo = {} if memo is None else memo
     table = model_table(model)
     rows = table.to_dict("records")
-    fused = fused_into_product(rows) if gpu == "pimflow" else {}
+    # PIMFlow's GPU runs TVM's fused kernels, and so does the checked RTX 2060 in its place
+    fused = fused_into_product(rows) if gpu in ("pimflow", "library") else {}
     out = []
     t0 = time.perf_counter()
     for i, row in enumerate(rows):
