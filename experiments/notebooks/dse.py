@@ -184,3 +184,58 @@ tr.pivot_table(index=["units", "buffer"], columns="stacks", values="unfit_ops", 
 
 # %%
 print(f"notebook ran in {time.perf_counter() - t_start:.0f} s")
+
+# %% [markdown]
+# ## Checks
+#
+# What must hold whatever the cycle model's details. **Levels:** a row per AttAcc variant and context and
+# per simulator row; a longer context takes longer on every variant; at every context the bank level is
+# the fastest power-constrained one and the bank-group level beats the buffer die (more units, more
+# internal bandwidth), and dropping the power constraint (npc: MACs spaced by 4 cycles, not 6) never
+# makes a level slower. **Structure:** a row per point of the 5 × 3 × 4 grid; the time is PIM plus GPU
+# and the speedup the GPU-only time over it; the GPU-only time depends on the stacks alone and falls as
+# they grow (more bandwidth on a memory-bound decode layer), and so does the point's own time at every
+# level and buffer size; more units per channel is faster at every stack count. The Pareto fronts are
+# what they claim: no point beats a front point in every objective, and every other point is beaten by
+# a front point. **Families:** a row per model and family, and placing each op where it is faster never
+# loses to the GPU alone (speedup >= 1; exactly 1 when no op is on PIM). **Transfer:** a row per grid
+# point; at the preset structure the preset's drafts are the point's own.
+
+# %%
+def dominated_by(x, y):        # y no worse than x in every objective, strictly better in one
+    return bool(np.all(y <= x) and np.any(y < x))
+
+assert len(levels) == 2 * 6 + len(dse.ATTACC_SIM) and (levels.total_ns > 0).all()
+lt = llama.pivot_table(index="variant", columns="context", values="total_ns")
+assert lt.shape == (6, 2) and (lt[2048] > lt[512]).all()
+for L in (512, 2048):
+    v = lt[L]
+    assert v["bank-pc"] < v["bg-pc"] < v["buffer-pc"], v
+    for lvl in ("bank", "bg", "buffer"):
+        assert v[f"{lvl}-npc"] <= v[f"{lvl}-pc"] * (1 + 1e-9), (L, lvl)
+assert np.allclose(levels.speedup_gpu, levels.gpu_ns / levels.total_ns)
+
+assert len(st) == len(dse.STACKS) * len(dse.LEVELS) * len(dse.BUFFERS) == st.point.nunique()
+assert np.allclose(st.total_ns, st.pim_ns + st.host_ns) and np.allclose(st.speedup_gpu, st.gpu_ns / st.total_ns)
+gpu_by_stacks = st.groupby("stacks").gpu_ns
+assert np.allclose(gpu_by_stacks.min(), gpu_by_stacks.max()) and gpu_by_stacks.first().is_monotonic_decreasing
+for (u, b), g in st.groupby(["units", "buffer"]):
+    assert g.sort_values("stacks").total_ns.diff().dropna().lt(0).all(), ("more stacks is faster", u, b)
+for (s, b), g in st.groupby(["stacks", "buffer"]):
+    assert g.sort_values("units").total_ns.diff().dropna().lt(0).all(), ("more units is faster", s, b)
+for mask, cols in ((st.front, ["total_ns", "energy_pj"]), (st.front_area, ["total_ns", "energy_pj", "total_units"])):
+    x = st[cols].to_numpy(np.float64)
+    on, off = x[mask.to_numpy()], x[~mask.to_numpy()]
+    assert len(on) and not any(dominated_by(p, q) for p in on for q in x)
+    assert all(any(dominated_by(p, q) for q in on) for p in off)
+assert st.loc[st.total_ns.idxmin(), "front"] and st.loc[st.energy_pj.idxmin(), "front"]
+
+assert len(fam) == len(dse.FAMILY_MODELS) * 4 and set(fam.family) == {"hbm-pim", "attacc", "newton", "upmem"}
+assert (fam.speedup_gpu >= 1 - 1e-9).all() and np.allclose(fam.speedup_gpu, fam.gpu_ns / fam.total_ns)
+assert np.allclose(fam.loc[fam["pim ops"] == 0, "speedup_gpu"], 1.0)
+
+assert sorted(tr.point) == sorted(st.point)
+assert (tr[["own_ns", "preset_draft_ns"]] >= 0).all().all()
+assert (tr[["same_draft_ops", "other_draft_ops", "unfit_ops"]] >= 0).all().all()
+at_preset = tr.set_index("point").loc[dse.PRESET]
+assert at_preset.preset_draft_ns == at_preset.own_ns > 0 and at_preset.other_draft_ops == at_preset.unfit_ops == 0
