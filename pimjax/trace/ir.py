@@ -77,6 +77,19 @@ class Prim:
 Expr = Arg | Acc | Const | InBounds | Prim
 
 
+# conversions that keep an operand's value (a bf16 operand widened to float32 before the multiply
+# is what a bf16 MAC does): what a lowering looks through to find the operand read
+VALUE_PRESERVING = ("convert_element_type", "copy", "copy_p")
+
+
+def strip_converts(expr: Expr) -> Expr:
+    """`expr` with its outer value-preserving unary conversions removed (`VALUE_PRESERVING`):
+    the `Arg` an operand read is under its converts, or the first other node."""
+    while isinstance(expr, Prim) and expr.name in VALUE_PRESERVING and len(expr.args) == 1:
+        expr = expr.args[0]
+    return expr
+
+
 def expr_args(expr: Expr) -> set[int]:
     """Operand indices an expression reads."""
     if isinstance(expr, (Arg, InBounds)):

@@ -148,9 +148,9 @@ def program_arrays(program: Program, include_resident: bool = False, pad: bool =
     st = program.stats
     return {"rec": rec,
             "ranks": np.float32(program.groups), "cores": np.float32(program.cores),
-            "merge_bytes": np.float32(st.get("readback_bytes", 0) + st.get("result_bytes", 0)),
-            "merge_flops": np.float32(st.get("merge_flops", 0)),
-            "merged": np.bool_(st.get("readback_bytes", 0) > 0 or st.get("merge_flops", 0) > 0)}
+            "merge_bytes": np.float32(st.readback_bytes + st.result_bytes),
+            "merge_flops": np.float32(st.merge_flops),
+            "merged": np.bool_(st.readback_bytes > 0 or st.merge_flops > 0)}
 
 
 def _record_terms(r: dict, ranks, cores, waves: tuple, p: dict, xp) -> dict:
