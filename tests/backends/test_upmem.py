@@ -366,9 +366,9 @@ def test_vmap_over_hardware_variants():
     tot = np.asarray(swept.total_cycles)
     assert tot[1] < tot[0] and tot[2] < tot[0] and tot[3] <= tot[0]
     # and jax.vmap over the parameters directly
-    from pimjax.backends.upmem.cycles import _params, _report, program_arrays
+    from pimjax.backends.upmem.cycles import dpu_params, _report, program_arrays
     arr = program_arrays(prog)
-    p = jax.vmap(lambda b: _params(b, DEFAULT_LINK))(batch)
+    p = jax.vmap(lambda b: dpu_params(b, DEFAULT_LINK))(batch)
     direct = jax.vmap(lambda q: _report(arr, q, 11))(p)
     np.testing.assert_allclose(np.asarray(direct.total_cycles), tot, rtol=1e-5)
 
