@@ -117,7 +117,7 @@ def attention(shape, n_drafts: int) -> dict:
         t2 = time.perf_counter()
         run = (t1 - t0, t2 - t1)
         best = run if best is None or sum(run) < sum(best) else best
-    records = sum(int(p.stats["records"]) for p in progs)
+    records = sum(int(p.stats.records) for p in progs)
     n = max(1, len(progs))                               # per draft that lowers (a failure costs little)
     return {"drafts": len(table), "timed": len(idx), "lowered": len(progs), "lower": best[0] / n, "sim": best[1] / n,
             "records": records / max(1, len(progs))}

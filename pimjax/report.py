@@ -337,8 +337,8 @@ def link_bytes(program) -> tuple[int, int]:
     """(host -> PIM, PIM -> host) bytes of one call of `program`: rearrangement
     and register writes (resident placement excluded), and the read-back."""
     st = program.stats
-    to_pim = int(st.get("rearrange_bytes", 0)) + int(st.get("register_bytes", 0))
-    return to_pim, int(st.get("d2h_bytes", st.get("readback_bytes", 0)))
+    to_pim = int(st.rearrange_bytes) + int(st.register_bytes)
+    return to_pim, int(st.d2h_bytes)
 
 
 def _data_op(plan, backend, graph=None) -> PimOp:

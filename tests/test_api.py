@@ -265,8 +265,8 @@ def test_report_derived_figures_follow_the_program_and_the_peaks():
     o = c.report().ops[0]
     st = c.plans[0].choice.program.stats
     assert o.operand_bytes == 2 * (512 * 256 + 256 + 512)
-    assert o.to_pim_bytes == st["rearrange_bytes"] + st["register_bytes"] > 512 * 256 * 2
-    assert o.from_pim_bytes == st["readback_bytes"] > 0
+    assert o.to_pim_bytes == st.rearrange_bytes + st.register_bytes > 512 * 256 * 2
+    assert o.from_pim_bytes == st.readback_bytes > 0
     peaks = derived_peaks(get_backend("hbm-pim", channels=4))
     ns_per_cycle = o.ns / o.cycles
     assert o.effective_GBps == pytest.approx(o.operand_bytes / o.ns)
@@ -288,9 +288,9 @@ def test_report_derived_figures_follow_the_program_and_the_peaks():
     kept = pim_jit(lambda W, x: W @ x, resident=("W",), **kw).lower(Wi, xi).compile()
     pm, pk = (c.plans[0].choice.program for c in (moving, kept))
     assert pm.draft == pk.draft
-    assert pk.stats["resident_bytes"] >= 4 * 256 * 128 and pm.stats["resident_bytes"] == 0
-    assert pk.stats["rearrange_bytes"] + pk.stats["resident_bytes"] == pk.stats["h2d_bytes"]
-    assert moving.report().ops[0].to_pim_bytes - kept.report().ops[0].to_pim_bytes == pk.stats["resident_bytes"]
+    assert pk.stats.resident_bytes >= 4 * 256 * 128 and pm.stats.resident_bytes == 0
+    assert pk.stats.rearrange_bytes + pk.stats.resident_bytes == pk.stats.h2d_bytes
+    assert moving.report().ops[0].to_pim_bytes - kept.report().ops[0].to_pim_bytes == pk.stats.resident_bytes
 
 
 def test_host_roofline_charges_each_value_at_its_own_size():

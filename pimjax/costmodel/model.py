@@ -44,7 +44,7 @@ from flax import nnx, serialization
 
 from ..hw.core import is_int
 from .features import F, FEATURE_NAMES, is_time_estimate
-from .predictor import FORMAT_VERSION, _ranges, base_log, check_meta, feature_rows, member_arrays, member_logs
+from .predictor import FORMAT_VERSION, norm_ranges, base_log, check_meta, feature_rows, member_arrays, member_logs
 
 
 class MLP(nnx.Module):
@@ -295,7 +295,7 @@ class CostModel:
         model.x_mean = np.asarray(blob["norm"]["x_mean"], np.float32)
         model.x_scale = np.asarray(blob["norm"]["x_scale"], np.float32)
         model.y_mean, model.y_scale = (float(v) for v in np.asarray(blob["norm"]["y"]))
-        r = _ranges(blob["norm"])
+        r = norm_ranges(blob["norm"])
         model.x_min, model.x_max, model.bound = r.get("x_min"), r.get("x_max"), r.get("bound")
         model.fitted = bool(meta["fitted"])
         model.history = list(meta.get("history", []))

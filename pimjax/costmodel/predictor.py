@@ -318,7 +318,7 @@ class Predictor:
                         x_mean=np.asarray(blob["norm"]["x_mean"], np.float32),
                         x_scale=np.asarray(blob["norm"]["x_scale"], np.float32),
                         y_mean=float(y[0]), y_scale=float(y[1]), n_features=int(meta["n_features"]), meta=meta,
-                        **_ranges(blob["norm"]))
+                        **norm_ranges(blob["norm"]))
         except Exception as err:  # noqa: BLE001
             raise ValueError(f"{where}: a damaged cost model ({type(err).__name__}: {err})") from None
         widths = [w.shape[1] for w, _ in model.members[0][0]] if model.members else []
@@ -334,7 +334,7 @@ class Predictor:
             return cls.from_bytes(f.read(), path)
 
 
-def _ranges(norm: dict) -> dict:
+def norm_ranges(norm: dict) -> dict:
     """x_min / x_max / bound of a file's "norm" map (absent in older files)."""
     out = {}
     if "x_min" in norm and "x_max" in norm:

@@ -14,7 +14,7 @@ import numpy as np
 from ..hw.core import Backend
 from ..trace.ir import PimOp
 from .layout import value_shapes
-from .program import Op, Phase, Program, Readback, RecordBuilder, stack_streams
+from .program import Op, Phase, Program, ProgramStats, Readback, RecordBuilder, stack_streams
 
 
 def _alternating_banks(banks: int, per_bg: int) -> list[int]:
@@ -52,6 +52,6 @@ def host_stream_program(op: PimOp, backend: Backend, shapes: dict | None = None,
                 b.add(op_code, bank=bank, row=row, col=0, n=n, phase=phase)
                 left -= n
     records = stack_streams([b.build()])
-    stats = {"records": len(b), "host_bytes": in_bytes + out_bytes}
+    stats = ProgramStats(records=len(b), host_bytes=in_bytes + out_bytes)
     return Program(backend.name, op, None, (), records, (), Readback(-1), G, 1,
                    parallel_rearrangement=True, stats=stats, meta={"kind": "host-stream"}, family=backend.family)

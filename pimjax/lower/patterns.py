@@ -20,25 +20,19 @@ block as one program per head group (`backends.attacc.lower.lower_attention`).
 """
 from __future__ import annotations
 
-from ..trace.ir import Acc, Arg, PimGraph, PimOp, Prim
+from ..trace.ir import Acc, Arg, PimGraph, PimOp, Prim, strip_converts
 
 ATTENTION_ROLES = ("score", "max", "exp", "sum", "div", "context")
 
 
-def _strip(e):
-    while isinstance(e, Prim) and e.name in ("convert_element_type", "copy", "copy_p") and len(e.args) == 1:
-        e = e.args[0]
-    return e
-
-
 def _is_prim(e, name: str, nargs: int) -> bool:
-    e = _strip(e)
+    e = strip_converts(e)
     return isinstance(e, Prim) and e.name == name and len(e.args) == nargs
 
 
 def _arg_value(op: PimOp, e) -> int | None:
     """Graph value read by the operand expression `e` (None if not a read)."""
-    e = _strip(e)
+    e = strip_converts(e)
     return op.operands[e.index].value if isinstance(e, Arg) else None
 
 
@@ -113,7 +107,7 @@ def match_attention(graph: PimGraph) -> list[tuple[int, ...]]:
     for i_div, op in enumerate(graph.ops):
         if op.kind != "elementwise" or not _is_prim(op.body, "div", 2):
             continue
-        num, den = (_arg_value(op, a) for a in _strip(op.body).args)
+        num, den = (_arg_value(op, a) for a in strip_converts(op.body).args)
         if num is None or den is None or num not in producer or den not in producer:
             continue
         i_exp, i_sum = producer[num], producer[den]
@@ -127,9 +121,9 @@ def match_attention(graph: PimGraph) -> list[tuple[int, ...]]:
         if summed != num and i_cvt is None:
             continue
         if not (e_op.kind == "elementwise" and _is_prim(e_op.body, "exp", 1)
-                and _is_prim(_strip(e_op.body).args[0], "sub", 2)):
+                and _is_prim(strip_converts(e_op.body).args[0], "sub", 2)):
             continue
-        s_v, m_v = (_arg_value(e_op, a) for a in _strip(_strip(e_op.body).args[0]).args)
+        s_v, m_v = (_arg_value(e_op, a) for a in strip_converts(strip_converts(e_op.body).args[0]).args)
         if s_v is None or m_v is None or s_v not in producer or m_v not in producer:
             continue
         i_score, i_max = producer[s_v], producer[m_v]
@@ -170,7 +164,7 @@ def match_attention(graph: PimGraph) -> list[tuple[int, ...]]:
 
 def _only_converts(expr) -> bool:
     """None, or dtype conversions of `Acc` (the sum converted back to fp16)."""
-    return expr is None or isinstance(_strip(expr), Acc)
+    return expr is None or isinstance(strip_converts(expr), Acc)
 
 
 def _convert_of(graph: PimGraph, producer: dict, value: int | None, source: int) -> int | None:
@@ -181,7 +175,7 @@ def _convert_of(graph: PimGraph, producer: dict, value: int | None, source: int)
         return None
     op = graph.ops[i]
     if not (op.kind == "elementwise" and op.epilogue is None and isinstance(op.body, Prim)
-            and isinstance(_strip(op.body), Arg) and _arg_value(op, op.body) == source):
+            and isinstance(strip_converts(op.body), Arg) and _arg_value(op, op.body) == source):
         return None
-    read = op.operands[_strip(op.body).index].index_map
+    read = op.operands[strip_converts(op.body).index].index_map
     return i if read == op.result.index_map else None

@@ -26,7 +26,7 @@ import weakref
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import jax
 import numpy as np
@@ -446,6 +446,42 @@ class Readback:
     epilogue_on_host: bool = True
 
 
+@dataclass(frozen=True)
+class ProgramStats:
+    """Record counts and bytes per direction of one program, whole program (all groups).
+
+    records:         live records (n > 0, or every record where the family counts them all).
+    commands:        opcode name -> commands issued (a family may add its own counts, e.g.
+                     Newton's `GWRITE_columns`).
+    rearrange_bytes: host -> PIM operand bytes paid on every call.
+    resident_bytes:  host -> PIM operand bytes a resident operand pays once.
+    register_bytes:  host -> PIM bytes written into registers / buffers.
+    readback_bytes:  PIM -> host bytes the host merges.
+    result_bytes:    bytes of the op's result the host writes (4 per element unless the family
+                     says otherwise; 0 when nothing is merged).
+    merge_flops:     host flops of the merge (partial adds, then the epilogue per output).
+    h2d_bytes:       every byte the host sends (default rearrange + resident + register).
+    d2h_bytes:       every byte the host receives (default readback_bytes; UPMEM receives results
+                     it does not merge).
+    host_bytes:      bytes the host streams itself (the "non-PIM" host-stream program).
+    extra:           a family's own counts no generic reader uses (UPMEM: instructions, DMA bytes,
+                     per-DPU transfer sizes).
+    """
+    records: int = 0
+    commands: Mapping[str, int] = field(default_factory=dict)
+    rearrange_bytes: int = 0
+    resident_bytes: int = 0
+    register_bytes: int = 0
+    readback_bytes: int = 0
+    result_bytes: int = 0
+    merge_flops: int = 0
+    h2d_bytes: int = 0
+    d2h_bytes: int = 0
+    host_bytes: int = 0
+    extra: Mapping[str, int] = field(default_factory=dict)
+
+
+
 # Program.as_text is lower/text.py's `program_text`, which imports this module: it registers
 # itself here (the package imports it), so program.py does not import text.py
 PROGRAM_TEXT: list = []
@@ -460,7 +496,7 @@ class Program:
     parallel_rearrangement: host->PIM transfers of different groups overlap
               (DCC channel-parallel rearrangement through the staging buffer);
               False: groups are written one after another.
-    stats:    record counts, bytes moved per direction, ... (for as_text).
+    stats:    `ProgramStats`: record counts, bytes moved per direction (`lower.stats` builds it).
     backend_name / family: the Backend it was lowered for and the backend
               family (`pimjax.backends`) whose interpreter runs its records.
     """
@@ -475,7 +511,7 @@ class Program:
     cores: int
     parallel_rearrangement: bool = True
     options: dict = field(default_factory=dict, compare=False)
-    stats: dict = field(default_factory=dict, compare=False)
+    stats: ProgramStats = field(default_factory=ProgramStats, compare=False)
     meta: dict = field(default_factory=dict, compare=False)
     family: str = ""
 

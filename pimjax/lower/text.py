@@ -37,8 +37,8 @@ def program_text(program: Program, max_lines: int = 60) -> str:
         counts[_op_name(code)] = (int(m.sum()), int(n[m].sum()))
     lines.append("  records (columns): " + ", ".join(f"{k} {r} ({c})" for k, (r, c) in sorted(counts.items())))
     st = program.stats
-    moved = [(k, st[k]) for k in ("rearrange_bytes", "resident_bytes", "register_bytes", "readback_bytes",
-                                  "host_bytes") if st.get(k)]
+    moved = [(k, getattr(st, k)) for k in ("rearrange_bytes", "resident_bytes", "register_bytes",
+                                           "readback_bytes", "host_bytes") if getattr(st, k)]
     if moved:
         lines.append("  bytes moved: " + ", ".join(f"{k.replace('_bytes', '')} {v:,}" for k, v in moved))
     # listing of stream 0 with run compression

@@ -587,12 +587,11 @@ def _program_scalars(program: Program, include_resident: bool = False) -> dict:
         "scale": np.float32(program.groups if S == 1 else 1),
         "parallel": np.bool_(program.parallel_rearrangement),
         # the host reads what it rearranges: a floor under the transfer (resident operands too)
-        "pre_bytes": np.float32(st.get("rearrange_bytes", 0.0)
-                                + (st.get("resident_bytes", 0.0) if include_resident else 0.0)),
-        "res_bytes": np.float32(0.0 if include_resident else st.get("resident_bytes", 0.0)),
-        "merge_bytes": np.float32(st.get("readback_bytes", 0.0) + st.get("result_bytes", 0.0)),
-        "merge_flops": np.float32(st.get("merge_flops", 0.0)),
-        "merged": np.bool_(st.get("readback_bytes", 0.0) > 0 or st.get("merge_flops", 0.0) > 0),
+        "pre_bytes": np.float32(st.rearrange_bytes + (st.resident_bytes if include_resident else 0.0)),
+        "res_bytes": np.float32(0.0 if include_resident else st.resident_bytes),
+        "merge_bytes": np.float32(st.readback_bytes + st.result_bytes),
+        "merge_flops": np.float32(st.merge_flops),
+        "merged": np.bool_(st.readback_bytes > 0 or st.merge_flops > 0),
         "cores": np.float32(program.cores),
     }
 

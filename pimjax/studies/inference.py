@@ -236,13 +236,17 @@ class DecodeResult:
 # --------------------------------------------------------------------------
 # the driver
 # --------------------------------------------------------------------------
-def _attention_fn(group: int):
+def attention_fn(group: int):
+    """A decode step's attention as a function of (q, k_cache, v_cache), `group` query heads per
+    KV head (`models.layers.decode_attention`): what the studies trace and time."""
     def attention(q, k_cache, v_cache):
         return decode_attention(q, k_cache, v_cache, group)
     return attention
 
 
-def _attention_shapes(cfg: ModelConfig, batch: int, context: int, dtype=np.float16):
+def attention_shapes(cfg: ModelConfig, batch: int, context: int, dtype=np.float16):
+    """`attention_fn`'s argument shapes: q [batch, n_heads, head_dim] and the K / V caches
+    [batch, n_kv_heads, context, head_dim], of `dtype`."""
     S = jax.ShapeDtypeStruct
     cache = S((batch, cfg.n_kv_heads, context, cfg.head_dim), dtype)
     return S((batch, cfg.n_heads, cfg.head_dim), dtype), cache, cache
@@ -251,7 +255,7 @@ def _attention_shapes(cfg: ModelConfig, batch: int, context: int, dtype=np.float
 def gpu_attention_ns(cfg: ModelConfig, batch: int, context: int, backend: Backend) -> float:
     """The attention at `context` on the host roofline (ns, one layer): its
     ops traced at this context and run as the GPU's kernels (`sim.gpu_kernels`)."""
-    g = make_graph(_attention_fn(cfg.n_heads // cfg.n_kv_heads), *_attention_shapes(cfg, batch, context))
+    g = make_graph(attention_fn(cfg.n_heads // cfg.n_kv_heads), *attention_shapes(cfg, batch, context))
     shapes = {i: v.shape for i, v in enumerate(g.values)}
     eb = host_bytes(g, backend)
     return float(sum(k.ns for k in gpu_kernels(g, backend.system.baseline, shapes, eb)))
@@ -278,7 +282,7 @@ class GpuAttention:
         self.cfg, self.batch = cfg, batch
         per = []
         for L in (probe, 2 * probe):
-            g = make_graph(_attention_fn(cfg.n_heads // cfg.n_kv_heads), *_attention_shapes(cfg, batch, L))
+            g = make_graph(attention_fn(cfg.n_heads // cfg.n_kv_heads), *attention_shapes(cfg, batch, L))
             shapes = {i: v.shape for i, v in enumerate(g.values)}
             eb = host_bytes(g, backend)
             per.append([(op_bytes(op, shapes, eb), op_flops(op)) for op in g.ops])
@@ -341,7 +345,7 @@ def _baseline(plan, backend: Backend, graph, tuner: Tuner):
     return out
 
 
-def _op_figures(compiled, phases, tuner: Tuner) -> list[OpFigures]:
+def op_figures(compiled, phases, tuner: Tuner) -> list[OpFigures]:
     """Per op of a compiled layer: phase, GPU roofline, tuned and baseline ns
     (read from the plans; a block's figures on its last op, fused ops 0)."""
     out = []
@@ -355,7 +359,7 @@ def _op_figures(compiled, phases, tuner: Tuner) -> list[OpFigures]:
     return out
 
 
-def _attention_of(ops: list[OpFigures], context: int, tuning_s: float, verify_s: float,
+def attention_of(ops: list[OpFigures], context: int, tuning_s: float, verify_s: float,
                   plans) -> AttentionFigures:
     """The attention's figures: the fused block where the backend has one;
     else its ops one by one (score / context products on PIM, the softmax on
@@ -464,24 +468,24 @@ def decode(cfg: ModelConfig, backend: str | Backend = "attacc", *, host: HostMod
     graph = compiled.graph
     blocks = {p.block[0]: p.block for p in compiled.plans if p.block}
     phases = op_phases(graph, input_phases(graph, args), blocks)
-    res.layer_ops = _op_figures(compiled, phases, tuner)      # with the baselines (simulated or cached)
+    res.layer_ops = op_figures(compiled, phases, tuner)      # with the baselines (simulated or cached)
     t2 = time.perf_counter()
     res.compile_s = t2 - t0
-    res.attention[L0] = _attention_of(res.layer_ops, L0, t1 - t0, t2 - t1, compiled.plans)
+    res.attention[L0] = attention_of(res.layer_ops, L0, t1 - t0, t2 - t1, compiled.plans)
     gpu_attention = GpuAttention(cfg, batch, backend)
 
-    attend = pim_jit(_attention_fn(cfg.n_heads // cfg.n_kv_heads), backend=backend,
+    attend = pim_jit(attention_fn(cfg.n_heads // cfg.n_kv_heads), backend=backend,
                      resident=("k_cache", "v_cache"), tuner=tuner, placement="prefer_pim")
     for L in contexts:
         Lb = bucket(L)
         if Lb not in res.attention:       # a new context length: drafts on the fly, then verified
             t0 = time.perf_counter()
-            lowered = attend.lower(*_attention_shapes(cfg, batch, Lb))
+            lowered = attend.lower(*attention_shapes(cfg, batch, Lb))
             t1 = time.perf_counter()
             c = lowered.compile()
             t2 = time.perf_counter()
-            ops = _op_figures(c, ["attention"] * len(c.plans), tuner)
-            res.attention[Lb] = _attention_of(ops, Lb, t1 - t0, t2 - t1 + time.perf_counter() - t2, c.plans)
+            ops = op_figures(c, ["attention"] * len(c.plans), tuner)
+            res.attention[Lb] = attention_of(ops, Lb, t1 - t0, t2 - t1 + time.perf_counter() - t2, c.plans)
         times = _system_times(res.layer_ops, res.attention[Lb], gpu_attention(L), ffn_pim_fraction)
         res.steps.append((L, {s: {p: v * cfg.n_layers for p, v in d.items()} for s, d in times.items()}))
     res.prefill_ns = prefill_gpu_ns(cfg, batch, prompt, backend)

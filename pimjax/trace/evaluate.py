@@ -29,7 +29,7 @@ import numpy as np
 
 from .affine import AffineExpr
 from .builder import dtype_name
-from .ir import Acc, Arg, Const, Expr, InBounds, PimGraph, PimOp, Prim
+from .ir import GRAPH_VIEWS, Acc, Arg, Const, Expr, InBounds, PimGraph, PimOp, Prim
 
 # Primitives whose impl needs a parameter a hand-built body may omit.
 _ACCURACY = ("exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "tan",
@@ -358,3 +358,6 @@ def _write(value, result_map, out_vars, ext, shape, dtype, fill):
     idx = tuple(np.where(mask, i, size) for i, size in zip(idx, shape))
     base = jnp.full(shape, 0 if fill is None else fill, dtype=dtype)
     return base.at[idx].set(value, mode="drop")
+
+
+GRAPH_VIEWS["evaluate"] = evaluate_graph     # PimGraph.evaluate (ir.py imports no interpreter)

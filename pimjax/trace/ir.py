@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .affine import AffineExpr, index_map_str
+from .affine import AffineExpr
 
 KINDS = ("contraction", "reduction", "elementwise", "layout", "host")
 COMBINERS = ("add", "max", "min")
@@ -75,6 +75,19 @@ class Prim:
 
 
 Expr = Arg | Acc | Const | InBounds | Prim
+
+
+# conversions that keep an operand's value (a bf16 operand widened to float32 before the multiply
+# is what a bf16 MAC does): what a lowering looks through to find the operand read
+VALUE_PRESERVING = ("convert_element_type", "copy", "copy_p")
+
+
+def strip_converts(expr: Expr) -> Expr:
+    """`expr` with its outer value-preserving unary conversions removed (`VALUE_PRESERVING`):
+    the `Arg` an operand read is under its converts, or the first other node."""
+    while isinstance(expr, Prim) and expr.name in VALUE_PRESERVING and len(expr.args) == 1:
+        expr = expr.args[0]
+    return expr
 
 
 def expr_args(expr: Expr) -> set[int]:
@@ -260,6 +273,12 @@ class PimOp:
         return int(np.prod([lv.extent for lv in self.loop_vars], dtype=np.int64))
 
 
+# PimGraph.evaluate / as_text are evaluate.py's `evaluate_graph` and text.py's `graph_text`, which
+# build on this module: they register themselves here (the package imports both), so this module
+# imports neither
+GRAPH_VIEWS: dict = {}
+
+
 @dataclass(frozen=True)
 class PimGraph:
     """A traced function: values, ops in topological order, inputs/outputs.
@@ -300,18 +319,13 @@ class PimGraph:
         Takes the same (pytree) arguments as the traced function and returns
         its (pytree) result.  Index maps, reductions and scalar bodies are
         interpreted; only host ops call their jax primitive (`evaluate.py`)."""
-        from .evaluate import evaluate_graph      # evaluate.py builds on this module's IR
-        return evaluate_graph(self, *args)
+        return GRAPH_VIEWS["evaluate"](self, *args)
 
     def as_text(self) -> str:
         """One readable line per op, e.g.
         `y[i] = relu(sum_k W[i,k] * x[k] + b[i])   i<4096 k<4096` (`text.py`)."""
-        from .text import graph_text              # text.py builds on this module's IR
-        return graph_text(self)
+        return GRAPH_VIEWS["text"](self)
 
     def __str__(self) -> str:
         return self.as_text()
 
-
-def access_str(graph: PimGraph, acc: Access) -> str:
-    return index_map_str(graph.value_name(acc.value), acc.index_map)

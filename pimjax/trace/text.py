@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from .affine import index_map_str
-from .ir import Acc, Arg, Const, Expr, InBounds, PimGraph, PimOp, Prim
+from .ir import GRAPH_VIEWS, Acc, Arg, Const, Expr, InBounds, PimGraph, PimOp, Prim
 
 # binary infix operators: symbol and precedence (higher binds tighter)
 _INFIX = {"add": ("+", 2), "sub": ("-", 2), "mul": ("*", 3), "div": ("/", 3),
@@ -111,3 +111,6 @@ def _const(c: Const) -> str:
     if isinstance(v, float) and v.is_integer():
         return str(int(v)) if abs(v) < 1e15 else repr(v)
     return repr(v) if not isinstance(v, float) else f"{v:g}"
+
+
+GRAPH_VIEWS["text"] = graph_text             # PimGraph.as_text (ir.py imports no printer)

@@ -324,7 +324,7 @@ def test_resident_operands_leave_the_steady_state(lowered):
     placement = (Op.WR, Op.WR_S)                            # streamed when the banks span bank groups
     assert np.all(np.isin(o[r == 1], placement))
     assert (r == 1).sum() == sum(_count(plain, op) for op in placement)
-    assert res.stats["rearrange_bytes"] == 0 and res.stats["resident_bytes"] == plain.stats["rearrange_bytes"]
+    assert res.stats.rearrange_bytes == 0 and res.stats.resident_bytes == plain.stats.rearrange_bytes
     cp, cr = cycles(plain, BE), cycles(res, BE)
     assert float(cr.rearrangement) < float(cp.rearrangement)
     assert float(cr.resident_cycles) > 0
@@ -339,7 +339,7 @@ def test_group_reduction_merges_partials_in_the_channel(lowered):
     _, dims, extra = lowered
     grp, host = extra["reduction"]                          # k split over the 4 banks of a bank group
     assert grp.draft.reduction == "group"
-    assert host.stats["readback_bytes"] == 4 * grp.stats["readback_bytes"]
+    assert host.stats.readback_bytes == 4 * grp.stats.readback_bytes
     g, arrays, _ = _graph(*OPS["gemv"][:1], *OPS["gemv"][1])
     y = execute_batch([grp, host], *arrays, arithmetic="wide", dims=dims)
     np.testing.assert_allclose(np.asarray(y[0]), np.asarray(y[1]), rtol=1e-5, atol=1e-5)

@@ -281,5 +281,5 @@ def test_gqa_stores_each_kv_head_once():
         _close(execute(prog, *args), jax.jit(fn)(*args))
         progs.append(prog)
     shared, copied = (p.stats for p in progs)
-    assert shared["commands"]["MACAB"] == copied["commands"]["MACAB"] > 0
-    assert shared["rearrange_bytes"] * G == copied["rearrange_bytes"]
+    assert shared.commands["MACAB"] == copied.commands["MACAB"] > 0
+    assert shared.rearrange_bytes * G == copied.rearrange_bytes

@@ -220,9 +220,9 @@ def test_data_block_layout_aligns_segments_to_rows():
     op = H.gemv(16 * 4, 1100)
     d = Draft((DimPart(1, 16, 0), DimPart(1, 1, 0)), lane_var="k", dataflow="is")
     on, off = lower(op, d, BE), lower(op, d, BE, data_block_layout=False)
-    assert on.stats["commands"]["COMP"] == off.stats["commands"]["COMP"] == 4 * 69
-    assert on.stats["commands"]["G_ACT"] == 4 * 3
-    assert off.stats["commands"]["G_ACT"] > on.stats["commands"]["G_ACT"]
+    assert on.stats.commands["COMP"] == off.stats.commands["COMP"] == 4 * 69
+    assert on.stats.commands["G_ACT"] == 4 * 3
+    assert off.stats.commands["G_ACT"] > on.stats.commands["G_ACT"]
     runs = np.asarray(on.commands.n)[np.asarray(on.commands.op) == Op.COMP]
     assert sorted(set(runs.tolist())) == [5, 32]         # blocked: a segment is one COMP record
     _gemv_values(op, on)
@@ -249,9 +249,9 @@ def test_buffer_reuse_cuts_gwrites_and_readres():
     n_o, t_in, lo = 8, 4, BE.core.n_output_regs
     op = H.gemv(16 * n_o, 512 * t_in)
     d = Draft((DimPart(1, 16, 0), DimPart(1, 1, 0)), lane_var="k", buffers=1)
-    none = lower(op, d, BE, register_reuse=False).stats["commands"]
-    os_ = lower(op, d, BE).stats["commands"]
-    is_ = lower(op, d.replace(dataflow="is"), BE).stats["commands"]
+    none = lower(op, d, BE, register_reuse=False).stats.commands
+    os_ = lower(op, d, BE).stats.commands
+    is_ = lower(op, d.replace(dataflow="is"), BE).stats.commands
     assert none["GWRITE"] == n_o * t_in and none["READRES"] == n_o * t_in
     assert os_["GWRITE"] == (n_o // lo) * t_in and os_["READRES"] == n_o // lo
     assert is_["GWRITE"] == t_in and is_["READRES"] == t_in * (n_o // lo)
@@ -271,7 +271,7 @@ def test_gwrite4_cuts_gacts_for_four_vectors():
                        (H.V("i"), H.V("j")), ["k"])
     base = Draft((DimPart(1, 16, 0), DimPart(1, 1, 0), DimPart(1, 1, 0)), lane_var="k", dataflow="is")
     one, four = lower(op, base.replace(buffers=1), BE), lower(op, base.replace(buffers=4), BE)
-    c1, c4 = one.stats["commands"], four.stats["commands"]
+    c1, c4 = one.stats.commands, four.stats.commands
     assert c1["G_ACT"] == 4 * c4["G_ACT"]
     assert c1["GWRITE"] == 4 * c4["GWRITE"] and c1["GWRITE_columns"] == c4["GWRITE_columns"]
     assert c1["COMP"] == c4["COMP"]
@@ -291,7 +291,7 @@ def test_broadcast_cuts_records_by_cores_per_group():
     op = H.gemv(16 * 4, 1024)
     d = Draft((DimPart(1, 16, 0), DimPart(1, 1, 0)), lane_var="k")
     bc, pc = lower(op, d, BE), lower(op, d.replace(granularity="core"), BE)
-    cb, cp = bc.stats["commands"], pc.stats["commands"]
+    cb, cp = bc.stats.commands, pc.stats.commands
     C = BE.cores_per_group
     assert cp["COMP_records"] == C * cb["COMP_records"] and cp["COMP"] == C * cb["COMP"]
     assert cp["READRES"] == C * cb["READRES"]
@@ -311,13 +311,13 @@ def test_resident_matrix_leaves_the_steady_state():
     wr = np.isin(np.asarray(rec.op), [Op.WR, Op.WR_S])
     assert wr.any() and (np.asarray(rec.resident)[wr] == 1).all()
     assert (np.asarray(plain.commands.resident) == 0).all()
-    assert res.stats["resident_bytes"] == plain.stats["rearrange_bytes"] > 0
-    assert res.stats["rearrange_bytes"] == 0
+    assert res.stats.resident_bytes == plain.stats.rearrange_bytes > 0
+    assert res.stats.rearrange_bytes == 0
     rp, rr = cycles(plain, BE, refresh=False), cycles(res, BE, refresh=False)
-    gw_cols = res.stats["commands"]["GWRITE_columns"]
+    gw_cols = res.stats.commands["GWRITE_columns"]
     # the steady state writes only the global buffers (GWRITE is a host column write)
     assert float(rr.counts["WR"]) == gw_cols
-    assert float(rp.counts["WR"]) == gw_cols + plain.stats["commands"]["WR"]
+    assert float(rp.counts["WR"]) == gw_cols + plain.stats.commands["WR"]
     assert float(rr.resident_cycles) > 0 and float(rr.rearrangement) < float(rp.rearrangement)
     assert float(rr.compute) == float(rp.compute)           # the kernel itself is unchanged
     _gemv_values(op, res)
@@ -383,7 +383,7 @@ def test_gemv_4096_cycles_plausible():
     op = H.gemv(4096, 4096)
     d = baseline(op, BE)
     prog = lower(op, d, BE, resident=(0,))
-    st = prog.stats["commands"]
+    st = prog.stats.commands
     G = prog.groups
     rows, loads, reads = st["G_ACT"] // G, st["GWRITE"] // G, st["READRES"] // G
     assert rows == 128 and st["COMP"] // G == 128 * 32

@@ -18,7 +18,7 @@ from pimjax.partition.tiles import set_tilings
 from pimjax.partition.verify import matrix_and_vector
 
 BE = get_backend("newton")
-# ours -> the lowering's name in Program.stats["commands"]
+# ours -> the lowering's name in Program.stats.commands
 STATS = dict(loads="GWRITE", gwrite_cols="GWRITE_columns", g_act="G_ACT", comp="COMP_records",
              comp_cols="COMP", readres="READRES")
 
@@ -70,9 +70,9 @@ def test_counts_match_the_lowering(kc, seed):
             cnt = {k: int(v[0]) for k, v in _counts(case, _one_row(case, table, draft)).items()}
             assert cnt["passes"] == prog.meta["passes"]
             for ours, theirs in STATS.items():
-                assert cnt[ours] * prog.groups == prog.stats["commands"][theirs], (ours, draft)
+                assert cnt[ours] * prog.groups == prog.stats.commands[theirs], (ours, draft)
             col = BE.core.col_bytes
-            assert cnt["readres_bursts"] * prog.groups * col == prog.stats["readback_bytes"]
+            assert cnt["readres_bursts"] * prog.groups * col == prog.stats.readback_bytes
             checked += 1
     assert checked >= 2
 

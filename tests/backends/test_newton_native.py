@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from pimjax.backends.newton import lower as L
+from pimjax.backends.newton.commands import rearrange
 from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.errors import PimCompileError
 from pimjax.hw import get_backend
@@ -104,7 +105,7 @@ def test_broadcast_placement_equals_the_per_bank_form(resident):
     out = []
     for reads in (shared, copies):
         b = RecordBuilder()
-        n = L._rearrange(b, reads, cols, per_bg, resident)
+        n = rearrange(b, reads, cols, per_bg, resident)
         out.append((n, b.build()))
     assert out[0][0] == out[1][0] == len(flat) * len(shared)
     for f in RECORD_FIELDS:

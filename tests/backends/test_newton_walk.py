@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pimjax.backends.newton import time as nt
-from pimjax.backends.newton.lower import INTERLEAVE_LIMIT, readres_bursts
+from pimjax.backends.newton.commands import INTERLEAVE_LIMIT, readres_bursts
 from pimjax.backends.newton.walk import read_runs
-from pimjax.backends.newton.lower import row_runs
+from pimjax.backends.newton.commands import row_runs
 from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.hw.presets import get_backend, newton_config
 
@@ -118,7 +118,7 @@ def test_phases_of_a_draft_table_equal_the_definition(kernel, shape, backend, mo
 def test_read_runs_equal_the_column_bitmap(n_b, n_o, t_in, n_rc_extra, ki, is_flow, blocked, cols):
     """The columns a plan's COMPs read, merged from segment intervals, are
     `row_runs` of the columns marked one by one (the Python walk's way)."""
-    from pimjax.backends.newton.lower import _segments
+    from pimjax.backends.newton.lower import segments as _segments
     cc = min(32, n_rc_extra)
     n_rc = (t_in - 1) * cc + n_rc_extra if n_rc_extra <= cc else t_in * cc
     t_in = -(-n_rc // cc)

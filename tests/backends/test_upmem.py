@@ -16,7 +16,7 @@ import pytest
 from pimjax.hw import get_backend
 from pimjax.hw.core import stack_variants
 from pimjax.lower import lower
-from pimjax.lower.program import Op, Phase, Program, Readback, Records, RecordBuilder, stack_streams
+from pimjax.lower.program import Op, Phase, Program, ProgramStats, Readback, Records, RecordBuilder, stack_streams
 from pimjax.backends.upmem.lower import PRIM_OPTIONS, Exec, Sync, Xfer, lower_upmem
 from pimjax.partition import drafts, op_support
 from pimjax.backends import baseline
@@ -246,7 +246,7 @@ def test_float_data_on_upmem():
 # --------------------------------------------------------------------------
 def _program(builder: RecordBuilder, groups=1, cores=1) -> Program:
     return Program("upmem", None, None, (), stack_streams([builder.build()]), (), Readback(0), groups, cores,
-                   stats={}, family="upmem")
+                   stats=ProgramStats(), family="upmem")
 
 
 def _kernel_cycles(rep) -> float:
@@ -334,12 +334,12 @@ def test_rfactor_adds_host_merge_and_cuts_transfers():
     # the matrix is sent once either way; each DPU gets K (rows) or K/8 (rfactor) vector
     # elements; plus 16 B of kernel arguments per DPU
     args = 16 * 64
-    assert p_rows.stats["h2d_bytes"] == args + 4 * (M * K + 64 * K)
-    assert p_rf.stats["h2d_bytes"] == args + 4 * (M * K + 64 * (K // 8))
+    assert p_rows.stats.h2d_bytes == args + 4 * (M * K + 64 * K)
+    assert p_rf.stats.h2d_bytes == args + 4 * (M * K + 64 * (K // 8))
     # read-back: one value per output vs one partial per (output, reduction tile)
-    assert p_rows.stats["d2h_bytes"] == 64 * 8          # 1 output per DPU, 8-byte aligned transfers
-    assert p_rf.stats["d2h_bytes"] == 64 * 8 * 4        # 8 outputs x 4 B per DPU
-    assert p_rf.stats["merge_flops"] == M * 8 - M and p_rows.stats["merge_flops"] == 0
+    assert p_rows.stats.d2h_bytes == 64 * 8          # 1 output per DPU, 8-byte aligned transfers
+    assert p_rf.stats.d2h_bytes == 64 * 8 * 4        # 8 outputs x 4 B per DPU
+    assert p_rf.stats.merge_flops == M * 8 - M and p_rows.stats.merge_flops == 0
     r_rows, r_rf = cycles(p_rows, BACKEND), cycles(p_rf, BACKEND)
     assert float(r_rows.merge) == 0.0 and float(r_rf.merge) > 0.0
     assert float(r_rf.rearrangement) < float(r_rows.rearrangement)
@@ -366,9 +366,9 @@ def test_vmap_over_hardware_variants():
     tot = np.asarray(swept.total_cycles)
     assert tot[1] < tot[0] and tot[2] < tot[0] and tot[3] <= tot[0]
     # and jax.vmap over the parameters directly
-    from pimjax.backends.upmem.cycles import _params, _report, program_arrays
+    from pimjax.backends.upmem.cycles import dpu_params, _report, program_arrays
     arr = program_arrays(prog)
-    p = jax.vmap(lambda b: _params(b, DEFAULT_LINK))(batch)
+    p = jax.vmap(lambda b: dpu_params(b, DEFAULT_LINK))(batch)
     direct = jax.vmap(lambda q: _report(arr, q, 11))(p)
     np.testing.assert_allclose(np.asarray(direct.total_cycles), tot, rtol=1e-5)
 

@@ -61,7 +61,7 @@ def test_unknown_options_and_bad_resident_entries(name):
     for bad in ((7,), ("W",), (True,), (-1,)):
         with pytest.raises(ValueError, match="operand index"):
             lower(op, d, be, resident=bad)
-    assert lower(op, d, be, resident=(0,)).stats["resident_bytes"] > 0
+    assert lower(op, d, be, resident=(0,)).stats.resident_bytes > 0
 
 
 def test_elementwise_ops_attacc_cannot_run_have_no_drafts():

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from pimjax.backends.hbm_pim.lower import GemvSequence, _column_runs, _kernel_slots, _runs, _stats, phys_row
+from pimjax.backends.hbm_pim.lower import GemvSequence, _column_runs, _kernel_slots, _runs, phys_row
+from pimjax.lower.stats import column_stats
 from pimjax.lower.native import class_totals
 from pimjax.lower.program import (RECORD_FIELDS, LazyArray, Op, Phase, Records, chunk, concat, select_slots,
                                   select_slots_numpy)
@@ -112,7 +113,7 @@ def test_lazy_array_builds_once_on_first_use():
 
 
 def test_stats_count_columns_by_direction():
-    """_stats on a constructed stream: per-opcode columns and the bytes of
+    """HBM-PIM's `column_stats` on a constructed stream: per-opcode columns and the bytes of
     each direction, counted by hand."""
     from types import SimpleNamespace
     rec = concat(chunk(Op.WR_S, 3, n=[4, 5, 6], phase=Phase.REARRANGE),
@@ -126,9 +127,9 @@ def test_stats_count_columns_by_direction():
         value = 0
     ctx = SimpleNamespace(tiles=SimpleNamespace(groups=2), backend=SimpleNamespace(core=SimpleNamespace(col_bytes=32)),
                           shapes={0: (5,)}, op=SimpleNamespace(result=Result, epilogue=None))
-    s = _stats(records, ctx)
-    assert s["commands"] == {"WR_S": 30, "WR": 4, "AB_WR": 32, "PIM_RD": 256, "RD_S": 6}
-    assert s["records"] == 11
-    assert s["rearrange_bytes"] == 15 * 32 * 2 and s["resident_bytes"] == 2 * 32 * 2
-    assert s["register_bytes"] == 16 * 32 * 2 and s["readback_bytes"] == 3 * 32 * 2
-    assert s["merge_flops"] == 3 * 32 * 2 // 2 and s["result_bytes"] == 20
+    s = column_stats(ctx, records, registers=(Op.AB_WR,), reads=(Op.RD_S, Op.RD), phased=True)
+    assert s.commands == {"WR_S": 30, "WR": 4, "AB_WR": 32, "PIM_RD": 256, "RD_S": 6}
+    assert s.records == 11
+    assert s.rearrange_bytes == 15 * 32 * 2 and s.resident_bytes == 2 * 32 * 2
+    assert s.register_bytes == 16 * 32 * 2 and s.readback_bytes == 3 * 32 * 2
+    assert s.merge_flops == 3 * 32 * 2 // 2 and s.result_bytes == 20

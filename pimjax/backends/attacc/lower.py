@@ -68,12 +68,13 @@ from ...hw.core import Backend
 from ...partition.dimsets import dimension_sets
 from ...partition.draft import Draft
 from ...partition.verify import matrix_and_vector
-from ...trace.ir import Access, Acc, Arg, Const, LoopVar, PimOp, Prim
+from ...trace.ir import Access, Acc, Arg, Const, LoopVar, PimOp, Prim, strip_converts
 from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
 from ...lower.patterns import dim_map, score_seq_dim
 from ...lower.program import (RECORD_FIELDS, LazyArray, LazyPositions, Op, Phase, Program, Readback, RecordBuilder,
                               Records, TensorLayout, chunk, stack_streams, streamed)
-from ...lower.native import class_totals
+from ...lower.context import LowerContext
+from ...lower.stats import column_stats, lowered_program
 from . import native
 from ...lower.tiles import CoreTiles, core_tiles
 
@@ -688,8 +689,7 @@ def lower_attacc(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
 
 def _plain_arg(e) -> int | None:
     """Operand index of `e` if it is an operand read (through converts)."""
-    while isinstance(e, Prim) and e.name in ("convert_element_type", "copy", "copy_p") and len(e.args) == 1:
-        e = e.args[0]
+    e = strip_converts(e)
     return e.index if isinstance(e, Arg) else None
 
 
@@ -838,7 +838,7 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
         if done is not None:
             host, meta_n = done
             meta = dict(head, **meta_n, **tail)
-            return _program(op, draft, backend, tiles, [m_layout, res_layout], em, host, meta, opts, readback)
+            return _program(op, draft, backend, tiles, shapes, [m_layout, res_layout], em, host, meta, opts, readback)
         # the compiled form declined: the Python form decides, from a fresh placement
         em = _Emitter(geo, draft.granularity, tables, C)
         _placement(em, geo, 0, gp.v_total, 0, C, ro.mi in resident)
@@ -850,7 +850,7 @@ def _gemv_program(op: PimOp, draft: Draft, backend: Backend, shapes: dict, opts:
     route_src, route_dst, host = tables.arrays()
     meta = dict(head, route_src=route_src, route_dst=route_dst, readback_map=sb.readback_map(),
                 sb_rows=max(1, sb.used_max), **tail)
-    return _program(op, draft, backend, tiles, [m_layout, res_layout], em, host, meta, opts, readback)
+    return _program(op, draft, backend, tiles, shapes, [m_layout, res_layout], em, host, meta, opts, readback)
 
 
 def _gemv_steps(gp: _Gemv, n_b: int, n_v: int, traverse_is: bool, chunk: int) -> list:
@@ -1040,35 +1040,11 @@ def _gemv_native(em: _Emitter, geo: Geometry, gp: _Gemv, vidx: np.ndarray, vcls:
     return host, dict(route_src=rsrc, route_dst=rdst, readback_map=readback, sb_rows=max(1, int(used)))
 
 
-def _program(op, draft, backend, tiles, layouts, em: _Emitter, host, meta, opts, readback) -> Program:
+def _program(op, draft, backend, tiles, shapes, layouts, em: _Emitter, host, meta, opts, readback) -> Program:
+    ctx = LowerContext(op, draft, backend, tiles, shapes, opts)
     records = stack_streams([em.b.build()])
-    staging = backend.system.host.staging_buffer_bytes > 0
-    stats = _stats(records, backend, tiles.groups, meta, op)
-    return Program(backend.name, op, draft, tuple(layouts), records, (host,), readback, tiles.groups,
-                   tiles.cores, parallel_rearrangement=bool(opts["channel_parallel"] and staging),
-                   options=dict(opts), stats=stats, meta=meta, family=backend.family)
-
-
-def _stats(records: Records, backend: Backend, G: int, meta: dict, op: PimOp) -> dict:
-    """Record counts and bytes per direction (whole program, all groups)."""
-    o = np.asarray(records.op).reshape(-1)
-    n_ops = max(int(max(Op)), int(o.max(initial=0))) + 1
-    # one pass (compiled): columns per (opcode, phase, resident), records per opcode
-    cols, recs, live = class_totals(o, np.asarray(records.phase).reshape(-1),
-                                    np.asarray(records.resident).reshape(-1), np.asarray(records.n).reshape(-1),
-                                    n_ops, len(Phase))
-    per_op = cols.sum(1)                                      # [ops, resident]
-    colb = backend.core.col_bytes
-    counts = {Op(x).name: int(per_op[x].sum()) * G for x in np.nonzero(recs)[0] if x != Op.NOP}
-    out_elems = int(np.prod(meta["result_shape"], dtype=np.int64))
-    readback_bytes = int(per_op[Op.RDACC].sum()) * colb * G
-    wr = per_op[Op.WR_S] + per_op[Op.WR]
-    return {"records": int(live), "commands": counts,
-            "rearrange_bytes": int(wr[0]) * colb * G,
-            "resident_bytes": int(wr[1]) * colb * G,
-            "register_bytes": int(per_op[Op.WRGB].sum()) * colb * G,
-            "readback_bytes": readback_bytes, "result_bytes": out_elems * 4,
-            "merge_flops": readback_bytes // 2 + (out_elems if op.epilogue is not None else 0)}
+    stats = column_stats(ctx, records, registers=(Op.WRGB,), reads=(Op.RDACC,), result_shape=meta["result_shape"])
+    return lowered_program(ctx, layouts, records, (host,), readback, stats, meta)
 
 
 # --------------------------------------------------------------------------
@@ -1329,7 +1305,7 @@ def lower_attention(block_ops, draft: Draft, backend: Backend, shapes: dict | No
                 score=gs, context=gc, pipelined=pipelined, block_ops=tuple(block_ops),
                 operand_shapes={k: tuple(shapes[a.value]) for k, a in enumerate(at.fused.operands)},
                 result_shape=tuple(shapes[X.result.value]), result_dtype=opts["result_dtype"])
-    return _program(at.fused, draft, backend, ts, [k_layout, v_layout, res_layout], em, host, meta, opts,
+    return _program(at.fused, draft, backend, ts, shapes, [k_layout, v_layout, res_layout], em, host, meta, opts,
                     Readback(2, combiner="add", lane_partials=False, epilogue_on_host=True))
 
 

@@ -41,7 +41,8 @@ from ...trace.affine import AffineExpr
 from ...trace.ir import Acc, Arg, Const, PimOp, Prim
 from ...lower.context import LowerContext
 from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
-from ...lower.native import class_totals, column_runs, gemv_sequence
+from ...lower.native import column_runs, gemv_sequence
+from ...lower.stats import column_stats, lowered_program
 from ...lower.program import (RECORD_FIELDS, LazyArray, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records,
                       SlotTable, TensorLayout, bank_order, bank_order_key, chunk, concat, record_count, stack_streams, streamed)
 from ...lower.tiles import CoreTiles, core_tiles
@@ -409,41 +410,14 @@ def _readback(b: RecordBuilder, layout_id: int, layout: TensorLayout, cores: int
 
 def _program(ctx: _Ctx, layouts, streams, host_data, readback: Readback, meta: dict) -> Program:
     records = stack_streams(streams)
-    staging = ctx.backend.system.host.staging_buffer_bytes > 0
-    stats = _stats(records, ctx)
     g = ctx.geom
     # the hardware facts `execute` needs (it sees only the Program)
     meta = dict(meta, result_shape=tuple(ctx.shapes[ctx.op.result.value]),
                 result_dtype=ctx.options.get("result_dtype", "float32"),
                 cols=g.cols, lanes=g.lanes, banks_per_unit=g.banks_per_unit)
-    return Program(ctx.backend.name, ctx.op, ctx.draft, tuple(layouts), records, tuple(host_data), readback,
-                   ctx.tiles.groups, ctx.tiles.cores,
-                   parallel_rearrangement=bool(ctx.options["channel_parallel"] and staging),
-                   options=dict(ctx.options), stats=stats, meta=meta, family=ctx.backend.family)
-
-
-def _stats(records: Records, ctx: "_Ctx") -> dict:
-    """Record counts and bytes per direction (whole program, all groups)."""
-    flat = [np.ascontiguousarray(np.asarray(getattr(records, f)).reshape(-1), np.int32)
-            for f in ("op", "phase", "resident", "n")]
-    n_ops = max(int(flat[0].max(initial=0)), max(Op)) + 1
-    total, present, live = class_totals(*flat, n_ops, len(Phase))   # one pass
-    G = ctx.tiles.groups
-    colb = ctx.backend.core.col_bytes
-
-    def cols(ops, phase, resident=(0, 1)):
-        return int(sum(total[o, phase, r] for o in ops for r in resident))
-
-    counts = {Op(o).name: int(total[o].sum()) * G for o in np.flatnonzero(present) if o != Op.NOP}
-    out_elems = int(np.prod(ctx.shapes[ctx.op.result.value], dtype=np.int64))
-    readback_bytes = cols((Op.RD_S, Op.RD), Phase.READBACK) * colb * G
-    return {"records": int(live), "commands": counts,
-            "rearrange_bytes": cols((Op.WR_S, Op.WR), Phase.REARRANGE, (0,)) * colb * G,
-            "resident_bytes": cols((Op.WR_S, Op.WR), Phase.REARRANGE, (1,)) * colb * G,
-            "register_bytes": cols((Op.AB_WR,), Phase.REARRANGE) * colb * G,
-            "readback_bytes": readback_bytes,
-            "result_bytes": out_elems * 4,
-            "merge_flops": readback_bytes // 2 + (out_elems if ctx.op.epilogue is not None else 0)}
+    return lowered_program(ctx, layouts, records, host_data, readback,
+                           column_stats(ctx, records, registers=(Op.AB_WR,), reads=(Op.RD_S, Op.RD), phased=True),
+                           meta)
 
 
 def _host_rows(values_idx: np.ndarray, valid: np.ndarray) -> np.ndarray:

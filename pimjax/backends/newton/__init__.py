@@ -3,6 +3,7 @@ from a channel's global buffers (GWRITE, G_ACT, COMP, READRES).
 
     isa.py       its commands' DRAM timing classes
     lower.py     Draft -> Program (buffer loads, ganged activations, COMP, READRES)
+    commands.py  the command helpers both lowerings (lower.py, packed.py) share, and the program's statistics
     execute.py   the value interpreter of its records
     baseline.py  PIMFlow's command generator's mapping
     counts.py    per-group command counts of a draft (cost-model features)
@@ -19,14 +20,24 @@ from ...family.hooks import EVAL_GEMV, EVAL_MMTV
 from .estimates import newton_estimates
 from .isa import TIMING_CLASSES
 from .fork import time_streams as fork_time_streams
-from .packed import extra_drafts
+from .packed import extra_drafts, lower_packed
 from .baseline import newton_baseline
 from .bounds import lower_bound
 from .execute import execute_newton
-from .lower import DEFAULT_OPTIONS, lower_newton
+from .lower import DEFAULT_OPTIONS, lower_newton, newton_options
+
+
+def lower_any(op, draft, backend, shapes=None, **options):
+    """Newton's lowering of `op` under `draft` (a `Program`): PIMFlow's packed mapping
+    (`packed.lower_packed`) for a packed draft (`draft.pack`, its own geometry), else the GEMV
+    lowering (`lower.lower_newton`).  Options as `lower_newton`'s."""
+    if draft.pack:
+        return lower_packed(op, draft, backend, shapes, **newton_options(op, options))
+    return lower_newton(op, draft, backend, shapes, **options)
+
 
 FAMILY = register(Family(
-    name="newton", lower=lower_newton,
+    name="newton", lower=lower_any,
     # "buffer_reuse" is Newton's name for register_reuse
     options=frozenset(DEFAULT_OPTIONS) | {"result_dtype", "buffer_reuse"},
     timing_classes=TIMING_CLASSES,

@@ -89,7 +89,8 @@ from ...partition.table import DraftTable
 from ...partition.verify import matrix_and_vector
 from ...trace.ir import PimOp
 from .counts import plan_counts
-from .lower import DEFAULT_OPTIONS, readres_bursts
+from .commands import readres_bursts
+from .lower import DEFAULT_OPTIONS
 from .time import draft_plans
 
 

@@ -39,7 +39,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .lower import readres_bursts
+from .commands import readres_bursts
 
 
 def _cdiv(a, b):

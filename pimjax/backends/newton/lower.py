@@ -99,13 +99,15 @@ from ...hw.core import Backend
 from ...partition.draft import Draft
 from ...partition.verify import matrix_and_vector
 from ...trace.affine import AffineExpr
-from ...trace.ir import Arg, PimOp, Prim
+from ...trace.ir import Arg, PimOp, Prim, strip_converts
 from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
 from ...lower.program import (LazyArray, LazyPositions, Op, Phase, Program, Readback, RECORD_FIELDS, RecordBuilder, Records, TensorLayout, bank_order, chunk,
                       stack_streams, streamed)
+from ...lower.context import LowerContext
+from ...lower.stats import lowered_program
 from ...lower.tiles import CoreTiles, core_tiles
-
-M_LAYOUT, V_LAYOUT, R_LAYOUT = 0, 1, 2
+from .commands import (INTERLEAVE_LIMIT, M_LAYOUT, R_LAYOUT, V_LAYOUT, bank_runs, flat_index, gw_banks, newton_stats,
+                       readres_bursts, rearrange, row_runs)
 
 # matrix: the operand index kept in the banks (None: the larger, `partition.verify.matrix_and_vector`)
 DEFAULT_OPTIONS = dict(register_reuse=True, data_block_layout=True, channel_parallel=True,
@@ -199,7 +201,7 @@ def _plan(op: PimOp, draft: Draft, backend: Backend, tiles: CoreTiles, shapes: d
     n_vg, n_ig, n_ob = -(-n_v // kv), -(-t_in // ki), -(-n_o // lo)
     slots = 1 if (reuse and dataflow == "os") else n_ig
     seg_cols = np.minimum(cc, n_rc - np.arange(t_in) * cc)
-    seg_base, m_rows = _segments(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow,
+    seg_base, m_rows = segments(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow,
                                  bool(opts["data_block_layout"]), backend.core.cols)
     if m_rows > backend.core.rows:
         raise PimCompileError(f"newton: {m_rows} rows of matrix data per bank exceed the "
@@ -208,7 +210,7 @@ def _plan(op: PimOp, draft: Draft, backend: Backend, tiles: CoreTiles, shapes: d
                  ki, lo, n_vg, n_ig, n_ob, slots, dataflow, reuse, seg_base, seg_cols, m_rows, lanes)
 
 
-def _segments(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow, blocked: bool, cols: int):
+def segments(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow, blocked: bool, cols: int):
     """First flat bank column of every segment (b, o, i) ([n_b, n_o, t_in]
     int64, read-only: cached, drafts of one op share it) and the rows used."""
     return _segments_cached(int(n_b), int(n_o), int(t_in), int(cc), int(n_rc), int(ki), int(lo), str(dataflow),
@@ -376,7 +378,7 @@ class _Stream:
         of the load (buffer slot jv * ki + ji -> latch jv * lo + ol)."""
         pl = self.p
         jvs = [jv for jv in range(pl.kv) if vg * pl.kv + jv < pl.n_v]
-        for row, col, n, off in _runs(int(pl.seg_base[bb, o, i]), int(pl.seg_cols[i]), self.cols):
+        for row, col, n, off in bank_runs(int(pl.seg_base[bb, o, i]), int(pl.seg_cols[i]), self.cols):
             if self.per_core:
                 for c in self._class_cores:
                     if not self.seg_ok[c, bb, o, i]:
@@ -509,7 +511,7 @@ def group_stream(plan: _Plan, backend: Backend, classes, per_core: bool, seg_ok,
     out, rows, runs, cnt = nat.stream(prm, plan.seg_base, plan.seg_cols, ptr, flat,
                                       seg_ok if per_core else dummy,
                                       need if per_core else np.zeros((1, 1), bool),
-                                      _gw_banks(backend), _NATIVE_CODES,
+                                      gw_banks(backend), _NATIVE_CODES,
                                       bound=_stream_bound(plan, classes, per_core, backend.core.cols))
     records = {f: out[k] for k, f in enumerate(RECORD_FIELDS)}
     return records, rows, _read_columns(runs, cores), dict(zip(_COUNT_NAMES, map(int, cnt)))
@@ -538,12 +540,6 @@ def _stream_bound(plan: _Plan, classes, per_core: bool, cols: int) -> tuple[int,
     return records, units * len(classes) * gw, units * sum(steps * r * k for k in banks)
 
 
-def _gw_banks(backend: Backend) -> list[int]:
-    """The GWRITE banks: one per bank group (timing only)."""
-    per_bg = backend.group.banks_per_bank_group
-    return [g * per_bg for g in range(max(1, backend.group.banks // per_bg))]
-
-
 def _native_params(plan: _Plan, backend: Backend, per_core: bool, cores: int) -> np.ndarray:
     """`native._walk`'s prm vector."""
     return np.array([plan.n_b, plan.n_v, plan.n_o, plan.t_in, plan.kv, plan.ki, plan.lo, plan.n_vg,
@@ -569,96 +565,7 @@ def _read_columns(runs: np.ndarray, cores: int) -> dict[int, np.ndarray]:
     return {int(c): _sorted_columns(runs[banks == c, 1:]) for c in np.unique(banks)}
 
 
-def readres_bursts(backend: Backend, latches, one_bank):
-    """32 B bursts of one READRES: every bank's latches (broadcast) or one
-    bank's (`one_bank`), `Core.readback_bus_bytes` each (ints or numpy
-    arrays); 0 where the read-back takes no bus time (the READRES record then
-    has n = 0: the timing engines skip it, `execute` still reads it)."""
-    banks = np.where(one_bank, 1, backend.group.cores_per_group)
-    bus = backend.core.readback_bus_bytes
-    if bus == 0:                     # a command slot, no bus time (PIMFlow's fork): a record of no columns
-        return np.zeros_like(np.asarray(latches * banks))
-    return np.maximum(1, -(-(banks * bus * np.asarray(latches)) // backend.core.col_bytes))
-
-
-def row_runs(flat: np.ndarray, cols: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted flat bank columns as runs of consecutive columns inside one row:
-    (first column, length) of each."""
-    brk = np.nonzero((np.diff(flat) != 1) | (flat[1:] // cols != flat[:-1] // cols))[0] + 1
-    starts = np.concatenate([[0], brk])
-    return flat[starts], np.diff(np.concatenate([starts, [len(flat)]]))
-
-
 _COMP, _COMPUTE = int(Op.COMP), int(Phase.COMPUTE)
-
-
-@lru_cache(maxsize=65536)
-def _runs(base: int, ncols: int, cols: int):
-    """Flat bank columns [base, base + ncols) as (row, col, n, offset) runs inside rows
-    (a tuple, cached: segments of one draft repeat the same runs)."""
-    out = []
-    off = 0
-    while off < ncols:
-        row, col = divmod(base + off, cols)
-        n = min(ncols - off, cols - col)
-        out.append((row, col, n, off))
-        off += n
-    return tuple(out)
-
-
-# Up to this many columns per group the host writes column by column in the
-# controller's bank-group-interleaved order; larger placements use runs (one
-# record per bank row; streamed WR_S, columns tCCD_S apart, when the banks
-# span two bank groups or more: `program.streamed`) — the policy of the
-# HBM-PIM lowering, so both backends time bulk placement alike.
-INTERLEAVE_LIMIT = 4096
-
-
-def _rearrange(b: RecordBuilder, reads: dict, cols: int, per_bg: int, resident: bool) -> int:
-    """Host writes of every bank column the kernel reads (padding included:
-    zeros instead of boundary checks), the banks taken in turn in an order
-    that alternates bank groups.  Returns the columns written."""
-    order = bank_order(list(reads), per_bg)
-    shared = all(reads[c] is reads[order[0]] for c in order)     # one array for every bank (broadcast)
-    lists = [np.asarray(reads[c], np.int64) for c in order]
-    n = sum(len(x) for x in lists)
-    if n == 0:
-        return 0
-    if n > INTERLEAVE_LIMIT and shared:
-        # broadcast: every bank reads the same columns -- one set of row runs,
-        # unit t of every bank (in bank order) then unit t + 1
-        first, cnt = row_runs(lists[0], cols)
-        nb = len(order)
-        bank = np.tile(np.asarray(order, np.int64), len(first))
-        _add_many(b, streamed(Op.WR, order, per_bg), bank=bank, row=np.repeat(first // cols, nb),
-                  col=np.repeat(first % cols, nb), n=np.repeat(cnt, nb), phase=Phase.REARRANGE, src=M_LAYOUT,
-                  core=bank, resident=int(resident))
-        b.add(Op.PREA, bank=0, row=0, n=1, phase=Phase.REARRANGE, resident=int(resident))
-        return n
-    if n <= INTERLEAVE_LIMIT:
-        units = [(c, x, np.ones_like(x)) for c, x in zip(order, lists)]       # one column each
-        op = Op.WR
-    else:
-        units = []
-        for c, x in zip(order, lists):                                        # runs inside a row
-            units.append((c, *row_runs(x, cols)))
-        op = streamed(Op.WR, order, per_bg)
-    bank = np.concatenate([np.full(len(u[1]), u[0]) for u in units])
-    flat = np.concatenate([u[1] for u in units])
-    cnt = np.concatenate([u[2] for u in units])
-    turn = np.concatenate([np.arange(len(u[1])) for u in units])
-    rank = np.concatenate([np.full(len(u[1]), k) for k, u in enumerate(units)])
-    o = np.lexsort((rank, turn))                 # unit t of every bank, then unit t + 1
-    _add_many(b, op, bank=bank[o], row=flat[o] // cols, col=flat[o] % cols, n=cnt[o],
-              phase=Phase.REARRANGE, src=M_LAYOUT, core=bank[o], resident=int(resident))
-    # close the written rows: the kernel starts (GWRITE) with every bank precharged
-    b.add(Op.PREA, bank=0, row=0, n=1, phase=Phase.REARRANGE, resident=int(resident))
-    return n
-
-
-def _add_many(b: RecordBuilder, op: Op, **fields) -> None:
-    """Append a batch of records (array or scalar fields; defaults as `RecordBuilder.add`)."""
-    b.extend(chunk(op, **fields))
 
 
 # --------------------------------------------------------------------------
@@ -742,29 +649,25 @@ def _host_rows(op, tiles, plan: _Plan, rows: list, g: int, reps: list[int], shap
     return np.where(valid & ok, flat, -1)
 
 
-def flat_index(operand, shape, env: dict, like: np.ndarray):
-    """(flat index, valid) of `operand`'s elements at the loop values `env`
-    (arrays broadcastable to `like`; a variable the map reads and `env` lacks
-    is 0): its index map evaluated per dimension, out-of-range and inexact
-    (floordiv) points invalid."""
-    flat = np.zeros(like.shape, np.int64)
-    valid = np.ones(like.shape, bool)
-    stride = 1
-    for expr, size in reversed(list(zip(operand.index_map, shape))):
-        full = {x: env.get(x, np.zeros_like(like)) for x in expr.vars}
-        idx, ok = expr.evaluate(full)
-        idx = np.broadcast_to(idx, like.shape)
-        valid &= (idx >= 0) & (idx < size)
-        if ok is not None:
-            valid &= np.broadcast_to(ok, like.shape)
-        flat = flat + np.clip(idx, 0, size - 1) * stride
-        stride *= size
-    return flat, valid
-
-
 # --------------------------------------------------------------------------
 # the lowering
 # --------------------------------------------------------------------------
+def newton_options(op: PimOp, options: dict) -> dict:
+    """`options` with Newton's defaults filled in (`buffer_reuse` read as `register_reuse`), after
+    checking that `op` is what a Newton MAC computes: a sum of products of two operands (through
+    value-preserving conversions).  Both lowerings (GEMV and packed) start here."""
+    opts = {**DEFAULT_OPTIONS, **options}
+    if "buffer_reuse" in options:                     # Newton's name for register reuse
+        opts["register_reuse"] = options["buffer_reuse"]
+    if op.kind != "contraction":
+        raise PimCompileError(f"newton runs contractions only; {op.name} is a {op.kind} op")
+    if op.combiner != "add" or not (isinstance(op.body, Prim) and op.body.name == "mul"
+                                    and len(op.body_operands) == 2
+                                    and all(isinstance(strip_converts(a), Arg) for a in op.body.args)):
+        raise PimCompileError(f"newton MACs need a sum of products of two operands ({op.name})")
+    return opts
+
+
 def lower_newton(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None = None, **options) -> Program:
     """Lower one contraction to a Newton / AiM program (see module docstring).
 
@@ -774,23 +677,16 @@ def lower_newton(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
     host's staging buffer), resident=(operand indices placed once, their
     writes flagged `resident`), result_dtype, matrix (the operand index kept
     in the banks; default None: the larger operand, `matrix_and_vector`).
+    A packed draft (`draft.pack`) is PIMFlow's mapping: the family's hook
+    (`backends/newton/__init__.py`) sends it to `packed.lower_packed`.
 
     Example:
         >>> prog = lower_newton(op, draft, get_backend("newton"))   # doctest: +SKIP
-        >>> prog.stats["commands"]["G_ACT"]                          # doctest: +SKIP
+        >>> prog.stats.commands["G_ACT"]                             # doctest: +SKIP
     """
-    opts = {**DEFAULT_OPTIONS, **options}
-    if "buffer_reuse" in options:                     # Newton's name for register reuse
-        opts["register_reuse"] = options["buffer_reuse"]
-    if op.kind != "contraction":
-        raise PimCompileError(f"newton runs contractions only; {op.name} is a {op.kind} op")
-    if op.combiner != "add" or not (isinstance(op.body, Prim) and op.body.name == "mul"
-                                    and len(op.body_operands) == 2
-                                    and all(_plain_arg(a) for a in op.body.args)):
-        raise PimCompileError(f"newton MACs need a sum of products of two operands ({op.name})")
-    if draft.pack:                                    # PIMFlow's packed mapping: its own geometry
-        from .packed import lower_packed
-        return lower_packed(op, draft, backend, shapes, **opts)
+    opts = newton_options(op, options)
+    if draft.pack:
+        raise PimCompileError("newton: a packed draft is PIMFlow's mapping, lowered by packed.lower_packed")
     shapes = value_shapes(op, shapes)
     tiles = core_tiles(op, draft)
     plan = _plan(op, draft, backend, tiles, shapes, opts)
@@ -830,7 +726,7 @@ def lower_newton(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
                                                     seg_ok[g] if per_core else None,
                                                     need[g] if per_core else None, C, native=NATIVE)
             pre = RecordBuilder()
-            wr = _rearrange(pre, reads, backend.core.cols, per_bg, resident)
+            wr = rearrange(pre, reads, backend.core.cols, per_bg, resident)
             place = pre.build()
             # one new table (kern may be the compiled walk's scratch; rows too)
             rec = {f: np.concatenate([place[f], kern[f]]) for f in RECORD_FIELDS}
@@ -854,7 +750,6 @@ def lower_newton(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
     # the vector elements each GWRITE carries: only `execute` reads them (computed on first use)
     host = LazyArray(host_rows, (G, n_rows, plan.lanes), np.int64)
 
-    stats = _stats(records, counts, backend, op, shapes, shared, G, plan)
     meta = dict(kind="newton-gemv", M=plan.mi, v=plan.vi, host_data_operands=(plan.vi,),
                 cols=backend.core.cols, lanes=plan.lanes,          # bank geometry, for `execute`
                 n_b=plan.n_b, n_v=plan.n_v, n_o=plan.n_o, n_r=plan.n_r, chunk_cols=plan.cc, t_in=plan.t_in,
@@ -863,48 +758,17 @@ def lower_newton(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
                 buffers=max(1, backend.group.n_global_buffers), m_rows=plan.m_rows,
                 dataflow=plan.dataflow, per_core=per_core,
                 result_shape=tuple(shapes[op.result.value]), result_dtype=opts["result_dtype"])
-    staging = backend.system.host.staging_buffer_bytes > 0
-    return Program(backend.name, op, draft, (m_lay, v_lay, r_lay), records, (host,),
-                   Readback(R_LAYOUT, combiner="add", lane_partials=False, epilogue_on_host=True),
-                   G, C, parallel_rearrangement=bool(opts["channel_parallel"] and staging),
-                   options=dict(opts), stats=stats, meta=meta, family=backend.family)
-
-
-def _plain_arg(e) -> bool:
-    """An operand, possibly through value-preserving conversions (a bf16
-    operand widened to float32 before the multiply is what the bf16 MAC does)."""
-    while isinstance(e, Prim) and e.name in ("convert_element_type", "copy", "copy_p") and len(e.args) == 1:
-        e = e.args[0]
-    return isinstance(e, Arg)
-
-
-def _stats(records: Records, counts: list[dict], backend: Backend, op: PimOp, shapes, shared: bool,
-           G: int, plan: _Plan) -> dict:
-    """Command counts (all groups: GWRITE = commands, GWRITE_columns = 32 B
-    bursts, COMP = column commands, COMP_records, G_ACT, READRES, PREA, WR =
-    host column writes) and bytes per direction."""
-    colb = backend.core.col_bytes
-    total = {k: sum(c[k] for c in counts) for k in counts[0]}
-    op_ = np.asarray(records.op)
-    n = np.asarray(records.n)
-    res = np.asarray(records.resident)
+    ctx = LowerContext(op, draft, backend, tiles, shapes, opts)
     scale = G if shared else 1
-    wr = (op_ == Op.WR) | (op_ == Op.WR_S)
-    rr = op_ == Op.READRES
-    out_elems = int(np.prod(shapes[op.result.value], dtype=np.int64))
     # what the host receives: every READRES's latches at their width, whatever bus time the backend
     # charges for them (`Core.readres_bytes` may be 0: the fork's READRES is a command slot)
+    rr = np.asarray(records.op) == Op.READRES
     if backend.core.readback_bus_bytes > 0:
-        readback = int(n[rr].sum()) * colb * scale                # the bursts on the bus
+        readback = int(np.asarray(records.n)[rr].sum()) * backend.core.col_bytes * scale   # the bursts on the bus
     else:
         banks = np.where(np.asarray(records.core)[rr] < 0, backend.group.cores_per_group, 1)
         readback = int((banks * np.asarray(records.aux)[rr]).sum()) * backend.core.reg_bytes * scale
-    return {"records": int((n > 0).sum()), "commands": total,
-            "rearrange_bytes": int(n[wr & (res == 0)].sum()) * colb * scale,
-            "resident_bytes": int(n[wr & (res == 1)].sum()) * colb * scale,
-            "register_bytes": total["GWRITE_columns"] * colb,
-            "readback_bytes": readback,
-            "result_bytes": out_elems * 4,
-            # one add per latch value read back, then the epilogue
-            "merge_flops": readback // max(1, backend.core.reg_bytes)
-            + (out_elems if op.epilogue is not None else 0)}
+    stats = newton_stats(ctx, records, counts, readback, scale)
+    return lowered_program(ctx, (m_lay, v_lay, r_lay), records, (host,),
+                           Readback(R_LAYOUT, combiner="add", lane_partials=False, epilogue_on_host=True),
+                           stats, meta, G, C)

@@ -73,7 +73,9 @@ from ...lower.program import (LazyArray, Op, Phase, Program, RECORD_FIELDS, Reco
 from ...partition.draft import DimPart, Draft
 from ...partition.verify import matrix_and_vector
 from ...trace.ir import PimOp
-from .lower import flat_index
+from ...lower.context import LowerContext
+from ...lower.stats import lowered_program
+from .commands import flat_index, gw_banks, newton_stats, readres_bursts, rearrange
 
 PACK_GROUPS = (1, 2, 4)
 """Channel-group counts n of the artifact's `policy_auto` (GWRITE, GWRITE_2, GWRITE_4)."""
@@ -493,21 +495,20 @@ def lower_packed(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
     module docstring).  opts: `lower.lower_newton`'s (matrix, resident,
     result_dtype; register_reuse / data_block_layout / channel_parallel as
     there)."""
-    from .lower import _gw_banks, _rearrange, readres_bursts
     shapes = value_shapes(op, shapes)
     plan = packed_plan(op, draft, backend, shapes, opts.get("matrix"))
     bursts = int(readres_bursts(backend, 1, False))
-    gw_banks = _gw_banks(backend)
+    banks_gw = gw_banks(backend)
     resident = plan.mi in set(opts.get("resident", ()))
     per_bg = backend.group.banks_per_bank_group
     cols = backend.core.cols
     streams, channels, counts = [], [], []
     for c in range(plan.G):
-        rec, host, slots, rows, rblk, cnt = channel_stream(plan, c, bursts, gw_banks)
+        rec, host, slots, rows, rblk, cnt = channel_stream(plan, c, bursts, banks_gw)
         rr, cc = np.nonzero(rblk >= 0)
         flat = rr * cols + cc                       # sorted: the columns the COMPs read, row by row
         pre = RecordBuilder()
-        wr = _rearrange(pre, {b: flat for b in range(plan.C)}, cols, per_bg, resident) if len(flat) else 0
+        wr = rearrange(pre, {b: flat for b in range(plan.C)}, cols, per_bg, resident) if len(flat) else 0
         place = pre.build()
         streams.append({f: np.concatenate([place[f], rec[f]]) for f in RECORD_FIELDS})
         channels.append(dict(rows=rows, rblk=rblk, host=host, slots=slots))
@@ -523,7 +524,6 @@ def lower_packed(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
     layouts = (_placeholder("M", plan.mi, shapes[M.value], plan.G, plan.C),
                _placeholder("v", plan.vi, shapes[V.value], plan.G, plan.C),
                _placeholder("acc", -1, acc_shape, plan.G, plan.C, idx_map))
-    stats = _stats(records, counts, backend, op, shapes)
     rows_max = max(len(ch["rows"]) for ch in channels)
     meta = dict(kind="newton-packed", M=plan.mi, v=plan.vi, host_data_operands=(plan.vi,), cols=cols,
                 lanes=plan.lanes, n_o=plan.F, n_v=plan.P, n_r=plan.n_r, passes=1, host_slots=Q, latches=1,
@@ -532,31 +532,12 @@ def lower_packed(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
                             channel_groups=p.n) for p in plan.parts],
                 m_index=maps.m_index, result_map=result_map, per_core=False,
                 result_shape=tuple(shapes[op.result.value]), result_dtype=opts.get("result_dtype", "float32"))
-    staging = backend.system.host.staging_buffer_bytes > 0
-    return Program(backend.name, op, draft, layouts, records, (host,),
-                   Readback(2, combiner="add", lane_partials=False, epilogue_on_host=True),
-                   plan.G, plan.C, parallel_rearrangement=bool(opts.get("channel_parallel", True) and staging),
-                   options=dict(opts), stats=stats, meta=meta, family=backend.family)
-
-
-def _stats(records, counts: list[dict], backend: Backend, op: PimOp, shapes) -> dict:
-    """`lower._stats`'s schema for a program of one stream per channel."""
-    colb = backend.core.col_bytes
-    total = {k: sum(c[k] for c in counts) for k in counts[0]}
-    op_ = np.asarray(records.op)
-    n = np.asarray(records.n)
-    res = np.asarray(records.resident)
-    wr = (op_ == Op.WR) | (op_ == Op.WR_S)
-    out_elems = int(np.prod(shapes[op.result.value], dtype=np.int64))
+    ctx = LowerContext(op, draft, backend, None, shapes, opts)
     # the host receives every READRES's latches, whatever the bus time the backend charges for them
-    readback = total["READRES"] * backend.cores_per_group * backend.core.reg_bytes
-    return {"records": int((n > 0).sum()), "commands": total,
-            "rearrange_bytes": int(n[wr & (res == 0)].sum()) * colb,
-            "resident_bytes": int(n[wr & (res == 1)].sum()) * colb,
-            "register_bytes": total["GWRITE_columns"] * colb,
-            "readback_bytes": readback, "result_bytes": out_elems * 4,
-            "merge_flops": readback // max(1, backend.core.reg_bytes)
-            + (out_elems if op.epilogue is not None else 0)}
+    readback = sum(c["READRES"] for c in counts) * backend.cores_per_group * backend.core.reg_bytes
+    return lowered_program(ctx, layouts, records, (host,),
+                           Readback(2, combiner="add", lane_partials=False, epilogue_on_host=True),
+                           newton_stats(ctx, records, counts, readback), meta, plan.G, plan.C)
 
 
 def stream_cycles(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None = None,
@@ -572,11 +553,10 @@ def stream_cycles(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None
     from ...backends import family_of
     from ...sim.native import time_streams, timing_table
     from ...sim.cycles import timing_vector
-    from .lower import _gw_banks, readres_bursts
     shapes = value_shapes(op, shapes)
     plan = packed_plan(op, draft, backend, shapes, matrix)
     bursts = int(readres_bursts(backend, 1, False))
-    gw = _gw_banks(backend)
+    gw = gw_banks(backend)
     seen: dict = {}
     for c in range(plan.G):
         key = tuple((c % plan.m(p), len(plan.group_loads(p, c // plan.m(p)))) for p in plan.parts)

@@ -5,7 +5,7 @@ writes every bank column the kernel reads (one column per bank in turn,
 bank groups alternating), then per buffer load a PREA and the GWRITE
 columns, per matrix row a G_ACT, per segment and vector a COMP of the
 segment's columns, per latch block a READRES.  `newton_plan` gives the
-loop bounds; `backends.newton.lower._segments` the data-block layout (which rows the
+loop bounds; `backends.newton.lower.segments` the data-block layout (which rows the
 segments sit in).  This module walks that loop nest at command level and
 applies `sim/timing.py`'s rules to the few commands it issues, with the
 state those rules read for them (per bank: open row, last ACT / read /
@@ -74,7 +74,8 @@ from ...hw.dram_phases import (ACT_AFTER_ACT, ACT_AFTER_ACT_BG, ACT_AFTER_ACT_CH
                                PREA_AFTER_COL, PREALL_AFTER_AB, RD_AFTER_ACT, RD_AFTER_WR_L, RD_AFTER_WR_S, SPACE_S,
                                WR_AFTER_ACT, WR_AFTER_RD)
 from ...hw.dram_rules import NEVER, PARAMS, compile_chains, compile_rules
-from .lower import _runs, _segments, readres_bursts, row_runs
+from .commands import bank_runs, readres_bursts, row_runs
+from .lower import segments
 from ...lower.program import Op, bank_order, streamed
 from ...partition import dimension_sets
 from ...partition.verify import matrix_and_vector
@@ -386,7 +387,7 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
     n_b, n_v, n_o, n_rc, cc, t_in, kv, ki, lo, is_flow, passes = key
     n_vg, n_ig, n_ob = -(-n_v // kv), -(-t_in // ki), -(-n_o // lo)
     dataflow = "is" if is_flow else "os"
-    seg_base, _ = _segments(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow, True, cols)
+    seg_base, _ = segments(n_b, n_o, t_in, cc, n_rc, ki, lo, dataflow, True, cols)
     seg_cols = np.minimum(cc, n_rc - np.arange(t_in) * cc)
     ch = _Channel(t, banks, per_bg, compiled, budget)
     # no timing rule looks further back than the sum of the constraints (and the G_ACT stagger)
@@ -423,7 +424,7 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
 
     def comp(bb, o, i, vg):
         jvs = min(kv, n_v - vg * kv)
-        for row, _, m, _ in _runs(int(seg_base[bb, o, i]), int(seg_cols[i]), cols):   # a run per row
+        for row, _, m, _ in bank_runs(int(seg_base[bb, o, i]), int(seg_cols[i]), cols):   # a run per row
             if class_cores:             # single-bank COMPs: each opens its own bank's row
                 for b in state["banks"]:
                     for _ in range(jvs):
@@ -569,7 +570,7 @@ def _layout_reads(n_b, n_o, t_in, cc, n_rc, ki, lo, is_flow: bool, cols):
     they hold, and those columns one by one when they are few (else None)).
     Read-only arrays."""
     from .walk import read_runs
-    seg_base, _ = _segments(n_b, n_o, t_in, cc, n_rc, ki, lo, "is" if is_flow else "os", True, cols)
+    seg_base, _ = segments(n_b, n_o, t_in, cc, n_rc, ki, lo, "is" if is_flow else "os", True, cols)
     seg_cols = np.minimum(cc, n_rc - np.arange(t_in) * cc).astype(np.int64)
     first, lengths = read_runs(seg_base, seg_cols, cols)
     n = int(lengths.sum())
@@ -597,7 +598,7 @@ def newton_phases(plan: dict, banks_used, per_core, backend, max_walked: int = 4
     writing the busy ones (busy [n]: the fullest group's cores with work,
     default banks_used); steady=False walks every command (slow; the reference of
     `benchmarks/newton_time_bench.py`)."""
-    from .lower import INTERLEAVE_LIMIT
+    from .commands import INTERLEAVE_LIMIT
     t = {f: float(getattr(backend.timing, f)) for f in backend.timing._dynamic_fields}
     g = backend.group
     banks, per_bg = g.banks, g.banks_per_bank_group

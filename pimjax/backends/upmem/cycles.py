@@ -111,7 +111,7 @@ SCAN_FIELDS = ("op", "n", "aux", "reg", "core", "phase", "resident")
 N_TASKLET_SLOTS = 24          # UPMEM hardware threads (state width of the scan)
 
 
-def _params(backend: Backend, link: HostLink) -> dict:
+def dpu_params(backend: Backend, link: HostLink) -> dict:
     """Array leaves the scan reads (a pytree; vmappable)."""
     t = backend.timing
 
@@ -148,12 +148,12 @@ def program_arrays(program: Program, include_resident: bool = False, pad: bool =
     st = program.stats
     return {"rec": rec,
             "ranks": np.float32(program.groups), "cores": np.float32(program.cores),
-            "merge_bytes": np.float32(st.get("readback_bytes", 0) + st.get("result_bytes", 0)),
-            "merge_flops": np.float32(st.get("merge_flops", 0)),
-            "merged": np.bool_(st.get("readback_bytes", 0) > 0 or st.get("merge_flops", 0) > 0)}
+            "merge_bytes": np.float32(st.readback_bytes + st.result_bytes),
+            "merge_flops": np.float32(st.merge_flops),
+            "merged": np.bool_(st.readback_bytes > 0 or st.merge_flops > 0)}
 
 
-def _record_terms(r: dict, ranks, cores, waves: tuple, p: dict, xp) -> dict:
+def record_terms(r: dict, ranks, cores, waves: tuple, p: dict, xp) -> dict:
     """What each record adds, one rule for both engines (xp: jnp on one
     record inside `_scan`'s step, numpy on every record at once in
     `_totals`).  r: op / n / aux / reg / resident / phase (n and aux float32);
@@ -189,7 +189,7 @@ def _record_terms(r: dict, ranks, cores, waves: tuple, p: dict, xp) -> dict:
         add_ns=xp.where(xfer, t_x, xp.where(launch, p["launch"], f32(0))))
 
 
-def _waves(ranks, p: dict, xp) -> tuple:
+def rank_waves(ranks, p: dict, xp) -> tuple:
     """Rank batches of a parallel transfer, (host->DPU, DPU->host)."""
     return ranks / xp.minimum(ranks, p["conc_h2d"]), ranks / xp.minimum(ranks, p["conc_d2h"])
 
@@ -200,11 +200,11 @@ def _scan(rec: dict, ranks, cores, p: dict, dispatch: float):
     state = dict(tk=jnp.zeros(N_TASKLET_SLOTS, f32), dma_busy=f32(0.0),
                  instr=f32(0.0), buckets=jnp.zeros(5, f32), xfer_bytes=jnp.zeros(2, f32),
                  dma_bytes=f32(0.0), calls=f32(0.0))
-    waves = _waves(ranks, p, jnp)
+    waves = rank_waves(ranks, p, jnp)
 
     def step(s, r):
         n = r["n"].astype(f32)
-        x = _record_terms(dict(r, n=n, aux=r["aux"].astype(f32)), ranks, cores, waves, p, jnp)
+        x = record_terms(dict(r, n=n, aux=r["aux"].astype(f32)), ranks, cores, waves, p, jnp)
         k = jnp.clip(r["reg"], 0, N_TASKLET_SLOTS - 1)
         ex, dma, d_time = x["ex"], x["dma"], x["d_time"]
         tk = s["tk"]
@@ -243,7 +243,7 @@ def _totals(rec: dict, ranks, cores, p: dict, dispatch: float):
     f32 = np.float32
     n = rec["n"].astype(f32)
     ranks, cores = f32(ranks), f32(cores)
-    x = _record_terms(dict(rec, n=n, aux=rec["aux"].astype(f32)), ranks, cores, _waves(ranks, p, np), p, np)
+    x = record_terms(dict(rec, n=n, aux=rec["aux"].astype(f32)), ranks, cores, rank_waves(ranks, p, np), p, np)
     ex, dma, d_time = x["ex"], x["dma"], x["d_time"]
     k = np.clip(rec["reg"], 0, N_TASKLET_SLOTS - 1)
     # tasklet clocks: per (segment, slot) sums, levelled at barriers
@@ -345,7 +345,7 @@ def cycles_upmem(program: Program, backend: Backend, *, include_resident: bool =
     """
     _check(program, backend, "cycles_upmem")
     engine = resolve_engine(engine, backend.timing)
-    p = _params(backend, link or DEFAULT_LINK)
+    p = dpu_params(backend, link or DEFAULT_LINK)
     traced = any(isinstance(x, jax.core.Tracer) for x in p.values())
     if engine == "native" and not traced:
         arr = program_arrays(program, include_resident, pad=False)
@@ -371,7 +371,7 @@ def sweep_upmem(program: Program, backends: Backend, *, link: HostLink | None = 
     arr = program_arrays(program, include_resident)
     lk = link or DEFAULT_LINK
     lk = jax.tree.map(lambda x: jnp.broadcast_to(jnp.asarray(x, jnp.float32), (V,)), lk)
-    p = jax.vmap(_params)(backends, lk)
+    p = jax.vmap(dpu_params)(backends, lk)
     return _report_sweep(arr, p, dispatch_interval(backends))
 
 

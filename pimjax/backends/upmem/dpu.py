@@ -316,13 +316,13 @@ def transfer_ns(op, lens: dict, shapes: dict, set_dpus: np.ndarray, sets, groups
     ranks and DPUs per rank used; reduction [n] (1 = "host")."""
     from ...lower.program import Op
     from .lower import Xfer
-    from .cycles import DEFAULT_LINK, _params, _record_terms, _waves
-    p = _params(backend, link or DEFAULT_LINK)
+    from .cycles import DEFAULT_LINK, dpu_params, record_terms, rank_waves
+    p = dpu_params(backend, link or DEFAULT_LINK)
     host = backend.system.host
     eb = consts["elem_bytes"]
     n = len(groups)
     ranks, dpc = np.asarray(groups, np.float32), np.asarray(cores, np.float32)
-    waves = _waves(ranks, p, np)
+    waves = rank_waves(ranks, p, np)
 
     def calls(nbytes, count, h2d: bool, bcast=False):
         """ns of `count` calls moving nbytes per DPU in all, by the simulator's own
@@ -333,7 +333,7 @@ def transfer_ns(op, lens: dict, shapes: dict, set_dpus: np.ndarray, sets, groups
         rec = dict(op=np.full(ranks.shape, Op.XFER_H2D if h2d else Op.XFER_D2H),
                    n=(np.asarray(nbytes, np.float32) / np.maximum(count, 1)).astype(np.float32), aux=count,
                    reg=np.where(bcast, Xfer.BROADCAST, Xfer.PARALLEL), resident=0, phase=0)
-        return _record_terms(rec, ranks, dpc, waves, p, np)["add_ns"].astype(np.float64)
+        return record_terms(rec, ranks, dpc, waves, p, np)["add_ns"].astype(np.float64)
 
     out, red, inner = _loops(op)
     pad_to = _tile_points(wram_tile, consts)[1] * np.ones(n, np.int64)

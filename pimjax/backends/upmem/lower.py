@@ -102,6 +102,7 @@ from ...trace.ir import Arg, Const, PimOp, Prim, replace_acc
 from ...lower.context import LowerContext
 from ...lower.layout import acc_space, tile_layout, value_shapes
 from ...lower.program import RECORD_FIELDS, LazyPositions, Op, Phase, Program, Readback, Records, TensorLayout
+from ...lower.stats import ProgramStats, lowered_program, program_stats
 from ...lower.tiles import core_tiles
 
 # --------------------------------------------------------------------------
@@ -181,7 +182,7 @@ def lower_upmem(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None =
 
     Example:
         >>> prog = lower_upmem(op, draft, get_backend("upmem"))      # doctest: +SKIP
-        >>> prog.stats["h2d_bytes"], prog.stats["instructions"]     # doctest: +SKIP
+        >>> prog.stats.h2d_bytes, prog.stats.extra["instructions"]     # doctest: +SKIP
     """
     unknown = set(options) - set(DEFAULT_OPTIONS)
     if unknown:
@@ -722,7 +723,7 @@ def _lower(ctx: _Ctx) -> Program:
     streams = [pre.build(), ker.build(), post.build()]
     cols = {f: np.concatenate([s[f] for s in streams]).astype(np.int32)[None, :] for f in RECORD_FIELDS}
     records = Records(**cols)
-    stats = _stats(ctx, records, h2d, res_b, d2h, partials, res)
+    stats = _stats(ctx, records, h2d, res_b, d2h, partials)
     meta = dict(kind=op.kind, points=points, geometry=geo, body_operands=tuple(body_ops),
                 scalar_operands=tuple(sorted(scalars & set(op.body_operands))), layout_of=lid,
                 result_layout=res_id, partial_slots=partial_slots, split_reduction=split_red,
@@ -730,9 +731,8 @@ def _lower(ctx: _Ctx) -> Program:
                 result_shape=tuple(ctx.shapes[op.result.value]),
                 result_dtype=ctx.options["result_dtype"], **info)
     readback = Readback(res_id, combiner=op.combiner or "add", lane_partials=False, epilogue_on_host=True)
-    return Program(ctx.backend.name, op, draft, tuple(layouts), records, (), readback, tiles.groups, tiles.cores,
-                   parallel_rearrangement=bool(ctx.options["bank_parallel"]), options=dict(ctx.options),
-                   stats=stats, meta=meta, family=ctx.backend.family)
+    return lowered_program(ctx, layouts, records, (), readback, stats, meta,
+                           parallel=bool(ctx.options["bank_parallel"]))
 
 
 def _dma_bytes(ctx: _Ctx, elems) -> np.ndarray:
@@ -908,8 +908,10 @@ def _kernel_split_reduction(ctx, geo: _Geom, ker: _Recs, body_ops, lid, layouts,
 # --------------------------------------------------------------------------
 # statistics
 # --------------------------------------------------------------------------
-def _stats(ctx: _Ctx, rec: Records, h2d: int, res_b: int, d2h: int, partials: bool,
-           res: TensorLayout) -> dict:
+def _stats(ctx: _Ctx, rec: Records, h2d: int, res_b: int, d2h: int, partials: bool) -> ProgramStats:
+    """The `ProgramStats` of an UPMEM program: transfers in bytes over every DPU, DPU
+    instructions and DMA from the records; h2d / res_b / d2h: one DPU's transfer sizes.
+    partials: the host merges per-DPU partial results."""
     op_ = np.asarray(rec.op)[0]
     n = np.asarray(rec.n)[0].astype(np.int64)
     aux = np.asarray(rec.aux)[0].astype(np.int64)
@@ -931,23 +933,20 @@ def _stats(ctx: _Ctx, rec: Records, h2d: int, res_b: int, d2h: int, partials: bo
     out_elems = int(np.prod(ctx.shapes[ctx.op.result.value], dtype=np.int64))
     d2h_total = xbytes(Op.XFER_D2H)
     partial_elems = d2h_total // ctx.eb
-    merge_flops = (max(0, partial_elems - out_elems) if partials else 0)
-    if ctx.op.epilogue is not None:
-        merge_flops += out_elems
+    merged = partials or ctx.op.epilogue is not None
     bcast = op_ == Op.XFER_H2D
-    return {"records": int(op_.size),
-            "h2d_bytes": xbytes(Op.XFER_H2D),
-            "h2d_bytes_per_dpu": h2d, "resident_bytes_per_dpu": res_b,
-            "d2h_bytes": d2h_total, "d2h_bytes_per_dpu": d2h,
-            "broadcast_records": int((bcast & (mode == Xfer.BROADCAST)).sum()),
-            "instructions": int(n[op_ == Op.DPU_EXEC].sum()),
-            "dma_bytes": int(n[(op_ == Op.DMA_RD) | (op_ == Op.DMA_WR)].sum()),
-            "dma_records": int(((op_ == Op.DMA_RD) | (op_ == Op.DMA_WR)).sum()),
-            "dpus": dpus,
-            "rearrange_bytes": xbytes(Op.XFER_H2D, False), "resident_bytes": xbytes(Op.XFER_H2D, True),
-            "readback_bytes": d2h_total if (partials or ctx.op.epilogue is not None) else 0,
-            "result_bytes": out_elems * ctx.eb if (partials or ctx.op.epilogue is not None) else 0,
-            "merge_flops": merge_flops}
+    dma = (op_ == Op.DMA_RD) | (op_ == Op.DMA_WR)
+    return program_stats(
+        ctx, records=op_.size,
+        rearrange_bytes=xbytes(Op.XFER_H2D, False), resident_bytes=xbytes(Op.XFER_H2D, True),
+        readback_bytes=d2h_total if merged else 0,
+        merge_adds=max(0, partial_elems - out_elems) if partials else 0,
+        element_bytes=ctx.eb, merged=merged,
+        h2d_bytes=xbytes(Op.XFER_H2D), d2h_bytes=d2h_total,
+        extra={"h2d_bytes_per_dpu": h2d, "resident_bytes_per_dpu": res_b, "d2h_bytes_per_dpu": d2h,
+               "broadcast_records": int((bcast & (mode == Xfer.BROADCAST)).sum()),
+               "instructions": int(n[op_ == Op.DPU_EXEC].sum()),
+               "dma_bytes": int(n[dma].sum()), "dma_records": int(dma.sum()), "dpus": dpus})
 
 
 __all__ = ["lower_upmem", "DEFAULT_OPTIONS", "PRIM_OPTIONS", "Xfer", "Exec", "Sync", "mram_address"]

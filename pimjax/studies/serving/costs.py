@@ -719,17 +719,17 @@ def attention_figures(shard, part_backend: Backend, buckets: list[int], tuner, *
     head with its own K / V (AttAcc's simulator has no grouped-query
     attention: its mapping of a GQA model)."""
     from ...api import pim_jit
-    from ..inference import _attention_fn, _attention_of, _attention_shapes, _op_figures
+    from ..inference import attention_fn, attention_of, attention_shapes, op_figures
     cfg = shard.scaled(n_kv_heads=shard.n_heads) if mha else shard
     key = _table_key(kind="attention", cfg=cfg, backend=part_backend, tuner=(tuner.mode, tuner.top_k))
     have = (cache.get(key) if cache is not None else None) or {}
     todo = [L for L in buckets if str(L) not in have]
     if todo:
-        f = pim_jit(_attention_fn(cfg.n_heads // cfg.n_kv_heads), backend=part_backend,
+        f = pim_jit(attention_fn(cfg.n_heads // cfg.n_kv_heads), backend=part_backend,
                     resident=("k_cache", "v_cache"), tuner=tuner, placement="prefer_pim")
         for L in _progress(todo, len(todo), f"attention x {len(todo)} contexts", progress):
-            c = f.lower(*_attention_shapes(cfg, 1, L)).compile()
-            a = _attention_of(_op_figures(c, ["attention"] * len(c.plans), tuner), L, 0.0, 0.0, c.plans)
+            c = f.lower(*attention_shapes(cfg, 1, L)).compile()
+            a = attention_of(op_figures(c, ["attention"] * len(c.plans), tuner), L, 0.0, 0.0, c.plans)
             have[str(L)] = [_num(a.pim_ns), _num(a.baseline_ns)]
         if cache is not None:
             cache.put(key, have)
@@ -753,7 +753,7 @@ def dense_ladder(shard, backend: Backend, Ts: list[int], tuner, *, stop_when_gpu
     and the GPU's does not until it is compute-bound, so no larger T places a
     dense op on PIM (`stop`)."""
     from ...api import pim_jit
-    from ..inference import RESIDENT, _op_figures, input_phases, op_phases
+    from ..inference import RESIDENT, op_figures, input_phases, op_phases
     from ...models.layers import layer_shapes, make_layer
     key = _table_key(kind="ladder", cfg=shard, backend=backend, tuner=(tuner.mode, tuner.top_k))
     have = (cache.get(key) if cache is not None else None) or {}
@@ -770,7 +770,7 @@ def dense_ladder(shard, backend: Backend, Ts: list[int], tuner, *, stop_when_gpu
             c = f.lower(*args).compile()
             blocks = {p.block[0]: p.block for p in c.plans if p.block}
             ph = op_phases(c.graph, input_phases(c.graph, args), blocks)
-            ops = [o for o in _op_figures(c, ph, tuner) if o.phase != "attention"]
+            ops = [o for o in op_figures(c, ph, tuner) if o.phase != "attention"]
             rec = {"phases": [o.phase for o in ops], "kinds": [o.kind for o in ops],
                    "pim": [_num(o.pim_ns) for o in ops], "base": [_num(o.baseline_ns) for o in ops]}
             have[str(T)] = rec
