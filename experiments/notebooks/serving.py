@@ -177,3 +177,59 @@ df[["point", "tokens_per_s", "tpot_ms_p99", "goodput_tokens_per_s", "meets_slo",
 
 # %%
 print(f"notebook ran in {time.perf_counter() - t_start:.0f} s")
+
+# %% [markdown]
+# ## Checks
+#
+# What must hold whatever the step costs. **The cached curve:** a point per placement and rate; a time
+# to first token is within the request's end-to-end latency, so the p99s keep that order too; the
+# output tokens per request (tokens/s over requests/s) lie within the trace's 32–512; the KV capacity is
+# the system's, the same at every rate, and never over-filled, the mean batch within `max_batch`.
+# **The crossover:** a decode step holds no more requests than it was given, and the attention (PIM and
+# GPU) does not get faster with more requests or a longer context. **The live run:** every request of
+# the trace finishes with its own prompt and output length, in the order arrival ≤ admission ≤ first
+# token ≤ finish (TTFT ≤ latency); the throughput is the output tokens over the span from the first
+# arrival to the last token, from the same run's columns; both placements serve the same tokens; no step
+# holds more than `max_batch` requests or more KV blocks than the layout has. **The serving DSE:** a row
+# per design point; goodput never exceeds throughput, and it is positive when the p99 TPOT meets the
+# target and 0 when it misses; the KV capacity grows with the stacks and does not depend on the PIM level.
+
+# %%
+import numpy as np
+rates = sorted(curve.rate.unique())
+assert len(curve) == curve.placement.nunique() * len(rates) == 4 * len(rates)
+assert (curve.ttft_ms_p99 <= curve.latency_ms_p99).all() and (curve.ttft_ms_p50 <= curve.ttft_ms_p99).all()
+assert (curve.tpot_ms_p50 <= curve.tpot_ms_p99).all()
+per_req = curve.tokens_per_s / curve.requests_per_s
+assert per_req.between(*data["trace"]["output"]).all(), per_req
+assert curve.peak_kv_occupancy.between(0, 1).all() and (curve.mean_batch <= data["setup"]["max_batch"]).all()
+assert (curve.groupby("placement").kv_blocks.nunique() == 1).all()
+for pl in ("gpu", "attacc-full", "full+dcc", "pimjax"):
+    assert (cross[f"decode_batch_{pl}"] <= cross.batch).all() and (cross[f"decode_batch_{pl}"] >= 1).all(), pl
+for L, g in cross.groupby("context"):
+    g = g.sort_values("batch")
+    for col in ("gpu_attention_us", "pim_attention_us_attacc-full", "pim_attention_us_pimjax"):
+        assert g[col].is_monotonic_increasing, (L, col)
+att = cross.pivot_table(index="batch", columns="context", values=["gpu_attention_us", "pim_attention_us_pimjax"])
+for col in ("gpu_attention_us", "pim_attention_us_pimjax"):
+    assert (att[col][2048] >= att[col][1024]).all(), col
+
+for pl, r in runs.items():
+    q, s, summ = r.requests, r.steps, r.summary()
+    assert len(q) == len(reqs.arrival_s) and np.isfinite(q.finish_s).all(), (pl, "every request finishes")
+    assert (q.prompt_len.to_numpy() == reqs.prompt_len).all() and (q.output_len.to_numpy() == reqs.output_len).all()
+    assert (q.arrival_s <= q.admit_s).all() and (q.admit_s <= q.first_token_s).all()
+    assert (q.first_token_s <= q.finish_s).all() and (q.ttft_ms <= q.latency_ms).all(), pl
+    span = q.finish_s.max() - q.arrival_s.min()
+    assert summ.output_tokens == q.output_len.sum() == reqs.output_len.sum()
+    assert np.isclose(summ.tokens_per_s, q.output_len.sum() / span), pl
+    assert (s.batch <= setup["max_batch"]).all() and s.kv_occupancy.between(0, 1).all()
+    assert (s.kv_blocks <= r.layout.blocks_per_partition * r.layout.partitions).all(), pl
+
+assert len(df) == 4 and set(df.point) == {f"system=attacc,stacks={n},variant={v}" for n in (3, 5)
+                                          for v in ("bank-pc", "bg-pc")}
+assert (df.goodput_tokens_per_s <= df.tokens_per_s * (1 + 1e-12)).all()
+assert (df.meets_slo == (df.tpot_ms_p99 <= 40.0)).all()
+assert (df.loc[~df.meets_slo, "goodput_tokens_per_s"] == 0).all() and (df.loc[df.meets_slo, "goodput_tokens_per_s"] > 0).all()
+kv = df.assign(stacks=df.point.str.extract(r"stacks=(\d)", expand=False).astype(int)).groupby("stacks").kv_blocks
+assert (kv.nunique() == 1).all() and kv.first()[5] > kv.first()[3]
