@@ -297,7 +297,8 @@ def attention_ns(host, heads: int, d: int, L: int, batch: int = 1, elem_bytes: i
                  softmax: bool = True, kv_heads: int | None = None) -> float:
     """ns of one decode step's attention for `heads` x `batch` queries over L keys
     of dimension d: the score GEMV, the softmax of each row and the context GEMV,
-    as three kernels (what a traced jnp attention is: `host_time` of its ops agrees).
+    as three kernels (what a traced jnp attention is: `host_time` of its ops agrees); on
+    the "library" model FlashDecoding's fused kernel (`gpu_library.attention_ns`).
 
     softmax=False leaves the softmax out (AttAcc's "attention GEMVs" figure:
     attacc.md's 2 543 / 10 053 / 40 096 ns per layer are score + context).
@@ -311,6 +312,10 @@ def attention_ns(host, heads: int, d: int, L: int, batch: int = 1, elem_bytes: i
     kv = int(heads) if kv_heads is None else int(kv_heads)
     if kv < 1 or int(heads) % kv:
         raise ValueError(f"attention_ns: heads {heads} must be a multiple of kv_heads {kv_heads}")
+    if host.model == "library" and softmax:
+        # the library model runs attention as vLLM does: FlashDecoding's fused kernel
+        from . import gpu_library
+        return float(gpu_library.attention_ns(host, heads, d, L, batch, elem_bytes, kv_heads=kv))
     g = int(heads) // kv
     hb = int(heads) * int(batch)
     kb = kv * int(batch)

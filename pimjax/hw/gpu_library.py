@@ -14,6 +14,9 @@ numpy arrays (or scalars) and broadcasts, so a whole measured set is timed in on
   kernel of few blocks occupies (`MAP_ELEMS_PER_BLOCK` outputs a block);
 * a row softmax / norm: a block per row, its input read twice (PyTorch's softmax: a max / sum
   pass, then the write pass; layer_norm: the statistics pass, then the normalising pass).
+* attention as vLLM runs it (`attention_ns`): decode as FlashDecoding (one kernel reading each
+  KV head's cache once, split along the keys to fill the SMs, and a kernel combining the splits),
+  prefill as FlashAttention (one kernel; scores never written; its products at the tensor rate).
 
 `HostModel.launch_overhead_ns` is the launch and framework floor: a GPU's own launch for
 pimjax's reports (`LIB_LAUNCH_NS`), a measurement method's floor when held to measured sets
@@ -114,3 +117,36 @@ def conv_ns(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_bytes=2
 
 __all__ = ["LIB_TILES", "WINOGRAD_TILES", "conv_ns", "MAP_ELEMS_PER_BLOCK", "ROW_EXTRA_READS", "LIB_LAUNCH_NS", "dtype_flops", "gemm_ns",
            "elementwise_ns"]
+
+
+FLASH_KEYS_PER_SPLIT = 256      # FlashDecoding (Dao et al., "Flash-Decoding for long-context inference", 2023) splits
+                                #   the keys so that batch x KV heads x splits blocks fill the GPU; a split streams
+                                #   at least one 256-key tile of the cache (assumption: vLLM's paged-attention v2
+                                #   partitions are 512 tokens, FlashDecoding's tiles 128-256)
+
+
+def attention_ns(host, heads, d, L, batch=1, elem_bytes=2, kv_heads=None, queries=1, causal=True):
+    """ns of one layer's attention of `batch` sequences, `heads` query heads of dimension d over
+    L keys (`kv_heads` KV heads, grouped-query attention; None: one per query head), `queries`
+    query positions each (1: a decode step; L: a prefill).  Arrays broadcast.
+
+    queries == 1 (FlashDecoding): one kernel of batch x kv_heads x splits blocks, splits = the
+    keys in `FLASH_KEYS_PER_SPLIT` tiles up to what fills twice the SMs; it reads K and V once,
+    q and the output; its arithmetic (4 x heads x L x d FLOP a sequence) at the dtype's rate;
+    the SMs it occupies scale both; a second launch combines the splits when there are several.
+    queries > 1 (FlashAttention): one kernel, its products (4 x heads x queries x L x d FLOP,
+    half of them under a causal mask when queries == L) at the tensor rate, Q, K, V and the
+    output read or written once; blocks of 128 queries per head fill the SMs."""
+    heads, d, L, b, eb, q = (_f(x) for x in (heads, d, L, batch, elem_bytes, queries))
+    kv = heads if kv_heads is None else _f(kv_heads)
+    launch = _f(host.launch_overhead_ns)
+    bw = _f(host.mem_bandwidth) * _f(host.bandwidth_efficiency)
+    rate = dtype_flops(host, eb) * _f(host.flops_efficiency)
+    flops = 4.0 * b * heads * q * L * d * np.where((q > 1) & causal & (q == L), 0.5, 1.0)
+    nbytes = (2.0 * b * kv * L * d + 2.0 * b * heads * q * d) * eb
+    splits = np.where(q > 1, 1.0, np.clip(np.minimum(np.ceil(L / FLASH_KEYS_PER_SPLIT),
+                                                     np.ceil(2.0 * host.sms / (b * kv))), 1.0, None))
+    blocks = np.where(q > 1, b * heads * np.ceil(q / 128.0), b * kv * splits)
+    util = np.minimum(1.0, blocks / host.sms)
+    t = np.maximum(nbytes / (bw * util), flops / (rate * util)) * 1e9 + launch
+    return t + np.where(splits > 1, launch, 0.0)        # the combine kernel of a split decode

@@ -227,3 +227,44 @@ def test_a_preset_asked_for_the_library_model_gets_the_fitted_card_on_its_memory
     assert g.mem_bandwidth == pytest.approx(be.system.n_groups * be.system.link_bandwidth * 1e9)
     for k in ("bandwidth_efficiency", "flops_efficiency", "wave_overhead_ns", "simt_flops", "sms"):
         assert getattr(g, k) == getattr(ref, k), k
+
+
+# --- attention as vLLM runs it ----------------------------------------------------------------
+def test_flash_decoding_streams_the_kv_cache_once_at_the_fitted_bandwidth():
+    h = gpu("a100")
+    b, heads, kv, d, n = 64, 32, 8, 128, 4096            # b x kv blocks fill every SM twice: no split
+    assert b * kv >= 2 * h.sms
+    kv_bytes = 2.0 * b * kv * n * d * 2 + 2.0 * b * heads * d * 2
+    expect = kv_bytes / (h.mem_bandwidth * h.bandwidth_efficiency) * 1e9 + h.launch_overhead_ns
+    assert float(L.attention_ns(h, heads, d, n, b, kv_heads=kv)) == pytest.approx(expect, rel=1e-9)
+    # the preset path (hw.gpu.attention_ns) takes it on the library model
+    assert h.attention_ns(heads, d, n, b, kv_heads=kv) == pytest.approx(expect, rel=1e-9)
+    # one sequence of 8 KV heads: split along the keys to fill the SMs, and a kernel combining the splits
+    splits = min(np.ceil(n / L.FLASH_KEYS_PER_SPLIT), np.ceil(2 * h.sms / kv))
+    one = (2.0 * kv * n * d * 2 + 2.0 * heads * d * 2) / (h.mem_bandwidth * h.bandwidth_efficiency) * 1e9
+    util = min(1.0, kv * splits / h.sms)
+    assert float(L.attention_ns(h, heads, d, n, 1, kv_heads=kv)) == \
+        pytest.approx(one / util + 2 * h.launch_overhead_ns, rel=1e-9)
+
+
+@given(b=st.integers(1, 64), n=st.integers(2, 8192), kv=st.sampled_from([1, 2, 4, 8, 32]))
+@settings(max_examples=40, deadline=None)
+def test_flash_decoding_never_beats_streaming_its_cache_and_grows_with_it_once_the_sms_are_full(b, n, kv):
+    h = gpu("h100")
+    t = float(L.attention_ns(h, 32, 128, n, b, kv_heads=kv))
+    floor = 2.0 * b * kv * n * 128 * 2 / (h.mem_bandwidth * h.bandwidth_efficiency) * 1e9
+    assert t >= floor + h.launch_overhead_ns
+    if b * kv >= 2 * h.sms:          # every SM busy without splitting: more cache, more time; fewer heads, less
+        assert float(L.attention_ns(h, 32, 128, 2 * n, b, kv_heads=kv)) > t
+        if kv > 1:
+            assert float(L.attention_ns(h, 32, 128, n, b, kv_heads=kv // 2)) < t
+
+
+def test_flash_attention_prefill_is_its_causal_products_at_the_tensor_rate():
+    h = gpu("a100")
+    heads, d, n = 32, 128, 4096
+    flops = 4.0 * heads * n * n * d / 2                  # causal: half the score / context products
+    expect = flops / (h.peak_flops * h.flops_efficiency) * 1e9 + h.launch_overhead_ns
+    assert float(L.attention_ns(h, heads, d, n, 1, queries=n)) == pytest.approx(expect, rel=1e-9)
+    full = float(L.attention_ns(h, heads, d, n, 1, queries=n, causal=False))
+    assert full - h.launch_overhead_ns == pytest.approx(2 * (expect - h.launch_overhead_ns), rel=1e-9)
