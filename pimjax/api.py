@@ -70,14 +70,16 @@ energy pJ; bytes; GB/s = bytes / ns.
                  "interpolated" or "model"} -- where each op's GPU time
                  came from; {} on the analytic GPU models
   energy_pj      energy of the PIM ops (simulated only)
-  ops            per op, in plan order: index, name, placement ("pim",
+  ops            per op, in plan order: index, name (its first jax
+                 primitive), fused (the primitives traced into it after the
+                 first, e.g. ["add", "max"]), placement ("pim",
                  "host", "fused", "md-dp"), reason, draft (in words), precision
                  (the op's data converted to the units' type, e.g.
                  "float32 -> float16"; "" when none), saturation (what
                  calls found the units' type did to its values: overflow,
                  underflow, inf / NaN; "" when nothing; `pimjax.precision`),
                  cycles, ns,
-                 gpu_ns (the op on the host roofline), gpu_share (mixed
+                 gpu_ns (the op's share of the GPU-only run's kernels), gpu_share (mixed
                  plans: the op's share on the GPU beside PIM), space (drafts in
                  its space), simulated_drafts (0 when predicted);
                  predicted only (None when simulated): uncertainty (the cost

@@ -47,9 +47,10 @@ PHASE_FIELDS = ("rearrangement", "compute", "readback", "merge")
 @dataclass
 class OpReport:
     index: int
-    name: str
+    name: str                   # the op's (first) jax primitive
     placement: str
     reason: str
+    fused: tuple = ()           # the primitives traced into it after the first (`PimOp.fused`, repeats once)
     draft: str = ""
     precision: str = ""         # data converted to the units' type ("float32 -> float16"), `pimjax.precision`
     saturation: str = ""        # what the units' type did to the values of a call (overflow, underflow)
@@ -192,7 +193,7 @@ class Report:
         """The `cost_analysis()` op fields per op, NaN where a figure is unknown."""
         ops = []
         for o in self.ops:
-            d = {k: getattr(o, k) for k in ("index", "name", "placement", "reason", "draft", "precision",
+            d = {k: getattr(o, k) for k in ("index", "name", "fused", "placement", "reason", "draft", "precision",
                                            "saturation", "cycles", "ns", "energy_pj", "gpu_ns", "gpu_share",
                                            "baseline_ns", "bound", "simulated_drafts", "space",
                                            "uncertainty", "extrapolating")}
@@ -257,7 +258,7 @@ class Report:
             cyc = _count(o.cycles) if o.placement == "pim" else ""
             if cyc and not np.isnan(o.uncertainty):        # a predicted figure: its spread, and a warning
                 cyc += f" ±{100 * np.expm1(o.uncertainty):.0f}%" + (" (extrapolating)" if o.extrapolating is True else "")
-            t.add_row(str(o.index), o.name, o.placement, what, cyc, _count(o.ns), pct,
+            t.add_row(str(o.index), "+".join((o.name,) + tuple(o.fused)), o.placement, what, cyc, _count(o.ns), pct,
                       _bandwidth(o), f"{o.energy_pj / 1e3:,.1f}" if o.energy_pj and not np.isnan(o.energy_pj) else "",
                       _times(o.speedup_gpu), _times(o.speedup_baseline))
         speedup = self.gpu_ns / self.total_ns if self.total_ns else float("nan")
@@ -270,6 +271,13 @@ class Report:
             t.caption += f"\nper call {label}: {why}"
         if self.cost_model:
             t.caption += f"\ncost model: {self.cost_model}"
+        t.caption += ("\ncolumns: op: its jax primitives, fused ones after '+'; cycles: the PIM command clock's; "
+                      "rearr/comp/rb/merge %: the op's PIM cycles spent on rearrangement (host -> PIM writes), "
+                      "compute, read-back and the host merge; GB/s (int %peak): operand bytes over the op's time, "
+                      "and over its compute phase as a share of the PIM units' internal peak; vs GPU: the op's "
+                      "GPU-only time over its time here; vs baseline: the backend's baseline mapping over the "
+                      "chosen draft" + ("; cycles with ±: predicted, the cost model's spread"
+                                        if self.figures == "predicted" else ""))
         if self.gpu_sources:
             n = {w: sum(v == w for v in self.gpu_sources.values()) for w in ("measured", "interpolated", "model")}
             filled = [str(i) for i, v in self.gpu_sources.items() if v == "model"]
@@ -301,7 +309,7 @@ class Report:
         return buf.getvalue()
 
 
-OP_FIELDS = ("index", "name", "placement", "reason", "draft", "precision", "saturation", "cycles", "ns",
+OP_FIELDS = ("index", "name", "fused", "placement", "reason", "draft", "precision", "saturation", "cycles", "ns",
              "energy_pj", "gpu_ns", "gpu_share",
              "baseline_ns", "bound", "simulated_drafts", "space", "uncertainty", "extrapolating",
              "rearrangement_cycles", "compute_cycles",
@@ -376,7 +384,8 @@ def build_report(stage, figures: str = "simulated") -> Report:
     nan = float("nan")
     for p in stage.plans:
         o = OpReport(p.index, "attention" if p.block else p.op.name, p.placement, p.reason, gpu_ns=p.host_ns,
-                     gpu_share=p.gpu_share)
+                     gpu_share=p.gpu_share,
+                     fused=() if p.block else tuple(f for f in dict.fromkeys(p.op.fused) if f != p.op.name))
         if p.placement == "md-dp":         # PIMFlow's split: PIM's rows simulated, the GPU's beside them
             r = p.choice.report
             o.draft = (describe_draft(p.split.choice.program.op, p.draft)

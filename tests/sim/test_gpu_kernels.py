@@ -128,4 +128,9 @@ def test_the_report_lists_the_kernels_its_gpu_time_adds_up():
     kernels = d_["gpu_kernels"]
     assert sum(x["ns"] for x in kernels) == pytest.approx(d_["gpu_ns"], rel=1e-9)
     assert {tuple(x["ops"]) for x in kernels if x["kind"] == "norm"} == {(0, 1, 2)}
-    assert "as one norm kernel" in str(lo.report())
+    text = str(lo.report())
+    assert "as one norm kernel" in text
+    # issue 53: the op column shows what the trace fused into an op, and the table has a legend
+    last = d_["ops"][-1]
+    assert last["name"] == "dot_general" and tuple(last["fused"]) == ("add",)
+    assert "dot_general+add" in text and "columns:" in text and "rearr/comp/rb/merge %:" in text
