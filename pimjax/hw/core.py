@@ -692,6 +692,24 @@ class Backend(_Replace):
                 f"Core.banks_per_core ({self.core.banks_per_core}) x Group.cores_per_group "
                 f"({self.group.cores_per_group}) must equal the group's {self.group.banks} banks")
 
+    def replace(self, **changes):
+        """A validated copy with `changes` applied.  A `family` change must name
+        a registered family (`pimjax.backends.families()`): a misspelt one
+        would otherwise run every op on the host.  (A family of your own
+        registers itself first: `pimjax.backends.register`.)"""
+        if "family" in changes:
+            from ..family import families
+            fam = changes["family"]
+            known = families()
+            if fam not in known:
+                import difflib
+                near = difflib.get_close_matches(str(fam), known, n=1)
+                hint = f" (did you mean {near[0]!r}?)" if near else ""
+                raise ValueError(f"Backend.replace(family={fam!r}): no backend family of that name{hint}; "
+                                 f"registered families: {known} (a family of your own: "
+                                 f"pimjax.backends.register(Family(...)) first)")
+        return super().replace(**changes)
+
     @property
     def n_groups(self) -> int:
         return self.system.n_groups
