@@ -62,7 +62,7 @@ def test_resume_skips_finished_points(swept, monkeypatch):
 
 
 def test_bad_points_are_named():
-    with pytest.raises(TypeError, match="not a pimjax Backend"):
+    with pytest.raises(TypeError, match=r"not a pimjax Backend \(build points with pimjax.studies.dse.grid"):
         explore(gemv, *ARGS, backends={"x": "hbm-pim"}, progress=False)
     with pytest.raises(ValueError, match="unknown points"):
         explore(gemv, *ARGS, backends=grid("hbm-pim", channels=[16]), timings={"nope": []}, progress=False)

@@ -91,7 +91,7 @@ def _points(backends) -> list[tuple[str, Backend]]:
     for label, b in items:
         if not isinstance(b, Backend):
             raise TypeError(f"explore: point {label!r} is a {type(b).__name__}, not a pimjax Backend "
-                            f"(build points with pimjax.explore.grid or pimjax.hw.get_backend)")
+                            f"(build points with pimjax.studies.dse.grid or pimjax.hw.get_backend)")
     if len({label for label, _ in items}) != len(items):
         raise ValueError("explore: two points share a label")
     return items

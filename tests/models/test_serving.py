@@ -64,6 +64,19 @@ def test_bad_requests_name_the_field(field, kwargs, match):
         Requests(arrival, kwargs.get("prompt", [5, 6, 7]), kwargs.get("output", [2, 2, 2]))
 
 
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(prompt=-5, output=0), r"prompt=-5: LengthDist fixed\(-5\): lengths must be >= 1 token"),
+    (dict(prompt=5, output=0), r"output=0: LengthDist fixed\(0\): lengths must be >= 1 token"),
+    (dict(prompt=("uniform", 0, 8), output=2), r"uniform\(0, 8\): lengths must be >= 1"),
+    (dict(prompt=("lognormal", 100, 1.0, 0), output=2), r"clip lo=0: lengths must be >= 1"),
+])
+def test_non_positive_lengths_are_errors_never_clipped(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        poisson_requests(3, rate=1.0, **kwargs)
+    with pytest.raises(ValueError, match=">= 1 token"):
+        uniform(-3, 4)
+
+
 def test_requests_from_names_a_missing_column():
     with pytest.raises(ValueError, match=r"missing column\(s\) \['output_len'\]"):
         requests_from(pd.DataFrame({"arrival_s": [0.0], "prompt_len": [3]}))
@@ -292,11 +305,34 @@ def test_a_prompt_beyond_the_capacity_names_the_request():
     (dict(max_batch=0), r"max_batch must be a positive int"),
     (dict(overlap="magic"), r"overlap='magic'"),
     (dict(ffn_pim_fraction=1.5), r"ffn_pim_fraction"),
-    (dict(warp_speed=9), r"has no option\(s\) \['warp_speed'\]"),
+    (dict(warp_speed=9), r"unknown option\(s\) 'warp_speed': not one of serve's"),
+    (dict(placment="gpu"), r"'placment' \(did you mean 'placement'\?\)"),    # serve's own option
+    (dict(stack=3), r"'stack' \(did you mean 'stacks'\?\).*the 'attacc' preset's"),   # the preset's
+    (dict(precision="exact"), r"precision='exact'; valid values are \['convert', 'strict'\]"),
 ])
 def test_bad_options_name_the_field(kwargs, match):
     with pytest.raises(ValueError, match=match):
         serve(GPT3_TP8, "attacc", batch_requests(1, 10, 2), progress=False, **kwargs)
+
+
+def test_an_option_of_neither_serve_nor_a_backend_object_is_named():
+    with pytest.raises(ValueError, match=r"'stacks'.*need a preset name, not a Backend"):
+        serve(GPT3_TP8, get_backend("attacc"), batch_requests(1, 10, 2), progress=False, stacks=3)
+
+
+def test_requests_are_required():
+    with pytest.raises(TypeError, match="missing required argument 'requests'"):
+        serve(GPT3_TP8, "attacc")
+
+
+def test_conversions_are_recorded_in_the_result_not_warned():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                   # a PrecisionWarning would fail the test
+        res = serve(GPT3_TP8, "attacc", batch_requests(2, 32, 3), system="attacc", placement="pimjax",
+                    max_batch=2, progress=False, tuner=_TUNER)
+    assert res.conversions and all("float32 -> float16" in c for c in res.conversions)
+    assert res.options.precision == "convert"
 
 
 def test_weights_beyond_the_memory_are_an_error():

@@ -25,7 +25,8 @@ COLUMNS = ("arrival_s", "prompt_len", "output_len")
 # --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class LengthDist:
-    """A distribution of token counts.
+    """A distribution of token counts (each >= 1: a length below 1 is a ValueError,
+    never clipped up silently).
 
     kind: "fixed" (always `a`), "uniform" (integers a..b inclusive) or
     "lognormal" (round(exp(N(log a, b))): median a tokens, sigma b of the
@@ -42,6 +43,12 @@ class LengthDist:
             raise ValueError(f"LengthDist.kind {self.kind!r} not in ('fixed', 'uniform', 'lognormal')")
         if self.kind in ("fixed", "uniform") and (int(self.a) != self.a or int(self.b) != self.b):
             raise ValueError(f"LengthDist {self.kind}: lengths must be integers, got {self.a!r}, {self.b!r}")
+        if self.kind in ("fixed", "uniform") and self.a < 1:
+            what = f"fixed({self.a:g})" if self.kind == "fixed" else f"uniform({self.a:g}, {self.b:g})"
+            raise ValueError(f"LengthDist {what}: lengths must be >= 1 token, got {self.a:g} "
+                             f"(a request has at least one prompt token and one output token)")
+        if self.lo < 1:
+            raise ValueError(f"LengthDist clip lo={self.lo}: lengths must be >= 1 token")
         if self.kind == "uniform" and self.b < self.a:
             raise ValueError(f"LengthDist uniform({self.a}, {self.b}): hi < lo")
         if self.kind == "lognormal" and (self.a <= 0 or self.b < 0):
@@ -80,10 +87,13 @@ def as_dist(spec, name: str) -> LengthDist:
     ("lognormal", median, sigma[, lo, hi]) / ("fixed", n); ValueError naming `name`."""
     if isinstance(spec, LengthDist):
         return spec
-    if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
-        return fixed(int(spec))
-    if isinstance(spec, tuple) and spec and spec[0] in ("fixed", "uniform", "lognormal"):
-        return {"fixed": fixed, "uniform": uniform, "lognormal": lognormal}[spec[0]](*spec[1:])
+    try:
+        if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
+            return fixed(int(spec))
+        if isinstance(spec, tuple) and spec and spec[0] in ("fixed", "uniform", "lognormal"):
+            return {"fixed": fixed, "uniform": uniform, "lognormal": lognormal}[spec[0]](*spec[1:])
+    except ValueError as err:
+        raise ValueError(f"{name}={spec!r}: {err}") from None
     raise ValueError(f"{name}: a length distribution is an int, pimjax.studies.serving.fixed / uniform / "
                      f"lognormal, or a tuple ('uniform', lo, hi) / ('lognormal', median, sigma); got {spec!r}")
 

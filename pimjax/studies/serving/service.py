@@ -30,7 +30,8 @@ from .requests import Requests
 PERCENTILES = (50, 90, 99)
 OPTIONS = ("placement", "prefill", "max_batch", "max_tokens", "block_size", "l_bucket", "kv_policy", "overlap",
            "tp", "link_GBps", "gpu_kernels", "partition", "ffn_pim_fraction", "host", "tuner", "cache", "top_k",
-           "progress")
+           "progress", "precision")
+PRECISIONS = ("convert", "strict")
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,12 @@ class ServeOptions:
     tuner / cache / top_k: the tuner (a shared `Tuner`, or a new one with a
       TuneCache JSON `cache` path -- the serving tables go beside it, in
       `<cache>.serve.json` -- verifying the `top_k` predicted drafts).
-    progress: rich progress bars.
+    progress: progress bars (rich on a terminal, one plain line per stage
+      otherwise).
+    precision: "convert" (default: data wider than the PIM units' type runs
+      converted to it; the conversions are recorded in
+      `ServeResult.conversions`, never a PrecisionWarning) or "strict" (a
+      conversion is a PimCompileError naming the op), as `pim_jit`'s.
     """
     placement: str = "pimjax"
     scheduler: str = "continuous"
@@ -81,10 +87,12 @@ class ServeOptions:
     cache: str | None = None
     top_k: int = 8
     progress: bool = True
+    precision: str = "convert"
 
     def __post_init__(self):
         choices = {"placement": SYSTEMS, "scheduler": SCHEDULERS, "prefill": PREFILL_POLICIES,
-                   "kv_policy": KV_POLICIES, "overlap": OVERLAPS, "gpu_kernels": GPU_KERNELS}
+                   "kv_policy": KV_POLICIES, "overlap": OVERLAPS, "gpu_kernels": GPU_KERNELS,
+                   "precision": PRECISIONS}
         for name, valid in choices.items():
             if getattr(self, name) not in valid:
                 raise ValueError(f"serve: {name}={getattr(self, name)!r}; valid values are {list(valid)}")
@@ -118,7 +126,10 @@ class ServeResult:
       free_blocks.
     layout: the `KVLayout` (capacity); options: the `ServeOptions`;
     compile_s / simulate_s: wall seconds building the step costs / running
-    the scheduler; costs: the `StepCosts` (per-layer figures).
+    the scheduler; costs: the `StepCosts` (per-layer figures);
+    conversions: what `precision="convert"` converted to the PIM units' type
+    in the kernels this run compiled (`pim_jit`'s PrecisionWarning texts,
+    recorded here instead of shown; kept with the cached tables).
     """
     model: str
     backend: str
@@ -130,6 +141,7 @@ class ServeResult:
     compile_s: float
     simulate_s: float
     costs: object = field(repr=False, default=None)
+    conversions: tuple = ()
 
     def summary(self, tpot_slo_ms: float | None = None):
         """pandas Series: requests, makespan_s (first arrival to last token),
@@ -167,12 +179,40 @@ class ServeResult:
         return pd.Series(out)
 
 
+def _preset_options(backend) -> list[str]:
+    """The options the preset `backend` takes ([] for a Backend or an unknown name)."""
+    import inspect
+    from ...hw.presets import _PRESETS
+    if isinstance(backend, str) and backend in _PRESETS:
+        return list(inspect.signature(_PRESETS[backend]).parameters)
+    return []
+
+
+def check_options(backend, options: dict) -> None:
+    """ValueError for a keyword neither `serve` nor the preset `backend` takes,
+    with a "did you mean" over every option the call takes (serve's and the
+    preset's)."""
+    import difflib
+    preset = _preset_options(backend)
+    if isinstance(backend, str) and not preset:
+        return                                     # an unknown preset: get_backend names the valid ones
+    valid = ["requests", "scheduler", *OPTIONS]
+    unknown = [k for k in options if k not in OPTIONS and k not in preset]
+    if not unknown:
+        return
+    every = valid + [p for p in preset if p not in valid]
+    hints = []
+    for k in unknown:
+        near = difflib.get_close_matches(k, every, n=1, cutoff=0.6)
+        hints.append(f"{k!r} (did you mean {near[0]!r}?)" if near else repr(k))
+    where = (f"nor the {backend!r} preset's ({preset})" if preset else
+             "(backend options need a preset name, not a Backend)" if isinstance(backend, Backend) else "")
+    raise ValueError(f"serve: unknown option(s) {', '.join(hints)}: not one of serve's ({valid}) {where}".rstrip())
+
+
 def _backend_of(backend, host, backend_options) -> Backend:
     from ...hw.presets import get_backend
     if isinstance(backend, Backend):
-        if backend_options:
-            raise ValueError(f"serve: backend options {sorted(backend_options)} need a preset name, "
-                             f"not a Backend")
         b = backend
     elif isinstance(backend, str):
         b = get_backend(backend, **backend_options)
@@ -202,7 +242,7 @@ def check_fits(requests: Requests, layout: KVLayout) -> None:
 
 
 def serve(cfg, backend="attacc", requests: Requests | None = None, scheduler: str = "continuous",
-          **options) -> ServeResult:
+          **options) -> ServeResult:          # requests: required (None is a TypeError naming it)
     """Serve `requests` with `cfg` on a GPU + PIM `backend`; returns a `ServeResult`.
 
     cfg: a `ModelConfig` or its name (`configs.get_config`); backend: a preset
@@ -212,10 +252,12 @@ def serve(cfg, backend="attacc", requests: Requests | None = None, scheduler: st
     `batch_requests`); scheduler: "continuous" or "static".  options: the
     `ServeOptions` fields (placement, prefill, max_batch, max_tokens,
     block_size, l_bucket, kv_policy, overlap, tp, link_GBps, gpu_kernels,
-    partition, ffn_pim_fraction, host, tuner, cache, top_k, progress); any
-    other keyword goes to the backend preset (ValueError if it takes none).
+    partition, ffn_pim_fraction, host, tuner, cache, top_k, progress,
+    precision); any other keyword goes to the backend preset.
 
-    Bad input raises ValueError naming the field: an unknown option, an
+    A missing `requests` is a TypeError.  Bad input raises ValueError naming
+    the field: an unknown option (with a "did you mean" over serve's and the
+    preset's options), an
     invalid value, a request whose prompt (or whole context) exceeds a
     partition's KV capacity; lengths and arrival order are checked by
     `Requests` itself.
@@ -232,11 +274,15 @@ def serve(cfg, backend="attacc", requests: Requests | None = None, scheduler: st
         cfg = get_config(cfg)
     if not isinstance(cfg, ModelConfig):
         raise ValueError(f"serve: cfg must be a ModelConfig or a model name, got {type(cfg).__name__}")
+    if requests is None:
+        raise TypeError("serve() missing required argument 'requests': a pimjax.studies.serving.Requests trace "
+                        "(poisson_requests, requests_from, batch_requests)")
     if not isinstance(requests, Requests):
         raise ValueError("serve: requests must be a pimjax.studies.serving.Requests (poisson_requests, "
                          f"requests_from, batch_requests), got {type(requests).__name__}")
     if len(requests) == 0:
         raise ValueError("serve: requests is empty")
+    check_options(backend, options)
     backend_options = {k: options.pop(k) for k in list(options) if k not in OPTIONS}
     opts = ServeOptions(scheduler=scheduler, **options)
     be = _backend_of(backend, opts.host, backend_options)
@@ -247,7 +293,8 @@ def serve(cfg, backend="attacc", requests: Requests | None = None, scheduler: st
                         l_bucket=int(opts.l_bucket), block_size=int(opts.block_size), max_batch=int(opts.max_batch),
                         partition=opts.partition, overlap=opts.overlap, gpu_kernels=opts.gpu_kernels,
                         ffn_pim_fraction=opts.ffn_pim_fraction, contexts=(lo, hi), tuner=tuner,
-                        cache_path=(opts.cache + ".serve.json") if opts.cache else None, progress=opts.progress)
+                        cache_path=(opts.cache + ".serve.json") if opts.cache else None, progress=opts.progress,
+                        precision=opts.precision)
     check_fits(requests, costs.layout)
     t1 = time.perf_counter()
     per, steps, events = simulate(requests, costs, scheduler=opts.scheduler, prefill=opts.prefill,
@@ -257,7 +304,7 @@ def serve(cfg, backend="attacc", requests: Requests | None = None, scheduler: st
     t2 = time.perf_counter()
     return ServeResult(cfg.name, f"{be.name}/{be.variant}", _request_frame(requests, per),
                        _step_frame(steps, costs.layout), _event_frame(events), costs.layout, opts,
-                       t1 - t0, t2 - t1, costs)
+                       t1 - t0, t2 - t1, costs, tuple(costs.conversions))
 
 
 def _request_frame(requests: Requests, per: dict):
