@@ -178,3 +178,22 @@ def test_resident_is_pim_jits():
     ca = pimjax.pim_jit(attention, backend=be, resident=("k_cache", "v_cache")).lower(*args).compile().cost_analysis()
     assert "@pim" in df["placements"].iloc[0]
     assert df["total_ns"].iloc[0] == pytest.approx(ca["total_ns"]) and df["energy_pj"].iloc[0] == pytest.approx(ca["energy_pj"])
+
+
+def test_a_fixed_gpu_gives_one_gpu_time_across_the_points(swept):
+    """By default each point's GPU sits on that point's memory (the rows say which); with gpu= one GPU
+    is the baseline of every point: one GPU-only time, one name in every row."""
+    from pimjax.hw.gpus import gpu
+    df, _, points, _ = swept
+    own = df[df["timing"].isna()]
+    assert own["gpu_GBps"].tolist() == [256.0, 1024.0]                   # 16 / 64 pCH x 16 GB/s
+    assert own["gpu_ns"].nunique() == 2 and all("A100" in g for g in own["gpu"])
+    assert own["pim_memory_GiB"].tolist() == [2.0, 8.0]
+    for fixed in ("h100", gpu("h100")):
+        held = explore(gemv, *ARGS, backends=points, progress=False, gpu=fixed)
+        assert held["gpu_ns"].nunique() == 1 and held["gpu"].nunique() == 1
+        assert held["gpu"].iloc[0].startswith("H100") and (held["gpu_model"] == "library").all()
+        assert held["gpu_GBps"].iloc[0] == pytest.approx(3350.0)
+        np.testing.assert_allclose(held["speedup_gpu"], held["gpu_ns"] / held["total_ns"])
+    with pytest.raises(ValueError, match=r"gpu='h1000'.*a GPU by name \['a100'"):
+        explore(gemv, *ARGS, backends=points, progress=False, gpu="h1000")

@@ -335,6 +335,33 @@ def test_conversions_are_recorded_in_the_result_not_warned():
     assert res.options.precision == "convert"
 
 
+def test_summary_names_the_gpu_the_memory_and_the_kv_capacity():
+    import warnings
+    from pimjax.studies.serving import CapacityWarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CapacityWarning)      # 3.2 GiB of 16: no warning
+        res = serve(GPT3_TP8, "attacc", batch_requests(2, 32, 3), placement="gpu", progress=False, tuner=_TUNER)
+    s = res.summary()
+    lay = res.layout
+    assert s["gpu"] == "A100-80GB (665.6 GB/s)" and s["gpu_model"] == "occupancy" and s["gpu_GBps"] == 665.6
+    assert s["pim_memory_GiB"] == 16.0 and s["pim"] == "attacc/bank-pc" and s["tp"] == 1
+    assert s["kv_capacity_tokens"] == lay.total_blocks * lay.block_size > 0
+    assert s["weights_GiB"] == pytest.approx(lay.weight_bytes / 2**30)
+    assert "16 GiB PIM memory" in s["hardware"] and f"KV capacity {s['kv_capacity_tokens']:,} tokens" in s["hardware"]
+    assert "GPU A100-80GB (665.6 GB/s): occupancy model, 665.6 GB/s" in res.describe()
+
+
+def test_weights_filling_the_memory_and_kv_waits_warn():
+    from pimjax.studies.serving import CapacityWarning
+    reqs = Requests(np.zeros(12), np.full(12, 1000), np.full(12, 200))   # 12 x 1 200 tokens > 7 056
+    with pytest.warns(CapacityWarning) as caught:
+        res = serve("llama2-7b", "attacc", reqs, placement="gpu", progress=False, tuner=_TUNER)
+    text = " | ".join(str(w.message) for w in caught)
+    assert "llama2-7b's weights (12.6 GiB per shard) fill 78 % of the PIM memory (16 GiB" in text
+    assert "7,056 KV tokens remain" in text and "system='attacc'" in text
+    assert "requests waited for KV space or were preempted" in text and res.summary()["kv_waits"] > 1
+
+
 def test_weights_beyond_the_memory_are_an_error():
     with pytest.raises(ValueError, match="do not fit the PIM memory"):
         serve("llama2-70b", "attacc", batch_requests(1, 10, 2), system="reference", placement="gpu",

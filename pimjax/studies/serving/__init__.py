@@ -14,9 +14,9 @@ from .requests import (LengthDist, Requests, as_dist, batch_requests, fixed, log
                        requests_from, uniform)
 from .costs import SYSTEMS, KVLayout, StepCosts, build_costs, kv_layout, weight_bytes
 from .engine import simulate
-from .service import ServeOptions, ServeResult, serve
+from .service import CapacityWarning, ServeOptions, ServeResult, serve
 from .objective import ServingObjective
 
 __all__ = ["LengthDist", "Requests", "as_dist", "batch_requests", "fixed", "lognormal", "poisson_requests",
            "requests_from", "uniform", "SYSTEMS", "KVLayout", "StepCosts", "build_costs", "kv_layout",
-           "weight_bytes", "simulate", "ServeOptions", "ServeResult", "serve", "ServingObjective"]
+           "weight_bytes", "simulate", "CapacityWarning", "ServeOptions", "ServeResult", "serve", "ServingObjective"]

@@ -28,6 +28,13 @@ from .engine import KV_POLICIES, PREFILL_POLICIES, SCHEDULERS, STEP_COLUMNS, sim
 from .requests import Requests
 
 PERCENTILES = (50, 90, 99)
+WEIGHTS_WARN_SHARE = 0.75      # warn when one shard's weights fill more of the PIM memory than this
+KV_WAIT_WARN_SHARE = 0.10      # warn when more requests than this waited for KV space or were preempted
+
+
+class CapacityWarning(UserWarning):
+    """A serving run limited by its PIM memory: the weights fill most of it, or
+    requests often waited for KV space (`serve`)."""
 OPTIONS = ("placement", "prefill", "max_batch", "max_tokens", "block_size", "l_bucket", "kv_policy", "overlap",
            "tp", "link_GBps", "gpu_kernels", "partition", "ffn_pim_fraction", "host", "tuner", "cache", "top_k",
            "progress", "precision")
@@ -143,8 +150,37 @@ class ServeResult:
     costs: object = field(repr=False, default=None)
     conversions: tuple = ()
 
+    @property
+    def hardware(self) -> dict:
+        """What was modelled, as plain numbers: gpu (`System.baseline`'s name:
+        the GPU of the GPU-side ops and of placement="gpu"), gpu_model (its
+        timing model, `hw.gpu.GPU_MODELS`), gpu_GBps (its memory bandwidth),
+        pim (backend/variant), pim_memory_GiB (one tensor-parallel shard's PIM
+        memory), weights_GiB / weights_share (one shard's resident weights and
+        their share of that memory), kv_capacity_tokens (KV tokens that fit
+        beside them, all partitions), tp."""
+        lay = self.layout
+        g = self.costs.host if self.costs is not None else None
+        mem = lay.channels * lay.channel_bytes
+        return {"gpu": g.name if g is not None else "", "gpu_model": g.model if g is not None else "",
+                "gpu_GBps": float(np.asarray(g.mem_bandwidth).ravel()[0]) / 1e9 if g is not None else float("nan"),
+                "pim": self.backend, "pim_memory_GiB": mem / 2**30, "weights_GiB": lay.weight_bytes / 2**30,
+                "weights_share": lay.weight_bytes / mem if mem else float("nan"),
+                "kv_capacity_tokens": lay.total_blocks * lay.block_size, "tp": self.options.tp}
+
+    def describe(self) -> str:
+        """`hardware` in one line (the summary's `hardware` entry)."""
+        h = self.hardware
+        return (f"{self.model} on {h['pim']} x tp {h['tp']}: {h['pim_memory_GiB']:,.4g} GiB PIM memory per shard "
+                f"(weights {h['weights_GiB']:,.3g} GiB = {100 * h['weights_share']:.0f} %, KV capacity "
+                f"{h['kv_capacity_tokens']:,} tokens) | GPU {h['gpu']}: {h['gpu_model']} model, "
+                f"{h['gpu_GBps']:,.1f} GB/s")
+
     def summary(self, tpot_slo_ms: float | None = None):
-        """pandas Series: requests, makespan_s (first arrival to last token),
+        """pandas Series: what was modelled (`hardware`: gpu, gpu_model,
+        gpu_GBps, pim, pim_memory_GiB, weights_GiB, weights_share,
+        kv_capacity_tokens, tp; `describe()` as hardware), then requests,
+        makespan_s (first arrival to last token),
         output_tokens, tokens_per_s, requests_per_s, p50 / p90 / p99 and mean of
         ttft_ms, tpot_ms and latency_ms, mean_batch (time-weighted), max_batch,
         peak_kv_occupancy, preemptions, kv_waits; with `tpot_slo_ms`, also
@@ -155,7 +191,8 @@ class ServeResult:
         span = float(r["finish_s"].max() - r["arrival_s"].min()) if len(r) else 0.0
         tokens = int(r["output_len"].sum())
         out = {"model": self.model, "backend": self.backend, "placement": self.options.placement,
-               "scheduler": self.options.scheduler, "requests": len(r), "makespan_s": span,
+               "scheduler": self.options.scheduler, **self.hardware, "hardware": self.describe(),
+               "requests": len(r), "makespan_s": span,
                "output_tokens": tokens,
                "tokens_per_s": tokens / span if span > 0 else float("nan"),
                "requests_per_s": len(r) / span if span > 0 else float("nan")}
@@ -302,9 +339,34 @@ def serve(cfg, backend="attacc", requests: Requests | None = None, scheduler: st
                                   kv_policy=opts.kv_policy if opts.scheduler == "continuous" else "wait",
                                   progress=opts.progress)
     t2 = time.perf_counter()
-    return ServeResult(cfg.name, f"{be.name}/{be.variant}", _request_frame(requests, per),
-                       _step_frame(steps, costs.layout), _event_frame(events), costs.layout, opts,
-                       t1 - t0, t2 - t1, costs, tuple(costs.conversions))
+    res = ServeResult(cfg.name, f"{be.name}/{be.variant}", _request_frame(requests, per),
+                      _step_frame(steps, costs.layout), _event_frame(events), costs.layout, opts,
+                      t1 - t0, t2 - t1, costs, tuple(costs.conversions))
+    _warn_capacity(res)
+    return res
+
+
+def _warn_capacity(res: ServeResult) -> None:
+    """CapacityWarning when the weights fill more than `WEIGHTS_WARN_SHARE`
+    of the PIM memory, or more than `KV_WAIT_WARN_SHARE` of the requests
+    waited for KV space or were preempted: the run measures the memory, and
+    says so."""
+    import warnings
+    from ...errors import user_stacklevel
+    h = res.hardware
+    more = "more memory: a system with more stacks (attacc: system='attacc', stacks=), or a higher tp"
+    if h["weights_share"] > WEIGHTS_WARN_SHARE:
+        warnings.warn(f"serve: {res.model}'s weights ({h['weights_GiB']:,.3g} GiB per shard) fill "
+                      f"{100 * h['weights_share']:.0f} % of the PIM memory ({h['pim_memory_GiB']:,.4g} GiB, "
+                      f"{h['pim']}): {h['kv_capacity_tokens']:,} KV tokens remain, which caps the batch; {more}",
+                      CapacityWarning, stacklevel=user_stacklevel())
+    ev = res.events
+    if len(ev) and len(res.requests):
+        hit = ev.loc[ev["kind"].isin(("kv_wait", "preempt")), "request"].nunique()
+        if hit > KV_WAIT_WARN_SHARE * len(res.requests):
+            warnings.warn(f"serve: {hit} of {len(res.requests)} requests waited for KV space or were preempted "
+                          f"(KV capacity {h['kv_capacity_tokens']:,} tokens on {h['pim_memory_GiB']:,.4g} GiB; "
+                          f"events: res.events); {more}", CapacityWarning, stacklevel=user_stacklevel())
 
 
 def _request_frame(requests: Requests, per: dict):
