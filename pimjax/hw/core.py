@@ -380,7 +380,8 @@ class System(_Replace):
     gpu: the processor "vs GPU" compares with, which also runs the ops placed
     off PIM (`pimjax.api`: `host_time` of every op, placement, the GPU-only
     total), with its time model (`HostModel.model`).  None (default): `host`
-    itself.  The presets set it to the GPU on the same memory system as their
+    itself -- read it as `System.baseline`, never `None` (the presets always
+    set `gpu`: with `host=` alone, to that host).  The presets set it to the GPU on the same memory system as their
     PIM units (`host.gpu_on`), so the comparison is fair; `host` stays the
     processor whose roofline times the PIM programs' own host work (read-back,
     merge) and that the cost-model features describe.
