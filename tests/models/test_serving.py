@@ -127,6 +127,43 @@ def test_toy_trace_continuous_by_hand_and_sooner():
     assert max(_finish_ms(per)) < max(_finish_ms(static))                # 7 ms < 8 ms
 
 
+def _toy_result(per, steps, events, costs):
+    from pimjax.studies.serving.service import (ServeOptions, ServeResult, _event_frame, _request_frame,
+                                                _step_frame)
+    return ServeResult("toy", "stub", _request_frame(TOY, per), _step_frame(steps, costs.layout),
+                       _event_frame(events), costs.layout, ServeOptions(), 0.0, 0.0,
+                       token_times=tuple(t / 1e9 for t in per["token_ns"]))
+
+
+def test_goodput_under_three_slos_and_inter_token_latency_by_hand():
+    # the continuous trace above: r0's tokens at 2, 3, 6, 7 ms (held back by r2's prefill 3-5), r1's at
+    # 2, 3, r2's (arrived 1.5) at 5, 6.  TTFT 2 / 2 / 3.5 ms, TPOT 5/3 / 1 / 1, latency 7 / 3 / 4.5; the
+    # makespan 7 ms; the inter-token gaps 1, 3, 1 | 1 | 1 ms
+    costs = StubCosts()
+    per, steps, events = simulate(TOY, costs, scheduler="continuous", max_batch=2)
+    res = _toy_result(per, steps, events, costs)
+    for got, want in zip(res.token_times, [[2e-3, 3e-3, 6e-3, 7e-3], [2e-3, 3e-3], [5e-3, 6e-3]]):
+        assert got.tolist() == pytest.approx(want)
+    assert res.itl_ms.tolist() == pytest.approx([1.0, 3.0, 1.0, 1.0, 1.0])
+    s = res.summary()
+    assert (s["itl_ms_p50"], s["itl_ms_mean"]) == pytest.approx((1.0, 1.4))
+    assert (s["itl_ms_p90"], s["itl_ms_p99"]) == pytest.approx((2.2, 2.92))      # 1 + 0.6 / 0.96 x (3 - 1)
+    assert "goodput_requests_per_s" not in s
+    span = 7e-3
+    cases = [(dict(ttft_slo_ms=3.0), 2, 4 + 2),              # r2's 3.5 ms TTFT misses
+             (dict(tpot_slo_ms=1.5), 2, 2 + 2),              # r0's 5/3 ms TPOT misses
+             (dict(e2e_slo_ms=4.0), 1, 2),                   # only r1 ends within 4 ms
+             (dict(ttft_slo_ms=3.0, tpot_slo_ms=1.5, e2e_slo_ms=5.0), 1, 2)]   # all three: r1 alone
+    for slos, good, tokens in cases:
+        s = res.summary(**slos)
+        assert s["goodput_requests_per_s"] == pytest.approx(good / span), slos
+        assert s["goodput_tokens_per_s"] == pytest.approx(tokens / span), slos
+        assert s["slo_attained"] == pytest.approx(good / 3)
+        assert all(s[k] == v for k, v in slos.items())
+    with pytest.raises(ValueError, match="ttft_slo_ms must be > 0"):
+        res.summary(ttft_slo_ms=-1)
+
+
 def test_toy_trace_chunked_prefill_by_hand():
     # decode-first, a 6-token budget, 3 in flight: r0's 4 prompt tokens and 2 of r1's (0-2 ms, r0's
     # first token); r0 decodes, r1's last 2 and 3 of r2's (2-4: r1's first token); r0 and r1 decode,

@@ -71,6 +71,7 @@ class _Run:
         self.t_finish = [np.nan] * n
         self.preempted = [0] * n
         self.kv_waited = [False] * n
+        self.tokens: list[list] = [[] for _ in range(n)]   # the time (ns) of each generated token
         lay = costs.layout
         self.layout = lay
         self.free = [lay.blocks_per_partition] * lay.partitions
@@ -155,6 +156,8 @@ class _Run:
 def simulate(requests, costs, *, scheduler: str = "continuous", prefill: str = "prefill-first",
              max_batch: int = 64, max_tokens: int = 2048, kv_policy: str = "preempt", progress: bool = False):
     """Run the trace; returns (per-request dict of arrays, steps list, events list).
+    per["token_ns"]: each request's token times (ns; the first at its first
+    token, one per token: the inter-token latencies are their differences).
 
     steps: tuples (t_start_ns, ns, decodes, prefills, prefill_tokens, tokens,
     batch, running, waiting, kv_blocks, kv_tokens, gpu_ns, pim_ns) (`STEP_COLUMNS`); events: tuples
@@ -249,11 +252,13 @@ def simulate(requests, costs, *, scheduler: str = "continuous", prefill: str = "
         for r in decodes:
             st.ctx[r] += 1
             st.gen[r] += 1
+            st.tokens[r].append(st.t)
         for r, c in chunks:
             st.done_pf[r] += c
             st.ctx[r] += c
             if st.done_pf[r] >= st.target[r]:
                 st.gen[r] += 1
+                st.tokens[r].append(st.t)
                 if np.isnan(st.t_first[r]):
                     st.t_first[r] = st.t
         done = [r for r in decodes + [r for r, _ in chunks] if st.gen[r] >= st.output[r]
@@ -281,7 +286,8 @@ def simulate(requests, costs, *, scheduler: str = "continuous", prefill: str = "
     if bar is not None:
         bar.stop()
     per = {"admit_ns": np.array(st.t_admit), "first_ns": np.array(st.t_first), "finish_ns": np.array(st.t_finish),
-           "preemptions": np.array(st.preempted), "partition_last": np.array(st.part)}
+           "preemptions": np.array(st.preempted), "partition_last": np.array(st.part),
+           "token_ns": [np.asarray(t, np.float64) for t in st.tokens]}
     return per, steps, st.events
 
 

@@ -134,6 +134,8 @@ class ServeResult:
     layout: the `KVLayout` (capacity); options: the `ServeOptions`;
     compile_s / simulate_s: wall seconds building the step costs / running
     the scheduler; costs: the `StepCosts` (per-layer figures);
+    token_times: per request, the time (s) of each generated token (`itl_ms`
+    their gaps);
     conversions: what `precision="convert"` converted to the PIM units' type
     in the kernels this run compiled (`pim_jit`'s PrecisionWarning texts,
     recorded here instead of shown; kept with the cached tables).
@@ -149,6 +151,15 @@ class ServeResult:
     simulate_s: float
     costs: object = field(repr=False, default=None)
     conversions: tuple = ()
+    token_times: tuple = field(repr=False, default=())
+
+    @property
+    def itl_ms(self):
+        """Inter-token latencies (ms): the gaps between consecutive tokens of
+        each request (a decode step, and any prefill step or preemption that
+        held the request back), every request's concatenated (float64 [n])."""
+        gaps = [np.diff(t) * 1e3 for t in self.token_times if len(t) > 1]
+        return np.concatenate(gaps) if gaps else np.zeros(0)
 
     @property
     def hardware(self) -> dict:
@@ -176,16 +187,24 @@ class ServeResult:
                 f"{h['kv_capacity_tokens']:,} tokens) | GPU {h['gpu']}: {h['gpu_model']} model, "
                 f"{h['gpu_GBps']:,.1f} GB/s")
 
-    def summary(self, tpot_slo_ms: float | None = None):
+    def summary(self, tpot_slo_ms: float | None = None, *, ttft_slo_ms: float | None = None,
+                e2e_slo_ms: float | None = None):
         """pandas Series: what was modelled (`hardware`: gpu, gpu_model,
         gpu_GBps, pim, pim_memory_GiB, weights_GiB, weights_share,
         kv_capacity_tokens, tp; `describe()` as hardware), then requests,
-        makespan_s (first arrival to last token),
-        output_tokens, tokens_per_s, requests_per_s, p50 / p90 / p99 and mean of
-        ttft_ms, tpot_ms and latency_ms, mean_batch (time-weighted), max_batch,
-        peak_kv_occupancy, preemptions, kv_waits; with `tpot_slo_ms`, also
-        slo_attained (share of requests with TPOT within it, one-token ones
-        count as met) and goodput_tokens_per_s (output tokens of those / makespan)."""
+        makespan_s (first arrival to last token), output_tokens, tokens_per_s,
+        requests_per_s, p50 / p90 / p99 and mean of ttft_ms, tpot_ms,
+        latency_ms and itl_ms (inter-token latency, over every token gap:
+        `itl_ms`), mean_batch (time-weighted), max_batch, peak_kv_occupancy,
+        preemptions, kv_waits.
+
+        SLOs (ms; any of them, as vLLM's / DistServe's goodput): a request is
+        good when its TTFT <= ttft_slo_ms, its TPOT <= tpot_slo_ms (a
+        one-token output meets it) and its latency (arrival to last token)
+        <= e2e_slo_ms.  With any SLO: ttft_slo_ms / tpot_slo_ms / e2e_slo_ms
+        (the given ones), slo_attained (share of good requests),
+        goodput_requests_per_s (good requests / makespan) and
+        goodput_tokens_per_s (their output tokens / makespan)."""
         import pandas as pd
         r, s = self.requests, self.steps
         span = float(r["finish_s"].max() - r["arrival_s"].min()) if len(r) else 0.0
@@ -196,8 +215,9 @@ class ServeResult:
                "output_tokens": tokens,
                "tokens_per_s": tokens / span if span > 0 else float("nan"),
                "requests_per_s": len(r) / span if span > 0 else float("nan")}
-        for col in ("ttft_ms", "tpot_ms", "latency_ms"):
-            v = r[col].to_numpy(np.float64)
+        for col, v in (("ttft_ms", r["ttft_ms"]), ("tpot_ms", r["tpot_ms"]), ("latency_ms", r["latency_ms"]),
+                       ("itl_ms", self.itl_ms)):
+            v = np.asarray(v, np.float64)
             v = v[np.isfinite(v)]
             for q in PERCENTILES:
                 out[f"{col}_p{q}"] = float(np.percentile(v, q)) if v.size else float("nan")
@@ -208,11 +228,21 @@ class ServeResult:
         out["peak_kv_occupancy"] = float(s["kv_occupancy"].max()) if len(s) else 0.0
         out["preemptions"] = int((self.events["kind"] == "preempt").sum()) if len(self.events) else 0
         out["kv_waits"] = int((self.events["kind"] == "kv_wait").sum()) if len(self.events) else 0
-        if tpot_slo_ms is not None:
-            ok = ~(r["tpot_ms"] > tpot_slo_ms)          # NaN (one-token outputs) counts as met
-            out["tpot_slo_ms"] = float(tpot_slo_ms)
+        slos = {"ttft_slo_ms": (ttft_slo_ms, "ttft_ms"), "tpot_slo_ms": (tpot_slo_ms, "tpot_ms"),
+                "e2e_slo_ms": (e2e_slo_ms, "latency_ms")}
+        given = {k: v for k, v in slos.items() if v[0] is not None}
+        for k, (slo, _) in given.items():
+            if not (isinstance(slo, (int, float, np.number)) and np.isfinite(slo) and slo > 0):
+                raise ValueError(f"summary: {k} must be > 0 (ms), got {slo!r}")
+        if given:
+            ok = np.ones(len(r), bool)
+            for k, (slo, col) in given.items():
+                ok &= ~(r[col].to_numpy(np.float64) > slo)          # NaN (a one-token TPOT) counts as met
+                out[k] = float(slo)
             out["slo_attained"] = float(ok.mean()) if len(r) else float("nan")
-            out["goodput_tokens_per_s"] = float(r.loc[ok, "output_len"].sum() / span) if span > 0 else float("nan")
+            out["goodput_requests_per_s"] = float(ok.sum() / span) if span > 0 else float("nan")
+            out["goodput_tokens_per_s"] = (float(r["output_len"].to_numpy()[ok].sum() / span) if span > 0
+                                           else float("nan"))
         return pd.Series(out)
 
 
@@ -341,7 +371,8 @@ def serve(cfg, backend="attacc", requests: Requests | None = None, scheduler: st
     t2 = time.perf_counter()
     res = ServeResult(cfg.name, f"{be.name}/{be.variant}", _request_frame(requests, per),
                       _step_frame(steps, costs.layout), _event_frame(events), costs.layout, opts,
-                      t1 - t0, t2 - t1, costs, tuple(costs.conversions))
+                      t1 - t0, t2 - t1, costs, tuple(costs.conversions),
+                      tuple(t / 1e9 for t in per["token_ns"]))
     _warn_capacity(res)
     return res
 
