@@ -82,6 +82,24 @@ def test_requests_from_names_a_missing_column():
         requests_from(pd.DataFrame({"arrival_s": [0.0], "prompt_len": [3]}))
 
 
+def test_requests_from_maps_columns_and_draws_arrivals():
+    sharegpt = pd.DataFrame({"conversation_id": ["a", "b", "c"], "input_tokens": [12, 300, 45],
+                             "output_tokens": [5, 80, 9]})
+    cols = {"prompt_len": "input_tokens", "output_len": "output_tokens"}
+    r = requests_from(sharegpt, cols, rate=4.0, seed=3)
+    assert r.prompt_len.tolist() == [12, 300, 45] and r.output_len.tolist() == [5, 80, 9]
+    want = poisson_requests(3, rate=4.0, prompt=fixed(1), output=fixed(1), seed=3).arrival_s
+    np.testing.assert_allclose(r.arrival_s, want)                           # poisson_requests' arrivals
+    timed = sharegpt.assign(t=[0.0, 0.5, 0.7])
+    assert requests_from(timed, {**cols, "arrival_s": "t"}).arrival_s.tolist() == [0.0, 0.5, 0.7]
+    with pytest.raises(ValueError, match=r"missing column\(s\) \['arrival_s'\].*pass rate="):
+        requests_from(sharegpt, cols)
+    with pytest.raises(ValueError, match=r"\['prompt'\] is not one of ours"):
+        requests_from(sharegpt, {"prompt": "input_tokens"})
+    with pytest.raises(ValueError, match="rate= is for a source without them"):
+        requests_from(timed, {**cols, "arrival_s": "t"}, rate=2.0)
+
+
 # --------------------------------------------------------------------------
 # the scheduler on a stub cost model (every time derived by hand)
 # --------------------------------------------------------------------------
@@ -397,6 +415,33 @@ def test_weights_filling_the_memory_and_kv_waits_warn():
     assert "llama2-7b's weights (12.6 GiB per shard) fill 78 % of the PIM memory (16 GiB" in text
     assert "7,056 KV tokens remain" in text and "system='attacc'" in text
     assert "requests waited for KV space or were preempted" in text and res.summary()["kv_waits"] > 1
+
+
+def test_rate_sweep_is_serve_at_each_rate():
+    from pimjax.studies.serving import rate_sweep
+    opts = dict(placement="gpu", max_batch=8, progress=False, tuner=_TUNER, system="attacc", tp=8)
+    df = rate_sweep("gpt3-13b", "attacc", [5.0, 50.0], n=12, prompt=fixed(100), output=uniform(4, 12), seed=2,
+                    ttft_slo_ms=50.0, tpot_slo_ms=20.0, **opts)
+    assert df["rate"].tolist() == [5.0, 50.0]
+    for _, row in df.iterrows():
+        reqs = poisson_requests(12, rate=row["rate"], prompt=fixed(100), output=uniform(4, 12), seed=2)
+        s = serve("gpt3-13b", "attacc", reqs, **opts).summary(20.0, ttft_slo_ms=50.0)
+        assert row["goodput_requests_per_s"] == pytest.approx(s["goodput_requests_per_s"], rel=1e-12)
+        assert row["ttft_ms_p99"] == pytest.approx(s["ttft_ms_p99"], rel=1e-12)
+    assert df["requests_per_s"].iloc[1] > df["requests_per_s"].iloc[0]
+    with pytest.raises(ValueError, match="rates must be > 0"):
+        rate_sweep("gpt3-13b", "attacc", [0.0], **opts)
+    with pytest.raises(ValueError, match="did you mean 'placement'"):
+        rate_sweep("gpt3-13b", "attacc", [1.0], placment="gpu")
+
+
+def test_llama3_serves():
+    cfg = get_config("llama3-8b")
+    res = serve(cfg, "attacc", batch_requests(2, 64, 3), system="attacc", placement="gpu", progress=False,
+                tuner=_TUNER)
+    # GQA: pimjax's placements store the 8 KV heads only: 32 layers x 2 x 8 x 128 x 2 bytes per token
+    assert res.layout.kv_token_bytes == 32 * 2 * 8 * 128 * 2
+    assert res.summary()["output_tokens"] == 6
 
 
 def test_weights_beyond_the_memory_are_an_error():

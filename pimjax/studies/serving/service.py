@@ -433,3 +433,50 @@ def _event_frame(events: list):
     df = pd.DataFrame(events, columns=["t_ns", "kind", "request", "blocks", "free_blocks"])
     df.insert(0, "t_s", df.pop("t_ns") / 1e9)
     return df
+
+
+def rate_sweep(cfg, backend="attacc", rates=(1.0, 2.0, 4.0, 8.0), *, n: int = 200, prompt=None, output=None,
+               seed: int = 0, requests: Requests | None = None, ttft_slo_ms: float | None = None,
+               tpot_slo_ms: float | None = None, e2e_slo_ms: float | None = None, **options):
+    """Goodput and latency against the request rate: one `serve` per rate in
+    `rates` (requests/s), the same lengths at each; returns a pandas DataFrame,
+    one row per rate (column `rate`, then `ServeResult.summary`'s columns with
+    the SLOs given).
+
+    The trace at each rate: `n` Poisson arrivals (`poisson_requests`, `seed`)
+    with lengths from `prompt` / `output` (defaults: uniform 128..2048 /
+    32..512), the same lengths at every rate; or `requests` (a trace): its
+    lengths in its order, the arrivals re-drawn at each rate.  options:
+    `serve`'s and the backend preset's (system="attacc", tp=, placement=, ...);
+    one Tuner serves every rate (given as tuner=, or made once), so the
+    kernels compile once (the serving tables are reused).
+
+    >>> df = rate_sweep("llama2-7b", "attacc", [1, 2, 4], n=100, system="attacc",
+    ...                 ttft_slo_ms=1000, tpot_slo_ms=100)                # doctest: +SKIP
+    >>> df[["rate", "goodput_requests_per_s", "ttft_ms_p99", "tpot_ms_p99"]]  # doctest: +SKIP
+    """
+    import pandas as pd
+    from ...search.tuner import Tuner
+    from .requests import poisson_requests, uniform
+    rates = [float(r) for r in np.atleast_1d(rates)]
+    if not rates or not all(np.isfinite(r) and r > 0 for r in rates):
+        raise ValueError(f"rate_sweep: rates must be > 0 requests/s, got {rates!r}")
+    if requests is not None:
+        if prompt is not None or output is not None:
+            raise ValueError("rate_sweep: give requests= or prompt= / output=, not both")
+        prompt_len, output_len = requests.prompt_len, requests.output_len
+    else:
+        base = poisson_requests(n, 1.0, prompt=prompt if prompt is not None else uniform(128, 2048),
+                                output=output if output is not None else uniform(32, 512), seed=seed)
+        prompt_len, output_len = base.prompt_len, base.output_len
+    check_options(backend, options)
+    if options.get("tuner") is None:
+        options["tuner"] = Tuner(top_k=options.get("top_k", 8), cache=options.get("cache"))
+    rows = []
+    for rate in rates:
+        gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=len(prompt_len))
+        reqs = Requests(np.cumsum(gaps), prompt_len, output_len)
+        res = serve(cfg, backend, reqs, **options)
+        s = res.summary(tpot_slo_ms, ttft_slo_ms=ttft_slo_ms, e2e_slo_ms=e2e_slo_ms)
+        rows.append({"rate": rate, **s.to_dict()})
+    return pd.DataFrame(rows)
