@@ -197,3 +197,16 @@ def test_a_fixed_gpu_gives_one_gpu_time_across_the_points(swept):
         np.testing.assert_allclose(held["speedup_gpu"], held["gpu_ns"] / held["total_ns"])
     with pytest.raises(ValueError, match=r"gpu='h1000'.*a GPU by name \['a100'"):
         explore(gemv, *ARGS, backends=points, progress=False, gpu="h1000")
+
+
+def test_progress_off_a_terminal_is_plain_lines(capsys):
+    """Output not a terminal (a log, a pipe): one line as a stage starts and one as it ends, never
+    the blank lines of a bar that cannot redraw."""
+    from pimjax.studies.progress import track
+    explore(gemv, *ARGS, backends=grid("hbm-pim", channels=[16]), progress=True)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("pimjax explore: 1 points: 0/1 start") and "1/1 done" in err[-1]
+    assert all(line.strip() for line in err)
+    assert list(track(range(3), 3, "stage")) == [0, 1, 2]
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("pimjax stage: 0/3 start") and err[-1].startswith("pimjax stage: 3/3 done")

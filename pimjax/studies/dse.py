@@ -239,7 +239,8 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
     that point, timed on its own programs (`sim.sweep`).  tuner: the Tuner
     mode each point is tuned with (a fresh Tuner per point: no point reuses
     another's choices).  results: a JSON-lines file to append rows to and
-    resume from.  progress: a rich progress bar.  processes: points compiled
+    resume from.  progress: a rich progress bar on a terminal, plain lines
+    otherwise (`studies.progress`).  processes: points compiled
     in that many worker processes at once (`concurrent.futures`, spawned:
     `fn` must be importable, e.g. a module-level function).  shard: (index,
     count) -- this process explores points index, index + count, ... only
@@ -316,10 +317,8 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
 
 
 def _progress(it, total: int, on: bool):
-    if not on:
-        return it
-    from rich.progress import track
-    return track(it, total=total, description="exploring", transient=True)
+    from .progress import track            # rich on a terminal, plain lines otherwise
+    return track(it, total, f"explore: {total} points", on) if on else it
 
 
 def _timing_rows(label, fp, be, compiled, ca, variants, tuning_s, simulated, mesh=None) -> list:

@@ -647,10 +647,8 @@ def make_gpu_attention(shard, backend: Backend, l_bucket: int):
 # compiling: the attention per bucket, the dense ladder
 # --------------------------------------------------------------------------
 def _progress(items, total: int, description: str, on: bool):
-    if not on:
-        return items
-    from rich.progress import track
-    return track(items, total=total, description=description, transient=True)
+    from ..progress import track           # rich on a terminal, plain lines otherwise
+    return track(items, total, f"serve: {description}", on) if on else items
 
 
 def _table_key(**parts) -> str:

@@ -168,10 +168,8 @@ def simulate(requests, costs, *, scheduler: str = "continuous", prefill: str = "
     total_blocks = st.layout.total_blocks
     bar = None
     if progress:
-        from rich.progress import Progress
-        bar = Progress(transient=True)
-        bar.start()
-        task = bar.add_task("serving", total=st.n)
+        from ..progress import Bar          # rich on a terminal, plain lines otherwise
+        bar = Bar(f"serve: {st.n} requests", st.n)
     finished = 0
     static_batch: list[int] = []
     while finished < st.n:
@@ -277,14 +275,14 @@ def simulate(requests, costs, *, scheduler: str = "continuous", prefill: str = "
             st.running = [r for r in st.running if st.live[r]]
             static_batch = []
         if bar is not None and done:
-            bar.update(task, advance=len(done))
+            bar.advance(len(done))
         kv_blocks = total_blocks - sum(st.free[:st.layout.partitions])
         ptok = sum(c for _, c in chunks)
         steps.append((t0, ts.ns, len(decodes), len(chunks), ptok, len(dec) + ptok, len(dec) + len(chunks),
                       len(st.running), len(st.waiting), kv_blocks, sum(st.ctx[r] for r in st.running),
                       ts.gpu_ns, ts.pim_ns))
     if bar is not None:
-        bar.stop()
+        bar.close()
     per = {"admit_ns": np.array(st.t_admit), "first_ns": np.array(st.t_first), "finish_ns": np.array(st.t_finish),
            "preemptions": np.array(st.preempted), "partition_last": np.array(st.part),
            "token_ns": [np.asarray(t, np.float64) for t in st.tokens]}
