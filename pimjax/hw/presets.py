@@ -54,6 +54,14 @@ def list_backends() -> list[str]:
     return list(_PRESETS)
 
 
+def preset_options(name: str) -> list[str]:
+    """The options the preset `name` takes, in its signature's order (ValueError
+    for an unknown name, listing the valid ones)."""
+    if name not in _PRESETS:
+        raise ValueError(f"unknown backend {name!r}; valid backends: {list_backends()}")
+    return list(inspect.signature(_PRESETS[name]).parameters)
+
+
 def get_backend(name: str, **options) -> Backend:
     """Build the preset `name` with `options` (see each preset's docstring).
 

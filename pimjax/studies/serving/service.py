@@ -248,10 +248,9 @@ class ServeResult:
 
 def _preset_options(backend) -> list[str]:
     """The options the preset `backend` takes ([] for a Backend or an unknown name)."""
-    import inspect
-    from ...hw.presets import _PRESETS
-    if isinstance(backend, str) and backend in _PRESETS:
-        return list(inspect.signature(_PRESETS[backend]).parameters)
+    from ...hw.presets import list_backends, preset_options
+    if isinstance(backend, str) and backend in list_backends():
+        return preset_options(backend)
     return []
 
 
