@@ -62,7 +62,7 @@ def test_resume_skips_finished_points(swept, monkeypatch):
 
 
 def test_bad_points_are_named():
-    with pytest.raises(TypeError, match="not a pimjax Backend"):
+    with pytest.raises(TypeError, match=r"not a pimjax Backend \(build points with pimjax.studies.dse.grid"):
         explore(gemv, *ARGS, backends={"x": "hbm-pim"}, progress=False)
     with pytest.raises(ValueError, match="unknown points"):
         explore(gemv, *ARGS, backends=grid("hbm-pim", channels=[16]), timings={"nope": []}, progress=False)
@@ -178,3 +178,35 @@ def test_resident_is_pim_jits():
     ca = pimjax.pim_jit(attention, backend=be, resident=("k_cache", "v_cache")).lower(*args).compile().cost_analysis()
     assert "@pim" in df["placements"].iloc[0]
     assert df["total_ns"].iloc[0] == pytest.approx(ca["total_ns"]) and df["energy_pj"].iloc[0] == pytest.approx(ca["energy_pj"])
+
+
+def test_a_fixed_gpu_gives_one_gpu_time_across_the_points(swept):
+    """By default each point's GPU sits on that point's memory (the rows say which); with gpu= one GPU
+    is the baseline of every point: one GPU-only time, one name in every row."""
+    from pimjax.hw.gpus import gpu
+    df, _, points, _ = swept
+    own = df[df["timing"].isna()]
+    assert own["gpu_GBps"].tolist() == [256.0, 1024.0]                   # 16 / 64 pCH x 16 GB/s
+    assert own["gpu_ns"].nunique() == 2 and all("A100" in g for g in own["gpu"])
+    assert own["pim_memory_GiB"].tolist() == [2.0, 8.0]
+    for fixed in ("h100", gpu("h100")):
+        held = explore(gemv, *ARGS, backends=points, progress=False, gpu=fixed)
+        assert held["gpu_ns"].nunique() == 1 and held["gpu"].nunique() == 1
+        assert held["gpu"].iloc[0].startswith("H100") and (held["gpu_model"] == "library").all()
+        assert held["gpu_GBps"].iloc[0] == pytest.approx(3350.0)
+        np.testing.assert_allclose(held["speedup_gpu"], held["gpu_ns"] / held["total_ns"])
+    with pytest.raises(ValueError, match=r"gpu='h1000'.*a GPU by name \['a100'"):
+        explore(gemv, *ARGS, backends=points, progress=False, gpu="h1000")
+
+
+def test_progress_off_a_terminal_is_plain_lines(capsys):
+    """Output not a terminal (a log, a pipe): one line as a stage starts and one as it ends, never
+    the blank lines of a bar that cannot redraw."""
+    from pimjax.studies.progress import track
+    explore(gemv, *ARGS, backends=grid("hbm-pim", channels=[16]), progress=True)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("pimjax explore: 1 points: 0/1 start") and "1/1 done" in err[-1]
+    assert all(line.strip() for line in err)
+    assert list(track(range(3), 3, "stage")) == [0, 1, 2]
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("pimjax stage: 0/3 start") and err[-1].startswith("pimjax stage: 3/3 done")

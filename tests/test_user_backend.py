@@ -2,6 +2,7 @@
 LPDDR5X-PIM on the hbm-pim family) works in every stage, and a backend no
 family implements falls back to the host with the reason."""
 from __future__ import annotations
+import dataclasses
 
 import re
 from pathlib import Path
@@ -99,7 +100,9 @@ def test_the_tuner_uses_the_familys_model_and_says_so(lp):
 
 
 def test_a_backend_no_family_implements_falls_back_to_the_host():
-    odd = get_backend("hbm-pim", channels=2).replace(name="mystery-pim", family="mystery")
+    # built by hand (the constructor: a family may register after its backends are built);
+    # `Backend.replace(family=...)` refuses an unregistered family (test below)
+    odd = dataclasses.replace(get_backend("hbm-pim", channels=2), name="mystery-pim", family="mystery")
     assert not has_family(odd)
     W = np.ones((64, 32), np.float32)
     x = np.ones(32, np.float32)
@@ -112,6 +115,16 @@ def test_a_backend_no_family_implements_falls_back_to_the_host():
         lower(g.ops[0], drafts(g.ops[0], get_backend("hbm-pim", channels=2))[0], odd)
     with pytest.raises(PimCompileError, match="mystery"):
         family_of(odd)
+
+
+def test_replace_with_a_misspelt_family_is_an_error_listing_the_registered_ones():
+    be = get_backend("hbm-pim", channels=2)
+    with pytest.raises(ValueError, match=r"family='lpddr'.*registered families: \['attacc', 'hbm-pim', 'newton', "
+                                         r"'upmem'\]"):
+        be.replace(family="lpddr")
+    with pytest.raises(ValueError, match="did you mean 'hbm-pim'"):
+        be.replace(family="hbm_pim")
+    assert be.replace(family="attacc").family == "attacc"        # a registered family is taken
 
 
 def test_a_renamed_preset_keeps_its_family():

@@ -380,7 +380,8 @@ class System(_Replace):
     gpu: the processor "vs GPU" compares with, which also runs the ops placed
     off PIM (`pimjax.api`: `host_time` of every op, placement, the GPU-only
     total), with its time model (`HostModel.model`).  None (default): `host`
-    itself.  The presets set it to the GPU on the same memory system as their
+    itself -- read it as `System.baseline`, never `None` (the presets always
+    set `gpu`: with `host=` alone, to that host).  The presets set it to the GPU on the same memory system as their
     PIM units (`host.gpu_on`), so the comparison is fair; `host` stays the
     processor whose roofline times the PIM programs' own host work (read-back,
     merge) and that the cost-model features describe.
@@ -691,6 +692,24 @@ class Backend(_Replace):
             raise ValueError(
                 f"Core.banks_per_core ({self.core.banks_per_core}) x Group.cores_per_group "
                 f"({self.group.cores_per_group}) must equal the group's {self.group.banks} banks")
+
+    def replace(self, **changes):
+        """A validated copy with `changes` applied.  A `family` change must name
+        a registered family (`pimjax.backends.families()`): a misspelt one
+        would otherwise run every op on the host.  (A family of your own
+        registers itself first: `pimjax.backends.register`.)"""
+        if "family" in changes:
+            from ..family import families
+            fam = changes["family"]
+            known = families()
+            if fam not in known:
+                import difflib
+                near = difflib.get_close_matches(str(fam), known, n=1)
+                hint = f" (did you mean {near[0]!r}?)" if near else ""
+                raise ValueError(f"Backend.replace(family={fam!r}): no backend family of that name{hint}; "
+                                 f"registered families: {known} (a family of your own: "
+                                 f"pimjax.backends.register(Family(...)) first)")
+        return super().replace(**changes)
 
     @property
     def n_groups(self) -> int:

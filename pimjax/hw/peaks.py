@@ -118,7 +118,9 @@ def describe_system(backend: Backend) -> dict:
     `HostModel.describe()`, plus `same_memory`: its bandwidth equals the PIM
     system's external bandwidth, within 0.5 %, counting the GPU-only channels
     of a system with a concurrent GPU), and `cogpu`: the GPU that runs beside
-    PIM on its own channels (`System.cogpu`; None without one)."""
+    PIM on its own channels (`System.cogpu`; None without one), and
+    `memory_GiB`: the bytes PIM commands reach (groups x `Group.banks` x
+    `Core.pim_bank_bytes`), in GiB."""
     p = derived_peaks(backend)
     gpu = backend.system.baseline.describe()
     cogpu = backend.system.cogpu.describe() if backend.system.cogpu is not None else None
@@ -129,7 +131,8 @@ def describe_system(backend: Backend) -> dict:
             "groups_per_device": backend.system.groups_per_device, "groups": backend.n_groups,
             "cores": backend.n_cores, "internal_GBps": float(np.asarray(p["internal_bandwidth_GBps"]).ravel()[0]),
             "external_GBps": ext, "gpu": gpu, "same_memory": bool(abs(gbw - memory) <= 0.005 * memory),
-            "cogpu": cogpu}
+            "cogpu": cogpu,
+            "memory_GiB": backend.n_groups * backend.group.banks * backend.core.pim_bank_bytes / 2**30}
 
 
 def system_line(backend: Backend) -> str:
@@ -138,7 +141,7 @@ def system_line(backend: Backend) -> str:
     g = d["gpu"]
     num = lambda x: float(np.asarray(x).ravel()[0])   # noqa: E731 - a stacked host shows its first variant
     return (f"PIM {d['backend']}: {d['devices']} device(s) x {d['groups_per_device']} groups = {d['groups']} "
-            f"groups, {d['cores']} cores; internal {d['internal_GBps']:,.1f} GB/s, external "
+            f"groups, {d['cores']} cores, {d['memory_GiB']:,.4g} GiB; internal {d['internal_GBps']:,.1f} GB/s, external "
             f"{d['external_GBps']:,.1f} GB/s | vs {g['name']}: {g['model']} model, "
             f"{num(g['bandwidth_GBps']):,.1f} GB/s x {num(g['bandwidth_efficiency']):.2f}, "
             f"{num(g['peak_TFLOPs']):,.1f} TFLOP/s x {num(g['flops_efficiency']):.2f}, launch "

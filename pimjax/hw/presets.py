@@ -54,6 +54,14 @@ def list_backends() -> list[str]:
     return list(_PRESETS)
 
 
+def preset_options(name: str) -> list[str]:
+    """The options the preset `name` takes, in its signature's order (ValueError
+    for an unknown name, listing the valid ones)."""
+    if name not in _PRESETS:
+        raise ValueError(f"unknown backend {name!r}; valid backends: {list_backends()}")
+    return list(inspect.signature(_PRESETS[name]).parameters)
+
+
 def get_backend(name: str, **options) -> Backend:
     """Build the preset `name` with `options` (see each preset's docstring).
 
@@ -96,30 +104,58 @@ def _check_host(name: str, host) -> None:
 DEFAULT_GPU_MODEL = "occupancy"   # hw/gpu.py: launch cost + SM occupancy, each constant cited in host.py / gpu.py
 
 
-def _baseline_gpu(name: str, gpu, host, build, external_GBps: float, default: str = DEFAULT_GPU_MODEL):
-    """`System.gpu` of a DRAM preset: the GPU "vs GPU" compares with.
+def _baseline_gpu(name: str, gpu, host, build, external_GBps: float, default: str = DEFAULT_GPU_MODEL,
+                  gpu_model: str | None = None, models: tuple = GENERIC_GPU_MODELS):
+    """`System.gpu` of a DRAM preset: the GPU "vs GPU" compares with (read it
+    as `System.baseline`).
 
-    gpu: a GPU model name (`hw.gpu.GPU_MODELS`) -- the preset's GPU (`build`)
-    on the PIM system's own memory (`external_GBps`, so both read the same
-    memory; `host.gpu_on`) timed by that model --, a HostModel (used as is), or
-    None: the preset's default model, unless the user passed `host=` (then the
-    comparison is with that host: None).
+    gpu: a GPU by name (`hw.gpus.GPU_SPECS`: "a100", "h100", "h200",
+    "rtx2060", ...) on the PIM system's own memory (`external_GBps`, so both
+    read the same memory), None for the preset's own GPU (`build`) there, a
+    GPU timing model name (`models`: the older spelling of `gpu_model`), or a
+    HostModel (used as is: e.g. `hw.gpus.gpu("h100")`, the card on its own
+    memory).  gpu_model: the timing model (`models`; default: the preset's
+    `default`, "library" -- the one fitted on measured kernels -- when named).
+    With `host=` and neither, the comparison is with that host (`System.gpu`
+    is that host).
     """
+    accepted = (f"a GPU by name {sorted(GPU_SPECS)} (on this PIM system's memory; gpu_model= picks its timing "
+                f"model), a GPU timing model {list(models)} for the preset's {build} (gpu_model's older spelling), "
+                f"or a HostModel (e.g. pimjax.hw.gpus.gpu('h100'): the card on its own memory)")
+    if gpu_model is not None and gpu_model not in models:
+        extra = (" (PIMFlow's Accel-Sim RTX 2060 pairs with the newton preset only)" if gpu_model == "pimflow"
+                 else "")
+        raise ValueError(f"{name} option gpu_model={gpu_model!r}{extra}: valid GPU timing models here are "
+                         f"{list(models)}")
     if isinstance(gpu, HostModel):
+        if gpu_model is not None:
+            raise ValueError(f"{name} options gpu=<HostModel> and gpu_model={gpu_model!r}: a HostModel carries its "
+                             f"own timing model (HostModel.model); pass one or the other")
         return gpu
+    card, model = build, gpu_model
     if gpu is None:
-        if host is not None:
-            return None
-        gpu = default
-    if gpu == "pimflow":
+        if host is not None and gpu_model is None:
+            return host
+    elif isinstance(gpu, str) and gpu in GPU_SPECS:
+        card = gpu
+    elif isinstance(gpu, str) and gpu in models:
+        if gpu_model is not None and gpu_model != gpu:
+            raise ValueError(f"{name} options gpu={gpu!r} (a timing model) and gpu_model={gpu_model!r} disagree; "
+                             f"gpu= takes {accepted}")
+        model = gpu
+    elif gpu == "pimflow":
         raise ValueError(f"{name} option gpu='pimflow': PIMFlow's Accel-Sim RTX 2060 pairs with the newton preset "
-                         f"only; valid GPU models here are {list(GENERIC_GPU_MODELS)} or a HostModel")
-    if not isinstance(gpu, str) or gpu not in GPU_MODELS:
-        raise ValueError(f"{name} option gpu={gpu!r}: a GPU model {list(GPU_MODELS)} or a HostModel")
-    if gpu == "library" and isinstance(build, str) and build in GPU_SPECS:
+                         f"only; gpu= here takes {accepted}")
+    else:
+        raise ValueError(f"{name} option gpu={gpu!r}: gpu= takes {accepted}")
+    if model is None:
+        model = default
+    if model == "library" and isinstance(card, str) and card in GPU_SPECS:
         # the card with its constants fitted on measured kernels (`hw.gpus.gpu`), on the PIM system's memory
-        return gpus.gpu(build, "library", memory=float(external_GBps) * 1e9)
-    return gpu_on(build, external_GBps, model=gpu)
+        return gpus.gpu(card, "library", memory=float(external_GBps) * 1e9)
+    if card == build:
+        return gpu_on(build, external_GBps, model=model)
+    return gpus.gpu(card, model, memory=float(external_GBps) * 1e9)
 
 
 # --------------------------------------------------------------------------
@@ -198,7 +234,7 @@ def _hbm_pim_timing() -> Timing:
 
 @_preset("hbm-pim")
 def hbm_pim(*, channels: int | None = None, config: str = "default",
-            host: HostModel | None = None, gpu=None) -> Backend:
+            host: HostModel | None = None, gpu=None, gpu_model: str | None = None) -> Backend:
     """Samsung HBM-PIM (FIMDRAM / Aquabolt-XL) as simulated by Samsung's PIMSimulator.
 
     Group = pseudo-channel (pCH); core = one PIM unit on an even/odd bank pair.
@@ -210,10 +246,12 @@ def hbm_pim(*, channels: int | None = None, config: str = "default",
         NCO=32, NRO=16384, Scol=32 B; default channels 16).
     host: HostModel override (default: an A100 on this HBM-PIM memory,
     `a100("hbm-pim")`, 1.024 TB/s; DCC's 5-cube HBM3 GPU is `a100("hbm3")`).
-    gpu: what "vs GPU" compares with (`System.gpu`): a GPU model name
-        (`hw.gpu.GPU_MODELS`; default "occupancy") for an A100 on this PIM memory
-        (channels x 16 GB/s: 1.024 TB/s at 64 pCH), or a HostModel; with `host=`
-        and no `gpu`, that host.
+    gpu: what "vs GPU" compares with (`System.gpu`; read `System.baseline`): a GPU by
+        name (`hw.gpus.GPU_SPECS`: "a100", "h100", ...; default the A100) on this PIM
+        memory (channels x 16 GB/s: 1.024 TB/s at 64 pCH), or a HostModel (as is); with
+        `host=` and no `gpu`, that host.  A GPU timing model name is taken too (the older
+        spelling of gpu_model).
+    gpu_model: its timing model (`hw.gpu.GENERIC_GPU_MODELS`; default "occupancy").
     """
     configs = ("default", "ko")
     if config not in configs:
@@ -264,7 +302,7 @@ def hbm_pim(*, channels: int | None = None, config: str = "default",
         link_bandwidth=bus_bandwidth(col_bytes, group.data_buses, timing),
         # the A100 reading this same memory (the Samsung simulator's "non-PIM" figures, hbm-pim.md)
         gpu=_baseline_gpu("hbm-pim", gpu, host, "a100",
-                          channels * bus_bandwidth(col_bytes, group.data_buses, timing)),
+                          channels * bus_bandwidth(col_bytes, group.data_buses, timing), gpu_model=gpu_model),
     )
     energy = _dram_energy(row_bytes=32 * col_bytes, col_bytes=col_bytes, lanes=16,
                           unit_path_pj_per_bit=0.0,            # assumption: the unit sits at the bank I/O
@@ -330,7 +368,8 @@ ATTACC_SYSTEMS = {                # system: (default stacks, default GPU model)
 
 @_preset("attacc")
 def attacc(*, variant: str = "bank-pc", stacks: int | None = None, channels: int | None = None,
-           host: HostModel | None = None, system: str = "reference", gpu=None) -> Backend:
+           host: HostModel | None = None, system: str = "reference", gpu=None,
+           gpu_model: str | None = None) -> Backend:
     """AttAcc (HBM3 with a GEMV unit per bank and a softmax unit per channel).
 
     Group = channel (2 pseudo-channels, 64 banks); core = a 16-lane FP16 GEMV unit.
@@ -346,9 +385,13 @@ def attacc(*, variant: str = "bank-pc", stacks: int | None = None, channels: int
     channels: total channel count override (<= 16 or a multiple of 16), for validation rows.
     host: HostModel override (default: DCC's / AttAcc's A100 with HBM3, `a100("hbm3")`): the
         processor whose roofline times the PIM programs' read-back and merge.
-    gpu: what "vs GPU" compares with (`System.gpu`): a GPU model name (`hw.gpu.GPU_MODELS`;
-        default: the system's) for an A100 on this PIM memory (stacks x 665.6 GB/s), or a
-        HostModel; with `host=` and no `gpu`, that host.
+    gpu: what "vs GPU" compares with (`System.gpu`; read `System.baseline`): a GPU by name
+        (`hw.gpus.GPU_SPECS`: "a100", "h100", "h200", ...; default the A100) on this PIM
+        memory (stacks x 665.6 GB/s), or a HostModel (as is, e.g. `hw.gpus.gpu("h100")` on
+        its own memory); with `host=` and no `gpu`, that host.  A GPU timing model name is
+        taken too (the older spelling of gpu_model).
+    gpu_model: its timing model (`hw.gpu.GENERIC_GPU_MODELS`; default: the system's --
+        "occupancy", DCC's "dcc" or AttAcc's "attacc").
     """
     if system not in ATTACC_SYSTEMS:
         raise ValueError(f"attacc option system={system!r}: valid systems are {list(ATTACC_SYSTEMS)}")
@@ -401,7 +444,7 @@ def attacc(*, variant: str = "bank-pc", stacks: int | None = None, channels: int
         # the A100 on the same stacks: AttAcc's A100a reads its 5 AttAcc stacks (attacc.md), DCC's too (dcc.md)
         gpu=_baseline_gpu("attacc", gpu, host, "a100",
                           channels * bus_bandwidth(col_bytes, group.data_buses, timing),
-                          default=ATTACC_SYSTEMS[system][1]),
+                          default=ATTACC_SYSTEMS[system][1], gpu_model=gpu_model),
     )
     unit_path = {"bank": 0.0,                                         # AttAcc config.py, PIMType.BA
                  "bg": E_COL_TO_BGMUX,                                # PIMType.BG adds col->BG mux
@@ -472,7 +515,7 @@ def _newton_timing(clock: str) -> Timing:
 @_preset("newton")
 def newton(*, channels: int = 16, total_channels: int = 32, buffers: int = 4, clock: str = "pimflow",
            host: HostModel | None = None, gpu=None, gwrite_hiding: bool = False,
-           simulator: str = "pimjax") -> Backend:
+           simulator: str = "pimjax", gpu_model: str | None = None) -> Backend:
     """SK hynix Newton / AiM on GDDR6, as configured in PIMFlow.
 
     Group = channel (16 banks, global buffer(s)); core = one bank with 16 BF16 multipliers
@@ -496,7 +539,10 @@ def newton(*, channels: int = 16, total_channels: int = 32, buffers: int = 4, cl
         configuration's data rate; `hw.host.pimflow_rtx2060`) --, or a HostModel; with
         `host=` and no `gpu`, that host.  The concurrent GPU (`System.cogpu`) is the same GPU
         on the GPU-only channels with the same GPU model (none with `host=` or a HostModel
-        `gpu`: pass `System.cogpu` by `Backend.replace`).
+        `gpu`: pass `System.cogpu` by `Backend.replace`).  A GPU by name
+        (`hw.gpus.GPU_SPECS`: "rtx2060", "t4", "a100", ...) is that card on the same channels.
+    gpu_model: the GPU's timing model ("roofline", "dcc", "occupancy" (default), "library",
+        "pimflow"; "pimflow" = gpu="pimflow").
     gwrite_hiding: PIMFlow §4.1's GWRITE latency hiding (default off): a G_ACT issues without
         waiting for the GWRITEs before it (`Timing.gwrite_hiding`, rule BUF_ACT of
         `hw.dram_rules` off); the COMPs still wait for the buffer data (tWL + tBL + tWTR).
@@ -525,6 +571,16 @@ def newton(*, channels: int = 16, total_channels: int = 32, buffers: int = 4, cl
     if simulator not in NEWTON_SIMULATORS:
         raise ValueError(f"newton option simulator={simulator!r}: valid values are {sorted(NEWTON_SIMULATORS)}")
     _check_host("newton", host)
+    if gpu_model == "pimflow":
+        if gpu not in (None, "pimflow", "rtx2060"):
+            raise ValueError(f"newton options gpu={gpu!r} and gpu_model='pimflow': PIMFlow's model is of its "
+                             f"RTX 2060 only")
+        gpu, gpu_model = "pimflow", None
+    elif gpu == "pimflow" and gpu_model is not None:
+        raise ValueError(f"newton options gpu='pimflow' and gpu_model={gpu_model!r}: PIMFlow's GPU is timed by its "
+                         f"own model; name another GPU, or leave gpu_model out")
+    # the RTX 2060 has no "attacc" model (its cache sizes are the A100's / H100's: `hw.host.rtx2060`)
+    newton_models = tuple(m for m in GENERIC_GPU_MODELS if m != "attacc") + ("pimflow",)
     n_devices, per_device = _split_groups("newton", channels, NEWTON_CHANNELS_PER_CHIP)
     if not is_int(total_channels) or total_channels < channels:
         raise ValueError(f"newton option total_channels={total_channels!r}: the memory's channels, an int >= "
@@ -572,11 +628,13 @@ def newton(*, channels: int = 16, total_channels: int = 32, buffers: int = 4, cl
         # (gpu="pimflow": PIMFlow's Accel-Sim GPU, configured by its channel count)
         gpu=(pimflow_rtx2060(total_channels) if gpu == "pimflow" else
              _baseline_gpu("newton", gpu, host, "rtx2060",
-                           total_channels * bus_bandwidth(col_bytes, group.data_buses, timing))),
+                           total_channels * bus_bandwidth(col_bytes, group.data_buses, timing),
+                           gpu_model=gpu_model, models=newton_models)),
         # PIMFlow §4.1: beside PIM, the GPU reads only the GPU-only channels
         cogpu=((pimflow_rtx2060(total_channels - channels) if gpu == "pimflow" else
                 _baseline_gpu("newton", gpu, host, "rtx2060",
-                              (total_channels - channels) * bus_bandwidth(col_bytes, group.data_buses, timing)))
+                              (total_channels - channels) * bus_bandwidth(col_bytes, group.data_buses, timing),
+                              gpu_model=gpu_model, models=newton_models))
                if total_channels > channels and host is None and not isinstance(gpu, HostModel) else None),
     )
     energy = _dram_energy(row_bytes=32 * col_bytes, col_bytes=col_bytes, lanes=16,

@@ -24,9 +24,17 @@ Sources (architecture hyper-parameters as published):
   heads, 60 layers); its FFN 17920 = 2/3 x 4 d rounded up to a multiple of 256, the
   rule of the reference implementation (`multiple_of=256`).
 
+* LLaMA-3 8B / 70B -- Meta's Llama 3 model card and released config.json
+  (hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
+  intermediate_size, vocab_size): 8B 4096 / 32 / 32 / 8 / 14336 / 128256, 70B
+  8192 / 80 / 64 / 8 / 28672 / 128256 -- grouped-query attention (8 KV heads)
+  in both, the 128k-token tiktoken vocabulary, context 8192; RMSNorm, SwiGLU,
+  RoPE, no biases, untied embeddings (as LLaMA-2).
+
 Parameter counts derived from this table (`ModelConfig.n_params`, embeddings
 included) match the published sizes: GPT-3 13B 12.85e9 ("13.0B" with d 5140),
-GPT-3 175B 174.6e9 ("175.0B"), LLaMA-2 7B 6.74e9, 13B 13.02e9, 33B 32.5e9, 70B 68.98e9.
+GPT-3 175B 174.6e9 ("175.0B"), LLaMA-2 7B 6.74e9, 13B 13.02e9, 33B 32.5e9, 70B 68.98e9, LLaMA-3
+8B 8.03e9, 70B 70.55e9.
 """
 from __future__ import annotations
 
@@ -124,6 +132,7 @@ class ModelConfig:
 
 
 _LLAMA2 = "Touvron et al. 2023, Llama 2, Table 1 / model card config.json"
+_LLAMA3 = "Meta, Llama 3 model card (MODEL_CARD.md, meta-llama/llama3) / config.json"
 CONFIGS: dict[str, ModelConfig] = {
     "gpt3-13b": ModelConfig("gpt3-13b", 5120, 40, 40, 40, 20480, "layernorm", "gelu", True, False,
                             50257, 2048, tied_embeddings=True, learned_positions=True,
@@ -140,11 +149,15 @@ CONFIGS: dict[str, ModelConfig] = {
                               "'LLaMA2-33B'); FFN by the reference code's multiple_of=256 rule"),
     "llama2-70b": ModelConfig("llama2-70b", 8192, 80, 64, 8, 28672, "rmsnorm", "swiglu", False, True,
                               32000, 4096, source=_LLAMA2 + " (GQA: 8 KV heads)"),
+    "llama3-8b": ModelConfig("llama3-8b", 4096, 32, 32, 8, 14336, "rmsnorm", "swiglu", False, True,
+                             128256, 8192, source=_LLAMA3 + " (8B; GQA: 8 KV heads)"),
+    "llama3-70b": ModelConfig("llama3-70b", 8192, 80, 64, 8, 28672, "rmsnorm", "swiglu", False, True,
+                              128256, 8192, source=_LLAMA3 + " (70B; GQA: 8 KV heads)"),
 }
 
 # the sizes the papers / model cards publish, for checking the table (tests)
 PUBLISHED_PARAMS = {"gpt3-13b": 13.0e9, "gpt3-175b": 175.0e9, "llama2-7b": 6.74e9, "llama2-13b": 13.02e9,
-                    "llama2-33b": 32.5e9, "llama2-70b": 68.98e9}
+                    "llama2-33b": 32.5e9, "llama2-70b": 68.98e9, "llama3-8b": 8.03e9, "llama3-70b": 70.55e9}
 
 
 def get_config(name: str) -> ModelConfig:

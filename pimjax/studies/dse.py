@@ -64,7 +64,33 @@ from ..errors import user_stacklevel
 
 MAXIMISE = ("speedup_gpu", "tokens_per_s", "goodput_tokens_per_s", "requests_per_s")   # evolve's objectives to maximise
 COLUMNS = ("point", "backend", "variant", "timing", "total_ns", "pim_ns", "host_ns", "energy_pj", "gpu_ns",
-           "speedup_gpu", "placements", "drafts", "simulated_drafts", "tuning_s", "reused_programs")
+           "speedup_gpu", "gpu", "gpu_model", "gpu_GBps", "pim_memory_GiB", "placements", "drafts",
+           "simulated_drafts", "tuning_s", "reused_programs")
+
+
+def hardware_columns(backend: Backend) -> dict:
+    """What a row's speedup is against and what it ran on: gpu / gpu_model /
+    gpu_GBps (`System.baseline`: the GPU of gpu_ns and speedup_gpu, its
+    timing model and memory bandwidth) and pim_memory_GiB (groups x banks x
+    `Core.pim_bank_bytes`)."""
+    g = backend.system.baseline
+    return {"gpu": g.name, "gpu_model": g.model, "gpu_GBps": float(np.asarray(g.mem_bandwidth).ravel()[0]) / 1e9,
+            "pim_memory_GiB": backend.n_groups * backend.group.banks * backend.core.pim_bank_bytes / 2**30}
+
+
+def fixed_gpu(gpu) -> "HostModel":
+    """The HostModel `explore(gpu=...)` holds fixed: a HostModel as is, or a
+    card of `hw.gpus.GPU_SPECS` by name on its own memory, timed by the
+    "library" model (`hw.gpus.gpu`)."""
+    from ..hw.core import HostModel
+    from ..hw.gpus import GPU_SPECS, gpu as card
+    if isinstance(gpu, HostModel):
+        return gpu
+    if isinstance(gpu, str) and gpu in GPU_SPECS:
+        return card(gpu)
+    raise ValueError(f"explore: gpu={gpu!r}: a GPU by name {sorted(GPU_SPECS)} (its own memory, the 'library' "
+                     f"model; pimjax.hw.gpus.gpu(name, model, memory=) for others) or a HostModel; None keeps "
+                     f"each point's own GPU (System.baseline, on that point's memory)")
 
 
 def grid(name: str, **axes) -> dict[str, Backend]:
@@ -91,7 +117,7 @@ def _points(backends) -> list[tuple[str, Backend]]:
     for label, b in items:
         if not isinstance(b, Backend):
             raise TypeError(f"explore: point {label!r} is a {type(b).__name__}, not a pimjax Backend "
-                            f"(build points with pimjax.explore.grid or pimjax.hw.get_backend)")
+                            f"(build points with pimjax.studies.dse.grid or pimjax.hw.get_backend)")
     if len({label for label, _ in items}) != len(items):
         raise ValueError("explore: two points share a label")
     return items
@@ -159,6 +185,7 @@ def _row(point: str, fp: str, backend: Backend, ca: dict, tuning_s: float, simul
     return {"point": point, "fingerprint": fp, "backend": backend.name, "variant": backend.variant,
             "timing": timing, "total_ns": ca["total_ns"], "pim_ns": ca["pim_ns"], "host_ns": ca["host_ns"],
             "energy_pj": ca["energy_pj"], "gpu_ns": ca["gpu_ns"], "speedup_gpu": ca["speedup_gpu"],
+            **hardware_columns(backend),
             "placements": "; ".join(f"{o['index']}:{o['name']}@{o['placement']}" for o in ops),
             "drafts": "; ".join(f"{o['index']}:{o['draft']}" for o in ops if o["draft"]),
             "simulated_drafts": simulated, "tuning_s": tuning_s, "reused_programs": reused}
@@ -171,7 +198,8 @@ def _objective_row(obj, label, be, fp) -> dict:
     figures = obj.evaluate(be)
     row = {k: None for k in COLUMNS}
     row.update(point=label, fingerprint=fp, backend=be.name, variant=be.variant, placements=str(
-        getattr(obj, "options", {}).get("placement", "")), drafts="", simulated_drafts=0, reused_programs=False)
+        getattr(obj, "options", {}).get("placement", "")), drafts="", simulated_drafts=0, reused_programs=False,
+        **hardware_columns(be))
     row.update(figures)
     return row
 
@@ -197,7 +225,7 @@ def _compile_point(fn, args, label, be, fp, variants, tuner, placement, mesh=Non
 
 def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement: str = "auto",
             results: str | None = None, progress: bool = True, processes: int = 1, shard=None, mesh=None,
-            resident="auto"):
+            resident="auto", gpu=None):
     """One row per (structural point, timing variant) of `fn(*args)` on
     every backend of `backends`, each point tuned for itself (see the
     module docstring).
@@ -211,7 +239,8 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
     that point, timed on its own programs (`sim.sweep`).  tuner: the Tuner
     mode each point is tuned with (a fresh Tuner per point: no point reuses
     another's choices).  results: a JSON-lines file to append rows to and
-    resume from.  progress: a rich progress bar.  processes: points compiled
+    resume from.  progress: a rich progress bar on a terminal, plain lines
+    otherwise (`studies.progress`).  processes: points compiled
     in that many worker processes at once (`concurrent.futures`, spawned:
     `fn` must be importable, e.g. a module-level function).  shard: (index,
     count) -- this process explores points index, index + count, ... only
@@ -222,11 +251,21 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
     sharded over its devices (`sim.sweep(mesh=)`, the scan engine).
     resident: `pim_jit`'s resident spec (argument names or positions kept
     in PIM memory between calls; "auto" its default).
+    gpu: the GPU every point is compared with (and that runs its ops off
+    PIM): None (default) -- each point's own `System.baseline`, which the
+    presets put on that point's memory, so it changes with the point (more
+    stacks, a faster GPU) --, a GPU by name (`hw.gpus.GPU_SPECS`: "a100",
+    "h100", ...; its own memory, the "library" model) or a HostModel, set as
+    every point's `System.gpu`.  Each row names its GPU (columns gpu,
+    gpu_model, gpu_GBps) and its PIM memory (pim_memory_GiB).
     Returns a pandas DataFrame (columns `COLUMNS`) of this process's points.
     """
     import pandas as pd
     from ..search.cache import backend_fingerprint
     items = _points(backends)
+    if gpu is not None:
+        g = fixed_gpu(gpu)
+        items = [(label, be.replace(system=be.system.replace(gpu=g))) for label, be in items]
     if shard is not None:
         if shard == "jax":
             import jax
@@ -278,10 +317,8 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
 
 
 def _progress(it, total: int, on: bool):
-    if not on:
-        return it
-    from rich.progress import track
-    return track(it, total=total, description="exploring", transient=True)
+    from .progress import track            # rich on a terminal, plain lines otherwise
+    return track(it, total, f"explore: {total} points", on) if on else it
 
 
 def _timing_rows(label, fp, be, compiled, ca, variants, tuning_s, simulated, mesh=None) -> list:

@@ -184,7 +184,9 @@ class DecodeResult:
 
     steps: [(context, {system: {phase: ns}})] per decode step;
     layer_ops: the layer's op figures; attention: {bucketed context:
-    AttentionFigures}; tuning_s / verify_s: wall seconds of draft generation +
+    AttentionFigures}; conversions: what precision="convert" converted to
+    the PIM units' type (pim_jit's PrecisionWarning texts, recorded here
+    instead of shown); tuning_s / verify_s: wall seconds of draft generation +
     prediction / of verification by simulation for new context lengths
     (the layer's own compile in `compile_s`); prefill_ns: the prompt on the
     GPU roofline (all layers; the first output token); wall_s: the whole call.
@@ -206,6 +208,7 @@ class DecodeResult:
     tuning_s: float = 0.0
     verify_s: float = 0.0
     wall_s: float = 0.0
+    conversions: list = field(default_factory=list)
 
     def per_token(self) -> dict:
         """{system: {phase: mean ns per generated token (decode steps), all layers}}."""
@@ -424,7 +427,7 @@ def _system_times(ops: list[OpFigures], att: AttentionFigures, gpu_att: float, f
 def decode(cfg: ModelConfig, backend: str | Backend = "attacc", *, host: HostModel | None = None,
            batch: int = 1, prompt: int = 2048, tokens: int = 128, l_bucket: int = 16,
            ffn_pim_fraction="balanced", tuner: Tuner | None = None, cache: str | None = None,
-           top_k: int = 8, **backend_options) -> DecodeResult:
+           top_k: int = 8, precision: str = "convert", **backend_options) -> DecodeResult:
     """Time the decode of `tokens` output tokens after a `prompt`-token prompt
     (module docstring).
 
@@ -435,8 +438,11 @@ def decode(cfg: ModelConfig, backend: str | Backend = "attacc", *, host: HostMod
     block the PIM attention is compiled for (1: every context exactly);
     ffn_pim_fraction: attacc-full's FFN split ("balanced" or a float in
     [0, 1]); tuner / cache / top_k: the tuner (a shared `Tuner`, or one made
-    with a TuneCache JSON path `cache` and `top_k` predicted drafts verified).
+    with a TuneCache JSON path `cache` and `top_k` predicted drafts verified);
+    precision: `pim_jit`'s ("convert": conversions recorded in
+    `DecodeResult.conversions`, not warned; "strict": refused).
     """
+    from .serving.costs import _compile_recording
     t_start = time.perf_counter()
     if not isinstance(backend, Backend):
         if host is not None:
@@ -459,12 +465,12 @@ def decode(cfg: ModelConfig, backend: str | Backend = "attacc", *, host: HostMod
     # the layer, once: every op but the attention is the same at every context
     L0 = bucket(contexts[0])
     layer = make_layer(cfg, append=False)
-    f = pim_jit(layer, backend=backend, resident=RESIDENT, tuner=tuner, placement="prefer_pim")
+    f = pim_jit(layer, backend=backend, resident=RESIDENT, tuner=tuner, placement="prefer_pim", precision=precision)
     args = layer_shapes(cfg, batch, L0)
     t0 = time.perf_counter()
     lowered = f.lower(*args)
     t1 = time.perf_counter()
-    compiled = lowered.compile()
+    compiled = _compile_recording(lowered, res.conversions)
     graph = compiled.graph
     blocks = {p.block[0]: p.block for p in compiled.plans if p.block}
     phases = op_phases(graph, input_phases(graph, args), blocks)
@@ -475,14 +481,14 @@ def decode(cfg: ModelConfig, backend: str | Backend = "attacc", *, host: HostMod
     gpu_attention = GpuAttention(cfg, batch, backend)
 
     attend = pim_jit(attention_fn(cfg.n_heads // cfg.n_kv_heads), backend=backend,
-                     resident=("k_cache", "v_cache"), tuner=tuner, placement="prefer_pim")
+                     resident=("k_cache", "v_cache"), tuner=tuner, placement="prefer_pim", precision=precision)
     for L in contexts:
         Lb = bucket(L)
         if Lb not in res.attention:       # a new context length: drafts on the fly, then verified
             t0 = time.perf_counter()
             lowered = attend.lower(*attention_shapes(cfg, batch, Lb))
             t1 = time.perf_counter()
-            c = lowered.compile()
+            c = _compile_recording(lowered, res.conversions)
             t2 = time.perf_counter()
             ops = op_figures(c, ["attention"] * len(c.plans), tuner)
             res.attention[Lb] = attention_of(ops, Lb, t1 - t0, t2 - t1 + time.perf_counter() - t2, c.plans)

@@ -258,3 +258,33 @@ def test_newton_is_pimflows_channel_grouped_memory():
     assert get_backend("newton", total_channels=16).system.cogpu is None     # every channel PIM
     with pytest.raises(ValueError, match="total_channels"):
         get_backend("newton", channels=16, total_channels=8)
+
+
+def test_gpu_by_name_and_its_timing_model_apart():
+    from pimjax.hw import gpus
+    from pimjax.hw.host import h100
+    from pimjax.hw.gpu import GENERIC_GPU_MODELS
+    b = get_backend("attacc", system="attacc", gpu="h100", gpu_model="roofline")
+    g = b.system.baseline
+    assert g.name.startswith("H100") and g.model == "roofline" and g.mem_bandwidth == pytest.approx(3328e9)
+    assert get_backend("attacc", gpu="h200").system.baseline.name.startswith("H200")
+    assert get_backend("newton", gpu="t4").system.cogpu.name.startswith("T4")          # beside PIM: the same card
+    # a timing model as gpu= (the older spelling) and as gpu_model= give the same GPU
+    assert get_backend("attacc", gpu="roofline").system.gpu == get_backend("attacc", gpu_model="roofline").system.gpu
+    # the default is unchanged
+    assert get_backend("attacc").system.gpu == get_backend("attacc", gpu="a100").system.gpu
+    # each preset's error lists exactly what it accepts: "pimflow" only where taken
+    for name in ("attacc", "hbm-pim"):
+        with pytest.raises(ValueError) as err:
+            get_backend(name, gpu="h1000")
+        assert str(list(GENERIC_GPU_MODELS)) in str(err.value) and "'pimflow'" not in str(err.value)
+        assert str(sorted(gpus.GPU_SPECS)) in str(err.value)
+    with pytest.raises(ValueError, match=r"'library', 'pimflow'\]") as err:
+        get_backend("newton", gpu="h1000")
+    assert "'attacc'" not in str(err.value).split("timing model")[1]
+    with pytest.raises(ValueError, match="newton preset only"):
+        get_backend("attacc", gpu_model="pimflow")
+    assert get_backend("newton", gpu_model="pimflow").system.gpu.model == "pimflow"
+    # host= alone: System.gpu is that host, so a script reading its name works
+    b = get_backend("attacc", host=h100())
+    assert b.system.gpu is b.system.host and b.system.gpu.name == b.system.baseline.name

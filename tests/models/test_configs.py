@@ -39,3 +39,13 @@ def test_tensor_parallel_share():
 def test_unknown_model_names_the_valid_ones():
     with pytest.raises(ValueError, match="llama2-7b"):
         get_config("llama-7b")
+
+
+def test_llama3_is_grouped_query_with_the_128k_vocabulary():
+    """Meta's Llama 3 model card / config.json: 8B 32 layers, d 4096, 32 heads on 8 KV heads, FFN 14336;
+    70B 80 layers, d 8192, 64 heads on 8 KV heads, FFN 28672; both a 128 256-token vocabulary."""
+    for name, want in (("llama3-8b", (32, 4096, 32, 8, 14336)), ("llama3-70b", (80, 8192, 64, 8, 28672))):
+        cfg = get_config(name)
+        assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff) == want
+        assert cfg.vocab == 128256 and cfg.head_dim == 128 and cfg.ffn == "swiglu" and cfg.norm == "rmsnorm"
+    assert param_shapes(get_config("llama3-8b"))["wk"].shape == (1024, 4096)

@@ -113,3 +113,11 @@ def test_prefill_on_the_gpu(run):
     # the prompt's 31 tokens read the weights once: cheaper than 31 decode steps, dearer than one
     step = sum(res.steps[0][1]["gpu"].values())
     assert step < res.prefill_ns < 31 * step
+
+
+def test_conversions_are_recorded_not_warned():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                   # a PrecisionWarning would fail the test
+        res = decode(CFG, "attacc", batch=1, prompt=15, tokens=2, l_bucket=16, tuner=Tuner(), gpu=GPU)
+    assert res.conversions and all("float32 -> float16" in c for c in res.conversions)

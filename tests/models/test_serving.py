@@ -64,9 +64,40 @@ def test_bad_requests_name_the_field(field, kwargs, match):
         Requests(arrival, kwargs.get("prompt", [5, 6, 7]), kwargs.get("output", [2, 2, 2]))
 
 
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(prompt=-5, output=0), r"prompt=-5: LengthDist fixed\(-5\): lengths must be >= 1 token"),
+    (dict(prompt=5, output=0), r"output=0: LengthDist fixed\(0\): lengths must be >= 1 token"),
+    (dict(prompt=("uniform", 0, 8), output=2), r"uniform\(0, 8\): lengths must be >= 1"),
+    (dict(prompt=("lognormal", 100, 1.0, 0), output=2), r"clip lo=0: lengths must be >= 1"),
+])
+def test_non_positive_lengths_are_errors_never_clipped(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        poisson_requests(3, rate=1.0, **kwargs)
+    with pytest.raises(ValueError, match=">= 1 token"):
+        uniform(-3, 4)
+
+
 def test_requests_from_names_a_missing_column():
     with pytest.raises(ValueError, match=r"missing column\(s\) \['output_len'\]"):
         requests_from(pd.DataFrame({"arrival_s": [0.0], "prompt_len": [3]}))
+
+
+def test_requests_from_maps_columns_and_draws_arrivals():
+    sharegpt = pd.DataFrame({"conversation_id": ["a", "b", "c"], "input_tokens": [12, 300, 45],
+                             "output_tokens": [5, 80, 9]})
+    cols = {"prompt_len": "input_tokens", "output_len": "output_tokens"}
+    r = requests_from(sharegpt, cols, rate=4.0, seed=3)
+    assert r.prompt_len.tolist() == [12, 300, 45] and r.output_len.tolist() == [5, 80, 9]
+    want = poisson_requests(3, rate=4.0, prompt=fixed(1), output=fixed(1), seed=3).arrival_s
+    np.testing.assert_allclose(r.arrival_s, want)                           # poisson_requests' arrivals
+    timed = sharegpt.assign(t=[0.0, 0.5, 0.7])
+    assert requests_from(timed, {**cols, "arrival_s": "t"}).arrival_s.tolist() == [0.0, 0.5, 0.7]
+    with pytest.raises(ValueError, match=r"missing column\(s\) \['arrival_s'\].*pass rate="):
+        requests_from(sharegpt, cols)
+    with pytest.raises(ValueError, match=r"\['prompt'\] is not one of ours"):
+        requests_from(sharegpt, {"prompt": "input_tokens"})
+    with pytest.raises(ValueError, match="rate= is for a source without them"):
+        requests_from(timed, {**cols, "arrival_s": "t"}, rate=2.0)
 
 
 # --------------------------------------------------------------------------
@@ -112,6 +143,43 @@ def test_toy_trace_continuous_by_hand_and_sooner():
     assert (per["first_ns"] / 1e6).tolist() == pytest.approx([2.0, 2.0, 5.0])
     static, _, _ = simulate(TOY, StubCosts(), scheduler="static", max_batch=2)
     assert max(_finish_ms(per)) < max(_finish_ms(static))                # 7 ms < 8 ms
+
+
+def _toy_result(per, steps, events, costs):
+    from pimjax.studies.serving.service import (ServeOptions, ServeResult, _event_frame, _request_frame,
+                                                _step_frame)
+    return ServeResult("toy", "stub", _request_frame(TOY, per), _step_frame(steps, costs.layout),
+                       _event_frame(events), costs.layout, ServeOptions(), 0.0, 0.0,
+                       token_times=tuple(t / 1e9 for t in per["token_ns"]))
+
+
+def test_goodput_under_three_slos_and_inter_token_latency_by_hand():
+    # the continuous trace above: r0's tokens at 2, 3, 6, 7 ms (held back by r2's prefill 3-5), r1's at
+    # 2, 3, r2's (arrived 1.5) at 5, 6.  TTFT 2 / 2 / 3.5 ms, TPOT 5/3 / 1 / 1, latency 7 / 3 / 4.5; the
+    # makespan 7 ms; the inter-token gaps 1, 3, 1 | 1 | 1 ms
+    costs = StubCosts()
+    per, steps, events = simulate(TOY, costs, scheduler="continuous", max_batch=2)
+    res = _toy_result(per, steps, events, costs)
+    for got, want in zip(res.token_times, [[2e-3, 3e-3, 6e-3, 7e-3], [2e-3, 3e-3], [5e-3, 6e-3]]):
+        assert got.tolist() == pytest.approx(want)
+    assert res.itl_ms.tolist() == pytest.approx([1.0, 3.0, 1.0, 1.0, 1.0])
+    s = res.summary()
+    assert (s["itl_ms_p50"], s["itl_ms_mean"]) == pytest.approx((1.0, 1.4))
+    assert (s["itl_ms_p90"], s["itl_ms_p99"]) == pytest.approx((2.2, 2.92))      # 1 + 0.6 / 0.96 x (3 - 1)
+    assert "goodput_requests_per_s" not in s
+    span = 7e-3
+    cases = [(dict(ttft_slo_ms=3.0), 2, 4 + 2),              # r2's 3.5 ms TTFT misses
+             (dict(tpot_slo_ms=1.5), 2, 2 + 2),              # r0's 5/3 ms TPOT misses
+             (dict(e2e_slo_ms=4.0), 1, 2),                   # only r1 ends within 4 ms
+             (dict(ttft_slo_ms=3.0, tpot_slo_ms=1.5, e2e_slo_ms=5.0), 1, 2)]   # all three: r1 alone
+    for slos, good, tokens in cases:
+        s = res.summary(**slos)
+        assert s["goodput_requests_per_s"] == pytest.approx(good / span), slos
+        assert s["goodput_tokens_per_s"] == pytest.approx(tokens / span), slos
+        assert s["slo_attained"] == pytest.approx(good / 3)
+        assert all(s[k] == v for k, v in slos.items())
+    with pytest.raises(ValueError, match="ttft_slo_ms must be > 0"):
+        res.summary(ttft_slo_ms=-1)
 
 
 def test_toy_trace_chunked_prefill_by_hand():
@@ -292,11 +360,88 @@ def test_a_prompt_beyond_the_capacity_names_the_request():
     (dict(max_batch=0), r"max_batch must be a positive int"),
     (dict(overlap="magic"), r"overlap='magic'"),
     (dict(ffn_pim_fraction=1.5), r"ffn_pim_fraction"),
-    (dict(warp_speed=9), r"has no option\(s\) \['warp_speed'\]"),
+    (dict(warp_speed=9), r"unknown option\(s\) 'warp_speed': not one of serve's"),
+    (dict(placment="gpu"), r"'placment' \(did you mean 'placement'\?\)"),    # serve's own option
+    (dict(stack=3), r"'stack' \(did you mean 'stacks'\?\).*the 'attacc' preset's"),   # the preset's
+    (dict(precision="exact"), r"precision='exact'; valid values are \['convert', 'strict'\]"),
 ])
 def test_bad_options_name_the_field(kwargs, match):
     with pytest.raises(ValueError, match=match):
         serve(GPT3_TP8, "attacc", batch_requests(1, 10, 2), progress=False, **kwargs)
+
+
+def test_an_option_of_neither_serve_nor_a_backend_object_is_named():
+    with pytest.raises(ValueError, match=r"'stacks'.*need a preset name, not a Backend"):
+        serve(GPT3_TP8, get_backend("attacc"), batch_requests(1, 10, 2), progress=False, stacks=3)
+
+
+def test_requests_are_required():
+    with pytest.raises(TypeError, match="missing required argument 'requests'"):
+        serve(GPT3_TP8, "attacc")
+
+
+def test_conversions_are_recorded_in_the_result_not_warned():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                   # a PrecisionWarning would fail the test
+        res = serve(GPT3_TP8, "attacc", batch_requests(2, 32, 3), system="attacc", placement="pimjax",
+                    max_batch=2, progress=False, tuner=_TUNER)
+    assert res.conversions and all("float32 -> float16" in c for c in res.conversions)
+    assert res.options.precision == "convert"
+
+
+def test_summary_names_the_gpu_the_memory_and_the_kv_capacity():
+    import warnings
+    from pimjax.studies.serving import CapacityWarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CapacityWarning)      # 3.2 GiB of 16: no warning
+        res = serve(GPT3_TP8, "attacc", batch_requests(2, 32, 3), placement="gpu", progress=False, tuner=_TUNER)
+    s = res.summary()
+    lay = res.layout
+    assert s["gpu"] == "A100-80GB (665.6 GB/s)" and s["gpu_model"] == "occupancy" and s["gpu_GBps"] == 665.6
+    assert s["pim_memory_GiB"] == 16.0 and s["pim"] == "attacc/bank-pc" and s["tp"] == 1
+    assert s["kv_capacity_tokens"] == lay.total_blocks * lay.block_size > 0
+    assert s["weights_GiB"] == pytest.approx(lay.weight_bytes / 2**30)
+    assert "16 GiB PIM memory" in s["hardware"] and f"KV capacity {s['kv_capacity_tokens']:,} tokens" in s["hardware"]
+    assert "GPU A100-80GB (665.6 GB/s): occupancy model, 665.6 GB/s" in res.describe()
+
+
+def test_weights_filling_the_memory_and_kv_waits_warn():
+    from pimjax.studies.serving import CapacityWarning
+    reqs = Requests(np.zeros(12), np.full(12, 1000), np.full(12, 200))   # 12 x 1 200 tokens > 7 056
+    with pytest.warns(CapacityWarning) as caught:
+        res = serve("llama2-7b", "attacc", reqs, placement="gpu", progress=False, tuner=_TUNER)
+    text = " | ".join(str(w.message) for w in caught)
+    assert "llama2-7b's weights (12.6 GiB per shard) fill 78 % of the PIM memory (16 GiB" in text
+    assert "7,056 KV tokens remain" in text and "system='attacc'" in text
+    assert "requests waited for KV space or were preempted" in text and res.summary()["kv_waits"] > 1
+
+
+def test_rate_sweep_is_serve_at_each_rate():
+    from pimjax.studies.serving import rate_sweep
+    opts = dict(placement="gpu", max_batch=8, progress=False, tuner=_TUNER, system="attacc", tp=8)
+    df = rate_sweep("gpt3-13b", "attacc", [5.0, 50.0], n=12, prompt=fixed(100), output=uniform(4, 12), seed=2,
+                    ttft_slo_ms=50.0, tpot_slo_ms=20.0, **opts)
+    assert df["rate"].tolist() == [5.0, 50.0]
+    for _, row in df.iterrows():
+        reqs = poisson_requests(12, rate=row["rate"], prompt=fixed(100), output=uniform(4, 12), seed=2)
+        s = serve("gpt3-13b", "attacc", reqs, **opts).summary(20.0, ttft_slo_ms=50.0)
+        assert row["goodput_requests_per_s"] == pytest.approx(s["goodput_requests_per_s"], rel=1e-12)
+        assert row["ttft_ms_p99"] == pytest.approx(s["ttft_ms_p99"], rel=1e-12)
+    assert df["requests_per_s"].iloc[1] > df["requests_per_s"].iloc[0]
+    with pytest.raises(ValueError, match="rates must be > 0"):
+        rate_sweep("gpt3-13b", "attacc", [0.0], **opts)
+    with pytest.raises(ValueError, match="did you mean 'placement'"):
+        rate_sweep("gpt3-13b", "attacc", [1.0], placment="gpu")
+
+
+def test_llama3_serves():
+    cfg = get_config("llama3-8b")
+    res = serve(cfg, "attacc", batch_requests(2, 64, 3), system="attacc", placement="gpu", progress=False,
+                tuner=_TUNER)
+    # GQA: pimjax's placements store the 8 KV heads only: 32 layers x 2 x 8 x 128 x 2 bytes per token
+    assert res.layout.kv_token_bytes == 32 * 2 * 8 * 128 * 2
+    assert res.summary()["output_tokens"] == 6
 
 
 def test_weights_beyond_the_memory_are_an_error():

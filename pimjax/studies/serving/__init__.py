@@ -7,16 +7,17 @@ caches in the PIM stacks, step times from compiled kernels (issue 43).
   `build_costs`, `kv_layout`, `KVLayout`)
 * `engine`   -- the scheduler: continuous / static batching, prefill-first /
   chunked, KV blocks with preemption (`simulate`)
-* `service`  -- the entry point (`serve`, `ServeResult`, `ServeOptions`)
+* `service`  -- the entry point (`serve`, `ServeResult`, `ServeOptions`) and
+  `rate_sweep` (goodput and latency against the request rate)
 * `objective` -- a serving run as an `explore` objective (`ServingObjective`)
 """
 from .requests import (LengthDist, Requests, as_dist, batch_requests, fixed, lognormal, poisson_requests,
                        requests_from, uniform)
 from .costs import SYSTEMS, KVLayout, StepCosts, build_costs, kv_layout, weight_bytes
 from .engine import simulate
-from .service import ServeOptions, ServeResult, serve
+from .service import CapacityWarning, ServeOptions, ServeResult, rate_sweep, serve
 from .objective import ServingObjective
 
 __all__ = ["LengthDist", "Requests", "as_dist", "batch_requests", "fixed", "lognormal", "poisson_requests",
            "requests_from", "uniform", "SYSTEMS", "KVLayout", "StepCosts", "build_costs", "kv_layout",
-           "weight_bytes", "simulate", "ServeOptions", "ServeResult", "serve", "ServingObjective"]
+           "weight_bytes", "simulate", "CapacityWarning", "ServeOptions", "ServeResult", "rate_sweep", "serve", "ServingObjective"]

@@ -18,7 +18,7 @@ layers are identical, so a step is `n_layers` times one layer, as in
     AttAcc's measured ACT / NORM fits describe.
   On PIM (systems that place GEMVs there): the layer compiled with
   `pim_jit(placement="prefer_pim")` at T = 1, 2, 4, ... (`ladder`), tuned and
-  baseline-mapping times per op (`inference._op_figures`), linear in T between
+  baseline-mapping times per op (`inference.op_figures`), linear in T between
   the compiled points and beyond the last.
 * **decode attention**: on PIM, each request's attention at its own context,
   compiled per context bucket (`l_bucket`) through the tuner cache on the
@@ -369,7 +369,8 @@ class StepCosts:
 
     def __init__(self, *, cfg, shard, backend, part_backend, host, system, tp, link_GBps, l_bucket, overlap,
                  gpu_kernels, ffn_pim_fraction, layout, dense_gpu, ladder, att_tuned, att_base, gpu_attention,
-                 compile_s, compiled_buckets):
+                 compile_s, compiled_buckets, conversions=()):
+        self.conversions = tuple(conversions)      # the precision conversions of the compiled kernels
         self.cfg, self.shard, self.backend, self.part_backend = cfg, shard, backend, part_backend
         self.host, self.system, self.tp, self.link_GBps = host, system, tp, link_GBps
         self.l_bucket, self.overlap, self.gpu_kernels = l_bucket, overlap, gpu_kernels
@@ -646,10 +647,8 @@ def make_gpu_attention(shard, backend: Backend, l_bucket: int):
 # compiling: the attention per bucket, the dense ladder
 # --------------------------------------------------------------------------
 def _progress(items, total: int, description: str, on: bool):
-    if not on:
-        return items
-    from rich.progress import track
-    return track(items, total=total, description=description, transient=True)
+    from ..progress import track           # rich on a terminal, plain lines otherwise
+    return track(items, total, f"serve: {description}", on) if on else items
 
 
 def _table_key(**parts) -> str:
@@ -709,8 +708,33 @@ class TableCache:
             atomic_write(self.path, json.dumps(merged))
 
 
+def _compile_recording(lowered, found: list):
+    """`lowered.compile()`, its PrecisionWarnings (data converted to the units'
+    type) appended to `found` instead of shown: a study records them in its
+    result (`ServeResult.conversions`); other warnings pass through."""
+    import warnings
+    from ...errors import PrecisionWarning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = lowered.compile()
+    for w in caught:
+        if issubclass(w.category, PrecisionWarning):
+            msg = str(w.message)
+            if msg not in found:
+                found.append(msg)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return out
+
+
+def _precision_key(precision: str) -> dict:
+    # "convert" keeps the keys of the tables cached before `precision` existed
+    return {} if precision == "convert" else {"precision": precision}
+
+
 def attention_figures(shard, part_backend: Backend, buckets: list[int], tuner, *, mha: bool = False,
-                      cache: TableCache | None = None, progress: bool = True) -> dict:
+                      cache: TableCache | None = None, progress: bool = True, precision: str = "convert",
+                      conversions: list | None = None) -> dict:
     """{bucketed context: (tuned ns, baseline ns)} of one request's attention
     (batch 1, the shard's heads) compiled on `part_backend` for each context
     in `buckets` -- DCC's dynamic re-tuning per new context (`decode`'s
@@ -721,18 +745,23 @@ def attention_figures(shard, part_backend: Backend, buckets: list[int], tuner, *
     from ...api import pim_jit
     from ..inference import attention_fn, attention_of, attention_shapes, op_figures
     cfg = shard.scaled(n_kv_heads=shard.n_heads) if mha else shard
-    key = _table_key(kind="attention", cfg=cfg, backend=part_backend, tuner=(tuner.mode, tuner.top_k))
+    key = _table_key(kind="attention", cfg=cfg, backend=part_backend, tuner=(tuner.mode, tuner.top_k),
+                     **_precision_key(precision))
     have = (cache.get(key) if cache is not None else None) or {}
     todo = [L for L in buckets if str(L) not in have]
     if todo:
         f = pim_jit(attention_fn(cfg.n_heads // cfg.n_kv_heads), backend=part_backend,
-                    resident=("k_cache", "v_cache"), tuner=tuner, placement="prefer_pim")
+                    resident=("k_cache", "v_cache"), tuner=tuner, placement="prefer_pim", precision=precision)
+        conv = list(have.get("conversions", []))
         for L in _progress(todo, len(todo), f"attention x {len(todo)} contexts", progress):
-            c = f.lower(*attention_shapes(cfg, 1, L)).compile()
+            c = _compile_recording(f.lower(*attention_shapes(cfg, 1, L)), conv)
             a = attention_of(op_figures(c, ["attention"] * len(c.plans), tuner), L, 0.0, 0.0, c.plans)
             have[str(L)] = [_num(a.pim_ns), _num(a.baseline_ns)]
+        have["conversions"] = conv
         if cache is not None:
             cache.put(key, have)
+    if conversions is not None:
+        conversions.extend(c for c in have.get("conversions", []) if c not in conversions)
     return {L: tuple(_unnum(v) for v in have[str(L)]) for L in buckets}
 
 
@@ -745,7 +774,8 @@ def _unnum(x):
 
 
 def dense_ladder(shard, backend: Backend, Ts: list[int], tuner, *, stop_when_gpu_wins: bool,
-                 gpu: TracedDense, cache: TableCache | None = None, progress: bool = True) -> dict:
+                 gpu: TracedDense, cache: TableCache | None = None, progress: bool = True,
+                 precision: str = "convert", conversions: list | None = None) -> dict:
     """The decode layer compiled on PIM at T = each of `Ts` tokens: per
     non-attention op its tuned and baseline ns (NaN: not on PIM).  With
     `stop_when_gpu_wins`, the ladder stops after a T where no op's tuned PIM
@@ -755,8 +785,10 @@ def dense_ladder(shard, backend: Backend, Ts: list[int], tuner, *, stop_when_gpu
     from ...api import pim_jit
     from ..inference import RESIDENT, op_figures, input_phases, op_phases
     from ...models.layers import layer_shapes, make_layer
-    key = _table_key(kind="ladder", cfg=shard, backend=backend, tuner=(tuner.mode, tuner.top_k))
+    key = _table_key(kind="ladder", cfg=shard, backend=backend, tuner=(tuner.mode, tuner.top_k),
+                     **_precision_key(precision))
     have = (cache.get(key) if cache is not None else None) or {}
+    conv = list(have.get("conversions", []))
     layer = make_layer(shard, append=False)
     points, phases, kinds = {}, {}, {}
     stop = None
@@ -765,15 +797,17 @@ def dense_ladder(shard, backend: Backend, Ts: list[int], tuner, *, stop_when_gpu
         rec = have.get(str(T))
         if rec is None:
             if f is None:
-                f = pim_jit(layer, backend=backend, resident=RESIDENT, tuner=tuner, placement="prefer_pim")
+                f = pim_jit(layer, backend=backend, resident=RESIDENT, tuner=tuner, placement="prefer_pim",
+                            precision=precision)
             args = layer_shapes(shard, T, PROBE)
-            c = f.lower(*args).compile()
+            c = _compile_recording(f.lower(*args), conv)
             blocks = {p.block[0]: p.block for p in c.plans if p.block}
             ph = op_phases(c.graph, input_phases(c.graph, args), blocks)
             ops = [o for o in op_figures(c, ph, tuner) if o.phase != "attention"]
             rec = {"phases": [o.phase for o in ops], "kinds": [o.kind for o in ops],
                    "pim": [_num(o.pim_ns) for o in ops], "base": [_num(o.baseline_ns) for o in ops]}
             have[str(T)] = rec
+            have["conversions"] = conv
             if cache is not None:
                 cache.put(key, have)
         want = gpu.phases(T)
@@ -789,6 +823,8 @@ def dense_ladder(shard, backend: Backend, Ts: list[int], tuner, *, stop_when_gpu
             if ok.any() and not (pim[ok] < g[ok]).any():
                 stop = T
                 break
+    if conversions is not None:
+        conversions.extend(c for c in conv if c not in conversions)
     if False not in phases:                       # T >= 2 never compiled: the T = 1 lists stand in
         phases[False], kinds[False] = phases[True], kinds[True]
     return {"points": points, "phases": phases, "kinds": kinds, "stop": stop}
@@ -807,11 +843,14 @@ def ladder_points(max_T: int, limit: int = LADDER_MAX) -> list[int]:
 
 def build_costs(cfg, backend: Backend, *, system: str, tp: int, link_GBps: float, l_bucket: int, block_size: int,
                 max_batch: int, partition, overlap: str, gpu_kernels: str, ffn_pim_fraction, contexts: tuple,
-                tuner, cache_path: str | None = None, progress: bool = True) -> StepCosts:
+                tuner, cache_path: str | None = None, progress: bool = True,
+                precision: str = "convert") -> StepCosts:
     """Compile what `system` needs and return the `StepCosts` (see the module
     docstring).  contexts: (smallest, largest) decode context of the trace;
-    the attention is compiled for every bucket between them."""
+    the attention is compiled for every bucket between them.  precision:
+    `pim_jit`'s; its conversions go to `StepCosts.conversions`, not warnings."""
     t0 = time.perf_counter()
+    conversions: list = []
     shard = cfg.tensor_parallel(tp) if tp > 1 else cfg
     host = backend.system.baseline
     mha = system in ("attacc-base", "attacc-full") and shard.n_kv_heads < shard.n_heads
@@ -824,7 +863,8 @@ def build_costs(cfg, backend: Backend, *, system: str, tp: int, link_GBps: float
     if system in LADDER_SYSTEMS:
         Ts = ladder_points(max_batch)
         ladder = dense_ladder(shard, backend, Ts, tuner, stop_when_gpu_wins=system not in SPLIT_SYSTEMS,
-                              gpu=dense_gpu, cache=cache, progress=progress)
+                              gpu=dense_gpu, cache=cache, progress=progress, precision=precision,
+                              conversions=conversions)
     lo, hi = contexts
     nb = -(-hi // l_bucket)
     att_tuned = np.full(nb, np.nan)
@@ -833,7 +873,8 @@ def build_costs(cfg, backend: Backend, *, system: str, tp: int, link_GBps: float
     if system != "gpu":
         first = -(-lo // l_bucket)
         buckets = [b * l_bucket for b in range(first, nb + 1)]
-        figs = attention_figures(shard, part_backend, buckets, tuner, mha=mha, cache=cache, progress=progress)
+        figs = attention_figures(shard, part_backend, buckets, tuner, mha=mha, cache=cache, progress=progress,
+                                 precision=precision, conversions=conversions)
         for L, (tuned, base) in figs.items():
             att_tuned[L // l_bucket - 1] = tuned
             att_base[L // l_bucket - 1] = base
@@ -846,4 +887,4 @@ def build_costs(cfg, backend: Backend, *, system: str, tp: int, link_GBps: float
                      ffn_pim_fraction=ffn_pim_fraction, layout=layout, dense_gpu=dense_gpu, ladder=ladder,
                      att_tuned=att_tuned, att_base=att_base,
                      gpu_attention=make_gpu_attention(shard, backend, l_bucket),
-                     compile_s=time.perf_counter() - t0, compiled_buckets=compiled)
+                     compile_s=time.perf_counter() - t0, compiled_buckets=compiled, conversions=conversions)

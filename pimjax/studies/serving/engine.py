@@ -71,6 +71,7 @@ class _Run:
         self.t_finish = [np.nan] * n
         self.preempted = [0] * n
         self.kv_waited = [False] * n
+        self.tokens: list[list] = [[] for _ in range(n)]   # the time (ns) of each generated token
         lay = costs.layout
         self.layout = lay
         self.free = [lay.blocks_per_partition] * lay.partitions
@@ -155,6 +156,8 @@ class _Run:
 def simulate(requests, costs, *, scheduler: str = "continuous", prefill: str = "prefill-first",
              max_batch: int = 64, max_tokens: int = 2048, kv_policy: str = "preempt", progress: bool = False):
     """Run the trace; returns (per-request dict of arrays, steps list, events list).
+    per["token_ns"]: each request's token times (ns; the first at its first
+    token, one per token: the inter-token latencies are their differences).
 
     steps: tuples (t_start_ns, ns, decodes, prefills, prefill_tokens, tokens,
     batch, running, waiting, kv_blocks, kv_tokens, gpu_ns, pim_ns) (`STEP_COLUMNS`); events: tuples
@@ -165,10 +168,8 @@ def simulate(requests, costs, *, scheduler: str = "continuous", prefill: str = "
     total_blocks = st.layout.total_blocks
     bar = None
     if progress:
-        from rich.progress import Progress
-        bar = Progress(transient=True)
-        bar.start()
-        task = bar.add_task("serving", total=st.n)
+        from ..progress import Bar          # rich on a terminal, plain lines otherwise
+        bar = Bar(f"serve: {st.n} requests", st.n)
     finished = 0
     static_batch: list[int] = []
     while finished < st.n:
@@ -249,11 +250,13 @@ def simulate(requests, costs, *, scheduler: str = "continuous", prefill: str = "
         for r in decodes:
             st.ctx[r] += 1
             st.gen[r] += 1
+            st.tokens[r].append(st.t)
         for r, c in chunks:
             st.done_pf[r] += c
             st.ctx[r] += c
             if st.done_pf[r] >= st.target[r]:
                 st.gen[r] += 1
+                st.tokens[r].append(st.t)
                 if np.isnan(st.t_first[r]):
                     st.t_first[r] = st.t
         done = [r for r in decodes + [r for r, _ in chunks] if st.gen[r] >= st.output[r]
@@ -272,16 +275,17 @@ def simulate(requests, costs, *, scheduler: str = "continuous", prefill: str = "
             st.running = [r for r in st.running if st.live[r]]
             static_batch = []
         if bar is not None and done:
-            bar.update(task, advance=len(done))
+            bar.advance(len(done))
         kv_blocks = total_blocks - sum(st.free[:st.layout.partitions])
         ptok = sum(c for _, c in chunks)
         steps.append((t0, ts.ns, len(decodes), len(chunks), ptok, len(dec) + ptok, len(dec) + len(chunks),
                       len(st.running), len(st.waiting), kv_blocks, sum(st.ctx[r] for r in st.running),
                       ts.gpu_ns, ts.pim_ns))
     if bar is not None:
-        bar.stop()
+        bar.close()
     per = {"admit_ns": np.array(st.t_admit), "first_ns": np.array(st.t_first), "finish_ns": np.array(st.t_finish),
-           "preemptions": np.array(st.preempted), "partition_last": np.array(st.part)}
+           "preemptions": np.array(st.preempted), "partition_last": np.array(st.part),
+           "token_ns": [np.asarray(t, np.float64) for t in st.tokens]}
     return per, steps, st.events
 
 

@@ -61,7 +61,8 @@ class ServingObjective:
 
     def evaluate(self, backend) -> dict:
         """The serving figures of one backend (`ROW_KEYS` plus total_ns: the
-        makespan in ns, gpu_ns: the same trace GPU-only, speedup_gpu)."""
+        makespan in ns, kv_capacity_tokens and weights_share: `ServeResult.hardware`'s;
+        explore adds the GPU and the PIM memory)."""
         from .service import serve
         t0 = time.perf_counter()
         res = serve(self.cfg, backend, self.requests, **self.options)
@@ -71,6 +72,8 @@ class ServingObjective:
         row["meets_slo"] = meets
         row["goodput_tokens_per_s"] = float(s["goodput_tokens_per_s"]) if meets else 0.0
         row["kv_blocks"] = res.layout.total_blocks
+        h = res.hardware
+        row["kv_capacity_tokens"], row["weights_share"] = h["kv_capacity_tokens"], h["weights_share"]
         row["total_ns"] = float(s["makespan_s"]) * 1e9
         row["tuning_s"] = time.perf_counter() - t0
         return row

@@ -25,7 +25,8 @@ COLUMNS = ("arrival_s", "prompt_len", "output_len")
 # --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class LengthDist:
-    """A distribution of token counts.
+    """A distribution of token counts (each >= 1: a length below 1 is a ValueError,
+    never clipped up silently).
 
     kind: "fixed" (always `a`), "uniform" (integers a..b inclusive) or
     "lognormal" (round(exp(N(log a, b))): median a tokens, sigma b of the
@@ -42,6 +43,12 @@ class LengthDist:
             raise ValueError(f"LengthDist.kind {self.kind!r} not in ('fixed', 'uniform', 'lognormal')")
         if self.kind in ("fixed", "uniform") and (int(self.a) != self.a or int(self.b) != self.b):
             raise ValueError(f"LengthDist {self.kind}: lengths must be integers, got {self.a!r}, {self.b!r}")
+        if self.kind in ("fixed", "uniform") and self.a < 1:
+            what = f"fixed({self.a:g})" if self.kind == "fixed" else f"uniform({self.a:g}, {self.b:g})"
+            raise ValueError(f"LengthDist {what}: lengths must be >= 1 token, got {self.a:g} "
+                             f"(a request has at least one prompt token and one output token)")
+        if self.lo < 1:
+            raise ValueError(f"LengthDist clip lo={self.lo}: lengths must be >= 1 token")
         if self.kind == "uniform" and self.b < self.a:
             raise ValueError(f"LengthDist uniform({self.a}, {self.b}): hi < lo")
         if self.kind == "lognormal" and (self.a <= 0 or self.b < 0):
@@ -80,10 +87,13 @@ def as_dist(spec, name: str) -> LengthDist:
     ("lognormal", median, sigma[, lo, hi]) / ("fixed", n); ValueError naming `name`."""
     if isinstance(spec, LengthDist):
         return spec
-    if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
-        return fixed(int(spec))
-    if isinstance(spec, tuple) and spec and spec[0] in ("fixed", "uniform", "lognormal"):
-        return {"fixed": fixed, "uniform": uniform, "lognormal": lognormal}[spec[0]](*spec[1:])
+    try:
+        if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
+            return fixed(int(spec))
+        if isinstance(spec, tuple) and spec and spec[0] in ("fixed", "uniform", "lognormal"):
+            return {"fixed": fixed, "uniform": uniform, "lognormal": lognormal}[spec[0]](*spec[1:])
+    except ValueError as err:
+        raise ValueError(f"{name}={spec!r}: {err}") from None
     raise ValueError(f"{name}: a length distribution is an int, pimjax.studies.serving.fixed / uniform / "
                      f"lognormal, or a tuple ('uniform', lo, hi) / ('lognormal', median, sigma); got {spec!r}")
 
@@ -174,19 +184,49 @@ class Requests:
                 f"output {self.output_len.min()}..{self.output_len.max()} tokens)")
 
 
-def requests_from(source) -> Requests:
+def requests_from(source, columns: dict | None = None, *, rate: float | None = None, seed: int = 0) -> Requests:
     """A trace from a pandas DataFrame or a CSV path with columns `arrival_s`
     (seconds), `prompt_len` and `output_len` (tokens); other columns are
-    ignored.  ValueError naming a missing column or a bad field."""
+    ignored.
+
+    columns: {our name: the source's column} for the ones named otherwise
+    (e.g. a ShareGPT-style table of token counts: ``{"prompt_len":
+    "input_tokens", "output_len": "output_tokens"}``).  rate: when the source
+    has no arrival column, Poisson arrivals at `rate` requests/s (`seed`;
+    as `poisson_requests`); with one it is an error.  ValueError naming a
+    missing column, a mapping key that is not ours, or a bad field.
+
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"input_tokens": [12, 30], "output_tokens": [5, 9]})
+    >>> requests_from(df, {"prompt_len": "input_tokens", "output_len": "output_tokens"}, rate=2.0).prompt_len.tolist()
+    [12, 30]
+    """
     import pandas as pd
     df = pd.read_csv(source) if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__") else source
     if not isinstance(df, pd.DataFrame):
         raise ValueError(f"requests_from: a DataFrame or a CSV path, got {type(source).__name__}")
-    missing = [c for c in COLUMNS if c not in df.columns]
+    columns = dict(columns or {})
+    bad = sorted(set(columns) - set(COLUMNS))
+    if bad:
+        raise ValueError(f"requests_from: columns maps our names {list(COLUMNS)} to the source's; {bad} is not one "
+                         f"of ours (e.g. columns={{'prompt_len': 'input_tokens'}})")
+    name = {c: columns.get(c, c) for c in COLUMNS}
+    need = [c for c in COLUMNS if not (c == "arrival_s" and rate is not None)]
+    missing = [name[c] for c in need if name[c] not in df.columns]
     if missing:
+        hint = "; no arrival times: pass rate= for Poisson arrivals" if name["arrival_s"] in missing else ""
         raise ValueError(f"requests_from: missing column(s) {missing}; a trace has {list(COLUMNS)} "
-                         f"(got {list(df.columns)})")
-    return Requests(df["arrival_s"].to_numpy(), df["prompt_len"].to_numpy(), df["output_len"].to_numpy())
+                         f"(got {list(df.columns)}; columns= maps ours to yours){hint}")
+    if rate is not None:
+        if name["arrival_s"] in df.columns:
+            raise ValueError(f"requests_from: the source has arrival times ({name['arrival_s']!r}); rate= is for a "
+                             f"source without them")
+        if not (np.isfinite(rate) and rate > 0):
+            raise ValueError(f"requests_from: rate must be > 0 requests/s, got {rate!r}")
+        arrival = np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate, size=len(df)))
+    else:
+        arrival = df[name["arrival_s"]].to_numpy()
+    return Requests(arrival, df[name["prompt_len"]].to_numpy(), df[name["output_len"]].to_numpy())
 
 
 def poisson_requests(n: int, rate: float, prompt=uniform(128, 2048), output=uniform(32, 512),
