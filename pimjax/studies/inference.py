@@ -424,6 +424,25 @@ def _system_times(ops: list[OpFigures], att: AttentionFigures, gpu_att: float, f
     return out
 
 
+def compile_recording(lowered, found: list):
+    """`lowered.compile()`, its PrecisionWarnings (data converted to the units'
+    type) appended to `found` instead of shown: a study records them in its
+    result (`ServeResult.conversions`, `DecodeResult.conversions`); other warnings pass through."""
+    import warnings
+    from ..errors import PrecisionWarning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = lowered.compile()
+    for w in caught:
+        if issubclass(w.category, PrecisionWarning):
+            msg = str(w.message)
+            if msg not in found:
+                found.append(msg)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return out
+
+
 def decode(cfg: ModelConfig, backend: str | Backend = "attacc", *, host: HostModel | None = None,
            batch: int = 1, prompt: int = 2048, tokens: int = 128, l_bucket: int = 16,
            ffn_pim_fraction="balanced", tuner: Tuner | None = None, cache: str | None = None,
@@ -442,7 +461,6 @@ def decode(cfg: ModelConfig, backend: str | Backend = "attacc", *, host: HostMod
     precision: `pim_jit`'s ("convert": conversions recorded in
     `DecodeResult.conversions`, not warned; "strict": refused).
     """
-    from .serving.costs import _compile_recording
     t_start = time.perf_counter()
     if not isinstance(backend, Backend):
         if host is not None:
@@ -470,7 +488,7 @@ def decode(cfg: ModelConfig, backend: str | Backend = "attacc", *, host: HostMod
     t0 = time.perf_counter()
     lowered = f.lower(*args)
     t1 = time.perf_counter()
-    compiled = _compile_recording(lowered, res.conversions)
+    compiled = compile_recording(lowered, res.conversions)
     graph = compiled.graph
     blocks = {p.block[0]: p.block for p in compiled.plans if p.block}
     phases = op_phases(graph, input_phases(graph, args), blocks)
@@ -488,7 +506,7 @@ def decode(cfg: ModelConfig, backend: str | Backend = "attacc", *, host: HostMod
             t0 = time.perf_counter()
             lowered = attend.lower(*attention_shapes(cfg, batch, Lb))
             t1 = time.perf_counter()
-            c = _compile_recording(lowered, res.conversions)
+            c = compile_recording(lowered, res.conversions)
             t2 = time.perf_counter()
             ops = op_figures(c, ["attention"] * len(c.plans), tuner)
             res.attention[Lb] = attention_of(ops, Lb, t1 - t0, t2 - t1 + time.perf_counter() - t2, c.plans)

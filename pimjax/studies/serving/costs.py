@@ -56,7 +56,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...hw.core import Backend, HostModel
-from ..inference import split_ns
+from ..inference import compile_recording, split_ns
 
 SYSTEMS = ("gpu", "attacc-base", "attacc-full", "base+dcc", "full+dcc", "pimjax")
 PIM_ATTENTION = {"attacc-base": "baseline", "attacc-full": "baseline", "base+dcc": "tuned", "full+dcc": "tuned",
@@ -708,25 +708,6 @@ class TableCache:
             atomic_write(self.path, json.dumps(merged))
 
 
-def _compile_recording(lowered, found: list):
-    """`lowered.compile()`, its PrecisionWarnings (data converted to the units'
-    type) appended to `found` instead of shown: a study records them in its
-    result (`ServeResult.conversions`); other warnings pass through."""
-    import warnings
-    from ...errors import PrecisionWarning
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = lowered.compile()
-    for w in caught:
-        if issubclass(w.category, PrecisionWarning):
-            msg = str(w.message)
-            if msg not in found:
-                found.append(msg)
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return out
-
-
 def _precision_key(precision: str) -> dict:
     # "convert" keeps the keys of the tables cached before `precision` existed
     return {} if precision == "convert" else {"precision": precision}
@@ -754,7 +735,7 @@ def attention_figures(shard, part_backend: Backend, buckets: list[int], tuner, *
                     resident=("k_cache", "v_cache"), tuner=tuner, placement="prefer_pim", precision=precision)
         conv = list(have.get("conversions", []))
         for L in _progress(todo, len(todo), f"attention x {len(todo)} contexts", progress):
-            c = _compile_recording(f.lower(*attention_shapes(cfg, 1, L)), conv)
+            c = compile_recording(f.lower(*attention_shapes(cfg, 1, L)), conv)
             a = attention_of(op_figures(c, ["attention"] * len(c.plans), tuner), L, 0.0, 0.0, c.plans)
             have[str(L)] = [_num(a.pim_ns), _num(a.baseline_ns)]
         have["conversions"] = conv
@@ -800,7 +781,7 @@ def dense_ladder(shard, backend: Backend, Ts: list[int], tuner, *, stop_when_gpu
                 f = pim_jit(layer, backend=backend, resident=RESIDENT, tuner=tuner, placement="prefer_pim",
                             precision=precision)
             args = layer_shapes(shard, T, PROBE)
-            c = _compile_recording(f.lower(*args), conv)
+            c = compile_recording(f.lower(*args), conv)
             blocks = {p.block[0]: p.block for p in c.plans if p.block}
             ph = op_phases(c.graph, input_phases(c.graph, args), blocks)
             ops = [o for o in op_figures(c, ph, tuner) if o.phase != "attention"]
