@@ -340,3 +340,13 @@ def test_gpu_totals_under_pimflows_gpu_are_pimflows_baseline():
     assert o["conv_16_over_32"] > 1.5 and o["e2e_us_32"] == pytest.approx(o["layers_us_32"])
     # the per-layer profile's input transforms are the difference between the layers' sum and the network
     assert p["layers_us_32"] > p["e2e_us_32"]
+
+
+def test_pimjax_search_is_no_slower_than_the_artifacts_mapping_with_the_same_accounting():
+    """Issue 49: pim_jit's search against PIMFlow's mapping, both lowered and simulated on the
+    fork's controller with the filter resident and the host merge counted on both sides (the
+    artifact's own cycles leave it out).  The search simulates the packed drafts itself, so it
+    may not lose by more than the acceptance's 10 %."""
+    df = pf.search_check(("mobilenet-v2",), limit=2, log=lambda *a: None)
+    assert len(df) == 2
+    assert (df.artifact_ns > 0).all() and (df.ratio <= 1.10).all(), df
