@@ -161,6 +161,24 @@ for a in ax:
 plt.tight_layout()
 
 # %% [markdown]
+# ## Goodput against the request rate
+#
+# The live run's lengths served at three arrival rates on the paper's system (`system="attacc"`, pimjax's
+# placement; `pimjax.studies.serving.rate_sweep`): goodput counts only the requests that meet both SLOs, a
+# 1 s time to first token and 50 ms per output token (DistServe's / vLLM's measure), in requests/s.
+
+# %%
+from pimjax.studies.serving import rate_sweep
+sweep = rate_sweep("llama2-70b", "attacc", [2.0, 6.0, 18.0], requests=reqs, ttft_slo_ms=1000.0, tpot_slo_ms=50.0,
+                   placement="pimjax", progress=False, **setup)
+display(sweep[["rate", "requests_per_s", "goodput_requests_per_s", "ttft_ms_p99", "tpot_ms_p99"]].round(2))
+fig, ax = plt.subplots(figsize=(5, 3.2))
+ax.plot(sweep.rate, sweep.requests_per_s, "o-", label="served")
+ax.plot(sweep.rate, sweep.goodput_requests_per_s, "s--", label="goodput (TTFT 1 s, TPOT 50 ms)")
+ax.set_xlabel("arrival rate (requests/s)"); ax.set_ylabel("requests/s"); ax.legend(fontsize=8)
+plt.tight_layout()
+
+# %% [markdown]
 # ## Design-space exploration with a serving objective
 #
 # A serving run is an objective `pimjax.explore` optimises (`ServingObjective`): each design point —
@@ -233,3 +251,5 @@ assert (df.meets_slo == (df.tpot_ms_p99 <= 40.0)).all()
 assert (df.loc[~df.meets_slo, "goodput_tokens_per_s"] == 0).all() and (df.loc[df.meets_slo, "goodput_tokens_per_s"] > 0).all()
 kv = df.assign(stacks=df.point.str.extract(r"stacks=(\d)", expand=False).astype(int)).groupby("stacks").kv_blocks
 assert (kv.nunique() == 1).all() and kv.first()[5] > kv.first()[3]
+assert len(sweep) == 3 and (sweep.goodput_requests_per_s <= sweep.requests_per_s * (1 + 1e-9)).all()
+assert (sweep.goodput_requests_per_s >= 0).all()
