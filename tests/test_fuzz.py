@@ -1,4 +1,4 @@
-"""Issue 44: the differential fuzzer (`pimjax.testing.fuzz`).  A fixed-seed
+"""The differential fuzzer (`pimjax.testing.fuzz`).  A fixed-seed
 slice of random programs through `pim_jit` on the four backends under both
 placements must give only the three allowed outcomes; the generator covers
 what it claims; the classifier tells a mismatch from an agreement.  The
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, note, settings, strategies as st
 
 from pimjax.durable import CorruptStateWarning
 from pimjax.errors import PrecisionWarning
-from pimjax.testing import fuzz
+from pimjax.testing import check as fuzz_check, fuzz
 
 
 def test_generated_programs_are_valid_jax_and_cover_the_space():
@@ -77,15 +77,15 @@ def test_check_classifies_each_outcome():
     none "unclear_error"; the real pim_jit run is "equal"."""
     from pimjax import PimCompileError
     src = "def program(a0, a1):\n    v0 = a0 @ a1\n    return v0\n"
-    p = fuzz.Program("dot", src, ("a0", "a1"), (fuzz.Arg(("a0",), (4, 8), "float16"),
-                                                 fuzz.Arg(("a1",), (8,), "float16")))
+    p = fuzz.FuzzProgram("dot", src, ("a0", "a1"), (fuzz.ArgSpec(("a0",), (4, 8), "float16"),
+                                                 fuzz.ArgSpec(("a1",), (8,), "float16")))
     r = fuzz.check(p, "hbm-pim", "prefer_pim", tuner=fuzz.flat_tuner())
     assert r.outcome == "equal" and r.on_pim == 1, r
     args = p.make_args(0)
     want, scale = fuzz.reference_of(p)
 
     def outcome(out):
-        return fuzz._one_call(_Stub(out), p.fn, args, want, 3e-2, scale, None).outcome
+        return fuzz_check._one_call(_Stub(out), p.fn, args, want, 3e-2, scale, None).outcome
 
     def raises(e):
         def f(*a):
@@ -103,10 +103,10 @@ def test_check_classifies_each_outcome():
 
     def converted(out):
         def f(*a):
-            warnings.warn(f"pim_jit(program) runs 1 op(s) on data {fuzz.CONVERTED}: dot_general",
+            warnings.warn(f"pim_jit(program) runs 1 op(s) on data {fuzz_check.CONVERTED}: dot_general",
                           PrecisionWarning)
             return out(*a)
-        return fuzz._one_call(_Stub(f), p.fn, args, want, 1e-4, 0.0, None, unit).outcome
+        return fuzz_check._one_call(_Stub(f), p.fn, args, want, 1e-4, 0.0, None, unit).outcome
     assert fuzz.compare(coarse(*args), want, 1e-4, 0.0)         # bf16 rounding shows at this tolerance
     assert converted(coarse) == "precision"
     assert converted(lambda *a: coarse(*a) + 1) == "mismatch"

@@ -1,4 +1,4 @@
-"""Programs the differential fuzzer (`pimjax.testing.fuzz`, issue 44) found
+"""Programs the differential fuzzer (`pimjax.testing.fuzz`) found
 failing, kept as they came out of `make fuzz` (already small), with the
 seeds that made them: each must give only the allowed outcomes now."""
 from __future__ import annotations
@@ -7,44 +7,44 @@ import numpy as np
 
 from pimjax.precision import check_values
 from pimjax.testing import fuzz
-from pimjax.testing.fuzz import Arg, Program
+from pimjax.testing.fuzz import ArgSpec, FuzzProgram
 
 # seed 10074: exp of an fp16 dot_general whose running sum overflowed.  The units gave NaN where
 # jax.jit (float32) gives inf, and the per-call check passed it silently: it counted only
 # positions where jax's result was finite.  Fixed in pimjax/precision.py (check_values).
-EXP_OF_OVERFLOWED_DOT = Program(
+EXP_OF_OVERFLOWED_DOT = FuzzProgram(
     "dot",
     'def program(a0, p, a2):\n    v0 = lax.dot_general(a0, p["w1"], (((0,), (0,)), ((), ())))\n'
     '    v1 = jnp.exp(v0)\n    v2 = jnp.maximum(v1, a2)\n    return v2\n',
     ("a0", "p", "a2"),
-    (Arg(("a0",), (7, 4), "float32", mag=300.0), Arg(("p", "w1"), (7, 7), "float32", mag=300.0),
-     Arg(("a2",), (4, 1), "float32", mag=300.0)))
+    (ArgSpec(("a0",), (7, 4), "float32", mag=300.0), ArgSpec(("p", "w1"), (7, 7), "float32", mag=300.0),
+     ArgSpec(("a2",), (4, 1), "float32", mag=300.0)))
 
 # seed 10036: fp16 GQA attention whose scores reach fp16's range edge.  jax.jit's fused program
 # turns two scores into inf (then NaN through the softmax) where jax op by op -- and pimjax on
 # every backend -- stays finite.  Not a pimjax bug: the fuzzer now accepts jax op by op as the
 # reference where jax.jit's rounding differs (`fuzz.EAGER`).
-FP16_EDGE_ATTENTION = Program(
+FP16_EDGE_ATTENTION = FuzzProgram(
     "attention",
     'def program(a0, a1, a2):\n    v0 = jnp.repeat(a1, 2, axis=1)\n    v1 = jnp.repeat(a2, 2, axis=1)\n'
     '    v2 = jnp.einsum("bhd,bhnd->bhn", a0, v0) * 0.707107\n'
     '    v3 = lax.broadcasted_iota(jnp.int32, v2.shape, 2)\n    v4 = jnp.where(v3 < 24, v2, -jnp.inf)\n'
     '    v5 = jax.nn.softmax(v4, axis=-1)\n    v6 = jnp.einsum("bhn,bhnd->bhd", v5, v1)\n    return v6\n',
     ("a0", "a1", "a2"),
-    (Arg(("a0",), (2, 6, 2), "float16", mag=300.0), Arg(("a1",), (2, 3, 48, 2), "float16", mag=300.0),
-     Arg(("a2",), (2, 3, 48, 2), "float16", mag=300.0)))
+    (ArgSpec(("a0",), (2, 6, 2), "float16", mag=300.0), ArgSpec(("a1",), (2, 3, 48, 2), "float16", mag=300.0),
+     ArgSpec(("a2",), (2, 3, 48, 2), "float16", mag=300.0)))
 
 
 # seed 10267: an fp16 dot_general + add on newton under placement="auto", planned MD-DP (PIMFlow's
 # GPU / PIM split).  One result past 65504 came back inf with no PrecisionWarning: the MD-DP path
 # skipped the per-call value check the PIM path runs.  Fixed in pimjax/api.py (Compiled.__call__).
-MDDP_FP16_OVERFLOW = Program(
+MDDP_FP16_OVERFLOW = FuzzProgram(
     "dot",
     'def program(a0, p, a2):\n    v0 = lax.dot_general(a0, p["w1"], (((0,), (0,)), ((), ())))\n'
     '    v1 = v0 + a2\n    return v1\n',
     ("a0", "p", "a2"),
-    (Arg(("a0",), (48, 100), "float16", mag=300.0), Arg(("p", "w1"), (48, 13), "float16", mag=300.0),
-     Arg(("a2",), (100, 13), "float16", mag=300.0)))
+    (ArgSpec(("a0",), (48, 100), "float16", mag=300.0), ArgSpec(("p", "w1"), (48, 13), "float16", mag=300.0),
+     ArgSpec(("a2",), (100, 13), "float16", mag=300.0)))
 
 
 # seed 33170: an fp16 two-layer MLP.  The first GEMM (K = 1) overflows to inf in some rows, as in
@@ -52,12 +52,12 @@ MDDP_FP16_OVERFLOW = Program(
 # jax.jit (float32 sums) gives -inf.  The per-call check passed it silently: it skipped a result
 # whenever any operand element was inf.  Fixed in pimjax/precision.py (check_values: with jax's
 # result at hand, the positions where it differs count whatever the operands hold).
-MLP_OVERFLOW_NEXT_TO_INF = Program(
+MLP_OVERFLOW_NEXT_TO_INF = FuzzProgram(
     "mlp",
     "def program(a0, a1, a2):\n    v0 = a0 @ a1\n    v1 = jax.nn.relu(v0)\n    v2 = v1 @ a2\n    return v2\n",
     ("a0", "a1", "a2"),
-    (Arg(("a0",), (5, 1), "float16", mag=300.0), Arg(("a1",), (1, 8), "float16", mag=300.0),
-     Arg(("a2",), (8, 8), "float16", mag=300.0)))
+    (ArgSpec(("a0",), (5, 1), "float16", mag=300.0), ArgSpec(("a1",), (1, 8), "float16", mag=300.0),
+     ArgSpec(("a2",), (8, 8), "float16", mag=300.0)))
 
 
 # seed 38502: an fp16 two-layer MLP on Newton (bf16 units: 8 significant bits for fp16's 11).  One
@@ -66,12 +66,12 @@ MLP_OVERFLOW_NEXT_TO_INF = Program(
 # conversion warning, which named only the range.  Not a pimjax bug: the warning now states the
 # precision, and the fuzzer counts a difference that jax at the units' precision reproduces as
 # "precision" (`fuzz.at_unit_precision`).
-MLP_CANCELS_IN_BF16 = Program(
+MLP_CANCELS_IN_BF16 = FuzzProgram(
     "mlp",
     "def program(a0, a1, a2):\n    v0 = a0 @ a1\n    v1 = jax.nn.relu(v0)\n    v2 = v1 @ a2.T\n    return v2\n",
     ("a0", "a1", "a2"),
-    (Arg(("a0",), (2, 1), "float16", mag=300.0), Arg(("a1",), (1, 17), "float16", mag=300.0),
-     Arg(("a2",), (129, 17), "float16", mag=300.0)))
+    (ArgSpec(("a0",), (2, 1), "float16", mag=300.0), ArgSpec(("a1",), (1, 17), "float16", mag=300.0),
+     ArgSpec(("a2",), (129, 17), "float16", mag=300.0)))
 
 
 def test_bf16_cancellation_is_the_stated_conversion():
@@ -117,12 +117,12 @@ def test_mddp_overflow_is_flagged():
 # float16 in pimjax's evaluator (a conv's affine maps miss the einsum path), so a host-placed conv
 # (upmem) returned inf where jax (float32 products and sums, one rounding) gives 28 910, and the PIM
 # check on hbm-pim compared with that inf and said nothing.  Fixed in pimjax/trace/evaluate.py.
-FP16_CONV_PRODUCTS = Program(
+FP16_CONV_PRODUCTS = FuzzProgram(
     "conv",
     'def program(a0, a1):\n    v0 = lax.conv_general_dilated(a0, a1, (1, 1), "VALID", feature_group_count=1, '
     'dimension_numbers=("NCHW", "OIHW", "NCHW"))\n    return v0\n',
     ("a0", "a1"),
-    (Arg(("a0",), (1, 1, 8, 5), "float16", mag=300.0), Arg(("a1",), (4, 1, 3, 2), "float16", mag=300.0)))
+    (ArgSpec(("a0",), (1, 1, 8, 5), "float16", mag=300.0), ArgSpec(("a1",), (4, 1, 3, 2), "float16", mag=300.0)))
 
 
 def test_fp16_conv_products_match_jax_on_the_host_and_are_flagged_on_pim():
@@ -136,13 +136,13 @@ def test_fp16_conv_products_match_jax_on_the_host_and_are_flagged_on_pim():
 # seed 20031: an int8 elementwise chain on upmem (int32 DPUs).  jax wraps a0 + 3 + a1 at int8 before
 # the minimum; the DPU interpreter kept the int32 sum (146, not -110), so the minimum picked the
 # other operand: -56 where jax gives -107, silently.  Fixed in pimjax/backends/upmem/execute.py.
-INT8_WRAP_BEFORE_MIN = Program(
+INT8_WRAP_BEFORE_MIN = FuzzProgram(
     "elementwise",
     "def program(a0, a1, a2):\n    v0 = a0 + 3\n    v1 = a1 + v0\n    v2 = jnp.minimum(v1, a2)\n"
     "    v3 = v2 + 3\n    return v3\n",
     ("a0", "a1", "a2"),
-    (Arg(("a0",), (4,), "int8", mag=300.0), Arg(("a1",), (4,), "int8", mag=300.0),
-     Arg(("a2",), (1,), "int8", mag=300.0)))
+    (ArgSpec(("a0",), (4,), "int8", mag=300.0), ArgSpec(("a1",), (4,), "int8", mag=300.0),
+     ArgSpec(("a2",), (1,), "int8", mag=300.0)))
 
 
 def test_int8_wraps_before_a_minimum_on_upmem():

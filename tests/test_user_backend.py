@@ -234,7 +234,7 @@ def test_the_import_scan_sees_a_family_import():
 
 # modules whose family-name literals are preset names a user types, not dispatch: the demo's cases, and the
 # fuzzer's shipped presets at small sizes (`get_backend(name, channels=...)`, as a user calls them)
-PRESET_USERS = {"demo.py", "testing/fuzz.py"}
+PRESET_USERS = {"demo.py", "testing/check.py"}
 
 
 def _family_literals(tree, names: set) -> list[tuple[int, str]]:

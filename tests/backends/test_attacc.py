@@ -37,7 +37,8 @@ import pimjax
 from pimjax.errors import PimCompileError
 from pimjax.hw import get_backend, stack_variants
 from pimjax.lower import lower
-from pimjax.backends.attacc.lower import TREE, lower_attention
+from pimjax.backends.attacc.attention import lower_attention
+from pimjax.backends.attacc.geometry import TREE
 from pimjax.backends.attacc.reference import reference_program
 from pimjax.lower.program import side_cache
 from pimjax.lower.patterns import match_attention
@@ -462,7 +463,7 @@ def test_side_rows_give_the_row_gathers_values(monkeypatch):
 
 
 # --------------------------------------------------------------------------
-# one K / V partition per head (the reference's trace generator; issue 28 item 8)
+# one K / V partition per head (the reference's trace generator)
 # --------------------------------------------------------------------------
 def _attention_block(H, D, L, channels):
     be = get_backend("attacc", variant="bank-npc", channels=channels)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from pimjax.backends.attacc import lower as L
+from pimjax.backends.attacc import geometry as G, lower as L, stream as S
 from pimjax.backends.attacc import native
 from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.errors import PimCompileError
@@ -21,7 +21,7 @@ CASES = [("bank-pc", "gemv", (1000, 200)), ("bank-pc", "gemv", (1024, 512)), ("b
 
 def _lowered(case, draft, be, use_native):
     try:
-        return L._gemv_program(case.op, draft, be, value_shapes(case.op, case.shapes), dict(L.DEFAULT_OPTIONS),
+        return L._gemv_program(case.op, draft, be, value_shapes(case.op, case.shapes), dict(G.DEFAULT_OPTIONS),
                                use_native=use_native)
     except PimCompileError as err:
         return err
@@ -87,10 +87,10 @@ def _placement_loop(geo, layout_id, v_total, row_base, cores, resident):
 @given(st.sampled_from(["bank-pc", "bg-npc", "buffer-pc"]), st.integers(0, 3000), st.integers(0, 40),
        st.integers(1, 64), st.booleans())
 def test_placement_equals_the_loop_over_banks(variant, v_total, row_base, cores, resident):
-    geo = L.Geometry.of(get_backend("attacc", variant=variant))
+    geo = G.Geometry.of(get_backend("attacc", variant=variant))
     cores = min(cores, geo.cores)
-    em = L._Emitter(geo, "broadcast", L._Tables(cores, 1), cores)
-    L._placement(em, geo, 1, v_total, row_base, cores, resident)
+    em = S.Emitter(geo, "broadcast", G.Tables(cores, 1), cores)
+    S.place_matrix(em, geo, 1, v_total, row_base, cores, resident)
     got = em.b.build()
     want = _placement_loop(geo, 1, v_total, row_base, cores, resident)
     assert [tuple(int(got[f][r]) for f in RECORD_FIELDS) for r in range(len(got["op"]))] == want
@@ -126,13 +126,13 @@ def test_host_ids_number_rows_by_first_request(seed, G, K, E, KI):
        st.integers(1, 8), st.integers(1, 6))
 def test_compiled_load_commands_equal_the_loop(seed, variant, C, k, values):
     """`_load_commands` by `native.load_commands` vs its loop (shared rows per pCH)."""
-    geo = L.Geometry.of(get_backend("attacc", variant=variant))
+    geo = G.Geometry.of(get_backend("attacc", variant=variant))
     C = min(C, geo.cores)
     rng = np.random.default_rng(seed)
     entries = rng.permutation(16)[:k] + int(rng.integers(0, 3))
     need = {c: [(int(rng.integers(0, values)), int(d)) for d in entries] for c in range(C)}
-    got = L._load_commands(geo, need, "broadcast", C)
-    want = L._load_commands(geo, need, "broadcast", C, compiled=False)
+    got = S.load_commands(geo, need, "broadcast", C)
+    want = S.load_commands(geo, need, "broadcast", C, compiled=False)
     assert len(got) == len(want)
     for (b1, s1, d1), (b2, s2, d2) in zip(got, want):
         assert b1 == b2

@@ -1,4 +1,4 @@
-"""Attention as real code writes it, on AttAcc (issue #25 item 3).
+"""Attention as real code writes it, on AttAcc.
 
 AttAcc's softmax unit (one per channel, `../shared/reference/attacc.md`)
 scales the scores by a constant, runs a float32 softmax and writes FP16
@@ -259,7 +259,7 @@ def test_gqa_stores_each_kv_head_once():
     keeps a KV head's query heads on one unit)."""
     from pimjax import make_graph
     from pimjax.backends import baseline
-    from pimjax.backends.attacc.lower import lower_attention
+    from pimjax.backends.attacc.attention import lower_attention
     from pimjax.hw import get_backend
     from pimjax.lower.patterns import match_attention
     from pimjax.sim.execute import execute

@@ -208,7 +208,7 @@ def _host_write_time(cores: int, columns: int) -> tuple[float, set]:
     the two banks of `cores` PIM units (one pseudo-channel, refresh off)."""
     from pimjax.backends.hbm_pim.lower import Geometry, _host_columns
     from pimjax.lower.program import Phase, RecordBuilder
-    from pimjax.sim.cycles import timing_vector, scan_stream
+    from pimjax.sim.scan import timing_vector, scan_stream
     be = get_backend("hbm-pim")
     b = RecordBuilder()
     flat = np.arange(columns)
@@ -356,7 +356,7 @@ def test_shared_rearrangement_and_readback_records_lower_the_same_programs():
 
 
 # --------------------------------------------------------------------------
-# the Samsung simulator's placement and frame (issue 28 item 8)
+# the Samsung simulator's placement and frame
 # --------------------------------------------------------------------------
 def _gemv_op(M, N):
     import jax

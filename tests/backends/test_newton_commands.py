@@ -17,7 +17,8 @@ from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.backends.newton.time import draft_plans, newton_phases
 from pimjax.hw.presets import NEWTON_CONFIGS, get_backend, newton_config
 from pimjax.lower.program import Op, Phase
-from pimjax.sim.cycles import timing_vector, cycles
+from pimjax.sim.cycles import cycles
+from pimjax.sim.scan import timing_vector
 from pimjax.sim.native import RECORD_FIELDS, time_streams, timing_table
 from pimjax.sim.reference import simulate
 
@@ -41,7 +42,7 @@ def _three_engines(recs, be):
     """(end, buckets) of the reference model, the native loop and the scan (refresh off)."""
     import jax
     import jax.numpy as jnp
-    from pimjax.sim.cycles import features_of, scan_stream
+    from pimjax.sim.scan import features_of, scan_stream
     g = be.group
     t = {k: float(v) for k, v in timing_vector(be.timing).items()}
     ref = simulate(recs, t, g.banks, g.banks_per_bank_group, refresh=False)

@@ -9,7 +9,7 @@ from pimjax.hw import get_backend
 from pimjax.lower.program import Op, Phase
 import jax
 
-from pimjax.sim.cycles import timing_vector, features_of, scan_stream
+from pimjax.sim.scan import timing_vector, features_of, scan_stream
 from pimjax.sim.reference import simulate
 from pimjax.sim.timing import CLASS_TABLE, COLUMN
 
@@ -100,7 +100,7 @@ def test_streams_packed_in_lanes_equal_reference(backend_name, data):
     """`scan_lanes` runs several streams back to back in one lane, each from
     the initial state: every stream's result equals the reference model's
     for that stream alone, whatever shares its lane."""
-    from pimjax.sim.cycles import scan_lanes
+    from pimjax.sim.scan import scan_lanes
     be = backend_of(backend_name)
     streams = data.draw(st.lists(record_lists(backend_name), min_size=1, max_size=5))
     refresh = data.draw(st.booleans())

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from pimjax.hw import get_backend, stack_variants
-from pimjax.sim.cycles import timing_vector
+from pimjax.sim.scan import timing_vector
 from pimjax.sim.native import RECORD_FIELDS, time_streams, timing_table
 from pimjax.sim.reference import simulate
 
@@ -195,7 +195,8 @@ def test_pack_program_equals_numpy(data):
     `include_resident` (and a [1, R] field, which numpy broadcasts and the
     compiled loop must not read past)."""
     from pimjax.lower.program import Phase, Records
-    from pimjax.sim.cycles import SCAN_FIELDS, _fields32, _pack_numpy
+    from pimjax.sim.cycles import _fields32, _pack_numpy
+    from pimjax.sim.scan import SCAN_FIELDS
     from pimjax.sim.native import pack_program
     S, R = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 40))
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ...hw.core import Backend
 from ...lower.program import Program
-from .lower import lower_attacc, lower_attention
+from .attention import lower_attention
+from .lower import lower_attacc
 
 
 def _attention_fn(q, K, V):

@@ -3,6 +3,7 @@ programmed through all-bank-mode column commands and a CRF microkernel.
 
     isa.py       its commands' DRAM timing classes
     lower.py     Draft -> Program (the SIMD unit's microkernel, GRF blocking)
+    srf.py       the elementwise body compiler (CRF steps, SRF coefficients)
     execute.py   the value interpreter of its records
     baseline.py  the Samsung simulator's mapping
     bounds.py    a lower bound on a contraction draft's cycles (exhaustive tuning's pruning)
