@@ -1,4 +1,4 @@
-"""SIGKILL harness for pimjax's crash-safe stores (issue #44): `tests/test_crash.py` runs a few
+"""SIGKILL harness for pimjax's crash-safe stores: `tests/test_crash.py` runs a few
 kills, `benchmarks/crash_bench.py` 200 and prints the table.
 
 A worker is a forked child of this process (pimjax is imported once, so a worker starts in a

@@ -1,4 +1,4 @@
-"""pimjax.durable (issue #44): atomic whole-file writes, checksummed appends that two writers
+"""pimjax.durable: atomic whole-file writes, checksummed appends that two writers
 share without losing lines, readers that skip torn and corrupt entries with a named warning;
 and the stores built on it (tuning cache, label store, explore results, serving tables) keep
 their bound and evict their oldest entries."""

@@ -286,7 +286,7 @@ def test_energy_cache_follows_the_time_cache():
             assert energy["models"][k][mode]["total_ns"] == pytest.approx(res[mode]["total_ns"], rel=1e-12)
 
 
-# --------------------------------------------------------------------------- the GPU baselines (issue 41)
+# --------------------------------------------------------------------------- the GPU baselines
 def _node(kind, op, inputs, consumers, in_bytes=0, out_bytes=0):
     return dict(kind=kind, op=op, inputs=inputs, consumers=consumers, in_bytes=in_bytes, out_bytes=out_bytes,
                 Ho=1, Wo=1, F=1, H=1, W=1, flops=0)

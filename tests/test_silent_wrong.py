@@ -1,4 +1,4 @@
-"""Issue #28 "Nothing silently wrong": each silently wrong or unclear case
+""""Nothing silently wrong": each silently wrong or unclear case
 becomes a correct result, a reported conversion, or a clear early error."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Design-space exploration: the hardware and the mapping searched together (issue #27).
+"""Design-space exploration: the hardware and the mapping searched together.
 
 `sim.sweep` times *fixed* programs under timing variants.  A structural
 change -- channels, stacks, units per channel, buffers, PIM level -- changes

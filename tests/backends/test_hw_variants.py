@@ -1,4 +1,4 @@
-"""Hardware facts reach the lowerings from the Backend (issue #24).
+"""Hardware facts reach the lowerings from the Backend.
 
 User-defined variants of the presets -- one bank per HBM-PIM unit (the
 preset's config="ko", an LPDDR5X-PIM-like backend with 2 KB rows), other

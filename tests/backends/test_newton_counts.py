@@ -118,7 +118,7 @@ conv_shapes = st.tuples(st.sampled_from([5, 7, 8, 12, 14]), st.sampled_from([5, 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(conv_shapes, st.integers(0, 2 ** 31 - 1))
 def test_conv_counts_match_the_lowering(shape, seed):
-    """K x K convolutions (issue #29): the closed-form counts of broadcast
+    """K x K convolutions: the closed-form counts of broadcast
     drafts, half of them tiling a halo set (h, kh) by a mapping that is not
     a single variable, equal the fullest group's counts of the lowered
     program and its passes.  The counts come from `newton_geometry`'s box

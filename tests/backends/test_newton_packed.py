@@ -260,7 +260,7 @@ def _ref_rows():
 
 
 def test_every_reference_row_within_ten_percent():
-    """The acceptance of issue 41: every row's cycles and the command counts
+    """The packed mapping's acceptance: every row's cycles and the command counts
     it gives within 10 % (the artifact's mapping, its controller)."""
     rows = _ref_rows()
     assert len(rows) >= 32

@@ -1,4 +1,4 @@
-"""Issue #29: predictions that generalise -- the residual's bound, the
+"""Predictions that generalise -- the residual's bound, the
 ensemble's spread, the extrapolation flag, the broad cases and their
 variants, and the shipped models on unseen LLM-sized shapes and hardware."""
 import json

@@ -1,4 +1,4 @@
-"""Online refinement (issue #29, DCC §IV-D): opt-in label store fed by the
+"""Online refinement (DCC §IV-D): opt-in label store fed by the
 tuner's simulations, a bounded fine-tune of a copy of the shipped model,
 the shipped weights untouched, a corrupted store recovered."""
 import hashlib

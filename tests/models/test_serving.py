@@ -1,4 +1,4 @@
-"""The serving simulator (issue 43): traces, the scheduler on toy traces with times derived by
+"""The serving simulator: traces, the scheduler on toy traces with times derived by
 hand, KV capacity derived by hand, step costs against independent figures, bad input."""
 import math
 

@@ -1,4 +1,4 @@
-"""Issue 43's accuracy acceptance: `serve` at batch 1 equals `decode`, and AttAcc's system model
+"""The serving simulator's accuracy acceptance: `serve` at batch 1 equals `decode`, and AttAcc's system model
 (GPT-3 13B on 8 A100s, TP 8, with and without AttAcc stacks) per generated token."""
 import math
 

@@ -48,5 +48,5 @@ FAMILY = register(Family(
         shapes_per_kernel=32,
         heldout={"gemv": EVAL_GEMV + ((1024, 1024), (2048, 512)), "mmtv": EVAL_MMTV[:4]},
         train_hw=({"channels": 8}, {"buffers": 1}), heldout_hw=({"channels": 4}, {"buffers": 2}),
-        # broad cases: without them the session-12 model was 54 % off on an unseen LLM GEMV on 4 channels
+        # broad cases: without them the model is 54 % off on an unseen LLM GEMV on 4 channels
         members=2, broad_top=2)))

@@ -1,4 +1,4 @@
-"""Value interpretation of Newton / AiM programs (see `lower/newton.py`).
+"""Value interpretation of Newton / AiM programs (see `backends/newton/lower.py`).
 
 State of one channel: its banks [C, rows, cols, lanes] (the backend's
 core.cols and core.lanes, carried in `Program.meta`), the global buffer

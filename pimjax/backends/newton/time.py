@@ -53,7 +53,7 @@ segment, busy // passes cores a class (as the counts take them): the lowering sk
 core's segments without matrix data and READRES of latches it does not
 need (the edges of a halo-widened box), so there the walk is approximate
 (0.99-1.31 x the simulated time on the VGG-16 layers of the broad held-out
-set; issue #29: the count-based estimate it replaces was 0.78-6.2 x).
+set, where a count-based estimate is 0.78-6.2 x).
 Checked against lowering + simulation without refresh by
 `tests/backends/test_newton_time.py`.
 
@@ -566,7 +566,7 @@ def _layout_reads(n_b, n_o, t_in, cc, n_rc, ki, lo, is_flow: bool, cols):
     """The data-block layout of a plan and the columns its COMPs read, which
     walks of one geometry share (other vectors, passes, banks): (seg_base
     [n_b, n_o, t_in], seg_cols [t_in], the read columns' row runs -- first
-    flat column [R], length [R] (`lower.row_runs`) -- and how many columns
+    flat column [R], length [R] (`commands.row_runs`) -- and how many columns
     they hold, and those columns one by one when they are few (else None)).
     Read-only arrays."""
     from .walk import read_runs

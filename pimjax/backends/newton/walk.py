@@ -349,7 +349,7 @@ def _comp(st, L, C, geo, seg_base, seg_cols, bb, o, i, vg):
     jvs = min(kv, n_v - vg * kv)
     base, ncols = seg_base[bb, o, i], seg_cols[i]
     off = 0
-    while off < ncols:                      # a run per row (`lower._runs`)
+    while off < ncols:                      # a run per row (`commands.bank_runs`)
         row, col = (base + off) // cols, (base + off) % cols
         m = min(ncols - off, cols - col)
         off += m
@@ -640,7 +640,7 @@ def walk(n_b, n_v, n_o, n_rc, cc, t_in, kv, ki, lo, is_flow, passes, seg_base, s
 @njit(cache=True, nogil=True)
 def read_runs(seg_base, seg_cols, cols):
     """The flat bank columns the COMPs read -- the union of every segment's
-    run [seg_base[b, o, i], + seg_cols[i]) -- as `lower.row_runs` gives them
+    run [seg_base[b, o, i], + seg_cols[i]) -- as `commands.row_runs` gives them
     (maximal runs of consecutive columns inside one row): (first flat column
     [R], length [R]) int64, in column order; the columns read are sum(length).
     Merged from the segments' intervals, so no per-column array."""

@@ -1,5 +1,5 @@
 """Closed-form UPMEM time: the phases of `lower_upmem`'s program under
-`sim.cycles_upmem`'s rules, for every draft of a table at once, from the
+`backends.upmem.cycles`'s rules, for every draft of a table at once, from the
 draft alone (nothing is lowered or simulated).
 
 `dpu_kernel_cycles` -- the kernel.  The UPMEM time model has no shared
@@ -10,7 +10,7 @@ max(slowest tasklet, all instructions (one per cycle), all DMA time (one
 engine)).  So the kernel's cycles follow from how many caching tiles,
 points and DMAs the lowering gives each tasklet and the whole DPU -- counts
 that depend on the draft's worst-core loop lengths, tasklets, WRAM tile and
-dataflow only.  The three kernel shapes of `lower/upmem.py` are mirrored:
+dataflow only.  The three kernel shapes of `backends/upmem/lower.py` are mirrored:
 
 * elementwise: tiles of E = wram_tile / elem_bytes points round-robin
   over the tasklets (tasklet 0 has the most, and a full set of them
@@ -45,7 +45,7 @@ so drafts of one tiling that differ only in tasklets or the WRAM tile
 differ by 0.1-2 % in total -- below any learned model's error.  The cost
 model uses the sum as its estimate feature and, for UPMEM, as the base of a
 residual model (`CostModel(base="est_t_total")`).  The price: these
-formulas follow `lower/upmem.py` and `sim/cycles_upmem.py`; a change there
+formulas follow `backends/upmem/lower.py` and `backends/upmem/cycles.py`; a change there
 must be mirrored here, and the test says when it was not.
 """
 from __future__ import annotations
@@ -303,7 +303,7 @@ def _walk_runs(index_map, shape, layout_vars, real: dict, inner: str, pad_to: in
 def transfer_ns(op, lens: dict, shapes: dict, set_dpus: np.ndarray, sets, groups, cores, wram_tile,
                 reduction, backend, consts: dict, link=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """([n] host->DPU, [n] DPU->host, [n] host merge) ns of UPMEM drafts,
-    `lower_upmem`'s transfers under `sim.cycles_upmem`'s rules.
+    `lower_upmem`'s transfers under `backends.upmem.cycles`'s rules.
 
     Every host-contiguous run of a DPU's tile that is also contiguous in
     MRAM is one transfer call (a padded inner loop breaks the runs at each

@@ -1,4 +1,4 @@
-"""Value interpretation of UPMEM programs (see `lower/upmem.py`).
+"""Value interpretation of UPMEM programs (see `backends/upmem/lower.py`).
 
 State: the MRAM of every DPU as words, `mram[D, W]` (D = ranks x DPUs per
 rank, W = 32-bit words), with a written-mask `ok[D, W]`.  Nothing reaches

@@ -1,5 +1,5 @@
 """LLM serving on a GPU + PIM system: a stream of requests, a scheduler, paged KV
-caches in the PIM stacks, step times from compiled kernels (issue 43).
+caches in the PIM stacks, step times from compiled kernels.
 
 * `requests` -- request traces (`Requests`; `poisson_requests`, `requests_from`,
   `batch_requests`; length distributions `fixed`, `uniform`, `lognormal`)

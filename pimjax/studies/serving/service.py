@@ -1,4 +1,4 @@
-"""`serve`: a GPU + PIM system serving a stream of LLM requests (issue 43).
+"""`serve`: a GPU + PIM system serving a stream of LLM requests.
 
     from pimjax.models import get_config
     from pimjax.studies import serve
