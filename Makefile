@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-slow train bench fuzz clean
+.PHONY: demo test test-slow lint train bench fuzz clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile -m slow
 
+# ruff over the package, the tests, the benchmarks and the experiments (rules in pyproject.toml)
+lint: $(STAMP)
+	$(PY) -m ruff check pimjax tests benchmarks experiments
+
 train: $(STAMP)
 	$(PY) -m pimjax.costmodel.train
 
@@ -37,4 +41,4 @@ fuzz: $(STAMP)
 	$(PY) -m pimjax.testing.fuzz $(N) $(FUZZ_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache

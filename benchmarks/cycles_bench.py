@@ -29,15 +29,15 @@ import time
 import jax
 import numpy as np
 
+from pimjax.backends import baseline
 from pimjax.hw import get_backend, stack_variants
+from pimjax.kernels import kernel_op
 from pimjax.lower import lower
 from pimjax.partition import drafts
-from pimjax.backends import baseline
-from pimjax.sim.engines import ENGINES
 from pimjax.sim.cycles import cycles, cycles_batch, program_arrays, sweep
-from pimjax.sim.scan import timing_vector
+from pimjax.sim.engines import ENGINES
 from pimjax.sim.reference import simulate
-from pimjax.kernels import kernel_op
+from pimjax.sim.scan import timing_vector
 
 
 def best_of(fn, repeat=3):

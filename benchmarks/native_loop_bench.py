@@ -125,6 +125,7 @@ def _scan_compare(rev: str, repeat: int) -> None:
     """Wall time per scan step of `cycles.scan_lanes`, this tree against `rev`, on hbm-pim's and AttAcc's
     lowered GEMV streams (one lane per stream), the two taken in turn each round."""
     import jax
+
     from pimjax.sim import cycles
     from pimjax.sim.cycles import program_arrays
     from pimjax.sim.scan import ALL_FEATURES

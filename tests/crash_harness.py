@@ -116,6 +116,7 @@ class Harness:
         """Every store's code run once here, so a forked worker imports nothing (pandas takes
         a second) and writes from its first millisecond."""
         import tempfile
+
         from pimjax.costmodel.features import F
         from pimjax.costmodel.online import LabelStore
         from pimjax.search.cache import TuneCache

@@ -258,6 +258,7 @@ def test_a_function_keeps_the_compiles_of_its_latest_signatures(monkeypatch):
     """`PimFunction.COMPILES_KEPT` bounds the compiles kept per function: a third shape evicts the
     first, which compiles again when called (a new `Compiled`); values stay jnp's."""
     import jax.numpy as jnp
+
     from pimjax import pim_jit
     from pimjax.api import PimFunction
     monkeypatch.setattr(PimFunction, "COMPILES_KEPT", 2)

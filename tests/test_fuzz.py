@@ -12,11 +12,13 @@ import warnings
 import jax
 import ml_dtypes
 import numpy as np
-from hypothesis import HealthCheck, given, note, settings, strategies as st
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 
 from pimjax.durable import CorruptStateWarning
 from pimjax.errors import PrecisionWarning
-from pimjax.testing import check as fuzz_check, fuzz
+from pimjax.testing import check as fuzz_check
+from pimjax.testing import fuzz
 
 
 def test_generated_programs_are_valid_jax_and_cover_the_space():
@@ -41,7 +43,7 @@ def test_program_source_is_its_reproducer():
     p = fuzz.program(fuzz.RandomDraw(3))
     args = p.make_args(0)
     env: dict = {}
-    exec(p.reproducer().split("\nprint(")[0], env)           # the script up to its check call
+    exec(p.reproducer().split("\nprint(")[0], env)           # noqa: S102 -- the script up to its check call
     np.testing.assert_array_equal(np.asarray(jax.jit(env["prog"].fn)(*args), np.float32),
                                   np.asarray(jax.jit(p.fn)(*args), np.float32))
     assert env["prog"] == p
@@ -130,6 +132,7 @@ def test_a_stopped_run_resumes_where_it_stopped(tmp_path, capsys, monkeypatch):
     3-program run's; a file of another run, or one that does not record its
     programs, is refused by name."""
     import json
+
     import pytest
     opts = ["--backends", "upmem", "--placements", "prefer_pim", "--cache-dir", ""]
     part, whole = tmp_path / "part.json", tmp_path / "whole.json"
@@ -191,6 +194,7 @@ def test_a_logged_failure_is_rechecked_end_to_end(tmp_path, monkeypatch):
     the log back, runs that program again and the run's counts hold no
     failure any more (exit 0)."""
     import json
+
     from pimjax.durable import read_records
     opts = ["--backends", "upmem", "--placements", "prefer_pim", "--cache-dir", ""]
     counts, log = tmp_path / "run.json", tmp_path / "fail.jsonl"

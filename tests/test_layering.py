@@ -11,8 +11,6 @@ from __future__ import annotations
 import ast
 import pathlib
 
-import pytest
-
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "pimjax"
 
 # bottom first; a unit may import its own layer and the layers below.  "api" and "report" share a

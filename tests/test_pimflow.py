@@ -1,5 +1,4 @@
 """experiments/pimflow.py: the fast per-layer PIM time and the PIMFlow modes on the cached layers."""
-import math
 import os
 
 import numpy as np

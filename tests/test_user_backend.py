@@ -150,6 +150,7 @@ def _generic_modules():
     generic code: all of `pimjax` but the family folders
     (`backends.FAMILY_MODULES`) and the hardware presets (`hw/`)."""
     import ast
+
     from pimjax.backends import FAMILY_MODULES
     root = Path(__file__).resolve().parents[1] / "pimjax"
     for path in sorted(root.rglob("*.py")):
@@ -197,6 +198,7 @@ def test_generic_code_never_imports_a_family_module():
     no import -- module-level or inside a function, absolute or relative --
     of `pimjax.backends.<family>` or anything under it."""
     import ast
+
     from pimjax.backends import FAMILY_MODULES
     offenders = []
     for rel, module, is_package, tree in _generic_modules():

@@ -23,7 +23,7 @@ validates on construction and raises `ValueError` naming the field; use
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import jax

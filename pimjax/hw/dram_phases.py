@@ -50,8 +50,20 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from .dram_rules import (ACTS, ALLBANK_COLUMNS, ARRAY_COLUMNS, BANK_COLUMNS, COLUMNS, N_LAT, PRECHARGES,
-                         READS, RULES, SCHEDULE, WRITES, Rule)
+from .dram_rules import (
+    ACTS,
+    ALLBANK_COLUMNS,
+    ARRAY_COLUMNS,
+    BANK_COLUMNS,
+    COLUMNS,
+    N_LAT,
+    PRECHARGES,
+    READS,
+    RULES,
+    SCHEDULE,
+    WRITES,
+    Rule,
+)
 
 PHASES = ("refresh", "row_open", "column", "all_bank", "side", "end")
 

@@ -27,13 +27,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..family import family_of, has_family
 from ..hw.core import Backend, Timing, check_timing_batch
 from ..lower.program import Phase, Program, Records
-from ..family import family_of, has_family
 from .engines import check_banks, check_programs, resolve_engine
 from .padding import fine, pow2
 from .report import CycleReport
-
 from .scan import SCAN_FIELDS, features_of, scan_lanes, timing_vector
 
 

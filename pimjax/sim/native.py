@@ -40,17 +40,60 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import njit
 
-from ..hw.dram_phases import (ACT_AFTER_ACT, ACT_AFTER_ACT_BG, ACT_AFTER_ACT_CH, ACT_AFTER_PRE, ACT_AFTER_REF,
-                               ACT_WINDOW, ACTAB_AFTER_BUF, ACTAB_AFTER_COL, column_gap, column_spacing, END_AB,
-                               END_ACTAB, END_PREA, END_RD,
-                               END_SIDE, END_WR, FIXED_AFTER_COL, PRE_AFTER_ACT, PRE_AFTER_RD, PRE_AFTER_WR, PREA_AFTER_COL, PREALL_AFTER_AB,
-                               RD_AFTER_ACT, RD_AFTER_WR_L, RD_AFTER_WR_S, REF_AFTER_PREREF, REF_FIRST, REF_INTERVAL,
-                               REF_WAVE, SIDE_AFTER_SIDE, SIDE_AFTER_SIDE_BG, WR_AFTER_ACT, WR_AFTER_RD)
+from ..hw.dram_phases import (
+    ACT_AFTER_ACT,
+    ACT_AFTER_ACT_BG,
+    ACT_AFTER_ACT_CH,
+    ACT_AFTER_PRE,
+    ACT_AFTER_REF,
+    ACT_WINDOW,
+    ACTAB_AFTER_BUF,
+    ACTAB_AFTER_COL,
+    END_AB,
+    END_ACTAB,
+    END_PREA,
+    END_RD,
+    END_SIDE,
+    END_WR,
+    FIXED_AFTER_COL,
+    PRE_AFTER_ACT,
+    PRE_AFTER_RD,
+    PRE_AFTER_WR,
+    PREA_AFTER_COL,
+    PREALL_AFTER_AB,
+    RD_AFTER_ACT,
+    RD_AFTER_WR_L,
+    RD_AFTER_WR_S,
+    REF_AFTER_PREREF,
+    REF_FIRST,
+    REF_INTERVAL,
+    REF_WAVE,
+    SIDE_AFTER_SIDE,
+    SIDE_AFTER_SIDE_BG,
+    WR_AFTER_ACT,
+    WR_AFTER_RD,
+    column_gap,
+    column_spacing,
+)
 from ..hw.dram_rules import CHAIN, CHAIN_LEN, N_LAT, NEVER, PARAMS, compile_chains
 from ..lower.inline_njit import njit_phases
 from ..lower.program import Phase
-from .timing import (ACT_ALL, ALLBANK, BARRIER, BUFFER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE,
-                     STAGGER, STREAM, WAIT, WRITE)
+from .timing import (
+    ACT_ALL,
+    ALLBANK,
+    BARRIER,
+    BUFFER,
+    CLASS_TABLE,
+    COLUMN,
+    DATA_BUS,
+    FIXED,
+    PRE_ALL,
+    SIDE,
+    STAGGER,
+    STREAM,
+    WAIT,
+    WRITE,
+)
 
 # record fields, rows of the [8, M] record table
 RECORD_FIELDS = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")

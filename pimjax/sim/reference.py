@@ -25,11 +25,39 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..hw.dram_rules import (ACTAB_END, FAW, KINDS, NEVER, PRECHARGES, PREA_END, REF0, REFW, REFI, RFC, RP_REF, RULES,
-                              SIDE_GAP, compile_rules)
+from ..hw.dram_rules import (
+    ACTAB_END,
+    FAW,
+    KINDS,
+    NEVER,
+    PREA_END,
+    PRECHARGES,
+    REF0,
+    REFI,
+    REFW,
+    RFC,
+    RP_REF,
+    RULES,
+    SIDE_GAP,
+    compile_rules,
+)
 from ..lower.program import Phase
-from .timing import (ACT_ALL, ALLBANK, BARRIER, BUFFER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE,
-                     STAGGER, STREAM, WAIT, WRITE)
+from .timing import (
+    ACT_ALL,
+    ALLBANK,
+    BARRIER,
+    BUFFER,
+    CLASS_TABLE,
+    COLUMN,
+    DATA_BUS,
+    FIXED,
+    PRE_ALL,
+    SIDE,
+    STAGGER,
+    STREAM,
+    WAIT,
+    WRITE,
+)
 
 ALL = -1   # `bank` of a command to every bank
 

@@ -18,18 +18,66 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..hw.core import Timing
-from ..hw.dram_phases import (ACT_AFTER_ACT, ACT_AFTER_ACT_BG, ACT_AFTER_ACT_CH, ACT_AFTER_PRE, ACT_AFTER_REF,
-                               ACT_WINDOW, ACTAB_AFTER_BUF, ACTAB_AFTER_COL, END_AB, END_ACTAB, END_PREA, END_RD,
-                               END_SIDE, END_WR, FIXED_AFTER_COL, GAP_AB, GAP_AB_L, GAP_AB_S, GAP_L, GAP_S,
-                               PRE_AFTER_ACT, PRE_AFTER_RD, PRE_AFTER_WR, PREA_AFTER_COL, PREALL_AFTER_AB,
-                               RD_AFTER_ACT, RD_AFTER_WR_L, RD_AFTER_WR_S, REF_AFTER_PREREF, REF_FIRST, REF_INTERVAL,
-                               REF_WAVE, SIDE_AFTER_SIDE, SIDE_AFTER_SIDE_BG, SPACE_AB, SPACE_L, SPACE_S,
-                               WR_AFTER_ACT, WR_AFTER_RD)
+from ..hw.dram_phases import (
+    ACT_AFTER_ACT,
+    ACT_AFTER_ACT_BG,
+    ACT_AFTER_ACT_CH,
+    ACT_AFTER_PRE,
+    ACT_AFTER_REF,
+    ACT_WINDOW,
+    ACTAB_AFTER_BUF,
+    ACTAB_AFTER_COL,
+    END_AB,
+    END_ACTAB,
+    END_PREA,
+    END_RD,
+    END_SIDE,
+    END_WR,
+    FIXED_AFTER_COL,
+    GAP_AB,
+    GAP_AB_L,
+    GAP_AB_S,
+    GAP_L,
+    GAP_S,
+    PRE_AFTER_ACT,
+    PRE_AFTER_RD,
+    PRE_AFTER_WR,
+    PREA_AFTER_COL,
+    PREALL_AFTER_AB,
+    RD_AFTER_ACT,
+    RD_AFTER_WR_L,
+    RD_AFTER_WR_S,
+    REF_AFTER_PREREF,
+    REF_FIRST,
+    REF_INTERVAL,
+    REF_WAVE,
+    SIDE_AFTER_SIDE,
+    SIDE_AFTER_SIDE_BG,
+    SPACE_AB,
+    SPACE_L,
+    SPACE_S,
+    WR_AFTER_ACT,
+    WR_AFTER_RD,
+)
 from ..hw.dram_rules import CHAIN, N_LAT, NEVER, compile_chains, compile_rules
 from ..lower.program import Phase
-from .timing import (ACT_ALL, ALLBANK, BARRIER, BUFFER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, N_FLAGS, PRE_ALL,
-                     SIDE, STAGGER, STREAM, WAIT, WRITE)
-
+from .timing import (
+    ACT_ALL,
+    ALLBANK,
+    BARRIER,
+    BUFFER,
+    CLASS_TABLE,
+    COLUMN,
+    DATA_BUS,
+    FIXED,
+    N_FLAGS,
+    PRE_ALL,
+    SIDE,
+    STAGGER,
+    STREAM,
+    WAIT,
+    WRITE,
+)
 
 SCAN_FIELDS = ("op", "bank", "row", "n", "phase", "resident", "pre", "sync")
 

@@ -59,8 +59,8 @@ import time
 
 import numpy as np
 
-from ..hw.core import Backend
 from ..errors import user_stacklevel
+from ..hw.core import Backend
 
 MAXIMISE = ("speedup_gpu", "tokens_per_s", "goodput_tokens_per_s", "requests_per_s")   # evolve's objectives to maximise
 COLUMNS = ("point", "backend", "variant", "timing", "total_ns", "pim_ns", "host_ns", "energy_pj", "gpu_ns",
@@ -106,6 +106,7 @@ def _settings_digest(fn, args, tuner, placement, resident) -> str:
     """8 hex digits naming what a results row depends on besides the backend:
     a row computed under other settings must not answer this run."""
     import hashlib
+
     import jax
     if _is_objective(fn) and callable(getattr(fn, "digest", None)):
         return fn.digest()
@@ -122,7 +123,7 @@ def _load(path: str | None) -> dict:
     an interrupt runs again.  A point written twice (two processes sharing the file ran it)
     answers with its first complete copy.  Torn or corrupt lines are skipped with a
     `durable.CorruptStateWarning`."""
-    from pimjax.durable import read_records          # absolute: this module moves to pimjax/studies/
+    from pimjax.durable import read_records  # absolute: this module moves to pimjax/studies/
     done: dict = {}
     if path is None:
         return done
@@ -146,6 +147,7 @@ def _load(path: str | None) -> dict:
     cut = [k for k in groups if k not in done]
     if cut:                                             # lines intact, a point's last rows never written
         import warnings
+
         from pimjax.durable import CorruptStateWarning
         warnings.warn(f"pimjax explore results {path}: skipped {len(cut)} point(s) whose rows were cut short "
                       f"({', '.join(p for p, _ in cut[:3])}{', ...' if len(cut) > 3 else ''}); they run again",
@@ -225,6 +227,7 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
     Returns a pandas DataFrame (columns `COLUMNS`) of this process's points.
     """
     import pandas as pd
+
     from ..search.cache import backend_fingerprint
     items = _points(backends)
     if shard is not None:

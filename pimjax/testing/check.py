@@ -75,8 +75,9 @@ def _scale(prog: FuzzProgram, args) -> float:
     """The largest finite magnitude among the program's inputs and every
     value it names (in jax): an fp16 / bf16 sum's error is relative to its
     terms, not to a result that cancelled."""
-    import jax
     import re
+
+    import jax
     names = re.findall(r"^    (v\d+) = ", prog.source, re.M)
     body = prog.source[:prog.source.rindex("    return ")] + f"    return [{', '.join(names)}]\n"
     every = dataclasses.replace(prog, source=body).fn
@@ -194,6 +195,7 @@ def check(prog: FuzzProgram, backend: str, placement: str, seed: int = 0, tuner=
     or a cached operand check shows there).  reference, reference2:
     (want, scale) of the two calls when already computed (`reference_of`)."""
     import jax
+
     from pimjax.api import pim_jit
     from pimjax.hw.presets import get_backend
     from pimjax.precision import tolerance, unit_dtype
@@ -218,6 +220,7 @@ def check(prog: FuzzProgram, backend: str, placement: str, seed: int = 0, tuner=
 
 def _one_call(f, fn, args, want, rtol, scale, timeout_s, unit=None) -> Result:
     import jax
+
     from pimjax.errors import PimCompileError, PrecisionWarning
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -20,10 +20,22 @@ import time
 
 import numpy as np
 
-from .check import (BACKEND_OPTIONS, BACKENDS, EAGER, FAIL_OUTCOMES, OK_OUTCOMES, OUTCOMES, PLACEMENTS, Result,
-                    at_unit_precision, check, check_all, compare, reference_of)
+from .check import (
+    BACKEND_OPTIONS,
+    BACKENDS,
+    EAGER,
+    FAIL_OUTCOMES,
+    OK_OUTCOMES,
+    OUTCOMES,
+    PLACEMENTS,
+    Result,
+    at_unit_precision,
+    check,
+    check_all,
+    compare,
+    reference_of,
+)
 from .generate import DTYPES, KINDS, ArgSpec, FuzzProgram, HypothesisDraw, RandomDraw, program, programs
-
 
 
 # --- the command line ----------------------------------------------------------------------------
@@ -121,6 +133,7 @@ def recheck(counts_path: str, log_path: str, timeout_s: float | None = 300.0, sa
     ignored; "on_pim" is kept (a fix of a value does not move an op).
     Returns the number of failures the counts still hold (0: none)."""
     import json
+
     from pimjax.durable import atomic_write, read_records
     with open(counts_path) as fh:
         rec = json.load(fh)
@@ -186,10 +199,12 @@ def main(argv=None) -> int:
             return 1 if recheck(a.counts, a.log, a.timeout) else 0
         except (OSError, ValueError, KeyError) as e:      # a file of another run, or not a run's record
             ap.error(f"--recheck: {type(e).__name__}: {e}")
+    import json
+
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
-    import json
+
     from pimjax.durable import append_records, atomic_write
     backends, placements = tuple(a.backends.split(",")), tuple(a.placements.split(","))
     tuner = None if a.tuner == "predict" else a.tuner

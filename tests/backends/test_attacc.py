@@ -30,27 +30,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jax import lax
 
 import pimjax
+from pimjax.backends import baseline
+from pimjax.backends.attacc import execute as EA
+from pimjax.backends.attacc.attention import lower_attention
+from pimjax.backends.attacc.execute import batch_dims, execute_batch
+from pimjax.backends.attacc.geometry import TREE
+from pimjax.backends.attacc.reference import reference_program
 from pimjax.errors import PimCompileError
 from pimjax.hw import get_backend, stack_variants
 from pimjax.lower import lower
-from pimjax.backends.attacc.attention import lower_attention
-from pimjax.backends.attacc.geometry import TREE
-from pimjax.backends.attacc.reference import reference_program
-from pimjax.lower.program import side_cache
 from pimjax.lower.patterns import match_attention
-from pimjax.lower.program import Op
+from pimjax.lower.program import Op, side_cache
 from pimjax.partition import drafts
-from pimjax.backends import baseline
 from pimjax.partition.dimsets import dimension_sets
 from pimjax.partition.verify import matrix_and_vector
-from pimjax.sim.execute import execute
 from pimjax.sim.cycles import cycles, sweep
-from pimjax.backends.attacc import execute as EA
-from pimjax.backends.attacc.execute import batch_dims, execute_batch
+from pimjax.sim.execute import execute
 
 U16 = 2.0 ** -11                    # FP16 unit roundoff
 BE = get_backend("attacc", channels=2)   # 2 channels x 64 units: group and core splits, small programs
@@ -514,6 +514,7 @@ def test_an_attention_draft_of_more_units_than_the_backend_has_is_refused():
     index past the placement tables)."""
     import jax
     import jax.numpy as jnp
+
     import pimjax
     from pimjax.backends import family_of
     from pimjax.errors import PimCompileError

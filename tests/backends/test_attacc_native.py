@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pimjax.backends.attacc import geometry as G, lower as L, stream as S
+from pimjax.backends.attacc import geometry as G
+from pimjax.backends.attacc import lower as L
 from pimjax.backends.attacc import native
+from pimjax.backends.attacc import stream as S
 from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.errors import PimCompileError
 from pimjax.hw import get_backend

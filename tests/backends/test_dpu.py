@@ -5,12 +5,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pimjax.costmodel.dataset import try_lower
 from pimjax.backends.upmem.dpu import _partial_count, dpu_kernel_cycles, transfer_ns
+from pimjax.backends.upmem.lower import kernel_constants
+from pimjax.costmodel.dataset import try_lower
 from pimjax.costmodel.features import _OpInfo
 from pimjax.costmodel.kernels import Case, case_drafts, make_case
 from pimjax.hw.presets import get_backend
-from pimjax.backends.upmem.lower import kernel_constants
 from pimjax.partition import dimension_sets
 from pimjax.partition.verify import infer_shapes, per_core_var_lengths
 from pimjax.sim.cycles import cycles

@@ -12,19 +12,19 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from pimjax.backends import baseline
+from pimjax.backends.hbm_pim.lower import _unique_columns
 from pimjax.hw import get_backend
 from pimjax.lower import lower
-from pimjax.backends.hbm_pim.lower import _unique_columns
 from pimjax.lower.program import Op
 from pimjax.partition import drafts
-from pimjax.backends import baseline
 from pimjax.partition.verify import op_support
-from pimjax.sim.execute import execute
 from pimjax.sim.cycles import cycles
+from pimjax.sim.execute import execute
 from tests.corpus import CORPUS
-
 from tests.lower.util import graph_ops, reference_output
 
 BACKEND = get_backend("hbm-pim", channels=4)
@@ -208,7 +208,7 @@ def _host_write_time(cores: int, columns: int) -> tuple[float, set]:
     the two banks of `cores` PIM units (one pseudo-channel, refresh off)."""
     from pimjax.backends.hbm_pim.lower import Geometry, _host_columns
     from pimjax.lower.program import Phase, RecordBuilder
-    from pimjax.sim.scan import timing_vector, scan_stream
+    from pimjax.sim.scan import scan_stream, timing_vector
     be = get_backend("hbm-pim")
     b = RecordBuilder()
     flat = np.arange(columns)
@@ -330,9 +330,9 @@ def test_shared_rearrangement_and_readback_records_lower_the_same_programs():
     every draft lowers to the same records with the caches cold as warm
     (and a cached table cannot be written through)."""
     import pimjax.backends.hbm_pim.lower as hbm_lower
+    from pimjax.errors import PimCompileError
     from pimjax.kernels import kernel_op
     from pimjax.lower.program import RECORD_FIELDS
-    from pimjax.errors import PimCompileError
     op, shapes = kernel_op("gemv", [1000, 200])
     table = drafts(op, BACKEND, shapes=shapes)
     warm, cold = [], []

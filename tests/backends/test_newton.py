@@ -29,15 +29,15 @@ import pytest
 from jax import lax
 
 import pimjax
+from pimjax.backends import baseline
 from pimjax.errors import PimCompileError
 from pimjax.hw import get_backend
 from pimjax.lower import Op, lower
 from pimjax.lower.program import RECORD_FIELDS, Records
 from pimjax.partition import DimPart, Draft, drafts
-from pimjax.backends import baseline
 from pimjax.partition.verify import verify
-from pimjax.sim.execute import execute
 from pimjax.sim.cycles import cycles
+from pimjax.sim.execute import execute
 from tests.partition import helpers as H
 
 BE = get_backend("newton")
@@ -145,6 +145,7 @@ def test_corpus_contractions(name):
     convolutions; the graph's shapes passed to `lower`) runs on Newton:
     baseline + 2 sampled drafts, wide values."""
     import jax
+
     from pimjax.trace.evaluate import evaluate_op
     from tests import corpus
     fn, make = {n: (f, m) for n, f, m in corpus.CORPUS}[name]

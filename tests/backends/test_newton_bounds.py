@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import assume, example, given, settings, strategies as st
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
 
 from pimjax.backends import family_of
 from pimjax.backends.newton.bounds import lower_bound, spacings

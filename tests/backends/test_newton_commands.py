@@ -12,15 +12,15 @@ partition search's group allocation).
 import numpy as np
 import pytest
 
+from pimjax.backends.newton.time import draft_plans, newton_phases
 from pimjax.costmodel.dataset import try_lower
 from pimjax.costmodel.kernels import case_drafts, make_case
-from pimjax.backends.newton.time import draft_plans, newton_phases
 from pimjax.hw.presets import NEWTON_CONFIGS, get_backend, newton_config
 from pimjax.lower.program import Op, Phase
 from pimjax.sim.cycles import cycles
-from pimjax.sim.scan import timing_vector
 from pimjax.sim.native import RECORD_FIELDS, time_streams, timing_table
 from pimjax.sim.reference import simulate
+from pimjax.sim.scan import timing_vector
 
 OFF = get_backend("newton")
 ON = get_backend("newton", gwrite_hiding=True)
@@ -42,6 +42,7 @@ def _three_engines(recs, be):
     """(end, buckets) of the reference model, the native loop and the scan (refresh off)."""
     import jax
     import jax.numpy as jnp
+
     from pimjax.sim.scan import features_of, scan_stream
     g = be.group
     t = {k: float(v) for k, v in timing_vector(be.timing).items()}

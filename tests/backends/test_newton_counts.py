@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pimjax.backends.newton.counts import _spans, newton_counts, newton_geometry
 from pimjax.costmodel.dataset import try_lower
 from pimjax.costmodel.kernels import case_drafts, make_case
-from pimjax.backends.newton.counts import _spans, newton_counts, newton_geometry
 from pimjax.hw.presets import get_backend
 from pimjax.partition import dimension_sets
 from pimjax.partition.table import from_drafts

@@ -10,7 +10,8 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jax import lax
 
 from pimjax.backends.newton import fork
@@ -83,6 +84,7 @@ def test_packed_fc_values_and_bf16(C, F, pixels):
     tolerance; the read-back of no bus time (the fork's) computes the same."""
     import jax
     import jax.numpy as jnp
+
     from pimjax.trace.frontend import make_graph
     graph = make_graph(lambda x, w: x @ w, jax.ShapeDtypeStruct((pixels, C), jnp.float16),
                        jax.ShapeDtypeStruct((C, F), jnp.float16))
@@ -107,6 +109,7 @@ def test_packed_fc_values_and_bf16(C, F, pixels):
 def test_missing_readres_gives_nan():
     """A dropped READRES (the record turned into a NOP) leaves its outputs NaN."""
     import dataclasses
+
     from pimjax.lower.program import RECORD_FIELDS, Records
     row = _row(4, 4, 24, 20)
     op, shapes = layer_graph(row)

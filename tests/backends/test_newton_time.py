@@ -6,10 +6,10 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
+from pimjax.backends.newton.time import draft_plans, newton_phases
 from pimjax.costmodel.dataset import try_lower
 from pimjax.costmodel.features import FEATURE_NAMES, features_table
 from pimjax.costmodel.kernels import case_drafts, make_case
-from pimjax.backends.newton.time import draft_plans, newton_phases
 from pimjax.hw.presets import get_backend
 from pimjax.sim.cycles import cycles
 
@@ -287,6 +287,7 @@ def test_regressions_against_the_simulator(backend, shape, rows):
 def _conv_case(xs, ws):
     import jax
     from jax import lax
+
     import pimjax
 
     def conv(x, k):
@@ -298,8 +299,8 @@ def _conv_case(xs, ws):
 
 def _est_and_sim(op, sh, table, rows, m):
     """[(draft row, closed-form phases [3], simulated phases [3])] of the rows that lower with matrix=m."""
-    from pimjax.lower import lower
     from pimjax.errors import PimCompileError
+    from pimjax.lower import lower
     est = 2.0 ** features_table(op, table.take(rows), BE, sh, matrix=m)[:, EST].astype(np.float64) - 1
     out = []
     for j, i in enumerate(rows):

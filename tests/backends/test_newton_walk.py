@@ -11,9 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pimjax.backends.newton import time as nt
-from pimjax.backends.newton.commands import INTERLEAVE_LIMIT, readres_bursts
+from pimjax.backends.newton.commands import INTERLEAVE_LIMIT, readres_bursts, row_runs
 from pimjax.backends.newton.walk import read_runs
-from pimjax.backends.newton.commands import row_runs
 from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.hw.presets import get_backend, newton_config
 

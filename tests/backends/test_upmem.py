@@ -13,19 +13,19 @@ import jax
 import numpy as np
 import pytest
 
+from pimjax.backends import baseline
+from pimjax.backends.upmem.cycles import DEFAULT_LINK, cycles_upmem, dispatch_interval, sweep_upmem
+from pimjax.backends.upmem.lower import PRIM_OPTIONS, Exec, Xfer, lower_upmem
 from pimjax.hw import get_backend
 from pimjax.hw.core import stack_variants
 from pimjax.lower import lower
-from pimjax.lower.program import Op, Phase, Program, ProgramStats, Readback, Records, RecordBuilder, stack_streams
-from pimjax.backends.upmem.lower import PRIM_OPTIONS, Exec, Sync, Xfer, lower_upmem
+from pimjax.lower.program import Op, Phase, Program, ProgramStats, Readback, RecordBuilder, Records, stack_streams
 from pimjax.partition import drafts, op_support
-from pimjax.backends import baseline
 from pimjax.partition.draft import DimPart, Draft
-from pimjax.sim.execute import execute
 from pimjax.sim.cycles import cycles
-from pimjax.backends.upmem.cycles import DEFAULT_LINK, cycles_upmem, dispatch_interval, sweep_upmem
+from pimjax.sim.execute import execute
 from pimjax.trace.affine import AffineExpr as A
-from pimjax.trace.ir import Access, Acc, Arg, Const, LoopVar, PimOp, Prim
+from pimjax.trace.ir import Acc, Access, Arg, Const, LoopVar, PimOp, Prim
 
 V = A.var
 BACKEND = get_backend("upmem", dpus=256)     # 4 ranks x 64 DPUs keeps the draft spaces small
@@ -366,7 +366,7 @@ def test_vmap_over_hardware_variants():
     tot = np.asarray(swept.total_cycles)
     assert tot[1] < tot[0] and tot[2] < tot[0] and tot[3] <= tot[0]
     # and jax.vmap over the parameters directly
-    from pimjax.backends.upmem.cycles import dpu_params, _report, program_arrays
+    from pimjax.backends.upmem.cycles import _report, dpu_params, program_arrays
     arr = program_arrays(prog)
     p = jax.vmap(lambda b: dpu_params(b, DEFAULT_LINK))(batch)
     direct = jax.vmap(lambda q: _report(arr, q, 11))(p)

@@ -10,22 +10,23 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pimjax.backends import family_of
 from pimjax.backends.upmem.bounds import lower_bound
 from pimjax.backends.upmem.lower import PRIM_OPTIONS
 from pimjax.costmodel.dataset import try_lower
+from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.errors import PimCompileError
+from pimjax.hw import get_backend
 from pimjax.lower import lower
 from pimjax.partition import drafts
 from pimjax.partition.verify import infer_shapes
+from pimjax.search.tuner import Tuner
 from pimjax.sim.cycles import cycles
 from pimjax.trace import make_graph
 from tests.backends.test_hbm_pim_bounds import check_pruned_search_is_the_full_one
-from pimjax.costmodel.kernels import case_drafts, make_case
-from pimjax.hw import get_backend
-from pimjax.search.tuner import Tuner
 
 BACKEND = get_backend("upmem", dpus=256)
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pimjax.backends.upmem.lower import _Consecutive, _base, _group_runs, _host_runs, _host_runs_walk, _positions
+from pimjax.backends.upmem.lower import _base, _Consecutive, _group_runs, _host_runs, _host_runs_walk, _positions
 from pimjax.lower.program import TensorLayout
 from pimjax.trace.affine import AffineExpr
 

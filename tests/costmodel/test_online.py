@@ -18,6 +18,7 @@ def _digest(path):
 
 def test_tuner_appends_its_simulations_and_refine_leaves_the_shipped_weights(tmp_path):
     import jax
+
     from pimjax import pim_jit
     from pimjax.search import Tuner
     store = LabelStore(str(tmp_path / "labels.jsonl"))

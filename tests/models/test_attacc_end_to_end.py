@@ -3,8 +3,8 @@
 import pytest
 
 from pimjax.hw.host import a100
-from pimjax.studies.inference import attacc_end_to_end
 from pimjax.search.tuner import Tuner
+from pimjax.studies.inference import attacc_end_to_end
 
 TCK = 0.769
 # attacc.md: Lin -> (per-layer PIM attention cycles at L = Lin + 1,

@@ -5,9 +5,9 @@ import pytest
 
 from pimjax import pim_jit
 from pimjax.models.configs import get_config
-from pimjax.studies.inference import PHASES, RESIDENT, SYSTEMS, decode, gpu_attention_ns
 from pimjax.models.layers import layer_shapes, make_layer
 from pimjax.search.tuner import Tuner
+from pimjax.studies.inference import PHASES, RESIDENT, SYSTEMS, decode, gpu_attention_ns
 
 CFG = get_config("gpt3-13b").scaled(d_model=128, n_heads=2, n_kv_heads=2, d_ff=256, n_layers=3)
 # the consistency checks run on the roofline GPU model, where the decode loop's attention is

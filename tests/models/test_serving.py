@@ -11,12 +11,26 @@ from hypothesis import strategies as st
 from pimjax.hw.host import a100
 from pimjax.hw.presets import get_backend
 from pimjax.models.configs import get_config
-from pimjax.studies.serving import (Requests, batch_requests, fixed, lognormal, poisson_requests, requests_from,
-                                   serve, uniform)
-from pimjax.studies.serving.costs import (KVLayout, StepTime, TracedDense, kv_layout, make_gpu_attention,
-                                         partition_backend)
-from pimjax.studies.serving.engine import simulate
 from pimjax.search.tuner import Tuner
+from pimjax.studies.serving import (
+    Requests,
+    batch_requests,
+    fixed,
+    lognormal,
+    poisson_requests,
+    requests_from,
+    serve,
+    uniform,
+)
+from pimjax.studies.serving.costs import (
+    KVLayout,
+    StepTime,
+    TracedDense,
+    kv_layout,
+    make_gpu_attention,
+    partition_backend,
+)
+from pimjax.studies.serving.engine import simulate
 
 GPT3_TP8 = get_config("gpt3-13b").tensor_parallel(8)
 _TUNER = Tuner()
@@ -244,10 +258,10 @@ def test_kv_layout_partitions_follow_attaccs_mapping():
 @pytest.mark.parametrize("model", ["roofline", "occupancy", "attacc"])
 @pytest.mark.parametrize("name", ["gpt3-13b", "llama2-70b"])
 def test_traced_dense_equals_the_layer_traced_at_that_batch(model, name):
-    from pimjax.plan import host_bytes
-    from pimjax.studies.inference import input_phases, op_phases
     from pimjax.models.layers import layer_shapes, make_layer
+    from pimjax.plan import host_bytes
     from pimjax.sim.host import host_time
+    from pimjax.studies.inference import input_phases, op_phases
     from pimjax.trace.frontend import make_graph
     shard = get_config(name).tensor_parallel(8)
     host = a100("hbm3", model=model)

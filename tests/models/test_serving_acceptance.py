@@ -6,9 +6,9 @@ import pytest
 
 from pimjax.hw.host import a100
 from pimjax.models.configs import get_config
+from pimjax.search.tuner import Tuner
 from pimjax.studies.inference import decode
 from pimjax.studies.serving import SYSTEMS, batch_requests, serve
-from pimjax.search.tuner import Tuner
 
 _TUNER = Tuner()
 TCK = 0.769                                   # attacc.md: ns per cycle

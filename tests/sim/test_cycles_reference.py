@@ -1,16 +1,16 @@
 """`cycles` (the lax.scan) equals the slow reference event model to the
 cycle on random programs, for every DRAM-command backend."""
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pimjax.hw import get_backend
 from pimjax.lower.program import Op, Phase
-import jax
-
-from pimjax.sim.scan import timing_vector, features_of, scan_stream
 from pimjax.sim.reference import simulate
+from pimjax.sim.scan import features_of, scan_stream, timing_vector
 from pimjax.sim.timing import CLASS_TABLE, COLUMN
 
 OPS = {

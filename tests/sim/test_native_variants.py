@@ -7,15 +7,16 @@ refresh timings varied per variant so that each variant refreshes at its
 own records), with refresh on and off, and on lowered programs."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pimjax.hw import get_backend, stack_variants
 from pimjax.hw.dram_rules import PARAMS, RCD_RD, RD_END
-from pimjax.sim.timing import ALLBANK, BARRIER, CLASS_TABLE, COLUMN, WRITE
 from pimjax.sim.cycles import _distinct_streams, _pool_streams, _timing_key, check_timing_batch
-from pimjax.sim.scan import timing_vector
 from pimjax.sim.native import RECORD_FIELDS, time_streams, timing_table
 from pimjax.sim.native_variants import latency_rows, time_streams_sweep, time_streams_variants
+from pimjax.sim.scan import timing_vector
+from pimjax.sim.timing import ALLBANK, BARRIER, CLASS_TABLE, COLUMN, WRITE
 
 from .test_cycles_reference import OPS, backend_of, record_lists
 

@@ -10,14 +10,14 @@ softmax unit per channel, for attention.
     baseline.py   AttAcc's open-source mapping
     reference.py  the AttAcc simulator's own programs (validation)
 """
-from .. import Family, TrainingShapes, register
 from ...family.hooks import EVAL_ELEM, EVAL_GEMV, EVAL_MMTV
 from ...lower.patterns import match_attention
-from .isa import TIMING_CLASSES
+from .. import Family, TrainingShapes, register
+from .attention import attention_op, lower_attention
 from .baseline import attacc_baseline
 from .execute import execute_attacc
-from .attention import attention_op, lower_attention
 from .geometry import DEFAULT_OPTIONS
+from .isa import TIMING_CLASSES
 from .lower import lower_attacc
 
 

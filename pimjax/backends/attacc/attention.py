@@ -10,16 +10,26 @@ import numpy as np
 
 from ...errors import PimCompileError
 from ...hw.core import Backend
-from ...partition.dimsets import dimension_sets
-from ...partition.draft import Draft
-from ...trace.ir import Access, Acc, Const, LoopVar, PimOp, Prim
 from ...lower.layout import acc_space, global_index, tile_layout
 from ...lower.patterns import dim_map, score_seq_dim
-from ...lower.program import (LazyPositions, Op, Phase, Program, Readback, TensorLayout)
-from .geometry import DEFAULT_OPTIONS, LANES, MACMODE, TREE, Geometry, Tables
-from .stream import Emitter, GemvPlan, SoftmaxBuffer, finish_program, gemv_plan, load_commands, matrix_positions, place_matrix, unit_classes
-from .lower import plain_arg
+from ...lower.program import LazyPositions, Op, Phase, Program, Readback, TensorLayout
 from ...lower.tiles import CoreTiles, core_tiles
+from ...partition.dimsets import dimension_sets
+from ...partition.draft import Draft
+from ...trace.ir import Acc, Access, Const, LoopVar, PimOp, Prim
+from .geometry import DEFAULT_OPTIONS, LANES, MACMODE, TREE, Geometry, Tables
+from .lower import plain_arg
+from .stream import (
+    Emitter,
+    GemvPlan,
+    SoftmaxBuffer,
+    finish_program,
+    gemv_plan,
+    load_commands,
+    matrix_positions,
+    place_matrix,
+    unit_classes,
+)
 
 # --------------------------------------------------------------------------
 # attention: score -> softmax -> context as one program (the AttAcc pipeline)

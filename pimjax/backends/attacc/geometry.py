@@ -45,8 +45,7 @@ import numpy as np
 
 from ...errors import PimCompileError
 from ...hw.core import Backend
-from ...lower.program import (Op)
-
+from ...lower.program import Op
 
 # Hardware facts the AttAcc lowering and executor are built around (the address
 # maps of the three levels, the adder-tree clusters, the executor's jitted

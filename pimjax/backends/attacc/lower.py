@@ -28,15 +28,26 @@ import numpy as np
 
 from ...errors import PimCompileError
 from ...hw.core import Backend
+from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
+from ...lower.program import RECORD_FIELDS, LazyArray, LazyPositions, Op, Phase, Program, Readback, TensorLayout
+from ...lower.tiles import CoreTiles, core_tiles
 from ...partition.draft import Draft
 from ...partition.verify import matrix_and_vector
 from ...trace.ir import Arg, PimOp, Prim, strip_converts
-from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
-from ...lower.program import (RECORD_FIELDS, LazyArray, LazyPositions, Op, Phase, Program, Readback, TensorLayout)
 from . import native
 from .geometry import DEFAULT_OPTIONS, HOST_ONE, LANES, MACMODE, TREE, Geometry, Tables
-from .stream import Emitter, GemvPlan, SoftmaxBuffer, finish_program, gemv_plan, matrix_positions, place_matrix, unique_rows, unit_classes
-from ...lower.tiles import CoreTiles, core_tiles
+from .stream import (
+    Emitter,
+    GemvPlan,
+    SoftmaxBuffer,
+    finish_program,
+    gemv_plan,
+    matrix_positions,
+    place_matrix,
+    unique_rows,
+    unit_classes,
+)
+
 
 # --------------------------------------------------------------------------
 # lowering entry points
@@ -332,7 +343,8 @@ def _gemv_records(em: Emitter, tables: Tables, gp: GemvPlan, vidx: np.ndarray, f
             prefetched[k + 1] = region * gp.KI
             emit_load(k + 1, prefetched[k + 1])
         if drains:
-            pending = (lambda b=b, v=v, j=j, complete=complete: drain(b, v, j, complete))
+            def pending(b=b, v=v, j=j, complete=complete):     # this step's drain, bound now, issued later
+                return drain(b, v, j, complete)
     if pending:
         em.barrier()
         pending()

@@ -377,7 +377,7 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
     Returns (records, routes, read-back rows, softmax-buffer rows used).
     A step's phases (load, MACs, drain, flush) are helpers inlined here.
     """
-    (n_b, n_v, t_out, t_in, KI, E, n_o, chunk, traverse_is, reuse, prefetch, n_cls, sb_cap, mode, level,
+    (n_b, n_v, t_out, t_in, KI, E, _n_o, chunk, traverse_is, reuse, prefetch, n_cls, sb_cap, mode, level,
      seg, bpbg, C, mac_op, BARRIER, WRGB, MVSB, RDACC, ACTAB, PREA, REARR, COMP, READB) = (
         prm[0], prm[1], prm[2], prm[3], prm[4], prm[5], prm[6], prm[7], prm[8], prm[9], prm[10], prm[11],
         prm[12], prm[13], prm[14], prm[15], prm[16], prm[17], prm[18], prm[19], prm[20], prm[21], prm[22],

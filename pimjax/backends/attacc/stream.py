@@ -11,13 +11,13 @@ from functools import lru_cache
 import numpy as np
 
 from ...errors import PimCompileError
-from ...lower.program import (Op, Phase, Program, RecordBuilder,
-                              chunk, stack_streams, streamed)
 from ...lower.context import LowerContext
+from ...lower.program import Op, Phase, Program, RecordBuilder, chunk, stack_streams, streamed
 from ...lower.stats import column_stats, lowered_program
+from ...lower.tiles import CoreTiles
 from . import native
 from .geometry import LANES, TREE, Geometry, Tables, bg_interleave
-from ...lower.tiles import CoreTiles
+
 
 # --------------------------------------------------------------------------
 # the record stream

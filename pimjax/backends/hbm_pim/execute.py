@@ -16,12 +16,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .isa import Crf
-from .lower import GRF_B, N_REGS, SRF
-from ...lower.program import Op, Phase, Program, side_cache
 from ...lower.layout import global_index
 from ...lower.merge import expand_runs, host_merge
+from ...lower.program import Op, Phase, Program, side_cache
 from ...sim.padding import pow2
+from .isa import Crf
+from .lower import GRF_B, N_REGS, SRF
 
 _DTYPES = {"backend": np.float16, "wide": np.float32}
 

@@ -34,15 +34,33 @@ import numpy as np
 
 from ...errors import PimCompileError
 from ...hw.core import Backend
-from ...partition.draft import Draft
-from ...partition.verify import matrix_and_vector, register_split_error
-from ...trace.ir import PimOp
 from ...lower.context import LowerContext
 from ...lower.layout import acc_space, lane_order, tile_layout, value_shapes
 from ...lower.native import column_runs, gemv_sequence
+from ...lower.program import (
+    RECORD_FIELDS,
+    LazyArray,
+    LazyPositions,
+    Op,
+    Phase,
+    Program,
+    Readback,
+    RecordBuilder,
+    SlotTable,
+    TensorLayout,
+    bank_order,
+    bank_order_key,
+    chunk,
+    concat,
+    record_count,
+    stack_streams,
+    streamed,
+)
 from ...lower.stats import column_stats, lowered_program
-from ...lower.program import (RECORD_FIELDS, LazyArray, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, SlotTable, TensorLayout, bank_order, bank_order_key, chunk, concat, record_count, stack_streams, streamed)
 from ...lower.tiles import CoreTiles, core_tiles
+from ...partition.draft import Draft
+from ...partition.verify import matrix_and_vector, register_split_error
+from ...trace.ir import PimOp
 from .isa import Crf
 from .srf import body_error, compile_elementwise
 
@@ -643,7 +661,6 @@ def _vector_rows(ctx: _Ctx, V, o_b, o_v, red, n_r, xi, lanes) -> LazyArray:
 def _vector_rows_now(ctx: _Ctx, V, o_b, o_v, red, n_r, xi, lanes) -> np.ndarray:
     """The table of `_vector_rows`."""
     tiles = ctx.tiles
-    op = ctx.op
     box = dict(zip(tiles.vars, (int(tiles.length[..., k].max()) for k in range(len(tiles.vars)))))
     dims = list(o_b) + list(o_v) + list(red)
     sizes = [box[v] for v in dims]

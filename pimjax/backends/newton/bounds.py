@@ -81,15 +81,27 @@ from __future__ import annotations
 import numpy as np
 
 from ...hw.core import Backend
-from ...hw.dram_rules import (AB_END, CCD_AB, CCD_L, CCD_L_AB, CCD_S, CCD_S_AB, FAW, RCD_RD, RD_END, RP, RTP,
-                              compile_rules)
+from ...hw.dram_rules import (
+    AB_END,
+    CCD_AB,
+    CCD_L,
+    CCD_L_AB,
+    CCD_S,
+    CCD_S_AB,
+    FAW,
+    RCD_RD,
+    RD_END,
+    RP,
+    RTP,
+    compile_rules,
+)
 from ...lower.layout import value_shapes
 from ...partition.dimsets import dimension_sets
 from ...partition.table import DraftTable
 from ...partition.verify import matrix_and_vector
 from ...trace.ir import PimOp
-from .counts import plan_counts
 from .commands import readres_bursts
+from .counts import plan_counts
 from .lower import DEFAULT_OPTIONS
 from .time import draft_plans
 

@@ -44,8 +44,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...lower.layout import global_index
-from ...lower.program import Op, Program
 from ...lower.merge import finish
+from ...lower.program import Op, Program
 from ...sim.padding import pow2
 
 _DTYPES = {"backend": jnp.bfloat16, "wide": jnp.float32}

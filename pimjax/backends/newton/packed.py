@@ -67,14 +67,23 @@ import numpy as np
 
 from ...errors import PimCompileError
 from ...hw.core import Backend
+from ...lower.context import LowerContext
 from ...lower.layout import acc_space, lane_order, value_shapes
-from ...lower.program import (LazyArray, Op, Phase, Program, RECORD_FIELDS, RecordBuilder, Readback, TensorLayout,
-                              stack_streams)
+from ...lower.program import (
+    RECORD_FIELDS,
+    LazyArray,
+    Op,
+    Phase,
+    Program,
+    Readback,
+    RecordBuilder,
+    TensorLayout,
+    stack_streams,
+)
+from ...lower.stats import lowered_program
 from ...partition.draft import DimPart, Draft
 from ...partition.verify import matrix_and_vector
 from ...trace.ir import PimOp
-from ...lower.context import LowerContext
-from ...lower.stats import lowered_program
 from .commands import flat_index, gw_banks, newton_stats, readres_bursts, rearrange
 
 PACK_GROUPS = (1, 2, 4)

@@ -68,18 +68,42 @@ from math import gcd
 
 import numpy as np
 
-from ...hw.dram_phases import (ACT_AFTER_ACT, ACT_AFTER_ACT_BG, ACT_AFTER_ACT_CH, ACT_AFTER_PRE, ACT_WINDOW,
-                               ACTAB_AFTER_BUF, ACTAB_AFTER_COL, column_gap, column_spacing, END_AB, END_ACTAB,
-                               END_PREA, END_RD, END_WR, GAP_L, GAP_S, PRE_AFTER_ACT, PRE_AFTER_RD, PRE_AFTER_WR,
-                               PREA_AFTER_COL, PREALL_AFTER_AB, RD_AFTER_ACT, RD_AFTER_WR_L, RD_AFTER_WR_S, SPACE_S,
-                               WR_AFTER_ACT, WR_AFTER_RD)
+from ...hw.dram_phases import (
+    ACT_AFTER_ACT,
+    ACT_AFTER_ACT_BG,
+    ACT_AFTER_ACT_CH,
+    ACT_AFTER_PRE,
+    ACT_WINDOW,
+    ACTAB_AFTER_BUF,
+    ACTAB_AFTER_COL,
+    END_AB,
+    END_ACTAB,
+    END_PREA,
+    END_RD,
+    END_WR,
+    GAP_L,
+    GAP_S,
+    PRE_AFTER_ACT,
+    PRE_AFTER_RD,
+    PRE_AFTER_WR,
+    PREA_AFTER_COL,
+    PREALL_AFTER_AB,
+    RD_AFTER_ACT,
+    RD_AFTER_WR_L,
+    RD_AFTER_WR_S,
+    SPACE_S,
+    WR_AFTER_ACT,
+    WR_AFTER_RD,
+    column_gap,
+    column_spacing,
+)
 from ...hw.dram_rules import NEVER, PARAMS, compile_chains, compile_rules
-from .commands import bank_runs, readres_bursts, row_runs
-from .lower import segments
 from ...lower.program import Op, bank_order, streamed
 from ...partition import dimension_sets
 from ...partition.verify import matrix_and_vector
+from .commands import bank_runs, readres_bursts, row_runs
 from .counts import newton_geometry, newton_plan, unique_rows
+from .lower import segments
 
 PLAN_KEYS = ("n_b", "n_v", "n_o", "n_rc", "cc", "t_in", "kv", "ki", "lo", "is_flow", "passes")
 # the simulator's buckets of a group's time (cycles.py): leading rearrangement, rearrangement

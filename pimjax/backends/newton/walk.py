@@ -33,11 +33,34 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ...hw.dram_phases import (ACT_AFTER_ACT, ACT_AFTER_ACT_BG, ACT_AFTER_ACT_CH, ACT_AFTER_PRE, ACT_WINDOW,
-                               ACTAB_AFTER_BUF, ACTAB_AFTER_COL, column_gap, column_spacing, END_AB, END_ACTAB,
-                               END_PREA, END_RD, END_WR, GAP_L, GAP_S, PRE_AFTER_ACT, PRE_AFTER_RD, PRE_AFTER_WR,
-                               PREA_AFTER_COL, PREALL_AFTER_AB, RD_AFTER_ACT, RD_AFTER_WR_L, RD_AFTER_WR_S,
-                               WR_AFTER_ACT, WR_AFTER_RD)
+from ...hw.dram_phases import (
+    ACT_AFTER_ACT,
+    ACT_AFTER_ACT_BG,
+    ACT_AFTER_ACT_CH,
+    ACT_AFTER_PRE,
+    ACT_WINDOW,
+    ACTAB_AFTER_BUF,
+    ACTAB_AFTER_COL,
+    END_AB,
+    END_ACTAB,
+    END_PREA,
+    END_RD,
+    END_WR,
+    GAP_L,
+    GAP_S,
+    PRE_AFTER_ACT,
+    PRE_AFTER_RD,
+    PRE_AFTER_WR,
+    PREA_AFTER_COL,
+    PREALL_AFTER_AB,
+    RD_AFTER_ACT,
+    RD_AFTER_WR_L,
+    RD_AFTER_WR_S,
+    WR_AFTER_ACT,
+    WR_AFTER_RD,
+    column_gap,
+    column_spacing,
+)
 from ...hw.dram_rules import NEVER
 
 # channel scalars, from the start of the scalar block (`_o_s`)

@@ -62,11 +62,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...hw.core import Backend, Timing, batch_size
+from ...hw.core import Backend, batch_size
 from ...lower.program import Op, Phase, Program
-from .lower import Sync, Xfer
 from ...sim.engines import check_programs, resolve_engine
 from ...sim.report import CycleReport
+from .lower import Sync, Xfer
 
 # --------------------------------------------------------------------------
 # host-link constants the Backend does not carry (array leaves: sweepable)

@@ -315,8 +315,8 @@ def transfer_ns(op, lens: dict, shapes: dict, set_dpus: np.ndarray, sets, groups
     set_dpus [n, S]: groups x cores per dimension set; groups / cores [n]:
     ranks and DPUs per rank used; reduction [n] (1 = "host")."""
     from ...lower.program import Op
+    from .cycles import DEFAULT_LINK, dpu_params, rank_waves, record_terms
     from .lower import Xfer
-    from .cycles import DEFAULT_LINK, dpu_params, record_terms, rank_waves
     p = dpu_params(backend, link or DEFAULT_LINK)
     host = backend.system.host
     eb = consts["elem_bytes"]

@@ -10,12 +10,21 @@ caches in the PIM stacks, step times from compiled kernels.
 * `service`  -- the entry point (`serve`, `ServeResult`, `ServeOptions`)
 * `objective` -- a serving run as an `explore` objective (`ServingObjective`)
 """
-from .requests import (LengthDist, Requests, as_dist, batch_requests, fixed, lognormal, poisson_requests,
-                       requests_from, uniform)
 from .costs import SYSTEMS, KVLayout, StepCosts, build_costs, kv_layout, weight_bytes
 from .engine import simulate
-from .service import ServeOptions, ServeResult, serve
 from .objective import ServingObjective
+from .requests import (
+                       LengthDist,
+                       Requests,
+                       as_dist,
+                       batch_requests,
+                       fixed,
+                       lognormal,
+                       poisson_requests,
+                       requests_from,
+                       uniform,
+)
+from .service import ServeOptions, ServeResult, serve
 
 __all__ = ["LengthDist", "Requests", "as_dist", "batch_requests", "fixed", "lognormal", "poisson_requests",
            "requests_from", "uniform", "SYSTEMS", "KVLayout", "StepCosts", "build_costs", "kv_layout",

@@ -225,8 +225,8 @@ def serve(cfg, backend="attacc", requests: Requests | None = None, scheduler: st
     ...             placement="gpu", progress=False)                        # doctest: +SKIP
     >>> res.requests[["ttft_ms", "tpot_ms"]]                               # doctest: +SKIP
     """
-    from ...search.tuner import Tuner
     from ...models.configs import ModelConfig, get_config
+    from ...search.tuner import Tuner
     t0 = time.perf_counter()
     if isinstance(cfg, str):
         cfg = get_config(cfg)
