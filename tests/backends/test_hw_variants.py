@@ -17,10 +17,9 @@ from pimjax.lower import lower
 from pimjax.partition import drafts
 from pimjax.partition.verify import op_support
 from pimjax.sim.execute import execute
+from tests.backends.hbm_pim.test_hbm_pim import fp16_bound
 from tests.corpus import CORPUS
 from tests.lower.util import graph_ops, reference_output
-
-from .test_hbm_pim import fp16_bound
 
 
 def _hbm_variants():

@@ -17,7 +17,7 @@ rounding of both inputs has, to first order,
 
     |y_backend - y| <= (K + 8) * u * sum_k |m_k v_k|,
 
-which `tests/backends/test_attacc.py` checks (with the same bound composed
+which `tests/backends/attacc/test_attacc.py` checks (with the same bound composed
 through the softmax for attention).  "wide" mode runs all of it in float32.
 """
 from __future__ import annotations

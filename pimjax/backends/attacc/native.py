@@ -7,7 +7,7 @@ tables one row per data-movement command.  `lower._gemv_program`'s Python
 form builds them a command at a time (seconds per draft); here one pass
 writes them (milliseconds).  The Python form stays in `lower.py` as the
 readable definition (`_gemv_program(..., native=False)`, and the
-`granularity == "core"` drafts) and `tests/backends/test_attacc_native.py`
+`granularity == "core"` drafts) and `tests/backends/attacc/test_attacc_native.py`
 holds the two bit-identical.
 
 Record fields are written in `program.RECORD_FIELDS` order.

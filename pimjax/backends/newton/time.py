@@ -55,7 +55,7 @@ need (the edges of a halo-widened box), so there the walk is approximate
 (0.99-1.31 x the simulated time on the VGG-16 layers of the broad held-out
 set, where a count-based estimate is 0.78-6.2 x).
 Checked against lowering + simulation without refresh by
-`tests/backends/test_newton_time.py`.
+`tests/backends/newton/test_newton_time.py`.
 
 Why: Newton's near-ties are trades of tens of cycles between these phases
 (16 GWRITE columns against 12 cycles of read-back), which no count feature

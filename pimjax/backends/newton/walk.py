@@ -9,7 +9,7 @@ snapshot per round -- took 38 ms each: 630 of the layer's 673 s compile.
 Here the walk's state is one flat array and its loops are compiled.
 
 What stays the same.  `time._walk` is the readable definition (`time.NATIVE
-= False` walks with it) and `tests/backends/test_newton_walk.py` holds the
+= False` walks with it) and `tests/backends/newton/test_newton_walk.py` holds the
 two bit-identical on random plans, knobs and backend variants.  Every time
 is float64 and every sum is taken in the order the Python walk takes it
 (latency chains term by term, `max` of the same operands, the steady-state

@@ -33,7 +33,7 @@ elementwise op replicates every operand over its output box, so a
 broadcast or transposed operand moves in many short runs).
 
 Checked against the lowering timed by the simulator
-(`tests/backends/test_dpu.py`, random shapes and drafts of every UPMEM
+(`tests/backends/upmem/test_dpu.py`, random shapes and drafts of every UPMEM
 kernel and of elementwise ops with broadcast, transposed and scalar
 operands): the transfers and merge to float precision, the kernel to the
 cycle except "is" blocks with several chunks (within 0.5 %; 0.1 % seen).

@@ -377,7 +377,7 @@ def test_vmap_over_hardware_variants():
 # calibration against ATiM's real-hardware figures (backends.md)
 # --------------------------------------------------------------------------
 def _calibration():
-    path = Path(__file__).resolve().parents[2] / "experiments" / "upmem_calibration.py"
+    path = Path(__file__).resolve().parents[3] / "experiments" / "upmem_calibration.py"
     spec = importlib.util.spec_from_file_location("upmem_calibration", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod          # dataclasses look their module up here

@@ -25,8 +25,7 @@ from pimjax.hw import get_backend
 from pimjax.hw.presets import newton_config
 from pimjax.lower import lower
 from pimjax.sim.cycles import cycles, cycles_batch
-
-from .test_hbm_pim_bounds import check_pruned_search_is_the_full_one
+from tests.backends.hbm_pim.test_hbm_pim_bounds import check_pruned_search_is_the_full_one
 
 BACKENDS = {"newton": get_backend("newton"), "newton++": newton_config("newton++", channels=16, total_channels=32)}
 

@@ -23,7 +23,7 @@ from pimjax.lower.program import Op
 from pimjax.sim.cycles import cycles
 from pimjax.sim.execute import execute
 
-REF_CSV = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "reference", "pimflow.csv")
+REF_CSV = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "reference", "pimflow.csv")
 
 
 def _backend(config="newton++", simulator="pimjax"):

@@ -26,7 +26,7 @@ from pimjax.partition.verify import infer_shapes
 from pimjax.search.tuner import Tuner
 from pimjax.sim.cycles import cycles
 from pimjax.trace import make_graph
-from tests.backends.test_hbm_pim_bounds import check_pruned_search_is_the_full_one
+from tests.backends.hbm_pim.test_hbm_pim_bounds import check_pruned_search_is_the_full_one
 
 BACKEND = get_backend("upmem", dpus=256)
 

@@ -55,7 +55,7 @@ from pimjax.sim.execute import execute
 U16 = 2.0 ** -11                    # FP16 unit roundoff
 BE = get_backend("attacc", channels=2)   # 2 channels x 64 units: group and core splits, small programs
 N_SAMPLE = 100
-REFERENCE_CSV = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "reference", "attacc.csv")
+REFERENCE_CSV = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "reference", "attacc.csv")
 
 
 def _graph(fn, *shapes, seed=0):

@@ -129,7 +129,7 @@ def test_generic_code_never_tests_a_backend_name():
     """Outside the backend folders and the presets, no module compares a
     backend's name (or a Program's backend_name) with a literal: identity is
     resolved through the family registry."""
-    root = Path(__file__).resolve().parents[1] / "pimjax"
+    root = Path(__file__).resolve().parents[2] / "pimjax"
     names = "|".join(("hbm-pim", "attacc", "newton", "upmem"))
     literal = rf"""["'](?:{names})["']"""
     pattern = re.compile(rf"""(==|!=)\s*{literal}|{literal}\s*(==|!=)|\bin\s*[(\[{{]\s*{literal}"""
@@ -152,7 +152,7 @@ def _generic_modules():
     import ast
 
     from pimjax.backends import FAMILY_MODULES
-    root = Path(__file__).resolve().parents[1] / "pimjax"
+    root = Path(__file__).resolve().parents[2] / "pimjax"
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
         if rel.startswith("hw/") or any(rel.startswith(f"backends/{m}/") for m in FAMILY_MODULES):
@@ -186,7 +186,7 @@ FAMILY_STUDIES = {"studies/pimflow.py": "newton"}
 
 def test_family_studies_exist():
     """The exemption list names real files, so it cannot outlive what it exempts."""
-    root = Path(__file__).resolve().parents[1] / "pimjax"
+    root = Path(__file__).resolve().parents[2] / "pimjax"
     from pimjax.backends import FAMILY_MODULES
     for rel, fam in FAMILY_STUDIES.items():
         assert (root / rel).is_file(), rel
