@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: demo test test-slow docs train bench fuzz clean
+.PHONY: demo test test-slow docs lint train bench fuzz clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ test-slow: $(STAMP)
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
+# ruff over the package, the tests, the benchmarks and the experiments (rules in pyproject.toml)
+lint: $(STAMP)
+	$(PY) -m ruff check pimjax tests benchmarks experiments
+
 train: $(STAMP)
 	$(PY) -m pimjax.costmodel.train
 
@@ -46,4 +50,4 @@ fuzz: $(STAMP)
 	$(PY) -m pimjax.testing.fuzz $(N) $(FUZZ_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis site
+	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache site

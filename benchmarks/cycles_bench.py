@@ -29,14 +29,15 @@ import time
 import jax
 import numpy as np
 
+from pimjax.backends import baseline
 from pimjax.hw import get_backend, stack_variants
+from pimjax.kernels import kernel_op
 from pimjax.lower import lower
 from pimjax.partition import drafts
-from pimjax.backends import baseline
+from pimjax.sim.cycles import cycles, cycles_batch, program_arrays, sweep
 from pimjax.sim.engines import ENGINES
-from pimjax.sim.cycles import timing_vector, cycles, cycles_batch, program_arrays, sweep
 from pimjax.sim.reference import simulate
-from pimjax.kernels import kernel_op
+from pimjax.sim.scan import timing_vector
 
 
 def best_of(fn, repeat=3):
@@ -52,21 +53,20 @@ def best_of(fn, repeat=3):
 @contextlib.contextmanager
 def _loops_of(mod):
     """`sim.native`'s stream loops replaced by those of module `mod` (same signatures)."""
-    from pimjax.sim import native
-    saved = native._streams, native._streams_v
-    native._streams, native._streams_v = mod._streams, mod._streams_v
+    from pimjax.sim import native, native_variants
+    saved = native._streams, native_variants._streams_v
+    native._streams, native_variants._streams_v = mod._streams, mod._streams_v
     try:
         yield
     finally:
-        native._streams, native._streams_v = saved
+        native._streams, native_variants._streams_v = saved
 
 
 def _native_compare(rev: str, repeat: int, cases: dict) -> None:
     """4.: each case {name: fn} timed with this tree's loops and with REV's, in turn, best of `repeat`."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from native_loop_bench import _load_before
-    from pimjax.sim import native
-    mods = {"this tree": native, rev: _load_before(rev)}
+    from native_loop_bench import _load_before, this_tree
+    mods = {"this tree": this_tree(), rev: _load_before(rev)}
     best = {(m, c): np.inf for m in mods for c in cases}
     for m, mod in mods.items():                   # compile both, and check they agree
         with _loops_of(mod):

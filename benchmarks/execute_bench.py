@@ -22,13 +22,12 @@ import time
 import jax
 import numpy as np
 
-from pimjax.hw import get_backend
-from pimjax.costmodel.kernels import lower_case, make_case
-from pimjax.kernels import FUNCTIONS as case_functions
-from pimjax.kernels import arg_shapes
-from pimjax.kernels import kernel_op
-from pimjax.lower import lower
 from pimjax.backends import baseline
+from pimjax.costmodel.kernels import lower_case, make_case
+from pimjax.hw import get_backend
+from pimjax.kernels import FUNCTIONS as case_functions
+from pimjax.kernels import arg_shapes, kernel_op
+from pimjax.lower import lower
 from pimjax.sim.execute import execute
 
 

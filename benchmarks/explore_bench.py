@@ -43,6 +43,7 @@ def model_layer(params, x, k_cache, v_cache, pos):
     """The decoder layer of the model named by $PIMJAX_BENCH_MODEL (module level, with the layer's own
     argument names, so that `processes=N`'s spawned workers import it and residency sees the names)."""
     import os
+
     from pimjax.models.configs import get_config
     from pimjax.models.layers import make_layer
     return make_layer(get_config(os.environ["PIMJAX_BENCH_MODEL"]))(params, x, k_cache, v_cache, pos)
@@ -50,6 +51,7 @@ def model_layer(params, x, k_cache, v_cache, pos):
 
 def _llama_layer(name: str, context: int):
     import os
+
     from pimjax.models.configs import get_config
     from pimjax.models.layers import layer_shapes
     os.environ["PIMJAX_BENCH_MODEL"] = name          # read by model_layer, here and in spawned workers
@@ -65,6 +67,7 @@ def structural_grid(backend: str, axes: list[str], core: list[str]) -> dict:
     """{label: Backend}: the product of preset options `axes` ("key=v1,v2") and of `Core` fields `core`
     ("field=v1,v2", set with `Core.replace` on each preset point)."""
     import itertools
+
     from pimjax.studies.dse import grid
     base = grid(backend, **dict(_values(x) for x in axes))
     fields = [_values(x) for x in core]

@@ -32,9 +32,10 @@ from rich.table import Table
 def child(args) -> None:
     """One decode run in this process; prints one JSON line."""
     import resource
+
     from pimjax.models import get_config
-    from pimjax.studies import decode
     from pimjax.search.tuner import Tuner
+    from pimjax.studies import decode
     t0 = time.perf_counter()
     res = decode(get_config(args.model), "attacc", stacks=args.stacks, batch=args.batch, prompt=args.prompt,
                  tokens=args.tokens, l_bucket=args.l_bucket, tuner=Tuner(cache=args.cache))

@@ -27,6 +27,7 @@ import os
 import subprocess
 import sys
 import time
+import types
 
 import numpy as np
 
@@ -37,8 +38,9 @@ from pimjax.hw import get_backend  # noqa: E402
 from pimjax.kernels import kernel_op  # noqa: E402
 from pimjax.lower import lower  # noqa: E402
 from pimjax.partition import drafts  # noqa: E402
-from pimjax.sim import native  # noqa: E402
-from pimjax.sim.cycles import _pool_streams, timing_vector  # noqa: E402
+from pimjax.sim import native, native_variants  # noqa: E402
+from pimjax.sim.cycles import _pool_streams  # noqa: E402
+from pimjax.sim.scan import timing_vector  # noqa: E402
 
 CASES = {"hbm-pim": (("gemv", [1024, 1024]), ("va", [1 << 16]), ("red", [256, 1024])),
          "attacc": (("gemv", [2048, 1024]),)}
@@ -58,6 +60,12 @@ def _records(name: str, per_case: int):
     table = native.timing_table({k: float(v) for k, v in timing_vector(be.timing).items()})
     live = int((rec[3] > 0).sum())
     return be, rec, starts, stops, table, live
+
+
+def this_tree():
+    """This tree's native engine as one namespace: `sim/native.py` and the variants loop
+    (`sim/native_variants.py`), one file in revisions before the split (what `_load_before` loads)."""
+    return types.SimpleNamespace(**{**vars(native), **vars(native_variants)})
 
 
 def _load_before(rev: str, module: str = "native"):
@@ -117,8 +125,10 @@ def _scan_compare(rev: str, repeat: int) -> None:
     """Wall time per scan step of `cycles.scan_lanes`, this tree against `rev`, on hbm-pim's and AttAcc's
     lowered GEMV streams (one lane per stream), the two taken in turn each round."""
     import jax
+
     from pimjax.sim import cycles
-    from pimjax.sim.cycles import ALL_FEATURES, program_arrays
+    from pimjax.sim.cycles import program_arrays
+    from pimjax.sim.scan import ALL_FEATURES
     mods = {"this tree": cycles, rev: _load_before(rev, "cycles")}
     print(f"\n{'backend':8} {'lanes x steps':>14}" + "".join(f" {m + ' us/step':>18}" for m in mods)
           + f" {'this / ' + rev:>18}")
@@ -150,7 +160,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--per-case", type=int, default=24)
     args = ap.parse_args()
-    mods = {"this tree": native}
+    mods = {"this tree": this_tree()}
     if args.before:
         mods[args.before] = _load_before(args.before)
     loops = ("_stream", "_stream_v (W = 1)", f"_stream_v (W = {WIDE})")

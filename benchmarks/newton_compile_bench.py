@@ -59,8 +59,8 @@ def _cpu() -> float:
 
 
 def _layer(name: str):
-    from pimjax.studies.pimflow import layer_op
     from pimjax.models.cnn import cnn_layers
+    from pimjax.studies.pimflow import layer_op
     t = cnn_layers("mobilenet-v2")
     rows = t[t.name == name]
     if rows.empty:

@@ -58,6 +58,7 @@ def functions(backend: str, cache: str):
     import jax.numpy as jnp
     import numpy as np
     from jax import lax
+
     from pimjax import pim_jit
     rng = np.random.default_rng(0)
     W = rng.standard_normal((512, 256)).astype(np.float16)

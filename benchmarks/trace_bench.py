@@ -64,7 +64,8 @@ def gpt2_decode_step(params, token, pos, k_caches, v_caches):
 
 
 def example_args():
-    f32 = lambda *s: jax.ShapeDtypeStruct(s, jnp.float32)
+    def f32(*s):
+        return jax.ShapeDtypeStruct(s, jnp.float32)
     layer = {"ln1_g": f32(D), "ln1_b": f32(D), "w_qkv": f32(3 * D, D), "b_qkv": f32(3 * D),
              "w_o": f32(D, D), "b_o": f32(D), "ln2_g": f32(D), "ln2_b": f32(D),
              "w_fc": f32(4 * D, D), "b_fc": f32(4 * D), "w_proj": f32(D, 4 * D),

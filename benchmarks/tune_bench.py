@@ -36,11 +36,11 @@ from rich.table import Table
 from pimjax.api import enable_xla_cache
 from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.costmodel.predictor import load_default
-from pimjax.search.strategy import Measurer, TopK
-from pimjax.search.tuner import Tuner
 from pimjax.errors import PimCompileError
 from pimjax.hw import get_backend
 from pimjax.lower import lower
+from pimjax.search.strategy import Measurer, TopK
+from pimjax.search.tuner import Tuner
 from pimjax.sim.cycles import cycles_batch
 
 DEFAULT_OPS = ("hbm-pim:gemv:8192x8192", "hbm-pim:mmtv:8x40x2048x128", "hbm-pim:red:256x16384")

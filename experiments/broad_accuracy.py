@@ -112,8 +112,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(HERE, "out", "broad_accuracy.json"))
     ap.add_argument("--label-only", action="store_true")
     args = ap.parse_args(argv)
-    from pimjax.costmodel.predictor import Predictor, load_default
     from pimjax.backends import families
+    from pimjax.costmodel.predictor import Predictor, load_default
     names = tuple(families()) if args.backend == "all" else tuple(args.backend.split(","))
     rows, timing = [], {}
     for name in names:

@@ -207,6 +207,7 @@ def sweep(backend, cases, tuner=None, attacc_distribution: bool = False):
     on `backend` (`run_case`'s columns); `tuner` default: the shipped
     predict-mode tuner (top-8 and the baseline simulated)."""
     import pandas as pd
+
     from pimjax.search import Tuner
     tuner = tuner if tuner is not None else Tuner()
     return pd.DataFrame([run_case(backend, k, b, s, tuner, attacc_distribution) for k, b, s in cases])
@@ -410,6 +411,7 @@ def table2_subset(cases, top_k: int = 8, cache_dir=False):
     `experiments/predictor_accuracy.py`).  cache_dir=False: simulate, keep
     no label cache."""
     import pandas as pd
+
     from pimjax.costmodel.evaluate import evaluate_case, table2
     from pimjax.costmodel.predictor import load_default
     from pimjax.hw.presets import get_backend

@@ -161,6 +161,7 @@ def load(name: str):
 # ---------------------------------------------------------------------------
 def run_levels(results=None, progress=True):
     import pandas as pd
+
     import pimjax
     out = []
     for context in LEVEL_CONTEXTS:
@@ -184,6 +185,7 @@ def run_structure(results=None, progress=True, processes=1):
 
 def run_families(results=None, progress=True):
     import pandas as pd
+
     import pimjax
     out = []
     for model in FAMILY_MODELS:
@@ -232,6 +234,7 @@ def transfer_row(label: str, be, preset_plans: dict, args) -> dict:
 
 def run_transfer(results=None, progress=True):
     import pandas as pd
+
     import pimjax
     from pimjax.search.tuner import Tuner
     args = llama_args()

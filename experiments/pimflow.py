@@ -66,19 +66,43 @@ import json
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from pimjax.studies.pimflow import (BERT_MODELS, GPU, GPU_BASELINES, INPUT_HW, MODELS, MODES,  # noqa: E402
-                                    PIM_CHANNELS, PIMFLOW_CONFIG, STAGES, TOTAL_CHANNELS, backend_for, chain,
-                                    energy_model, fused_into_product, layer_key, layer_op, layer_times,
-                                    model_table, node_times, other_node_ns, pim_time, profile_layout_ns,
-                                    run_modes)
+from pimjax.studies.pimflow import (  # noqa: E402
+    BERT_MODELS,
+    GPU,
+    GPU_BASELINES,
+    INPUT_HW,
+    MODELS,
+    MODES,
+    PIM_CHANNELS,
+    PIMFLOW_CONFIG,
+    STAGES,
+    TOTAL_CHANNELS,
+    backend_for,
+    chain,
+    energy_model,
+    fused_into_product,
+    layer_key,
+    layer_op,
+    layer_times,
+    model_table,
+    node_times,
+    other_node_ns,
+    pim_time,
+    profile_layout_ns,
+    run_modes,
+)
 
 CACHE = os.path.join(HERE, "data", "pimflow_layers.json")
 LABELS = {"mobilenet-v2": "MBNetV2", "efficientnet-b0": "ENetB0", "mnasnet1_0": "MnasNet",
@@ -129,6 +153,7 @@ def gpu_totals(models=MODELS, gpus=GPU_BASELINES) -> "pd.DataFrame":
 
     gpus: GPU model names `backend_for` takes ("occupancy", "pimflow", "roofline", "dcc")."""
     import pandas as pd
+
     from pimjax.hw.gpu import elementwise_ns
     from pimjax.sim.host import host_time
     out, ops = [], {}
@@ -304,6 +329,7 @@ def table2(data: dict, models=MODELS, mode: str = "PIMFlow-md", gpu: str | None 
     """Table 2: the share of the PIM-candidate layers (all models pooled) at each GPU ratio of
     `mode`'s plan, beside the paper's."""
     import pandas as pd
+
     from pimjax.search.mixed import RATIOS
     counts = {float(r): 0 for r in RATIOS}
     n = 0
@@ -425,6 +451,7 @@ def search_check(models=MODELS, limit: int | None = None, log=print) -> "pd.Data
     own figure leaves the host merge out (`pimflow.csv` is DRAM cycles only); comparing pim_jit's
     total with it is what made four layers look 16-85 % slower.  ratio = pimjax_ns / artifact_ns."""
     import pandas as pd
+
     from pimjax.lower import lower
     from pimjax.models import cnn
     from pimjax.search.tuner import Tuner

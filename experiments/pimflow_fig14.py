@@ -86,6 +86,7 @@ def time_layer(shape: list[int]) -> dict:
     docstring; refresh on), {config + "/norefresh": ns} with refresh off, and
     the tuned drafts' channels used ("groups_gb1" / "_gb4")."""
     import numpy as np
+
     from pimjax.hw.presets import newton_config
     from pimjax.kernels import kernel_op
     from pimjax.search.tuner import Tuner

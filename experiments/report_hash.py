@@ -19,7 +19,6 @@ import sys
 
 import numpy as np
 
-
 CASES = {
     "hbm-pim": [("gemv", (512, 256)), ("gemv", (1000, 200)), ("red", (4, 4096)), ("va", (8192,)),
                 ("relu", (3, 1000)), ("mmtv", (1, 12, 256, 64))],

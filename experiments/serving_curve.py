@@ -62,6 +62,7 @@ def crossover(batches, contexts, cache, progress=True) -> list[dict]:
     its largest decode step held (fewer than `batch` when their KV did not fit: the rest waited,
     so that placement's TPOT is at the smaller batch)."""
     import numpy as np
+
     from pimjax.studies.serving import batch_requests, serve
     rows = []
     for L in contexts:

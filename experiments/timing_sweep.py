@@ -44,12 +44,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(HERE, "out"))
     args = ap.parse_args(argv)
 
-    from pimjax.search.tuner import Tuner
+    from pimjax.backends import baseline
     from pimjax.hw import get_backend
     from pimjax.hw.core import Timing
     from pimjax.kernels import kernel_op
     from pimjax.lower import lower
-    from pimjax.backends import baseline
+    from pimjax.search.tuner import Tuner
     from pimjax.sim.cycles import cycles, sweep
 
     names = {f for f in Timing.__dataclass_fields__}

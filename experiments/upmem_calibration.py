@@ -48,15 +48,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pimjax.hw import get_backend  # noqa: E402
-from pimjax.backends.upmem.lower import PRIM_OPTIONS, lower_upmem  # noqa: E402
-from pimjax.partition import drafts  # noqa: E402
 from pimjax.backends.upmem.baseline import upmem_baseline, upmem_baseline_grid  # noqa: E402
+from pimjax.backends.upmem.cycles import DEFAULT_LINK, HostLink, cycles_upmem  # noqa: E402
+from pimjax.backends.upmem.lower import PRIM_OPTIONS, lower_upmem  # noqa: E402
+from pimjax.hw import get_backend  # noqa: E402
+from pimjax.partition import drafts  # noqa: E402
 from pimjax.partition.dimsets import dimension_sets  # noqa: E402
 from pimjax.partition.verify import per_core_var_lengths  # noqa: E402
-from pimjax.backends.upmem.cycles import DEFAULT_LINK, HostLink, cycles_upmem  # noqa: E402
 from pimjax.trace.affine import AffineExpr as A  # noqa: E402
-from pimjax.trace.ir import Access, Acc, Arg, LoopVar, PimOp, Prim  # noqa: E402
+from pimjax.trace.ir import Acc, Access, Arg, LoopVar, PimOp, Prim  # noqa: E402
 
 V = A.var
 

@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import argparse
 import csv
-import re
 import sys
 
 import jax
 import jax.numpy as jnp
 
+from pimjax.backends import baseline
 from pimjax.hw import get_backend
 from pimjax.lower import lower
 from pimjax.lower.host_stream import host_stream_program
-from pimjax.backends import baseline
 from pimjax.sim.cycles import cycles
 from pimjax.trace.frontend import make_graph
 

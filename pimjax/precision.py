@@ -1,6 +1,6 @@
 """The precision policy: data wider than a backend's units, and values they cannot hold.
 
-Policy (issue #28, "nothing silently wrong"):
+Policy ("nothing silently wrong"):
 
 * Allowed by default: floating data wider than the units' type (float32 /
   float64 on fp16 units -- HBM-PIM, AttAcc -- or bf16 units -- Newton) runs on

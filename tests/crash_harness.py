@@ -1,4 +1,4 @@
-"""SIGKILL harness for pimjax's crash-safe stores (issue #44): `tests/test_crash.py` runs a few
+"""SIGKILL harness for pimjax's crash-safe stores: `tests/test_crash.py` runs a few
 kills, `benchmarks/crash_bench.py` 200 and prints the table.
 
 A worker is a forked child of this process (pimjax is imported once, so a worker starts in a
@@ -116,6 +116,7 @@ class Harness:
         """Every store's code run once here, so a forked worker imports nothing (pandas takes
         a second) and writes from its first millisecond."""
         import tempfile
+
         from pimjax.costmodel.features import F
         from pimjax.costmodel.online import LabelStore
         from pimjax.search.cache import TuneCache

@@ -25,6 +25,7 @@ def digest(backend: str) -> tuple[str, int]:
     """(hex digest, PIM ops) of a GEMV + bias + ReLU and a row reduction compiled for `backend`."""
     import jax
     import jax.numpy as jnp
+
     from pimjax import pim_jit
     rng = np.random.default_rng(0)
     dt = jnp.int32 if backend == "upmem" else jnp.float16        # UPMEM's DPUs compute integers

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from pimjax import PimCompileError, get_backend, make_graph, pim_jit
-from pimjax.search.tuner import Tuner
-from pimjax.lower import lower
 from pimjax.backends import baseline
+from pimjax.lower import lower
+from pimjax.search.tuner import Tuner
 from pimjax.sim.cycles import cycles
 from tests.corpus import CORPUS
 from tests.helpers import assert_trees_close

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from pimjax import PimCompileError, get_backend, make_graph, pim_jit
+from pimjax.partition import op_support
 from pimjax.search.cache import cache_key
 from pimjax.search.tuner import Tuner
-from pimjax.partition import op_support
 from tests.test_api import SMALL, TOL, FlatModel, _close, tuner
 
 FLOAT_BACKENDS = ("hbm-pim", "attacc", "newton")

@@ -1,4 +1,4 @@
-"""Crash safety (issue #44): workers writing the tuning cache, the label store and `explore`'s
+"""Crash safety: workers writing the tuning cache, the label store and `explore`'s
 results are SIGKILLed at random points, one at a time and two at once on one file; after each
 restart nothing they reported complete is lost, nothing corrupted is used, torn writes are
 skipped, and `explore` resumes with exactly the points it lacks (`tests/crash_harness.py`;

@@ -1,7 +1,7 @@
-"""Determinism (issue #44): the same compile in two fresh processes under different
+"""Determinism: the same compile in two fresh processes under different
 PYTHONHASHSEEDs gives the same drafts, command programs and simulated cycles on every backend
 (`tests/determinism_probe.py` hashes them).  `explore` over 2 processes against the serial run:
-`tests/test_explore.py::test_two_local_processes_and_shards_give_the_serial_rows`."""
+`tests/studies/test_explore.py::test_two_local_processes_and_shards_give_the_serial_rows`."""
 import os
 import subprocess
 import sys

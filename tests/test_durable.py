@@ -1,4 +1,4 @@
-"""pimjax.durable (issue #44): atomic whole-file writes, checksummed appends that two writers
+"""pimjax.durable: atomic whole-file writes, checksummed appends that two writers
 share without losing lines, readers that skip torn and corrupt entries with a named warning;
 and the stores built on it (tuning cache, label store, explore results, serving tables) keep
 their bound and evict their oldest entries."""
@@ -258,6 +258,7 @@ def test_a_function_keeps_the_compiles_of_its_latest_signatures(monkeypatch):
     """`PimFunction.COMPILES_KEPT` bounds the compiles kept per function: a third shape evicts the
     first, which compiles again when called (a new `Compiled`); values stay jnp's."""
     import jax.numpy as jnp
+
     from pimjax import pim_jit
     from pimjax.api import PimFunction
     monkeypatch.setattr(PimFunction, "COMPILES_KEPT", 2)

@@ -94,11 +94,11 @@ def test_timing_sweep_writes_the_grid_each_point_as_cycles_gives(tmp_path, capsy
     backend with that (x, y) timing; bad parameters are usage errors."""
     import csv
 
-    from pimjax.search.tuner import Tuner
+    from pimjax.backends import baseline
     from pimjax.hw import get_backend
     from pimjax.kernels import kernel_op
     from pimjax.lower import lower
-    from pimjax.backends import baseline
+    from pimjax.search.tuner import Tuner
     from pimjax.sim.cycles import cycles
 
     args = ["--kernel", "red", "--shape", "8", "1024", "--x", "tRP", "10", "20", "--y", "tCCD_AB", "2", "6",
@@ -188,6 +188,7 @@ def test_dse_sweeps_points_and_pareto():
     units per channel, buffer -> GEMV buffer entries); the Pareto mask keeps exactly the rows no
     other row beats in every column and strictly in one."""
     import pandas as pd
+
     from experiments import dse_sweeps as d
     be = d.structural_point(2, 16, 8)
     assert (be.n_groups, be.cores_per_group, be.core.n_input_regs, be.variant) == (32, 16, 8, "bg-pc")

@@ -11,8 +11,6 @@ from __future__ import annotations
 import ast
 import pathlib
 
-import pytest
-
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "pimjax"
 
 # bottom first; a unit may import its own layer and the layers below.  "api" and "report" share a
@@ -233,3 +231,13 @@ def test_models_are_plain_jnp():
     """`pimjax.models` imports no other part of pimjax (the studies import the compiler)."""
     assert not [(me, target) for me, target, *_ in IMPORTS
                 if unit(me) == "models" and unit(target) not in ("models", "")]
+
+
+def test_tests_mirror_the_package():
+    """tests/ has a folder for every subpackage of pimjax, and one for every backend family."""
+    tests = pathlib.Path(__file__).resolve().parent
+    packages = [p for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+    families = [p for p in (ROOT / "backends").iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+    missing = [p.name for p in packages if not (tests / p.name / "__init__.py").exists()]
+    missing += [f"backends/{p.name}" for p in families if not (tests / "backends" / p.name / "__init__.py").exists()]
+    assert not missing, f"tests/ lacks a folder for: {missing}"

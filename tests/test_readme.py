@@ -1,5 +1,5 @@
 """The README's tour runs as written: its first python block, executed here, gives jax.jit's
-numbers and the report it describes (issue 53)."""
+numbers and the report it describes."""
 from __future__ import annotations
 
 import contextlib

@@ -1,21 +1,20 @@
-"""Issue #28 "Nothing silently wrong": each silently wrong or unclear case
+""""Nothing silently wrong": each silently wrong or unclear case
 becomes a correct result, a reported conversion, or a clear early error."""
 from __future__ import annotations
 
-import numpy as np
-import pytest
-import jax
-import jax.numpy as jnp
-
 import warnings
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
 import pimjax
+from pimjax.backends import baseline
 from pimjax.errors import PimCompileError, PrecisionWarning
 from pimjax.hw import get_backend
 from pimjax.lower import lower
 from pimjax.partition import op_support
-from pimjax.backends import baseline
-from pimjax.sim.execute import execute
 
 SMALL = {"hbm-pim": dict(channels=4), "attacc": dict(channels=2), "newton": dict(channels=2),
          "upmem": dict(dpus=64)}
@@ -251,6 +250,7 @@ def test_cycles_of_a_long_latency_stay_finite():
 # --- 6. caches and scripts ------------------------------------------------------------------------
 def test_a_tampered_cache_entry_is_checked_dropped_and_retuned(tmp_path):
     import json
+
     from pimjax.kernels import kernel_op
     from pimjax.partition import drafts
     from pimjax.search.cache import draft_to_dict

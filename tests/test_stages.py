@@ -18,14 +18,14 @@ from tests.test_api import tuner
 
 def _forbid_lowering_and_simulation(monkeypatch):
     """Every way to a program or a simulated figure raises."""
+    import dataclasses
+
     import pimjax.api as api
+    import pimjax.backends as backends
+    import pimjax.lower as lower_pkg
     import pimjax.report as report
     import pimjax.search.strategy as strategy
     import pimjax.search.tuner as tune
-    import dataclasses
-
-    import pimjax.backends as backends
-    import pimjax.lower as lower_pkg
     import pimjax.sim.cycles as sim_cycles
     from pimjax.lower.program import Program
 
@@ -132,11 +132,27 @@ def test_no_function_shadows_a_subpackage():
 
 
 def test_top_level_exports():
-    from pimjax import (Backend, Compiled, Core, CycleReport, Energy, Group, Lowered, OpPlan, OpReport,
-                        PimFunction, Program, Report, System, Timing, Traced, lower_program)
     import pimjax.api
     import pimjax.hw
     import pimjax.report
+    from pimjax import (
+        Backend,
+        Compiled,
+        Core,
+        CycleReport,
+        Energy,
+        Group,
+        Lowered,
+        OpPlan,
+        OpReport,
+        PimFunction,
+        Program,
+        Report,
+        System,
+        Timing,
+        Traced,
+        lower_program,
+    )
     assert PimFunction is pimjax.api.PimFunction and Traced is pimjax.api.Traced
     assert Lowered is pimjax.api.Lowered and Compiled is pimjax.api.Compiled and OpPlan is pimjax.api.OpPlan
     assert (Backend, System, Group, Core, Timing, Energy) == (pimjax.hw.Backend, pimjax.hw.System, pimjax.hw.Group,

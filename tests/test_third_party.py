@@ -1,4 +1,4 @@
-"""Third-party models through `pim_jit` on every backend (issue #25 item 6).
+"""Third-party models through `pim_jit` on every backend.
 
 How a model is passed: the function takes the model's parameters as a
 pytree argument (pim_jit traces any pytree of arrays) and rebuilds the
@@ -25,7 +25,6 @@ from __future__ import annotations
 import warnings
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

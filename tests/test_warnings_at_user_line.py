@@ -1,4 +1,4 @@
-"""pimjax's warnings point at the user's line (issue 53): whatever depth of pimjax a call goes
+"""pimjax's warnings point at the user's line: whatever depth of pimjax a call goes
 through, `warnings.warn` gets the stack level of the first frame outside pimjax and jax."""
 from __future__ import annotations
 

@@ -27,8 +27,20 @@ folders loaded on first use.
 """
 from __future__ import annotations
 
-from ..family import (FAMILIES, FAMILY_MODULES, PACKAGE, EstimateInputs, Family, TrainingShapes, families,  # noqa: F401
-                      family_of, has_family, missing_family, own_time_model, register)
+from ..family import (  # noqa: F401
+    FAMILIES,
+    FAMILY_MODULES,
+    PACKAGE,
+    EstimateInputs,
+    Family,
+    TrainingShapes,
+    families,
+    family_of,
+    has_family,
+    missing_family,
+    own_time_model,
+    register,
+)
 
 
 def baseline(op, backend):

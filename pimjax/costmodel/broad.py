@@ -1,5 +1,5 @@
 """Cases that look like what users run: the shipped models' shapes on the
-presets and on structural hardware variants (issue #29).
+presets and on structural hardware variants.
 
 `broad_cases(split)` is deterministic (no RNG): per backend the GEMV,
 attention and elementwise shapes of the LLM configs (`models.configs`), the

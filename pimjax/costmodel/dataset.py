@@ -37,8 +37,8 @@ from ..errors import PimCompileError
 from ..hw.core import Backend
 from ..partition import DraftTable
 from ..partition.table import KNOB_COLUMNS
-from .features import FEATURE_NAMES, features_table
 from .broad import backend_of, hw_key
+from .features import FEATURE_NAMES, features_table
 from .kernels import Case, case_drafts, default_cases, lower_case, make_case, supported_kernels
 
 CACHE_DIR = os.environ.get("PIMJAX_COSTMODEL_CACHE", "/tmp/costmodel")

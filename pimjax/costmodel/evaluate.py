@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..backends import families
+from ..errors import user_stacklevel
 from ..hw.core import Backend, is_int
 from ..partition import DraftTable
 from .dataset import CACHE_DIR, ROW_COLUMNS, label
 from .features import features_table
-from ..backends import families
 from .kernels import case_drafts, default_cases, make_case, supported_kernels  # noqa: F401  (default_cases: re-exported)
-from ..errors import user_stacklevel
 
 TIE = 1e-6          # relative cycle difference treated as an exact tie
 TIE_CYCLES = 1.0    # #Best: the choice is less than one command-clock cycle slower
@@ -91,6 +91,7 @@ def _cache_path(backend: Backend, case, cache_dir) -> str | None:
 def _save_npz(path: str, **arrays) -> None:
     """`np.savez` to `path`, atomically (`pimjax.durable.atomic_write`)."""
     import io
+
     from ..durable import atomic_write
     buf = io.BytesIO()
     np.savez(buf, **arrays)
@@ -107,6 +108,7 @@ def _load_npz(path: str | None) -> dict | None:
             return {k: z[k] for k in z.files}
     except Exception as err:  # noqa: BLE001 - any unreadable file means: label again
         import warnings
+
         from ..durable import CorruptStateWarning
         warnings.warn(f"pimjax exhaustive labels {path}: unreadable ({err}); simulating again",
                       CorruptStateWarning, stacklevel=user_stacklevel())

@@ -51,17 +51,17 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..hw.core import Backend
-from ..hw.dram_rules import CCD_AB, CCD_S, RCD_RD, RP, compile_rules
 from ..backends import EstimateInputs, family_of, has_family
 from ..family.hooks import ESTIMATE_KEYS
+from ..hw.core import Backend
+from ..hw.dram_rules import CCD_AB, CCD_S, RCD_RD, RP, compile_rules
 from ..partition import DraftTable, dimension_sets
 from ..partition.draft import GRANULARITIES
 from ..partition.generate import lane_candidates
 from ..partition.table import from_drafts
 from ..partition.tiles import set_tilings
-from ..trace.ir import expr_prims
 from ..partition.verify import footprint_elements, infer_shapes, matrix_and_vector, per_core_var_lengths
+from ..trace.ir import expr_prims
 
 SLOTS = 4                                   # dimension-set slots (mmtv / attn / conv2d have 4-5)
 KI_KO = (1, 2, 4, 8)

@@ -27,9 +27,9 @@ import numpy as np
 from ..backends import families, family_of, has_family
 from ..hw.core import Backend
 from ..kernels import FUNCTIONS, arg_shapes
-from ..trace.frontend import make_graph
 from ..partition import DraftTable, dimension_sets, drafts
 from ..partition.verify import infer_shapes
+from ..trace.frontend import make_graph
 
 # the kernels the cost model is trained and judged on (their functions: the catalogue, `pimjax.kernels`)
 KERNELS = ("gemv", "red", "va", "relu", "mmtv", "attn", "gemm", "conv")

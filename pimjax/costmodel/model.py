@@ -43,8 +43,8 @@ import optax
 from flax import nnx, serialization
 
 from ..hw.core import is_int
-from .features import F, FEATURE_NAMES, is_time_estimate
-from .predictor import FORMAT_VERSION, norm_ranges, base_log, check_meta, feature_rows, member_arrays, member_logs
+from .features import FEATURE_NAMES, F, is_time_estimate
+from .predictor import FORMAT_VERSION, base_log, check_meta, feature_rows, member_arrays, member_logs, norm_ranges
 
 
 class MLP(nnx.Module):

@@ -29,8 +29,8 @@ import warnings
 
 import numpy as np
 
-from .features import F
 from ..errors import user_stacklevel
+from .features import F
 
 
 class LabelStore:

@@ -108,7 +108,7 @@ class one_blas_thread:
     machine (two cores, several processes) that made the tuner's predictions
     3-5x slower than one thread.  The products' last bits can differ from
     a multi-threaded run's (OpenBLAS blocks them differently); with one
-    thread they no longer depend on the machine's core count.  The shipped
+    thread they do not depend on the machine's core count.  The shipped
     ranking is unchanged (the report hash is).  Without OpenBLAS (another
     BLAS, no /proc) it does nothing."""
 

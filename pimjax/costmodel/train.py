@@ -41,8 +41,8 @@ from ..backends import families, family_of
 # closed-form estimate prices the backend's drafts from the draft alone.  UPMEM's and Newton's
 # (`Family.estimates`: the lowering's transfers and tasklet schedule under the DPU time model;
 # the command stream under the timing rules) equal the simulated cycles all but refresh;
-# hbm-pim's and attacc's are rough.  Since issue #29 every family is one: the networks
-# extrapolated on shapes beyond the training range (AttAcc GEMVs 7-30x off), a residual clipped
+# hbm-pim's and attacc's are rough.  Every family is one: a network alone extrapolates
+# badly on shapes beyond the training range (AttAcc GEMVs 7-30x off), a residual clipped
 # to the training range falls back on an estimate that scales with the shape and the hardware
 # (`Predictor`'s bound).
 BASE = "est_t_total"

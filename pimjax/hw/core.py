@@ -23,7 +23,7 @@ validates on construction and raises `ValueError` naming the field; use
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import jax
@@ -633,8 +633,8 @@ class Timing(_Replace):
         check_not_tiny(self, "tCK", "dpu_clock_ghz", "dma_bytes_per_cycle")
         check_cycles(self, *(f.name for f in fields(self)
                              if f.name not in ("tCK", "dpu_clock_ghz", "dma_bytes_per_cycle")))
-        # a refresh must end before the next is due (tREFI 0 used to switch refresh
-        # off through a NaN deadline; `refresh=False` is the way to do that)
+        # a refresh must end before the next is due (`refresh=False`, not tREFI 0, switches
+        # refresh off: a zero interval would make the deadline NaN)
         refi, rfc = _concrete(self.tREFI), _concrete(self.tRFC)
         if refi is not None and rfc is not None and not np.all(refi > rfc):
             raise ValueError(f"Timing.tREFI ({self.tREFI!r}) must exceed tRFC ({self.tRFC!r}): "

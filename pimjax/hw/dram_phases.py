@@ -50,8 +50,20 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from .dram_rules import (ACTS, ALLBANK_COLUMNS, ARRAY_COLUMNS, BANK_COLUMNS, COLUMNS, N_LAT, NAMES, PRECHARGES,
-                         READS, RULES, SCHEDULE, WRITES, Rule)
+from .dram_rules import (
+    ACTS,
+    ALLBANK_COLUMNS,
+    ARRAY_COLUMNS,
+    BANK_COLUMNS,
+    COLUMNS,
+    N_LAT,
+    PRECHARGES,
+    READS,
+    RULES,
+    SCHEDULE,
+    WRITES,
+    Rule,
+)
 
 PHASES = ("refresh", "row_open", "column", "all_bank", "side", "end")
 
@@ -264,13 +276,3 @@ def phase_latencies(lat) -> dict[str, object]:
     if lat.shape[-1] != N_LAT:
         raise ValueError(f"phase_latencies: [..., {N_LAT}] compiled latencies expected, got {lat.shape}")
     return {p: lat[..., PHASE_ROWS[p]] for p in PHASES}
-
-
-def phases_table() -> str:
-    """The phases as text: each read with the rule it resolves to."""
-    lines = []
-    for p in PHASES:
-        lines.append(p)
-        for r in READS_OF[p]:
-            lines.append(f"  {r.name:20s} {NAMES[PICKS[r.name]]:10s} {RULES[PICKS[r.name]].latency}")
-    return "\n".join(lines)

@@ -30,13 +30,20 @@ import inspect
 import math
 from typing import Callable
 
-from .core import Backend, Core, Energy, Group, HostModel, System, Timing, is_int
-from .energy_table import (E_ACT_PRE_PJ_PER_BIT, E_ALU_PJ_PER_MAC, E_BGMUX_TO_GIO, E_CELL_RDWR_PJ_PER_BIT,
-                           E_COL_TO_BGMUX, E_INTERPOSER, E_TSV)
-from .gpu import GENERIC_GPU_MODELS, GPU_MODELS
-from .host import a100, gpu_on, pimflow_rtx2060, rtx2060, xeon_gold_5220r
 from . import gpus
+from .core import Backend, Core, Energy, Group, HostModel, System, Timing, is_int
+from .energy_table import (
+    E_ACT_PRE_PJ_PER_BIT,
+    E_ALU_PJ_PER_MAC,
+    E_BGMUX_TO_GIO,
+    E_CELL_RDWR_PJ_PER_BIT,
+    E_COL_TO_BGMUX,
+    E_INTERPOSER,
+    E_TSV,
+)
+from .gpu import GENERIC_GPU_MODELS
 from .gpus import GPU_SPECS
+from .host import a100, gpu_on, pimflow_rtx2060, rtx2060, xeon_gold_5220r
 from .peaks import bus_bandwidth
 
 _PRESETS: dict[str, Callable[..., Backend]] = {}

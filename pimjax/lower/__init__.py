@@ -7,8 +7,8 @@ import numpy as np
 from ..errors import PimCompileError
 from ..family import family_of
 from ..partition.verify import mesh_error
-from .layout import value_shapes
 from . import text  # noqa: F401  (registers Program.as_text)
+from .layout import value_shapes
 from .program import Op, Phase, Program, Readback, Records, TensorLayout
 
 

@@ -12,6 +12,7 @@ import numpy as np
 from ..trace import evaluate as trace_eval
 from .program import Program
 
+
 def expand_runs(records, mask: np.ndarray) -> dict[str, np.ndarray]:
     """Expand the records selected by `mask` (stream 0) into one entry per
     column: fields plus `t` (column offset within its record)."""

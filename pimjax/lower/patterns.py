@@ -15,8 +15,8 @@ through the elementwise ops' reads: jax folds an einsum's output transpose
 into them (gemma's "BTKGH,BSKH->BTKGS" stores s as [B, K, S, T, G]), so
 the sequence need not be s's last dim.  A match is a candidate: the
 score's epilogue (a scale, a mask, a bias) is the backend's to judge
-(`backends.attacc.lower.attention_op`).  AttAcc runs such a
-block as one program per head group (`backends.attacc.lower.lower_attention`).
+(`backends.attacc.attention.attention_op`).  AttAcc runs such a
+block as one program per head group (`backends.attacc.attention.lower_attention`).
 """
 from __future__ import annotations
 

@@ -22,9 +22,8 @@ their time; neither knows how the program was produced.
 """
 from __future__ import annotations
 
-import weakref
-
 import enum
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 

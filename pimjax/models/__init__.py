@@ -10,10 +10,21 @@ tests trace.  Nothing here imports the compiler (`api`, `plan`, `search`, `repor
 The decode loop timed per phase (`decode`) and the serving simulator (`serve`) are studies:
 `pimjax.studies`.
 """
+from .cnn import (
+                  CNN_MODELS,
+                  PATTERNS,
+                  CNNConfig,
+                  Layer,
+                  Pattern,
+                  cnn_layers,
+                  find_patterns,
+                  get_cnn_config,
+                  init,
+                  layer_records,
+                  make_apply,
+)
 from .configs import CONFIGS, ModelConfig, get_config
 from .layers import PHASES, decode_attention, layer_shapes, make_layer, param_shapes
-from .cnn import (CNN_MODELS, PATTERNS, CNNConfig, Layer, Pattern, cnn_layers, find_patterns, get_cnn_config,
-                  init, layer_records, make_apply)
 
 __all__ = ["CONFIGS", "ModelConfig", "get_config", "PHASES", "decode_attention", "layer_shapes", "make_layer",
            "param_shapes", "CNN_MODELS", "PATTERNS", "CNNConfig", "Layer", "Pattern", "cnn_layers", "find_patterns",

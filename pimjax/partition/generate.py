@@ -26,10 +26,8 @@ from ..hw.core import Backend
 from ..trace.ir import PimOp
 from . import prune
 from .dimsets import DimensionSet, dimension_sets
-from .draft import Draft, DimPart
 from .table import KNOB_COLUMNS, DraftTable, encode
-from .verify import (infer_shapes, op_support, per_core_var_lengths, register_simd, resource_mask,
-                     shared_register_sets)
+from .verify import infer_shapes, op_support, per_core_var_lengths, register_simd, resource_mask, shared_register_sets
 
 KI_KO = (1, 2, 4, 8)              # Korean paper §4.1: KI, KO in {1, 2, 4, 8}
 UPMEM_TASKLETS = (8, 11, 16, 24)  # PrIM/ATiM grids; 11 = full pipeline (backends.md)

@@ -19,14 +19,13 @@ strategies for irregular index sets).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import reduce
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from ..trace.affine import AffineExpr
 from ..trace.ir import PimOp
-from .dimsets import DimensionSet, TensorDim
+from .dimsets import DimensionSet
 from .draft import Draft
 
 
@@ -136,23 +135,3 @@ def band(tiling: SetTiling, tau: int) -> tuple[int, int]:
     """[a, b) of representative-mapping values of data tile `tau`."""
     a = tiling.lo + tau * tiling.tile
     return a, min(a + tiling.tile, tiling.lo + tiling.length)
-
-
-def needed_indices(td: TensorDim, env: Mapping[str, np.ndarray], mask: np.ndarray,
-                   strategy: str) -> np.ndarray:
-    """Indices of tensor dimension `td` a core needs, given the core's points
-    (`mask` over the broadcast loop domain `env`).
-
-    strategy "expand" returns the contiguous range [min, max]; "keep" only the
-    indices actually used (DCC's two strategies for irregular index sets)."""
-    val, _ = td.expr.evaluate(env)
-    val = np.broadcast_to(val, mask.shape)[mask]
-    if val.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if strategy == "expand":
-        return np.arange(val.min(), val.max() + 1)
-    return np.unique(val)
-
-
-def iteration_count(tilings: Sequence[SetTiling]) -> int:
-    return reduce(lambda a, t: a * t.groups * t.cores, tilings, 1)

@@ -9,7 +9,6 @@ verifier (§5.2.4), applied before any draft is lowered or simulated.
 from __future__ import annotations
 
 import math
-
 from typing import Sequence
 
 import jax.numpy as jnp

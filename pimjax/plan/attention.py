@@ -68,7 +68,6 @@ def predict_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids
     family = family_of(backend)
     ops, h_ns, fused, gpu_ns = attention_ops(graph, block, backend, shapes)
     score, ctx = ops[0], ops[-1]
-    eb = host_bytes(graph, backend)
     n_var = score.result.index_map[score_seq_dim(ops)].single_var      # the sequence the softmax reduces
     seq_sets = [i for i, s in enumerate(dimension_sets(score)) if n_var in s.vars or s.reduction]
 
@@ -112,7 +111,6 @@ def verify_attention(graph, carrier: OpPlan, backend, tuner, shapes, placement: 
     block, res = carrier.block, carrier.resident
     ops, h_ns, _, gpu_ns = attention_ops(graph, block, backend, shapes)
     score, ctx = ops[0], ops[-1]
-    eb = host_bytes(graph, backend)
     try:
         choice = tuner.verify(carrier.proposal)
     except PimCompileError as err:

@@ -15,8 +15,15 @@ from dataclasses import replace as dc_replace
 import numpy as np
 
 from ..partition.verify import infer_shapes
-from ..search.mixed import (RATIOS, NodeTimes, execution_mode_search, op_node_times, result_vars,
-                            share_builder, split_var)
+from ..search.mixed import (
+    RATIOS,
+    NodeTimes,
+    execution_mode_search,
+    op_node_times,
+    result_vars,
+    share_builder,
+    split_var,
+)
 from ..sim.execute import execute
 from ..sim.host import host_time
 from .plans import gpu_words, host_bytes, in_place_ns, value_dtypes, value_shapes

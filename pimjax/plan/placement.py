@@ -19,8 +19,7 @@ from ..sim.gpu_kernels import op_gpu_ns
 from ..trace.ir import PimGraph
 from .attention import attention_blocks, note_unfused, predict_attention, verify_attention
 from .mixed import mixed_plans
-from .plans import (OpPlan, gpu_words, host_bytes, in_place_ns, predicted_placement, refuse, value_dtypes,
-                    value_shapes)
+from .plans import OpPlan, gpu_words, host_bytes, in_place_ns, predicted_placement, refuse, value_dtypes, value_shapes
 from .residency import append_update
 
 

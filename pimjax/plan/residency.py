@@ -17,7 +17,6 @@ import numpy as np
 from ..sim.append import Append
 from ..trace.ir import PimGraph, PimOp
 
-
 # host primitives that write a region of an array at an offset: the operand index of the
 # update (DCC §IV-E `pre_load` "partial updates of tensors in PIM memory with address offset")
 APPEND_PRIMITIVES = {"dynamic_update_slice": 1, "scatter": 2}

@@ -13,10 +13,10 @@ from dataclasses import asdict
 
 import numpy as np
 
+from ..errors import user_stacklevel
 from ..hw.core import Backend
 from ..partition.draft import DimPart, Draft
 from ..trace.ir import PimOp
-from ..errors import user_stacklevel
 
 
 def op_signature(op: PimOp) -> str:

@@ -359,6 +359,7 @@ def share_builder(op, var: str | None = None):
     range; both parts time alike by symmetry of the layout."""
     import math
     from dataclasses import replace
+
     from ..partition.verify import infer_shapes
     from ..trace.ir import LoopVar
     var = var or split_var(op)

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import user_stacklevel
 from ..hw.core import Backend, is_int
 from ..lower import lower
 from ..partition import drafts as make_drafts
@@ -48,9 +49,18 @@ from ..sim.append import append_factor, charge
 from ..sim.cycles import cycles_pooled
 from ..trace.ir import PimOp
 from .cache import cache_key, draft_from_dict
-from .strategy import (STRATEGIES, Choice, Database, Evolutionary, Measurer, Strategy, Task, TopK,
-                       against_baseline, with_extras)
-from ..errors import user_stacklevel
+from .strategy import (
+    STRATEGIES,
+    Choice,
+    Database,
+    Evolutionary,
+    Measurer,
+    Strategy,
+    Task,
+    TopK,
+    against_baseline,
+    with_extras,
+)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The readable specification of the cycle model: a slow event model that
 times every command of a record as the maximum over the DRAM timing rules
 of `pimjax.hw.dram_rules.RULES` (a loop over the table), used by tests to
-check the engines (`cycles.scan_lanes`, `native._stream`).
+check the engines (`scan.scan_lanes`, `native._stream`).
 
 A record (`timing.py`) issues commands of the table's kinds: a column
 record an implicit PRE + ACT when its row is not open, then its `n`
@@ -25,11 +25,39 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..hw.dram_rules import (ACTAB_END, FAW, KINDS, NEVER, PRECHARGES, PREA_END, REF0, REFW, REFI, RFC, RP_REF, RULES,
-                              SIDE_GAP, compile_rules)
+from ..hw.dram_rules import (
+    ACTAB_END,
+    FAW,
+    KINDS,
+    NEVER,
+    PREA_END,
+    PRECHARGES,
+    REF0,
+    REFI,
+    REFW,
+    RFC,
+    RP_REF,
+    RULES,
+    SIDE_GAP,
+    compile_rules,
+)
 from ..lower.program import Phase
-from .timing import (ACT_ALL, ALLBANK, BARRIER, BUFFER, CLASS_TABLE, COLUMN, DATA_BUS, FIXED, PRE_ALL, SIDE,
-                     STAGGER, STREAM, WAIT, WRITE)
+from .timing import (
+    ACT_ALL,
+    ALLBANK,
+    BARRIER,
+    BUFFER,
+    CLASS_TABLE,
+    COLUMN,
+    DATA_BUS,
+    FIXED,
+    PRE_ALL,
+    SIDE,
+    STAGGER,
+    STREAM,
+    WAIT,
+    WRITE,
+)
 
 ALL = -1   # `bank` of a command to every bank
 
@@ -168,7 +196,7 @@ def _refresh_waits(h: History, ch: Channel, lat: list, r: dict, banks: int) -> b
 def simulate(records: list[dict], t: dict, banks: int, banks_per_bg: int, refresh: bool = True) -> dict:
     """Time a list of records (dicts with op, bank, row, n, phase, resident,
     pre, sync) under timing parameters t (cycles).  Returns the same buckets
-    / end / counts as `cycles.scan_stream`."""
+    / end / counts as `scan.scan_stream`."""
     lat = [float(x) for x in compile_rules(t)]
     h = History(banks, banks_per_bg)
     ch = Channel([-1] * banks)

@@ -11,9 +11,9 @@ models and design spaces -- the top of the import graph; nothing in the library 
 * `pimflow`   -- PIMFlow's modelling (per-layer PIM / GPU times and energy of its CNNs, the
   modes of Algorithm 1): what `experiments/pimflow.py` tabulates and caches
 """
+from .dse import explore
 from .inference import SYSTEMS, DecodeResult, attacc_end_to_end, decode
 from .serving import Requests, ServeResult, ServingObjective, batch_requests, poisson_requests, requests_from, serve
-from .dse import explore
 
 __all__ = ["SYSTEMS", "DecodeResult", "attacc_end_to_end", "decode", "serve", "ServeResult", "ServingObjective",
            "Requests", "poisson_requests", "requests_from", "batch_requests", "explore"]

@@ -1,4 +1,4 @@
-"""Design-space exploration: the hardware and the mapping searched together (issue #27).
+"""Design-space exploration: the hardware and the mapping searched together.
 
 `sim.sweep` times *fixed* programs under timing variants.  A structural
 change -- channels, stacks, units per channel, buffers, PIM level -- changes
@@ -59,8 +59,8 @@ import time
 
 import numpy as np
 
-from ..hw.core import Backend
 from ..errors import user_stacklevel
+from ..hw.core import Backend, HostModel
 
 MAXIMISE = ("speedup_gpu", "tokens_per_s", "goodput_tokens_per_s", "requests_per_s")   # evolve's objectives to maximise
 COLUMNS = ("point", "backend", "variant", "timing", "total_ns", "pim_ns", "host_ns", "energy_pj", "gpu_ns",
@@ -78,12 +78,13 @@ def hardware_columns(backend: Backend) -> dict:
             "pim_memory_GiB": backend.n_groups * backend.group.banks * backend.core.pim_bank_bytes / 2**30}
 
 
-def fixed_gpu(gpu) -> "HostModel":
+def fixed_gpu(gpu) -> HostModel:
     """The HostModel `explore(gpu=...)` holds fixed: a HostModel as is, or a
     card of `hw.gpus.GPU_SPECS` by name on its own memory, timed by the
     "library" model (`hw.gpus.gpu`)."""
     from ..hw.core import HostModel
-    from ..hw.gpus import GPU_SPECS, gpu as card
+    from ..hw.gpus import GPU_SPECS
+    from ..hw.gpus import gpu as card
     if isinstance(gpu, HostModel):
         return gpu
     if isinstance(gpu, str) and gpu in GPU_SPECS:
@@ -132,6 +133,7 @@ def _settings_digest(fn, args, tuner, placement, resident) -> str:
     """8 hex digits naming what a results row depends on besides the backend:
     a row computed under other settings must not answer this run."""
     import hashlib
+
     import jax
     if _is_objective(fn) and callable(getattr(fn, "digest", None)):
         return fn.digest()
@@ -148,7 +150,7 @@ def _load(path: str | None) -> dict:
     an interrupt runs again.  A point written twice (two processes sharing the file ran it)
     answers with its first complete copy.  Torn or corrupt lines are skipped with a
     `durable.CorruptStateWarning`."""
-    from pimjax.durable import read_records          # absolute: this module moves to pimjax/studies/
+    from pimjax.durable import read_records  # absolute: this module moves to pimjax/studies/
     done: dict = {}
     if path is None:
         return done
@@ -172,6 +174,7 @@ def _load(path: str | None) -> dict:
     cut = [k for k in groups if k not in done]
     if cut:                                             # lines intact, a point's last rows never written
         import warnings
+
         from pimjax.durable import CorruptStateWarning
         warnings.warn(f"pimjax explore results {path}: skipped {len(cut)} point(s) whose rows were cut short "
                       f"({', '.join(p for p, _ in cut[:3])}{', ...' if len(cut) > 3 else ''}); they run again",
@@ -261,6 +264,7 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
     Returns a pandas DataFrame (columns `COLUMNS`) of this process's points.
     """
     import pandas as pd
+
     from ..search.cache import backend_fingerprint
     items = _points(backends)
     if gpu is not None:
@@ -317,7 +321,7 @@ def explore(fn, *args, backends, timings=None, tuner: str = "predict", placement
 
 
 def _progress(it, total: int, on: bool):
-    from .progress import track            # rich on a terminal, plain lines otherwise
+    from .progress import track  # rich on a terminal, plain lines otherwise
     return track(it, total, f"explore: {total} points", on) if on else it
 
 

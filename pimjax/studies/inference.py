@@ -67,13 +67,13 @@ import numpy as np
 from ..api import pim_jit
 from ..hw.core import Backend, HostModel
 from ..hw.presets import get_backend
+from ..models.configs import ModelConfig
+from ..models.layers import CACHE_PHASE, PARAM_PHASES, PHASES, decode_attention, layer_shapes, make_layer
 from ..plan.plans import host_bytes
 from ..search.tuner import Tuner
 from ..sim.gpu_kernels import gpu_kernels
 from ..trace.frontend import make_graph
 from ..trace.ir import PimGraph
-from ..models.configs import ModelConfig
-from ..models.layers import CACHE_PHASE, PARAM_PHASES, PHASES, decode_attention, layer_shapes, make_layer
 
 SYSTEMS = ("gpu", "attacc-base", "attacc-full", "base+dcc", "full+dcc", "pimjax")
 RESIDENT = ("params", "k_cache", "v_cache")
@@ -327,8 +327,8 @@ def _baseline(plan, backend: Backend, graph, tuner: Tuner):
     the top-k); for a choice answered by the tuning cache it is lowered and
     simulated once, then kept in the same cache under the op's key plus
     "|baseline" (mode "baseline": a record no tuner takes as a decision)."""
-    from ..report import baseline_report
     from ..backends import baseline as baseline_draft
+    from ..report import baseline_report
     from ..search.cache import draft_to_dict
     if plan.choice is not None and plan.choice.baseline is not None:
         r = plan.choice.baseline
@@ -429,6 +429,7 @@ def compile_recording(lowered, found: list):
     type) appended to `found` instead of shown: a study records them in its
     result (`ServeResult.conversions`, `DecodeResult.conversions`); other warnings pass through."""
     import warnings
+
     from ..errors import PrecisionWarning
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -110,6 +110,7 @@ def layer_op(row):
     import jax
     import jax.numpy as jnp
     from jax import lax
+
     from ..trace.frontend import make_graph
     f16 = jnp.float16
     H, W, C, F, K, s, g = (int(row[k]) for k in ("H", "W", "C", "F", "K", "stride", "groups"))
@@ -469,8 +470,8 @@ def energy_model(model: str, records: list[dict], memo: dict | None = None, log=
     sum), "pim_items": {item key "name|config|split var|PIM share|placement": pim_energy record
     (+ "cached_ns", the time cache's figure)} and "whole_layers": {candidate name: gpu_pj (dynamic,
     beside PIM), gpu_ns, per configuration its whole-layer PIM pJ and ns}."""
-    from ..search.mixed import RATIOS, share_builder
     from ..hw.gpu import gpu_energy_pj
+    from ..search.mixed import RATIOS, share_builder
     memo = {} if memo is None else memo
     kind = "fc" if model in BERT_MODELS else "conv"
     backends = {c: backend_for(c, gpu=GPU) for c in CONFIGS}

@@ -14,10 +14,10 @@ import jax.extend.core as jcore
 import numpy as np
 
 from ..errors import PIMJAX_DIR, PimTraceError, internal_dirs, is_internal
-
 from .builder import Atom, Builder, Lit, Ref
 from .check import check_graph
-from .fusion import dead_code, fuse as fuse_ops
+from .fusion import dead_code
+from .fusion import fuse as fuse_ops
 from .ir import Access, PimGraph, PimOp, ValueInfo
 from .rules import TRACE_RULES, host_rule
 

@@ -15,8 +15,22 @@ from typing import Callable
 import numpy as np
 
 from .affine import AffineExpr
-from .builder import (PH_EXPRS, ZERO, Atom, Builder, Lit, Operands, Ref, View, compose,
-                      dtype_name, fresh_names, identity_map, loop_vars, pool_names)
+from .builder import (
+    PH_EXPRS,
+    ZERO,
+    Atom,
+    Builder,
+    Lit,
+    Operands,
+    Ref,
+    View,
+    compose,
+    dtype_name,
+    fresh_names,
+    identity_map,
+    loop_vars,
+    pool_names,
+)
 from .ir import Access, Arg, Expr, HostCall, InBounds, PimOp, Prim
 
 Rule = Callable[[Builder, object, list], list]

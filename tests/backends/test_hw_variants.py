@@ -1,4 +1,4 @@
-"""Hardware facts reach the lowerings from the Backend (issue #24).
+"""Hardware facts reach the lowerings from the Backend.
 
 User-defined variants of the presets -- one bank per HBM-PIM unit (the
 preset's config="ko", an LPDDR5X-PIM-like backend with 2 KB rows), other
@@ -17,9 +17,8 @@ from pimjax.lower import lower
 from pimjax.partition import drafts
 from pimjax.partition.verify import op_support
 from pimjax.sim.execute import execute
+from tests.backends.hbm_pim.test_hbm_pim import fp16_bound
 from tests.corpus import CORPUS
-
-from .test_hbm_pim import fp16_bound
 from tests.lower.util import graph_ops, reference_output
 
 
@@ -69,8 +68,8 @@ def test_hbm_pim_variants_compute_what_the_graph_computes(variant, name):
 def test_hbm_pim_one_bank_units_keep_both_parities_in_one_bank():
     """With one bank per unit the kernel's all-bank commands address bank 0
     and the odd parity's data sits in the upper half of the data rows."""
-    from tests.partition.helpers import gemv
     from pimjax.lower.program import Op
+    from tests.partition.helpers import gemv
     backend = _hbm_variants()["ko"]
     op = gemv(256, 512)
     program = lower(op, baseline(op, backend), backend)

@@ -5,11 +5,21 @@ import json
 import numpy as np
 
 from pimjax.costmodel.broad import backend_of
-from pimjax.costmodel.dataset import (Labeller, Plan, append_records, generate, label, read_records, relabel,
-                                      row_of, simulate, table_from_rows)
-from pimjax.partition.generate import lane_candidates
+from pimjax.costmodel.dataset import (
+    Labeller,
+    Plan,
+    append_records,
+    generate,
+    label,
+    read_records,
+    relabel,
+    row_of,
+    simulate,
+    table_from_rows,
+)
 from pimjax.costmodel.kernels import case_drafts, lower_case, make_case
 from pimjax.hw.presets import get_backend
+from pimjax.partition.generate import lane_candidates
 
 
 def test_relabel_rewrites_stale_labels(tmp_path):

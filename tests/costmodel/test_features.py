@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pimjax.costmodel.dataset import row_of, table_from_rows
-from pimjax.costmodel.features import F, FEATURE_NAMES, features, features_table
 from pimjax.backends import families, family_of
+from pimjax.costmodel.dataset import row_of, table_from_rows
+from pimjax.costmodel.features import FEATURE_NAMES, F, features, features_table
 from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.hw.presets import get_backend
 from pimjax.partition.generate import lane_candidates

@@ -1,4 +1,4 @@
-"""Issue #29: predictions that generalise -- the residual's bound, the
+"""Predictions that generalise -- the residual's bound, the
 ensemble's spread, the extrapolation flag, the broad cases and their
 variants, and the shipped models on unseen LLM-sized shapes and hardware."""
 import json
@@ -75,7 +75,8 @@ def test_spread_is_the_members_disagreement():
     one.update(X, y, g)
     two = CostModel(hidden=(16,), steps=100, seed=0, members=3)
     two.update(X, y, g)
-    import tempfile, os
+    import os
+    import tempfile
     with tempfile.TemporaryDirectory() as d:
         one.save(os.path.join(d, "1.msgpack"))
         two.save(os.path.join(d, "2.msgpack"))
@@ -222,6 +223,7 @@ def test_predicted_figures_carry_uncertainty_and_the_extrapolation_flag():
     bool); the simulated figures of `Compiled` give None for both, and the
     DataFrame NaN."""
     import jax
+
     from pimjax import pim_jit
     from pimjax.search import Tuner
     rng = np.random.default_rng(0)

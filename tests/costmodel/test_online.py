@@ -1,4 +1,4 @@
-"""Online refinement (issue #29, DCC §IV-D): opt-in label store fed by the
+"""Online refinement (DCC §IV-D): opt-in label store fed by the
 tuner's simulations, a bounded fine-tune of a copy of the shipped model,
 the shipped weights untouched, a corrupted store recovered."""
 import hashlib
@@ -18,6 +18,7 @@ def _digest(path):
 
 def test_tuner_appends_its_simulations_and_refine_leaves_the_shipped_weights(tmp_path):
     import jax
+
     from pimjax import pim_jit
     from pimjax.search import Tuner
     store = LabelStore(str(tmp_path / "labels.jsonl"))

@@ -58,6 +58,7 @@ def test_predicted_top8_holds_the_optimum_on_held_out_cases(backend, kernel, sha
 
 def test_gelu_on_two_buffers_is_the_expression_bit_for_bit():
     import math
+
     from pimjax.costmodel.predictor import gelu
     x = np.random.default_rng(0).standard_normal((257, 33)).astype(np.float32) * 4
     c = np.float32(math.sqrt(2.0 / math.pi))

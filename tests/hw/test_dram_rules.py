@@ -4,8 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pimjax.hw import get_backend, stack_variants
 from pimjax.hw import dram_rules as R
+from pimjax.hw import get_backend, stack_variants
 
 
 def _expected(t) -> dict:

@@ -121,8 +121,8 @@ def test_host_time_is_a_float_and_vmaps_over_stacked_hosts():
 
 def test_host_time_default_element_size_is_two_bytes_whatever_the_dtype():
     """The documented default: dtype_bytes=2 is applied, not read from the graph."""
-    from pimjax.sim.host import host_time, op_bytes
     from pimjax.partition.verify import infer_shapes
+    from pimjax.sim.host import host_time, op_bytes
     from tests.partition.helpers import gemv
 
     op = gemv(64, 32)

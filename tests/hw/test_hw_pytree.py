@@ -153,7 +153,7 @@ def test_timing_must_be_finite(field, bad):
 def test_column_spacings_must_be_positive(changes):
     # zero spacing made MACs free and derived_peaks divide by zero
     t = get_backend("attacc").timing
-    with pytest.raises(ValueError, match=rf"Timing\.tCCD_\w+ must be positive"):
+    with pytest.raises(ValueError, match=r"Timing\.tCCD_\w+ must be positive"):
         t.replace(**changes)
 
 

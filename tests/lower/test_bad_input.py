@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 import pimjax
+from pimjax.backends import baseline
 from pimjax.errors import PimCompileError
 from pimjax.hw import get_backend
 from pimjax.lower import lower
 from pimjax.partition import DimPart, Draft, drafts, op_support
 from pimjax.partition.verify import verify
-from pimjax.backends import baseline
 from pimjax.sim.execute import execute
 
 BACKENDS = {"hbm-pim": dict(channels=4), "attacc": dict(channels=2), "newton": dict(channels=2),

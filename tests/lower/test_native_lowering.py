@@ -3,13 +3,23 @@ against their numpy definitions and small independent references."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pimjax.backends.hbm_pim.lower import GemvSequence, _column_runs, _kernel_slots, _runs, phys_row
-from pimjax.lower.stats import column_stats
 from pimjax.lower.native import class_totals
-from pimjax.lower.program import (RECORD_FIELDS, LazyArray, Op, Phase, Records, chunk, concat, select_slots,
-                                  select_slots_numpy)
+from pimjax.lower.program import (
+    RECORD_FIELDS,
+    LazyArray,
+    Op,
+    Phase,
+    Records,
+    chunk,
+    concat,
+    select_slots,
+    select_slots_numpy,
+)
+from pimjax.lower.stats import column_stats
 
 
 @st.composite

@@ -4,8 +4,8 @@ import pytest
 
 from pimjax import pim_jit
 from pimjax.models.configs import get_config
-from pimjax.studies.inference import input_phases, op_phases
 from pimjax.models.layers import layer_shapes, make_layer
+from pimjax.studies.inference import input_phases, op_phases
 
 
 def _phases(compiled, args):

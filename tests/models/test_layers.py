@@ -5,8 +5,8 @@ import pytest
 
 from pimjax import pim_jit
 from pimjax.models.configs import get_config
-from pimjax.studies.inference import input_phases, op_phases
 from pimjax.models.layers import layer_shapes, make_layer, random_layer_args
+from pimjax.studies.inference import input_phases, op_phases
 from pimjax.trace.frontend import make_graph
 
 TINY = dict(d_model=64, n_heads=2, d_ff=128)

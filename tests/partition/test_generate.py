@@ -5,8 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from pimjax.partition import Draft, DimPart, Stats, allocations, dimension_sets, drafts
-from pimjax.partition import prune
+from pimjax.partition import DimPart, Draft, Stats, allocations, dimension_sets, drafts, prune
 from pimjax.partition.generate import lane_candidates
 
 from .helpers import backend, conv1d, conv2d, gemv, mmtv, rowsum, vadd
@@ -165,10 +164,11 @@ def test_vector_sets_stay_whole_in_a_group_and_rule3_keeps_their_twins():
     and the lowering refuses such a draft rather than computing wrong values."""
     import jax
     import jax.numpy as jnp
+
     import pimjax
+    from pimjax.costmodel.kernels import make_case
     from pimjax.errors import PimCompileError
     from pimjax.hw import get_backend
-    from pimjax.costmodel.kernels import make_case
     from pimjax.lower import lower
     from pimjax.partition.verify import verify
     be = get_backend("hbm-pim")
@@ -193,6 +193,7 @@ def test_contractions_no_lowering_can_run_have_no_drafts():
     `op_support`, so `drafts` is empty; Newton's global buffer runs the outer
     product."""
     import jax.numpy as jnp
+
     import pimjax
     from pimjax.hw import get_backend
     from pimjax.partition.verify import op_support

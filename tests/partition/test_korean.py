@@ -3,8 +3,7 @@ draft space of its PIM configuration."""
 import pytest
 
 from pimjax.partition import drafts
-from pimjax.partition.korean import (minimize_data_movement, pim_hbm_baseline,
-                                     schedule_from_draft)
+from pimjax.partition.korean import minimize_data_movement, pim_hbm_baseline, schedule_from_draft
 
 from .helpers import backend, gemv
 

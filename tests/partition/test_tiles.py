@@ -1,7 +1,8 @@
 """Compute tiles partition the iteration space exactly once, and every
 output element is produced exactly once after the reduction merge."""
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pimjax.partition import dimension_sets, drafts, set_tilings
 from pimjax.partition.tiles import band, loop_env, owner, tile_digits, var_ranges

@@ -5,8 +5,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pimjax.search.mixed import (PIPELINE_PATTERNS, RATIOS, NodeTimes, execution_mode_search, op_node_times,
-                                 optimal_split, pipeline_devices, pipeline_ns, share_builder, split_var)
+from pimjax.search.mixed import (
+    PIPELINE_PATTERNS,
+    RATIOS,
+    NodeTimes,
+    execution_mode_search,
+    op_node_times,
+    optimal_split,
+    pipeline_devices,
+    pipeline_ns,
+    share_builder,
+    split_var,
+)
 
 
 def linear(name, g, p, kind="fc", fixed_g=0.0, fixed_p=0.0, pim=True):

@@ -12,15 +12,15 @@ import warnings
 import numpy as np
 import pytest
 
+from pimjax.backends import baseline
 from pimjax.costmodel.predictor import Predictor, load_default
-from pimjax.search.cache import TuneCache, draft_to_dict
-from pimjax.search.tuner import Tuner
 from pimjax.errors import PimCompileError
 from pimjax.hw import get_backend
 from pimjax.kernels import kernel_op
 from pimjax.lower import lower
 from pimjax.partition import drafts
-from pimjax.backends import baseline
+from pimjax.search.cache import TuneCache, draft_to_dict
+from pimjax.search.tuner import Tuner
 from pimjax.sim.cycles import cycles_batch
 
 BE = get_backend("hbm-pim", channels=4)
@@ -352,6 +352,7 @@ def test_matrix_option_reaches_the_features():
     placement (`features_table(..., matrix=)`), not the default's, and the chosen program keeps it."""
     import jax
     from jax import lax
+
     import pimjax
     from pimjax.costmodel.features import features_table
     from pimjax.hw.presets import get_backend

@@ -7,7 +7,7 @@ import pytest
 
 from pimjax.hw import get_backend, stack_variants
 from pimjax.lower.program import Op, Phase
-from pimjax.sim.cycles import timing_vector, scan_stream
+from pimjax.sim.scan import scan_stream, timing_vector
 
 BE = get_backend("hbm-pim")
 T = {k: float(v) for k, v in timing_vector(BE.timing).items()}

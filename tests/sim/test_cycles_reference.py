@@ -1,16 +1,16 @@
 """`cycles` (the lax.scan) equals the slow reference event model to the
 cycle on random programs, for every DRAM-command backend."""
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pimjax.hw import get_backend
 from pimjax.lower.program import Op, Phase
-import jax
-
-from pimjax.sim.cycles import timing_vector, features_of, scan_stream
 from pimjax.sim.reference import simulate
+from pimjax.sim.scan import features_of, scan_stream, timing_vector
 from pimjax.sim.timing import CLASS_TABLE, COLUMN
 
 OPS = {
@@ -100,7 +100,7 @@ def test_streams_packed_in_lanes_equal_reference(backend_name, data):
     """`scan_lanes` runs several streams back to back in one lane, each from
     the initial state: every stream's result equals the reference model's
     for that stream alone, whatever shares its lane."""
-    from pimjax.sim.cycles import scan_lanes
+    from pimjax.sim.scan import scan_lanes
     be = backend_of(backend_name)
     streams = data.draw(st.lists(record_lists(backend_name), min_size=1, max_size=5))
     refresh = data.draw(st.booleans())

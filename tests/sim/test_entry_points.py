@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pimjax.backends import baseline
+from pimjax.backends.upmem.cycles import sweep_upmem
 from pimjax.hw import get_backend, stack_variants
 from pimjax.lower import lower
 from pimjax.partition import drafts
-from pimjax.backends import baseline
 from pimjax.sim.cycles import cycles, cycles_batch, sweep
-from pimjax.backends.upmem.cycles import sweep_upmem
 from tests.partition.helpers import gemv, vadd
 
 

@@ -1,6 +1,7 @@
 """`_pack_lanes`: how `cycles_batch` deals record streams to scan lanes."""
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pimjax.sim.cycles import LANE_SIZES, MAX_BLOCK, MAX_STEPS, _pack_lanes, _split_blocks
 

@@ -5,12 +5,13 @@ on several threads) at once; and the native and scan engines give the same
 reports on lowered programs."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pimjax.hw import get_backend, stack_variants
-from pimjax.sim.cycles import timing_vector
 from pimjax.sim.native import RECORD_FIELDS, time_streams, timing_table
 from pimjax.sim.reference import simulate
+from pimjax.sim.scan import timing_vector
 
 from .test_cycles_reference import OPS, backend_of, record_lists
 
@@ -117,6 +118,7 @@ def test_engines_agree_on_lowered_programs(backend_name):
     # a program with a stream per group (the pooling of S > 1 streams): its own
     # stream next to a shorter copy of it
     import dataclasses
+
     from pimjax.lower.program import RECORD_FIELDS, Records
     c = progs[0].commands
     two = Records(**{f: np.concatenate([np.asarray(getattr(c, f)),
@@ -139,9 +141,9 @@ def test_engine_choice_is_checked():
     import jax
     from jax.sharding import Mesh
 
+    from pimjax.backends import baseline
     from pimjax.kernels import kernel_op
     from pimjax.lower import lower
-    from pimjax.backends import baseline
     from pimjax.sim.cycles import cycles, cycles_batch, sweep
 
     be = get_backend("hbm-pim", channels=4)
@@ -166,9 +168,9 @@ def test_vmap_over_cycles_uses_the_scan_engine():
     at a time; engine='native' under vmap is a clear error."""
     import jax
 
+    from pimjax.backends import baseline
     from pimjax.kernels import kernel_op
     from pimjax.lower import lower
-    from pimjax.backends import baseline
     from pimjax.sim.cycles import cycles
 
     be = get_backend("hbm-pim", channels=4)
@@ -195,8 +197,9 @@ def test_pack_program_equals_numpy(data):
     `include_resident` (and a [1, R] field, which numpy broadcasts and the
     compiled loop must not read past)."""
     from pimjax.lower.program import Phase, Records
-    from pimjax.sim.cycles import SCAN_FIELDS, _fields32, _pack_numpy
+    from pimjax.sim.cycles import _fields32, _pack_numpy
     from pimjax.sim.native import pack_program
+    from pimjax.sim.scan import SCAN_FIELDS
     S, R = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 40))
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
     ints = lambda hi, dtype=np.int32: rng.integers(0, hi, (S, R)).astype(dtype)   # noqa: E731

@@ -7,14 +7,16 @@ refresh timings varied per variant so that each variant refreshes at its
 own records), with refresh on and off, and on lowered programs."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pimjax.hw import get_backend, stack_variants
 from pimjax.hw.dram_rules import PARAMS, RCD_RD, RD_END
+from pimjax.sim.cycles import _distinct_streams, _pool_streams, _timing_key, check_timing_batch
+from pimjax.sim.native import RECORD_FIELDS, time_streams, timing_table
+from pimjax.sim.native_variants import latency_rows, time_streams_sweep, time_streams_variants
+from pimjax.sim.scan import timing_vector
 from pimjax.sim.timing import ALLBANK, BARRIER, CLASS_TABLE, COLUMN, WRITE
-from pimjax.sim.cycles import _distinct_streams, _pool_streams, _timing_key, timing_vector, check_timing_batch
-from pimjax.sim.native import (RECORD_FIELDS, latency_rows, time_streams, time_streams_sweep, time_streams_variants,
-                               timing_table)
 
 from .test_cycles_reference import OPS, backend_of, record_lists
 
@@ -179,7 +181,7 @@ def test_a_read_timing_sweep_times_a_stream_without_reads_once(monkeypatch):
     """A sweep of tRCDRD: the streams of a lowered AttAcc GEMV that read
     run under every variant; those that only write (their records read no
     RCD_RD) run once and every variant gets that run."""
-    from pimjax.sim import native
+    from pimjax.sim import native_variants as native
     be = backend_of("attacc")
     rec, starts, stops, _ = _pool_streams(_lowered(be))
     t = be.timing

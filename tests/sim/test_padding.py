@@ -1,7 +1,8 @@
 """The padded sizes the interpreters compile for (`sim.padding`)."""
 from __future__ import annotations
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pimjax.sim.padding import fine, pow2
 

@@ -89,7 +89,7 @@ def test_sweep_times_equal_streams_once_and_gives_each_program_its_figures():
     """Programs repeated in a sweep (a layer's q / k / v projections) share their streams: the engine
     times each distinct stream once, under all the variants together, and every program still gets the figures `cycles`
     gives it under each variant -- also past the 4 x 256 programs where the combine switches chunk."""
-    from pimjax.sim import native
+    from pimjax.sim import native_variants as native
     be, progs = _programs()
     batch = [progs[0], progs[5], progs[0], progs[1], progs[5]]      # two distinct GEMV / VA programs repeated
     values = [10.0, 14.0, 18.0]

@@ -7,15 +7,16 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
+from pimjax.backends.upmem.cycles import cycles_upmem, dispatch_interval
+from pimjax.backends.upmem.lower import Sync
+from pimjax.costmodel.dataset import try_lower
 from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.hw import get_backend
 from pimjax.lower.program import Op, Phase, Records, chunk, concat
-from pimjax.backends.upmem.lower import Sync
 from pimjax.sim.cycles import cycles
-from pimjax.backends.upmem.cycles import cycles_upmem, dispatch_interval
-from pimjax.costmodel.dataset import try_lower
 from tests.helpers import assert_trees_close
 
 UPMEM = get_backend("upmem")

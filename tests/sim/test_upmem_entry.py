@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from pimjax.hw import get_backend, stack_variants
-from pimjax.lower import lower
 from pimjax.backends import baseline
 from pimjax.backends.upmem.cycles import cycles_upmem, sweep_upmem
+from pimjax.hw import get_backend, stack_variants
+from pimjax.lower import lower
 from tests.partition.helpers import gemv, vadd
 
 UPMEM = get_backend("upmem", dpus=64)

@@ -11,8 +11,7 @@ import pytest
 
 import pimjax
 from pimjax.errors import PimTraceError
-from pimjax.trace import (Access, Acc, Arg, GraphInvariantError, LoopVar, PimGraph, PimOp,
-                          Prim, ValueInfo, check_graph)
+from pimjax.trace import Acc, Access, Arg, GraphInvariantError, LoopVar, PimGraph, PimOp, Prim, ValueInfo, check_graph
 from pimjax.trace.affine import AffineExpr
 
 

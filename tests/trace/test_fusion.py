@@ -9,8 +9,8 @@ from jax import lax
 
 import pimjax
 from pimjax.trace import Acc, Arg, Prim
-from pimjax.trace.evaluate import evaluate_op, gather
 from pimjax.trace.affine import AffineExpr
+from pimjax.trace.evaluate import evaluate_op, gather
 from tests.corpus import CORPUS
 from tests.helpers import assert_trees_close
 
@@ -185,7 +185,8 @@ def test_conv_dimension_numbers_and_1d(dn):
     _check(g, f, xs, k)
     x1 = rng.standard_normal((2, 9, 3)).astype(np.float32)
     k1 = rng.standard_normal((3, 3, 4)).astype(np.float32)
-    f1 = lambda a, b: lax.conv_general_dilated(a, b, (2,), "SAME", dimension_numbers=("NWC", "WIO", "NWC"))
+    def f1(a, b):
+        return lax.conv_general_dilated(a, b, (2,), "SAME", dimension_numbers=("NWC", "WIO", "NWC"))
     g1 = pimjax.make_graph(f1, x1, k1)
     assert g1.ops[-1].reduction_vars == ("kw", "c")
     _check(g1, f1, x1, k1)

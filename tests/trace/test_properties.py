@@ -37,7 +37,8 @@ def dot_problems(draw):
     size = {"b": b, "c": c}
     lshape = tuple(size[r][i] if r in size else lf[i] for r, i in lroles)
     rshape = tuple(size[r][i] if r in size else rf[i] for r, i in rroles)
-    pos = lambda roles, r, i: roles.index((r, i))
+    def pos(roles, r, i):
+        return roles.index((r, i))
     dims = (((tuple(pos(lroles, "c", i) for i in range(nc)), tuple(pos(rroles, "c", i) for i in range(nc))),
              (tuple(pos(lroles, "b", i) for i in range(nb)), tuple(pos(rroles, "b", i) for i in range(nb)))))
     return lshape, rshape, dims, (b, c, lf, rf)

@@ -2,25 +2,30 @@
 softmax unit per channel, for attention.
 
     isa.py       its commands' DRAM timing classes
-    lower.py      Draft -> Program (GEMV records, the fused attention block)
+    geometry.py   the three PIM levels' geometry and the tables the record streams share
+    stream.py     the record stream (emitter, GEMV plans, placement, softmax buffer, the Program)
+    lower.py      Draft -> Program for GEMVs and reductions (`lower_attacc`)
+    attention.py  Draft -> Program for the fused score -> softmax -> context block
     execute.py    the value interpreter of its records
     baseline.py   AttAcc's open-source mapping
     reference.py  the AttAcc simulator's own programs (validation)
 """
-from .. import Family, TrainingShapes, register
 from ...family.hooks import EVAL_ELEM, EVAL_GEMV, EVAL_MMTV
 from ...lower.patterns import match_attention
-from .isa import TIMING_CLASSES
+from .. import Family, TrainingShapes, register
+from .attention import attention_op, lower_attention
 from .baseline import attacc_baseline
 from .execute import execute_attacc
-from .lower import DEFAULT_OPTIONS, attention_op, lower_attacc, lower_attention
+from .geometry import DEFAULT_OPTIONS
+from .isa import TIMING_CLASSES
+from .lower import lower_attacc
 
 
 def attention_blocks(graph) -> dict:
     """{first op index: block op indices} of the score -> softmax ->
     context blocks (`patterns.match_attention`); `attention_op` refuses
     those AttAcc's softmax unit cannot run (a mask or bias in the score
-    epilogue: see `lower._epilogue_scale`)."""
+    epilogue: see `attention._epilogue_scale`)."""
     return {b[0]: b for b in match_attention(graph)}
 
 

@@ -1,4 +1,4 @@
-"""Value interpretation of AttAcc programs (see `lower/attacc.py`).
+"""Value interpretation of AttAcc programs (see `backends/attacc/lower.py`).
 
 State of one channel: the bank columns the host wrote (NaN everywhere
 else: a unit that reads a column no host-write record filled gets NaN), the
@@ -30,10 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .lower import HOST_ONE, LANES, TREE, Geometry
-from ...lower.program import Op, Program, side_cache
 from ...lower.merge import expand_runs, finish
+from ...lower.program import Op, Program, side_cache
 from ...sim.padding import fine, pow2
+from .geometry import HOST_ONE, LANES, TREE, Geometry
 
 _MAC_OPS = (Op.MACAB, Op.MACSB, Op.MACPB, Op.MACBK)
 K_NONE, K_MAC, K_WRGB, K_MVGB, K_MVSB, K_SFM, K_RDACC = range(7)

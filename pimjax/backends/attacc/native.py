@@ -7,7 +7,7 @@ tables one row per data-movement command.  `lower._gemv_program`'s Python
 form builds them a command at a time (seconds per draft); here one pass
 writes them (milliseconds).  The Python form stays in `lower.py` as the
 readable definition (`_gemv_program(..., native=False)`, and the
-`granularity == "core"` drafts) and `tests/backends/test_attacc_native.py`
+`granularity == "core"` drafts) and `tests/backends/attacc/test_attacc_native.py`
 holds the two bit-identical.
 
 Record fields are written in `program.RECORD_FIELDS` order.
@@ -88,7 +88,7 @@ def _rec(out, p, write, op, bank, row, col, n, phase, reg, reg_step, src, aux, a
 
 @njit(nogil=True, cache=True)
 def _bg_order(banks, m, banks_per_bg, order):
-    """`lower._bg_interleave` of commands 0..m-1 with address banks
+    """`geometry.bg_interleave` of commands 0..m-1 with address banks
     `banks`: round-robin over the bank groups in order of first appearance.
     Writes the command order to order[:m]."""
     qrank = np.full(64, -1, np.int64)       # bank group -> queue rank
@@ -377,7 +377,7 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
     Returns (records, routes, read-back rows, softmax-buffer rows used).
     A step's phases (load, MACs, drain, flush) are helpers inlined here.
     """
-    (n_b, n_v, t_out, t_in, KI, E, n_o, chunk, traverse_is, reuse, prefetch, n_cls, sb_cap, mode, level,
+    (n_b, n_v, t_out, t_in, KI, E, _n_o, chunk, traverse_is, reuse, prefetch, n_cls, sb_cap, mode, level,
      seg, bpbg, C, mac_op, BARRIER, WRGB, MVSB, RDACC, ACTAB, PREA, REARR, COMP, READB) = (
         prm[0], prm[1], prm[2], prm[3], prm[4], prm[5], prm[6], prm[7], prm[8], prm[9], prm[10], prm[11],
         prm[12], prm[13], prm[14], prm[15], prm[16], prm[17], prm[18], prm[19], prm[20], prm[21], prm[22],
@@ -509,7 +509,7 @@ def gemv_stream(prm, start, size, ids, pch, core_base, cluster, cls, out, rsrc, 
 
 @njit(nogil=True, cache=True)
 def placement_order(run_bic, n_per_bic, bank_rank, core_base, cores):
-    """Record order of `lower._placement`: for k = 0, 1, ...: every bank
+    """Record order of `stream.place_matrix`: for k = 0, 1, ...: every bank
     (in bank_rank order) that has a k-th run -- core c's bank
     core_base[c] + bic holds the runs of that bic, in order.
 
@@ -549,7 +549,7 @@ def placement_order(run_bic, n_per_bic, bank_rank, core_base, cores):
 
 @njit(nogil=True, cache=True)
 def load_commands(ids, dst, pch, core_base, banks_per_bg):
-    """`lower._load_commands` (broadcast granularity) when every unit asks
+    """`stream.load_commands` (broadcast granularity) when every unit asks
     for entries dst[e] (distinct) of rows ids[c, e]: per pCH its distinct
     (row, entry) items in order of first appearance (unit, entry), command t
     carrying every pCH's t-th item, named by the first pCH's first unit;

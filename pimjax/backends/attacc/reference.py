@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ...hw.core import Backend
 from ...lower.program import Program
-from .lower import lower_attacc, lower_attention
+from .attention import lower_attention
+from .lower import lower_attacc
 
 
 def _attention_fn(q, K, V):
@@ -39,9 +40,9 @@ def reference_program(row: dict) -> tuple[Program, Backend]:
     import jax.numpy as jnp
 
     from ...hw import get_backend
-    from .baseline import attacc_baseline as baseline
-    from ...trace import make_graph
     from ...lower.patterns import match_attention
+    from ...trace import make_graph
+    from .baseline import attacc_baseline as baseline
 
     backend = get_backend("attacc", variant=str(row["variant"]), channels=int(row["channels"]))
     if str(row.get("refresh", "yes")).lower() in ("no", "false", "0"):

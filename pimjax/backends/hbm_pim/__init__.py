@@ -3,16 +3,17 @@ programmed through all-bank-mode column commands and a CRF microkernel.
 
     isa.py       its commands' DRAM timing classes
     lower.py     Draft -> Program (the SIMD unit's microkernel, GRF blocking)
+    srf.py       the elementwise body compiler (CRF steps, SRF coefficients)
     execute.py   the value interpreter of its records
     baseline.py  the Samsung simulator's mapping
     bounds.py    a lower bound on a contraction draft's cycles (exhaustive tuning's pruning)
 """
-from .. import Family, TrainingShapes, register
 from ...family.hooks import EVAL_ELEM, EVAL_GEMV, EVAL_MMTV
-from .isa import TIMING_CLASSES
+from .. import Family, TrainingShapes, register
 from .baseline import hbm_pim_baseline
 from .bounds import lower_bound
 from .execute import execute_hbm_pim
+from .isa import TIMING_CLASSES
 from .lower import DEFAULT_OPTIONS, lower_hbm_pim
 
 FAMILY = register(Family(

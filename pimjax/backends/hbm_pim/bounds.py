@@ -29,7 +29,7 @@ core's loop lengths n_b / n_v / n_o / n_r.  A variable of a set with a
 single-variable mapping has the worst-core length min(extent, tile); one of
 a compound mapping counts 1 (a length the bound never overestimates).  The
 register writes, read-back and frame are left out, so the bound stays below
-the simulated total (`tests/backends/test_hbm_pim_bounds.py` checks it on
+the simulated total (`tests/backends/hbm_pim/test_hbm_pim_bounds.py` checks it on
 random shapes).  On the GEMV 20480 x 5120 it is 0.6-0.9 of the simulated
 total and exceeds the best draft's total on most of the space.
 """

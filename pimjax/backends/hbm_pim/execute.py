@@ -1,4 +1,4 @@
-"""Value interpretation of HBM-PIM programs (see `lower/hbm_pim.py`).
+"""Value interpretation of HBM-PIM programs (see `backends/hbm_pim/lower.py`).
 
 State of one pseudo-channel: its banks [banks_per_unit * units, rows, cols,
 lanes] and the register file of every unit [units, 17, lanes] (GRF_A[0..7],
@@ -16,11 +16,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .lower import GRF_B, N_REGS, SRF, Crf
-from ...lower.program import Op, Phase, Program, side_cache
 from ...lower.layout import global_index
 from ...lower.merge import expand_runs, host_merge
+from ...lower.program import Op, Phase, Program, side_cache
 from ...sim.padding import pow2
+from .isa import Crf
+from .lower import GRF_B, N_REGS, SRF
 
 _DTYPES = {"backend": np.float16, "wide": np.float32}
 

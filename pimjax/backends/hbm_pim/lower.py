@@ -28,24 +28,41 @@ operands (DCC `pre_load`), channel-parallel rearrangement (DCC §IV-C).
 from __future__ import annotations
 
 import functools
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...errors import PimCompileError
 from ...hw.core import Backend
+from ...lower.context import LowerContext
+from ...lower.layout import acc_space, lane_order, tile_layout, value_shapes
+from ...lower.native import column_runs, gemv_sequence
+from ...lower.program import (
+    RECORD_FIELDS,
+    LazyArray,
+    LazyPositions,
+    Op,
+    Phase,
+    Program,
+    Readback,
+    RecordBuilder,
+    SlotTable,
+    TensorLayout,
+    bank_order,
+    bank_order_key,
+    chunk,
+    concat,
+    record_count,
+    stack_streams,
+    streamed,
+)
+from ...lower.stats import column_stats, lowered_program
+from ...lower.tiles import CoreTiles, core_tiles
 from ...partition.draft import Draft
 from ...partition.verify import matrix_and_vector, register_split_error
-from ...trace.affine import AffineExpr
-from ...trace.ir import Acc, Arg, Const, PimOp, Prim
-from ...lower.context import LowerContext
-from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
-from ...lower.native import column_runs, gemv_sequence
-from ...lower.stats import column_stats, lowered_program
-from ...lower.program import (RECORD_FIELDS, LazyArray, LazyPositions, Op, Phase, Program, Readback, RecordBuilder, Records,
-                      SlotTable, TensorLayout, bank_order, bank_order_key, chunk, concat, record_count, stack_streams, streamed)
-from ...lower.tiles import CoreTiles, core_tiles
+from ...trace.ir import PimOp
+from .isa import Crf
+from .srf import body_error, compile_elementwise
 
 # rows of the mode / configuration frame (hbm-pim.md)
 PARK_ROW = 0x1000
@@ -63,7 +80,6 @@ def phys_row(r):
 GRF_A_COL = 8               # row 0x3fff columns 8-15 -> GRF_A[0..7]
 GRF_B_COL = 24              # columns 24-31 -> GRF_B[0..7]
 SRF_COL = 1
-SRF_SLOTS = 16              # one 256-bit SRF: 16 FP16 scalars
 
 # register file of one unit in `execute`: GRF_A[0..7], GRF_B[0..7], SRF
 GRF_A, GRF_B, SRF = 0, 8, 16
@@ -143,30 +159,6 @@ class Geometry:
         return phys_row(flat // self.cols + self.row_base(parity)), flat % self.cols
 
 
-class Crf:
-    """CRF instruction codes carried in `aux` of PIM_RD / PIM_WR / AB_WR
-    records; `reg` is the first register, `reg_step` its increment per
-    column, `arg` the SRF slot or host-data row."""
-    MAC = 1        # GRF_B[L % ko] += GRF_A[arg + L // ko] * bank  (reg = L0, reg_step = ko)
-    FILL = 2       # R[reg + t] = bank
-    FILL_RELU = 3  # R[reg + t] = relu(bank)
-    ADD = 4        # R[reg + t] += bank
-    MUL = 5        # R[reg + t] *= bank
-    MAD = 6        # R[reg + t] = bank * SRF[arg] + R[reg + t]
-    MULS = 7       # R[reg + t] = bank * SRF[arg]
-    MOV_RELU = 8   # R[reg + t] = relu(R[reg + t])   (triggered by a column read)
-    SUB = 9        # R[reg + t] -= bank
-    RSUB = 10      # R[reg + t] = bank - R[reg + t]
-    ADDS = 11      # R[reg + t] = bank + SRF[arg]          (ADD GRF, BANK, SRF)
-    SADD = 12      # R[reg + t] += SRF[arg]  (ADD GRF, GRF, SRF; triggered by a column read)
-    STORE = 20     # bank = R[reg + t]              (PIM_WR)
-    HOST_REG = 30  # R[reg + t] = host_data[src][arg + t]          (AB_WR)
-    HOST_SRF = 34  # SRF = the op's scalars (Program.meta["srf"])   (AB_WR)
-    PROGRAM = 31   # CRF program write (timing only)
-    MODE = 32      # mode change (timing only; HAB->HAB_PIM also zeroes GRF_B)
-    ZERO_B = 33    # mode change that zeroes GRF_B
-
-
 DEFAULT_OPTIONS = dict(register_reuse=True, data_block_layout=True, channel_parallel=True,
                        resident=(), frame=True, result_dtype="float32")
 
@@ -185,7 +177,7 @@ def lower_hbm_pim(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None
     if max(draft.ki, draft.ko) > GRF_SIZE:
         raise PimCompileError(f"hbm-pim family: GRF_A / GRF_B hold {GRF_SIZE} registers, the draft needs "
                               f"ki={draft.ki}, ko={draft.ko}")
-    if op.kind == "elementwise" and (why := _body_error(op)):
+    if op.kind == "elementwise" and (why := body_error(op)):
         # a body the units cannot run fails every draft alike: said before the draft's tiles are
         # built, once per op (the tuner tries each draft of such an op; a LLaMA layer's RoPE has ~400)
         raise PimCompileError(why)
@@ -669,7 +661,6 @@ def _vector_rows(ctx: _Ctx, V, o_b, o_v, red, n_r, xi, lanes) -> LazyArray:
 def _vector_rows_now(ctx: _Ctx, V, o_b, o_v, red, n_r, xi, lanes) -> np.ndarray:
     """The table of `_vector_rows`."""
     tiles = ctx.tiles
-    op = ctx.op
     box = dict(zip(tiles.vars, (int(tiles.length[..., k].max()) for k in range(len(tiles.vars)))))
     dims = list(o_b) + list(o_v) + list(red)
     sizes = [box[v] for v in dims]
@@ -732,226 +723,10 @@ def _concat(pre, kernel, post) -> dict[str, np.ndarray]:
 # --------------------------------------------------------------------------
 # elementwise: a CRF program streamed over every operand column
 # --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Coef:
-    """A scalar factor c * s**power of a linear body: s the 0-d operand
-    `arg` (power +-1), or a plain constant c (arg None, power 0)."""
-    c: float
-    arg: int | None = None
-    power: int = 0
-
-    def __mul__(self, o: "_Coef") -> "_Coef | None":
-        if self.arg is not None and o.arg is not None:
-            return None                          # s * t: two SRF values, not one
-        arg, power = (self.arg, self.power) if self.arg is not None else (o.arg, o.power)
-        return _Coef(self.c * o.c, arg, power)
-
-    def __add__(self, o: "_Coef") -> "_Coef | None":
-        if (self.arg, self.power) != (o.arg, o.power):
-            return None                          # 2 + s: not one SRF value
-        return _Coef(self.c + o.c, self.arg, self.power)
-
-    def inverse(self) -> "_Coef | None":
-        return None if self.c == 0 else _Coef(1.0 / self.c, self.arg, -self.power)
-
-    def srf(self) -> tuple:
-        """The SRF entry of Program.meta["srf"] (read by `exec_hbm_pim`)."""
-        if self.arg is None:
-            return ("const", self.c)
-        if (self.c, self.power) == (1.0, 1):
-            return ("arg", self.arg)
-        return ("arg", self.arg, self.c, self.power)
-
-
-_ONE, _MINUS_ONE = _Coef(1.0), _Coef(-1.0)
-
-
-def _linear(e, scalar_ops: set[int]):
-    """`e` as sum_k coef_k * operand_k + const, or None.
-
-    Returns ({operand index: _Coef}, _Coef or None).  Scalars are literals
-    and 0-d operands; a product of two scalar operands, or a sum of a literal
-    and a scalar operand, is not one SRF value and gives None, as does any
-    product of two tensors or a division by a tensor."""
-    if isinstance(e, Arg):
-        return ({}, _Coef(1.0, e.index, 1)) if e.index in scalar_ops else ({e.index: _ONE}, None)
-    if isinstance(e, Const):
-        return {}, _Coef(float(e.value))
-    if not isinstance(e, Prim):
-        return None
-    name, args = e.name, e.args
-    if name in ("convert_element_type", "copy", "copy_p", "reduce_precision") and len(args) == 1:
-        return _linear(args[0], scalar_ops)
-    if name == "neg" and len(args) == 1:
-        return _scaled(_linear(args[0], scalar_ops), _MINUS_ONE)
-    if len(args) != 2:
-        return None
-    p, q = (_linear(a, scalar_ops) for a in args)
-    if p is None or q is None:
-        return None
-    if name == "add":
-        return _sum(p, q)
-    if name == "sub":
-        q = _scaled(q, _MINUS_ONE)
-        return None if q is None else _sum(p, q)
-    if name == "mul":
-        if not q[0]:
-            return _scaled(p, q[1])
-        return _scaled(q, p[1]) if not p[0] else None
-    if name == "div" and not q[0] and q[1].arg is None:     # by a literal: times its inverse
-        inv = q[1].inverse()
-        return None if inv is None else _scaled(p, inv)
-    return None
-
-
-def _scaled(lin, s: "_Coef | None"):
-    if lin is None or s is None:
-        return None
-    terms = {k: c * s for k, c in lin[0].items()}
-    const = None if lin[1] is None else lin[1] * s
-    if any(c is None for c in terms.values()) or (lin[1] is not None and const is None):
-        return None
-    return terms, const
-
-
-def _sum(p, q):
-    terms = dict(p[0])
-    for k, c in q[0].items():
-        terms[k] = c if k not in terms else terms[k] + c
-    if p[1] is None or q[1] is None:
-        const = p[1] if q[1] is None else q[1]
-    else:
-        const = p[1] + q[1]
-        if const is None:
-            return None
-    if any(c is None for c in terms.values()):
-        return None
-    return terms, const
-
-
-def _linear_steps(lin, slot) -> list | None:
-    """CRF steps of a linear body (`_linear`), or None when it is a plain
-    sum / difference of tensors (FILL + ADD / SUB, hbm-pim.md) or has no
-    tensor.  slot(_Coef) -> SRF slot.
-
-    The first term is FILLed, or MULS'ed by its factor, or ADDS'ed with
-    the constant when its factor is 1; later terms ADD / SUB, or MAD by
-    their factor; a constant left over is added last (SADD)."""
-    terms, const = lin
-    if not terms:
-        return None
-    if const is not None and const.arg is None and const.c == 0:
-        const = None
-    if const is None and all(c in (_ONE, _MINUS_ONE) for c in terms.values()):
-        return None
-    (k0, c0), *rest = sorted(terms.items())
-    if c0 == _ONE and const is not None:
-        steps, const = [(Crf.ADDS, k0, slot(const))], None
-    elif c0 == _ONE:
-        steps = [(Crf.FILL, k0, None)]
-    else:
-        steps = [(Crf.MULS, k0, slot(c0))]
-    for k, c in rest:
-        if c in (_ONE, _MINUS_ONE):
-            steps.append((Crf.ADD if c == _ONE else Crf.SUB, k, None))
-        else:
-            steps.append((Crf.MAD, k, slot(c)))
-    if const is not None:
-        steps.append((Crf.SADD, None, slot(const)))
-    return steps
-
-
-def _compile_body(body, scalar_ops: set[int]):
-    """Left-deep CRF steps for an elementwise body.
-
-    Returns ([(crf, operand or None, srf_slot or None)], srf entries), the
-    first step a FILL / FILL_RELU / MULS / ADDS.  A linear body (scalar
-    factors and constants, `3*a - b/2 + 1`) is one MULS / MAD chain
-    (`_linear_steps`); products of tensors, ReLU and negation compose
-    left-deep.  Raises PimCompileError for bodies the units cannot run."""
-    srf: list = []
-
-    def slot(coef: _Coef) -> int:
-        entry = coef.srf()
-        if entry not in srf:
-            srf.append(entry)
-        return srf.index(entry)
-
-    def scalar(e):
-        lin = _linear(e, scalar_ops)
-        return None if lin is None or lin[0] else lin[1]
-
-    def is_bank(e):
-        return isinstance(e, Arg) and e.index not in scalar_ops
-
-    def walk(e):
-        if is_bank(e):
-            return [(Crf.FILL, e.index, None)]
-        if isinstance(e, Prim):
-            name, args = e.name, e.args
-            lin = _linear(e, scalar_ops) if name in ("add", "sub", "mul", "div", "neg") else None
-            steps = None if lin is None else _linear_steps(lin, slot)
-            if steps is not None:
-                return steps
-            if name in ("convert_element_type", "copy", "copy_p", "reduce_precision") and len(args) == 1:
-                return walk(args[0])
-            if name == "max" and len(args) == 2 and any(isinstance(a, Const) and a.value == 0 for a in args):
-                inner = args[0] if not isinstance(args[0], Const) else args[1]
-                steps = walk(inner)
-                if len(steps) == 1 and steps[0][0] == Crf.FILL:
-                    return [(Crf.FILL_RELU, steps[0][1], None)]
-                return steps + [(Crf.MOV_RELU, None, None)]
-            if name in ("add", "sub", "mul") and len(args) == 2:
-                a, c = args
-                # acc (op) leaf, with commutativity for add / mul
-                for acc_e, leaf, swapped in ((a, c, False), (c, a, True)):
-                    if name == "sub" and swapped:
-                        # leaf - acc
-                        if is_bank(leaf):
-                            return walk(acc_e) + [(Crf.RSUB, leaf.index, None)]
-                        s = scalar(leaf)
-                        if s is not None:
-                            return _add_scalar(_scale(walk(acc_e), slot(_MINUS_ONE)), slot(s))
-                        continue
-                    if is_bank(leaf):
-                        code = {"add": Crf.ADD, "sub": Crf.SUB, "mul": Crf.MUL}[name]
-                        return walk(acc_e) + [(code, leaf.index, None)]
-                    s = scalar(leaf)
-                    if s is not None and name == "mul":
-                        return _scale(walk(acc_e), slot(s))
-                    if s is not None:
-                        s = s if name == "add" else s * _MINUS_ONE
-                        return _add_scalar(walk(acc_e), slot(s))
-                raise PimCompileError(f"hbm-pim cannot run elementwise {name} of two computed values")
-            if name == "neg" and len(args) == 1:
-                return _scale(walk(args[0]), slot(_MINUS_ONE))
-        raise PimCompileError(f"hbm-pim has no instruction for {getattr(e, 'name', e)}")
-
-    steps = walk(body)
-    if len(srf) > SRF_SLOTS:
-        raise PimCompileError(f"hbm-pim: the body needs {len(srf)} scalars, the SRF holds {SRF_SLOTS}")
-    return steps, srf
-
-
-def _add_scalar(steps, s_slot):
-    """acc + SRF[slot]: fold into a lone FILL as ADDS, else one more step
-    (SADD, triggered by a column read like MOV_RELU)."""
-    if len(steps) == 1 and steps[0][0] == Crf.FILL:
-        return [(Crf.ADDS, steps[0][1], s_slot)]
-    return steps + [(Crf.SADD, None, s_slot)]
-
-
-def _scale(steps, s_slot):
-    """acc * SRF[slot]: fold into the first FILL as MULS when possible."""
-    if len(steps) == 1 and steps[0][0] == Crf.FILL:
-        return [(Crf.MULS, steps[0][1], s_slot)]
-    raise PimCompileError("hbm-pim: scaling a computed value needs a temporary register")
-
-
 def _elementwise(ctx: _Ctx) -> Program:
     op, draft, tiles = ctx.op, ctx.draft, ctx.tiles
     scalar_ops = op.scalar_operands
-    steps, consts = _compile_elementwise(op, scalar_ops)
+    steps, consts = compile_elementwise(op, scalar_ops)
     if len(consts) > ctx.geom.lanes:
         raise PimCompileError(f"hbm-pim: the body needs {len(consts)} scalars, the SRF register holds "
                               f"core.lanes={ctx.geom.lanes}")
@@ -1013,25 +788,6 @@ def _elementwise(ctx: _Ctx) -> Program:
     meta = dict(kind="elementwise", steps=steps, srf=consts, tiles=t, ko=ko)
     return _program(ctx, layouts, [_concat(pre, b, post)], host_data,
                     Readback(lid[-1], combiner="add", lane_partials=False, epilogue_on_host=False), meta)
-
-
-@functools.lru_cache(maxsize=1024)
-def _body_error(op: PimOp) -> str:
-    """'' when the units can run the elementwise op's body, else why not."""
-    try:
-        _compile_elementwise(op, op.scalar_operands)
-    except PimCompileError as err:
-        return str(err)
-    return ""
-
-
-def _compile_elementwise(op: PimOp, scalar_ops: set[int]):
-    """`_compile_body` of the op's body with its epilogue applied."""
-    body = op.body
-    if op.epilogue is not None:
-        from ...trace.ir import replace_acc
-        body = replace_acc(op.epilogue, body)
-    return _compile_body(body, scalar_ops)
 
 
 # --------------------------------------------------------------------------

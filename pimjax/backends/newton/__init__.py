@@ -15,16 +15,16 @@ from a channel's global buffers (GWRITE, G_ACT, COMP, READRES).
     bounds.py    a lower bound on a draft's cycles (the exhaustive tuner's branch and bound)
     estimates.py counts.py's and time.py's closed form as the cost model's estimates (`Family.estimates`)
 """
-from .. import Family, TrainingShapes, register
 from ...family.hooks import EVAL_GEMV, EVAL_MMTV
-from .estimates import newton_estimates
-from .isa import TIMING_CLASSES
-from .fork import time_streams as fork_time_streams
-from .packed import extra_drafts, lower_packed
+from .. import Family, TrainingShapes, register
 from .baseline import newton_baseline
 from .bounds import lower_bound
+from .estimates import newton_estimates
 from .execute import execute_newton
+from .fork import time_streams as fork_time_streams
+from .isa import TIMING_CLASSES
 from .lower import DEFAULT_OPTIONS, lower_newton, newton_options
+from .packed import extra_drafts, lower_packed
 
 
 def lower_any(op, draft, backend, shapes=None, **options):
@@ -48,5 +48,5 @@ FAMILY = register(Family(
         shapes_per_kernel=32,
         heldout={"gemv": EVAL_GEMV + ((1024, 1024), (2048, 512)), "mmtv": EVAL_MMTV[:4]},
         train_hw=({"channels": 8}, {"buffers": 1}), heldout_hw=({"channels": 4}, {"buffers": 2}),
-        # broad cases: without them the session-12 model was 54 % off on an unseen LLM GEMV on 4 channels
+        # broad cases: without them the model is 54 % off on an unseen LLM GEMV on 4 channels
         members=2, broad_top=2)))

@@ -40,7 +40,7 @@ So a broadcast stream of K COMP columns lasts at least
         + tCCD_AB + (rr - 1) tCCD_L + tCL + tBL
 
 with the counts of `counts.plan_counts` (K = COMP columns, S + 1 = G_ACTs,
-R = READRES: the lowering's own per group, `tests/backends/test_newton_counts.py`),
+R = READRES: the lowering's own per group, `tests/backends/newton/test_newton_counts.py`),
 W = banks x columns read (every bank of a broadcast draft holds the padded
 box's n_b n_o n_rc columns), GW = kv ki cc (the first load: kv vectors x ki
 chunks of cc columns).  With register reuse or the data-block layout off
@@ -70,7 +70,7 @@ simulator computes it in float32.
 
 The read-back's host time, refresh and every other command are left out,
 so the bound stays below the simulated total
-(`tests/backends/test_newton_bounds.py` checks it on random shapes and
+(`tests/backends/newton/test_newton_bounds.py` checks it on random shapes and
 drafts).  At the best draft it is 0.70-0.82 of the simulated total on
 MobileNet-V2's 1 x 1 convolutions on Newton++ (the search then simulates
 8-112 of their 2 880-6 612 drafts) and 0.80 on GEMVs 4096 x 4096 and
@@ -81,15 +81,27 @@ from __future__ import annotations
 import numpy as np
 
 from ...hw.core import Backend
-from ...hw.dram_rules import (AB_END, CCD_AB, CCD_L, CCD_L_AB, CCD_S, CCD_S_AB, FAW, RCD_RD, RD_END, RP, RTP,
-                              compile_rules)
+from ...hw.dram_rules import (
+    AB_END,
+    CCD_AB,
+    CCD_L,
+    CCD_L_AB,
+    CCD_S,
+    CCD_S_AB,
+    FAW,
+    RCD_RD,
+    RD_END,
+    RP,
+    RTP,
+    compile_rules,
+)
 from ...lower.layout import value_shapes
 from ...partition.dimsets import dimension_sets
 from ...partition.table import DraftTable
 from ...partition.verify import matrix_and_vector
 from ...trace.ir import PimOp
-from .counts import plan_counts
 from .commands import readres_bursts
+from .counts import plan_counts
 from .lower import DEFAULT_OPTIONS
 from .time import draft_plans
 

@@ -1,4 +1,4 @@
-"""Closed-form command counts of `lower/newton.py`'s kernel, per group, for
+"""Closed-form command counts of `backends/newton/lower.py`'s kernel, per group, for
 every draft of a table at once (nothing is lowered).
 
 A Newton / AiM group runs one command stream: per vector class of its
@@ -23,7 +23,7 @@ consecutive segments span):
 The per-core box and the passes are the lowering's own (`newton_geometry`:
 `lower.tiles`' bands for a halo set tiled by its combined index, the vector
 classes of the fullest group), not `partition.verify.per_core_var_lengths`'
-extents (issue #29: VGG-16 3 x 3 drafts were priced up to 38x over).
+extents (those price VGG-16 3 x 3 drafts up to 38x over).
 
 times the passes (broadcast granularity; per-core granularity commands a
 class's cores one by one, so COMP and READRES also scale with the cores of
@@ -108,7 +108,7 @@ def _ragged_cached(*key) -> int:
 def newton_geometry(op, vvars: set, sets, reps, tile, groups, cores) -> dict:
     """The lowering's per-core geometry of every draft ([n] int64 each):
     "lens" (var -> padded box length, `lower.tiles.CoreTiles.box`), "passes"
-    (vector classes of the fullest group, `lower.newton._classes`) and
+    (vector classes of the fullest group, `lower._classes`) and
     "busy" ([n, S]: cores with work of the fullest group along each set).
 
     vvars: loop vars of the vector operand; reps / tile / groups / cores

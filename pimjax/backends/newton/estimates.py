@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...partition.verify import matrix_and_vector
 from ...family.hooks import EstimateInputs
+from ...partition.verify import matrix_and_vector
 from .counts import newton_geometry, newton_plan, plan_counts
 from .time import newton_phases
 

@@ -1,4 +1,4 @@
-"""Value interpretation of Newton / AiM programs (see `lower/newton.py`).
+"""Value interpretation of Newton / AiM programs (see `backends/newton/lower.py`).
 
 State of one channel: its banks [C, rows, cols, lanes] (the backend's
 core.cols and core.lanes, carried in `Program.meta`), the global buffer
@@ -44,8 +44,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...lower.layout import global_index
-from ...lower.program import Op, Program
 from ...lower.merge import finish
+from ...lower.program import Op, Program
 from ...sim.padding import pow2
 
 _DTYPES = {"backend": jnp.bfloat16, "wide": jnp.float32}

@@ -89,25 +89,43 @@ it does not express (PIMFlow's Ramulator fork, `src/GDDR6.cpp`, differs):
 """
 from __future__ import annotations
 
-from functools import lru_cache
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from ...errors import PimCompileError
 from ...hw.core import Backend
+from ...lower.context import LowerContext
+from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
+from ...lower.program import (
+    RECORD_FIELDS,
+    LazyArray,
+    LazyPositions,
+    Op,
+    Phase,
+    Program,
+    Readback,
+    RecordBuilder,
+    TensorLayout,
+    stack_streams,
+)
+from ...lower.stats import lowered_program
+from ...lower.tiles import CoreTiles, core_tiles
 from ...partition.draft import Draft
 from ...partition.verify import matrix_and_vector
 from ...trace.affine import AffineExpr
 from ...trace.ir import Arg, PimOp, Prim, strip_converts
-from ...lower.layout import acc_space, global_index, lane_order, tile_layout, value_shapes
-from ...lower.program import (LazyArray, LazyPositions, Op, Phase, Program, Readback, RECORD_FIELDS, RecordBuilder, Records, TensorLayout, bank_order, chunk,
-                      stack_streams, streamed)
-from ...lower.context import LowerContext
-from ...lower.stats import lowered_program
-from ...lower.tiles import CoreTiles, core_tiles
-from .commands import (INTERLEAVE_LIMIT, M_LAYOUT, R_LAYOUT, V_LAYOUT, bank_runs, flat_index, gw_banks, newton_stats,
-                       readres_bursts, rearrange, row_runs)
+from .commands import (
+    R_LAYOUT,
+    V_LAYOUT,
+    bank_runs,
+    flat_index,
+    gw_banks,
+    newton_stats,
+    readres_bursts,
+    rearrange,
+)
 
 # matrix: the operand index kept in the banks (None: the larger, `partition.verify.matrix_and_vector`)
 DEFAULT_OPTIONS = dict(register_reuse=True, data_block_layout=True, channel_parallel=True,

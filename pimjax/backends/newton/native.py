@@ -5,7 +5,7 @@ Why.  The exhaustive search lowers every draft of an op; a GEMV
 `lower._Stream` (the readable definition, kept for the tests) makes one
 Python call per COMP run -- about half a second per draft.  Here one
 compiled walk of the same loop nest writes the records into a
-preallocated int table (milliseconds).  `tests/backends/test_newton_native.py`
+preallocated int table (milliseconds).  `tests/backends/newton/test_newton_native.py`
 holds the two record-for-record identical.
 
 The walk runs once, writing into per-thread scratch sized by an upper

@@ -56,7 +56,7 @@ per column, bank groups alternating, reg = buffer column, arg = host-data
 row, aux = 1), then per run a G_ACT (its row) and per unit a COMP (bank 0,
 row, col = first column of the unit, n columns, reg = the same buffer column,
 latch 0, core -1) and a READRES (latch 0 of every bank, n = its bursts,
-`lower.readres_bursts`, reg = host slot).  The filter copies are placed by
+`commands.readres_bursts`, reg = host slot).  The filter copies are placed by
 host writes first (resident when `resident` names M).
 """
 from __future__ import annotations
@@ -67,14 +67,23 @@ import numpy as np
 
 from ...errors import PimCompileError
 from ...hw.core import Backend
+from ...lower.context import LowerContext
 from ...lower.layout import acc_space, lane_order, value_shapes
-from ...lower.program import (LazyArray, Op, Phase, Program, RECORD_FIELDS, RecordBuilder, Readback, TensorLayout,
-                              stack_streams)
+from ...lower.program import (
+    RECORD_FIELDS,
+    LazyArray,
+    Op,
+    Phase,
+    Program,
+    Readback,
+    RecordBuilder,
+    TensorLayout,
+    stack_streams,
+)
+from ...lower.stats import lowered_program
 from ...partition.draft import DimPart, Draft
 from ...partition.verify import matrix_and_vector
 from ...trace.ir import PimOp
-from ...lower.context import LowerContext
-from ...lower.stats import lowered_program
 from .commands import flat_index, gw_banks, newton_stats, readres_bursts, rearrange
 
 PACK_GROUPS = (1, 2, 4)
@@ -552,7 +561,7 @@ def stream_cycles(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None
     time to it.  The PIMFlow study times thousands of layer shares with it."""
     from ...backends import family_of
     from ...sim.native import time_streams, timing_table
-    from ...sim.cycles import timing_vector
+    from ...sim.scan import timing_vector
     shapes = value_shapes(op, shapes)
     plan = packed_plan(op, draft, backend, shapes, matrix)
     bursts = int(readres_bursts(backend, 1, False))

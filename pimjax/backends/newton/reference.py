@@ -36,6 +36,7 @@ def layer_graph(row: dict):
     import jax
     import jax.numpy as jnp
     from jax import lax
+
     from ...trace.frontend import make_graph
     H, W, C, F, K, s = (int(row[k]) for k in ("H", "W", "C", "F", "K", "stride"))
     if min(H, W, C, F, K, s) < 1:

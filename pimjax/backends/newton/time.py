@@ -53,9 +53,9 @@ segment, busy // passes cores a class (as the counts take them): the lowering sk
 core's segments without matrix data and READRES of latches it does not
 need (the edges of a halo-widened box), so there the walk is approximate
 (0.99-1.31 x the simulated time on the VGG-16 layers of the broad held-out
-set; issue #29: the count-based estimate it replaces was 0.78-6.2 x).
+set, where a count-based estimate is 0.78-6.2 x).
 Checked against lowering + simulation without refresh by
-`tests/backends/test_newton_time.py`.
+`tests/backends/newton/test_newton_time.py`.
 
 Why: Newton's near-ties are trades of tens of cycles between these phases
 (16 GWRITE columns against 12 cycles of read-back), which no count feature
@@ -68,18 +68,42 @@ from math import gcd
 
 import numpy as np
 
-from ...hw.dram_phases import (ACT_AFTER_ACT, ACT_AFTER_ACT_BG, ACT_AFTER_ACT_CH, ACT_AFTER_PRE, ACT_WINDOW,
-                               ACTAB_AFTER_BUF, ACTAB_AFTER_COL, column_gap, column_spacing, END_AB, END_ACTAB,
-                               END_PREA, END_RD, END_WR, GAP_L, GAP_S, PRE_AFTER_ACT, PRE_AFTER_RD, PRE_AFTER_WR,
-                               PREA_AFTER_COL, PREALL_AFTER_AB, RD_AFTER_ACT, RD_AFTER_WR_L, RD_AFTER_WR_S, SPACE_S,
-                               WR_AFTER_ACT, WR_AFTER_RD)
+from ...hw.dram_phases import (
+    ACT_AFTER_ACT,
+    ACT_AFTER_ACT_BG,
+    ACT_AFTER_ACT_CH,
+    ACT_AFTER_PRE,
+    ACT_WINDOW,
+    ACTAB_AFTER_BUF,
+    ACTAB_AFTER_COL,
+    END_AB,
+    END_ACTAB,
+    END_PREA,
+    END_RD,
+    END_WR,
+    GAP_L,
+    GAP_S,
+    PRE_AFTER_ACT,
+    PRE_AFTER_RD,
+    PRE_AFTER_WR,
+    PREA_AFTER_COL,
+    PREALL_AFTER_AB,
+    RD_AFTER_ACT,
+    RD_AFTER_WR_L,
+    RD_AFTER_WR_S,
+    SPACE_S,
+    WR_AFTER_ACT,
+    WR_AFTER_RD,
+    column_gap,
+    column_spacing,
+)
 from ...hw.dram_rules import NEVER, PARAMS, compile_chains, compile_rules
-from .commands import bank_runs, readres_bursts, row_runs
-from .lower import segments
 from ...lower.program import Op, bank_order, streamed
 from ...partition import dimension_sets
 from ...partition.verify import matrix_and_vector
+from .commands import bank_runs, readres_bursts, row_runs
 from .counts import newton_geometry, newton_plan, unique_rows
+from .lower import segments
 
 PLAN_KEYS = ("n_b", "n_v", "n_o", "n_rc", "cc", "t_in", "kv", "ki", "lo", "is_flow", "passes")
 # the simulator's buckets of a group's time (cycles.py): leading rearrangement, rearrangement
@@ -566,7 +590,7 @@ def _layout_reads(n_b, n_o, t_in, cc, n_rc, ki, lo, is_flow: bool, cols):
     """The data-block layout of a plan and the columns its COMPs read, which
     walks of one geometry share (other vectors, passes, banks): (seg_base
     [n_b, n_o, t_in], seg_cols [t_in], the read columns' row runs -- first
-    flat column [R], length [R] (`lower.row_runs`) -- and how many columns
+    flat column [R], length [R] (`commands.row_runs`) -- and how many columns
     they hold, and those columns one by one when they are few (else None)).
     Read-only arrays."""
     from .walk import read_runs

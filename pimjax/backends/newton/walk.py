@@ -9,7 +9,7 @@ snapshot per round -- took 38 ms each: 630 of the layer's 673 s compile.
 Here the walk's state is one flat array and its loops are compiled.
 
 What stays the same.  `time._walk` is the readable definition (`time.NATIVE
-= False` walks with it) and `tests/backends/test_newton_walk.py` holds the
+= False` walks with it) and `tests/backends/newton/test_newton_walk.py` holds the
 two bit-identical on random plans, knobs and backend variants.  Every time
 is float64 and every sum is taken in the order the Python walk takes it
 (latency chains term by term, `max` of the same operands, the steady-state
@@ -33,11 +33,34 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ...hw.dram_phases import (ACT_AFTER_ACT, ACT_AFTER_ACT_BG, ACT_AFTER_ACT_CH, ACT_AFTER_PRE, ACT_WINDOW,
-                               ACTAB_AFTER_BUF, ACTAB_AFTER_COL, column_gap, column_spacing, END_AB, END_ACTAB,
-                               END_PREA, END_RD, END_WR, GAP_L, GAP_S, PRE_AFTER_ACT, PRE_AFTER_RD, PRE_AFTER_WR,
-                               PREA_AFTER_COL, PREALL_AFTER_AB, RD_AFTER_ACT, RD_AFTER_WR_L, RD_AFTER_WR_S,
-                               WR_AFTER_ACT, WR_AFTER_RD)
+from ...hw.dram_phases import (
+    ACT_AFTER_ACT,
+    ACT_AFTER_ACT_BG,
+    ACT_AFTER_ACT_CH,
+    ACT_AFTER_PRE,
+    ACT_WINDOW,
+    ACTAB_AFTER_BUF,
+    ACTAB_AFTER_COL,
+    END_AB,
+    END_ACTAB,
+    END_PREA,
+    END_RD,
+    END_WR,
+    GAP_L,
+    GAP_S,
+    PRE_AFTER_ACT,
+    PRE_AFTER_RD,
+    PRE_AFTER_WR,
+    PREA_AFTER_COL,
+    PREALL_AFTER_AB,
+    RD_AFTER_ACT,
+    RD_AFTER_WR_L,
+    RD_AFTER_WR_S,
+    WR_AFTER_ACT,
+    WR_AFTER_RD,
+    column_gap,
+    column_spacing,
+)
 from ...hw.dram_rules import NEVER
 
 # channel scalars, from the start of the scalar block (`_o_s`)
@@ -349,7 +372,7 @@ def _comp(st, L, C, geo, seg_base, seg_cols, bb, o, i, vg):
     jvs = min(kv, n_v - vg * kv)
     base, ncols = seg_base[bb, o, i], seg_cols[i]
     off = 0
-    while off < ncols:                      # a run per row (`lower._runs`)
+    while off < ncols:                      # a run per row (`commands.bank_runs`)
         row, col = (base + off) // cols, (base + off) % cols
         m = min(ncols - off, cols - col)
         off += m
@@ -640,7 +663,7 @@ def walk(n_b, n_v, n_o, n_rc, cc, t_in, kv, ki, lo, is_flow, passes, seg_base, s
 @njit(cache=True, nogil=True)
 def read_runs(seg_base, seg_cols, cols):
     """The flat bank columns the COMPs read -- the union of every segment's
-    run [seg_base[b, o, i], + seg_cols[i]) -- as `lower.row_runs` gives them
+    run [seg_base[b, o, i], + seg_cols[i]) -- as `commands.row_runs` gives them
     (maximal runs of consecutive columns inside one row): (first flat column
     [R], length [R]) int64, in column order; the columns read are sum(length).
     Merged from the segments' intervals, so no per-column array."""

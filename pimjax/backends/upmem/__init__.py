@@ -10,14 +10,14 @@ its own instruction stream, WRAM scratchpad and MRAM DMA.
     dpu.py       the DPU kernel's cycles in closed form (cost-model features)
     estimates.py dpu.py's closed form as the cost model's estimates (`Family.estimates`)
 """
-from .. import Family, TrainingShapes, register
 from ...family.hooks import EVAL_ELEM
-from .estimates import upmem_estimates
-from .isa import TIMING_CLASSES
+from .. import Family, TrainingShapes, register
 from .baseline import upmem_baseline
 from .bounds import lower_bound
 from .cycles import cycles_upmem, sweep_upmem
+from .estimates import upmem_estimates
 from .execute import execute_upmem
+from .isa import TIMING_CLASSES
 from .lower import DEFAULT_OPTIONS, lower_upmem
 
 FAMILY = register(Family(

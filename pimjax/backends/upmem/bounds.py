@@ -22,7 +22,7 @@ has at least the mean), dpus the draft's ranks x DPUs per rank, and L_v the
 worst DPU's loop length of variable v: the data tile for a set's
 single-variable mapping, 1 under a compound one (a length the bound never
 overestimates).  Host transfers, DMA waits and the launch are left out, so
-the bound stays below the simulated total (`tests/backends/test_upmem_bounds.py`
+the bound stays below the simulated total (`tests/backends/upmem/test_upmem_bounds.py`
 checks it on random shapes and drafts of every UPMEM kernel).  On a GEMV
 13 824 x 5 120 (12 432 drafts) it leaves 576 to simulate.
 """

@@ -1,7 +1,7 @@
 """The UPMEM time model: host<->DPU transfers, the DPU kernel, host merge.
 
 A `jax.lax.scan` over the program's records (one stream shared by every
-rank and DPU, see `lower/upmem.py`) with this state:
+rank and DPU, see `backends/upmem/lower.py`) with this state:
 
 * per tasklet: the DPU cycle at which it can go on (`tk[24]`);
 * the DPU's DMA engine busy time (MRAM <-> WRAM requests, one at a time);
@@ -62,11 +62,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...hw.core import Backend, Timing, batch_size
+from ...hw.core import Backend, batch_size
 from ...lower.program import Op, Phase, Program
-from .lower import Sync, Xfer
 from ...sim.engines import check_programs, resolve_engine
 from ...sim.report import CycleReport
+from .lower import Sync, Xfer
 
 # --------------------------------------------------------------------------
 # host-link constants the Backend does not carry (array leaves: sweepable)

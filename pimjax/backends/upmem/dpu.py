@@ -1,5 +1,5 @@
 """Closed-form UPMEM time: the phases of `lower_upmem`'s program under
-`sim.cycles_upmem`'s rules, for every draft of a table at once, from the
+`backends.upmem.cycles`'s rules, for every draft of a table at once, from the
 draft alone (nothing is lowered or simulated).
 
 `dpu_kernel_cycles` -- the kernel.  The UPMEM time model has no shared
@@ -10,7 +10,7 @@ max(slowest tasklet, all instructions (one per cycle), all DMA time (one
 engine)).  So the kernel's cycles follow from how many caching tiles,
 points and DMAs the lowering gives each tasklet and the whole DPU -- counts
 that depend on the draft's worst-core loop lengths, tasklets, WRAM tile and
-dataflow only.  The three kernel shapes of `lower/upmem.py` are mirrored:
+dataflow only.  The three kernel shapes of `backends/upmem/lower.py` are mirrored:
 
 * elementwise: tiles of E = wram_tile / elem_bytes points round-robin
   over the tasklets (tasklet 0 has the most, and a full set of them
@@ -33,7 +33,7 @@ elementwise op replicates every operand over its output box, so a
 broadcast or transposed operand moves in many short runs).
 
 Checked against the lowering timed by the simulator
-(`tests/backends/test_dpu.py`, random shapes and drafts of every UPMEM
+(`tests/backends/upmem/test_dpu.py`, random shapes and drafts of every UPMEM
 kernel and of elementwise ops with broadcast, transposed and scalar
 operands): the transfers and merge to float precision, the kernel to the
 cycle except "is" blocks with several chunks (within 0.5 %; 0.1 % seen).
@@ -45,7 +45,7 @@ so drafts of one tiling that differ only in tasklets or the WRAM tile
 differ by 0.1-2 % in total -- below any learned model's error.  The cost
 model uses the sum as its estimate feature and, for UPMEM, as the base of a
 residual model (`CostModel(base="est_t_total")`).  The price: these
-formulas follow `lower/upmem.py` and `sim/cycles_upmem.py`; a change there
+formulas follow `backends/upmem/lower.py` and `backends/upmem/cycles.py`; a change there
 must be mirrored here, and the test says when it was not.
 """
 from __future__ import annotations
@@ -303,7 +303,7 @@ def _walk_runs(index_map, shape, layout_vars, real: dict, inner: str, pad_to: in
 def transfer_ns(op, lens: dict, shapes: dict, set_dpus: np.ndarray, sets, groups, cores, wram_tile,
                 reduction, backend, consts: dict, link=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """([n] host->DPU, [n] DPU->host, [n] host merge) ns of UPMEM drafts,
-    `lower_upmem`'s transfers under `sim.cycles_upmem`'s rules.
+    `lower_upmem`'s transfers under `backends.upmem.cycles`'s rules.
 
     Every host-contiguous run of a DPU's tile that is also contiguous in
     MRAM is one transfer call (a padded inner loop breaks the runs at each
@@ -315,8 +315,8 @@ def transfer_ns(op, lens: dict, shapes: dict, set_dpus: np.ndarray, sets, groups
     set_dpus [n, S]: groups x cores per dimension set; groups / cores [n]:
     ranks and DPUs per rank used; reduction [n] (1 = "host")."""
     from ...lower.program import Op
+    from .cycles import DEFAULT_LINK, dpu_params, rank_waves, record_terms
     from .lower import Xfer
-    from .cycles import DEFAULT_LINK, dpu_params, record_terms, rank_waves
     p = dpu_params(backend, link or DEFAULT_LINK)
     host = backend.system.host
     eb = consts["elem_bytes"]

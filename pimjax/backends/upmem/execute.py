@@ -1,4 +1,4 @@
-"""Value interpretation of UPMEM programs (see `lower/upmem.py`).
+"""Value interpretation of UPMEM programs (see `backends/upmem/lower.py`).
 
 State: the MRAM of every DPU as words, `mram[D, W]` (D = ranks x DPUs per
 rank, W = 32-bit words), with a written-mask `ok[D, W]`.  Nothing reaches
@@ -48,11 +48,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...lower.layout import global_index
+from ...lower.merge import epilogue_value
 from ...lower.program import Op, Program, TensorLayout
-from .lower import Exec, Xfer, mram_address
 from ...trace import evaluate as trace_eval
 from ...trace.ir import Arg, Const, Prim
-from ...lower.merge import epilogue_value
+from .lower import Exec, Xfer, mram_address
 
 
 def _words(layout: TensorLayout, local: np.ndarray) -> np.ndarray:

@@ -95,15 +95,14 @@ import numpy as np
 
 from ...errors import PimCompileError
 from ...hw.core import Backend
-from ...partition.draft import Draft
-from ...partition.verify import matrix_and_vector
-from ...trace.affine import AffineExpr
-from ...trace.ir import Arg, Const, PimOp, Prim, replace_acc
 from ...lower.context import LowerContext
 from ...lower.layout import acc_space, tile_layout, value_shapes
 from ...lower.program import RECORD_FIELDS, LazyPositions, Op, Phase, Program, Readback, Records, TensorLayout
 from ...lower.stats import ProgramStats, lowered_program, program_stats
 from ...lower.tiles import core_tiles
+from ...partition.draft import Draft
+from ...partition.verify import matrix_and_vector
+from ...trace.ir import Arg, Const, PimOp, Prim
 
 # --------------------------------------------------------------------------
 # constants of the DPU code model (instructions; see module docstring)

@@ -1,5 +1,5 @@
 """LLM serving on a GPU + PIM system: a stream of requests, a scheduler, paged KV
-caches in the PIM stacks, step times from compiled kernels (issue 43).
+caches in the PIM stacks, step times from compiled kernels.
 
 * `requests` -- request traces (`Requests`; `poisson_requests`, `requests_from`,
   `batch_requests`; length distributions `fixed`, `uniform`, `lognormal`)
@@ -11,12 +11,21 @@ caches in the PIM stacks, step times from compiled kernels (issue 43).
   `rate_sweep` (goodput and latency against the request rate)
 * `objective` -- a serving run as an `explore` objective (`ServingObjective`)
 """
-from .requests import (LengthDist, Requests, as_dist, batch_requests, fixed, lognormal, poisson_requests,
-                       requests_from, uniform)
 from .costs import SYSTEMS, KVLayout, StepCosts, build_costs, kv_layout, weight_bytes
 from .engine import simulate
-from .service import CapacityWarning, ServeOptions, ServeResult, rate_sweep, serve
 from .objective import ServingObjective
+from .requests import (
+                       LengthDist,
+                       Requests,
+                       as_dist,
+                       batch_requests,
+                       fixed,
+                       lognormal,
+                       poisson_requests,
+                       requests_from,
+                       uniform,
+)
+from .service import CapacityWarning, ServeOptions, ServeResult, rate_sweep, serve
 
 __all__ = ["LengthDist", "Requests", "as_dist", "batch_requests", "fixed", "lognormal", "poisson_requests",
            "requests_from", "uniform", "SYSTEMS", "KVLayout", "StepCosts", "build_costs", "kv_layout",

@@ -217,11 +217,11 @@ class TracedDense:
     @staticmethod
     def _trace(layer, shard, backend, B: int):
         """(phases, kinds, descriptors) of the non-attention ops traced at batch B."""
+        from ...models.layers import layer_shapes
         from ...plan.plans import host_bytes
         from ...sim.host import op_bytes, op_flops, op_gemm_shape
         from ...trace.frontend import make_graph
         from ..inference import input_phases, op_phases
-        from ...models.layers import layer_shapes
         args = layer_shapes(shard, B, PROBE)
         graph = make_graph(layer, *args)
         shapes = {i: v.shape for i, v in enumerate(graph.values)}
@@ -647,12 +647,13 @@ def make_gpu_attention(shard, backend: Backend, l_bucket: int):
 # compiling: the attention per bucket, the dense ladder
 # --------------------------------------------------------------------------
 def _progress(items, total: int, description: str, on: bool):
-    from ..progress import track           # rich on a terminal, plain lines otherwise
+    from ..progress import track  # rich on a terminal, plain lines otherwise
     return track(items, total, f"serve: {description}", on) if on else items
 
 
 def _table_key(**parts) -> str:
     import hashlib
+
     from ...search.cache import backend_fingerprint
     canon = {k: (backend_fingerprint(v) if isinstance(v, Backend) else repr(v)) for k, v in sorted(parts.items())}
     return hashlib.sha1(json.dumps(canon, sort_keys=True).encode()).hexdigest()
@@ -696,8 +697,9 @@ class TableCache:
         (under `durable.locked`, replaced atomically); no-op without a path."""
         if not self.path:
             return
-        from ...durable import atomic_write, locked, read_json, sweep_temporaries
         import warnings
+
+        from ...durable import atomic_write, locked, read_json, sweep_temporaries
         with locked(self.path):
             sweep_temporaries(self.path)
             with warnings.catch_warnings():
@@ -764,8 +766,8 @@ def dense_ladder(shard, backend: Backend, Ts: list[int], tuner, *, stop_when_gpu
     and the GPU's does not until it is compute-bound, so no larger T places a
     dense op on PIM (`stop`)."""
     from ...api import pim_jit
-    from ..inference import RESIDENT, op_figures, input_phases, op_phases
     from ...models.layers import layer_shapes, make_layer
+    from ..inference import RESIDENT, input_phases, op_figures, op_phases
     key = _table_key(kind="ladder", cfg=shard, backend=backend, tuner=(tuner.mode, tuner.top_k),
                      **_precision_key(precision))
     have = (cache.get(key) if cache is not None else None) or {}

@@ -168,7 +168,7 @@ def simulate(requests, costs, *, scheduler: str = "continuous", prefill: str = "
     total_blocks = st.layout.total_blocks
     bar = None
     if progress:
-        from ..progress import Bar          # rich on a terminal, plain lines otherwise
+        from ..progress import Bar  # rich on a terminal, plain lines otherwise
         bar = Bar(f"serve: {st.n} requests", st.n)
     finished = 0
     static_batch: list[int] = []

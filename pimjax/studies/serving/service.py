@@ -1,4 +1,4 @@
-"""`serve`: a GPU + PIM system serving a stream of LLM requests (issue 43).
+"""`serve`: a GPU + PIM system serving a stream of LLM requests.
 
     from pimjax.models import get_config
     from pimjax.studies import serve
@@ -333,8 +333,8 @@ def serve(cfg, backend="attacc", requests: Requests | None = None, scheduler: st
     ...             placement="gpu", progress=False)                        # doctest: +SKIP
     >>> res.requests[["ttft_ms", "tpot_ms"]]                               # doctest: +SKIP
     """
-    from ...search.tuner import Tuner
     from ...models.configs import ModelConfig, get_config
+    from ...search.tuner import Tuner
     t0 = time.perf_counter()
     if isinstance(cfg, str):
         cfg = get_config(cfg)
@@ -382,6 +382,7 @@ def _warn_capacity(res: ServeResult) -> None:
     waited for KV space or were preempted: the run measures the memory, and
     says so."""
     import warnings
+
     from ...errors import user_stacklevel
     h = res.hardware
     more = "more memory: a system with more stacks (attacc: system='attacc', stacks=), or a higher tp"
@@ -455,6 +456,7 @@ def rate_sweep(cfg, backend="attacc", rates=(1.0, 2.0, 4.0, 8.0), *, n: int = 20
     >>> df[["rate", "goodput_requests_per_s", "ttft_ms_p99", "tpot_ms_p99"]]  # doctest: +SKIP
     """
     import pandas as pd
+
     from ...search.tuner import Tuner
     from .requests import poisson_requests, uniform
     rates = [float(r) for r in np.atleast_1d(rates)]
