@@ -424,8 +424,8 @@ def measure_jax(c: dict, reps: int = 40) -> dict:
 
 def measure(path: str) -> None:
     global ROTATE_BYTES
-    import torch
     import jax
+    import torch
     torch.backends.cudnn.benchmark = True      # cuDNN's fastest algorithm per shape (cudnnFind, as TVM in PIMFlow)
     props = torch.cuda.get_device_properties(0)
     l2 = int(getattr(props, "L2_cache_size", 0) or 0)
@@ -439,7 +439,7 @@ def measure(path: str) -> None:
         info["nvidia_smi"] = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version",
              "--format=csv,noheader"], capture_output=True, text=True, timeout=30).stdout.strip()
-    except Exception as e:     # the table does without it
+    except Exception as e:  # noqa: BLE001 - a missing or failing nvidia-smi: the table does without it
         info["nvidia_smi"] = f"unavailable: {e}"
     rows = []
     t_start = time.perf_counter()
@@ -447,11 +447,11 @@ def measure(path: str) -> None:
         row = dict(c)
         try:
             row["torch"] = measure_torch(c, reps=4 if c["kind"] == "copy" else 40)
-        except Exception as e:         # one failed case must not lose the others
+        except Exception as e:  # noqa: BLE001 - one failed case must not lose the others
             row["torch_error"] = f"{type(e).__name__}: {e}"
         try:
             row.update(measure_jax(c, reps=4 if c["kind"] == "copy" else 40))
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - as torch's
             row["jax_error"] = f"{type(e).__name__}: {e}"
         rows.append(row)
         print(label(c), json.dumps({k: v for k, v in row.items() if k in ("torch", "jax_ns")}), flush=True)

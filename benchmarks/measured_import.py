@@ -356,7 +356,8 @@ def neusight_ops(m: Mirror, checks: list[str]):
     # 2. NVIDIA test sets (merged files with a Device column).  vec.csv and
     #    habitat.csv are the concatenation ln+softmax+elem -> skipped (checked).
     troot = "scripts/asplos/data/dataset/test"
-    key = lambda d: (d["Device"], d["OPName"], d["B"], d["H"], d["Latency"])
+    def key(d):
+        return d["Device"], d["OPName"], d["B"], d["H"], d["Latency"]
     parts = []
     for name in ("bmm", "linear", "ln", "softmax", "elem"):
         p = f"{troot}/{name}.csv"

@@ -29,6 +29,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from .gpu import HOST_ENERGY_FIELDS  # the fields the GPU energy model reads (validated here)
+
 
 # --------------------------------------------------------------------------
 # pytree registration: static fields become aux data, the rest are leaves
@@ -204,8 +206,6 @@ class _Replace:
 # --------------------------------------------------------------------------
 PIMFLOW_FIELDS = ("simt_flops", "l2_bandwidth", "mem_latency_ns", "sm_inflight_bytes")
 # read by the "pimflow" GPU model only
-HOST_ENERGY_FIELDS = ("e_mem_pj_per_byte", "e_l2_pj_per_byte", "e_l1_pj_per_byte", "e_reg_pj", "e_alu_pj_per_mac",
-                      "static_power_w")
 
 
 @pytree_dataclass(static=("name", "staging_buffer_bytes", "model", "sms", "l1_bytes_per_sm", "l2_bytes",

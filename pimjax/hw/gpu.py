@@ -68,6 +68,8 @@ import math
 
 import numpy as np
 
+HOST_ENERGY_FIELDS = ("e_mem_pj_per_byte", "e_l2_pj_per_byte", "e_l1_pj_per_byte", "e_reg_pj", "e_alu_pj_per_mac",
+                      "static_power_w")   # the HostModel fields `gpu_energy_pj` reads (hw.core validates them)
 GPU_MODELS = ("roofline", "dcc", "attacc", "occupancy", "library", "pimflow", "profile")
 GENERIC_GPU_MODELS = ("roofline", "dcc", "attacc", "occupancy", "library")   # the models any GPU builder takes (`hw.host`);
                                                                   #   "pimflow" is PIMFlow's configured RTX 2060 only
@@ -383,7 +385,6 @@ def gpu_energy_pj(host, bytes_moved: float, macs: float, ns: float, reg_accesses
     reg traffic m n k per operand of a product; an elementwise kernel passes its bytes, as AttAcc).
     Constants: the host's energy fields (`HostModel`); ValueError when they are all 0 (a host
     without an energy model, e.g. UPMEM's Xeon: no silent 0 pJ)."""
-    from .core import HOST_ENERGY_FIELDS
     if not any(_f(getattr(host, f)) for f in HOST_ENERGY_FIELDS):
         raise ValueError(f"host {getattr(host, 'name', host)!r} has no energy model (its HostModel energy fields "
                          f"{HOST_ENERGY_FIELDS} are all 0); give them values with a source, e.g. "

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 import numpy as np
 
@@ -37,7 +36,7 @@ BAND = (0.8, 1.25)           # issue 49's acceptance band of model / measured
 FLOOR_BAND = (0.5, 2.0)
 CLASSES = ("gemm", "bmm", "conv", "map", "norm", "softmax", "allreduce")
 TWO_INPUT_MAPS = ("add", "mul", "sub", "div", "pow", "maximum", "where", "masked_fill")
-FITS_PATH = os.path.join(M.HERE, "fits.json")
+FITS_PATH = M.FITS_PATH
 FIT_GRID = {"flops_efficiency": tuple(np.round(np.arange(0.30, 1.001, 0.05), 2)),
             "wave_overhead_ns": (0.0, 1000.0, 2000.0, 3000.0, 4000.0, 6000.0, 8000.0),
             "bandwidth_efficiency": tuple(np.round(np.arange(0.40, 1.001, 0.02), 2))}
@@ -200,15 +199,12 @@ def class_table(model: str = "library", gpus=None, classes=CLASSES, split: str =
     return out
 
 
-FIT_FIELDS = ("flops_efficiency", "wave_overhead_ns", "bandwidth_efficiency")
+FIT_FIELDS = M.FIT_FIELDS
 
 
 def fits() -> dict:
-    """{gpu: {flops_efficiency, wave_overhead_ns, bandwidth_efficiency}} as fitted (fits.json)."""
-    if not os.path.exists(FITS_PATH):
-        return {}
-    with open(FITS_PATH, encoding="utf-8") as fh:
-        return {g: {k: v[k] for k in FIT_FIELDS} for g, v in json.load(fh)["gpus"].items()}
+    """{gpu: {flops_efficiency, wave_overhead_ns, bandwidth_efficiency}} as fitted (`measured.fits`)."""
+    return M.fits()
 
 
 def _score(rows, fl, cls, params, gpu_name, classes) -> float:

@@ -53,15 +53,15 @@ def gpu(name: str, model: str = "library", memory: float | None = None):
     on "library" a card of the measured sets gets its own fitted efficiencies and per-wave cost
     (`hw/measured/fits.json`; a card of `FITS_FROM` its sibling's), the launch stays
     `gpu_library.LIB_LAUNCH_NS`."""
-    from .host import _gpu, _model_factors
+    from .host import gpu_host, model_factors
     if name not in GPU_SPECS:
         raise ValueError(f"gpu({name!r}): valid GPUs are {sorted(GPU_SPECS)}")
     label, fp16, fp32, bw, sms, l2, smem = GPU_SPECS[name]
     if memory is not None:
         bw, label = float(memory), f"{label} ({float(memory) / 1e9:,.1f} GB/s)"
-    host = _gpu(label, fp16, bw, _model_factors(model, "gpu"), model, sms, smem, smem, l2).replace(simt_flops=fp32)
+    host = gpu_host(label, fp16, bw, model_factors(model, "gpu"), model, sms, smem, smem, l2).replace(simt_flops=fp32)
     if model == "library":
-        from .gpu_check import fits
+        from .measured import fits
         host = host.replace(**fits().get(FITS_FROM.get(name, name), {}))   # the card's fitted constants (or its
                                                                             #   measured sibling's)
     return host

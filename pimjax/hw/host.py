@@ -94,7 +94,7 @@ def _memory_bandwidth(memory, bandwidths: dict, who: str) -> tuple[float, str]:
     return bw, f"{bw / 1e9:,.1f} GB/s"
 
 
-def _model_factors(model: str, who: str) -> tuple[float, float, float]:
+def model_factors(model: str, who: str) -> tuple[float, float, float]:
     if model == "pimflow":
         raise ValueError(f"{who}(model='pimflow'): the model of PIMFlow's Accel-Sim RTX 2060 only "
                          "(`pimflow_rtx2060(channels)`); valid GPU models here are "
@@ -120,7 +120,7 @@ GPU_E_ALU_PJ_PER_MAC = E.E_ALU_PJ_PER_MAC
 GPU_STATIC_POWER_W = 0.0
 
 
-def _gpu(name: str, peak_flops: float, bw: float, factors: tuple, model: str, sms: int, smem_per_sm: int,
+def gpu_host(name: str, peak_flops: float, bw: float, factors: tuple, model: str, sms: int, smem_per_sm: int,
          l1_per_sm: int = 0, l2: int = 0) -> HostModel:
     """A GPU's HostModel: its peak, memory and SMs, the GPU model's (bandwidth
     efficiency, FLOP/s efficiency, launch ns), shared memory as the staging
@@ -162,7 +162,7 @@ def a100(memory="hbm2e", model: str = "roofline") -> HostModel:
     """
     bw, label = _memory_bandwidth(memory, {"hbm2e": A100_HBM2E_BANDWIDTH, "hbm3": A100_HBM3_BANDWIDTH,
                                            "hbm-pim": A100_ON_HBM_PIM_BANDWIDTH}, "a100")
-    return _gpu(f"A100-80GB ({label})", A100_PEAK_FP16_FLOPS, bw, _model_factors(model, "a100"), model,
+    return gpu_host(f"A100-80GB ({label})", A100_PEAK_FP16_FLOPS, bw, model_factors(model, "a100"), model,
                 A100_SMS, A100_SMEM_PER_SM, A100_L1_PER_SM, A100_L2).replace(simt_flops=A100_FP32_FLOPS)
                                                                           # staging 18,137,088 B
 
@@ -186,7 +186,7 @@ def h100(memory="hbm3", model: str = "roofline") -> HostModel:
     The GPU of the real kernel times in `benchmarks/gpu_kernels.py`; no paper
     evaluates PIM against it, so no preset pairs with it."""
     bw, label = _memory_bandwidth(memory, {"hbm3": H100_HBM3_BANDWIDTH}, "h100")
-    return _gpu(f"H100-SXM5 ({label})", H100_PEAK_FP16_FLOPS, bw, _model_factors(model, "h100"), model,
+    return gpu_host(f"H100-SXM5 ({label})", H100_PEAK_FP16_FLOPS, bw, model_factors(model, "h100"), model,
                 H100_SMS, H100_SMEM_PER_SM, H100_L1_PER_SM, H100_L2).replace(simt_flops=H100_FP32_FLOPS)
 
 
@@ -207,7 +207,7 @@ def h200(memory="hbm3e", model: str = "roofline") -> HostModel:
     the real kernel times in `benchmarks/gpu_kernels.py`; no paper pairs a
     PIM system with it."""
     bw, label = _memory_bandwidth(memory, {"hbm3e": H200_HBM3E_BANDWIDTH}, "h200")
-    return _gpu(f"H200-SXM ({label})", H200_PEAK_FP16_FLOPS, bw, _model_factors(model, "h200"), model,
+    return gpu_host(f"H200-SXM ({label})", H200_PEAK_FP16_FLOPS, bw, model_factors(model, "h200"), model,
                 H200_SMS, H100_SMEM_PER_SM, H100_L1_PER_SM, H200_L2).replace(simt_flops=H100_FP32_FLOPS)
 
 
@@ -281,8 +281,8 @@ def rtx2060(memory="gddr6", model: str = "roofline") -> HostModel:
         raise ValueError("rtx2060(model='pimflow'): PIMFlow's GPU is configured by channel count, not a bandwidth: "
                          "use pimflow_rtx2060(channels)")
     factors = ((RTX2060_BW_EFFICIENCY, RTX2060_FLOPS_EFFICIENCY, RTX2060_LAUNCH_NS)
-               if model == "roofline" else _model_factors(model, "rtx2060"))
-    return _gpu("RTX 2060" if memory == "gddr6" else f"RTX 2060 ({label})",
+               if model == "roofline" else model_factors(model, "rtx2060"))
+    return gpu_host("RTX 2060" if memory == "gddr6" else f"RTX 2060 ({label})",
                 RTX2060_TENSOR_CORES * RTX2060_FP16_FMA_PER_TC * 2 * RTX2060_BOOST_GHZ * 1e9, bw, factors, model,
                 RTX2060_SMS, RTX2060_SMEM_PER_SM)
 
@@ -358,7 +358,7 @@ def pimflow_rtx2060(channels: int = PIMFLOW_CHANNELS) -> HostModel:
     clock = PIMFLOW_CORE_HZ
     tensor = PIMFLOW_SMS * PIMFLOW_TENSOR_UNITS * PIMFLOW_HMMA_MACS / PIMFLOW_TENSOR_INIT_CYCLES * 2 * clock
     simt = PIMFLOW_SMS * PIMFLOW_SP_UNITS * PIMFLOW_WARP / PIMFLOW_SP_INIT_CYCLES * 2 * clock
-    host = _gpu(f"RTX 2060 (PIMFlow Accel-Sim, {channels} ch)", tensor, channels * PIMFLOW_CHANNEL_BANDWIDTH,
+    host = gpu_host(f"RTX 2060 (PIMFlow Accel-Sim, {channels} ch)", tensor, channels * PIMFLOW_CHANNEL_BANDWIDTH,
                 (1.0, 1.0, PIMFLOW_LAUNCH_CYCLES / clock * 1e9), "roofline", PIMFLOW_SMS, PIMFLOW_SMEM_PER_SM,
                 PIMFLOW_L1_PER_SM, channels * PIMFLOW_L2_PER_CHANNEL)
     return host.replace(model="pimflow", simt_flops=simt,

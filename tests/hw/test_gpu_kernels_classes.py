@@ -11,8 +11,13 @@ import sys
 
 import pytest
 
-from pimjax.hw.host import A100_BW_EFFICIENCY, A100_FLOPS_EFFICIENCY, A100_LAUNCH_NS, H100_HBM3_BANDWIDTH, \
-    H100_PEAK_FP16_FLOPS
+from pimjax.hw.host import (
+    A100_BW_EFFICIENCY,
+    A100_FLOPS_EFFICIENCY,
+    A100_LAUNCH_NS,
+    H100_HBM3_BANDWIDTH,
+    H100_PEAK_FP16_FLOPS,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -8,8 +8,7 @@ import sys
 import pytest
 
 from pimjax.hw import gpu
-from pimjax.hw.host import (H100_HBM3_BANDWIDTH, H100_PEAK_FP16_FLOPS, H100_SMS, H200_HBM3E_BANDWIDTH, h100,
-                            h200)
+from pimjax.hw.host import H100_HBM3_BANDWIDTH, H100_PEAK_FP16_FLOPS, H100_SMS, H200_HBM3E_BANDWIDTH, h100, h200
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATA = ROOT / "benchmarks" / "data"

@@ -9,10 +9,20 @@ import math
 import numpy as np
 import pytest
 
-from pimjax.hw.host import pimflow_rtx2060
-from pimjax.hw import (GPU_MODELS, a100, attention_ns, derived_peaks, describe_system, gemm_ns, get_backend,
-                       gpu_on, gpu_time, rtx2060, system_line)
+from pimjax.hw import (
+    GPU_MODELS,
+    a100,
+    derived_peaks,
+    describe_system,
+    gemm_ns,
+    get_backend,
+    gpu_on,
+    gpu_time,
+    rtx2060,
+    system_line,
+)
 from pimjax.hw.gpu import wave_utilisation
+from pimjax.hw.host import pimflow_rtx2060
 
 # GPT-3 13B (attacc.md / AttAcc config.py make_model_config): 40 layers, d_model 5120, 40 heads x 128,
 # FFN 4 x d_model; tensor-parallel 8 -> 5 heads, 640 model columns per GPU; batch 1, FP16
@@ -231,6 +241,7 @@ def test_gpu_option_and_host_option():
 
 def test_report_header_states_the_system():
     import jax
+
     from pimjax import pim_jit
     f = pim_jit(lambda W, x: jax.nn.relu(W @ x), backend="attacc", channels=2)
     W, x = np.ones((64, 128), np.float16), np.ones(128, np.float16)
@@ -262,8 +273,8 @@ def test_newton_is_pimflows_channel_grouped_memory():
 
 def test_gpu_by_name_and_its_timing_model_apart():
     from pimjax.hw import gpus
-    from pimjax.hw.host import h100
     from pimjax.hw.gpu import GENERIC_GPU_MODELS
+    from pimjax.hw.host import h100
     b = get_backend("attacc", system="attacc", gpu="h100", gpu_model="roofline")
     g = b.system.baseline
     assert g.name.startswith("H100") and g.model == "roofline" and g.mem_bandwidth == pytest.approx(3328e9)

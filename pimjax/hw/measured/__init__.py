@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import json
 import os
 
 import numpy as np
@@ -119,4 +120,19 @@ def to_dataframe(rows: dict):
     return pd.DataFrame({c: np.asarray(a) for c, a in rows.items()})
 
 
-__all__ = ["COLUMNS", "ELEM_BYTES", "OP_CLASS", "MAP_OPS", "op_class", "sources", "header", "load", "read", "to_dataframe"]
+FITS_PATH = os.path.join(HERE, "fits.json")      # the library model's constants per card (`hw.gpu_check.fit` writes it)
+FIT_FIELDS = ("flops_efficiency", "wave_overhead_ns", "bandwidth_efficiency")
+
+
+def fits() -> dict:
+    """{gpu: {flops_efficiency, wave_overhead_ns, bandwidth_efficiency}} as fitted on the even rows
+    of each card's measured sets (`fits.json`, written by `python -m pimjax.hw.gpu_check --fit`);
+    {} when the file is absent."""
+    if not os.path.exists(FITS_PATH):
+        return {}
+    with open(FITS_PATH, encoding="utf-8") as fh:
+        return {g: {k: v[k] for k in FIT_FIELDS} for g, v in json.load(fh)["gpus"].items()}
+
+
+__all__ = ["COLUMNS", "ELEM_BYTES", "OP_CLASS", "MAP_OPS", "FITS_PATH", "FIT_FIELDS", "op_class", "sources", "header",
+           "load", "read", "to_dataframe", "fits"]
