@@ -30,3 +30,12 @@ def assert_trees_close(got, want, *, rtol: float, atol: float = 0.0, atol_scaled
         g64, w64 = g.astype(wide), w.astype(wide)
         scale = max(1.0, float(np.max(np.abs(w64)))) if atol_scaled and w64.size else 1.0
         np.testing.assert_allclose(g64, w64, rtol=rtol, atol=atol * scale, err_msg=where)
+
+
+def slow_params(values, heavy):
+    """`values` for `pytest.mark.parametrize` with those in `heavy` marked slow: `make test`
+    keeps the others (the property still checked on every push), CI's `make test-slow` runs the
+    heavy ones too.  A value is a parameter or a tuple of them."""
+    import pytest
+    return [pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=pytest.mark.slow) if v in heavy else v
+            for v in values]

@@ -15,6 +15,7 @@ from pimjax.errors import PimCompileError, PrecisionWarning
 from pimjax.hw import get_backend
 from pimjax.lower import lower
 from pimjax.partition import op_support
+from tests.helpers import slow_params
 
 SMALL = {"hbm-pim": dict(channels=4), "attacc": dict(channels=2), "newton": dict(channels=2),
          "upmem": dict(dpus=64)}
@@ -25,7 +26,8 @@ def _gemv_fn(W, x):
     return W @ x
 
 
-@pytest.mark.parametrize("name,unit", [("hbm-pim", "float16"), ("newton", "bfloat16")])
+# the heaviest cases (30 s and more each on 2 cores) run with the slow ones (CI runs them)
+@pytest.mark.parametrize("name,unit", slow_params([("hbm-pim", "float16"), ("newton", "bfloat16")], {("newton", "bfloat16")}))
 def test_float32_on_half_units_is_a_stated_conversion(name, unit):
     rng = np.random.default_rng(1)
     W, x = rng.normal(size=(64, 256)).astype(np.float32), rng.normal(size=256).astype(np.float32)

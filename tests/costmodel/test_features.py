@@ -11,13 +11,15 @@ from pimjax.costmodel.features import FEATURE_NAMES, F, features, features_table
 from pimjax.costmodel.kernels import case_drafts, make_case
 from pimjax.hw.presets import get_backend
 from pimjax.partition.generate import lane_candidates
+from tests.helpers import slow_params
 
 SHAPES = {"gemv": (96, 64), "red": (4, 300), "va": (1000,), "relu": (8, 40), "mmtv": (1, 2, 24, 32),
           "attn": (1, 2, 32, 16), "gemm": (8, 32, 16), "conv": (4, 4, 4, 8, 3)}
 CASES = [(b, k) for b in families() for k in family_of(b).kernels]
 
 
-@pytest.mark.parametrize("backend,kernel", CASES)
+# the heaviest cases (30 s and more each on 2 cores) run with the slow ones (CI runs them)
+@pytest.mark.parametrize("backend,kernel", slow_params(CASES, {("newton", "gemv")}))
 def test_fixed_length_and_row_equality(backend, kernel):
     be = get_backend(backend)
     case = make_case(be, kernel, SHAPES[kernel])

@@ -31,6 +31,7 @@ from pimjax.studies.serving.costs import (
     partition_backend,
 )
 from pimjax.studies.serving.engine import simulate
+from tests.helpers import slow_params
 
 GPT3_TP8 = get_config("gpt3-13b").tensor_parallel(8)
 _TUNER = Tuner()
@@ -515,8 +516,10 @@ def test_gqa_attention_on_attaccs_model_reads_the_cache_once_at_full_waves():
     assert one == pytest.approx(G.attention_ns(h, 8, 128, 2048, 1, softmax=False), rel=0.10)
 
 
-@pytest.mark.parametrize("name,tp", [("llama2-7b", 1), ("llama2-13b", 2), ("llama2-70b", 8), ("gpt3-13b", 8),
-                                     ("gpt3-175b", 8)])
+# the heaviest cases (30 s and more each on 2 cores) run with the slow ones (CI runs them)
+@pytest.mark.parametrize("name,tp", slow_params([("llama2-7b", 1), ("llama2-13b", 2), ("llama2-70b", 8), ("gpt3-13b", 8),
+                                                  ("gpt3-175b", 8)],
+                                                 {("llama2-7b", 1), ("llama2-13b", 2), ("llama2-70b", 8), ("gpt3-175b", 8)}))
 def test_every_model_serves_from_shapes(name, tp):
     """The issue's models on AttAcc's system (5 stacks per GPU): a short trace served with the
     attention on PIM; one token's KV per shard by hand (K and V, every layer, the shard's KV heads

@@ -51,6 +51,7 @@ from pimjax.partition.dimsets import dimension_sets
 from pimjax.partition.verify import matrix_and_vector
 from pimjax.sim.cycles import cycles, sweep
 from pimjax.sim.execute import execute
+from tests.helpers import slow_params
 
 U16 = 2.0 ** -11                    # FP16 unit roundoff
 BE = get_backend("attacc", channels=2)   # 2 channels x 64 units: group and core splits, small programs
@@ -182,7 +183,8 @@ def _special_programs():
     }
 
 
-@pytest.mark.parametrize("name", sorted(OPS))
+# the heaviest cases (30 s and more each on 2 cores) run with the slow ones (CI runs them)
+@pytest.mark.parametrize("name", slow_params(sorted(OPS), {"batched_matmul"}))
 def test_values_baseline_and_sampled_drafts(name, lowered):
     cases, dims, _ = lowered
     g, arrays, ds, progs, n_table = cases[name]

@@ -25,6 +25,7 @@ from pimjax.partition.verify import op_support
 from pimjax.sim.cycles import cycles
 from pimjax.sim.execute import execute
 from tests.corpus import CORPUS
+from tests.helpers import slow_params
 from tests.lower.util import graph_ops, reference_output
 
 BACKEND = get_backend("hbm-pim", channels=4)
@@ -73,7 +74,10 @@ def _cases(names, n_random, seed=0):
             yield name, op, shapes, operands
 
 
-@pytest.mark.parametrize("name", KINDS)
+# the heaviest cases (30 s and more each on 2 cores) run with the slow ones (CI runs them)
+@pytest.mark.parametrize("name", slow_params(KINDS, {"gemv", "gemm", "batched_matmul", "attn_scores", "attn_context", "ttv",
+                                                   "va", "red_vector", "red_rows", "mean_rows", "conv1x1_nhwc",
+                                                   "conv3x3_nhwc", "mlp2"}))
 def test_baseline_and_random_drafts(name):
     rng = np.random.default_rng(0)
     found = False
@@ -221,7 +225,8 @@ def _host_write_time(cores: int, columns: int) -> tuple[float, set]:
     return float(out["end"]), set(np.unique(arr["op"]).tolist())
 
 
-@pytest.mark.parametrize("cores", [1, 2, 4])
+# the heaviest cases (30 s and more each on 2 cores) run with the slow ones (CI runs them)
+@pytest.mark.parametrize("cores", slow_params([1, 2, 4], {1, 4}))
 def test_bulk_host_writes_are_timed_like_column_by_column_ones(cores):
     """A transfer above INTERLEAVE_LIMIT columns is emitted as runs (one
     record per bank row); it must cost per column what the column-by-column

@@ -38,6 +38,7 @@ from pimjax.partition import DimPart, Draft, drafts
 from pimjax.partition.verify import verify
 from pimjax.sim.cycles import cycles
 from pimjax.sim.execute import execute
+from tests.helpers import slow_params
 from tests.partition import helpers as H
 
 BE = get_backend("newton")
@@ -105,7 +106,8 @@ def sample(name: str, n: int, seed: int = 0):
 # --------------------------------------------------------------------------
 # values
 # --------------------------------------------------------------------------
-@pytest.mark.parametrize("name", list(CASES))
+# the heaviest cases (30 s and more each on 2 cores) run with the slow ones (CI runs them)
+@pytest.mark.parametrize("name", slow_params(list(CASES), {"gemv"}))
 def test_baseline_draft(name):
     op = case(name)[0]
     d = baseline(op, BE)

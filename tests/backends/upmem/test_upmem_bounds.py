@@ -27,6 +27,7 @@ from pimjax.search.tuner import Tuner
 from pimjax.sim.cycles import cycles
 from pimjax.trace import make_graph
 from tests.backends.hbm_pim.test_hbm_pim_bounds import check_pruned_search_is_the_full_one
+from tests.helpers import slow_params
 
 BACKEND = get_backend("upmem", dpus=256)
 
@@ -93,7 +94,8 @@ def test_no_bound_for_a_body_the_dpu_cannot_run():
     assert Tuner(mode="exhaustive").choose(op, backend, shapes) is None
 
 
-@pytest.mark.parametrize("kernel,shape", [("gemv", (300, 64)), ("va", (3000,))])
+# the heaviest cases (30 s and more each on 2 cores) run with the slow ones (CI runs them)
+@pytest.mark.parametrize("kernel,shape", slow_params([("gemv", (300, 64)), ("va", (3000,))], {("gemv", (300, 64))}))
 def test_pruned_exhaustive_search_picks_what_the_full_one_picks(kernel, shape, monkeypatch):
     check_pruned_search_is_the_full_one(make_case(BACKEND, kernel, shape), BACKEND, monkeypatch)
 
