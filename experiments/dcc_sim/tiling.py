@@ -8,8 +8,13 @@ dimensions are, for GEMV, ``[batch*heads, input (d_head), output (seq_len)]`` fr
 a power of two when the result is <= 16 / <= 64; ``t`` is not recomputed, and AttAcc's two baseline shapes
 are exempt.
 
+``to_draft`` / ``from_draft`` turn a DCC tiling into a pimjax ``Draft`` of the matching pimjax kernel and
+back, and ``lower_tiling`` lowers it with pimjax (issue 51, deliverable 1); they import pimjax when
+called, the rest of the module and of ``dcc_sim`` is standard library only.
+
 DCC = SPIN-Research-Group/DCC @ 7ffb80e4f33e357177dc8ab148953c0484e1e322.  No timing here (no cycles).
 """
+import math
 
 #: (backend, kernel) pairs the artifact has generators for -> number of triples / shape entries
 KERNELS = {("attacc", "gemv"): (3, 4), ("attacc", "red"): (2, 2),
@@ -98,3 +103,118 @@ def validate(backend, kernel, shape, tiling):
         if g * c * t < d:
             raise ValueError(f"triple {i} {[g, c, t]} covers {g * c * t} < {d} elements of dimension {i}")
     return trip
+
+
+# ----------------------------------------------------------------------------------------------
+# DCC's tiling <-> a pimjax Draft (issue 51, deliverable 1).  pimjax is imported only here.
+# ----------------------------------------------------------------------------------------------
+#: DCC kernel -> the pimjax kernel (``pimjax.kernels.FUNCTIONS``) that computes it
+PIMJAX_KERNEL = {"gemv": "mmtv", "red": "red", "va": "va"}
+#: the pimjax loop variable DCC's 16-element column runs along (its generators: ``n_mac = 16``)
+LANE_VAR = {"gemv": "k", "red": "k", "va": "j"}
+
+
+def _ceil(a, b):
+    return -(-a // b)
+
+
+def pimjax_shape(kernel, shape):
+    """The ``pimjax.kernels`` shape of DCC's ``shape``: GEMV ``(batch, heads, d_head, seq_len)`` ->
+    mmtv ``[batch, heads, seq_len, d_head]`` (``einsum("bhnd,bhd->bhn")``); RED / VA unchanged."""
+    s = [int(x) for x in shape]
+    return [s[0], s[1], s[3], s[2]] if kernel == "gemv" else s
+
+
+def _split_batch_heads(g, c, t, B, H):
+    """(DimPart args for b, for h) of DCC's flattened batch*heads triple, or ValueError."""
+    if B == 1:
+        return (1, 1), (g, c)
+    if t % H == 0 or t >= B * H:
+        # every chunk holds whole batch elements (t = ceil(B*H/(g*c)) = ceil(B/(g*c))*H): h is not split
+        return (g, c), (1, 1)
+    if H % t:
+        raise ValueError(f"triple 0 [g, c, t] = {[g, c, t]}: a chunk of {t} of batch*heads = {B}*{H} straddles "
+                         f"batch elements (t neither divides nor is a multiple of heads = {H}); pimjax tiles batch "
+                         f"and heads as separate dimension sets and cannot express it")
+    # chunks lie inside one batch element: B batch tiles x H/t head tiles, split over groups and cores
+    hb = H // t
+    gb = math.gcd(g, B)
+    cb = B // gb
+    if c % cb or g // gb * (c // cb) != hb:
+        raise ValueError(f"triple 0 [g, c, t] = {[g, c, t]}: its {g} groups x {c} cores ({g * c} tiles) do not "
+                         f"factor into batch {B} x {hb} head chunks of {t} ({B * hb} tiles) over separate batch and "
+                         f"heads dimension sets")
+    return (gb, cb), (g // gb, c // cb)
+
+
+def to_draft(kernel, shape, tiling, backend="hbmpim"):
+    """DCC's ``[[g, c, t], ...]`` for ``kernel`` (``"gemv"``, ``"red"``, ``"va"``) at DCC's ``shape`` as a
+    ``pimjax.partition.draft.Draft`` of the pimjax op (``PIMJAX_KERNEL[kernel]`` at ``pimjax_shape``), one
+    ``DimPart(groups, cores)`` per dimension set in ``dimension_sets`` order: GEMV (mmtv) ``b, h, i (seq),
+    k (d_head)``; RED ``i (batch), k (length)``; VA ``i, j``.  DCC's batch*heads triple is split over b and
+    h.  ``reduction`` is ``"host"`` when the reduced dimension is split (DCC's traces write every core's
+    partial result back and combine nothing on PIM), else ``"complete"``; the SIMD lanes run along the
+    reduced dimension (GEMV, RED) or the length (VA), ``LANE_VAR``; the other knobs keep ``Draft``'s
+    defaults.  ``t`` is implied: it must be ``ceil(dim / (g*c))``, as in every row of the artifact.
+
+    Raises ``ValueError`` (saying why) for a tiling the artifact cannot run (``validate``) or pimjax will
+    not express: a ``t`` other than ``ceil(dim/(g*c))`` (pimjax tiles evenly), ``g*c`` above the
+    dimension (empty cores), or a batch*heads chunk that straddles batch elements."""
+    from pimjax.partition.draft import DimPart, Draft
+    trip = validate(backend, kernel, shape, tiling)
+    dims = kernel_dims(kernel, shape)
+    for i, ((g, c, t), d) in enumerate(zip(trip, dims)):
+        if g * c > d:
+            raise ValueError(f"triple {i} {[g, c, t]}: {g * c} cores for {d} elements of dimension {i} (empty cores; "
+                             f"DCC's search keeps g*c <= dim)")
+        if t != _ceil(d, g * c):
+            raise ValueError(f"triple {i} {[g, c, t]}: t = {t} is not ceil({d} / ({g}*{c})) = {_ceil(d, g * c)}; "
+                             f"a pimjax Draft tiles a dimension evenly and carries no chunk size")
+    if kernel == "gemv":
+        s = [int(x) for x in shape]
+        (gb, cb), (gh, ch) = _split_batch_heads(*trip[0], s[0], s[1])
+        parts = (DimPart(gb, cb), DimPart(gh, ch), DimPart(trip[2][0], trip[2][1]), DimPart(trip[1][0], trip[1][1]))
+        reduced = trip[1][0] * trip[1][1] > 1
+    else:
+        parts = tuple(DimPart(g, c) for g, c, _ in trip)
+        reduced = kernel == "red" and trip[1][0] * trip[1][1] > 1
+    # the 16 FP16 lanes of a 32-B column run along the reduced dimension (GEMV, RED) or the length (VA)
+    return Draft(parts=parts, reduction="host" if reduced else "complete", lane_var=LANE_VAR[kernel])
+
+
+def from_draft(kernel, shape, draft):
+    """The DCC tiling ``[[g, c, t], ...]`` of a pimjax ``Draft`` of ``kernel`` at DCC's ``shape`` (the inverse
+    of ``to_draft`` on its image): GEMV's b and h parts merge into the batch*heads triple (groups and
+    cores multiply), each ``t = ceil(dim / (g*c))``.  Raises ``ValueError`` for a packed draft, a draft with
+    the wrong number of parts, or a non-default representative mapping."""
+    if kernel not in PIMJAX_KERNEL:
+        raise ValueError(f"DCC's tiling notation covers {sorted(PIMJAX_KERNEL)}, not {kernel!r}")
+    if draft.pack:
+        raise ValueError("a packed (PIMFlow) draft has no per-dimension tiling")
+    want = 4 if kernel == "gemv" else 2
+    if len(draft.parts) != want:
+        raise ValueError(f"a {kernel} draft has {want} parts (pimjax's dimension sets), got {len(draft.parts)}")
+    if any(p.rep for p in draft.parts):
+        raise ValueError("DCC tiles each dimension itself: only representative mapping 0 has a DCC tiling")
+    p = draft.parts
+    gc = [(p[0].groups * p[1].groups, p[0].cores * p[1].cores), (p[3].groups, p[3].cores),
+          (p[2].groups, p[2].cores)] if kernel == "gemv" else [(x.groups, x.cores) for x in p]
+    return [[g, c, _ceil(d, g * c)] for (g, c), d in zip(gc, kernel_dims(kernel, shape))]
+
+
+def lower_tiling(kernel, shape, tiling, pimjax_backend, backend="hbmpim"):
+    """Lower DCC's ``tiling`` of ``kernel`` at DCC's ``shape`` with pimjax (``pimjax.lower.lower`` of
+    ``to_draft``'s draft on ``pimjax_backend``, a ``pimjax.Backend``): a ``pimjax.lower.Program``.
+    ``backend`` names the DCC fork whose kernel set applies (``validate``).  Raises ``ValueError`` with
+    the reason when pimjax will not lower it (e.g. more cores per group than the backend has: the default
+    ``hbm-pim`` has 8 units per pseudo-channel where DCC's cube has 64 banks per channel)."""
+    from pimjax.errors import PimCompileError
+    from pimjax.kernels import kernel_op
+    from pimjax.lower import lower
+    draft = to_draft(kernel, shape, tiling, backend)
+    op, shapes = kernel_op(PIMJAX_KERNEL[kernel], pimjax_shape(kernel, shape))
+    try:
+        return lower(op, draft, pimjax_backend, shapes)
+    except PimCompileError as err:
+        raise ValueError(f"pimjax will not lower DCC tiling {tiling} of {kernel} {list(shape)} on "
+                         f"{pimjax_backend.name}: {err}") from err
