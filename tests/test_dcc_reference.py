@@ -4,7 +4,6 @@ tiling) on a fast sample: every RED / VA row (each < 1 s) and a few small GEMV r
 `experiments/dcc_reference.py` (~15 min).  Also the port's errors for tilings the artifact cannot run."""
 from __future__ import annotations
 
-import csv
 import json
 import os
 

@@ -12,14 +12,27 @@ rows cycle-exact in the default single-channel mode (worst 1.07 %) and all of th
 Cycles are DRAM command-clock cycles, tCK = 0.769 ns (HBM3 at 5.2 Gbps).
 """
 from .controller import channel_requests, simulate_channel, simulate_coupled
-from .timing import N_CH, TCK_PS, TIMING_TABLE
 from .tiling import KERNELS, kernel_dims, match_alignment, validate, wraps
+from .timing import N_CH, TCK_PS, TIMING_TABLE
 from .traces import channel_loads, gen_trace
 
 TCK_NS = TCK_PS / 1000.0   # 0.769 ns per cycle
 
-__all__ = ["predict", "gen_trace", "validate", "match_alignment", "wraps", "KERNELS", "kernel_dims",
-           "TIMING_TABLE", "TCK_NS", "simulate_channel", "simulate_coupled", "channel_loads", "channel_requests"]
+__all__ = [
+    "KERNELS",
+    "TCK_NS",
+    "TIMING_TABLE",
+    "channel_loads",
+    "channel_requests",
+    "gen_trace",
+    "kernel_dims",
+    "match_alignment",
+    "predict",
+    "simulate_channel",
+    "simulate_coupled",
+    "validate",
+    "wraps",
+]
 
 
 def predict(backend, kernel, shape, tiling, coupled=False, all_channels=False):

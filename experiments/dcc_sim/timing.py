@@ -25,7 +25,7 @@ T = dict(nBL=2, nCL=19, nRCDRD=19, nRCDWR=19, nRP=19, nRAS=45, nRC=63, nWR=21, n
          nCWL=6, nCCDS=2, nCCDL=4, nCCDAB=6, nCCDSB=6, nRRDS=2, nRRDL=4, nWTRS=8, nWTRL=11, nRTW=3,
          nFAW=39, nRFCSB=260, nREFI=5070, nRREFD=11)
 TCK_PS = int(1e6 / (5200 / 4))                        # 769 ps  (HBM3-PIM.cpp l.304)
-T["nRFC"] = ((int(350 * 1000) * 1000 // TCK_PS) + 974) // 1000   # 8Gb: 350 ns -> 456 (l.309-334, utils.cpp JEDEC_rounding)
+T["nRFC"] = (((350 * 1000) * 1000 // TCK_PS) + 974) // 1000   # 8Gb: 350 ns -> 456 (l.309-334, utils.cpp JEDEC_rounding)
 READ_LATENCY = T["nCL"] + T["nBL"]
 
 LV_CH, LV_PCH, LV_RANK, LV_BG, LV_BANK, LV_ROW, LV_COL = range(7)

@@ -12,8 +12,8 @@ DCC = SPIN-Research-Group/DCC @ 7ffb80e4f33e357177dc8ab148953c0484e1e322; ``A/``
 """
 import math
 
-from .timing import N_CH, TX_OFFSET
 from .tiling import match_alignment
+from .timing import N_CH, TX_OFFSET
 
 # ----------------------------------------------------------------------------------------------
 # Trace generators (ports of DCC's src/*_trace_gen/*.py; same command order and addresses)
