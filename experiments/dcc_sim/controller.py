@@ -15,9 +15,23 @@ The simulation skips idle stretches (``Channel.next_event``), which does not cha
 """
 from collections import deque
 
-from .timing import (C, CLOSING, CUSTOM_OPS, N_CH, N_PCH, NC, NO_TYPE, OPENING, READ_LATENCY, ROW_TYPE,
-                     SCOPE_L, T, TIMING_TABLE)
+from .timing import (
+    CLOSING,
+    CUSTOM_OPS,
+    N_CH,
+    N_PCH,
+    NC,
+    NO_TYPE,
+    OPENING,
+    READ_LATENCY,
+    ROW_TYPE,
+    SCOPE_L,
+    TIMING_TABLE,
+    C,
+    T,
+)
 from .traces import REQ_FINAL, map_addr
+
 
 # ----------------------------------------------------------------------------------------------
 # One channel of the fork: HBM3PIMController + PIM scheduler + AllBankHBM3 refresh
