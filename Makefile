@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: demo test test-slow docs lint train bench fuzz clean
+.PHONY: demo test test-slow test-random docs lint train bench fuzz clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,12 +21,19 @@ $(DOCS_STAMP): $(STAMP)
 demo: $(STAMP)
 	$(PY) -m pimjax.demo
 
-# the suite without the cases marked slow (notebooks included); CI (.ci/run) runs those too
+# the suite without the cases marked slow (notebooks included); CI (.ci/run) runs those too.  In file
+# order: a red CI run names a test, not a shuffle; `make test-random SEED=n` shuffles (pytest-randomly)
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow" --durations=25
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow" --durations=25 -p no:randomly
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile -m slow
+	$(PY) -m pytest -q -n 2 --dist loadfile -m slow -p no:randomly
+
+SEED ?= $(shell date +%s)
+# the same suite in a random order (tests and, within a worker, files), the seed printed to rerun it
+test-random: $(STAMP)
+	@echo "pytest-randomly seed $(SEED)"
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow" -p randomly --randomly-seed=$(SEED)
 
 # the documentation site (mkdocs.yml, docs/): a strict build, every warning an error, into site/
 docs: $(DOCS_STAMP)
