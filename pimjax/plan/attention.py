@@ -51,22 +51,27 @@ def note_unfused(plans: list, unfused: dict[int, str]) -> list:
             if p.index in unfused and not p.reason.startswith(unfused[p.index]) else p for p in plans]
 
 
-def attention_ops(graph: PimGraph, block: tuple, backend: Backend, shapes: dict):
+def graph_gpu_ns(graph: PimGraph, backend: Backend, shapes: dict) -> np.ndarray:
+    """Each op's share of the GPU-only run's kernels, ns (`sim.gpu_kernels.op_gpu_ns` on
+    `System.baseline` with `host_bytes`): computed once per graph and handed to the blocks."""
+    return op_gpu_ns(graph, backend.system.baseline, shapes, host_bytes(graph, backend))
+
+
+def attention_ops(graph: PimGraph, block: tuple, backend: Backend, share: np.ndarray):
     """(ops, the block's ns on the GPU, the fused op, {op index: its share of the GPU's kernels,
-    ns}) of an attention block (`sim.gpu_kernels.op_gpu_ns`)."""
+    ns}) of an attention block; share: `graph_gpu_ns` of the graph."""
     ops = [graph.ops[i] for i in block]
-    share = op_gpu_ns(graph, backend.system.baseline, shapes, host_bytes(graph, backend))
     gpu_ns = {i: float(share[i]) for i in block}
     return ops, sum(gpu_ns.values()), family_of(backend).block_operands(ops), gpu_ns   # fused: (q, K, V) -> context
 
 
-def predict_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids,
+def predict_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids, share,
                        placement: str = "auto") -> list[OpPlan]:
     """The lower stage of an attention block: its drafts predicted (on the
     score op), the predicted placement; the plan of its last op carries
-    the proposal."""
+    the proposal.  share: `graph_gpu_ns` of the graph."""
     family = family_of(backend)
-    ops, h_ns, fused, gpu_ns = attention_ops(graph, block, backend, shapes)
+    ops, h_ns, fused, gpu_ns = attention_ops(graph, block, backend, share)
     score, ctx = ops[0], ops[-1]
     n_var = score.result.index_map[score_seq_dim(ops)].single_var      # the sequence the softmax reduces
     seq_sets = [i for i, s in enumerate(dimension_sets(score)) if n_var in s.vars or s.reduction]
@@ -105,11 +110,13 @@ def predict_attention(graph, block, backend, tuner, shapes, dtypes, resident_ids
     return plans
 
 
-def verify_attention(graph, carrier: OpPlan, backend, tuner, shapes, placement: str = "auto") -> list[OpPlan]:
+def verify_attention(graph, carrier: OpPlan, backend, tuner, shapes, share,
+                     placement: str = "auto") -> list[OpPlan]:
     """The compile stage of an attention block: its proposal verified
-    (lowered and simulated), the placement on the simulated figures."""
+    (lowered and simulated), the placement on the simulated figures.
+    share: `graph_gpu_ns` of the graph."""
     block, res = carrier.block, carrier.resident
-    ops, h_ns, _, gpu_ns = attention_ops(graph, block, backend, shapes)
+    ops, h_ns, _, gpu_ns = attention_ops(graph, block, backend, share)
     score, ctx = ops[0], ops[-1]
     try:
         choice = tuner.verify(carrier.proposal)
@@ -138,4 +145,4 @@ def verify_attention(graph, carrier: OpPlan, backend, tuner, shapes, placement: 
     return rest + [last]
 
 
-__all__ = ["attention_blocks", "note_unfused", "attention_ops", "predict_attention", "verify_attention"]
+__all__ = ["attention_blocks", "note_unfused", "graph_gpu_ns", "attention_ops", "predict_attention", "verify_attention"]

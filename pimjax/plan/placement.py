@@ -15,9 +15,8 @@ from ..errors import PimCompileError
 from ..hw.core import Backend
 from ..partition.verify import op_support
 from ..search.tuner import Tuner
-from ..sim.gpu_kernels import op_gpu_ns
 from ..trace.ir import PimGraph
-from .attention import attention_blocks, note_unfused, predict_attention, verify_attention
+from .attention import attention_blocks, graph_gpu_ns, note_unfused, predict_attention, verify_attention
 from .mixed import mixed_plans
 from .plans import OpPlan, gpu_words, host_bytes, in_place_ns, predicted_placement, refuse, value_dtypes, value_shapes
 from .residency import append_update
@@ -43,10 +42,10 @@ def predict_plans(graph: PimGraph, backend: Backend, tuner: Tuner, resident_ids:
     plans = []
     blocks, unfused = attention_blocks(graph, backend)
     in_block = {i for b in blocks.values() for i in b}
-    gpu_ns = op_gpu_ns(graph, backend.system.baseline, shapes, eb)     # each op's share of the GPU's kernels
+    gpu_ns = graph_gpu_ns(graph, backend, shapes)     # each op's share of the GPU's kernels, once per graph
     for i, op in enumerate(graph.ops):
         if i in blocks:
-            block = predict_attention(graph, blocks[i], backend, tuner, shapes, dtypes, resident_ids,
+            block = predict_attention(graph, blocks[i], backend, tuner, shapes, dtypes, resident_ids, gpu_ns,
                                        placement)
             reads = {a.value for j in blocks[i] for a in graph.ops[j].operands}
             plans += [_with_appends(p, reads, appends) for p in block]
@@ -116,11 +115,12 @@ def verify_plans(graph: PimGraph, backend: Backend, tuner: Tuner, plans: list[Op
     plans without a proposal (host ops) come back as they are."""
     shapes = value_shapes(graph)
     carriers = {i: p for p in plans if p.block and p.proposal is not None for i in p.block}
+    share = graph_gpu_ns(graph, backend, shapes) if carriers else None
     out = []
     for p in plans:
         if p.index in carriers:
             if carriers[p.index] is p:
-                out += verify_attention(graph, p, backend, tuner, shapes, placement)
+                out += verify_attention(graph, p, backend, tuner, shapes, share, placement)
             continue
         if p.proposal is None:
             out.append(p)

@@ -87,7 +87,7 @@ def _separate_epilogue(op: PimOp, shapes: dict) -> bool:
     return bool(full) and any(p not in _GEMM_EPILOGUE_FREE for p in expr_prims(op.epilogue))
 
 
-def _groups(graph: PimGraph, shapes: dict, args: list) -> list[list[int]]:
+def _groups(graph: PimGraph, args: list) -> list[list[int]]:
     """Op indices grouped into fused map / row-reduction kernels (graph order within a group)."""
     parent = list(range(len(graph.ops)))
 
@@ -178,18 +178,19 @@ def _elem_bytes(dtype_bytes, v) -> int:
 
 def _kernels(graph, host, shapes, dtype_bytes, alone) -> tuple[GpuKernel, ...]:
     kinds = [op_kernel(op, shapes, dtype_bytes) for op in graph.ops]
+    # a kernel's kind: "gemm" for a product, else the elementwise kind `op_kernel` gives it
+    kind_of = ["gemm" if k == "gemm" else a["kind"] for k, a in kinds]
     if not fuses(host):
-        return tuple(GpuKernel(_op_label(op), (i,), "gemm" if kinds[i][0] == "gemm" else kinds[i][1]["kind"],
-                               float(alone[i])) for i, op in enumerate(graph.ops))
+        return tuple(GpuKernel(_op_label(op), (i,), kind_of[i], float(alone[i])) for i, op in enumerate(graph.ops))
     args = [a if op.kind in ("elementwise", "reduction") else None for op, (_, a) in zip(graph.ops, kinds)]
     kernels = []
-    for members in _groups(graph, shapes, args):
+    for members in _groups(graph, args):
         i = members[0]
         op = graph.ops[i]
         if op.kind in ("elementwise", "reduction"):
             kernels.append(_fused_kernel(graph, members, host, shapes, dtype_bytes, args))
             continue
-        kind = "gemm" if kinds[i][0] == "gemm" else kinds[i][1]["kind"]
+        kind = kind_of[i]
         kernels.append(GpuKernel(_op_label(op) if kind != "gemm" else op.name, (i,), kind, float(alone[i])))
         if kind == "gemm" and _separate_epilogue(op, shapes):
             # the epilogue's map reads the GEMM's result and its other operands, writes the result
