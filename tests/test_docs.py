@@ -36,14 +36,17 @@ def test_every_public_name_is_in_the_api_reference():
     assert not missing, f"add `::: pimjax.<name>` for {missing} to docs/api.md"
 
 
-# references that read as references (issue 53): history goes to git, not into these files
-LINE_LIMIT = 1000
+# references that read as references (issue 53): history goes to git, not into these files. Each limit is the
+# file's size when it was condensed plus headroom: benchmarks/README.md one table of current figures per bench
+# (538 lines), CHANGELOG.md a few lines per change (143 lines).
+LINE_LIMITS = {"README.md": 1000, "benchmarks/README.md": 600, "CHANGELOG.md": 400}
 
 
 def test_the_reference_files_stay_short():
-    long = {name: n for name in ("README.md", "benchmarks/README.md", "CHANGELOG.md")
-            if (n := len((ROOT / name).read_text(encoding="utf-8").splitlines())) > LINE_LIMIT}
-    assert not long, f"over {LINE_LIMIT} lines (condense; history is in git): {long}"
+    long = {name: f"{n} lines, limit {limit}" for name, limit in LINE_LIMITS.items()
+            if (n := len((ROOT / name).read_text(encoding="utf-8").splitlines())) > limit}
+    assert not long, (f"reference files over their limit: {long}; condense them (benchmarks/README.md keeps the "
+                      "current figure of each measure, CHANGELOG.md a few lines per change; history is in git)")
 
 
 def _hook(monkeypatch, tmp_path):
