@@ -170,3 +170,7 @@ for t, paper in ((table6, dcc.PAPER_FIG6), (table7, dcc.PAPER_FIG7)):
     assert len(t) == len(paper) and t.ours.notna().all()
     assert ((abs(t["ours/paper"] - 1) <= dcc.TOLERANCE) == t["within 25%"]).all()
     assert (t.loc[~t["within 25%"], "why it differs"] != "").all(), "every miss says why"
+# the figures themselves, against the values committed with the model (experiments/key_figures.py)
+from experiments import key_figures
+key_figures.check("dcc_fig6_fig7_kernels", {f"fig{n} {r.kernel} {r.metric}": r.ours
+                                            for n, t in ((6, table6), (7, table7)) for r in t.itertuples()})

@@ -245,3 +245,7 @@ for key in SETTINGS:
     lib_gpu = sum(runs["checked A100 (library)"][key].per_token()["gpu"].values())
     assert lib_gpu >= dcc_gpu, (key, lib_gpu, dcc_gpu)
 assert set(checked["gpu"]) == {"a100"} and (checked["rows"] > 0).all()
+# the figures themselves, against the values committed with the model (experiments/key_figures.py)
+from experiments import key_figures
+key_figures.check("dcc_fig8_llm", {f"{k} | {col}": v for col in ("pimjax, DCC's GPU model", "pimjax, checked A100")
+                                   for k, v in cmp[col].items()})

@@ -104,3 +104,7 @@ for r in t9.itertuples():
     mine = fig9[(fig9.backend == r.backend) & (fig9.batch == r.batch)].dcc_vs_base
     assert np.isclose(r.ours, np.exp(np.log(mine).mean())) and r.ours >= 1 - 1e-9, r
     assert np.isnan(r.paper) == (r.batch not in (1, 8)), r
+# the figures themselves, against the values committed with the model (experiments/key_figures.py)
+from experiments import key_figures
+key_figures.check("dcc_fig9_batch", {f"{r.backend} batch {r.batch} dcc_vs_base": r.ours for r in t9.itertuples()}
+                  | {f"{r.backend} {r.batch}x{r.size} dcc_vs_gpu": r.dcc_vs_gpu for r in fig9.itertuples()})

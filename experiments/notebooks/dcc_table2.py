@@ -102,3 +102,7 @@ for col in ("total", "best", "best_strict", "misses", "topk_best", "drafts"):
 assert len(side) == len(dcc.PAPER_TABLE2) + 1 and side["paper best_frac"].between(0, 1).all()
 assert side["ours best_frac"].between(0, 1).all() and (side["ours total"] > 0).all()
 assert side["ours total"].iloc[-1] == side["ours total"].iloc[:-1].sum() == len(cases)
+# the figures themselves, against the values committed with the model (experiments/key_figures.py)
+from experiments import key_figures
+key_figures.check("dcc_table2", {f"{r['row']} ours {col}": r[f"ours {col}"] for _, r in side.iterrows()
+                                 for col in ("best_frac", "subopt")})

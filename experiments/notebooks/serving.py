@@ -253,3 +253,8 @@ kv = df.assign(stacks=df.point.str.extract(r"stacks=(\d)", expand=False).astype(
 assert (kv.nunique() == 1).all() and kv.first()[5] > kv.first()[3]
 assert len(sweep) == 3 and (sweep.goodput_requests_per_s <= sweep.requests_per_s * (1 + 1e-9)).all()
 assert (sweep.goodput_requests_per_s >= 0).all()
+# the figures themselves, against the values committed with the model (experiments/key_figures.py)
+from experiments import key_figures
+key_figures.check("serving", {f"live {pl} {m}": getattr(r.summary(), m) for pl, r in runs.items()
+                              for m in ("tokens_per_s", "ttft_ms_p99", "tpot_ms_p99")}
+                  | {f"dse {r.point} goodput": r.goodput_tokens_per_s for r in df.itertuples()})
