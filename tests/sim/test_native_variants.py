@@ -17,6 +17,7 @@ from pimjax.sim.native import RECORD_FIELDS, time_streams, timing_table
 from pimjax.sim.native_variants import latency_rows, time_streams_sweep, time_streams_variants
 from pimjax.sim.scan import timing_vector
 from pimjax.sim.timing import ALLBANK, BARRIER, CLASS_TABLE, COLUMN, WRITE
+from tests.helpers import slow_params
 
 from .test_cycles_reference import OPS, backend_of, record_lists
 
@@ -72,7 +73,8 @@ def _random_table(data, be, V):
     return np.concatenate([timing_table(r) for r in rows])
 
 
-@pytest.mark.parametrize("backend_name", sorted(OPS))
+# attacc's 40 examples take 25-45 s on 2 cores: with the slow cases (CI runs them)
+@pytest.mark.parametrize("backend_name", slow_params(sorted(OPS), {"attacc"}))
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
 def test_many_variants_equal_one_variant_loop(backend_name, data):

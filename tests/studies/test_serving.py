@@ -394,6 +394,7 @@ def test_requests_are_required():
         serve(GPT3_TP8, "attacc")
 
 
+@pytest.mark.slow      # 60-120 s on 2 cores (the placement search on PIM); CI runs it
 def test_conversions_are_recorded_in_the_result_not_warned():
     import warnings
     with warnings.catch_warnings():
