@@ -1,6 +1,6 @@
 """The native loop alone, side by side in one run (one thread, CPU time):
 
-    python benchmarks/native_loop_bench.py [--before REV] [--repeat 5]
+    python benchmarks/native_loop_bench.py [--before REV [--no-scan]] [--repeat 5]
 
 1. `_stream` (the one-variant loop: `time_streams`, the tuner's path) against
    `_stream_v` at W = 1 (`time_streams_variants` of one timing): can the
@@ -68,10 +68,25 @@ def this_tree():
     return types.SimpleNamespace(**{**vars(native), **vars(native_variants)})
 
 
-def _load_before(rev: str, module: str = "native"):
-    """pimjax/sim/<module>.py at `rev`, imported as pimjax.sim._<module>_before."""
-    src = subprocess.run(["git", "show", f"{rev}:pimjax/sim/{module}.py"], check=True, capture_output=True,
-                         text=True, cwd=ROOT).stdout
+def _source(rev: str, module: str) -> str | None:
+    """pimjax/sim/<module>.py at `rev` (None where it has no such file)."""
+    got = subprocess.run(["git", "show", f"{rev}:pimjax/sim/{module}.py"], capture_output=True, text=True, cwd=ROOT)
+    return got.stdout if got.returncode == 0 else None
+
+
+def _load_native_before(rev: str):
+    """The native engine at `rev` as one namespace, as `this_tree`: `native.py`, and `native_variants.py` where
+    `rev` has it (its `from .native import` pointed at the `native.py` of `rev`)."""
+    mods = [_load_before(rev)]
+    src = _source(rev, "native_variants")
+    if src is not None:
+        mods.append(_load_before(rev, "native_variants", src.replace("from .native import", "from ._native_before import")))
+    return types.SimpleNamespace(**{k: v for m in mods for k, v in vars(m).items()})
+
+
+def _load_before(rev: str, module: str = "native", src: str | None = None):
+    """pimjax/sim/<module>.py at `rev` (or the source `src`), imported as pimjax.sim._<module>_before."""
+    src = _source(rev, module) if src is None else src
     path = os.path.join(os.path.dirname(native.__file__), f"_{module}_before.py")
     with open(path, "w") as f:
         f.write(src)
@@ -159,10 +174,11 @@ def main() -> None:
     ap.add_argument("--before", default=None, help="git revision whose native.py to compare against")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--per-case", type=int, default=24)
+    ap.add_argument("--no-scan", action="store_true", help="with --before: the native loops only")
     args = ap.parse_args()
     mods = {"this tree": this_tree()}
     if args.before:
-        mods[args.before] = _load_before(args.before)
+        mods[args.before] = _load_native_before(args.before)
     loops = ("_stream", "_stream_v (W = 1)", f"_stream_v (W = {WIDE})")
     head = f"{'backend':8} {'records':>9} {'loop':18}" + "".join(f" {m + ' ns/rec':>18}" for m in mods)
     head += f" {'/ _stream':>10}" + (f" {'this / ' + args.before:>18}" if args.before else "")
@@ -186,7 +202,7 @@ def main() -> None:
             if args.before:
                 row += f" {ns['this tree', k] / ns[args.before, k]:17.2f}x"
             print(row)
-    if args.before:
+    if args.before and not args.no_scan:
         _scan_compare(args.before, args.repeat)
 
 
