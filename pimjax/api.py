@@ -798,7 +798,7 @@ def _composable(owner: PimFunction, tree, get_compiled: Callable, out_avals):
         return jax.pure_callback(callback, out_avals, *xs)
 
     @run.def_vmap
-    def run_batched(axis_size, in_batched, *xs):
+    def run_batched(_axis_size, in_batched, *xs):
         batched = owner.vmapped(jax.tree_util.tree_unflatten(tree, list(in_batched)))
         out = batched(*jax.tree_util.tree_unflatten(tree, xs))
         return out, jax.tree_util.tree_map(lambda _: True, out)
