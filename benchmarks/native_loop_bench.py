@@ -22,9 +22,7 @@ loop gives the same results bit for bit.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
-import subprocess
 import sys
 import time
 import types
@@ -33,6 +31,8 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)        # this checkout's pimjax, not an installed one
+
+from at_revision import module_at, source_at  # noqa: E402  (benchmarks/at_revision.py)
 
 from pimjax.hw import get_backend  # noqa: E402
 from pimjax.kernels import kernel_op  # noqa: E402
@@ -68,17 +68,11 @@ def this_tree():
     return types.SimpleNamespace(**{**vars(native), **vars(native_variants)})
 
 
-def _source(rev: str, module: str) -> str | None:
-    """pimjax/sim/<module>.py at `rev` (None where it has no such file)."""
-    got = subprocess.run(["git", "show", f"{rev}:pimjax/sim/{module}.py"], capture_output=True, text=True, cwd=ROOT)
-    return got.stdout if got.returncode == 0 else None
-
-
 def _load_native_before(rev: str):
     """The native engine at `rev` as one namespace, as `this_tree`: `native.py`, and `native_variants.py` where
     `rev` has it (its `from .native import` pointed at the `native.py` of `rev`)."""
     mods = [_load_before(rev)]
-    src = _source(rev, "native_variants")
+    src = source_at(rev, "pimjax/sim/native_variants.py")
     if src is not None:
         mods.append(_load_before(rev, "native_variants", src.replace("from .native import", "from ._native_before import")))
     return types.SimpleNamespace(**{k: v for m in mods for k, v in vars(m).items()})
@@ -86,18 +80,7 @@ def _load_native_before(rev: str):
 
 def _load_before(rev: str, module: str = "native", src: str | None = None):
     """pimjax/sim/<module>.py at `rev` (or the source `src`), imported as pimjax.sim._<module>_before."""
-    src = _source(rev, module) if src is None else src
-    path = os.path.join(os.path.dirname(native.__file__), f"_{module}_before.py")
-    with open(path, "w") as f:
-        f.write(src)
-    try:
-        spec = importlib.util.spec_from_file_location(f"pimjax.sim._{module}_before", path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
-    finally:
-        os.remove(path)
-    return mod
+    return module_at(rev, f"pimjax/sim/{module}.py", f"pimjax.sim._{module}_before", src)
 
 
 def _best(fns: dict, repeat: int, clock=time.process_time) -> dict:

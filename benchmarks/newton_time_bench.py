@@ -23,13 +23,11 @@ of the walk costs; the results checked equal.
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import os
-import subprocess
 import sys
 import time
 
 import numpy as np
+from at_revision import module_at  # benchmarks/at_revision.py
 from rich.console import Console
 from rich.table import Table
 
@@ -54,28 +52,10 @@ def timed(plan, banks, per_core, be, steady: bool):
     return time.perf_counter() - t0, out
 
 
-def _walk_before(rev: str):
-    """backends/newton/walk.py at `rev`, imported as pimjax.backends.newton._walk_before."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    src = subprocess.run(["git", "show", f"{rev}:pimjax/backends/newton/walk.py"], check=True, capture_output=True,
-                         text=True, cwd=root).stdout
-    path = os.path.join(os.path.dirname(newton_time.__file__), "_walk_before.py")
-    with open(path, "w") as f:
-        f.write(src)
-    try:
-        spec = importlib.util.spec_from_file_location("pimjax.backends.newton._walk_before", path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
-    finally:
-        os.remove(path)
-    return mod
-
-
 def compare(rev: str, ops, repeat: int) -> None:
     """This tree's compiled walk against `rev`'s, per op (every draft, memo cleared), best of `repeat`."""
     import pimjax.backends.newton.walk as this
-    mods = {"this tree": this, rev: _walk_before(rev)}
+    mods = {"this tree": this, rev: module_at(rev, "pimjax/backends/newton/walk.py", "pimjax.backends.newton._walk_before")}
     be = get_backend("newton")
     table = Table(title=f"newton walk: this tree vs {rev} (CPU s, best of {repeat})")
     for c in ("op", "drafts", "this tree s", f"{rev} s", "this / before"):
