@@ -39,9 +39,11 @@ test-random: $(STAMP)
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
-# ruff over the package, the tests, the benchmarks and the experiments (rules in pyproject.toml)
+# ruff over the package, the tests, the benchmarks and the experiments (rules in pyproject.toml), then
+# vulture's dead-code check over the same ([tool.vulture]; false positives in vulture_whitelist.py)
 lint: $(STAMP)
 	$(PY) -m ruff check pimjax tests benchmarks experiments
+	$(PY) -m vulture
 
 train: $(STAMP)
 	$(PY) -m pimjax.costmodel.train

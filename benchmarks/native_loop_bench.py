@@ -1,6 +1,6 @@
 """The native loop alone, side by side in one run (one thread, CPU time):
 
-    python benchmarks/native_loop_bench.py [--before REV] [--repeat 5]
+    python benchmarks/native_loop_bench.py [--before REV [--no-scan]] [--repeat 5]
 
 1. `_stream` (the one-variant loop: `time_streams`, the tuner's path) against
    `_stream_v` at W = 1 (`time_streams_variants` of one timing): can the
@@ -22,9 +22,7 @@ loop gives the same results bit for bit.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
-import subprocess
 import sys
 import time
 import types
@@ -33,6 +31,8 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)        # this checkout's pimjax, not an installed one
+
+from at_revision import module_at, source_at  # noqa: E402  (benchmarks/at_revision.py)
 
 from pimjax.hw import get_backend  # noqa: E402
 from pimjax.kernels import kernel_op  # noqa: E402
@@ -68,21 +68,19 @@ def this_tree():
     return types.SimpleNamespace(**{**vars(native), **vars(native_variants)})
 
 
-def _load_before(rev: str, module: str = "native"):
-    """pimjax/sim/<module>.py at `rev`, imported as pimjax.sim._<module>_before."""
-    src = subprocess.run(["git", "show", f"{rev}:pimjax/sim/{module}.py"], check=True, capture_output=True,
-                         text=True, cwd=ROOT).stdout
-    path = os.path.join(os.path.dirname(native.__file__), f"_{module}_before.py")
-    with open(path, "w") as f:
-        f.write(src)
-    try:
-        spec = importlib.util.spec_from_file_location(f"pimjax.sim._{module}_before", path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
-    finally:
-        os.remove(path)
-    return mod
+def _load_native_before(rev: str):
+    """The native engine at `rev` as one namespace, as `this_tree`: `native.py`, and `native_variants.py` where
+    `rev` has it (its `from .native import` pointed at the `native.py` of `rev`)."""
+    mods = [_load_before(rev)]
+    src = source_at(rev, "pimjax/sim/native_variants.py")
+    if src is not None:
+        mods.append(_load_before(rev, "native_variants", src.replace("from .native import", "from ._native_before import")))
+    return types.SimpleNamespace(**{k: v for m in mods for k, v in vars(m).items()})
+
+
+def _load_before(rev: str, module: str = "native", src: str | None = None):
+    """pimjax/sim/<module>.py at `rev` (or the source `src`), imported as pimjax.sim._<module>_before."""
+    return module_at(rev, f"pimjax/sim/{module}.py", f"pimjax.sim._{module}_before", src)
 
 
 def _best(fns: dict, repeat: int, clock=time.process_time) -> dict:
@@ -159,10 +157,11 @@ def main() -> None:
     ap.add_argument("--before", default=None, help="git revision whose native.py to compare against")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--per-case", type=int, default=24)
+    ap.add_argument("--no-scan", action="store_true", help="with --before: the native loops only")
     args = ap.parse_args()
     mods = {"this tree": this_tree()}
     if args.before:
-        mods[args.before] = _load_before(args.before)
+        mods[args.before] = _load_native_before(args.before)
     loops = ("_stream", "_stream_v (W = 1)", f"_stream_v (W = {WIDE})")
     head = f"{'backend':8} {'records':>9} {'loop':18}" + "".join(f" {m + ' ns/rec':>18}" for m in mods)
     head += f" {'/ _stream':>10}" + (f" {'this / ' + args.before:>18}" if args.before else "")
@@ -186,7 +185,7 @@ def main() -> None:
             if args.before:
                 row += f" {ns['this tree', k] / ns[args.before, k]:17.2f}x"
             print(row)
-    if args.before:
+    if args.before and not args.no_scan:
         _scan_compare(args.before, args.repeat)
 
 

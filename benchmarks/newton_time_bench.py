@@ -1,6 +1,7 @@
 """Newton's closed-form phase times: the steady-state skip vs walking every command.
 
     .venv/bin/python benchmarks/newton_time_bench.py [--op gemv:4096x4096 ...] [--walk compiled python both]
+    .venv/bin/python benchmarks/newton_time_bench.py --before REV [--repeat 5] [--op ...]
 
 `costmodel.newton_time.newton_phases` walks each draft's command stream
 once per distinct per-group plan; identical stretches (write rounds,
@@ -14,13 +15,19 @@ drafts left to the count estimates (their walk with the skip timed more than
 `--walk`: the compiled walk (`backends/newton/walk.py`, the default the
 features use), its Python definition (`time._walk`, `time.NATIVE = False`),
 or both, one after the other (the same numbers, checked).
+`--before REV`: instead, the compiled walk of this tree against
+`backends/newton/walk.py` at git revision REV (loaded beside it), with the
+skip, the two taken in turn, best of `--repeat` (CPU time): what a change
+of the walk costs; the results checked equal.
 """
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
+from at_revision import module_at  # benchmarks/at_revision.py
 from rich.console import Console
 from rich.table import Table
 
@@ -45,11 +52,45 @@ def timed(plan, banks, per_core, be, steady: bool):
     return time.perf_counter() - t0, out
 
 
+def compare(rev: str, ops, repeat: int) -> None:
+    """This tree's compiled walk against `rev`'s, per op (every draft, memo cleared), best of `repeat`."""
+    import pimjax.backends.newton.walk as this
+    mods = {"this tree": this, rev: module_at(rev, "pimjax/backends/newton/walk.py", "pimjax.backends.newton._walk_before")}
+    be = get_backend("newton")
+    table = Table(title=f"newton walk: this tree vs {rev} (CPU s, best of {repeat})")
+    for c in ("op", "drafts", "this tree s", f"{rev} s", "this / before"):
+        table.add_column(c, justify="right")
+    for spec in ops:
+        kernel, dims = spec.split(":")
+        plan, banks, per_core = plans(kernel, tuple(int(x) for x in dims.split("x")), be)
+        best, outs = dict.fromkeys(mods, np.inf), {}
+        for _ in range(repeat):
+            for name, mod in mods.items():
+                sys.modules["pimjax.backends.newton.walk"] = mod      # `_walk_native` imports it at each call
+                try:
+                    newton_time._WALKS.clear()
+                    t0 = time.process_time()
+                    outs[name] = newton_time.newton_phases(plan, banks, per_core, be)
+                    best[name] = min(best[name], time.process_time() - t0)
+                finally:
+                    sys.modules["pimjax.backends.newton.walk"] = this
+        for k in outs["this tree"]:
+            np.testing.assert_array_equal(outs["this tree"][k], outs[rev][k], err_msg=f"{spec} {k}")
+        table.add_row(spec, str(len(banks)), f"{best['this tree']:.3f}", f"{best[rev]:.3f}",
+                      f"{best['this tree'] / best[rev]:.2f}x")
+    Console().print(table)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--op", nargs="*", default=list(DEFAULT_OPS), help="kernel:AxBx... (newton kernels)")
     ap.add_argument("--walk", choices=("compiled", "python", "both"), default="compiled")
+    ap.add_argument("--before", default=None, help="git revision whose walk.py to compare against")
+    ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
+    if args.before:
+        compare(args.before, args.op, args.repeat)
+        return
     be = get_backend("newton")
     table = Table(title="newton_time: steady-state skip vs every command")
     for c in ("op", "walk", "drafts", "plans", "skip s", "every command s", "speed-up", "max |diff| cycles",

@@ -245,7 +245,7 @@ def run(quick: bool = False) -> list[dict]:
                 row[f"{tag}:prim_grid"] = (ms(rep2), breakdown_ms(rep2, tck), _dpus(d2))
             if not quick:
                 best = tuned(w, backend, link)
-                d3, p3, rep3 = best
+                d3, _, rep3 = best
                 row[f"{tag}:tuned"] = (ms(rep3), breakdown_ms(rep3, tck), _dpus(d3), d3)
         rows.append(row)
     return rows, conc

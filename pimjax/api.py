@@ -268,6 +268,14 @@ def _eager(method):
     return wrapper
 
 
+def _stage_report(stage, figures: str):
+    """A Lowered / Compiled stage's report on its figures, built once (`pimjax.report.build_report`)."""
+    if stage._report is None:
+        from .report import build_report
+        stage._report = build_report(stage, figures=figures)
+    return stage._report
+
+
 class PimFunction:
     """A function compiled for a PIM backend per argument shapes (see module
     docstring).  Create with `pim_jit`.  Keeps the `Compiled` of its latest
@@ -480,10 +488,7 @@ class Lowered:
     def report(self):
         """The per-op and total report on the *predicted* figures
         (`pimjax.report.Report`, `figures == "predicted"`)."""
-        if self._report is None:
-            from .report import build_report
-            self._report = build_report(self, figures="predicted")
-        return self._report
+        return _stage_report(self, "predicted")
 
     def cost_analysis(self) -> dict:
         """The predicted figures, in the schema of the module docstring
@@ -634,10 +639,7 @@ class Compiled:
     def report(self):
         """The per-op and total report on the *simulated* figures
         (`pimjax.report.Report`, `figures == "simulated"`)."""
-        if self._report is None:
-            from .report import build_report
-            self._report = build_report(self, figures="simulated")
-        return self._report
+        return _stage_report(self, "simulated")
 
     def cost_analysis(self) -> dict:
         """The simulated figures, in the schema of the module docstring
@@ -798,7 +800,7 @@ def _composable(owner: PimFunction, tree, get_compiled: Callable, out_avals):
         return jax.pure_callback(callback, out_avals, *xs)
 
     @run.def_vmap
-    def run_batched(axis_size, in_batched, *xs):
+    def run_batched(_axis_size, in_batched, *xs):
         batched = owner.vmapped(jax.tree_util.tree_unflatten(tree, list(in_batched)))
         out = batched(*jax.tree_util.tree_unflatten(tree, xs))
         return out, jax.tree_util.tree_map(lambda _: True, out)

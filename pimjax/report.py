@@ -167,19 +167,22 @@ class Report:
         """Cycles of the PIM-placed ops (PIM command clock; a block once)."""
         return float(sum(o.cycles for o in self.ops if o.placement == "pim"))
 
+    def _ns_on(self, placement: str) -> float:
+        return float(sum(o.ns for o in self.ops if o.placement == placement))
+
     @property
     def pim_ns(self) -> float:
-        return float(sum(o.ns for o in self.ops if o.placement == "pim"))
+        return self._ns_on("pim")
 
     @property
     def host_ns(self) -> float:
         """The host-placed ops on the host roofline, ns."""
-        return float(sum(o.ns for o in self.ops if o.placement == "host"))
+        return self._ns_on("host")
 
     @property
     def split_ns(self) -> float:
         """The ops split between the GPU and PIM ("md-dp": both parts at once), ns."""
-        return float(sum(o.ns for o in self.ops if o.placement == "md-dp"))
+        return self._ns_on("md-dp")
 
     @property
     def resident_ns(self) -> float:

@@ -60,7 +60,13 @@ from ..partition.draft import GRANULARITIES
 from ..partition.generate import lane_candidates
 from ..partition.table import from_drafts
 from ..partition.tiles import set_tilings
-from ..partition.verify import footprint_elements, infer_shapes, matrix_and_vector, per_core_var_lengths
+from ..partition.verify import (
+    footprint_elements,
+    infer_shapes,
+    lengths_product,
+    matrix_and_vector,
+    per_core_var_lengths,
+)
 from ..trace.ir import expr_prims
 
 SLOTS = 4                                   # dimension-set slots (mmtv / attn / conv2d have 4-5)
@@ -400,12 +406,8 @@ def _tiling_cols(op_, info: _OpInfo, d: _Rows, backend: Backend, shapes: dict, L
         g_used, c_used = g_used * G[:, si], c_used * C[:, si]
     total = g_used * c_used
     lens = per_core_var_lengths(op_, info.sets, R, T)
-    outs = np.ones(n, np.int64)
-    for v in op_.output_vars:
-        outs = outs * lens[v]
-    redl = np.ones(n, np.int64)
-    for v in op_.reduction_vars:
-        redl = redl * lens[v]
+    outs = lengths_product(lens, op_.output_vars, n)
+    redl = lengths_product(lens, op_.reduction_vars, n)
     elems = outs * redl
     lane_len = np.ones(n, np.int64)
     for code, v in enumerate(info.lane_vars):

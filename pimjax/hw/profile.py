@@ -29,8 +29,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-PRODUCT_DIMS = ("m", "n", "k", "batch", "elem_bytes")
-ROW_DIMS = ("outputs", "reduction", "elem_bytes", "kind")
 KINDS = ("act", "norm", "softmax", "reduce", "copy")
 _MEASURED_KIND = {"softmax": "softmax", "layernorm": "norm", "rmsnorm": "norm"}
 

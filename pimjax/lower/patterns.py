@@ -22,8 +22,6 @@ from __future__ import annotations
 
 from ..trace.ir import Acc, Arg, PimGraph, PimOp, Prim, strip_converts
 
-ATTENTION_ROLES = ("score", "max", "exp", "sum", "div", "context")
-
 
 def _is_prim(e, name: str, nargs: int) -> bool:
     e = strip_converts(e)

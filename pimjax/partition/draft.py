@@ -28,6 +28,7 @@ program but not the data tiles:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from ..trace.ir import PimOp
@@ -89,18 +90,12 @@ class Draft:
 
     @property
     def groups_used(self) -> int:
-        n = 1
-        for p in self.parts:
-            n *= p.groups
-        return n
+        return math.prod(p.groups for p in self.parts)
 
     @property
     def cores_used(self) -> int:
         """Cores per group used."""
-        n = 1
-        for p in self.parts:
-            n *= p.cores
-        return n
+        return math.prod(p.cores for p in self.parts)
 
     def replace(self, **changes) -> "Draft":
         return replace(self, **changes)

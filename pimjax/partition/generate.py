@@ -27,7 +27,15 @@ from ..trace.ir import PimOp
 from . import prune
 from .dimsets import DimensionSet, dimension_sets
 from .table import KNOB_COLUMNS, DraftTable, encode
-from .verify import infer_shapes, op_support, per_core_var_lengths, register_simd, resource_mask, shared_register_sets
+from .verify import (
+    infer_shapes,
+    lengths_product,
+    op_support,
+    per_core_var_lengths,
+    register_simd,
+    resource_mask,
+    shared_register_sets,
+)
 
 KI_KO = (1, 2, 4, 8)              # Korean paper §4.1: KI, KO in {1, 2, 4, 8}
 UPMEM_TASKLETS = (8, 11, 16, 24)  # PrIM/ATiM grids; 11 = full pipeline (backends.md)
@@ -298,15 +306,9 @@ def _expand_knobs(op, sets, backend, rows: _Rows, lane_vars, knobs: bool, shapes
     for v in op.extents:
         lane_len = np.where(lane_arr == v, lens[v], lane_len)
     lane_is_red = np.isin(lane_arr, list(red)) if red else np.zeros(n, bool)
-    outs = np.ones(n, np.int64)
-    for v in op.output_vars:
-        outs = outs * lens[v]
-    elems = np.ones(n, np.int64)
-    for v in op.extents:
-        elems = elems * lens[v]
-    red_len = np.ones(n, np.int64)
-    for v in op.reduction_vars:
-        red_len = red_len * lens[v]
+    outs = lengths_product(lens, op.output_vars, n)
+    elems = lengths_product(lens, op.extents, n)
+    red_len = lengths_product(lens, op.reduction_vars, n)
     lanes = core.lanes
     uneven = ((rows.cores > 1) & ((rows.tile * rows.groups * rows.cores != _len_of(sets, op, rows))
                                   )).any(axis=1)

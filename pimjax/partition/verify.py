@@ -163,6 +163,15 @@ def op_support(op: PimOp, backend: Backend, dtype=None) -> tuple[bool, str]:
     return True, ""
 
 
+def lengths_product(lens: dict, names, n: int) -> np.ndarray:
+    """[n] int64: the product of lens[v] (`per_core_var_lengths`) over the variables `names` (1 for none),
+    multiplied in their order."""
+    out = np.ones(n, np.int64)
+    for v in names:
+        out = out * lens[v]
+    return out
+
+
 def per_core_var_lengths(op: PimOp, sets: Sequence[DimensionSet], reps: np.ndarray,
                          tile: np.ndarray, compound: str = "extent") -> dict[str, np.ndarray]:
     """Worst-core loop length of every variable, per row ([n] arrays): the

@@ -133,6 +133,28 @@ def record_bucket(rec, i):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def record_kind(rec, i, cls):
+    """What both loops decode of record i first: (opcode, its count n as a
+    float, whether it is a column, a write, an all-bank record)."""
+    op = rec[0, i]
+    return op, float(rec[3, i]), cls[op, COLUMN] == 1, cls[op, WRITE] == 1, cls[op, ALLBANK] == 1
+
+
+@njit(nogil=True, cache=True, inline="always")
+def record_counts(cls, op, n, is_col, write, allbank, counts):
+    """The commands a record adds whatever the timing, into counts [8]:
+    columns read [1], written [2], all-bank [3]; data-bus transfers [5];
+    commands [6] (n for columns and side records, else one; none for a
+    barrier)."""
+    if is_col:
+        counts[3 if allbank else (2 if write else 1)] += n
+    if cls[op, DATA_BUS] == 1:
+        counts[5] += n
+    if cls[op, BARRIER] != 1:
+        counts[6] += n if (is_col or cls[op, SIDE] == 1) else 1.0
+
+
+@njit(nogil=True, cache=True, inline="always")
 def _pre_ready(t, b_act, b_rd, b_wr, b):
     """Phase row open: when bank b may be precharged (tRAS after its ACT,
     tRTP after its last read, the write recovery after its last write)."""
@@ -329,14 +351,9 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
     next_ref = t[REF_FIRST] if t[REF_FIRST] > 0 else t[REF_INTERVAL]
     wr_pre = t[PRE_AFTER_WR]
     for i in range(lo, hi):
-        n_i = rec[3, i]
-        if n_i <= 0:
+        if rec[3, i] <= 0:
             continue
-        op = rec[0, i]
-        n = float(n_i)
-        is_col = cls[op, COLUMN] == 1
-        write = cls[op, WRITE] == 1
-        allbank = cls[op, ALLBANK] == 1
+        op, n, is_col, write, allbank = record_kind(rec, i, cls)
 
         # 1. refresh between records
         if refresh and t_end >= next_ref:
@@ -365,11 +382,9 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
                 b_wr[b] = t_last
                 last_wr = t_last
                 last_wr_bg = bg
-                counts[3 if allbank else 2] += n
             else:
                 b_rd[b] = t_last
                 last_rd = t_last
-                counts[3 if allbank else 1] += n
             last_col = t_last
             if cls[op, BUFFER] == 1:
                 last_buf = t_last
@@ -400,10 +415,7 @@ def _stream(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, counts
         # 6. the time the record adds goes to its report bucket
         buckets[record_bucket(rec, i)] += max(end - t_end, 0.0)
         t_end = max(t_end, end)
-        if cls[op, DATA_BUS] == 1:
-            counts[5] += n
-        if cls[op, BARRIER] != 1:
-            counts[6] += n if (is_col or cls[op, SIDE] == 1) else 1.0
+        record_counts(cls, op, n, is_col, write, allbank, counts)
     return t_end
 
 
@@ -520,22 +532,30 @@ def time_streams(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray, tix: np
         raise ValueError(f"time_streams: timing rows 0..{table.shape[0] - 1}, got {tix.min()}..{tix.max()}")
     buckets, end, counts = np.zeros((S, 5)), np.zeros(S), np.zeros((S, 8))
     cls = np.ascontiguousarray(CLASS_TABLE, np.int32)
-    threads = THREADS if threads is None else max(1, int(threads))
-    work = np.cumsum(stops - starts)
-    total = int(work[-1]) if S else 0
-    if threads == 1 or S < 2 or total < 20_000:
-        _streams(rec, starts, stops, tix, table, chains, cls, banks, per_bg, bool(refresh), buckets, end, counts)
-    else:
-        cuts = np.unique(np.searchsorted(work, np.arange(1, threads) * total / threads))
-        edges = [0, *[int(c) for c in cuts if 0 < c < S], S]
 
-        def part(k):
-            a, b = edges[k], edges[k + 1]
-            _streams(rec, starts[a:b], stops[a:b], tix[a:b], table, chains, cls, banks, per_bg, bool(refresh),
-                     buckets[a:b], end[a:b], counts[a:b])
-        with ThreadPoolExecutor(len(edges) - 1) as pool:
-            list(pool.map(part, range(len(edges) - 1)))
+    def part(a, b):
+        _streams(rec, starts[a:b], stops[a:b], tix[a:b], table, chains, cls, banks, per_bg, bool(refresh),
+                 buckets[a:b], end[a:b], counts[a:b])
+    in_threads(part, np.cumsum(stops - starts), threads)
     return {"buckets": buckets, "end": end, "counts": counts}
+
+
+def in_threads(part, work: np.ndarray, threads: int | None = None, min_parallel: int = 20_000) -> None:
+    """part(a, b) over items a:b of n (work [n]: the items' cumulative work):
+    once over all of them with one thread, fewer than two items or less work
+    than `min_parallel` (a thread pool would cost more than it saves); else
+    over contiguous slices of about equal work on `threads` threads (default
+    THREADS), the loops releasing the GIL."""
+    n = len(work)
+    threads = THREADS if threads is None else max(1, int(threads))
+    total = int(work[-1]) if n else 0
+    if threads == 1 or n < 2 or total < min_parallel:
+        part(0, n)
+        return
+    cuts = np.unique(np.searchsorted(work, np.arange(1, threads) * total / threads))
+    edges = [0, *[int(c) for c in cuts if 0 < c < n], n]
+    with ThreadPoolExecutor(len(edges) - 1) as pool:
+        list(pool.map(lambda k: part(edges[k], edges[k + 1]), range(len(edges) - 1)))
 
 
 

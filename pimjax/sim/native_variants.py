@@ -24,8 +24,6 @@ The one-variant path (`time_streams`, the tuner's) is unchanged.
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 from numba import njit
 
@@ -75,15 +73,25 @@ from ..hw.dram_phases import (
 )
 from ..hw.dram_rules import CHAIN, N_LAT, NEVER
 from ..lower.inline_njit import njit_phases
-from .native import N_RD_END, N_RTW, N_WR_END, N_WTR, RECORD_FIELDS, THREADS, checked_chains, latencies, record_bucket
+from .native import (
+    N_RD_END,
+    N_RTW,
+    N_WR_END,
+    N_WTR,
+    RECORD_FIELDS,
+    checked_chains,
+    in_threads,
+    latencies,
+    record_bucket,
+    record_counts,
+    record_kind,
+)
 from .timing import (
     ACT_ALL,
-    ALLBANK,
     BARRIER,
     BUFFER,
     CLASS_TABLE,
     COLUMN,
-    DATA_BUS,
     FIXED,
     PRE_ALL,
     SIDE,
@@ -349,16 +357,11 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
     last_col_bg = last_wr_bg = -1
     last_allbank = False
     # the counts every variant adds alike (columns, data bus, commands): summed once, in the same order
-    c_rd = c_wr = c_ab = c_bus = c_cmd = 0.0
+    alike = np.zeros(8)
     for i in range(lo, hi):
-        n_i = rec[3, i]
-        if n_i <= 0:
+        if rec[3, i] <= 0:
             continue
-        op = rec[0, i]
-        n = float(n_i)
-        is_col = cls[op, COLUMN] == 1
-        write = cls[op, WRITE] == 1
-        allbank = cls[op, ALLBANK] == 1
+        op, n, is_col, write, allbank = record_kind(rec, i, cls)
         op_wait = cls[op, WAIT] == 1
         wait = op_wait or rec[7, i] == 1
         side = cls[op, SIDE] == 1
@@ -428,26 +431,12 @@ def _stream_v(rec, lo, hi, t, chains, cls, banks, per_bg, refresh, buckets, coun
         if is_col:
             if write:
                 last_wr_bg = bg
-                if allbank:
-                    c_ab += n
-                else:
-                    c_wr += n
-            elif allbank:
-                c_ab += n
-            else:
-                c_rd += n
             last_col_bg = bg
             last_allbank = allbank
-        if cls[op, DATA_BUS] == 1:
-            c_bus += n
-        if not barrier:
-            c_cmd += n if (is_col or side) else 1.0
+        record_counts(cls, op, n, is_col, write, allbank, alike)
     for v in range(W):
-        counts[1, v] += c_rd
-        counts[2, v] += c_wr
-        counts[3, v] += c_ab
-        counts[5, v] += c_bus
-        counts[6, v] += c_cmd
+        for j in (1, 2, 3, 5, 6):
+            counts[j, v] += alike[j]
 
 
 @njit(nogil=True, cache=True)
@@ -507,21 +496,11 @@ def time_streams_variants(rec: np.ndarray, starts: np.ndarray, stops: np.ndarray
     cls = np.ascontiguousarray(CLASS_TABLE, np.int32)
     items_u = np.tile(np.arange(U, dtype=np.int64), NB)
     items_b = np.repeat(np.arange(NB, dtype=np.int64), U)
-    threads = THREADS if threads is None else max(1, int(threads))
-    work = np.cumsum((stops - starts)[items_u] * W)
-    total = int(work[-1]) if U else 0
-    args = (t, ch, cls, banks, per_bg, bool(refresh), buckets, end, counts)
-    if threads == 1 or len(items_u) < 2 or total < min_parallel:
-        _streams_v(rec, starts, stops, items_u, items_b, *args)
-    else:
-        cuts = np.unique(np.searchsorted(work, np.arange(1, threads) * total / threads))
-        edges = [0, *[int(c) for c in cuts if 0 < c < len(items_u)], len(items_u)]
 
-        def part(k):
-            a, b = edges[k], edges[k + 1]
-            _streams_v(rec, starts, stops, items_u[a:b], items_b[a:b], *args)
-        with ThreadPoolExecutor(len(edges) - 1) as pool:
-            list(pool.map(part, range(len(edges) - 1)))
+    def part(a, b):
+        _streams_v(rec, starts, stops, items_u[a:b], items_b[a:b], t, ch, cls, banks, per_bg, bool(refresh), buckets,
+                   end, counts)
+    in_threads(part, np.cumsum((stops - starts)[items_u] * W), threads, min_parallel)
     # [NB, U, ..., W] -> [V, U, ...]
     return {"buckets": buckets.transpose(0, 3, 1, 2).reshape(NB * W, U, 5)[:V],
             "end": end.transpose(0, 2, 1).reshape(NB * W, U)[:V],

@@ -221,6 +221,18 @@ def fuse(ops: list[PimOp], outputs, shapes) -> list[PimOp]:
         slots[old] = None
         slots[new] = merged
 
+    def fusable(op, i, vid, kinds, depth):
+        """(producer of value vid, op's bijective read of it) when that producer is of `kinds`, op is its
+        sole reader and the fused body stays within MAX_FUSED_DEPTH (depth: the producer's depth); else
+        (None, None)."""
+        p = producer.get(vid)
+        if p is None or slots[p].kind not in kinds or not sole_reader(vid, i):
+            return None, None
+        if depth(slots[p]) + expr_depth(op.body) > MAX_FUSED_DEPTH:
+            return None, None
+        read = _bijective_read(op, vid, shapes[vid])
+        return (None, None) if read is None else (p, read)
+
     for i in range(len(slots)):
         op = slots[i]
         if op is None or op.kind not in ("elementwise", "layout"):
@@ -236,31 +248,16 @@ def fuse(ops: list[PimOp], outputs, shapes) -> list[PimOp]:
             continue
         # 1. pull same-shape elementwise producers into this op
         for vid in dict.fromkeys(a.value for a in op.operands):
-            p = producer.get(vid)
-            if p is None or slots[p].kind != "elementwise" or not sole_reader(vid, i):
-                continue
-            if expr_depth(slots[p].body) + expr_depth(op.body) > MAX_FUSED_DEPTH:
-                continue
-            read = _bijective_read(op, vid, shapes[vid])
-            if read is None:
-                continue
-            merged = _pull_elementwise(slots[p], op, read)
+            p, read = fusable(op, i, vid, ("elementwise",), lambda q: expr_depth(q.body))
+            merged = None if read is None else _pull_elementwise(slots[p], op, read)
             if merged is not None:
                 replace(p, i, merged, vid)
                 op = merged
         # 2. push this op into a contraction/reduction producer as its epilogue
         for vid in dict.fromkeys(a.value for a in op.operands):
-            p = producer.get(vid)
-            if (p is None or slots[p].kind not in ("contraction", "reduction")
-                    or not sole_reader(vid, i)):
-                continue
-            if (max(expr_depth(slots[p].body), expr_depth(slots[p].epilogue))
-                    + expr_depth(op.body) > MAX_FUSED_DEPTH):
-                continue
-            read = _bijective_read(op, vid, shapes[vid])
-            if read is None:
-                continue
-            merged = _push_epilogue(slots[p], op, read)
+            p, read = fusable(op, i, vid, ("contraction", "reduction"),
+                              lambda q: max(expr_depth(q.body), expr_depth(q.epilogue)))
+            merged = None if read is None else _push_epilogue(slots[p], op, read)
             if merged is not None:
                 replace(p, i, merged, vid)
                 break

@@ -125,6 +125,14 @@ def _emit(b: Builder, name: str, kind: str, names, extents, ops: Operands, resul
     return Ref(vid)
 
 
+def _gather(b: Builder, name: str, x, imap, names, shape, dtype) -> Ref:
+    """A layout op out[names] = x[imap] over `shape` (reshape, slice, split, tile, rev: one read through an
+    index map)."""
+    ops = Operands(b)
+    body = ops.read(x, imap)
+    return _emit(b, name, "layout", names, shape, ops, shape, dtype, identity_map(names), body)
+
+
 # --------------------------------------------------------------------------
 # elementwise
 # --------------------------------------------------------------------------
@@ -275,11 +283,7 @@ def reshape_rule(b: Builder, eqn, atoms: list) -> list:
             xexprs[xd] = PH_EXPRS[od]
         return [make_view(b, atoms[0], tuple(xexprs), os_, _dtype(out), "reshape")]
     names = pool_names("elem", len(os_))
-    imap = reshape_map(xs, os_, names)
-    ops = Operands(b)
-    body = ops.read(atoms[0], imap)
-    return [_emit(b, "reshape", "layout", names, os_, ops, os_, _dtype(out),
-                  identity_map(names), body)]
+    return [_gather(b, "reshape", atoms[0], reshape_map(xs, os_, names), names, os_, _dtype(out))]
 
 
 def reshape_map(in_shape, out_shape, out_names) -> tuple[AffineExpr, ...]:
@@ -352,10 +356,7 @@ def slice_rule(b: Builder, eqn, atoms: list) -> list:
     names = pool_names("elem", len(shape))
     imap = tuple(AffineExpr(((n, int(s)),), int(st))
                  for n, s, st in zip(names, strides, p["start_indices"]))
-    ops = Operands(b)
-    body = ops.read(atoms[0], imap)
-    return [_emit(b, "slice", "layout", names, shape, ops, shape, _dtype(out),
-                  identity_map(names), body)]
+    return [_gather(b, "slice", atoms[0], imap, names, shape, _dtype(out))]
 
 
 @register("split")
@@ -366,12 +367,9 @@ def split_rule(b: Builder, eqn, atoms: list) -> list:
     for v in eqn.outvars:
         shape = _shape(v)
         names = pool_names("elem", len(shape))
-        ids = identity_map(names)
-        imap = tuple(AffineExpr(((n, 1),), offset) if d == axis else e
-                     for d, (n, e) in enumerate(zip(names, ids)))
-        ops = Operands(b)
-        body = ops.read(atoms[0], imap)
-        outs.append(_emit(b, "split", "layout", names, shape, ops, shape, _dtype(v), ids, body))
+        imap = tuple(AffineExpr(((n, 1),), offset) if d == axis else AffineExpr.var(n)
+                     for d, n in enumerate(names))
+        outs.append(_gather(b, "split", atoms[0], imap, names, shape, _dtype(v)))
         offset += shape[axis]
     return outs
 
@@ -384,10 +382,7 @@ def tile_rule(b: Builder, eqn, atoms: list) -> list:
     names = pool_names("elem", len(shape))
     imap = tuple(AffineExpr(((n, 1),), 0, 1, s) if s != o else AffineExpr.var(n)
                  for n, s, o in zip(names, xs, shape))
-    ops = Operands(b)
-    body = ops.read(atoms[0], imap)
-    return [_emit(b, "tile", "layout", names, shape, ops, shape, _dtype(out),
-                  identity_map(names), body)]
+    return [_gather(b, "tile", atoms[0], imap, names, shape, _dtype(out))]
 
 
 @register("rev")
@@ -398,10 +393,7 @@ def rev_rule(b: Builder, eqn, atoms: list) -> list:
     dims = set(eqn.params["dimensions"])
     imap = tuple(AffineExpr(((n, -1),), s - 1) if d in dims else AffineExpr.var(n)
                  for d, (n, s) in enumerate(zip(names, shape)))
-    ops = Operands(b)
-    body = ops.read(atoms[0], imap)
-    return [_emit(b, "rev", "layout", names, shape, ops, shape, _dtype(out),
-                  identity_map(names), body)]
+    return [_gather(b, "rev", atoms[0], imap, names, shape, _dtype(out))]
 
 
 @register("pad")

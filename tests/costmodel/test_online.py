@@ -58,7 +58,7 @@ def test_corrupted_store_is_set_aside_and_torn_lines_skipped(tmp_path):
     assert y2.tolist() == [10.0, 30.0] and any("skipped 1" in str(m.message) for m in w)
     path.write_bytes(b"\xff\xfe garbage \x00")
     with pytest.warns(RuntimeWarning, match="corrupt"):
-        X3, y3, _ = store.read("newton")
+        _, y3, _ = store.read("newton")
     assert len(y3) == 0 and (tmp_path / "labels.jsonl.corrupt").exists() and not path.exists()
     assert store.append("newton", "g", X[:1], [5.0]) == 1 and store.read("newton")[1].tolist() == [5.0]
     # a bad byte inside a good file spoils its line, not the file

@@ -5,13 +5,6 @@ import pytest
 from pimjax import pim_jit
 from pimjax.models.configs import get_config
 from pimjax.models.layers import layer_shapes, make_layer
-from pimjax.studies.inference import input_phases, op_phases
-
-
-def _phases(compiled, args):
-    g = compiled.graph
-    blocks = {p.block[0]: p.block for p in compiled.plans if p.block}
-    return op_phases(g, input_phases(g, args), blocks)
 
 
 @pytest.mark.slow

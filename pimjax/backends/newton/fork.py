@@ -67,9 +67,9 @@ FORK_RULES = (
 """The fork's Newton controller as data: each command issues no earlier than
 `latency` cycles after the latest earlier command of kind `preceding` (and
 one cycle after the previous command of the channel)."""
-(GW_GW, GW_ACT, GW_COMP, PREA_ACT, ACT_ACT, ACT_COMP, COMP_COMP, COMP_RR, RR_GW, REF_ACT, PREA_REF, REF_REF,
- WR_WR, RR_END, F_REFI) = range(len(FORK_RULES) + 1)
 N_FORK = len(FORK_RULES) + 1
+(GW_GW, GW_ACT, GW_COMP, PREA_ACT, ACT_ACT, ACT_COMP, COMP_COMP, COMP_RR, RR_GW, REF_ACT, PREA_REF, REF_REF,
+ WR_WR, RR_END, F_REFI) = range(N_FORK)
 
 
 def compile_fork(lat: np.ndarray) -> np.ndarray:

@@ -472,14 +472,9 @@ def _walk(key: tuple, banks_used: int, t: dict, banks: int, per_bg: int, cols: i
         add(READBACK, ch.column(0, row, rr_bursts, False, False, wait=True))
 
     def step(bb, vg, ob, ig):
-        for ji in range(ki):
-            i = ig * ki + ji
-            if i >= t_in:
-                continue
-            for ol in range(lo):
-                o = ob * lo + ol
-                if o < n_o:
-                    comp(bb, o, i, vg)
+        for i in range(ig * ki, min(t_in, (ig + 1) * ki)):      # the group's chunks x the block's outputs
+            for o in range(ob * lo, min(n_o, (ob + 1) * lo)):
+                comp(bb, o, i, vg)
 
     def last_row(bb, ob, i_last):
         """Row of the last segment block ob visits (its last output, chunk i_last)."""

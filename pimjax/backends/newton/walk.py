@@ -422,85 +422,86 @@ def _block(st, L, C, geo, seg_base, seg_cols, p, bb, vg, ob, ig, is_flow, n_ig):
             continue
         if not is_flow:
             _load(st, L, C, geo, seg_cols, p, bb, vg, jg)
-        for ji in range(ki):                # `step`
-            i = jg * ki + ji
-            if i >= t_in:
-                continue
-            for ol in range(lo):
-                o = ob * lo + ol
-                if o < n_o:
-                    _comp(st, L, C, geo, seg_base, seg_cols, bb, o, i, vg)
-                    if st[s + _UNSETTLED] != 0.0:
-                        return
+        for i in range(jg * ki, min(t_in, (jg + 1) * ki)):        # `step`: the group's chunks x the block's outputs
+            for o in range(ob * lo, min(n_o, (ob + 1) * lo)):
+                _comp(st, L, C, geo, seg_base, seg_cols, bb, o, i, vg)
+                if st[s + _UNSETTLED] != 0.0:
+                    return
     _readres(st, L, C, geo)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _buckets(st, s):
+    """The four buckets (a period's start, for `_settle`)."""
+    return st[s + _PRE], st[s + _K_REARR], st[s + _COMPUTE], st[s + _READBACK]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _stretch_end(k, n, period, steady):
+    """The units to run from k: a period, or the rest (steady off, or less than a period left)."""
+    return n if (not steady or k + period > n) else k + period
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _settle(st, nb, nbg, horizon, kernel, shift, sig, k, hi, n, period, steady, before, prev, snap_a, snap_b):
+    """`time._run_units`' test after units k .. hi - 1 ran (a stretch of
+    `_stretch_end`): when that period left the state (`_snapshot`, with the
+    kernel's flags if `kernel`) as the previous period left it and the next
+    periods have its signatures (sig [n, *]), each of them adds the
+    period's growth of the buckets since `before` again, without running
+    (`shift`: the state's times move on by their total too).
+    prev: where the previous period's snapshot is (0: none, 1: snap_b, 2:
+    snap_a; this one goes into the other).  Returns (the next unit to run,
+    the new prev); past hi when periods were skipped."""
+    if not steady or hi - k < period:       # the rest of the units: nothing follows
+        return hi, prev
+    into_b = prev == 2
+    new, old = (snap_b, snap_a) if into_b else (snap_a, snap_b)
+    m = _snapshot(st, nb, nbg, horizon, kernel, new)
+    same = hi >= 2 * period and _sig_equal(sig, hi - 2 * period, hi - period, period)
+    if not (prev != 0 and same and _same(new, old, m)):
+        return hi, 1 if into_b else 2
+    reps = 0
+    while hi + (reps + 1) * period <= n and _sig_equal(sig, hi + reps * period, hi - period, period):
+        reps += 1
+    if reps:
+        s = _o_s(nb, nbg)
+        total = 0.0
+        for j, b in ((_PRE, before[0]), (_K_REARR, before[1]), (_COMPUTE, before[2]), (_READBACK, before[3])):
+            delta = st[s + j] - b
+            st[s + j] += reps * delta
+            total += delta                  # as `_run_units` sums its delta (from 0, in bucket order)
+        if shift:
+            _shift(st, nb, nbg, reps * total)
+    return hi + reps * period, 0
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _blocks(st, L, C, geo, seg_base, seg_cols, p, bb, vg, ig, is_flow, n_ig, n_ob, seg_per_block, bsig, i_last,
             horizon, steady, snap_a, snap_b):
     """`time._walk.blocks`: every output block, skipping steady stretches
-    (`_run_units` with period per_row // gcd(segments, per_row))."""
+    (`_settle` with period per_row // gcd(segments, per_row))."""
     nb, nbg, per_bg, n_v, n_o, t_in, kv, ki, lo, cols, class_cores, stagger, rr, per_row = geo
     s = _o_s(nb, nbg)
-    if not steady:
-        for ob in range(n_ob):
-            _block(st, L, C, geo, seg_base, seg_cols, p, bb, vg, ob, ig, is_flow, n_ig)
-            if st[s + _UNSETTLED] != 0.0:
-                return
-        return
     a, b_ = seg_per_block, per_row
     while b_:
         a, b_ = b_, a % b_
     period = per_row // a
-    n = n_ob
-    k = 0
-    have_prev = False
-    b0, b1, b2, b3 = 0.0, 0.0, 0.0, 0.0
-    while k < n:
-        if k + period > n:
-            for u in range(k, n):
-                _block(st, L, C, geo, seg_base, seg_cols, p, bb, vg, u, ig, is_flow, n_ig)
-                if st[s + _UNSETTLED] != 0.0:
-                    return
-            return
-        b0, b1, b2, b3 = st[s + _PRE], st[s + _K_REARR], st[s + _COMPUTE], st[s + _READBACK]
-        for u in range(k, k + period):
-            _block(st, L, C, geo, seg_base, seg_cols, p, bb, vg, u, ig, is_flow, n_ig)
+    k, prev = 0, 0
+    while k < n_ob:
+        hi, before = _stretch_end(k, n_ob, period, steady), _buckets(st, s)
+        for ob in range(k, hi):
+            _block(st, L, C, geo, seg_base, seg_cols, p, bb, vg, ob, ig, is_flow, n_ig)
             if st[s + _UNSETTLED] != 0.0:
                 return
-        k += period
-        m = _snapshot(st, nb, nbg, horizon, True, snap_a)
-        same = k >= 2 * period and _sig_equal(bsig, k - 2 * period, k - period, period)
-        if have_prev and same and _same(snap_a, snap_b, m):
-            reps = 0
-            while k + (reps + 1) * period <= n and _sig_equal(bsig, k + reps * period, k - period, period):
-                reps += 1
-            if reps:
-                total = _skip(st, s, reps, b0, b1, b2, b3)
-                k += reps * period
-                _shift(st, nb, nbg, reps * total)
-                ob = k - 1
-                row = (seg_base[bb, min(n_o, (ob + 1) * lo) - 1, i_last] + seg_cols[i_last] - 1) // cols
-                st[s + _OPEN] = row
-                for bank in range(nb):      # the banks the block's COMPs opened hold its last row
-                    if st[4 * nb + bank] >= 0:
-                        st[4 * nb + bank] = row
-            have_prev = False
-            continue
-        snap_a, snap_b = snap_b, snap_a
-        have_prev = True
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _skip(st, s, reps, b0, b1, b2, b3):
-    """Add reps x each bucket's growth since (b0, b1, b2, b3); returns the
-    growth summed, as `_run_units` sums its delta (from 0, in bucket order)."""
-    total = 0.0
-    for j, before in ((_PRE, b0), (_K_REARR, b1), (_COMPUTE, b2), (_READBACK, b3)):
-        delta = st[s + j] - before
-        st[s + j] += reps * delta
-        total += delta
-    return total
+        k, prev = _settle(st, nb, nbg, horizon, True, True, bsig, k, hi, n_ob, period, steady, before, prev, snap_a,
+                          snap_b)
+        if k > hi:                          # the banks the block's COMPs opened hold its last row
+            row = (seg_base[bb, min(n_o, k * lo) - 1, i_last] + seg_cols[i_last] - 1) // cols
+            st[s + _OPEN] = row
+            for bank in range(nb):
+                if st[4 * nb + bank] >= 0:
+                    st[4 * nb + bank] = row
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -562,41 +563,20 @@ def walk(n_b, n_v, n_o, n_rc, cc, t_in, kv, ki, lo, is_flow, passes, seg_base, s
         rsig[k, 0] = span_len[k]
         rsig[k, 1] = 1 if (k == 0 or span_row[k] != span_row[k - 1]) else 0
     period = period_of(rsig, 64) if steady else 1
-    k = 0
-    have_prev = False
+    k, prev = 0, 0
     while k < n:
-        if not steady or k + period > n:
-            for u in range(k, n):
-                for b in order:
-                    st[s + _PRE] += _column(st, L, C, nb, nbg, per_bg, b, span_row[u], span_len[u], True, False,
-                                            False, spacing, False)
-                if st[s + _UNSETTLED] != 0.0:
-                    return st[s + _PRE:s + _READBACK + 1].copy(), True
-            break
-        b0, b1, b2, b3 = st[s + _PRE], st[s + _K_REARR], st[s + _COMPUTE], st[s + _READBACK]
-        for u in range(k, k + period):
+        hi, before = _stretch_end(k, n, period, steady), _buckets(st, s)
+        for u in range(k, hi):
             for b in order:
                 st[s + _PRE] += _column(st, L, C, nb, nbg, per_bg, b, span_row[u], span_len[u], True, False, False,
                                         spacing, False)
-        if st[s + _UNSETTLED] != 0.0:
-            return st[s + _PRE:s + _READBACK + 1].copy(), True
-        k += period
-        m = _snapshot(st, nb, nbg, horizon, False, snap_a)
-        same = k >= 2 * period and _sig_equal(rsig, k - 2 * period, k - period, period)
-        if have_prev and same and _same(snap_a, snap_b, m):
-            reps = 0
-            while k + (reps + 1) * period <= n and _sig_equal(rsig, k + reps * period, k - period, period):
-                reps += 1
-            if reps:
-                total = _skip(st, s, reps, b0, b1, b2, b3)
-                k += reps * period
-                _shift(st, nb, nbg, reps * total)
-                for b in order:                 # every bank wrote the last skipped round's row
-                    st[4 * nb + b] = span_row[k - 1]
-            have_prev = False
-            continue
-        snap_a, snap_b = snap_b, snap_a
-        have_prev = True
+            if st[s + _UNSETTLED] != 0.0:
+                return st[s + _PRE:s + _READBACK + 1].copy(), True
+        k, prev = _settle(st, nb, nbg, horizon, False, True, rsig, k, hi, n, period, steady, before, prev, snap_a,
+                          snap_b)
+        if k > hi:
+            for b in order:                 # every bank wrote the last skipped round's row
+                st[4 * nb + b] = span_row[k - 1]
     st[s + _PRE] += _prea(st, L, C, nb, nbg)
     # ---- the kernel -------------------------------------------------------------------------
     stagger = (nbg - 1) * L[ACT_WINDOW]
@@ -623,40 +603,20 @@ def walk(n_b, n_v, n_o, n_rc, cc, t_in, kv, ki, lo, is_flow, passes, seg_base, s
     if st[s + _UNSETTLED] != 0.0:
         return st[s + _PRE:s + _READBACK + 1].copy(), True
     # units 1 .. n_units - 1: `_run_units(units[1:], ..., period=_period(unit_sig[1:]))`, no shift (a unit
-    # starts by closing the rows)
+    # starts by closing the rows, and nothing reads an absolute time)
     sig1 = usig[1:]
     n1 = n_units - 1
     period = period_of(sig1, unit_periods) if steady else 1
-    k = 0
-    have_prev = False
+    k, prev = 0, 0
     while k < n1:
-        if not steady or k + period > n1:
-            for u in range(1 + k, n_units):
-                _unit(st, L, C, geo, seg_base, seg_cols, u // (n_b * n_vg), (u // n_vg) % n_b, u % n_vg, n_ig, n_ob,
-                      is_flow, horizon, steady, bsig_os, bsig_is, snap_c, snap_d)
-                if st[s + _UNSETTLED] != 0.0:
-                    return st[s + _PRE:s + _READBACK + 1].copy(), True
-            break
-        b0, b1, b2, b3 = st[s + _PRE], st[s + _K_REARR], st[s + _COMPUTE], st[s + _READBACK]
-        for u in range(1 + k, 1 + k + period):
+        hi, before = _stretch_end(k, n1, period, steady), _buckets(st, s)
+        for u in range(1 + k, 1 + hi):
             _unit(st, L, C, geo, seg_base, seg_cols, u // (n_b * n_vg), (u // n_vg) % n_b, u % n_vg, n_ig, n_ob,
                   is_flow, horizon, steady, bsig_os, bsig_is, snap_c, snap_d)
             if st[s + _UNSETTLED] != 0.0:
                 return st[s + _PRE:s + _READBACK + 1].copy(), True
-        k += period
-        m = _snapshot(st, nb, nbg, horizon, True, snap_a)
-        same = k >= 2 * period and _sig_equal(sig1, k - 2 * period, k - period, period)
-        if have_prev and same and _same(snap_a, snap_b, m):
-            reps = 0
-            while k + (reps + 1) * period <= n1 and _sig_equal(sig1, k + reps * period, k - period, period):
-                reps += 1
-            if reps:
-                _skip(st, s, reps, b0, b1, b2, b3)
-                k += reps * period
-            have_prev = False
-            continue
-        snap_a, snap_b = snap_b, snap_a
-        have_prev = True
+        k, prev = _settle(st, nb, nbg, horizon, True, False, sig1, k, hi, n1, period, steady, before, prev, snap_a,
+                          snap_b)
     return st[s + _PRE:s + _READBACK + 1].copy(), False
 
 
