@@ -193,7 +193,8 @@ def test_a_600_op_chain_matches_jit():
     # x * 1.001 + 0.001 into one FMA where the CPU has them, and the graph matches it bit for bit only while
     # XLA fuses both the same way (jax op by op is 6x rtol 1e-5 off jax.jit beside the zero crossing here)
     eps = float(np.finfo(np.float32).eps)
-    np.testing.assert_allclose(np.asarray(graph.evaluate(x)), want, rtol=1e-5, atol=600 * eps * float(np.abs(want).max()))
+    np.testing.assert_allclose(np.asarray(graph.evaluate(x)), want, rtol=1e-5,
+                               atol=600 * eps * float(np.abs(want).max()))
 
 
 def test_expr_depth_is_iterative():
