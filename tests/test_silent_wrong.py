@@ -189,7 +189,12 @@ def test_a_600_op_chain_matches_jit():
     np.testing.assert_allclose(np.asarray(f(x)), want, rtol=3e-2, atol=3e-2 * np.abs(want).max())
     graph = f.lower(x).graph
     assert len(graph.ops) > 1 and all(expr_depth(op.body) <= MAX_FUSED_DEPTH for op in graph.ops)
-    assert jnp.allclose(graph.evaluate(x), want, rtol=1e-5)
+    # the split graph evaluates to the function's value, to a rounding per op of the chain: jax.jit contracts
+    # x * 1.001 + 0.001 into one FMA where the CPU has them, and the graph matches it bit for bit only while
+    # XLA fuses both the same way (jax op by op is 6x rtol 1e-5 off jax.jit beside the zero crossing here)
+    eps = float(np.finfo(np.float32).eps)
+    np.testing.assert_allclose(np.asarray(graph.evaluate(x)), want, rtol=1e-5,
+                               atol=600 * eps * float(np.abs(want).max()))
 
 
 def test_expr_depth_is_iterative():

@@ -59,7 +59,13 @@ def test_both_forms_compute_the_same_layer():
     args = random_layer_args(cfg, batch=1, context=8, seed=1)
     y, kc, vc = jax.jit(make_layer(cfg))(*args)
     y2, k_new, v_new = jax.jit(make_layer(cfg, append=False))(args[0], args[1], kc, vc, args[4])
-    np.testing.assert_array_equal(np.asarray(y), np.asarray(y2))
+    # the same products in two graphs that XLA fuses apart (one writes K / V into the cache): equal
+    # here, but which dot emitter and summation order each graph gets is XLA's choice and the CPU's
+    # (vector width), so the two are held to a few fp16 roundings of the output's scale, not to the bit
+    # (K / V of the new token moved by +-2 ulp move y by under 1e-3 of max |y| here)
+    assert y2.dtype == y.dtype and y2.shape == y.shape
+    y32, y2_32 = np.asarray(y, np.float32), np.asarray(y2, np.float32)
+    np.testing.assert_allclose(y2_32, y32, rtol=2.0 ** -8, atol=2.0 ** -8 * float(np.abs(y32).max()))
     # the K projection of the new token: the same products in two graphs that XLA fuses apart (one
     # writes them into the cache), so the fp16 results may differ in their last bits (2 ulp seen here,
     # on the commit before this session's too), never more than a few roundings
