@@ -288,7 +288,8 @@ def hbm_pim(*, channels: int | None = None, config: str = "default",
     if simulator == "dcc":
         cores, banks_per_core = 64, 1       # DCC's HBM-PIM fork: a unit per bank, 64 banks per channel
         notes = ("simulator=dcc: DCC's HBM-PIM Ramulator2 fork (AttAcc's HBM3 cube with per-bank HBM-PIM "
-                 "units) times the draft's DCC tiling (GEMV, RED, VA)",)
+                 "units) times the draft's DCC tiling (GEMV, RED, VA); its traces hold the matrix in the banks "
+                 "(a per-call matrix placement is not timed) and merge nothing on the host",)
     elif config == "default":
         cores, banks_per_core = 8, 2        # hbm-pim.md: 8 PIM units per pCH, one per even/odd bank pair
         notes = ()
@@ -506,7 +507,9 @@ def attacc(*, variant: str = "bank-pc", stacks: int | None = None, channels: int
     if level == "buffer":
         notes += ("buffer level: MACPB spacing is nBL=2 in both pc and npc (HBM3-PIM.cpp)",)
     if simulator == "dcc":
-        notes += ("simulator=dcc: DCC's AttAcc Ramulator2 fork times the draft's DCC tiling (GEMV, RED)",)
+        notes += ("simulator=dcc: DCC's AttAcc Ramulator2 fork times the draft's DCC tiling (GEMV, RED); its traces "
+                  "hold the matrix in the banks (a per-call matrix placement is not timed) and merge nothing on "
+                  "the host",)
     return Backend(name="attacc", variant=variant + ("-dccsim" if simulator == "dcc" else ""), system=system,
                    group=group, core=core, timing=timing, energy=energy, notes=notes)
 
