@@ -44,6 +44,7 @@ from ...partition.verify import shared_register_sets
 from ...sim.report import CycleReport
 from ...trace.affine import AffineExpr
 from .controller import channel_requests, simulate_channel, simulate_coupled
+from .native import channel_arrays, channel_loads_of, simulate_channel_native, trace_arrays
 from .tiling import validate
 from .tiling import wraps as channels_wrap
 from .timing import CMDS, CUSTOM_OPS, N_CH, TCK_PS, T
@@ -56,6 +57,10 @@ COUPLED: bool | str = False
 """False: simulate the busiest channel only (the default; exact unless channels wrap, within
 1.07 % on the artifact's rows); "auto": all 16 channels behind the shared frontend for tilings
 that wrap (`tiling.wraps`; exact, 15-125 s per GEMV); True: always."""
+
+NATIVE = True
+"""True: time with the compiled controller (`native.py`, ~0.01-2 s per tiling); False: with the
+Python one (`controller.py`, the readable reference; up to ~60 s per GEMV tiling).  The same cycles."""
 
 CUBE_CHANNELS, CUBE_BANKS = N_CH, 64
 # Timing field -> the fork's HBM3_5.2Gbps parameter (timing.T) it must equal
@@ -240,34 +245,44 @@ def broadcast_registers_draft(op, draft, backend, shapes=None):
 
 
 @lru_cache(maxsize=None)
-def _run(fork: str, kernel: str, shape: tuple, tiling: tuple, refresh: bool, coupled) -> tuple:
+def _run(fork: str, kernel: str, shape: tuple, tiling: tuple, refresh: bool, coupled, native: bool) -> tuple:
     """(total, rearrangement, compute, readback, {command: count}, loaded channels) of one tiling."""
     trace = gen_trace(fork, kernel, [list(t) for t in tiling])
-    loads = channel_loads(trace)
-    ch = loads.index(max(loads))
-    detail = {}
-    total = simulate_channel(fork, channel_requests(trace, ch), detail=detail, refresh=refresh)
-    log = detail["log"]
-    pim = [clk for clk, c in log if CMDS[c] in PIM_CMDS]
-    first, last = (pim[0], pim[-1] + 1) if pim else (total, total)
+    if native:                                  # the compiled controller (native.py), the same cycles
+        arr = trace_arrays(trace)
+        loads = [int(x) for x in channel_loads_of(arr)]
+        ch = loads.index(max(loads))
+        total, cnt, first, last = simulate_channel_native(fork, channel_arrays(arr, ch), refresh=refresh,
+                                                          pim_commands=PIM_CMDS)
+        counts = {CMDS[c]: int(v) for c, v in enumerate(cnt) if v}
+        first, last = (first, last + 1) if first >= 0 else (total, total)
+    else:                                       # the Python controller (controller.py), the reference
+        loads = channel_loads(trace)
+        ch = loads.index(max(loads))
+        detail = {}
+        total = simulate_channel(fork, channel_requests(trace, ch), detail=detail, refresh=refresh)
+        log = detail["log"]
+        pim = [clk for clk, c in log if CMDS[c] in PIM_CMDS]
+        first, last = (pim[0], pim[-1] + 1) if pim else (total, total)
+        counts = dict(Counter(CMDS[c] for _, c in log))
     if coupled == "auto":
         coupled = channels_wrap(tiling)
     if coupled:
         total = simulate_coupled(fork, trace, refresh=refresh)
-    counts = Counter(CMDS[c] for _, c in log)
     last = min(last, total)
     first = min(first, last)
-    return total, first, last - first, total - last, dict(counts), sum(1 for x in loads if x)
+    return total, first, last - first, total - last, counts, sum(1 for x in loads if x)
 
 
 def dcc_cycles(fork: str, kernel: str, shape, tiling, refresh: bool = True) -> dict:
     """DCC's fork `fork` on one tiling (memoised): {"total", "rearrangement", "compute",
     "readback"} in cycles of tCK 0.769 ns, "counts" ({fork command: issued on the busiest
     channel}) and "channels" (loaded channels).  ``total`` equals `predict(fork, kernel, shape,
-    tiling, coupled=COUPLED)`."""
+    tiling, coupled=COUPLED)`.  The compiled controller unless `NATIVE` is False."""
     tiling = validate(fork, kernel, shape, tiling)
     total, rearr, comp, rback, counts, chans = _run(fork, kernel, tuple(int(x) for x in shape),
-                                                     tuple(tuple(t) for t in tiling), bool(refresh), COUPLED)
+                                                     tuple(tuple(t) for t in tiling), bool(refresh), COUPLED,
+                                                     bool(NATIVE))
     return {"total": total, "rearrangement": rearr, "compute": comp, "readback": rback, "counts": dict(counts),
             "channels": chans}
 

@@ -206,3 +206,19 @@ def test_what_dcc_cannot_time_is_refused_with_the_reason(dcc_attacc, dcc_hbm_pim
         cycles(program, slower)
     with pytest.raises(ValueError, match="no timing variants to sweep"):
         sweep([program], dcc_attacc.timing, dcc_attacc)
+
+
+@pytest.mark.parametrize("fork,kernel,shape,tiling", [
+    ("attacc", "gemv", (1, 32, 128, 4096), ((16, 1, 2), (1, 4, 32), (1, 16, 256))),   # two refreshes inside
+    ("hbmpim", "gemv", (1, 32, 128, 512), ((16, 1, 2), (1, 4, 32), (1, 16, 32))),
+    ("attacc", "gemv", (1, 32, 128, 512), ((1, 16, 2), (2, 4, 16), (8, 1, 64))),
+    ("hbmpim", "red", (4, 4096), ((1, 4, 1), (16, 4, 64))),
+    ("hbmpim", "va", (4, 4096), ((3, 1, 2), (3, 17, 81))),
+    ("attacc", "red", (4, 4096), ((1, 4, 1), (16, 4, 64))),
+])
+def test_the_compiled_controller_equals_the_python_one(fork, kernel, shape, tiling):
+    """`native.py` against `controller.py` (the readable port): cycles, phases, command counts."""
+    compiled = engine._run(fork, kernel, shape, tiling, True, False, True)
+    python = engine._run(fork, kernel, shape, tiling, True, False, False)
+    assert compiled == python
+    assert compiled[0] == predict(fork, kernel, shape, [list(t) for t in tiling])
