@@ -16,10 +16,11 @@ Writes the table to `experiments/out/dcc_reference.csv`.  Exits 1 when a row is 
 column.
 
     .venv/bin/python experiments/dcc_reference.py [--csv PATH] [--tolerance 10] [--groups attacc/red ...]
-        [--coupled auto] [--max-commands 20000] [--jobs 2] [--via-backend]
+        [--coupled auto] [--max-commands 20000] [--jobs 2] [--via-backend] [--python-controller]
 
-Single-channel mode takes ~0.01-0.1 s for a RED / VA row and up to ~60 s for the largest HBM-PIM GEMV;
-all 614 rows take ~15 min on two cores.  `--coupled auto` simulates tilings whose rounded-up channels /
+Single-channel mode runs the compiled controller (`pimjax/backends/dcc/native.py`; `--python-controller`:
+the Python one, ~0.01-0.1 s for a RED / VA row and up to ~60 s for the largest HBM-PIM GEMV, all 614 rows
+~15 min on two cores): all 614 rows take ~1 min, through the Backend API too.  `--coupled auto` simulates tilings whose rounded-up channels /
 banks wrap with all 16 channels behind the shared frontend (exact, ~16x slower).
 """
 from __future__ import annotations
@@ -76,12 +77,20 @@ def selected(r: dict, groups) -> bool:
     return any(g == s or g.startswith(s.rstrip("/") + "/") for s in groups)
 
 
+PYTHON_CONTROLLER = False
+"""`--python-controller`: the port's Python controller (`controller.py`) instead of the compiled one
+(`native.py`, the same cycles) for the single-channel rows."""
+
+
 def run_row(r: dict, coupled=False) -> int:
-    """Our cycles (tCK 0.769 ns) for one CSV row, from the port."""
+    """Our cycles (tCK 0.769 ns) for one CSV row, from the port (`predict`; single-channel rows on
+    the compiled controller unless PYTHON_CONTROLLER)."""
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
-    from pimjax.backends.dcc import predict
+    from pimjax.backends.dcc import engine, predict
     shape = [int(x) for x in r["shape"].split(",")]
+    if coupled is False and not PYTHON_CONTROLLER:
+        return engine.dcc_cycles(r["backend"], r["kernel"], shape, json.loads(r["tiling"]))["total"]
     return predict(r["backend"], r["kernel"], shape, json.loads(r["tiling"]), coupled=coupled)
 
 
@@ -200,11 +209,15 @@ def main(argv=None) -> int:
     ap.add_argument("--max-commands", type=int, default=0,
                     help="only rows whose trace_commands is at most this (0: all rows)")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--python-controller", action="store_true",
+                    help="the port's Python controller (the readable reference; ~15 min for all rows)")
     ap.add_argument("--via-backend", action="store_true",
                     help='through pimjax: get_backend("attacc" / "hbm-pim", simulator="dcc"), lower, cycles')
     ap.add_argument("--out", default=None,
                     help="the table (default experiments/out/dcc_reference.csv, _backend.csv with --via-backend)")
     args = ap.parse_args(argv)
+    global PYTHON_CONTROLLER
+    PYTHON_CONTROLLER = args.python_controller
     rows, fields = read_rows(args.csv)
     missing = [c for c in REQUIRED if c not in fields]
     rows = [r for r in rows if selected(r, args.groups)
