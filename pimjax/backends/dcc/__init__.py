@@ -5,7 +5,8 @@ A standard-library port of SPIN-Research-Group/DCC @ 7ffb80e4f33e357177dc8ab1489
 its trace generators (``src/attacc_trace_gen``, ``src/hbmpim_trace_gen``, ``src/generate_configs.py``;
 here ``traces``, ``tiling``) and the channel controller of its two Ramulator2 forks
 (``src/Ramulator2/AttAcc``, ``src/Ramulator2/HBMPIM``; here ``controller``, with the organisation and
-timing table as data in ``timing``).  Against ``../shared/reference/dcc-artifact.csv`` it gives 609 of 614
+timing table as data in ``timing``; ``native`` is its single-channel loop compiled with numba, the same
+cycles).  Against ``../shared/reference/dcc-artifact.csv`` it gives 609 of 614
 rows cycle-exact in the default single-channel mode (worst 1.07 %) and all of them with
 ``coupled=True`` (see ``docs/dcc-simulator.md`` and ``experiments/dcc_reference.py``).
 

@@ -6,8 +6,8 @@ tiling `[[g, c, t], ...]` of one of its kernels (GEMV, RED, VA) on one HBM3 cube
 banks, 5.2 Gbps).  So this controller times a whole program, not its record streams
 (`Family.program_controllers`): it reads the program's op and draft, turns them into DCC's
 notation (`dcc_problem`: the kernel, DCC's shape, the tiling, as `tiling.from_draft` does for
-pimjax's own kernels), and replays DCC's trace for it on the fork's controller (`traces`,
-`controller`), memoised per (fork, kernel, shape, tiling).  What `pim_jit` returns is unchanged:
+pimjax's own kernels), and replays DCC's trace for it on the fork's controller (`traces`, then
+`native`, the compiled `controller`), memoised per (fork, kernel, shape, tiling).  What `pim_jit` returns is unchanged:
 the family's lowering and value interpreter compute it.
 
 What a draft carries besides its tiling (dataflow, KI / KO, granularity, lanes, the reduction
