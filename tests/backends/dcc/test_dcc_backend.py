@@ -221,3 +221,29 @@ def test_the_compiled_controller_equals_the_python_one(fork, kernel, shape, tili
     python = engine._run(fork, kernel, shape, tiling, True, False, False)
     assert compiled == python
     assert compiled[0] == predict(fork, kernel, shape, [list(t) for t in tiling])
+
+
+def test_a_batched_gemv_through_pim_jit_on_dcc_hbm_pim(dcc_hbm_pim):
+    """The shipped model's pick on DCC's HBM-PIM may split the vector over cores (DCC's fork loads
+    each bank's own input): jax.jit's numbers still, and DCC's cycles for the tiling picked."""
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((1, 8, 256, 64)).astype(np.float16)
+    x = rng.standard_normal((1, 8, 64)).astype(np.float16)
+    fn = lambda A, x: jax.numpy.einsum("bhnd,bhd->bhn", A, x)    # noqa: E731
+    compiled = pim_jit(fn, backend=dcc_hbm_pim, placement="prefer_pim").lower(A, x).compile()
+    _close(compiled(A, x), jax.jit(fn)(A, x), TOL["hbm-pim"])
+    program = compiled.plans[0].program
+    kernel, shape, tiling = engine.dcc_problem(program.op, program.draft, "hbmpim")
+    assert (kernel, shape) == ("gemv", (1, 8, 64, 256))
+    assert float(cycles(program, dcc_hbm_pim).total_cycles) == predict("hbmpim", kernel, shape, tiling)
+
+
+def test_explore_takes_the_dcc_configurations(dcc_attacc):
+    from pimjax.studies.dse import explore
+    rng = np.random.default_rng(4)
+    W = rng.standard_normal((512, 128)).astype(np.float16)
+    x = rng.standard_normal(128).astype(np.float16)
+    df = explore(lambda W, x: W @ x, W, x, backends={"attacc-dcc": dcc_attacc}, progress=False)
+    row = df.iloc[0]
+    assert row["variant"] == "bank-pc-dccsim" and row["placements"] == "0:dot_general@pim"
+    assert row["pim_ns"] > 0 and row["total_ns"] == pytest.approx(row["pim_ns"] + row["host_ns"])
