@@ -16,12 +16,13 @@ Writes the table to `experiments/out/dcc_reference.csv`.  Exits 1 when a row is 
 column.
 
     .venv/bin/python experiments/dcc_reference.py [--csv PATH] [--tolerance 10] [--groups attacc/red ...]
-        [--coupled auto] [--max-commands 20000] [--jobs 2] [--via-backend] [--python-controller]
+        [--coupled auto|never|always] [--max-commands 20000] [--jobs 2] [--via-backend] [--python-controller]
 
-Single-channel mode runs the compiled controller (`pimjax/backends/dcc/native.py`; `--python-controller`:
-the Python one, ~0.01-0.1 s for a RED / VA row and up to ~60 s for the largest HBM-PIM GEMV, all 614 rows
-~15 min on two cores): all 614 rows take ~1 min, through the Backend API too.  `--coupled auto` simulates tilings whose rounded-up channels /
-banks wrap with all 16 channels behind the shared frontend (exact, ~16x slower).
+It runs the compiled controller (`pimjax/backends/dcc/native.py`): all 614 rows take a few minutes, through the
+Backend API too.  `--coupled auto` (default) simulates tilings whose rounded-up channels / banks wrap with
+all 16 channels behind the shared frontend (exact, ~16x slower), `never` the busiest channel alone (within
+1.07 % on those rows).  `--python-controller`: the port's Python controller, the readable reference (~0.01-0.1 s
+for a RED / VA row, up to ~60 s for the largest HBM-PIM GEMV, minutes for a coupled one).
 """
 from __future__ import annotations
 
@@ -82,15 +83,15 @@ PYTHON_CONTROLLER = False
 (`native.py`, the same cycles) for the single-channel rows."""
 
 
-def run_row(r: dict, coupled=False) -> int:
+def run_row(r: dict, coupled="auto") -> int:
     """Our cycles (tCK 0.769 ns) for one CSV row, from the port (`predict`; single-channel rows on
     the compiled controller unless PYTHON_CONTROLLER)."""
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
     from pimjax.backends.dcc import engine, predict
     shape = [int(x) for x in r["shape"].split(",")]
-    if coupled is False and not PYTHON_CONTROLLER:
-        return engine.dcc_cycles(r["backend"], r["kernel"], shape, json.loads(r["tiling"]))["total"]
+    if not PYTHON_CONTROLLER:
+        return engine.dcc_cycles(r["backend"], r["kernel"], shape, json.loads(r["tiling"]), coupled=coupled)["total"]
     return predict(r["backend"], r["kernel"], shape, json.loads(r["tiling"]), coupled=coupled)
 
 
@@ -111,14 +112,17 @@ def backend_program(r: dict):
     return be, lower_tiling(r["kernel"], shape, json.loads(r["tiling"]), be, r["backend"])
 
 
-def run_row_backend(r: dict, coupled=False) -> int:
+def run_row_backend(r: dict, coupled="auto") -> int:
     """Our cycles (tCK 0.769 ns) for one CSV row through the Backend API (`backend_program`, then
     `pimjax.sim.cycles.cycles`).  `coupled` is the dcc controller's `engine.COUPLED`."""
     from pimjax.backends.dcc import engine
     from pimjax.sim.cycles import cycles
     be, program = backend_program(r)
-    engine.COUPLED = coupled
-    return int(round(float(cycles(program, be).total_cycles)))
+    kept, engine.COUPLED = engine.COUPLED, coupled
+    try:
+        return int(round(float(cycles(program, be).total_cycles)))
+    finally:
+        engine.COUPLED = kept
 
 
 def _work(args):
@@ -130,7 +134,7 @@ def _work(args):
         return None, str(e), time.time() - t0
 
 
-def check(rows: list[dict], tolerance: float, coupled=False, jobs: int = 1, out=None, via_backend: bool = False):
+def check(rows: list[dict], tolerance: float, coupled="auto", jobs: int = 1, out=None, via_backend: bool = False):
     """Our cycles for every row, printed against theirs, then the per-group summary and the last line.
     `tolerance` in percent; `via_backend`: through pimjax's Backend API (`run_row_backend`), else the
     port (`run_row`).  Returns (table, number of rows outside the tolerance or failing, summary)."""
@@ -204,8 +208,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tolerance", type=float, default=10.0, help="percent (default 10)")
     ap.add_argument("--groups", nargs="*", default=[],
                     help='only these groups: "backend", "backend/kernel" or "backend/kernel/shape" (e.g. attacc/red/4,4096)')
-    ap.add_argument("--coupled", choices=["never", "auto", "always"], default="never",
-                    help="auto: tilings that wrap channels/banks are simulated with all 16 channels (exact, slow)")
+    ap.add_argument("--coupled", choices=["never", "auto", "always"], default="auto",
+                    help="auto (default): tilings that wrap channels/banks are simulated with all 16 channels "
+                         "(exact); never: the busiest channel alone")
     ap.add_argument("--max-commands", type=int, default=0,
                     help="only rows whose trace_commands is at most this (0: all rows)")
     ap.add_argument("--jobs", type=int, default=1)

@@ -18,15 +18,16 @@ an op other than a plain GEMV / batched GEMV, sum over the last axis or add of t
 tensors (no epilogue), VA on AttAcc (its fork has no VA generator), a packed draft, a compound
 dimension set, or a backend other than DCC's cube (`check_backend`).
 
-The report: `total_cycles` is the fork's `memory_system_cycles` of the busiest channel (exact
-on 609 of DCC's 614 artifact rows, within 1.07 % on the rest; `COUPLED` simulates all 16
-channels where channels wrap).  It splits at the first and last PIM command the channel issues:
+The report: `total_cycles` is the fork's `memory_system_cycles`: of the busiest channel, or of all 16
+behind the shared frontend where the tiling's channels wrap (`COUPLED`; cycle-exact on DCC's 614
+artifact rows either way).  It splits at the first and last PIM command issued:
 `rearrangement` (the host's input writes before it), `compute` (from the first to the last PIM
 command, host writes interleaved with it included), `readback` (the result write-back and
 barrier drain after it).  `merge` is 0 and `resident_cycles` 0: DCC's traces combine no partial
 sums on the host and start with the matrix in the banks (`include_resident` changes nothing).
 `counts` and `energy_pj` are the busiest channel's issued commands times the channels the trace
-loads (an estimate where channels are loaded unequally); `utilisation` is rough.
+loads (an estimate where channels are loaded unequally; all channels' where coupled); `utilisation`
+is rough.
 Cycles are of the backend's tCK (0.769 ns).
 """
 from __future__ import annotations
@@ -53,10 +54,11 @@ from .traces import channel_loads, gen_trace
 CONTROLLER = "dcc"
 """`Group.controller` of the DCC configurations."""
 
-COUPLED: bool | str = False
-"""False: simulate the busiest channel only (the default; exact unless channels wrap, within
-1.07 % on the artifact's rows); "auto": all 16 channels behind the shared frontend for tilings
-that wrap (`tiling.wraps`; exact, 15-125 s per GEMV); True: always."""
+COUPLED: bool | str = "auto"
+""""auto" (default): all 16 channels behind the shared in-order frontend for tilings whose rounded-up
+channels / banks wrap (`tiling.wraps`: channels then interact), the busiest channel alone otherwise
+(exact then); False: the busiest channel only (within 1.07 % of the artifact on wrapping rows);
+True: always all 16."""
 
 NATIVE = True
 """True: time with the compiled controller (`native.py`, ~0.01-2 s per tiling); False: with the
@@ -246,15 +248,20 @@ def broadcast_registers_draft(op, draft, backend, shapes=None):
 
 @lru_cache(maxsize=None)
 def _run(fork: str, kernel: str, shape: tuple, tiling: tuple, refresh: bool, coupled, native: bool) -> tuple:
-    """(total, rearrangement, compute, readback, {command: count}, loaded channels) of one tiling."""
+    """(total, rearrangement, compute, readback, {command: issued per loaded channel}, loaded channels)
+    of one tiling: the busiest channel's commands, or with `coupled` all channels' over their number."""
     trace = gen_trace(fork, kernel, [list(t) for t in tiling])
+    if coupled == "auto":
+        coupled = channels_wrap(tiling)
     if native:                                  # the compiled controller (native.py), the same cycles
         arr = trace_arrays(trace)
         loads = [int(x) for x in channel_loads_of(arr)]
         ch = loads.index(max(loads))
-        total, cnt, first, last = simulate_channel_native(fork, channel_arrays(arr, ch), refresh=refresh,
-                                                          pim_commands=PIM_CMDS)
-        counts = {CMDS[c]: int(v) for c, v in enumerate(cnt) if v}
+        total, cnt, first, last = simulate_channel_native(
+            fork, arr if coupled else channel_arrays(arr, ch), refresh=refresh, pim_commands=PIM_CMDS,
+            coupled=bool(coupled))
+        n = sum(1 for x in loads if x)
+        counts = {CMDS[c]: (int(v) / n if coupled else int(v)) for c, v in enumerate(cnt) if v}
         first, last = (first, last + 1) if first >= 0 else (total, total)
     else:                                       # the Python controller (controller.py), the reference
         loads = channel_loads(trace)
@@ -265,23 +272,23 @@ def _run(fork: str, kernel: str, shape: tuple, tiling: tuple, refresh: bool, cou
         pim = [clk for clk, c in log if CMDS[c] in PIM_CMDS]
         first, last = (pim[0], pim[-1] + 1) if pim else (total, total)
         counts = dict(Counter(CMDS[c] for _, c in log))
-    if coupled == "auto":
-        coupled = channels_wrap(tiling)
-    if coupled:
-        total = simulate_coupled(fork, trace, refresh=refresh)
+        if coupled:
+            total = simulate_coupled(fork, trace, refresh=refresh)
     last = min(last, total)
     first = min(first, last)
     return total, first, last - first, total - last, counts, sum(1 for x in loads if x)
 
 
-def dcc_cycles(fork: str, kernel: str, shape, tiling, refresh: bool = True) -> dict:
+def dcc_cycles(fork: str, kernel: str, shape, tiling, refresh: bool = True, coupled=None) -> dict:
     """DCC's fork `fork` on one tiling (memoised): {"total", "rearrangement", "compute",
     "readback"} in cycles of tCK 0.769 ns, "counts" ({fork command: issued on the busiest
     channel}) and "channels" (loaded channels).  ``total`` equals `predict(fork, kernel, shape,
-    tiling, coupled=COUPLED)`.  The compiled controller unless `NATIVE` is False."""
+    tiling, coupled=COUPLED)`; `coupled` (None: `COUPLED`) as `predict`'s.  The compiled controller
+    unless `NATIVE` is False."""
     tiling = validate(fork, kernel, shape, tiling)
     total, rearr, comp, rback, counts, chans = _run(fork, kernel, tuple(int(x) for x in shape),
-                                                     tuple(tuple(t) for t in tiling), bool(refresh), COUPLED,
+                                                     tuple(tuple(t) for t in tiling), bool(refresh),
+                                                     COUPLED if coupled is None else coupled,
                                                      bool(NATIVE))
     return {"total": total, "rearrangement": rearr, "compute": comp, "readback": rback, "counts": dict(counts),
             "channels": chans}

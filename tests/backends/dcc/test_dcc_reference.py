@@ -2,7 +2,7 @@
 (`../shared/reference/dcc-artifact.csv`, the cycles SPIN-Research-Group/DCC @ 7ffb80e reports per
 tiling) on a fast sample: every RED / VA row and a few small GEMV rows (the compiled controller; the
 Python one in the coupled row and `test_dcc_backend.py`'s comparison); the whole CSV is
-`experiments/dcc_reference.py` (~1 min).  Also the port's errors for tilings the artifact cannot run."""
+`experiments/dcc_reference.py` (a few minutes).  Also the port's errors for tilings the artifact cannot run."""
 from __future__ import annotations
 
 import json
