@@ -1,9 +1,13 @@
-"""DCC's simulator, ported (`experiments/dcc_sim`), against DCC's own artifact, tiling by tiling.
+"""DCC's simulator, ported (`pimjax/backends/dcc`), against DCC's own artifact, tiling by tiling.
 
 For every row of a reference CSV (default `../shared/reference/dcc-artifact.csv`:
 `backend,kernel,shape,tiling,n_tilings,trace_commands,cycles,role`) run the port
-(`experiments.dcc_sim.predict`: DCC's trace generator, then the Ramulator2 fork's channel controller)
-and print ours against theirs in cycles (tCK 0.769 ns, HBM3 5.2 Gbps) with the relative error; per
+(`pimjax.backends.dcc.predict`: DCC's trace generator, then the Ramulator2 fork's channel controller)
+or, with `--via-backend`, pimjax's Backend API: the row's tiling as a pimjax draft (`tiling.to_draft`)
+of the pimjax kernel, lowered on `get_backend("attacc" / "hbm-pim", simulator="dcc")` and timed by
+`pimjax.sim.cycles.cycles` (the "dcc" controller); a tiling pimjax cannot express as a draft (11
+batch-4 GEMV rows whose batch*heads chunks straddle batch elements) cannot be run that way.
+It prints ours against theirs in cycles (tCK 0.769 ns, HBM3 5.2 Gbps) with the relative error; per
 group (backend, kernel, shape): rows, median and worst |error|, Spearman(ours, theirs) and whether our
 fastest tiling is one of the artifact's fastest.  The last line is
 "N rows, worst |error| X %, K outside ±T %; median Spearman S, same best B/G".
@@ -12,11 +16,13 @@ Writes the table to `experiments/out/dcc_reference.csv`.  Exits 1 when a row is 
 column.
 
     .venv/bin/python experiments/dcc_reference.py [--csv PATH] [--tolerance 10] [--groups attacc/red ...]
-        [--coupled auto] [--max-commands 20000] [--jobs 2]
+        [--coupled auto|never|always] [--max-commands 20000] [--jobs 2] [--via-backend] [--python-controller]
 
-Single-channel mode takes ~0.01-0.1 s for a RED / VA row and up to ~60 s for the largest HBM-PIM GEMV;
-all 614 rows take ~15 min on two cores.  `--coupled auto` simulates tilings whose rounded-up channels /
-banks wrap with all 16 channels behind the shared frontend (exact, ~16x slower).
+It runs the compiled controller (`pimjax/backends/dcc/native.py`): all 614 rows take a few minutes, through the
+Backend API too.  `--coupled auto` (default) simulates tilings whose rounded-up channels / banks wrap with
+all 16 channels behind the shared frontend (exact, ~16x slower), `never` the busiest channel alone (within
+1.07 % on those rows).  `--python-controller`: the port's Python controller, the readable reference (~0.01-0.1 s
+for a RED / VA row, up to ~60 s for the largest HBM-PIM GEMV, minutes for a coupled one).
 """
 from __future__ import annotations
 
@@ -72,29 +78,68 @@ def selected(r: dict, groups) -> bool:
     return any(g == s or g.startswith(s.rstrip("/") + "/") for s in groups)
 
 
-def run_row(r: dict, coupled=False) -> int:
-    """Our cycles (tCK 0.769 ns) for one CSV row."""
+PYTHON_CONTROLLER = False
+"""`--python-controller`: the port's Python controller (`controller.py`) instead of the compiled one
+(`native.py`, the same cycles) for the single-channel rows."""
+
+
+def run_row(r: dict, coupled="auto") -> int:
+    """Our cycles (tCK 0.769 ns) for one CSV row, from the port (`predict`; single-channel rows on
+    the compiled controller unless PYTHON_CONTROLLER)."""
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
-    from experiments.dcc_sim import predict
+    from pimjax.backends.dcc import engine, predict
     shape = [int(x) for x in r["shape"].split(",")]
+    if not PYTHON_CONTROLLER:
+        return engine.dcc_cycles(r["backend"], r["kernel"], shape, json.loads(r["tiling"]), coupled=coupled)["total"]
     return predict(r["backend"], r["kernel"], shape, json.loads(r["tiling"]), coupled=coupled)
 
 
+#: DCC's fork -> the pimjax preset whose simulator="dcc" configuration it is
+PRESET = {"attacc": "attacc", "hbmpim": "hbm-pim"}
+
+
+def backend_program(r: dict):
+    """(backend, program) of one CSV row through pimjax's Backend API: its tiling as a draft
+    (`tiling.to_draft`) of the pimjax kernel, lowered on `get_backend(PRESET[fork], simulator="dcc")`.
+    Raises ValueError (to_draft's reason, or the lowering's) where pimjax cannot express or lower it."""
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    from pimjax.backends.dcc.tiling import lower_tiling
+    from pimjax.hw import get_backend
+    be = get_backend(PRESET[r["backend"]], simulator="dcc")
+    shape = [int(x) for x in r["shape"].split(",")]
+    return be, lower_tiling(r["kernel"], shape, json.loads(r["tiling"]), be, r["backend"])
+
+
+def run_row_backend(r: dict, coupled="auto") -> int:
+    """Our cycles (tCK 0.769 ns) for one CSV row through the Backend API (`backend_program`, then
+    `pimjax.sim.cycles.cycles`).  `coupled` is the dcc controller's `engine.COUPLED`."""
+    from pimjax.backends.dcc import engine
+    from pimjax.sim.cycles import cycles
+    be, program = backend_program(r)
+    kept, engine.COUPLED = engine.COUPLED, coupled
+    try:
+        return int(round(float(cycles(program, be).total_cycles)))
+    finally:
+        engine.COUPLED = kept
+
+
 def _work(args):
-    r, coupled = args
+    r, coupled, via_backend = args
     t0 = time.time()
     try:
-        return run_row(r, coupled), None, time.time() - t0
+        return (run_row_backend if via_backend else run_row)(r, coupled), None, time.time() - t0
     except ValueError as e:
         return None, str(e), time.time() - t0
 
 
-def check(rows: list[dict], tolerance: float, coupled=False, jobs: int = 1, out=None):
+def check(rows: list[dict], tolerance: float, coupled="auto", jobs: int = 1, out=None, via_backend: bool = False):
     """Our cycles for every row, printed against theirs, then the per-group summary and the last line.
-    `tolerance` in percent.  Returns (table, number of rows outside the tolerance or failing, summary)."""
+    `tolerance` in percent; `via_backend`: through pimjax's Backend API (`run_row_backend`), else the
+    port (`run_row`).  Returns (table, number of rows outside the tolerance or failing, summary)."""
     out = sys.stdout if out is None else out
-    args = [(r, coupled) for r in rows]
+    args = [(r, coupled, via_backend) for r in rows]
     if jobs > 1:
         from multiprocessing import Pool
         with Pool(jobs) as p:
@@ -163,13 +208,21 @@ def main(argv=None) -> int:
     ap.add_argument("--tolerance", type=float, default=10.0, help="percent (default 10)")
     ap.add_argument("--groups", nargs="*", default=[],
                     help='only these groups: "backend", "backend/kernel" or "backend/kernel/shape" (e.g. attacc/red/4,4096)')
-    ap.add_argument("--coupled", choices=["never", "auto", "always"], default="never",
-                    help="auto: tilings that wrap channels/banks are simulated with all 16 channels (exact, slow)")
+    ap.add_argument("--coupled", choices=["never", "auto", "always"], default="auto",
+                    help="auto (default): tilings that wrap channels/banks are simulated with all 16 channels "
+                         "(exact); never: the busiest channel alone")
     ap.add_argument("--max-commands", type=int, default=0,
                     help="only rows whose trace_commands is at most this (0: all rows)")
     ap.add_argument("--jobs", type=int, default=1)
-    ap.add_argument("--out", default=os.path.join(HERE, "out", "dcc_reference.csv"))
+    ap.add_argument("--python-controller", action="store_true",
+                    help="the port's Python controller (the readable reference; ~15 min for all rows)")
+    ap.add_argument("--via-backend", action="store_true",
+                    help='through pimjax: get_backend("attacc" / "hbm-pim", simulator="dcc"), lower, cycles')
+    ap.add_argument("--out", default=None,
+                    help="the table (default experiments/out/dcc_reference.csv, _backend.csv with --via-backend)")
     args = ap.parse_args(argv)
+    global PYTHON_CONTROLLER
+    PYTHON_CONTROLLER = args.python_controller
     rows, fields = read_rows(args.csv)
     missing = [c for c in REQUIRED if c not in fields]
     rows = [r for r in rows if selected(r, args.groups)
@@ -178,7 +231,9 @@ def main(argv=None) -> int:
         print(f"{args.csv}: " + (f"missing column(s) {missing}" if missing else "no rows selected"), file=sys.stderr)
         return 2
     coupled = {"never": False, "auto": "auto", "always": True}[args.coupled]
-    table, bad, _ = check(rows, args.tolerance, coupled=coupled, jobs=args.jobs)
+    table, bad, _ = check(rows, args.tolerance, coupled=coupled, jobs=args.jobs, via_backend=args.via_backend)
+    if args.out is None:
+        args.out = os.path.join(HERE, "out", "dcc_reference" + ("_backend" if args.via_backend else "") + ".csv")
     if table and args.out:
         os.makedirs(os.path.dirname(args.out), exist_ok=True)
         with open(args.out, "w", newline="") as f:

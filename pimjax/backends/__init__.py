@@ -16,6 +16,10 @@ folder         family
 `upmem/`       "upmem": UPMEM DPUs (their own instruction streams)
 =============  ===========================================================
 
+`dcc/` is not a family: DCC's simulator (its trace generators and
+Ramulator2 forks), the "dcc" program controller the attacc and hbm-pim
+families offer (`simulator="dcc"`).
+
 Generic code never tests a backend's name: it asks `family_of(backend)`
 for the family's `Family` record and calls what it holds.  A user-defined
 backend is a `Backend` whose `family` is one of these (e.g.

@@ -64,6 +64,12 @@ class Family:
               own fixed mappings beside the generated draft space (newton:
               PIMFlow's packed mapping); the tuner simulates every one of
               them (the cost model has not learnt them).
+    program_controllers: {name: timer} of controllers that time a whole
+              program rather than its record streams, chosen by
+              `Group.controller` like `controllers` (attacc and hbm-pim:
+              "dcc", DCC's Ramulator2 forks replaying the trace DCC's
+              generator writes for the draft's tiling, `backends/dcc/`):
+              each has `cycles`' signature and stands in for it.
     lower_bound: (op, table, backend, shapes, options) -> [n] cycles no
               draft of `table` can beat when simulated, or None (no bound
               for this op): the exhaustive tuner's branch and bound skips
@@ -94,6 +100,7 @@ class Family:
     reduction_vector: bool = False
     controllers: dict = field(default_factory=dict)
     extra_drafts: Callable | None = None
+    program_controllers: dict = field(default_factory=dict)
     estimates: Callable | None = None
     training_shapes: TrainingShapes = field(default_factory=TrainingShapes)
 
@@ -130,11 +137,24 @@ def families() -> list[str]:
 
 
 def own_time_model(backend: Any) -> bool:
-    """Whether `backend`'s family times its programs with a time model of its
-    own (`Family.cycles`: UPMEM's DPU pipeline), one program at a time,
-    rather than the batched DRAM engines; False for a backend no family
-    implements."""
-    return has_family(backend) and family_of(backend).cycles is not None
+    """Whether `backend`'s programs are timed one at a time by a time model
+    of their own (`Family.cycles`: UPMEM's DPU pipeline; or the program
+    controller `Group.controller` names, `Family.program_controllers`: DCC's
+    forks) rather than the batched DRAM engines; False for a backend no
+    family implements."""
+    return own_timer(backend) is not None
+
+
+def own_timer(backend: Any) -> Callable | None:
+    """The `cycles`-shaped timer of `backend`'s own time model (see
+    `own_time_model`), or None: the DRAM engines time its record streams."""
+    if not has_family(backend):
+        return None
+    fam = family_of(backend)
+    if fam.cycles is not None:
+        return fam.cycles
+    group = getattr(backend, "group", None)
+    return fam.program_controllers.get(getattr(group, "controller", None))
 
 
 def family_of(backend: Any) -> Family:
@@ -166,4 +186,4 @@ def has_family(backend: Any) -> bool:
 
 
 __all__ = ["Family", "FAMILIES", "FAMILY_MODULES", "PACKAGE", "register", "families", "family_of", "has_family",
-           "missing_family", "own_time_model", "EstimateInputs", "TrainingShapes"]
+           "missing_family", "own_time_model", "own_timer", "EstimateInputs", "TrainingShapes"]

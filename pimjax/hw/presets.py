@@ -241,7 +241,8 @@ def _hbm_pim_timing() -> Timing:
 
 @_preset("hbm-pim")
 def hbm_pim(*, channels: int | None = None, config: str = "default",
-            host: HostModel | None = None, gpu=None, gpu_model: str | None = None) -> Backend:
+            host: HostModel | None = None, gpu=None, gpu_model: str | None = None,
+            simulator: str = "pimjax") -> Backend:
     """Samsung HBM-PIM (FIMDRAM / Aquabolt-XL) as simulated by Samsung's PIMSimulator.
 
     Group = pseudo-channel (pCH); core = one PIM unit on an even/odd bank pair.
@@ -259,17 +260,37 @@ def hbm_pim(*, channels: int | None = None, config: str = "default",
         `host=` and no `gpu`, that host.  A GPU timing model name is taken too (the older
         spelling of gpu_model).
     gpu_model: its timing model (`hw.gpu.GENERIC_GPU_MODELS`; default "occupancy").
+    simulator: "pimjax" (default) or "dcc": DCC's HBM-PIM, the machine of its Ramulator2 fork
+        with HBM-PIM units (SPIN-Research-Group/DCC, `src/Ramulator2/HBMPIM`), against which
+        `../shared/reference/dcc-artifact.csv` was measured: AttAcc's HBM3 cube (16 channels x 64
+        banks, 5.2 Gbps, tCK 0.769 ns; group = channel, core = one unit per bank, GRF 8 + 8), not
+        Samsung's.  Its controller (`Group.controller = "dcc"`, `backends/dcc/engine.py`) times a
+        program by replaying the trace DCC's generator writes for the draft's tiling (GEMV, RED,
+        VA); values still come from this family's lowering.  Default host and GPU: DCC's A100 on
+        HBM3 (`a100("hbm3")`).
     """
     configs = ("default", "ko")
     if config not in configs:
         raise ValueError(f"hbm-pim option config={config!r}: valid configs are {list(configs)}")
+    if simulator not in DCC_SIMULATORS:
+        raise ValueError(f"hbm-pim option simulator={simulator!r}: valid values are {list(DCC_SIMULATORS)}")
+    if simulator == "dcc" and (config != "default" or channels not in (None, 16)):
+        raise ValueError(f"hbm-pim option simulator='dcc' is DCC's one HBM3 cube of 16 channels: config='default', "
+                         f"channels=16, not config={config!r}, channels={channels!r}")
     _check_host("hbm-pim", host)
     if channels is None:
         channels = 64 if config == "default" else 16   # hbm-pim.md: 64 pCH / Korean §4.1: NCH = 16
+    if simulator == "dcc":
+        channels = 16                       # DCC's HBM-PIM fork: HBM3_8Gb_2R with channel=16 (dcc_sim/timing.py)
     n_devices, per_device = _split_groups("hbm-pim", channels, HBM_PIM_PCH_PER_STACK)
-    timing = _hbm_pim_timing()
+    timing = _hbm_pim_timing() if simulator != "dcc" else _attacc_timing("bank", "pc")  # DCC: the fork's
     col_bytes = 32                          # hbm-pim.md: 32 columns x 32 B per 1 KB row; Korean §4.1: Scol = 32
-    if config == "default":
+    if simulator == "dcc":
+        cores, banks_per_core = 64, 1       # DCC's HBM-PIM fork: a unit per bank, 64 banks per channel
+        notes = ("simulator=dcc: DCC's HBM-PIM Ramulator2 fork (AttAcc's HBM3 cube with per-bank HBM-PIM "
+                 "units) times the draft's DCC tiling (GEMV, RED, VA); its traces hold the matrix in the banks "
+                 "(a per-call matrix placement is not timed) and merge nothing on the host",)
+    elif config == "default":
         cores, banks_per_core = 8, 2        # hbm-pim.md: 8 PIM units per pCH, one per even/odd bank pair
         notes = ()
     else:
@@ -285,7 +306,8 @@ def hbm_pim(*, channels: int | None = None, config: str = "default",
         reg_bytes=32,                       # hbm-pim.md: 256-bit GRF entries
         ops=frozenset({"add", "mul", "mac", "mad", "mov", "relu"}),  # hbm-pim.md ISA: ADD MUL MAC MAD MOV FILL(ReLU)
         rows=16384,                         # hbm-pim.md: 16384 rows; Korean §4.1: NRO = 16384
-        pim_rows=8192,                      # hbm-pim.md: rows with bit 12 set never reach the banks
+        # hbm-pim.md: rows with bit 12 set never reach the banks (Samsung's; DCC's fork: every row)
+        pim_rows=8192 if simulator != "dcc" else 0,
         cols=32,                            # hbm-pim.md: 32 columns per row; Korean §4.1: NCO = 32
         col_bytes=col_bytes,
         instruction_bytes=32 * 4,           # hbm-pim.md: 32-entry CRF; assumption: 32-bit instruction words
@@ -294,14 +316,19 @@ def hbm_pim(*, channels: int | None = None, config: str = "default",
         cores_per_group=cores,
         units=(),
         broadcast=True,                     # hbm-pim.md: HAB_PIM column commands drive all 8 units
-        per_core_commands=False,            # hbm-pim.md: PIM instructions execute only in HAB_PIM mode
-        bank_groups=4,                      # hbm-pim.md: 16 banks per pCH = 4 bank groups x 4
+        # hbm-pim.md: PIM instructions execute only in HAB_PIM mode; DCC's fork issues per-bank op
+        # commands, each bank loading its own input (gen_trace_HBMPIM_GEMV.py: PIM_LD_OP1 per bank)
+        per_core_commands=simulator == "dcc",
+        # hbm-pim.md: 16 banks per pCH = 4 bank groups x 4; DCC's fork: HBM3, 16 bank groups x 4 per channel
+        bank_groups=4 if simulator != "dcc" else 16,
         banks_per_bank_group=4,
+        data_buses=1 if simulator != "dcc" else 2,   # DCC's fork: HBM3's 2 pseudo-channels per channel
+        controller="dcc" if simulator == "dcc" else "dram",
     )
     system = System(
         # the host reads the same 64-pCH memory the PIM units compute in (hbm-pim.md's
         # "non-PIM" baseline); DCC compared against a 5-cube HBM3 A100 instead (dcc.md)
-        host=host if host is not None else a100("hbm-pim"),
+        host=host if host is not None else a100("hbm-pim" if simulator != "dcc" else "hbm3"),
         n_devices=n_devices,
         groups_per_device=per_device,
         # hbm-pim.md: 32 B per 2-cycle burst = 16 GB/s per pCH.  The DRAM cycle model does not read
@@ -314,7 +341,8 @@ def hbm_pim(*, channels: int | None = None, config: str = "default",
     energy = _dram_energy(row_bytes=32 * col_bytes, col_bytes=col_bytes, lanes=16,
                           unit_path_pj_per_bit=0.0,            # assumption: the unit sits at the bank I/O
                           io_pj_per_bit=_HBM_IO_PJ_PER_BIT)    # assumption: AttAcc's HBM3 figures for HBM2
-    return Backend(name="hbm-pim", variant=config, system=system, group=group, core=core,
+    return Backend(name="hbm-pim", variant=config + ("-dccsim" if simulator == "dcc" else ""), system=system,
+                   group=group, core=core,
                    timing=timing, energy=energy,
                    notes=notes + ("energy: AttAcc's FGDRAM per-bit figures reused for HBM2 (assumption)",))
 
@@ -376,7 +404,7 @@ ATTACC_SYSTEMS = {                # system: (default stacks, default GPU model)
 @_preset("attacc")
 def attacc(*, variant: str = "bank-pc", stacks: int | None = None, channels: int | None = None,
            host: HostModel | None = None, system: str = "reference", gpu=None,
-           gpu_model: str | None = None) -> Backend:
+           gpu_model: str | None = None, simulator: str = "pimjax") -> Backend:
     """AttAcc (HBM3 with a GEMV unit per bank and a softmax unit per channel).
 
     Group = channel (2 pseudo-channels, 64 banks); core = a 16-lane FP16 GEMV unit.
@@ -399,7 +427,22 @@ def attacc(*, variant: str = "bank-pc", stacks: int | None = None, channels: int
         taken too (the older spelling of gpu_model).
     gpu_model: its timing model (`hw.gpu.GENERIC_GPU_MODELS`; default: the system's --
         "occupancy", DCC's "dcc" or AttAcc's "attacc").
+    simulator: "pimjax" (default) or "dcc": the semantics of DCC's Ramulator2 fork of AttAcc
+        (SPIN-Research-Group/DCC, `src/Ramulator2/AttAcc`), against which
+        `../shared/reference/dcc-artifact.csv` was measured, on its one HBM3 cube (16 channels x
+        64 banks, 5.2 Gbps; variant "bank-pc", one stack).  Its controller
+        (`Group.controller = "dcc"`, `backends/dcc/engine.py`) times a program by replaying the
+        trace DCC's generator writes for the draft's tiling (GEMV and RED only); values still
+        come from this family's lowering.
     """
+    if simulator not in DCC_SIMULATORS:
+        raise ValueError(f"attacc option simulator={simulator!r}: valid values are {list(DCC_SIMULATORS)}")
+    if simulator == "dcc":
+        if variant != "bank-pc" or (stacks is not None and stacks != 1) or (channels is not None and channels != 16):
+            raise ValueError(f"attacc option simulator='dcc' is DCC's one HBM3 cube (16 channels x 64 banks, a GEMV "
+                             f"unit per bank, nCCDAB 6): variant='bank-pc', stacks=1, channels=16, not variant="
+                             f"{variant!r}, stacks={stacks!r}, channels={channels!r}")
+        stacks = 1
     if system not in ATTACC_SYSTEMS:
         raise ValueError(f"attacc option system={system!r}: valid systems are {list(ATTACC_SYSTEMS)}")
     if stacks is None and channels is None:
@@ -441,6 +484,8 @@ def attacc(*, variant: str = "bank-pc", stacks: int | None = None, channels: int
         bank_groups=16,                    # attacc.md: 16 bank groups per channel (2 pCH x 2 SID x 4)
         banks_per_bank_group=4,            # attacc.md: 4 banks per bank group -> 64 banks per channel
         data_buses=ATTACC_PCH_PER_CHANNEL,  # attacc.md: each pseudo-channel has its own 32 B data bus
+        # simulator="dcc": DCC's AttAcc fork times the draft's tiling (`backends/dcc/engine.py`)
+        controller="dcc" if simulator == "dcc" else "dram",
     )
     system = System(
         host=host if host is not None else a100("hbm3"),  # dcc.md / AttAcc config.py: A100 with 5 HBM3 stacks
@@ -461,8 +506,17 @@ def attacc(*, variant: str = "bank-pc", stacks: int | None = None, channels: int
     notes = ("softmax unit: only its data-bus occupancy is charged (attacc.md)",)
     if level == "buffer":
         notes += ("buffer level: MACPB spacing is nBL=2 in both pc and npc (HBM3-PIM.cpp)",)
-    return Backend(name="attacc", variant=variant, system=system, group=group, core=core,
-                   timing=timing, energy=energy, notes=notes)
+    if simulator == "dcc":
+        notes += ("simulator=dcc: DCC's AttAcc Ramulator2 fork times the draft's DCC tiling (GEMV, RED); its traces "
+                  "hold the matrix in the banks (a per-call matrix placement is not timed) and merge nothing on "
+                  "the host",)
+    return Backend(name="attacc", variant=variant + ("-dccsim" if simulator == "dcc" else ""), system=system,
+                   group=group, core=core, timing=timing, energy=energy, notes=notes)
+
+
+DCC_SIMULATORS = ("pimjax", "dcc")
+"""`attacc(simulator=...)` / `hbm_pim(simulator=...)`: pimjax's DRAM semantics, or those of DCC's
+Ramulator2 forks (SPIN-Research-Group/DCC @ 7ffb80e) on their one HBM3 cube."""
 
 
 # --------------------------------------------------------------------------

@@ -298,14 +298,19 @@ def register_simd(backend: Backend) -> bool:
             and "global_buffer" not in backend.group.units)
 
 
-def shared_register_sets(op: PimOp, backend: Backend, shapes: dict | None = None) -> np.ndarray:
+def shared_register_sets(op: PimOp, backend: Backend, shapes: dict | None = None,
+                         per_core: bool | None = None) -> np.ndarray:
     """[S] bool: dimension sets a draft may not split over the cores of a
     group.  On register-SIMD units without per-core commands the input
     registers are written by group broadcast, so every core of a group must
     need the same vector operand: no core split of a set the vector depends
-    on (all False where the rule does not apply)."""
+    on (all False where the rule does not apply).  per_core: whether the
+    registers can be written per core (default the backend's
+    `Group.per_core_commands`; a lowering that always broadcasts passes
+    False)."""
     sets = dimension_sets(op)
-    if not (op.kind == "contraction" and register_simd(backend) and not backend.group.per_core_commands
+    per_core = backend.group.per_core_commands if per_core is None else per_core
+    if not (op.kind == "contraction" and register_simd(backend) and not per_core
             and len(op.body_operands) > 1):
         return np.zeros(len(sets), bool)
     _, vec = matrix_and_vector(op, shapes or infer_shapes(op))
@@ -313,10 +318,11 @@ def shared_register_sets(op: PimOp, backend: Backend, shapes: dict | None = None
     return np.array([bool(vvars & set(s.vars)) for s in sets], bool)
 
 
-def register_split_error(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None = None) -> str:
+def register_split_error(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None = None,
+                         per_core: bool | None = None) -> str:
     """'' unless `draft` splits a set of `shared_register_sets` over a
     group's cores; then the rule it breaks."""
-    shared = shared_register_sets(op, backend, shapes)
+    shared = shared_register_sets(op, backend, shapes, per_core)
     split = [i for i, p in enumerate(draft.parts) if p.cores > 1 and shared[i]]
     if not split:
         return ""

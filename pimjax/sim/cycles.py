@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..family import family_of, has_family
+from ..family import family_of, has_family, own_timer
 from ..hw.core import Backend, Timing, check_timing_batch
 from ..lower.program import Phase, Program, Records
 from .engines import check_banks, check_programs, resolve_engine
@@ -319,9 +319,11 @@ def _controller(backend: Backend):
 
 
 def _own_model(backend: Backend):
-    """The family's own time model (UPMEM's DPU pipeline), or None: the DRAM
-    engines time the records (also for a backend no family implements)."""
-    return family_of(backend).cycles if has_family(backend) else None
+    """The family's own time model (UPMEM's DPU pipeline) or the program
+    controller `Group.controller` names (DCC's forks,
+    `Family.program_controllers`), or None: the DRAM engines time the records
+    (also for a backend no family implements)."""
+    return own_timer(backend)
 
 
 SMALL_BATCH = 64
@@ -701,6 +703,9 @@ def sweep(programs, timings: Timing, backend: Backend, *, mesh=None, refresh: bo
     """
     progs = programs if isinstance(programs, (list, tuple)) else [programs]
     check_programs(progs, backend)
+    if _own_model(backend) is not None and family_of(backend).cycles is None:
+        raise ValueError(f"{backend.name}: Group.controller={backend.group.controller!r} times programs with its own "
+                         f"fixed timing table (a paper's simulator); there are no timing variants to sweep")
     if _own_model(backend):
         own = family_of(backend).sweep
         where = f"{own.__module__}.{own.__name__}" if own is not None else "pimjax.backends.family_of(backend).sweep"

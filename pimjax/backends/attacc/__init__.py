@@ -9,10 +9,14 @@ softmax unit per channel, for attention.
     execute.py    the value interpreter of its records
     baseline.py   AttAcc's open-source mapping
     reference.py  the AttAcc simulator's own programs (validation)
+
+`simulator="dcc"` (`Group.controller = "dcc"`): DCC's AttAcc fork times the programs
+(`backends/dcc/`, shared with hbm-pim).
 """
 from ...family.hooks import EVAL_ELEM, EVAL_GEMV, EVAL_MMTV
 from ...lower.patterns import match_attention
 from .. import Family, TrainingShapes, register
+from ..dcc.engine import dcc_lowering, dcc_timer
 from .attention import attention_op, lower_attention
 from .baseline import attacc_baseline
 from .execute import execute_attacc
@@ -30,11 +34,13 @@ def attention_blocks(graph) -> dict:
 
 
 FAMILY = register(Family(
-    name="attacc", lower=lower_attacc, options=frozenset(DEFAULT_OPTIONS) | {"result_dtype"},
+    name="attacc", lower=dcc_lowering(lower_attacc, "attacc"), options=frozenset(DEFAULT_OPTIONS) | {"result_dtype"},
     timing_classes=TIMING_CLASSES,
     execute=execute_attacc, baseline=attacc_baseline, kernels=("gemv", "red", "mmtv", "attn"),
-    attention_blocks=attention_blocks, lower_block=lower_attention, block_operands=attention_op,
-    reduction_vector=True,
+    attention_blocks=attention_blocks, lower_block=dcc_lowering(lower_attention, "attacc"),
+    block_operands=attention_op, reduction_vector=True,
+    # simulator="dcc": DCC's AttAcc Ramulator2 fork times the draft's tiling (`backends/dcc/engine.py`)
+    program_controllers={"dcc": dcc_timer("attacc")},
     training_shapes=TrainingShapes(
         shapes_per_kernel=32,
         heldout={"gemv": EVAL_GEMV + ((1024, 1024), (2048, 512)), "red": EVAL_ELEM, "mmtv": EVAL_MMTV,

@@ -10,6 +10,7 @@ programmed through all-bank-mode column commands and a CRF microkernel.
 """
 from ...family.hooks import EVAL_ELEM, EVAL_GEMV, EVAL_MMTV
 from .. import Family, TrainingShapes, register
+from ..dcc.engine import broadcast_registers_draft, dcc_lowering, dcc_timer
 from .baseline import hbm_pim_baseline
 from .bounds import lower_bound
 from .execute import execute_hbm_pim
@@ -17,10 +18,12 @@ from .isa import TIMING_CLASSES
 from .lower import DEFAULT_OPTIONS, lower_hbm_pim
 
 FAMILY = register(Family(
-    name="hbm-pim", lower=lower_hbm_pim, options=frozenset(DEFAULT_OPTIONS) | {"result_dtype"},
+    name="hbm-pim", lower=dcc_lowering(lower_hbm_pim, "hbmpim", broadcast_registers_draft), options=frozenset(DEFAULT_OPTIONS) | {"result_dtype"},
     timing_classes=TIMING_CLASSES,
     execute=execute_hbm_pim, baseline=hbm_pim_baseline, kernels=("gemv", "red", "va", "relu", "mmtv"),
     lower_bound=lower_bound,
+    # simulator="dcc": DCC's HBM-PIM Ramulator2 fork times the draft's tiling (`backends/dcc/engine.py`)
+    program_controllers={"dcc": dcc_timer("hbmpim")},
     training_shapes=TrainingShapes(
         shapes_per_kernel=40,
         heldout={"gemv": EVAL_GEMV, "red": EVAL_ELEM, "va": EVAL_ELEM, "relu": EVAL_ELEM, "mmtv": EVAL_MMTV},

@@ -35,7 +35,7 @@ def hbm_pim_baseline(op: PimOp, backend: Backend) -> Draft | None:
               if not s.reduction and (op.kind == "elementwise" or lane not in s.vars)]
     spread.sort(key=lambda i: -sets[i].extent(0, ext)[1])      # stable: ties keep the loop order
     from ...partition.verify import shared_register_sets
-    vector_sets = shared_register_sets(op, backend)
+    vector_sets = shared_register_sets(op, backend, per_core=False)   # the lowering broadcasts (lower.py)
     if op.kind == "reduction":       # units the outputs leave idle take slices of the reduction
         spread += sorted((i for i, s in enumerate(sets) if s.reduction), key=lambda i: -sets[i].extent(0, ext)[1])
     # the Samsung simulator fills all 8 GRF_A / GRF_B: every register the unit has, up to 8

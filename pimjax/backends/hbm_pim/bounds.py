@@ -70,6 +70,8 @@ def lower_bound(op: PimOp, table: DraftTable, backend: Backend, shapes: dict | N
     (`resident`, `register_reuse`; defaults as `lower_hbm_pim`)."""
     if not isinstance(op, PimOp) or op.kind != "contraction" or len(op.body_operands) < 2:
         return None
+    if backend.group.controller != "dram":      # DCC's fork (simulator="dcc"): not this DRAM bound
+        return None
     opts = {**DEFAULT_OPTIONS, **(options or {})}
     shapes = value_shapes(op, shapes)
     mi, vi = matrix_and_vector(op, shapes)

@@ -424,7 +424,10 @@ def _contraction(ctx: _Ctx) -> Program:
     op, draft, tiles = ctx.op, ctx.draft, ctx.tiles
     if draft.lane_var not in op.reduction_vars:
         raise PimCompileError("hbm-pim MACs need the lanes along a reduction variable")
-    split = register_split_error(op, draft, ctx.backend, ctx.shapes)
+    # this lowering writes the input registers by group broadcast, whatever per-core commands the
+    # hardware has (DCC's HBM-PIM, `simulator="dcc"`, has them: `backends/dcc/engine.py` lowers such
+    # drafts' values from a broadcast one)
+    split = register_split_error(op, draft, ctx.backend, ctx.shapes, per_core=False)
     if split:
         # the input registers are written once per group: cores needing other vectors would read
         # their neighbours' (a wrong result, not an error, if lowered)

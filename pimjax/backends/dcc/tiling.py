@@ -9,8 +9,8 @@ a power of two when the result is <= 16 / <= 64; ``t`` is not recomputed, and At
 are exempt.
 
 ``to_draft`` / ``from_draft`` turn a DCC tiling into a pimjax ``Draft`` of the matching pimjax kernel and
-back, and ``lower_tiling`` lowers it with pimjax (issue 51, deliverable 1); they import pimjax when
-called, the rest of the module and of ``dcc_sim`` is standard library only.
+back, and ``lower_tiling`` lowers it with pimjax (issue 51, deliverable 1); they import pimjax's
+``partition`` / ``lower`` when called, the rest of the module and of the port is standard library only.
 
 DCC = SPIN-Research-Group/DCC @ 7ffb80e4f33e357177dc8ab148953c0484e1e322.  No timing here (no cycles).
 """
@@ -160,7 +160,7 @@ def to_draft(kernel, shape, tiling, backend="hbmpim"):
     Raises ``ValueError`` (saying why) for a tiling the artifact cannot run (``validate``) or pimjax will
     not express: a ``t`` other than ``ceil(dim/(g*c))`` (pimjax tiles evenly), ``g*c`` above the
     dimension (empty cores), or a batch*heads chunk that straddles batch elements."""
-    from pimjax.partition.draft import DimPart, Draft
+    from ...partition.draft import DimPart, Draft
     trip = validate(backend, kernel, shape, tiling)
     dims = kernel_dims(kernel, shape)
     for i, ((g, c, t), d) in enumerate(zip(trip, dims)):
@@ -208,9 +208,9 @@ def lower_tiling(kernel, shape, tiling, pimjax_backend, backend="hbmpim"):
     ``backend`` names the DCC fork whose kernel set applies (``validate``).  Raises ``ValueError`` with
     the reason when pimjax will not lower it (e.g. more cores per group than the backend has: the default
     ``hbm-pim`` has 8 units per pseudo-channel where DCC's cube has 64 banks per channel)."""
-    from pimjax.errors import PimCompileError
-    from pimjax.kernels import kernel_op
-    from pimjax.lower import lower
+    from ...errors import PimCompileError
+    from ...kernels import kernel_op
+    from ...lower import lower
     draft = to_draft(kernel, shape, tiling, backend)
     op, shapes = kernel_op(PIMJAX_KERNEL[kernel], pimjax_shape(kernel, shape))
     try:

@@ -1,5 +1,5 @@
 """DCC's `[[g, c, t], ...]` tilings as pimjax Drafts and back (issue 51, deliverable 1;
-`experiments/dcc_sim/tiling.py`): round trips, the tilings pimjax cannot express, lowering on AttAcc."""
+`pimjax/backends/dcc/tiling.py`): round trips, the tilings pimjax cannot express, lowering on AttAcc."""
 from __future__ import annotations
 
 import json
@@ -8,12 +8,12 @@ import os
 import pytest
 
 from experiments import dcc_reference
-from experiments.dcc_sim.tiling import from_draft, lower_tiling, pimjax_shape, to_draft
+from pimjax.backends.dcc.tiling import from_draft, lower_tiling, pimjax_shape, to_draft
 from pimjax.kernels import kernel_op
 from pimjax.partition.dimsets import dimension_sets
 from pimjax.partition.draft import DimPart, Draft
 
-REF_CSV = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "reference", "dcc-artifact.csv")
+REF_CSV = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "reference", "dcc-artifact.csv")
 
 
 @pytest.mark.parametrize("kernel,shape,tiling", [

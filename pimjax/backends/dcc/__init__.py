@@ -1,13 +1,18 @@
-"""DCC's simulator, ported: the cycles DCC's artifact reports for one (backend, kernel, shape, tiling).
+"""DCC's simulator, ported: the cycles DCC's artifact reports for one (backend, kernel, shape, tiling),
+and the "dcc" controller of `get_backend("attacc" / "hbm-pim", simulator="dcc")`.
 
-A standalone (standard-library) port of SPIN-Research-Group/DCC @ 7ffb80e4f33e357177dc8ab148953c0484e1e322:
+A standard-library port of SPIN-Research-Group/DCC @ 7ffb80e4f33e357177dc8ab148953c0484e1e322:
 its trace generators (``src/attacc_trace_gen``, ``src/hbmpim_trace_gen``, ``src/generate_configs.py``;
 here ``traces``, ``tiling``) and the channel controller of its two Ramulator2 forks
 (``src/Ramulator2/AttAcc``, ``src/Ramulator2/HBMPIM``; here ``controller``, with the organisation and
-timing table as data in ``timing``).  Against ``../shared/reference/dcc-artifact.csv`` it gives 609 of 614
+timing table as data in ``timing``; ``native`` is its single-channel loop compiled with numba, the same
+cycles).  Against ``../shared/reference/dcc-artifact.csv`` it gives 609 of 614
 rows cycle-exact in the default single-channel mode (worst 1.07 %) and all of them with
-``coupled=True`` (see ``docs/dcc-simulator.md`` and ``experiments/dcc_reference.py``).  Not part of
-``pimjax``: nothing here is wired into ``get_backend`` yet.
+``coupled=True`` (see ``docs/dcc-simulator.md`` and ``experiments/dcc_reference.py``).
+
+Not a family: both the attacc and the hbm-pim families offer it as their ``"dcc"`` program controller
+(``engine.py``: a draft's DCC tiling, timed by the fork; ``Family.program_controllers``), chosen by
+``Group.controller = "dcc"``.
 
 Cycles are DRAM command-clock cycles, tCK = 0.769 ns (HBM3 at 5.2 Gbps).
 """
@@ -35,7 +40,7 @@ __all__ = [
 ]
 
 
-def predict(backend, kernel, shape, tiling, coupled=False, all_channels=False):
+def predict(backend, kernel, shape, tiling, coupled=False, all_channels=False, refresh=True):
     """Cycles (tCK = 0.769 ns) DCC's artifact reports for one tiling: ``memory_system_cycles`` of the
     fork's simulation of the trace DCC generates.
 
@@ -48,7 +53,8 @@ def predict(backend, kernel, shape, tiling, coupled=False, all_channels=False):
     ``match_alignment`` makes several logical channels share one, see ``tiling.wraps``).
     ``coupled=True`` simulates all 16 channels behind the shared in-order frontend (exact, ~16x slower);
     ``coupled="auto"`` does so only for tilings that wrap.  ``all_channels=True`` simulates every loaded
-    channel independently and returns the slowest.
+    channel independently and returns the slowest.  ``refresh=False`` switches the forks'
+    AllBankHBM3 refresh off (the artifact always refreshes).
     """
     tiling = validate(backend, kernel, shape, tiling)
     if coupled not in (False, True, "auto"):
@@ -58,7 +64,7 @@ def predict(backend, kernel, shape, tiling, coupled=False, all_channels=False):
     if coupled == "auto":
         coupled = wraps(tiling)          # channels shared by several logical groups: coupling can matter
     if coupled:
-        return simulate_coupled(backend, trace)
+        return simulate_coupled(backend, trace, refresh=refresh)
     if all_channels:
         chans = [c for c in range(N_CH) if loads[c]]
     else:
@@ -66,5 +72,5 @@ def predict(backend, kernel, shape, tiling, coupled=False, all_channels=False):
         chans = [loads.index(m)]
     best = 0
     for c in chans:
-        best = max(best, simulate_channel(backend, channel_requests(trace, c)))
+        best = max(best, simulate_channel(backend, channel_requests(trace, c), refresh=refresh))
     return best

@@ -68,7 +68,7 @@ class Req:
 class Channel:
     MAX = 32          # ReqBuffer::max_size; enqueue() accepts while size <= max_size
 
-    def __init__(self, fork):
+    def __init__(self, fork, refresh=True):
         self.fork = fork
         cons = [[[] for _ in range(NC)] for _ in range(5)]
         win = [[0] * NC for _ in range(5)]
@@ -92,7 +92,7 @@ class Channel:
         self.pending = deque()
         self.write_mode = False
         self.is_pim = False
-        self.next_ref = T["nREFI"] if REFRESH else 10 ** 15
+        self.next_ref = T["nREFI"] if refresh else 10 ** 15
 
     # ---------------- DRAM device (node.h) ----------------
     def ready_time(self, cmd, req):
@@ -433,7 +433,6 @@ class Channel:
         return False
 
 
-REFRESH = True   # set False to measure what AllBankHBM3 refresh costs (the artifact always refreshes)
 ALLBANK_OPS = {C[n] for n in CUSTOM_OPS + ["WB_ACC", "WB_RES", "RELU"]}
 ROWHIT_CMDS = {C[n] for n in ["RD", "WR", "MACAB", "MACSB", "MACPB"] + CUSTOM_OPS + ["WB_ACC", "WB_RES", "RELU"]}
 
@@ -450,12 +449,13 @@ def channel_requests(trace, ch):
     return out
 
 
-def simulate_channel(fork, reqs, max_cycles=10 ** 8, detail=None):
+def simulate_channel(fork, reqs, max_cycles=10 ** 8, detail=None, refresh=True):
     """main.cpp loop: frontend.tick(); memory_system.tick(); stop when trace sent and nothing pending.
     Returns memory_system_cycles (cycles of tCK = 0.769 ns) of one channel replaying ``reqs``.
     If detail is a dict, it receives the issued-command log
-    [(clk, command)] and the clk at which each barrier was accepted."""
-    ch = Channel(fork)
+    [(clk, command)] and the clk at which each barrier was accepted.  ``refresh=False`` switches
+    AllBankHBM3 refresh off (to measure what it costs; the artifact always refreshes)."""
+    ch = Channel(fork, refresh)
     if detail is not None:
         ch.log = detail.setdefault("log", [])
         bars = detail.setdefault("barriers", [])
@@ -482,12 +482,12 @@ def simulate_channel(fork, reqs, max_cycles=10 ** 8, detail=None):
             raise RuntimeError("runaway")
 
 
-def simulate_coupled(fork, trace, max_cycles=10 ** 8):
+def simulate_coupled(fork, trace, max_cycles=10 ** 8, refresh=True):
     """All 16 channels behind the one in-order frontend (exact coupling; ~16x slower).  The frontend sends
     trace entries in order while the target controller accepts them (pim_loadstore_trace.cpp l.41-72);
     every controller ticks each cycle (PIM_DRAM_system.cpp l.133-139).  Returns memory_system_cycles
     (cycles of tCK = 0.769 ns)."""
-    chans = [Channel(fork) for _ in range(N_CH)]
+    chans = [Channel(fork, refresh) for _ in range(N_CH)]
     reqs = []
     for name, addr in trace:
         av = map_addr(addr)

@@ -1,7 +1,8 @@
-"""DCC's simulator, ported (`experiments/dcc_sim`), against DCC's own artifact
+"""DCC's simulator, ported (`pimjax/backends/dcc`), against DCC's own artifact
 (`../shared/reference/dcc-artifact.csv`, the cycles SPIN-Research-Group/DCC @ 7ffb80e reports per
-tiling) on a fast sample: every RED / VA row (each < 1 s) and a few small GEMV rows; the whole CSV is
-`experiments/dcc_reference.py` (~15 min).  Also the port's errors for tilings the artifact cannot run."""
+tiling) on a fast sample: every RED / VA row and a few small GEMV rows (the compiled controller; the
+Python one in the coupled row and `test_dcc_backend.py`'s comparison); the whole CSV is
+`experiments/dcc_reference.py` (a few minutes).  Also the port's errors for tilings the artifact cannot run."""
 from __future__ import annotations
 
 import json
@@ -10,9 +11,9 @@ import os
 import pytest
 
 from experiments import dcc_reference
-from experiments.dcc_sim import predict, validate, wraps
+from pimjax.backends.dcc import predict, validate, wraps
 
-REF_CSV = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "reference", "dcc-artifact.csv")
+REF_CSV = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "reference", "dcc-artifact.csv")
 TOLERANCE = 0.10
 # small GEMV rows (< 0.5 s each): (backend, shape, tiling)
 GEMV_SAMPLE = [("attacc", "1,32,128,512", [[1, 32, 1], [2, 2, 32], [6, 1, 86]]),
