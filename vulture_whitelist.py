@@ -40,8 +40,8 @@ WR_END
 WTR_L
 SIDE_END
 
-# experiments/dcc_sim/timing.py: DCC's Ramulator2 address-width constants, transcribed (edited by the
-# DCC-simulator work, not here)
+# pimjax/backends/dcc/timing.py: DCC's Ramulator2 address-width constants, transcribed from the fork (kept
+# beside the organisation they describe, though the port derives its mapping without them)
 N_BA
 N_BG
 N_COL_BITS

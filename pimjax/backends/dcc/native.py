@@ -33,9 +33,7 @@ from .timing import (
 from .traces import REQ_FINAL
 
 N_NODES = 1 + 2 + 4 + 16 + 64
-LEVEL_OFFSET = np.array([0, 1, 3, 7, 23], np.int64)
 MAX_BUF = 32                     # ReqBuffer::max_size (enqueue accepts while size <= max_size)
-ROWS_PER_BANK = 4                # open-row set of a bank (the fork's map; 1 in practice)
 K_BARRIER, K_REFAB, K_RD, K_WR, K_ACT, K_PRE, K_ACTAB, K_PREA, K_MACAB = (
     C["BARRIER"], C["REFab"], C["RD"], C["WR"], C["ACT"], C["PRE"], C["ACTAB"], C["PREA"], C["MACAB"])
 
