@@ -24,16 +24,16 @@ demo: $(STAMP)
 # the suite without the cases marked slow (notebooks included); CI (.ci/run) runs those too.  In file
 # order: a red CI run names a test, not a shuffle; `make test-random SEED=n` shuffles (pytest-randomly)
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow" --durations=25 -p no:randomly
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow" --durations=25 -p no:randomly
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile -m slow -p no:randomly
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m slow -p no:randomly
 
 SEED ?= $(shell date +%s)
 # the same suite in a random order (tests and, within a worker, files), the seed printed to rerun it
 test-random: $(STAMP)
 	@echo "pytest-randomly seed $(SEED)"
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow" -p randomly --randomly-seed=$(SEED)
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow" -p randomly --randomly-seed=$(SEED)
 
 # the documentation site (mkdocs.yml, docs/): a strict build, every warning an error, into site/
 docs: $(DOCS_STAMP)
