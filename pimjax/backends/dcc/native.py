@@ -34,6 +34,7 @@ from .traces import REQ_FINAL
 
 N_NODES = 1 + 2 + 4 + 16 + 64
 MAX_BUF = 32                     # ReqBuffer::max_size (enqueue accepts while size <= max_size)
+ROWS_PER_BANK = 4                # depth of a bank's open-row set here (the fork's map; 1 row in practice)
 K_BARRIER, K_REFAB, K_RD, K_WR, K_ACT, K_PRE, K_ACTAB, K_PREA, K_MACAB = (
     C["BARRIER"], C["REFab"], C["RD"], C["WR"], C["ACT"], C["PRE"], C["ACTAB"], C["PREA"], C["MACAB"])
 
@@ -258,27 +259,18 @@ def _tick(ch, clk, N, fin, cmd, nodes, nlev, bank, rrow, arrive, depart, pq, nre
             if c == K_ACT or c == K_PRE or c == K_ACTAB or c == K_PREA:
                 sv[0] += 1
             if c == K_ACT:
-                b = bank[req]
-                bank_open[b] = True
-                if not _has_row(b, rrow[req], bank_rows, bank_nrows):
-                    if bank_nrows[b] >= 4:
-                        err = 3
-                        return False, err
-                    bank_rows[b, bank_nrows[b]] = rrow[req]
-                    bank_nrows[b] += 1
+                if not _open_row(bank[req], rrow[req], bank_open, bank_rows, bank_nrows):
+                    err = 3
+                    return False, err
             elif c == K_PRE:
                 b = bank[req]
                 bank_open[b] = False
                 bank_nrows[b] = 0
             elif c == K_ACTAB:
                 for b in range(64):
-                    bank_open[b] = True
-                    if not _has_row(b, rrow[req], bank_rows, bank_nrows):
-                        if bank_nrows[b] >= 4:
-                            err = 3
-                            return False, err
-                        bank_rows[b, bank_nrows[b]] = rrow[req]
-                        bank_nrows[b] += 1
+                    if not _open_row(b, rrow[req], bank_open, bank_rows, bank_nrows):
+                        err = 3
+                        return False, err
             elif c == K_PREA:
                 for b in range(64):
                     bank_open[b] = False
@@ -368,7 +360,7 @@ def _simulate(final, addr, pc, ra, bg, ba, row, chan, n_ch, n_ref, start, end, f
     ready_all = np.full((n_ch, N_NODES, 64), -1, np.int64)
     hist_all = np.full((n_ch, N_NODES, 64, 4), -1, np.int64)
     bo_all = np.zeros((n_ch, 64), np.bool_)
-    br_all = np.full((n_ch, 64, 4), -1, np.int64)
+    br_all = np.full((n_ch, 64, ROWS_PER_BANK), -1, np.int64)
     bn_all = np.zeros((n_ch, 64), np.int64)
     buf_all = np.empty((n_ch, 5, CAP), np.int64)      # buffers: 0 active, 1 prio, 2 read, 3 write, 4 pim
     blen_all = np.zeros((n_ch, 5), np.int64)
@@ -456,6 +448,20 @@ def _has_row(b, r, bank_rows, bank_nrows):
         if bank_rows[b, k] == r:
             return True
     return False
+
+
+@njit(cache=True, nogil=True)
+def _open_row(b, r, bank_open, bank_rows, bank_nrows):
+    """Open row `r` of bank `b` (ACT, or one bank of an ACTAB): add it to the bank's open-row set;
+    False when the set already holds ROWS_PER_BANK other rows (the caller's error 3)."""
+    bank_open[b] = True
+    if _has_row(b, r, bank_rows, bank_nrows):
+        return True
+    if bank_nrows[b] >= ROWS_PER_BANK:
+        return False
+    bank_rows[b, bank_nrows[b]] = r
+    bank_nrows[b] += 1
+    return True
 
 
 @njit(cache=True, nogil=True)

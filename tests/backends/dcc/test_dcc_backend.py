@@ -6,7 +6,6 @@ reason."""
 from __future__ import annotations
 
 import json
-import os
 
 import jax
 import numpy as np
@@ -22,9 +21,9 @@ from pimjax.lower import lower
 from pimjax.partition import drafts
 from pimjax.sim.cycles import cycles, sweep
 from pimjax.sim.execute import execute
+from tests.backends.dcc.helpers import artifact_rows
 from tests.test_api import TOL, _close, tuner
 
-REF_CSV = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "reference", "dcc-artifact.csv")
 TOLERANCE = 0.10
 # (fork, kernel, shape, tiling): small GEMV rows, the two baselines among them; the second
 # hbm-pim row splits the vector over cores (lowered for values from a broadcast draft)
@@ -33,14 +32,6 @@ GEMV_SAMPLE = [("attacc", "1,32,128,512", [[1, 16, 2], [2, 4, 16], [8, 1, 64]]),
                ("hbmpim", "1,32,128,512", [[16, 1, 2], [1, 4, 32], [1, 16, 32]])]
 # whole groups of RED / VA rows (each row < 0.2 s)
 GROUP_SAMPLE = [("attacc", "red", "1,4096"), ("hbmpim", "va", "1,4096"), ("hbmpim", "red", "1,1024")]
-
-
-def _rows() -> list[dict]:
-    if not os.path.exists(REF_CSV):
-        pytest.skip("../shared/reference/dcc-artifact.csv not beside the repository")
-    rows, _ = dcc_reference.read_rows(REF_CSV)
-    assert rows, "dcc-artifact.csv has no rows"
-    return rows
 
 
 def _is(r, fork, kernel, shape, tiling=None):
@@ -87,7 +78,7 @@ def test_bad_options_say_why(name, options, why):
 @pytest.fixture(scope="module")
 def sample():
     """{(fork, kernel, shape, tiling): (ours through the Backend API, theirs)}."""
-    rows = _rows()
+    rows = artifact_rows()
     out = {}
     for r in rows:
         if any(_is(r, f, "gemv", s, t) for f, s, t in GEMV_SAMPLE) or any(_is(r, *g) for g in GROUP_SAMPLE):
@@ -110,7 +101,7 @@ def test_sample_through_the_backend_within_ten_percent(sample):
 def test_every_row_through_the_backend():
     """All 614 rows (~2-8 min): the 603 pimjax expresses as drafts within 10 % (in fact exact), the 11
     others (batch*heads chunks straddling batch elements) refused with the reason."""
-    table, bad, summary = dcc_reference.check(_rows(), 100 * TOLERANCE, via_backend=True)
+    table, bad, summary = dcc_reference.check(artifact_rows(), 100 * TOLERANCE, via_backend=True)
     assert summary["rows"] == 603 and bad == 11
     assert all(abs(t["error_pct"]) <= 100 * TOLERANCE for t in table)
     assert summary["worst"] == 0.0

@@ -6,27 +6,18 @@ Python one in the coupled row and `test_dcc_backend.py`'s comparison); the whole
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from experiments import dcc_reference
 from pimjax.backends.dcc import predict, validate, wraps
+from tests.backends.dcc.helpers import artifact_rows
 
-REF_CSV = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "reference", "dcc-artifact.csv")
 TOLERANCE = 0.10
 # small GEMV rows (< 0.5 s each): (backend, shape, tiling)
 GEMV_SAMPLE = [("attacc", "1,32,128,512", [[1, 32, 1], [2, 2, 32], [6, 1, 86]]),
                ("attacc", "1,32,128,512", [[1, 16, 2], [2, 4, 16], [8, 1, 64]]),
                ("hbmpim", "1,32,128,512", [[16, 1, 2], [1, 4, 32], [1, 16, 32]])]
-
-
-def _rows() -> list[dict]:
-    if not os.path.exists(REF_CSV):
-        pytest.skip("../shared/reference/dcc-artifact.csv not beside the repository")
-    rows, _ = dcc_reference.read_rows(REF_CSV)
-    assert rows, "dcc-artifact.csv has no rows"
-    return rows
 
 
 def _key(backend, kernel, shape, tiling):
@@ -36,7 +27,7 @@ def _key(backend, kernel, shape, tiling):
 @pytest.fixture(scope="module")
 def sample():
     """{(backend, kernel, shape, tiling): (ours, theirs)} for every RED / VA row and the GEMV sample."""
-    rows = _rows()
+    rows = artifact_rows()
     want = {_key(b, "gemv", s, t) for b, s, t in GEMV_SAMPLE}
     out = {}
     for r in rows:
@@ -75,7 +66,7 @@ def test_spearman_on_attacc_red_4x4096(sample):
 def test_coupled_makes_a_wrapping_row_exact():
     """An HBM-PIM GEMV tiling whose rounded-up channels wrap: 1 cycle off with the busiest channel alone,
     exact with all 16 channels behind the shared frontend (~10 s)."""
-    rows = _rows()
+    rows = artifact_rows()
     t = [[1, 11, 3], [7, 1, 19], [2, 5, 52]]
     theirs = [int(r["cycles"]) for r in rows
               if _key(r["backend"], r["kernel"], r["shape"], json.loads(r["tiling"])) == _key("hbmpim", "gemv", "1,32,128,512", t)]
@@ -85,7 +76,7 @@ def test_coupled_makes_a_wrapping_row_exact():
 
 
 def test_report_last_line(sample, capsys):
-    rows = [r for r in _rows() if r["backend"] == "hbmpim" and r["kernel"] == "va" and r["shape"] == "1,4096"]
+    rows = [r for r in artifact_rows() if r["backend"] == "hbmpim" and r["kernel"] == "va" and r["shape"] == "1,4096"]
     _, bad, summary = dcc_reference.check(rows, 10.0)
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert bad == 0 and summary["same_best"] == 1

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-from experiments import dcc_reference
 from pimjax.backends.dcc.tiling import from_draft, lower_tiling, pimjax_shape, to_draft
 from pimjax.kernels import kernel_op
 from pimjax.partition.dimsets import dimension_sets
 from pimjax.partition.draft import DimPart, Draft
-
-REF_CSV = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "reference", "dcc-artifact.csv")
+from tests.backends.dcc.helpers import artifact_rows
 
 
 @pytest.mark.parametrize("kernel,shape,tiling", [
@@ -65,9 +62,7 @@ def test_from_draft_errors():
 
 
 def test_every_artifact_row_round_trips_or_says_why():
-    if not os.path.exists(REF_CSV):
-        pytest.skip("../shared/reference/dcc-artifact.csv not beside the repository")
-    rows, _ = dcc_reference.read_rows(REF_CSV)
+    rows = artifact_rows()
     ok, straddle = 0, 0
     for r in rows:
         shape, t = [int(x) for x in r["shape"].split(",")], json.loads(r["tiling"])
