@@ -37,9 +37,10 @@ def _free_compiled_executables():
 
 # The files that take longest (minutes on 2 cores) are collected first.  `make test` runs
 # pytest-xdist's `--dist loadfile --no-loadscope-reorder`, which hands files to the workers in
-# collection order (xdist's default reorders them by their number of tests, which put the notebooks'
-# few long cases, ~5 min, last, one worker busy while the other idled).  Longest first is the classic
-# LPT rule for two machines.  The rest keep their order (pytest-randomly's shuffle included).
+# collection order (xdist's default reorders them by their number of tests, which hands the notebooks'
+# few long cases, ~5 min, out last).  Longest first is the classic LPT rule for two machines, so the
+# run cannot end on one long file (measured on a clean clone: 18 min 53 s against 19 min 15 s, the two
+# workers already near-evenly loaded).  The rest keep their order (pytest-randomly's shuffle included).
 _HEAVY_FIRST = ("tests/test_notebooks.py", "tests/studies/test_serving.py", "tests/backends/hbm_pim/test_hbm_pim.py",
                 "tests/backends/attacc/test_attacc.py", "tests/backends/newton/test_newton.py",
                 "tests/costmodel/test_features.py", "tests/test_silent_wrong.py", "tests/sim/test_sweep.py",
