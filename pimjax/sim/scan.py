@@ -567,8 +567,26 @@ def scan_lanes(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
 
 def scan_stream(rec: dict, t: dict, banks: int, banks_per_bg: int, refresh: bool,
                 features: tuple[str, ...] = ALL_FEATURES) -> dict:
-    """`scan_lanes` of one stream: rec SCAN_FIELDS arrays [R], t scalars.
-    Returns buckets [5], end [] and counts [8]."""
-    out = scan_lanes({k: jnp.asarray(v)[None] for k, v in rec.items()}, t, banks, banks_per_bg,
-                       refresh, features)
+    """`scan_lanes` of one stream: rec SCAN_FIELDS int arrays [R], t timing
+    scalars (cycles).  Returns buckets [5] (cycles per report bucket), end []
+    (cycles) and counts [8] (commands).
+
+    The records are padded to the next power of two (at least 16) with
+    records of no stream (sid -1, which `scan_lanes` drops from every sum)
+    and timed by one compiled scan per length bucket: a test or a notebook
+    that times many short streams one by one would otherwise trace and
+    compile a new scan for every call (1-3 s each on the CPU)."""
+    R = int(np.shape(rec["op"])[0])
+    L = max(16, 1 << max(R - 1, 0).bit_length())
+    padded = {k: jnp.pad(jnp.asarray(v, jnp.int32), (0, L - R)) for k, v in rec.items()}
+    sid = jnp.where(jnp.arange(L) < R, 0, -1).astype(jnp.int32)
+    return _scan_one(padded, sid, t, banks, banks_per_bg, refresh, tuple(features))
+
+
+@partial(jax.jit, static_argnames=("banks", "banks_per_bg", "refresh", "features"))
+def _scan_one(rec: dict, sid: jnp.ndarray, t: dict, banks: int, banks_per_bg: int, refresh: bool,
+              features: tuple[str, ...]) -> dict:
+    """`scan_lanes` of one padded stream (see `scan_stream`)."""
+    lanes = {k: v[None] for k, v in rec.items()} | {"sid": sid[None]}
+    out = scan_lanes(lanes, t, banks, banks_per_bg, refresh, features, n_streams=1)
     return jax.tree.map(lambda v: v[0], out)
