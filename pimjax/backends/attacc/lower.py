@@ -153,7 +153,7 @@ def _gemv_layouts(op: PimOp, tiles: CoreTiles, shapes: dict, ro: _GemvRoles, gp:
     """The program's layouts and host index tables, n = (n_b, n_v, n_o, n_r) per-unit extents:
     the matrix layout (positions computed on first use), the result layout (descriptive:
     a softmax-buffer slot per local output), flat result indices per unit class
-    `flat_o[G, classes, n_b, n_v, n_o]` with `ocls[C]`, and the vector's host indices
+    `flat_o[G, classes, n_b, n_v, t_out * 16]` (-1 past n_o) with `ocls[C]`, and the vector's host indices
     padded to whole GB entries `vidx[G, classes, n_b, n_v, E, 16]` (-1: padding,
     HOST_ONE: the ones vector of a reduction) with `vcls[C]`."""
     G, C = tiles.groups, tiles.cores
@@ -172,8 +172,8 @@ def _gemv_layouts(op: PimOp, tiles: CoreTiles, shapes: dict, ro: _GemvRoles, gp:
     res_layout = tile_layout(tiles, "acc", -1, r_vars, *acc_space(op), r_pos, rbox)
     res_layout = TensorLayout(**{**res_layout.__dict__, "space": "softmax"})
     # flat result / vector indices per unit class (units with equal ranges hold equal indices)
-    flat_o, ocls = _class_index(res_layout)
-    flat_o = flat_o.reshape(G, -1, n_b, n_v, n_o)                      # [G, classes, n_b, n_v, n_o]
+    flat_o, ocls = _class_index(res_layout, last=n_o, pad=gp.t_out * LANES - n_o)
+    flat_o = flat_o.reshape(G, -1, n_b, n_v, gp.t_out * LANES)          # [G, classes, n_b, n_v, t_out * 16]
 
     # host data: the vector (or ones) per core, instance, entry
     if ro.vi is not None:
@@ -181,12 +181,11 @@ def _gemv_layouts(op: PimOp, tiles: CoreTiles, shapes: dict, ro: _GemvRoles, gp:
         v_vars = tuple(o_b + o_v + red)
         vlay = tile_layout(tiles, "v", ro.vi, v_vars, V.index_map, shapes[V.value],
                            np.zeros((1, 4), np.int32), tuple(box[v] for v in v_vars))
-        vidx, vcls = _class_index(vlay)
-        vidx = vidx.reshape(G, -1, n_b, n_v, n_r)
+        vidx, vcls = _class_index(vlay, last=n_r, pad=gp.E * LANES - n_r)
     else:
         vidx, vcls = np.full((G, 1, n_b, n_v, n_r), HOST_ONE, np.int64), np.zeros(C, np.int64)
-    pad = gp.E * LANES - n_r
-    vidx = np.pad(vidx, ((0, 0),) * 4 + ((0, pad),), constant_values=-1).reshape(G, -1, n_b, n_v, gp.E, LANES)
+        vidx = np.pad(vidx, ((0, 0),) * 4 + ((0, gp.E * LANES - n_r),), constant_values=-1)
+    vidx = vidx.reshape(G, -1, n_b, n_v, gp.E, LANES)
     return m_layout, res_layout, r_vars, flat_o, ocls, vidx, vcls
 
 
@@ -274,7 +273,7 @@ def _gemv_records(em: Emitter, tables: Tables, gp: GemvPlan, vidx: np.ndarray, f
     """The Python emitter's kernel records after placement: per step a GB load (WRGB, into
     the other half of the GB ahead of time when it fits: prefetch), the MACs, and the
     drain of finished blocks into softmax-buffer rows (issued after the next step's
-    barrier so it overlaps).  vidx [G, C, n_b, n_v, E, 16] and flat_o [G, C, n_b, n_v, n_o]
+    barrier so it overlaps).  vidx [G, C, n_b, n_v, E, 16] and flat_o [G, C, n_b, n_v, t_out * 16]
     are per unit; units of one class `cls[c]` share a softmax-buffer row.  Returns the
     flushed softmax buffer (its read-back map and peak rows)."""
     cls_ids = sorted(int(k) for k in np.unique(cls))
@@ -352,18 +351,37 @@ def _gemv_records(em: Emitter, tables: Tables, gp: GemvPlan, vidx: np.ndarray, f
     return sb
 
 
-def _class_index(layout: TensorLayout) -> tuple[np.ndarray, np.ndarray]:
+def _class_index(layout: TensorLayout, last: int = 1, pad: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """`global_index` (-1 where invalid) of one unit per class of units whose
     ranges and bands agree in every group -- they hold the same indices:
-    ([G, classes, prod(box)] int64, class of each unit [C])."""
+    ([G, classes, prod(box) // last, last + pad] int64: each run of `last`
+    positions followed by `pad` -1s; class of each unit [C]).
+
+    Units of different groups often hold the same indices too (a vector every
+    group reads whole): `global_index` runs once per distinct (group, unit)
+    range and the table is gathered from those rows (42 M positions of a
+    LLaMA-2-70B GEMV's vector took 2 s per lowering computed group by group)."""
     G, C = layout.start.shape[:2]
     parts = [layout.start, layout.length] + [x[..., None] for _, lo, hi in layout.bands for x in (lo, hi)]
-    key = np.transpose(np.concatenate(parts, -1), (1, 0, 2)).reshape(C, -1)
-    first, cls = unique_rows(key)
-    sub = replace(layout, start=layout.start[:, first], length=layout.length[:, first],
-                  bands=tuple((e, lo[:, first], hi[:, first]) for e, lo, hi in layout.bands))
-    flat, valid = global_index(sub)
-    return np.where(valid, flat, -1), cls.reshape(-1)
+    ranges = np.concatenate(parts, -1)                                   # [G, C, k]
+    ufirst, ucls = unique_rows(ranges.reshape(G * C, -1))                # distinct (group, unit) ranges
+    ucls = ucls.reshape(G, C)
+    first, cls = unique_rows(np.ascontiguousarray(ucls.T))               # units equal in every group
+    pick = lambda a: a.reshape((1, G * C) + a.shape[2:])[:, ufirst]      # noqa: E731
+    sub = replace(layout, start=pick(layout.start), length=pick(layout.length),
+                  bands=tuple((e, pick(lo), pick(hi)) for e, lo, hi in layout.bands))
+    flat, valid = global_index(sub)                                      # [1, U, P]
+    rows = np.where(valid[0], flat[0], -1).reshape(len(ufirst), -1, last)
+    if pad:      # before the gather: padding the gathered table cost more than computing it
+        rows = np.pad(rows, ((0, 0), (0, 0), (0, pad)), constant_values=-1)
+    return rows[ucls[:, first]], cls.reshape(-1)
+
+
+def _take_rows(table: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """`table[:, at[:, 0], at[:, 1], at[:, 2], at[:, 3], :]` of a table [G, a, b, c, d, 16] and
+    indices at [n, 4]: [G, n, 16]."""
+    flat = np.ravel_multi_index(tuple(np.asarray(at, np.int64).T), table.shape[1:5])
+    return table.reshape(table.shape[0], -1, table.shape[5])[:, flat]
 
 
 def _gemv_native(em: Emitter, geo: Geometry, gp: GemvPlan, vidx: np.ndarray, vcls: np.ndarray, flat_o: np.ndarray,
@@ -410,11 +428,12 @@ def _gemv_native(em: Emitter, geo: Geometry, gp: GemvPlan, vidx: np.ndarray, vcl
     both: list = []
     rsrc = LazyArray(lambda: (both.append(routes()) if not both else None) or both[0][0], (r, C), np.int32)
     rdst = LazyArray(lambda: (both.append(routes()) if not both else None) or both[0][1], (r, C), np.int32)
-    host = vidx[:, rep[:, 0], rep[:, 1], rep[:, 2], rep[:, 3], :] if len(rep) else np.zeros((G, 0, LANES), np.int64)
+    # one flat take per table: numpy's four-array fancy index over [G, K, n_b, n_v, E, 16] was a fifth of
+    # a LLaMA-2-70B serving study's lowering time
+    host = _take_rows(vidx, rep) if len(rep) else np.zeros((G, 0, LANES), np.int64)
     # read-back rows: the class representative's outputs of block j (-1 past the last output)
-    padded = np.pad(flat_o, ((0, 0),) * 4 + ((0, gp.t_out * LANES - gp.n_o),), constant_values=-1)
-    padded = padded.reshape(flat_o.shape[:4] + (gp.t_out, LANES))
+    padded = flat_o.reshape(flat_o.shape[:4] + (gp.t_out, LANES))
     _, first = np.unique(cls, return_index=True)                        # a result class's first unit
-    readback = padded[:, ocls[first[rb[:, 0]]], rb[:, 1], rb[:, 2], rb[:, 3], :] if h else \
+    readback = _take_rows(padded, np.column_stack([ocls[first[rb[:, 0]]], rb[:, 1:4]])) if h else \
         np.zeros((G, 0, LANES), np.int64)
     return host, dict(route_src=rsrc, route_dst=rdst, readback_map=readback, sb_rows=max(1, int(used)))
