@@ -72,14 +72,42 @@ def test_library_dtype_rates_come_from_the_datasheet():
     assert float(L.dtype_flops(h, 1)) == 2 * GPU_SPECS["a100-40gb"][1]
 
 
-def test_library_row_ops_read_their_input_twice():
+def test_library_norm_reads_its_input_twice():
     h = gpu("t4").replace(launch_overhead_ns=0.0)
     rows, cols = 4096, 4096
     nbytes = 2 * rows * cols * 4
     mp = h.elementwise_ns(nbytes, outputs=rows * cols, kind="act")
-    sm = h.elementwise_ns(nbytes, outputs=rows, reduction=cols, kind="softmax")
+    nm = h.elementwise_ns(nbytes, outputs=rows, reduction=cols, kind="norm")
     assert mp == pytest.approx(nbytes / (float(h.mem_bandwidth) * float(h.bandwidth_efficiency)) * 1e9)
-    assert sm == pytest.approx(1.5 * mp)
+    assert nm == pytest.approx(1.5 * mp)
+
+
+def test_library_softmax_passes_follow_atens_dispatch_and_the_l2():
+    """A softmax row of <= 1024 elements and 4 KB is read once (the warp kernel); a longer one
+    three times, its two re-reads at L2_REREAD_SPEEDUP x the memory's speed while the rows in
+    flight (max(2048 threads x 16 B, 2 rows) an SM) fit the L2, at the memory's speed beyond."""
+    h = gpu("v100").replace(launch_overhead_ns=0.0)
+    rows = 8192
+
+    def read(cols):
+        return rows * cols * 4 / (float(h.mem_bandwidth) * float(h.bandwidth_efficiency)) * 1e9
+
+    def sm(cols):
+        return h.elementwise_ns(2 * rows * cols * 4, outputs=rows, reduction=cols, kind="softmax")
+
+    assert sm(1024) == pytest.approx(2 * read(1024))                    # read once, written once
+    assert sm(1028) == pytest.approx((2 + 2 / L.L2_REREAD_SPEEDUP) * read(1028))
+    fits = h.l2_bytes // (2 * h.sms)                                   # the longest row whose rows in flight fit
+    assert h.sms * L.SOFTMAX_THREADS_PER_SM * 16 < h.l2_bytes          # (so the 1028-element row's do)
+    c_in, c_out = fits // 4, fits // 4 + 1
+    assert sm(c_in) == pytest.approx((2 + 2 / L.L2_REREAD_SPEEDUP) * read(c_in))
+    assert sm(c_out) == pytest.approx(4 * read(c_out))
+    # a larger L2 keeps the long row's re-reads in it
+    big = h.replace(l2_bytes=h.l2_bytes * 8)
+    assert big.elementwise_ns(2 * rows * c_out * 4, outputs=rows, reduction=c_out, kind="softmax") < sm(c_out)
+    # fp16 rows: the warp kernel's 4 KB bound is 1024 elements for both dtypes (1024 x 2 B < 4 KB)
+    assert float(L.row_extra_reads(h, "softmax", 1024, 2048)) == 0.0
+    assert float(L.row_extra_reads(h, "softmax", 1025, 2050)) == pytest.approx(2 / L.L2_REREAD_SPEEDUP)
 
 
 @settings(max_examples=60, deadline=None)
