@@ -24,7 +24,8 @@ numpy arrays (or scalars) and broadcasts, so a whole measured set is timed in on
 `HostModel.launch_overhead_ns` is the launch and framework floor: a GPU's own launch for
 pimjax's reports (`LIB_LAUNCH_NS`), a measurement method's floor when held to measured sets
 (`gpu_check`).  The efficiencies and `wave_overhead_ns` are fits per GPU
-(`hw/measured/fits.json`, fitted on the even rows of the measured sets, checked on the odd).
+(`hw/measured/fits.json`, fitted on the even rows of the measured sets, checked on the odd);
+`L2_REREAD_SPEEDUP` one fit for every GPU, on the same even rows.
 """
 from __future__ import annotations
 

@@ -161,6 +161,13 @@ def test_conv_as_implicit_gemm():
         {"m": 7 * 7, "n": 1, "k": 9, "batch": 32}
 
 
+def test_fit_takes_the_highest_share_and_breaks_equal_shares_by_the_median_closest_to_one():
+    a, b, c = {"e": 0.5}, {"e": 0.7}, {"e": 0.9}
+    assert gpu_check._best([(0.5, 0.0, a), (0.9, 0.3, b), (0.8, 0.1, c)]) == (0.9, b)
+    assert gpu_check._best([(1.0, 0.2, a), (1.0, 0.05, b), (1.0, 0.1, c)]) == (1.0, b)
+    assert gpu_check._best([(1.0, 0.1, a), (0.99, 0.0, b), (1.0, 0.1, c)]) == (1.0, a)     # first of equals
+
+
 def test_fits_are_what_fit_gives_on_the_even_rows():
     """fits.json is reproducible: refitting one card gives its stored constants."""
     stored = gpu_check.fits()["h100"]
