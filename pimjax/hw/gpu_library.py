@@ -153,7 +153,8 @@ def conv_ns(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_bytes=2
 
 
 __all__ = ["LIB_TILES", "WINOGRAD_TILES", "conv_ns", "MAP_ELEMS_PER_BLOCK", "NORM_BLOCK_THREADS", "SOFTMAX_WARP_MAX",
-           "THREADS_PER_SM", "SOFTMAX_BLOCK_BYTES", "L2_REREAD_SPEEDUP", "LIB_LAUNCH_NS", "dtype_flops", "gemm_ns", "elementwise_ns", "row_extra_reads"]
+           "THREADS_PER_SM", "SOFTMAX_BLOCK_BYTES", "L2_REREAD_SPEEDUP", "LIB_LAUNCH_NS", "dtype_flops", "gemm_ns",
+           "elementwise_ns", "row_extra_reads"]
 
 
 FLASH_KEYS_PER_SPLIT = 256      # FlashDecoding (Dao et al., "Flash-Decoding for long-context inference", 2023) splits
