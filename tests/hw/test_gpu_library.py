@@ -119,6 +119,19 @@ def test_library_softmax_passes_follow_atens_dispatch_and_the_l2():
 
 
 @settings(max_examples=60, deadline=None)
+@given(st.integers(1, 65536), st.integers(2, 32768), st.sampled_from([2, 4]), st.sampled_from(["softmax", "norm"]),
+       st.sampled_from(sorted(GPU_SPECS)), st.booleans())
+def test_library_row_kernels_never_get_faster_with_longer_or_more_rows(rows, cols, eb, kind, name, longer):
+    """More work never costs less: the warp kernel's bound, the block kernel's passes and the
+    L2's capacity only add reads as a row grows.  (Rows of >= 2 elements: a one-element "row"
+    is timed as a map, its blocks 512 outputs each.)"""
+    h = gpu(name).replace(launch_overhead_ns=0.0)
+    r2, c2 = (rows, cols + 1) if longer else (rows + 1, cols)
+    t = h.elementwise_ns(2 * rows * cols * eb, outputs=rows, reduction=cols, kind=kind)
+    assert h.elementwise_ns(2 * r2 * c2 * eb, outputs=r2, reduction=c2, kind=kind) >= t > 0
+
+
+@settings(max_examples=60, deadline=None)
 @given(st.integers(1, 4096), st.integers(1, 4096), st.integers(1, 4096), st.integers(1, 16),
        st.sampled_from([1, 2, 4]), st.sampled_from(sorted(GPU_SPECS)), st.integers(0, 2))
 def test_library_gemm_never_gets_faster_with_more_work(m, n, k, b, eb, name, dim):
