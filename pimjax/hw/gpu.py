@@ -29,7 +29,8 @@ dispatches on it, so graph ops (`pimjax.sim.host.host_time`) and code without a 
   measured GEMM; a block per row of a row reduction, 8 elements per thread of a
   map).  Constants and sources below.
 * ``"library"`` -- the kernels cuBLAS / rocBLAS and PyTorch run (tile waves with a per-wave
-  cost, the dtype's rate, rows read twice by softmax / norms), its efficiencies fitted per GPU
+  cost, the dtype's rate, softmax / norm rows read as ATen's kernels read them, a re-read
+  from the L2 while the rows in flight fit it), its efficiencies fitted per GPU
   on public measured sets and checked on the rest: `pimjax/hw/gpu_library.py`,
   `pimjax/hw/gpu_check.py` (the per-class table).
 * ``"profile"`` -- a GPU described by its own measured table (`pimjax/hw/profile.py`), the

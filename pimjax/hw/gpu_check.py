@@ -207,42 +207,51 @@ def fits() -> dict:
     return M.fits()
 
 
-def _score(rows, fl, cls, params, gpu_name, classes) -> float:
-    """The share in `BAND` of the rows of `classes` above their floor, on "library" with `params`."""
-    hits, n = 0, 0
+def _score(rows, fl, cls, params, gpu_name, classes) -> tuple[float, float]:
+    """(the share in `BAND`, |log median| of model / measured) of the rows of `classes` above
+    their floor, on "library" with `params`."""
+    ratios = []
     for c in classes:
         sel = np.nonzero((cls == c) & (rows["time_us"] > ABOVE * fl))[0]
         if len(sel):
-            r = predict(_subset(rows, sel), fl[sel], gpu_name, c, "library", params) / rows["time_us"][sel]
-            hits += int(np.sum((r >= BAND[0]) & (r <= BAND[1])))
-            n += len(sel)
-    return hits / n if n else 0.0
+            ratios.append(predict(_subset(rows, sel), fl[sel], gpu_name, c, "library", params) / rows["time_us"][sel])
+    if not ratios:
+        return 0.0, 0.0
+    r = np.concatenate(ratios)
+    return float(np.mean((r >= BAND[0]) & (r <= BAND[1]))), float(abs(np.log(np.median(r))))
+
+
+def _best(scored):
+    """(share, params) of [(share, |log median|, params)]: the highest share; among equal shares
+    (a small set, every row in band over a range of constants: LLMCompass's A100) the median
+    closest to 1, then the first in `FIT_GRID` order."""
+    top = max(s for s, _, _ in scored)
+    share, _, params = min((x for x in scored if x[0] == top), key=lambda x: x[1])
+    return share, params
 
 
 def fit(gpu_name: str, rows=None) -> dict:
     """The "library" constants of `gpu_name` that put most of its even rows above the floor in
-    `BAND`: flops_efficiency x wave_overhead_ns on its products (gemm, bmm, conv), then
-    bandwidth_efficiency on its maps; grid search over `FIT_GRID`.  Returns {constant: value,
-    "score_products", "score_maps"} (the even rows' share in band)."""
+    `BAND` (equal shares: the median closest to 1, `_best`): flops_efficiency x
+    wave_overhead_ns on its products (gemm, bmm, conv), then bandwidth_efficiency on its maps;
+    grid search over `FIT_GRID`.  Returns {constant: value, "score_products", "score_maps"}
+    (the even rows' share in band)."""
     rows = M.load(gpu=gpu_name) if rows is None else rows
     cls, fl, keep = prepare(rows, "even")
     rows, cls, fl = _subset(rows, keep), cls[keep], fl[keep]
     base = {"flops_efficiency": 0.8, "wave_overhead_ns": 0.0, "bandwidth_efficiency": 0.8}
-    best = (-1.0, base)
+    scored = []
     for e in FIT_GRID["flops_efficiency"]:
         for w in FIT_GRID["wave_overhead_ns"]:
             p = dict(base, flops_efficiency=float(e), wave_overhead_ns=float(w))
-            s = _score(rows, fl, cls, p, gpu_name, ("gemm", "bmm", "conv"))
-            if s > best[0]:
-                best = (s, p)
-    s_prod, p = best
-    best = (-1.0, p)
+            scored.append((*_score(rows, fl, cls, p, gpu_name, ("gemm", "bmm", "conv")), p))
+    s_prod, p = _best(scored)
+    scored = []
     for b in FIT_GRID["bandwidth_efficiency"]:
         q = dict(p, bandwidth_efficiency=float(b))
-        s = _score(rows, fl, cls, q, gpu_name, ("map",))
-        if s > best[0]:
-            best = (s, q)
-    return dict(best[1], score_products=round(s_prod, 4), score_maps=round(best[0], 4))
+        scored.append((*_score(rows, fl, cls, q, gpu_name, ("map",)), q))
+    s_map, q = _best(scored)
+    return dict(q, score_products=round(s_prod, 4), score_maps=round(s_map, 4))
 
 
 def _print_table(table, title):

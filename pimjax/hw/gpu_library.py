@@ -12,8 +12,11 @@ numpy arrays (or scalars) and broadcasts, so a whole measured set is timed in on
   the longer of the two, plus the launch.
 * a map: its bytes at bandwidth x bandwidth_efficiency, the bandwidth scaled by the SMs a
   kernel of few blocks occupies (`MAP_ELEMS_PER_BLOCK` outputs a block);
-* a row softmax / norm: a block per row, its input read twice (PyTorch's softmax: a max / sum
-  pass, then the write pass; layer_norm: the statistics pass, then the normalising pass).
+* a row softmax / norm: a block per row.  layer_norm reads its row twice (the statistics pass,
+  then the normalising pass); softmax as ATen dispatches it by row length: rows of <= 1024
+  elements and 4 KB read once (the warp-persistent kernel), longer rows by a block kernel of
+  three passes.  A re-read comes from the L2 while the rows in flight on the SMs fit it
+  (`row_extra_reads`).
 * attention as vLLM runs it (`attention_ns`): decode as FlashDecoding (one kernel reading each
   KV head's cache once, split along the keys to fill the SMs, and a kernel combining the splits),
   prefill as FlashAttention (one kernel; scores never written; its products at the tensor rate).
@@ -21,7 +24,8 @@ numpy arrays (or scalars) and broadcasts, so a whole measured set is timed in on
 `HostModel.launch_overhead_ns` is the launch and framework floor: a GPU's own launch for
 pimjax's reports (`LIB_LAUNCH_NS`), a measurement method's floor when held to measured sets
 (`gpu_check`).  The efficiencies and `wave_overhead_ns` are fits per GPU
-(`hw/measured/fits.json`, fitted on the even rows of the measured sets, checked on the odd).
+(`hw/measured/fits.json`, fitted on the even rows of the measured sets, checked on the odd);
+`L2_REREAD_SPEEDUP` one fit for every GPU, on the same even rows.
 """
 from __future__ import annotations
 
@@ -33,10 +37,24 @@ LIB_TILES = ((128, 128), (128, 64), (64, 64), (64, 32), (32, 32))
                                 #   kernel names carry for small products
 MAP_ELEMS_PER_BLOCK = 128 * 4   # PyTorch's elementwise kernels (ATen native/cuda/thread_constants.h, recalled):
                                 #   num_threads 128 (4 warps) x thread_work_size 4 = 512 outputs a block
-ROW_EXTRA_READS = {"norm": 1.0, "softmax": 1.0}
-                                # passes over the input beyond the first: ATen's layer_norm (a Welford
-                                #   statistics pass, then the normalising pass) and softmax (the max / sum
-                                #   pass, then the exp-and-write pass) read each row twice
+NORM_BLOCK_THREADS = 128        # ATen layer_norm_kernel.cu (vectorized_layer_norm_kernel, the path of rows of a multiple
+                                #   of 4 elements): a block of 128 threads (num_threads()) per row, which reads its row
+                                #   twice (the Welford statistics loop, then the normalising loop)
+SOFTMAX_WARP_MAX = (1024, 4096)
+                                # ATen SoftMax.cu (host_softmax): a row of <= 1024 elements and <= 4096 bytes runs
+                                #   the warp-persistent softmax (dispatch_softmax_forward), which holds the row in
+                                #   registers: one read
+THREADS_PER_SM = 2048           # resident threads an SM holds (Pascal, Volta, Ampere, Hopper: the CUDA occupancy
+                                #   tables): the blocks of a row kernel in flight on an SM
+SOFTMAX_BLOCK_BYTES = 16        # above that, cunn_SoftMaxForward (PyTorch 2.1, NeuSight's NVIDIA runs): a block of
+                                #   min(1024, row / ILP) threads, ILP one float4 (16 bytes) a thread, three passes over
+                                #   the row (max, sum of exp, write); max(THREADS_PER_SM x 16 B, 2 rows) of rows are in
+                                #   flight on each SM
+L2_REREAD_SPEEDUP = 2.5         # fit: an L2 re-read costs a memory read / 2.5 -- of 2-4 in steps of 0.5, the best mean
+                                #   share in band over the even softmax and norm rows of the 19 GPU cells with >= 10
+                                #   rows (checked on the odd ones, `gpu_check`); Jia et al., "Dissecting the NVIDIA
+                                #   Volta GPU Architecture via Microbenchmarking" (2018), measure a V100's L2 at 2.9x
+                                #   its memory bandwidth
 LIB_LAUNCH_NS = 2000.0          # assumption: a kernel launch as a GPU executes back-to-back kernels of one
                                 #   stream (~2 us, between CUDA graphs' ~1 us and an eager launch's ~4 us;
                                 #   the measured sets' framework floors are stated beside them, `gpu_check`)
@@ -69,13 +87,32 @@ def gemm_ns(host, m, n, k, batch=1, elem_bytes=2):
     return np.maximum(t_cmp, t_mem) + _f(host.launch_overhead_ns)
 
 
+def row_extra_reads(host, kind, reduction, row_bytes):
+    """Reads of each input row beyond the first, in memory reads (arrays broadcast), for a row
+    of `reduction` elements and `row_bytes` bytes: 0 for a map; a norm's one re-read
+    (`NORM_BLOCK_THREADS`); a softmax row 0 in ATen's warp-persistent kernel
+    (`SOFTMAX_WARP_MAX`), else its block kernel's two re-reads.  A re-read comes from the L2
+    (1 / `L2_REREAD_SPEEDUP` of a memory read) while the rows in flight on `host`'s SMs fit
+    `host.l2_bytes` (`THREADS_PER_SM` threads of the kernel's blocks an SM), else from memory."""
+    reduction, row_bytes = _f(reduction), _f(row_bytes)
+    if kind == "norm":
+        in_flight = host.sms * (THREADS_PER_SM / NORM_BLOCK_THREADS) * row_bytes
+        return np.where(in_flight <= _f(host.l2_bytes), 1.0 / L2_REREAD_SPEEDUP, 1.0)
+    if kind != "softmax":
+        return np.zeros(np.broadcast(reduction, row_bytes).shape)
+    warp = (reduction <= SOFTMAX_WARP_MAX[0]) & (row_bytes <= SOFTMAX_WARP_MAX[1])
+    in_flight = host.sms * np.maximum(THREADS_PER_SM * SOFTMAX_BLOCK_BYTES, 2.0 * row_bytes)
+    l2 = in_flight <= _f(host.l2_bytes)
+    return np.where(warp, 0.0, np.where(l2, 2.0 / L2_REREAD_SPEEDUP, 2.0))
+
+
 def elementwise_ns(host, bytes_moved, flops=0.0, outputs=1, reduction=1, kind="act"):
     """ns of a map (reduction 1) or a row reduction of `reduction` elements into each of
-    `outputs` (arrays broadcast).  kind "norm" / "softmax" read the input twice
-    (`ROW_EXTRA_READS`: the input is half of `bytes_moved`, in + out of one shape)."""
+    `outputs` (arrays broadcast).  kind "norm" / "softmax" read their input rows again
+    (`row_extra_reads`; the input is half of `bytes_moved`, in + out of one shape)."""
     nbytes, flops, outputs, reduction = (_f(x) for x in (bytes_moved, flops, outputs, reduction))
     outputs, reduction = np.maximum(outputs, 1), np.maximum(reduction, 1)
-    extra = ROW_EXTRA_READS.get(kind, 0.0) * 0.5 * nbytes
+    extra = row_extra_reads(host, kind, reduction, 0.5 * nbytes / outputs) * 0.5 * nbytes
     blocks = np.where(reduction > 1, outputs, np.ceil(outputs / MAP_ELEMS_PER_BLOCK))
     util = np.minimum(1.0, blocks / host.sms)
     t_mem = (nbytes + extra) / (_f(host.mem_bandwidth) * _f(host.bandwidth_efficiency) * util) * 1e9
@@ -115,8 +152,9 @@ def conv_ns(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_bytes=2
     return best + launch
 
 
-__all__ = ["LIB_TILES", "WINOGRAD_TILES", "conv_ns", "MAP_ELEMS_PER_BLOCK", "ROW_EXTRA_READS", "LIB_LAUNCH_NS", "dtype_flops", "gemm_ns",
-           "elementwise_ns"]
+__all__ = ["LIB_TILES", "WINOGRAD_TILES", "conv_ns", "MAP_ELEMS_PER_BLOCK", "NORM_BLOCK_THREADS", "SOFTMAX_WARP_MAX",
+           "THREADS_PER_SM", "SOFTMAX_BLOCK_BYTES", "L2_REREAD_SPEEDUP", "LIB_LAUNCH_NS", "dtype_flops", "gemm_ns",
+           "elementwise_ns", "row_extra_reads"]
 
 
 FLASH_KEYS_PER_SPLIT = 256      # FlashDecoding (Dao et al., "Flash-Decoding for long-context inference", 2023) splits

@@ -72,14 +72,63 @@ def test_library_dtype_rates_come_from_the_datasheet():
     assert float(L.dtype_flops(h, 1)) == 2 * GPU_SPECS["a100-40gb"][1]
 
 
-def test_library_row_ops_read_their_input_twice():
+def test_library_norm_reads_its_row_twice_the_second_time_from_the_l2_while_the_rows_fit():
+    """A norm row is read twice: the re-read costs 1 / L2_REREAD_SPEEDUP of a memory read while
+    the rows of its blocks in flight (THREADS_PER_SM / NORM_BLOCK_THREADS an SM) fit the L2."""
     h = gpu("t4").replace(launch_overhead_ns=0.0)
-    rows, cols = 4096, 4096
-    nbytes = 2 * rows * cols * 4
-    mp = h.elementwise_ns(nbytes, outputs=rows * cols, kind="act")
-    sm = h.elementwise_ns(nbytes, outputs=rows, reduction=cols, kind="softmax")
-    assert mp == pytest.approx(nbytes / (float(h.mem_bandwidth) * float(h.bandwidth_efficiency)) * 1e9)
-    assert sm == pytest.approx(1.5 * mp)
+    rows = 4096
+    fits = h.l2_bytes / (h.sms * L.THREADS_PER_SM / L.NORM_BLOCK_THREADS)     # the longest row that fits, bytes
+
+    def ratio(cols):          # the norm over a map moving the same bytes (one read, one write)
+        nbytes = 2 * rows * cols * 4
+        mp = h.elementwise_ns(nbytes, outputs=rows * cols, kind="act")
+        assert mp == pytest.approx(nbytes / (float(h.mem_bandwidth) * float(h.bandwidth_efficiency)) * 1e9)
+        return h.elementwise_ns(nbytes, outputs=rows, reduction=cols, kind="norm") / mp
+
+    c_in = int(fits // 4)
+    assert ratio(c_in) == pytest.approx(1 + 0.5 / L.L2_REREAD_SPEEDUP)
+    assert ratio(c_in + 1) == pytest.approx(1.5)
+
+
+def test_library_softmax_passes_follow_atens_dispatch_and_the_l2():
+    """A softmax row of <= 1024 elements and 4 KB is read once (the warp kernel); a longer one
+    three times, its two re-reads at L2_REREAD_SPEEDUP x the memory's speed while the rows in
+    flight (max(2048 threads x 16 B, 2 rows) an SM) fit the L2, at the memory's speed beyond."""
+    h = gpu("v100").replace(launch_overhead_ns=0.0)
+    rows = 8192
+
+    def read(cols):
+        return rows * cols * 4 / (float(h.mem_bandwidth) * float(h.bandwidth_efficiency)) * 1e9
+
+    def sm(cols):
+        return h.elementwise_ns(2 * rows * cols * 4, outputs=rows, reduction=cols, kind="softmax")
+
+    assert sm(1024) == pytest.approx(2 * read(1024))                    # read once, written once
+    assert sm(1028) == pytest.approx((2 + 2 / L.L2_REREAD_SPEEDUP) * read(1028))
+    fits = h.l2_bytes // (2 * h.sms)                                   # the longest row whose rows in flight fit
+    assert h.sms * L.THREADS_PER_SM * L.SOFTMAX_BLOCK_BYTES < h.l2_bytes          # (so the 1028-element row's do)
+    c_in, c_out = fits // 4, fits // 4 + 1
+    assert sm(c_in) == pytest.approx((2 + 2 / L.L2_REREAD_SPEEDUP) * read(c_in))
+    assert sm(c_out) == pytest.approx(4 * read(c_out))
+    # a larger L2 keeps the long row's re-reads in it
+    big = h.replace(l2_bytes=h.l2_bytes * 8)
+    assert big.elementwise_ns(2 * rows * c_out * 4, outputs=rows, reduction=c_out, kind="softmax") < sm(c_out)
+    # fp16 rows: the warp kernel's 4 KB bound is 1024 elements for both dtypes (1024 x 2 B < 4 KB)
+    assert float(L.row_extra_reads(h, "softmax", 1024, 2048)) == 0.0
+    assert float(L.row_extra_reads(h, "softmax", 1025, 2050)) == pytest.approx(2 / L.L2_REREAD_SPEEDUP)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 65536), st.integers(2, 32768), st.sampled_from([2, 4]), st.sampled_from(["softmax", "norm"]),
+       st.sampled_from(sorted(GPU_SPECS)), st.booleans())
+def test_library_row_kernels_never_get_faster_with_longer_or_more_rows(rows, cols, eb, kind, name, longer):
+    """More work never costs less: the warp kernel's bound, the block kernel's passes and the
+    L2's capacity only add reads as a row grows.  (Rows of >= 2 elements: a one-element "row"
+    is timed as a map, its blocks 512 outputs each.)"""
+    h = gpu(name).replace(launch_overhead_ns=0.0)
+    r2, c2 = (rows, cols + 1) if longer else (rows + 1, cols)
+    t = h.elementwise_ns(2 * rows * cols * eb, outputs=rows, reduction=cols, kind=kind)
+    assert h.elementwise_ns(2 * r2 * c2 * eb, outputs=r2, reduction=c2, kind=kind) >= t > 0
 
 
 @settings(max_examples=60, deadline=None)
@@ -123,6 +172,13 @@ def test_conv_as_implicit_gemm():
         {"m": 2 * 56 * 56, "n": 128, "k": 64 * 9, "batch": 1}
     assert gpu_check.conv_gemm("n=1;h=14;c=32;f=32;kh=3;kw=3;stride=2;pad=1;groups=32") == \
         {"m": 7 * 7, "n": 1, "k": 9, "batch": 32}
+
+
+def test_fit_takes_the_highest_share_and_breaks_equal_shares_by_the_median_closest_to_one():
+    a, b, c = {"e": 0.5}, {"e": 0.7}, {"e": 0.9}
+    assert gpu_check._best([(0.5, 0.0, a), (0.9, 0.3, b), (0.8, 0.1, c)]) == (0.9, b)
+    assert gpu_check._best([(1.0, 0.2, a), (1.0, 0.05, b), (1.0, 0.1, c)]) == (1.0, b)
+    assert gpu_check._best([(1.0, 0.1, a), (0.99, 0.0, b), (1.0, 0.1, c)]) == (1.0, a)     # first of equals
 
 
 def test_fits_are_what_fit_gives_on_the_even_rows():
