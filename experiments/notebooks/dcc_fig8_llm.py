@@ -25,9 +25,12 @@
 #
 # System (DCC §V): one A100 with 5 PIM-enabled HBM3 stacks (`attacc` preset, `stacks=5`), the GPU on DCC's
 # roofline (`a100("hbm3")`: 3352 GB/s x 0.81, 312 TFLOP/s x 0.8).  Settings: DCC's text does not list its
-# token counts; we use batch 1 with a 2 048-token prompt (both models) and batch 4 with a 512-token prompt
-# (LLaMA-2 33B), 16 output tokens each (one 16-token KV block of contexts), which keeps the notebook short;
-# `SETTINGS` below takes more.
+# token counts; its artifact does (`src/run_inference.py --all`): GPT-13B and LLaMA-33B at batch 1 and 4,
+# each with (input, output) tokens (128, 2048), (2048, 128) and (2048, 2048) -- twelve settings, their mean
+# being the paper's 4.88x (`dcc_figures.FIG8_SETTINGS`).  Here, to keep the notebook short, batch 1 with a
+# 2 048-token prompt (both models) and batch 4 with a 512-token prompt (LLaMA-2 33B), 16 output tokens each
+# (one 16-token KV block of contexts): not the artifact's; `SETTINGS` below takes more.  The last section
+# says what DCC's own configuration can and cannot time of this figure.
 #
 # Two GPUs, each named where its figures appear:
 # - **DCC's GPU model** (`a100("hbm3")`, "dcc" roofline): what the paper's speedups are over. "Other" is
@@ -225,6 +228,48 @@ checked = pd.DataFrame(class_table("library", gpus=("a100",)))
 display(checked)
 
 # %% [markdown]
+# ## Under DCC's configuration: what its simulator can time of Fig. 8
+#
+# How DCC's artifact builds Fig. 8 (`src/run_inference.py`, `src/inference/{model,system,devices}.py`):
+#
+# * **Five cubes, one simulated.** A PIM kernel's time is looked up in one cube's table at heads
+#   ceil(heads × batch / 5) (`devices.py` `get_time_from_predictor`, `config.py` `num_hbm=5`): the five cubes
+#   never interact, so the "dcc" configuration's one cube is the right machine; what Fig. 8 needs is that
+#   split rule, not a five-cube simulator.
+# * **QKV and projection per head.** With DCC (`model.py`, the `dcc` branch) QKV is a GEMV per head of input
+#   hidden, output 3 × 128, and the projection one of input 128, output hidden; per cube DCC's GEMV
+#   (1, ceil(H b / 5), input, output) -- at batch 4 four times the heads, the weights read once per sequence.
+#   The "dcc" configuration times these (below; `dcc_figures.fig8_gemv_cases`).
+# * **Attention** is DCC's fused ATTN kernel (GEMV, softmax, GEMV: `gen_trace_AttAcc_ATTN.py`, "inference"
+#   mode) at (1, ceil(H b / 5), 128, L) for every 16th context L. The port has no ATTN generator, so the
+#   "dcc" configuration cannot time Fig. 8's attention phase -- for AttAcc-Base, AttAcc-Full or DCC -- and so
+#   no end-to-end bar of Fig. 8 under DCC's configuration is computed here: **Full+DCC's 4.88x is not
+#   reproduced under DCC's configuration.** Porting that generator (351 lines, unchecked against any artifact
+#   row: `dcc-artifact.csv` has no ATTN rows) is what it would take.
+# * **What is not simulated at all in DCC's Fig. 8**, and sets much of its 4.88x: the FFN on PIM of the Full
+#   variants is a bandwidth split, not a PIM program (`system.py` `_ff_parallel`: the GPU's FFN time ×
+#   GPU bandwidth / (GPU bandwidth + GPU bandwidth × PIM/GPU peak ratio / batch)); the Full variants also
+#   overlap QKV / projection with the attention (`--pipeopt`, `_pipeline`); every norm and activation costs
+#   the GPU a fixed 6.87 µs / 8.29 µs plus its bytes (`devices.py` `_mem_time`), on every system; and the
+#   GPU is the artifact's tiled model with thread-block occupancy (`dcc_figures.artifact_layer_ns`), not the
+#   roofline of `a100("hbm3")`. pimjax's decode above simulates the FFN share and models none of the
+#   other three, which is where its Full+DCC departs from the paper's.
+#
+# The two GEMVs the "dcc" configuration can time, per cube, against the artifact's GPU time of the layer's
+# FC (`experiments/dcc_figures_dccsim.py`, cached): the paper's phase speedups are 3.21x (QKV) and 3.61x
+# (projection), averaged over its settings.
+
+# %%
+from experiments import dcc_figures, dcc_figures_dccsim as dccsim
+gemv8 = dccsim.load()["fig8_gemv"]
+display(gemv8[["model", "batch", "phase", "dcc_shape", "pim_ns", "pimjax_base_ns", "gpu_artifact_ns",
+               "dcc_vs_gpu_artifact", "draft"]].round(2))
+phase8 = pd.DataFrame([{"phase": ph, "paper": paper_x, "dcc": gmean(gemv8[gemv8.phase == ph].dcc_vs_gpu_artifact)}
+                       for ph, paper_x in (("qkv", 3.21), ("proj", 3.61))])     # dcc: gmean over models x batch
+phase8["dcc / paper"] = phase8.dcc / phase8.paper
+display(phase8.round(3))
+
+# %% [markdown]
 # ## Checks
 #
 # What must hold whatever the cycle model's details: each GPU's decode is slower than every PIM system, DCC's
@@ -245,7 +290,13 @@ for key in SETTINGS:
     lib_gpu = sum(runs["checked A100 (library)"][key].per_token()["gpu"].values())
     assert lib_gpu >= dcc_gpu, (key, lib_gpu, dcc_gpu)
 assert set(checked["gpu"]) == {"a100"} and (checked["rows"] > 0).all()
+# the "dcc" configuration's Fig. 8 GEMVs: DCC's per-cube cases in order, each on PIM with a finite time
+assert [(r.model, r.batch, r.phase) for r in gemv8.itertuples()] == \
+    [(c["model"], c["batch"], c["phase"]) for c in dcc_figures.fig8_gemv_cases()]
+assert np.isfinite(gemv8.pim_ns).all() and (gemv8.pim_ns > 0).all() and (gemv8.pim_ns <= gemv8.pimjax_base_ns).all()
+assert np.allclose(gemv8.dcc_vs_gpu_artifact, gemv8.gpu_artifact_ns / gemv8.pim_ns)
 # the figures themselves, against the values committed with the model (experiments/key_figures.py)
 from experiments import key_figures
 key_figures.check("dcc_fig8_llm", {f"{k} | {col}": v for col in ("pimjax, DCC's GPU model", "pimjax, checked A100")
-                                   for k, v in cmp[col].items()})
+                                   for k, v in cmp[col].items()}
+                  | {f"dcc configuration {r.phase} over GPU (artifact's rule)": r.dcc for r in phase8.itertuples()})
