@@ -11,11 +11,12 @@ This module is that arithmetic (generation stage only, as Fig. 8), ported line b
 * QKV generation and projection on PIM (the "+DCC" systems) from the "dcc" AttAcc configuration
   (`experiments/data/dcc_figures_dccsim.json`, "fig8_gemv": DCC's per-cube GEMV shapes, the tuner's
   program), and
-* the attention on PIM (score + softmax + context, DCC's fused ATTN kernel) an input: the port has no ATTN
-  trace generator, so `fig8(attention_ns=...)` takes it -- 0 gives an upper bound on every PIM system's
-  speedup.
+* the attention on PIM (score + softmax + context, DCC's fused ATTN kernel) from the port's ATTN generator
+  ("inference" mode, `pimjax.backends.dcc.traces.gen_attacc_attn`, not checked against the fork's binary) on
+  the same fork (`dcc_figures.fig8_attention_rows`, cached as "fig8_attention"), or left out
+  (`fig8(..., attention_rows=None)`: free, an upper bound on every PIM system's speedup).
 
-    PYTHONPATH=$PWD python experiments/dcc_fig8_artifact.py      # the twelve settings, attention free
+    PYTHONPATH=$PWD python experiments/dcc_fig8_artifact.py      # the twelve settings, from the cache
 """
 from __future__ import annotations
 
@@ -60,14 +61,14 @@ def fig8_setting(model: str, batch: int, lin: int, lout: int, pim_gemv: dict, at
     """{system: ms per generated token (all layers)} of one Fig. 8 setting, the artifact's way.
 
     pim_gemv: {"qkv": ns, "proj": ns}, the per-cube GEMV times of this (model, batch) on PIM;
-    attention_ns: callable L -> ns of DCC's ATTN kernel at context L on one cube (score, softmax and
-    context fused), for both AttAcc's mapping and DCC's (None: 0, the bound)."""
+    attention_ns: callable (L, dcc) -> ns of DCC's ATTN kernel at context L on one cube (score, softmax
+    and context fused), with DCC's choice (dcc True) or AttAcc's mapping (None: 0, the bound)."""
     from experiments.dcc_figures import FIG8_MODELS
     heads, h, dh = FIG8_MODELS[model]
     ndec = {"GPT-13B": 40, "LLAMA-33B": 60}[model]          # config.py model_table
     ff = 4 if model == "GPT-13B" else 8 / 3
     host = _gpu()
-    att = attention_ns if attention_ns is not None else (lambda L: 0.0)
+    att = attention_ns if attention_ns is not None else (lambda L, dcc: 0.0)
     out = {}
     for system in SYSTEMS:
         pim = system != "GPU"
@@ -81,7 +82,7 @@ def fig8_setting(model: str, batch: int, lin: int, lout: int, pim_gemv: dict, at
             t["qkv"] = pim_gemv["qkv"] if dcc else gpu_layer("fc", batch, 3 * h, h, 1)[0]
             t["x2g"] = (batch * 3 * h * 2 + heads * batch * dh * 2) / (INTERFACE_BW / 2) * 1e9 if pim else 0.0
             if pim:
-                t["score"], t["context"] = att(math.ceil(L / 16) * 16), 0.0
+                t["score"], t["context"] = att(math.ceil(L / 16) * 16, dcc), 0.0
                 flops = 5 * L * heads * batch
                 t["softmax"] = max(flops / SOFTMAX_BW, 2 * L * heads * batch * 2 / SOFTMAX_BW) * 1e9
             else:
@@ -129,19 +130,36 @@ def fig8_setting(model: str, batch: int, lin: int, lout: int, pim_gemv: dict, at
     return out
 
 
-def fig8(pim_gemv_rows, attention_ns=None) -> "object":
+def attention_table(rows):
+    """{(model, batch): callable (L, dcc) -> ns} from `dcc_figures.fig8_attention_rows`' rows, linear
+    between the contexts timed."""
+    import numpy as np
+    out = {}
+    for key in {(r["model"], r["batch"]) for r in rows}:
+        mine = sorted((r for r in rows if (r["model"], r["batch"]) == key), key=lambda r: r["L"])
+        Ls = np.array([r["L"] for r in mine], float)
+        base = np.array([r["base_ns"] for r in mine])
+        dcc = np.array([r["dcc_ns"] for r in mine])
+        out[key] = (lambda Ls, base, dcc: lambda L, with_dcc: float(np.interp(L, Ls, dcc if with_dcc else base)))(
+            Ls, base, dcc)
+    return out
+
+
+def fig8(pim_gemv_rows, attention_rows=None) -> "object":
     """A DataFrame: per Fig. 8 setting (`dcc_figures.FIG8_SETTINGS`) each system's ms per token and its
-    speedup over the GPU.  pim_gemv_rows: the cache's "fig8_gemv" rows (model, batch, phase, pim_ns)."""
+    speedup over the GPU.  pim_gemv_rows: the cache's "fig8_gemv" rows (model, batch, phase, pim_ns);
+    attention_rows: its "fig8_attention" rows (None: the attention free, an upper bound)."""
     import pandas as pd
 
     from experiments.dcc_figures import FIG8_SETTINGS
     gemv = {(r["model"], r["batch"], r["phase"]): r["pim_ns"] for r in pim_gemv_rows}
+    att = attention_table(attention_rows) if attention_rows is not None else {}
     rows = []
     for model in FIG8_SETTINGS["models"]:
         for b in FIG8_SETTINGS["batch"]:
             for lin, lout in FIG8_SETTINGS["lin_lout"]:
                 ms = fig8_setting(model, b, lin, lout, {p: gemv[(model, b, p)] for p in ("qkv", "proj")},
-                                  attention_ns)
+                                  att.get((model, b)))
                 rows.append({"model": model, "batch": b, "lin": lin, "lout": lout,
                              **{f"{s} ms": v for s, v in ms.items()},
                              **{f"{s} speedup": ms["GPU"] / v for s, v in ms.items() if s != "GPU"}})
@@ -152,9 +170,13 @@ if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(HERE))
     import json
     with open(os.path.join(HERE, "data", "dcc_figures_dccsim.json")) as f:
-        rows = json.load(f)["rows"]["fig8_gemv"]
-    df = fig8(rows)
+        rows = json.load(f)["rows"]
     import pandas as pd
-    with pd.option_context("display.width", 250, "display.max_columns", 20):
-        print(df.round(3).to_string())
-    print("mean speedups (attention free):", df.filter(like="speedup").mean().round(3).to_dict())
+    for label, att in (("attention free", None), ("attention on DCC's fork", rows.get("fig8_attention"))):
+        if label != "attention free" and att is None:
+            continue
+        df = fig8(rows["fig8_gemv"], att)
+        with pd.option_context("display.width", 250, "display.max_columns", 20):
+            print(label)
+            print(df.filter(regex="model|batch|lin|lout|speedup").round(3).to_string())
+        print("mean speedups:", df.filter(like="speedup").mean().round(3).to_dict())

@@ -258,14 +258,13 @@ def dcc_baseline_tiling(kernel: str, batch: int, size: int) -> list:
 
 def dcc_trace_missing(backend_name: str, kernel: str) -> str:
     """Why the "dcc" configuration of `backend_name` has no trace for `kernel` ("" when it has): the
-    port (`pimjax.backends.dcc.tiling.KERNELS`) holds DCC's GEMV and RED generators for AttAcc and
-    GEMV, RED and VA for HBM-PIM; the artifact's ATTN (AttAcc) and RELU (HBM-PIM) generators are
-    not ported."""
+    port (`pimjax.backends.dcc.tiling.KERNELS`) holds DCC's GEMV, RED and ATTN generators for AttAcc
+    (ATTN timed outside the Backend: `_run_attn_dcc`) and GEMV, RED and VA for HBM-PIM; the artifact's
+    RELU (HBM-PIM) generator is not ported."""
     from pimjax.backends.dcc import KERNELS
     if (DCC_FORK[backend_name], kernel) in KERNELS:
         return ""
-    src = {"attn": "src/attacc_trace_gen/gen_trace_AttAcc_ATTN.py",
-           "relu": "src/hbmpim_trace_gen/gen_trace_HBMPIM_RELU.py"}.get(kernel)
+    src = {"relu": "src/hbmpim_trace_gen/gen_trace_HBMPIM_RELU.py"}.get(kernel)
     return (f"no {kernel.upper()} trace in the 'dcc' configuration: " +
             (f"the artifact's {src} is not ported" if src else f"DCC's {backend_name} fork has no {kernel} generator"))
 
@@ -329,6 +328,28 @@ def dcc_exhaustive_2d(backend_name: str, kernel: str, batch: int, size: int) -> 
     return {"n": len(cands), "best_ns": cyc[i] * TCK_NS, "best_tiling": str(cands[i]), "base_ns": base * TCK_NS}
 
 
+def _run_attn_dcc(kernel: str, batch: int, size: int, host) -> dict:
+    """An ATTN case on DCC's AttAcc fork: the pimjax "dcc" configuration cannot lower the attention
+    block, so DCC's fused ATTN trace (`pimjax.backends.dcc.traces.gen_attacc_attn`, "kernel" mode as
+    Fig. 6's `attn_single`) is timed directly: DCC's baseline and a local search from it
+    (`dcc_gemv_local_search`), the faster DCC's choice."""
+    from pimjax.backends.dcc import TCK_NS
+    from pimjax.backends.dcc.engine import dcc_cycles
+    shape = dcc_shape("gemv", batch, size)
+    base_t = dcc_baseline_tiling("gemv", batch, size)
+    base = dcc_cycles("attacc", "attn", shape, base_t)["total"] * TCK_NS
+    cyc, tiling, n = dcc_gemv_local_search("attacc", shape, base_t, kernel="attn")
+    own = min(base, cyc * TCK_NS)
+    gpu = roofline_ns(kernel, batch, size, host)
+    return {"backend": "attacc", "kernel": kernel, "batch": batch, "size": size,
+            "shape": "x".join(map(str, catalogue_shape(kernel, batch, size))), "pim_ns": own, "base_ns": base,
+            "gpu_ns": gpu, "host_ns": 0.0, "dcc_vs_base": base / own, "dcc_vs_gpu": gpu / own, "base_vs_gpu": gpu / base,
+            "tuned_ns": math.nan, "pimjax_base_ns": math.nan, "dcc_base_ns": base, "dcc_base_tiling": str(base_t),
+            "dcc_own_ns": own, "dcc_own_tiling": str(tiling if cyc * TCK_NS < base else base_t),
+            "dcc_candidates": n, "draft": "", "note": "ATTN: DCC's fused trace timed directly (the port's "
+            "gen_attacc_attn, not checked against the fork's binary); its search a local one from the baseline"}
+
+
 def run_case_dcc(backend, kernel: str, batch: int, size: int, tuner=None) -> dict:
     """One case under the paper's configuration (`dcc_system`): `run_case`'s columns, with the
     baseline being DCC's (`dcc_baseline_tiling`, timed by the same fork: `dcc_base_ns`) and DCC's
@@ -338,6 +359,8 @@ def run_case_dcc(backend, kernel: str, batch: int, size: int, tuner=None) -> dic
     (`dcc_exhaustive_2d`); for GEMV (thousands of candidates) it is the tuner's pick above.  A kernel
     without a trace (`dcc_trace_missing`) gives NaN figures and the reason in `note`."""
     from pimjax.backends.dcc import TCK_NS, predict
+    if kernel == "attn" and backend.name == "attacc":
+        return _run_attn_dcc(kernel, batch, size, backend.system.host)
     why = dcc_trace_missing(backend.name, kernel)
     if why:
         nan = math.nan
@@ -837,15 +860,39 @@ def fig8_gemv_cases() -> list[dict]:
     return out
 
 
-def dcc_gemv_local_search(fork: str, shape: tuple, start: list, max_steps: int = 8, log=None) -> tuple:
+def dcc_attention_baselines(heads: int, seq_len: int, batch: int = 1) -> list[list]:
+    """DCC's baseline tilings of a GEMV / ATTN (batch, heads, 128, seq_len): the candidates its predictor
+    counts as the baseline (src/predictor.py `test_performance`: g0 = min(16, heads), c1 = 4, c2 = 16; the
+    two generate_configs_3D appends for batch*heads < 16, one tiling otherwise).  The baseline time is
+    the faster of them."""
+    bh = batch * heads
+    g0 = min(16, bh)
+    g2 = 16 // g0
+    a = [[g0, 1, -(-bh // g0)], [1, 4, -(-HEAD_DIM // 4)], [g2, 16, math.ceil(seq_len / 16 / g2)]]
+    b = [[g0, 1, -(-bh // g0)], [g2, 4, math.ceil(HEAD_DIM / 4 / g2)], [1, 16, -(-seq_len // 16)]]
+    return [a] if a == b else [a, b]
+
+
+def dcc_pow2_start(shape: tuple) -> list:
+    """A start of `dcc_gemv_local_search` for DCC's (batch, heads, input, output): the groups on the
+    heads (the largest power of two <= min(16, batch*heads)), the cores on the input (chunks >= 16), the
+    rest of both on the output."""
+    bh, din = shape[0] * shape[1], shape[2]
+    g0 = min(16, 1 << (bh.bit_length() - 1))
+    c1 = min(64, 1 << ((din // 16).bit_length() - 1))
+    return [[g0, 1, 0], [1, c1, 0], [16 // g0, 64 // c1, 0]]
+
+
+def dcc_gemv_local_search(fork: str, shape: tuple, start: list, max_steps: int = 8, log=None,
+                          kernel: str = "gemv") -> tuple:
     """A local search over DCC's power-of-two GEMV tilings (all 16 groups and 64 cores used, per-core
     input chunk >= 16, g*c <= dim: the part of DCC's 3-D candidate space without rounding), each timed
     by DCC's fork (`pimjax.backends.dcc.predict`): from `start` (a tiling in that space), move a factor
     of two of the groups or of the cores from one dimension to another while that is faster, steepest
     descent, at most `max_steps` moves.  Returns (best cycles, best tiling, tilings timed).  A stand-in
     for DCC's predictor over its full space (thousands of tilings at seconds each), which may find
-    faster ones."""
-    from pimjax.backends.dcc import predict
+    faster ones.  `kernel`: "gemv", or "attn" / "attn_inference" (the fused attention, the same tiling)."""
+    from pimjax.backends.dcc.engine import dcc_cycles
     dims = [shape[0] * shape[1], shape[2], shape[3]]
     seen: dict = {}
 
@@ -857,7 +904,7 @@ def dcc_gemv_local_search(fork: str, shape: tuple, start: list, max_steps: int =
         if k not in seen:
             ok = all(g * c <= d for (g, c), d in zip(gc, dims))
             t = [[g, c, -(-d // (g * c))] for (g, c), d in zip(gc, dims)]
-            seen[k] = predict(fork, "gemv", shape, t, coupled="auto") if ok and t[1][2] >= 16 else math.inf
+            seen[k] = dcc_cycles(fork, kernel, shape, t)["total"] if ok and t[1][2] >= 16 else math.inf
         return seen[k]
 
     cur = [[g, c] for g, c, _ in start]
@@ -900,17 +947,57 @@ def run_fig8_gemv(backend, case: dict, tuner=None) -> dict:
     tuned = float(pim.ns.iloc[0])
     # DCC searches its own tiling space with a predictor; a local search over its power-of-two part,
     # started with the groups on the heads and the cores on the input, stands in for it
-    g0 = min(16, 1 << (nh.bit_length() - 1))                  # groups on heads, the rest on the output
-    c1 = min(64, 1 << ((din // 16).bit_length() - 1))          # cores on the input (chunks >= 16), the rest output
-    start = [[g0, 1, 0], [1, c1, 0], [16 // g0, 64 // c1, 0]]
     from pimjax.backends.dcc import TCK_NS
-    cyc, tiling, n = dcc_gemv_local_search("attacc", case["dcc_shape"], start)
+    cyc, tiling, n = dcc_gemv_local_search("attacc", case["dcc_shape"], dcc_pow2_start(case["dcc_shape"]))
     search = cyc * TCK_NS
     best = min(tuned, search)
     return {**case, "dcc_shape": list(case["dcc_shape"]), "gpu_fc": list(case["gpu_fc"]),
             "tuned_ns": tuned, "search_ns": search, "search_tiling": str(tiling), "search_timed": n,
             "pim_ns": best, "pimjax_base_ns": float(pim.baseline_ns.iloc[0]),
             "gpu_artifact_ns": gpu, "dcc_vs_gpu_artifact": gpu / best, "draft": str(pim.draft.iloc[0])}
+
+
+FIG8_ATTN_STEP = 128        # contexts timed for Fig. 8's attention table; the rest interpolated linearly
+FIG8_ATTN_SEARCH_AT = (512, 2048, 4096)   # contexts where the local search runs; its tilings re-timed elsewhere
+
+
+def fig8_attention_rows(log=None) -> list[dict]:
+    """Fig. 8's attention on one cube, as the artifact's table holds it (test_configs.py
+    `custom_inference_sizes`: ATTN (1, ceil(H b / 5), 128, L), "inference" mode): per (model, batch) and
+    context L every `FIG8_ATTN_STEP` tokens from 128 to 4096, DCC's baseline (`dcc_attention_baselines`,
+    the faster) and DCC's choice (the faster of it and the tilings a local search finds at
+    `FIG8_ATTN_SEARCH_AT`, re-timed at L), ns.  The port's ATTN generator is not checked against the
+    fork's binary."""
+    from pimjax.backends.dcc import TCK_NS
+    from pimjax.backends.dcc.engine import dcc_cycles
+    rows = []
+    for model in FIG8_SETTINGS["models"]:
+        heads = FIG8_MODELS[model][0]
+        for b in FIG8_SETTINGS["batch"]:
+            nh = math.ceil(heads * b / FIG8_CUBES)
+            found = []
+            for L in FIG8_ATTN_SEARCH_AT:
+                shape = (1, nh, HEAD_DIM, L)
+                _, t, _ = dcc_gemv_local_search("attacc", shape, dcc_pow2_start(shape), kernel="attn_inference")
+                found.append([[g, c] for g, c, _ in t])
+            for L in range(128, 4096 + 1, FIG8_ATTN_STEP):
+                shape = (1, nh, HEAD_DIM, L)
+                dims = [nh, HEAD_DIM, L]
+                base = min(dcc_cycles("attacc", "attn_inference", shape, t)["total"]
+                           for t in dcc_attention_baselines(nh, L))
+                best, best_t = base, "baseline"
+                for gc in found:
+                    t = [[g, c, -(-d // (g * c))] for (g, c), d in zip(gc, dims)]
+                    if any(g * c > d for (g, c), d in zip(gc, dims)) or t[1][2] < 16:
+                        continue
+                    cyc = dcc_cycles("attacc", "attn_inference", shape, t)["total"]
+                    if cyc < best:
+                        best, best_t = cyc, str(t)
+                rows.append({"model": model, "batch": b, "heads_per_cube": nh, "L": L, "base_ns": base * TCK_NS,
+                             "dcc_ns": best * TCK_NS, "dcc_tiling": best_t})
+            if log:
+                log(f"  fig8 attention {model} b{b}: {len(rows)} rows")
+    return rows
 
 
 def implied_gpu_table():

@@ -9,17 +9,20 @@ candidate it verifies through the fork), so this script measures them once and
 
 Each case is `dcc_figures.run_case_dcc`: the shipped predict-mode tuner's program on the "dcc"
 configuration beside DCC's baseline (AttAcc's mapping in DCC's notation) timed by the same fork,
-DCC's choice the faster of the two; the GPU is DCC's GPU model (`dcc_figures.dcc_gpu()`).  Kernels
-the port has no trace for (ATTN on AttAcc, RELU on HBM-PIM) are rows with NaN figures and the reason.
+DCC's choice the faster of the two; the GPU is DCC's GPU model (`dcc_figures.dcc_gpu()`).  ATTN is
+timed on the port's fused-attention generator directly (`dcc_figures._run_attn_dcc`); RELU (no generator
+ported) gives rows with NaN figures and the reason.
 
     PYTHONPATH=$PWD python experiments/dcc_figures_dccsim.py              # print the cached tables
     PYTHONPATH=$PWD python experiments/dcc_figures_dccsim.py --recompute  # measure (~10 min on 2 cores)
+    PYTHONPATH=$PWD python experiments/dcc_figures_dccsim.py --recompute --only fig8   # Fig. 8's rows (~6 min)
     PYTHONPATH=$PWD python experiments/dcc_figures_dccsim.py --recompute --only red   # one kernel
 
 `load()` returns {"fig6": DataFrame, "fig7": ..., "fig9": ..., "fig6_grid": ..., "fig7_grid": ...,
 "fig8_gemv": ...} of the cached rows ("fig8_gemv": `dcc_figures.fig8_gemv_cases`, the per-cube QKV and
-projection GEMVs of DCC's Fig. 8 on the "dcc" AttAcc configuration; "fig8_e2e": Fig. 8 the artifact's way
-on them, `experiments/dcc_fig8_artifact.fig8`, the attention free).
+projection GEMVs of DCC's Fig. 8 on the "dcc" AttAcc configuration; "fig8_attention": its attention on DCC's
+fork, `dcc_figures.fig8_attention_rows`; "fig8_e2e" / "fig8_e2e_free": Fig. 8 the artifact's way on them,
+`experiments/dcc_fig8_artifact.fig8`, with that attention / the attention free).
 """
 from __future__ import annotations
 
@@ -79,8 +82,9 @@ def measure(only: str | None = None, log=print) -> dict:
                     done[key] = _clean(dcc.run_case_dcc(systems[b], k, batch, size, tuner))
                     done[key]["wall_s"] = round(time.perf_counter() - t, 2)
                     r = done[key]
-                    log(f"  {b} {k} b{batch} {size}: " + (r["note"] or f"ours {r['pim_ns']:.0f} ns, DCC baseline "
-                        f"{r['base_ns']:.0f} ns, GPU {r['gpu_ns']:.0f} ns") + f"  ({time.perf_counter() - t0:.0f} s)")
+                    ran = r["pim_ns"] is not None
+                    log(f"  {b} {k} b{batch} {size}: " + (f"ours {r['pim_ns']:.0f} ns, DCC baseline {r['base_ns']:.0f} ns, "
+                        f"GPU {r['gpu_ns']:.0f} ns" if ran else r["note"]) + f"  ({time.perf_counter() - t0:.0f} s)")
                 out[fig].append(done[key])
     if not only or only == "fig8":
         out["fig8_gemv"] = []
@@ -90,10 +94,12 @@ def measure(only: str | None = None, log=print) -> dict:
                 f"(tuner {r['tuned_ns']:.0f}, search {r['search_ns']:.0f} {r['search_tiling']}), "
                 f"GPU (artifact) {r['gpu_artifact_ns']:.0f} ns  ({time.perf_counter() - t0:.0f} s)")
             out["fig8_gemv"].append(r)
-        # Fig. 8 the artifact's way on those GEMVs, the attention left out (free): an upper bound per system
+        out["fig8_attention"] = [_clean(r) for r in dcc.fig8_attention_rows(log)]
+        # Fig. 8 the artifact's way on those kernels, and with the attention left out (free): an upper bound
         from experiments.dcc_fig8_artifact import fig8
-        out["fig8_e2e"] = [_clean(r) for r in fig8(out["fig8_gemv"]).to_dict("records")]
-        log(f"  fig8 end to end (attention free)  ({time.perf_counter() - t0:.0f} s)")
+        out["fig8_e2e"] = [_clean(r) for r in fig8(out["fig8_gemv"], out["fig8_attention"]).to_dict("records")]
+        out["fig8_e2e_free"] = [_clean(r) for r in fig8(out["fig8_gemv"]).to_dict("records")]
+        log(f"  fig8 end to end  ({time.perf_counter() - t0:.0f} s)")
     return {"rows": out, "seconds": round(time.perf_counter() - t0, 1),
             "configuration": {b: f"{s.name}/{s.variant}, host {s.system.host.name}" for b, s in systems.items()}}
 
@@ -124,7 +130,8 @@ def main(argv=None) -> int:
         if args.only == "fig8" and os.path.exists(args.out):    # refresh Fig. 8's rows in the cache
             with open(args.out) as f:
                 old = json.load(f)
-            old["rows"]["fig8_gemv"], old["rows"]["fig8_e2e"] = data["rows"]["fig8_gemv"], data["rows"]["fig8_e2e"]
+            for k in ("fig8_gemv", "fig8_attention", "fig8_e2e", "fig8_e2e_free"):
+                old["rows"][k] = data["rows"][k]
             data = old
         if not args.only or args.only == "fig8":
             with open(args.out, "w") as f:
@@ -134,7 +141,9 @@ def main(argv=None) -> int:
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         for fig, df in load(args.out if not args.only else DATA).items() if os.path.exists(args.out) else ():
             print(fig)
-            if fig == "fig8_e2e":
+            if fig == "fig8_attention":
+                continue
+            if fig.startswith("fig8_e2e"):
                 print(df.filter(regex="model|batch|lin|lout|speedup").round(3).to_string())
                 continue
             cols = (["model", "batch", "phase", "dcc_shape", "pim_ns", "gpu_artifact_ns", "dcc_vs_gpu_artifact"]
