@@ -227,3 +227,25 @@ def test_dccsim_cache_recomputes():
             assert r[col] == pytest.approx(c[col], rel=1e-6), (be, k, b, s, col)
         # the tuner's pick: within key_figures' band (ties it may break either way on another machine)
         assert r["pim_ns"] == pytest.approx(c["pim_ns"], rel=0.05), (be, k, b, s)
+    # Fig. 8: the end-to-end arithmetic on the cached kernels gives the cached figures
+    from experiments.dcc_fig8_artifact import fig8
+    data = S.load()
+    e2e = fig8(data["fig8_gemv"].to_dict("records"), data["fig8_attention"].to_dict("records"))
+    cols = [c for c in e2e.columns if c.endswith(("ms", "speedup"))]
+    assert np.allclose(e2e[cols].to_numpy(float), data["fig8_e2e"][cols].to_numpy(float), rtol=1e-9)
+
+
+def test_fig8_artifact_arithmetic():
+    """The artifact's end-to-end arithmetic on two decode steps: the GPU system ignores the PIM inputs, a
+    slower PIM attention slows every PIM system and only them, faster DCC GEMVs speed up only the +DCC
+    systems, and the Full variants' FFN split makes them faster than the Base ones."""
+    from experiments.dcc_fig8_artifact import fig8_setting
+    gemv = {"qkv": 10_000.0, "proj": 3_000.0}
+    free = fig8_setting("GPT-13B", 1, 128, 3, gemv)
+    slow = fig8_setting("GPT-13B", 1, 128, 3, gemv, lambda L, dcc: 5_000.0)
+    fast = fig8_setting("GPT-13B", 1, 128, 3, {"qkv": 1_000.0, "proj": 300.0})
+    assert free["GPU"] == slow["GPU"] == fast["GPU"] > 0
+    for s in ("Attacc_base", "Attacc_base+DCC", "Attacc_full", "Attacc_full+DCC"):
+        assert slow[s] > free[s]
+    assert fast["Attacc_base"] == free["Attacc_base"] and fast["Attacc_base+DCC"] < free["Attacc_base+DCC"]
+    assert free["Attacc_full"] < free["Attacc_base"] and free["Attacc_full+DCC"] < free["Attacc_base+DCC"]
