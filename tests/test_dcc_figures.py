@@ -128,3 +128,124 @@ def test_plots_and_save(tmp_path, monkeypatch):
     assert png == str(tmp_path / "out" / "x.png") and (tmp_path / "out" / "x.png").stat().st_size > 0
     assert pd.read_csv(tmp_path / "out" / "x-1.csv").shape == cases.shape
     assert len(pd.read_csv(tmp_path / "out" / "x.csv")) == len(table)
+
+
+# --------------------------------------------------------------------------
+# the paper's configuration ("dcc" simulator) and the artifact's rules
+# --------------------------------------------------------------------------
+def test_dcc_candidates_match_the_artifacts_counts():
+    """The port of DCC's 2-D candidate generator gives the candidate counts DCC's artifact reports
+    (dcc.md, `n_tilings` of dcc-artifact.csv), its baseline among them, and only tilings DCC's
+    rules allow (all 16 groups, >= 16 cores per group, or the baseline shape)."""
+    for (b, n), want in {(1, 1024): 9, (1, 4096): 31, (4, 1024): 60, (4, 4096): 159}.items():
+        cands = dcc.dcc_candidates_2d(b, n)
+        assert len(cands) == want, (b, n, len(cands))
+        assert dcc.dcc_baseline_tiling("red", b, n) in cands
+        for (g0, c0, t0), (g1, c1, t1) in cands:
+            assert g0 * g1 <= 16 and c0 * c1 <= 64 and t0 == -(-b // (g0 * c0)) and t1 == -(-n // (g1 * c1))
+        assert len({(t[0][2], t[1][2]) for t in cands}) >= want - 1      # one tiling per chunk pair (+ baseline)
+
+
+def test_dcc_baseline_tilings_are_the_artifacts():
+    """AttAcc's mapping in DCC's notation, as the baseline rows of dcc-artifact.csv write it."""
+    assert dcc.dcc_baseline_tiling("gemv", 1, 512) == [[16, 1, 2], [1, 4, 32], [1, 16, 32]]
+    assert dcc.dcc_baseline_tiling("gemv", 4, 512) == [[16, 1, 8], [1, 4, 32], [1, 16, 32]]
+    assert dcc.dcc_baseline_tiling("gemv", 1, 4096) == [[16, 1, 2], [1, 4, 32], [1, 16, 256]]
+    assert dcc.dcc_baseline_tiling("red", 1, 4096) == [[1, 1, 1], [16, 64, 4]]
+    assert dcc.dcc_baseline_tiling("va", 4, 4096) == [[4, 1, 1], [4, 64, 16]]
+    with pytest.raises(ValueError, match="batch dividing 16"):
+        dcc.dcc_baseline_tiling("red", 3, 4096)
+    with pytest.raises(ValueError, match="gemv, red and va"):
+        dcc.dcc_baseline_tiling("relu", 1, 4096)
+
+
+def test_artifact_gpu_rule():
+    """The artifact's GPU rule gives the paper's one stated single point from DCC's own cycles (RED
+    (1, 4096) on AttAcc: best 215 cycles, 3.94x), scales with the five cubes' work, and refuses what
+    it has no rule for."""
+    assert dcc.artifact_gpu_ns("red", 1, 4096) / (215 * dcc.DCC_NS_PER_CYCLE) == pytest.approx(3.94, rel=0.01)
+    # a RED of numOp = 5 blocks: its 2 x 4096 x 5 FP16 tile bytes over 5/108 of 0.81 x 3352 GB/s
+    assert dcc.artifact_gpu_ns("red", 1, 4096) == pytest.approx(2 * 4096 * 5 * 2 / (3352e9 * 0.81 * 5 / 108) * 1e9,
+                                                                rel=1e-3)
+    assert dcc.artifact_gpu_ns("gemv", 4, 512) > dcc.artifact_gpu_ns("gemv", 1, 512)
+    with pytest.raises(ValueError, match="no rule"):
+        dcc.artifact_layer_ns("conv", 1, 1, 1, 1)
+    with pytest.raises(ValueError, match="no GPU rule"):
+        dcc.artifact_gpu_ns("conv", 1, 1)
+
+
+def test_artifact_grid_and_fig8_cases():
+    g6, g7 = dcc.artifact_grid("fig6"), dcc.artifact_grid("fig7")
+    assert len(g6) == 8 + 8 + 6 and len(g7) == 8 + 3 * 9
+    assert {b for k, b, _ in g6 if k == "gemv"} == {1, 2, 4, 8}       # batch x heads {1,4} x {32,64} over 32
+    with pytest.raises(ValueError, match="figure"):
+        dcc.artifact_grid("fig8")
+    cases = dcc.fig8_gemv_cases()
+    assert len(cases) == 2 * 2 * 2
+    qkv = [c for c in cases if c["model"] == "LLAMA-33B" and c["batch"] == 4 and c["phase"] == "qkv"][0]
+    assert qkv["dcc_shape"] == (1, 42, 6656, 384)         # test_configs.py: ceil(batch * 10.4) heads per cube
+
+
+def test_averages_and_compare_configs():
+    df = pd.DataFrame([{"backend": "attacc", "kernel": "gemv", "dcc_vs_gpu": 2.0},
+                       {"backend": "attacc", "kernel": "red", "dcc_vs_gpu": 4.0},
+                       {"backend": "attacc", "kernel": "attn", "dcc_vs_gpu": math.nan}])
+    t = dcc.averages_table({"x": df})
+    r = t.iloc[0]
+    assert r.cases == 2 and r.kernels == "gemv, red" and r.hmean == pytest.approx(8 / 3)
+    assert r.gmean == pytest.approx(math.sqrt(8)) and r["hmean / v2"] == pytest.approx(8 / 3 / 3.92)
+    c = dcc.compare_configs({("gemv", "m"): 2.0}, {"a": {("gemv", "m"): 3.0}, "b": {}})
+    assert c["a / paper"].iloc[0] == 1.5 and math.isnan(c["b"].iloc[0])
+    with pytest.raises(ValueError, match="backend"):
+        dcc.dcc_system("upmem")
+
+
+def test_dccsim_cache_is_current():
+    """experiments/data/dcc_figures_dccsim.json holds a row per case of every figure, in the case
+    functions' order (re-run `experiments/dcc_figures_dccsim.py --recompute` after changing them)."""
+    from experiments import dcc_figures_dccsim as S
+    data = S.load()
+    for fig, backends in S.FIGURES.items():
+        df = data[fig]
+        want = [(b, k, bt, s) for b in backends for k, bt, s in S.cases(fig)]
+        assert list(zip(df.backend, df.kernel, df.batch, df["size"])) == want, fig
+    assert len(data["fig8_gemv"]) == len(dcc.fig8_gemv_cases())
+
+
+@pytest.mark.slow
+def test_dccsim_cache_recomputes():
+    """A sample of the cache recomputed under the "dcc" configurations: RED / VA on both backends
+    and one GEMV, equal to the cached rows (the fork's cycles are deterministic)."""
+    from experiments import dcc_figures_dccsim as S
+    from pimjax.search import Tuner
+    cached = pd.concat([S.load()["fig6"], S.load()["fig7"]])
+    tuner = Tuner()
+    for be, k, b, s in (("attacc", "red", 1, 4096), ("hbm-pim", "va", 4, 1024), ("attacc", "gemv", 1, 512)):
+        r = dcc.run_case_dcc(dcc.dcc_system(be), k, b, s, tuner)
+        c = cached.query("backend == @be and kernel == @k and batch == @b and size == @s").iloc[0]
+        for col in ("base_ns", "dcc_own_ns", "gpu_ns"):       # the fork's cycles and the roofline: exact
+            assert r[col] == pytest.approx(c[col], rel=1e-6), (be, k, b, s, col)
+        # the tuner's pick: within key_figures' band (ties it may break either way on another machine)
+        assert r["pim_ns"] == pytest.approx(c["pim_ns"], rel=0.05), (be, k, b, s)
+    # Fig. 8: the end-to-end arithmetic on the cached kernels gives the cached figures
+    from experiments.dcc_fig8_artifact import fig8
+    data = S.load()
+    e2e = fig8(data["fig8_gemv"].to_dict("records"), data["fig8_attention"].to_dict("records"))
+    cols = [c for c in e2e.columns if c.endswith(("ms", "speedup"))]
+    assert np.allclose(e2e[cols].to_numpy(float), data["fig8_e2e"][cols].to_numpy(float), rtol=1e-9)
+
+
+def test_fig8_artifact_arithmetic():
+    """The artifact's end-to-end arithmetic on two decode steps: the GPU system ignores the PIM inputs, a
+    slower PIM attention slows every PIM system and only them, faster DCC GEMVs speed up only the +DCC
+    systems, and the Full variants' FFN split makes them faster than the Base ones."""
+    from experiments.dcc_fig8_artifact import fig8_setting
+    gemv = {"qkv": 10_000.0, "proj": 3_000.0}
+    free = fig8_setting("GPT-13B", 1, 128, 3, gemv)
+    slow = fig8_setting("GPT-13B", 1, 128, 3, gemv, lambda L, dcc: 5_000.0)
+    fast = fig8_setting("GPT-13B", 1, 128, 3, {"qkv": 1_000.0, "proj": 300.0})
+    assert free["GPU"] == slow["GPU"] == fast["GPU"] > 0
+    for s in ("Attacc_base", "Attacc_base+DCC", "Attacc_full", "Attacc_full+DCC"):
+        assert slow[s] > free[s]
+    assert fast["Attacc_base"] == free["Attacc_base"] and fast["Attacc_base+DCC"] < free["Attacc_base+DCC"]
+    assert free["Attacc_full"] < free["Attacc_base"] and free["Attacc_full+DCC"] < free["Attacc_base+DCC"]

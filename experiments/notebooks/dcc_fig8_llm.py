@@ -25,9 +25,12 @@
 #
 # System (DCC §V): one A100 with 5 PIM-enabled HBM3 stacks (`attacc` preset, `stacks=5`), the GPU on DCC's
 # roofline (`a100("hbm3")`: 3352 GB/s x 0.81, 312 TFLOP/s x 0.8).  Settings: DCC's text does not list its
-# token counts; we use batch 1 with a 2 048-token prompt (both models) and batch 4 with a 512-token prompt
-# (LLaMA-2 33B), 16 output tokens each (one 16-token KV block of contexts), which keeps the notebook short;
-# `SETTINGS` below takes more.
+# token counts; its artifact does (`src/run_inference.py --all`): GPT-13B and LLaMA-33B at batch 1 and 4,
+# each with (input, output) tokens (128, 2048), (2048, 128) and (2048, 2048) -- twelve settings, their mean
+# being the paper's 4.88x (`dcc_figures.FIG8_SETTINGS`).  Here, to keep the notebook short, batch 1 with a
+# 2 048-token prompt (both models) and batch 4 with a 512-token prompt (LLaMA-2 33B), 16 output tokens each
+# (one 16-token KV block of contexts): not the artifact's; `SETTINGS` below takes more.  The last section
+# computes the figure under DCC's own configuration, at the artifact's settings.
 #
 # Two GPUs, each named where its figures appear:
 # - **DCC's GPU model** (`a100("hbm3")`, "dcc" roofline): what the paper's speedups are over. "Other" is
@@ -225,6 +228,87 @@ checked = pd.DataFrame(class_table("library", gpus=("a100",)))
 display(checked)
 
 # %% [markdown]
+# ## Under DCC's configuration: Fig. 8 the artifact's way on DCC's simulator
+#
+# How DCC's artifact builds Fig. 8 (`src/run_inference.py`, `src/inference/{model,system,devices}.py`):
+#
+# * **Five cubes, one simulated.** A PIM kernel's time is looked up in one cube's table at heads
+#   ceil(heads × batch / 5) (`devices.py` `get_time_from_predictor`, `config.py` `num_hbm=5`): the five cubes
+#   never interact, so the "dcc" configuration's one cube is the right machine; what Fig. 8 needs is that
+#   split rule, not a five-cube simulator.
+# * **QKV and projection per head.** With DCC (`model.py`, the `dcc` branch) QKV is a GEMV per head of input
+#   hidden, output 3 × 128, and the projection one of input 128, output hidden; per cube DCC's GEMV
+#   (1, ceil(H b / 5), input, output) -- at batch 4 four times the heads, the weights read once per sequence.
+#   The "dcc" configuration times these (below; `dcc_figures.fig8_gemv_cases`).
+# * **Attention** is DCC's fused ATTN kernel (GEMV, softmax, GEMV: `gen_trace_AttAcc_ATTN.py`, "inference"
+#   mode) at (1, ceil(H b / 5), 128, L) for every 16th context L. The pimjax "dcc" configuration cannot lower
+#   pimjax's attention block as DCC's kernel, so the port's generator (`pimjax.backends.dcc.traces.
+#   gen_attacc_attn`, added for this figure; the artifact CSV has no ATTN row, so it is checked against the
+#   generator's structure, not against the fork's cycles) is timed on the fork directly
+#   (`dcc_figures.fig8_attention_rows`): DCC's baseline, and DCC's choice the faster of it and the tilings a
+#   local search finds, every 128 tokens of context, linear in between.
+# * **What is not simulated at all in DCC's Fig. 8**, and sets much of its 4.88x: the FFN on PIM of the Full
+#   variants is a bandwidth split, not a PIM program (`system.py` `_ff_parallel`: the GPU's FFN time ×
+#   GPU bandwidth / (GPU bandwidth + GPU bandwidth × PIM/GPU peak ratio / batch)); the Full variants also
+#   overlap QKV / projection with the attention (`--pipeopt`, `_pipeline`); every norm and activation costs
+#   the GPU a fixed 6.87 µs / 8.29 µs plus its bytes (`devices.py` `_mem_time`), on every system; and the
+#   GPU is the artifact's tiled model with thread-block occupancy (`dcc_figures.artifact_layer_ns`), not the
+#   roofline of `a100("hbm3")`. pimjax's decode above simulates the FFN share and models none of the
+#   other three, which is where its Full+DCC departs from the paper's.
+#
+# The two GEMVs per cube, against the artifact's GPU time of the layer's FC (`experiments/dcc_figures_dccsim.py`,
+# cached): the paper's phase speedups are 3.21x (QKV) and 3.61x (projection), averaged over its settings.
+
+# %%
+from experiments import dcc_figures, dcc_figures_dccsim as dccsim
+gemv8 = dccsim.load()["fig8_gemv"]
+display(gemv8[["model", "batch", "phase", "dcc_shape", "pim_ns", "pimjax_base_ns", "gpu_artifact_ns",
+               "dcc_vs_gpu_artifact", "draft"]].round(2))
+phase8 = pd.DataFrame([{"phase": ph, "paper": paper_x, "dcc": gmean(gemv8[gemv8.phase == ph].dcc_vs_gpu_artifact)}
+                       for ph, paper_x in (("qkv", 3.21), ("proj", 3.61))])     # dcc: gmean over models x batch
+phase8["dcc / paper"] = phase8.dcc / phase8.paper
+display(phase8.round(3))
+
+# %% [markdown]
+# **Fig. 8 the artifact's way.** `experiments/dcc_fig8_artifact.py` ports the artifact's end-to-end
+# arithmetic (the generation stage: per token and layer, each layer's time on its device, the FFN split and
+# the pipelining of the Full variants, the GPU on the artifact's model) at the artifact's twelve settings,
+# with QKV / projection on PIM from the "dcc" configuration (above: the faster of the tuner's program and a
+# local search in DCC's notation, `dcc_figures.dcc_gemv_local_search`) and the attention on DCC's fork
+# (above); beside it the same with the attention free, an upper bound on every PIM system's speedup.
+
+# %%
+cache8 = dccsim.load()
+e2e, e2e_free = cache8["fig8_e2e"], cache8["fig8_e2e_free"]
+display(e2e.filter(regex="model|batch|lin|lout|speedup").round(3))
+SYS8 = ("Attacc_base", "Attacc_base+DCC", "Attacc_full", "Attacc_full+DCC")
+fig8_dcc = pd.DataFrame({"paper": {"Attacc_base+DCC": 1.45, "Attacc_full+DCC": 4.88},
+                         "dcc configuration": {s: float(e2e[f"{s} speedup"].mean()) for s in SYS8},
+                         "attention free (bound)": {s: float(e2e_free[f"{s} speedup"].mean()) for s in SYS8}})
+fig8_dcc.loc["DCC over AttAcc-Base"] = [1.24, *(fig8_dcc.loc["Attacc_base+DCC"] / fig8_dcc.loc["Attacc_base"])[1:]]
+fig8_dcc.loc["DCC over AttAcc-Full"] = [1.86, *(fig8_dcc.loc["Attacc_full+DCC"] / fig8_dcc.loc["Attacc_full"])[1:]]
+fig8_dcc.loc["Full+DCC max"] = [7.71, e2e["Attacc_full+DCC speedup"].max(), e2e_free["Attacc_full+DCC speedup"].max()]
+fig8_dcc["dcc / paper"] = fig8_dcc["dcc configuration"] / fig8_dcc.paper
+fig8_dcc.to_csv(os.path.join(OUT, "dcc_fig8_dcc_configuration.csv"))
+display(fig8_dcc.round(3))     # means over the twelve settings; "DCC over ...": ratios of those means
+full_dcc = e2e["Attacc_full+DCC speedup"]
+print(f"Full+DCC over the GPU under DCC's configuration: mean {full_dcc.mean():.2f}x, max {full_dcc.max():.2f}x "
+      f"(paper 4.88x / 7.71x); batch 1 {full_dcc[e2e.batch == 1].mean():.2f}x, batch 4 "
+      f"{full_dcc[e2e.batch == 4].mean():.2f}x")
+
+# %% [markdown]
+# Reading it. Under DCC's configuration, at the artifact's settings and with its arithmetic, Full+DCC comes out
+# 5.17x over the GPU on average against the paper's 4.88x (+6 %; the revised paper's 4.52x: +14 %), 7.68x at
+# most against 7.71x (LLaMA-2 33B, batch 1, 2048 + 2048 tokens, as the revised paper says), Base+DCC 1.45x
+# against 1.45x, and DCC over AttAcc-Base / -Full 1.23x / 1.97x against 1.24x / 1.86x. The attention on PIM
+# moves the means by under 2 % (the attention-free bound is 5.18x): what sets Full+DCC is the QKV /
+# projection GEMVs on one cube and the FFN's bandwidth split. At batch 4 DCC's per-head QKV GEMV on one cube
+# (32 or 42 heads of 384 outputs) beats the GPU's whole FC by only 1.3-1.7x, so batch 4 gives 2.7-3.9x and batch 1
+# 6.4-7.7x. Caveats: the attention comes from the port's ATTN generator, unchecked against the fork; DCC's
+# predictor is replaced by the tuner and a local search (the GEMVs) and a baseline-plus-local search (the
+# attention); the means are arithmetic over the twelve settings (the text does not say which mean).
+
+# %% [markdown]
 # ## Checks
 #
 # What must hold whatever the cycle model's details: each GPU's decode is slower than every PIM system, DCC's
@@ -245,7 +329,24 @@ for key in SETTINGS:
     lib_gpu = sum(runs["checked A100 (library)"][key].per_token()["gpu"].values())
     assert lib_gpu >= dcc_gpu, (key, lib_gpu, dcc_gpu)
 assert set(checked["gpu"]) == {"a100"} and (checked["rows"] > 0).all()
+# the "dcc" configuration's Fig. 8 GEMVs: DCC's per-cube cases in order, each on PIM with a finite time
+assert [(r.model, r.batch, r.phase) for r in gemv8.itertuples()] == \
+    [(c["model"], c["batch"], c["phase"]) for c in dcc_figures.fig8_gemv_cases()]
+assert np.isfinite(gemv8.pim_ns).all() and (gemv8.pim_ns > 0).all() and (gemv8.pim_ns <= gemv8.pimjax_base_ns).all()
+assert np.allclose(gemv8.dcc_vs_gpu_artifact, gemv8.gpu_artifact_ns / gemv8.pim_ns)
+assert (gemv8.pim_ns <= np.minimum(gemv8.tuned_ns, gemv8.search_ns) * (1 + 1e-9)).all()
+# the artifact's twelve settings; the attention-free run bounds the one with DCC's attention; with DCC the
+# Full system is faster than without at batch 1, and every PIM system beats the GPU
+assert len(e2e) == len(e2e_free) == 12 and (e2e.filter(like="speedup") > 1).all().all()
+assert (e2e_free.filter(like="speedup") >= e2e.filter(like="speedup") * (1 - 1e-9)).all().all()
+b1 = e2e[e2e.batch == 1]
+assert (b1["Attacc_full+DCC speedup"] > b1["Attacc_full speedup"]).all()
+att8 = cache8["fig8_attention"]
+assert (att8.dcc_ns <= att8.base_ns * (1 + 1e-9)).all() and (att8.base_ns > 0).all()
 # the figures themselves, against the values committed with the model (experiments/key_figures.py)
 from experiments import key_figures
 key_figures.check("dcc_fig8_llm", {f"{k} | {col}": v for col in ("pimjax, DCC's GPU model", "pimjax, checked A100")
-                                   for k, v in cmp[col].items()})
+                                   for k, v in cmp[col].items()}
+                  | {f"dcc configuration {r.phase} over GPU (artifact's rule)": r.dcc for r in phase8.itertuples()}
+                  | {f"dcc configuration: {k} | {c}": v for c in ("dcc configuration", "attention free (bound)")
+                     for k, v in fig8_dcc[c].items()})

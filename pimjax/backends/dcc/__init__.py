@@ -45,7 +45,9 @@ def predict(backend, kernel, shape, tiling, coupled=False, all_channels=False, r
     fork's simulation of the trace DCC generates.
 
     ``backend``: ``"attacc"`` or ``"hbmpim"``; ``kernel``: ``"gemv"``, ``"red"`` or ``"va"`` (VA only on
-    HBM-PIM); ``shape``: GEMV ``(batch, heads, d_head, seq_len)``, RED / VA ``(batch, length)``;
+    HBM-PIM), or on AttAcc the fused attention ``"attn"`` / ``"attn_inference"`` (its generator's two modes;
+    not checked against the fork: the artifact CSV has no ATTN row); ``shape``: GEMV / ATTN ``(batch, heads,
+    d_head, seq_len)``, RED / VA ``(batch, length)``;
     ``tiling``: DCC's ``[[g, c, t], ...]``, one triple per dimension (``tiling.validate`` says what is
     accepted; a bad one raises ``ValueError``).
 

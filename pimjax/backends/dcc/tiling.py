@@ -18,7 +18,11 @@ import math
 
 #: (backend, kernel) pairs the artifact has generators for -> number of triples / shape entries
 KERNELS = {("attacc", "gemv"): (3, 4), ("attacc", "red"): (2, 2),
-           ("hbmpim", "gemv"): (3, 4), ("hbmpim", "red"): (2, 2), ("hbmpim", "va"): (2, 2)}
+           ("hbmpim", "gemv"): (3, 4), ("hbmpim", "red"): (2, 2), ("hbmpim", "va"): (2, 2),
+           # the fused attention (score, softmax, context): Fig. 6's "kernel" and Fig. 8's "inference" mode
+           ("attacc", "attn"): (3, 4), ("attacc", "attn_inference"): (3, 4)}
+#: kernels whose triples tile [batch*heads, d_head, seq_len] (from a (batch, heads, d_head, seq_len) shape)
+MATRIX_KERNELS = ("gemv", "attn", "attn_inference")
 
 
 def match_alignment(Tl):
@@ -53,10 +57,10 @@ def wraps(tiling):
 
 
 def kernel_dims(kernel, shape):
-    """The dimensions the triples tile, in elements: GEMV ``[batch*heads, d_head, seq_len]`` from
+    """The dimensions the triples tile, in elements: GEMV / ATTN ``[batch*heads, d_head, seq_len]`` from
     ``(batch, heads, d_head, seq_len)``; RED / VA ``[batch, length]`` from ``(batch, length)``."""
     s = [int(x) for x in shape]
-    return [s[0] * s[1], s[2], s[3]] if kernel == "gemv" else s
+    return [s[0] * s[1], s[2], s[3]] if kernel in MATRIX_KERNELS else s
 
 
 def validate(backend, kernel, shape, tiling):
@@ -75,7 +79,7 @@ def validate(backend, kernel, shape, tiling):
         raise ValueError(f"shape {shape!r} is not a sequence of integers") from None
     if len(shape) != n_shape:
         raise ValueError(f"{kernel} takes a shape of {n_shape} entries "
-                         f"({'batch, heads, d_head, seq_len' if kernel == 'gemv' else 'batch, length'}), got {shape}")
+                         f"({'batch, heads, d_head, seq_len' if kernel in MATRIX_KERNELS else 'batch, length'}), got {shape}")
     if any(x <= 0 for x in shape):
         raise ValueError(f"shape {shape} has a non-positive entry")
     try:

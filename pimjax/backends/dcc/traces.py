@@ -1,6 +1,7 @@
 """DCC's trace generators, ported: (backend, kernel, tiling) -> the list of (request, byte address).
 
 Sources: ``src/attacc_trace_gen/gen_trace_AttAcc_GEMV.py`` (mode "kernel"), ``gen_trace_AttAcc_RED.py``,
+``gen_trace_AttAcc_ATTN.py`` (both modes; unchecked: the artifact CSV has no ATTN row),
 ``src/hbmpim_trace_gen/gen_trace_HBMPIM_GEMV.py``, ``gen_trace_HBMPIM_RED.py``, ``gen_trace_HBMPIM_VA.py``
 and ``src/generate_configs.py:match_alignment``.  The port emits the same commands, in the same order, at the
 same addresses as the originals (checked byte for byte on 68 rows of the artifact CSV).  The address map
@@ -321,9 +322,123 @@ def gen_hbmpim_va(tiling):
     return (ld + v + ret) * num_itr
 
 
+def gen_attacc_attn(tiling, mode="inference"):
+    """attacc_trace_gen/gen_trace_AttAcc_ATTN.py (``run_attention`` / ``attention``): the fused attention
+    kernel, score GEMV (K resident), softmax on the channel's unit, context GEMV (V resident), for DCC's
+    ``[batch*heads, d_head, seq_len]`` tiling.  ``mode``: ``"inference"`` (``attn_inference``, Fig. 8: the
+    query written by the host, ST only) or ``"kernel"`` (``attn_single``, Fig. 6: LD then ST in rounds of 16
+    columns between barriers).  Not checked against the fork's binary: ``dcc-artifact.csv`` has no ATTN rows."""
+    if mode not in ("inference", "kernel"):
+        raise ValueError(f"gen_attacc_attn: mode must be 'inference' or 'kernel', not {mode!r}")
+    tiling = [list(x) for x in tiling]
+
+    def total_size(num_itr):
+        itr = math.ceil(tiling[0][2] / num_itr)
+        mat = math.ceil(itr * tiling[1][2] * tiling[2][2] * DATA / PREFETCH) * PREFETCH
+        vec = math.ceil(itr * tiling[1][2] * DATA / PREFETCH) * PREFETCH
+        return itr, vec, mat, vec                    # Ret_size is sized by d_head too (l.281)
+    num_itr = 1
+    itr_size, vs, ms, rs = total_size(1)
+    while num_itr <= tiling[0][2]:
+        itr_size, vs, ms, rs = total_size(num_itr)
+        if vs + ms + rs <= GS_BA:
+            break
+        num_itr += 1
+    tiling[0][2] = itr_size
+    # attention(real_tiling, Mat_addr=0, Key_addr, Ret_addr): its Vec_addr is 0, its Mat_addr the key offset
+    Vec_addr, Mat_addr, Ret_addr = 0, ms, ms + vs
+    Tt = match_alignment(tiling)
+    nB = Tt[0][1] * Tt[1][1] * Tt[2][1]
+    nL = Tt[0][0] * Tt[1][0] * Tt[2][0]
+    bar = _barrier()
+    # score_mac
+    s_wrgb = []
+    for p1 in range(Tt[0][2]):
+        w = []
+        for p2 in range(Tt[1][2]):
+            pos = p1 * Tt[1][2] + p2
+            if pos % N_MAC == 0:
+                w += [("PIM_WR_GB", Vec_addr + l * GS_CH + b * GS_BA + pos) for b in range(nB) for l in range(nL)]
+        s_wrgb.append(w)
+    s_mac, s_mvsb = [], []
+    kc = math.ceil(Tt[1][2] / N_MAC)
+    for p2 in range(Tt[2][2]):
+        for p1 in range(kc):
+            s_mac += [("PIM_MAC_AB", Mat_addr + l * GS_CH + (p1 + p2 * kc) * GS_COL) for l in range(nL)]
+        if p2 % N_MAC == N_MAC - 1 or p2 == Tt[2][2] - 1:
+            s_mvsb += [("PIM_MV_SB", l * GS_CH + bg * GS_BG) for bg in range(math.ceil(nB / 4)) for l in range(nL)]
+    # context_mac
+    c_mvgb = []
+    for p1 in range(Tt[0][2]):
+        w = []
+        for p2 in range(Tt[1][2]):
+            pos = p1 * Tt[1][2] + p2
+            if pos % N_MAC == 0:
+                w += [("PIM_MV_GB", Vec_addr + l * GS_CH + b * GS_BA + pos) for b in range(nB) for l in range(nL)]
+        c_mvgb.append(w)
+    c_mac = []
+    lc = math.ceil(Tt[2][2] / N_MAC)
+    for p2 in range(Tt[1][2]):
+        for p1 in range(lc):
+            c_mac += [("PIM_MAC_AB", Mat_addr + l * GS_CH + (p1 + p2 * lc) * GS_COL) for l in range(nL)]
+        if p2 % N_MAC == N_MAC - 1 or p2 == Tt[1][2] - 1:
+            c_mac += [("PIM_MV_SB", Ret_addr + l * GS_CH + bg * GS_BG) for bg in range(math.ceil(nB / 4))
+                      for l in range(nL)]
+    # softmax: one PIM_SFM per core group of a channel, on all 16 channels (valid_channel = n_channel)
+    sfm = [("PIM_SFM", l * GS_CH + pos * (64 // Tt[0][1]) * GS_BA) for pos in range(Tt[0][1]) for l in range(N_CH)]
+    # data_LD (the query) and data_Ret
+    P = math.ceil(Tt[0][2] * Tt[1][2] / N_MAC)
+    ld = []
+    if mode == "kernel":
+        last = 0
+        for pos in range(P):
+            ld += [("LD", Vec_addr + l * GS_CH + b * GS_BA + pos * PREFETCH) for b in range(nB) for l in range(nL)]
+            if pos % 16 == 15 or pos + 1 == P:
+                ld += bar
+                ld += [("ST", Vec_addr + l * GS_CH + b * GS_BA + sp * PREFETCH) for b in range(nB)
+                       for sp in range(last, pos + 1) for l in range(nL)]
+                last = pos + 1
+                ld += bar
+    else:
+        ld = [("ST", Vec_addr + l * GS_CH + b * GS_BA + pos * PREFETCH) for pos in range(P) for b in range(nB)
+              for l in range(nL)]
+    ret = [("ST", Ret_addr + l * GS_CH + b * GS_BA + pos * PREFETCH) for pos in range(P) for b in range(nB)
+           for l in range(nL)]
+    # run_attention's assembly, iterations in pairs (every iteration's lists are the same)
+    T0 = tiling[0][2]
+    out = []
+    for itr in range(0, num_itr, 2):
+        nxt = itr + 1 < num_itr
+        out += ld + (ld if nxt else []) + bar
+        for j in range(T0):
+            out += s_wrgb[j] + s_mac
+        out += s_mvsb
+        if nxt:
+            for j in range(T0):
+                out += s_wrgb[j]
+            out += bar
+            for j in range(T0):
+                out += s_mac
+        out += sfm
+        for j in range(T0):
+            out += c_mvgb[j]
+        if nxt:
+            out += s_mvsb + bar
+        for j in range(T0):
+            out += c_mac
+        if nxt:
+            out += sfm + bar
+            for j in range(T0):
+                out += c_mvgb[j] + c_mac
+        out += bar + ret + (ret if nxt else [])
+    return out
+
+
 GENERATORS = {("attacc", "gemv"): gen_attacc_gemv, ("attacc", "red"): gen_attacc_red,
               ("hbmpim", "gemv"): gen_hbmpim_gemv, ("hbmpim", "red"): gen_hbmpim_red,
-              ("hbmpim", "va"): gen_hbmpim_va}
+              ("hbmpim", "va"): gen_hbmpim_va,
+              ("attacc", "attn"): lambda t: gen_attacc_attn(t, "kernel"),
+              ("attacc", "attn_inference"): gen_attacc_attn}
 
 
 def gen_trace(backend, kernel, tiling):
@@ -336,7 +451,7 @@ def gen_trace(backend, kernel, tiling):
 # request type name in the trace -> final command (m_request_translations)
 
 REQ_FINAL = {"LD": "RD", "ST": "WR", "PIM_MAC_AB": "MACAB", "PIM_WR_GB": "WRGB", "PIM_MV_SB": "MVSB",
-             "PIM_BARRIER": "BARRIER", "PIM_LD_OP1": "LD_OP1", "PIM_ADD_OP1": "ADD_OP1",
+             "PIM_BARRIER": "BARRIER", "PIM_MV_GB": "MVGB", "PIM_SFM": "SFM", "PIM_LD_OP1": "LD_OP1", "PIM_ADD_OP1": "ADD_OP1",
              "PIM_MAC_OP1": "MAC_OP1", "PIM_WB_ACC": "WB_ACC", "PIM_WB_RES": "WB_RES",
              "PIM_ACC_RESET": "ACC_RESET"}
 
