@@ -21,18 +21,25 @@ $(DOCS_STAMP): $(STAMP)
 demo: $(STAMP)
 	$(PY) -m pimjax.demo
 
+# numba's compiled kernels into __pycache__ first, once, in two processes: otherwise both xdist workers
+# compile the same functions on a clean clone (pimjax/testing/warm.py)
+WARM = $(PY) -m pimjax.testing.warm --part 0 --of 2 & $(PY) -m pimjax.testing.warm --part 1 --of 2; wait
+
 # the suite without the cases marked slow (notebooks included); CI (.ci/run) runs those too.  In file
 # order: a red CI run names a test, not a shuffle; `make test-random SEED=n` shuffles (pytest-randomly)
 test: $(STAMP)
+	$(WARM)
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow" --durations=25 -p no:randomly
 
 test-slow: $(STAMP)
+	$(WARM)
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m slow -p no:randomly
 
 SEED ?= $(shell date +%s)
 # the same suite in a random order (tests and, within a worker, files), the seed printed to rerun it
 test-random: $(STAMP)
 	@echo "pytest-randomly seed $(SEED)"
+	$(WARM)
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow" -p randomly --randomly-seed=$(SEED)
 
 # the documentation site (mkdocs.yml, docs/): a strict build, every warning an error, into site/
