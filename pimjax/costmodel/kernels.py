@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..backends import families, family_of, has_family
+from ..backends import families, family_of
 from ..hw.core import Backend
 from ..kernels import FUNCTIONS, arg_shapes
 from ..partition import DraftTable, dimension_sets, drafts
