@@ -1,5 +1,10 @@
 """Train the shipped cost models: `python -m pimjax.costmodel.train [--backend NAME|all]`.
 
+NAME is a model name (`configs.model_names()`): a family's ("hbm-pim") or a
+controller configuration's ("hbm-pim.dcc": `get_backend("hbm-pim",
+simulator="dcc")`, labelled by DCC's fork, on the kernels it times
+(`ControllerModel.kernels`) and on its family's preset broad cases of those).
+
 Per backend:
 
 1. round 1 — label random drafts (and the closed-form estimate's best) of
@@ -161,9 +166,12 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
     cases = ds.training_cases(name, plan, seed=seed)
     # the shipped models' shapes on the preset and structural variants (`broad.py`'s train split),
     # sampled sparsely: their spaces are too large, and their drafts too slow, for the random plan;
-    # a controller's configuration has no structural variants (DCC's one cube), so none there
-    broad = [(c["kernel"], tuple(c["shape"]), c["hw"]) for c in broad_cases("train") if c["backend"] == name] \
-        if broad_top and controller is None else []
+    # a controller's configuration has no structural variants (DCC's one cube): its family's preset
+    # cases of the kernels it times, on the configuration
+    kernels = ds.supported_kernels(name)
+    broad = [(c["kernel"], tuple(c["shape"]), c["hw"]) for c in broad_cases("train")
+             if c["backend"] == family and (controller is None or (not c["hw"] and c["kernel"] in kernels))] \
+        if broad_top else []
     bplan = ds.Plan(random_per_case=broad_random, estimate_per_case=2, dense_drafts=broad_random)
     path = ds.records_path(name, cache)
     summary: dict = {"backend": name, "cases": len(cases), "broad_cases": len(broad), "seed": seed}
