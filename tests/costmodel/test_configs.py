@@ -4,7 +4,6 @@ labels, chosen by the Backend's configuration (its group's controller, `Family.c
 not by its name; the default configurations keep their family's model."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from pimjax.backends import family_of
