@@ -14,6 +14,9 @@ The plain GEMV `W @ x` (`gemv`) is evaluated too, as an extra row: DCC's
 generator times it as the same GEMV.  "dcc" times GEMV, RED and VA only
 (`Family.controller_models`): its ATTN and RELU rows are absent.
 
+With "dcc", the same cases ranked by the families' models (trained on the default engines' labels, what
+the tuner used on "dcc" before it had models of its own) are written too, as "dcc-family-model".
+
 Writes experiments/data/dcc_table2.json: per configuration the cases (their
 `CaseResult`s), the `table2` rows, the model's name and its training
 summary, and the seconds taken; `experiments/notebooks/dcc_table2.py` reads
@@ -35,6 +38,9 @@ sys.path.insert(0, os.path.dirname(HERE))
 OUT = os.path.join(HERE, "data", "dcc_table2.json")
 FAMILIES = ("attacc", "hbm-pim")                        # DCC's two backends
 CONFIGS = {"default": {}, "dcc": {"simulator": "dcc"}}  # configuration -> preset options
+# the dcc configuration's cases ranked by the family's model (trained on the default engines' labels),
+# as the tuner ranked them before the dcc configuration had models of its own: why it needs them
+BEFORE = "dcc-family-model"
 
 
 def config_cases(config: str, kernels=None) -> list[dict]:
@@ -55,16 +61,18 @@ def config_cases(config: str, kernels=None) -> list[dict]:
     return out
 
 
-def evaluate_config(config: str, cases: list[dict], cache: str | None, top_k: int = 8, log=print) -> dict:
+def evaluate_config(config: str, cases: list[dict], cache: str | None, top_k: int = 8, log=print,
+                    family_model: bool = False) -> dict:
     """{"model": {family: model name}, "training": {family: weights summary}, "cases": [...],
-    "table": `table2` rows, "seconds"} of one configuration."""
+    "table": `table2` rows, "seconds"} of one configuration; family_model: rank with the family's
+    model whatever the configuration's is."""
     from pimjax.costmodel.configs import model_name
     from pimjax.costmodel.evaluate import evaluate_case, table2
     from pimjax.costmodel.predictor import load_for, weights_path
     from pimjax.hw.presets import get_backend
     t0 = time.time()
     backends = {f: get_backend(f, **CONFIGS[config]) for f in FAMILIES}
-    models = {f: load_for(b) for f, b in backends.items()}
+    models = {f: load_for(f if family_model else b) for f, b in backends.items()}
     results = []
     for i, c in enumerate(cases):
         r = evaluate_case(models[c["backend"]], backends[c["backend"]], c["kernel"], c["shape"], top_k=top_k,
@@ -75,13 +83,13 @@ def evaluate_config(config: str, cases: list[dict], cache: str | None, top_k: in
             f"top-{top_k} {'best' if r.topk_best else f'{r.topk_rel:.3f}':>6s}  {r.seconds:5.1f} s")
     training = {}
     for f, b in backends.items():
-        summary = weights_path(model_name(b)).replace(".msgpack", ".json")
+        summary = weights_path(f if family_model else model_name(b)).replace(".msgpack", ".json")
         if os.path.exists(summary):
             with open(summary) as fh:
                 s = json.load(fh)
-            training[f] = {k: s.get(k) for k in ("rows", "groups", "cases", "label_seconds", "train_seconds",
-                                                 "round1_seconds", "train_top1")}
-    return {"model": {f: model_name(b) for f, b in backends.items()}, "training": training,
+            training[f] = {k: s.get(k) for k in ("rows", "groups", "cases", "broad_cases", "label_seconds",
+                                                 "train_seconds", "round1_seconds", "train_top1")}
+    return {"model": {f: f if family_model else model_name(b) for f, b in backends.items()}, "training": training,
             "cases": [dict(asdict(r), config=config) for r in results], "table": table2(results),
             "seconds": round(time.time() - t0, 1)}
 
@@ -105,9 +113,12 @@ def main(argv=None) -> int:
         with open(args.out) as fh:
             data = json.load(fh)
     failed = []
-    for config in configs:
+    for config in configs + ([BEFORE] if "dcc" in configs else []):
         try:
-            data[config] = evaluate_config(config, config_cases(config), args.cache, args.top_k)
+            if config == BEFORE:
+                data[config] = evaluate_config("dcc", config_cases("dcc"), args.cache, args.top_k, family_model=True)
+            else:
+                data[config] = evaluate_config(config, config_cases(config), args.cache, args.top_k)
         except Exception as err:  # noqa: BLE001 - reported, the other configuration still runs
             failed.append(f"{config}: {type(err).__name__}: {err}")
             print(failed[-1], file=sys.stderr)
