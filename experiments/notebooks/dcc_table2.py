@@ -70,7 +70,7 @@ for ax, col, label in ((axes[0], "best_frac", "#Best (fraction of cases)"),
     for k, c in enumerate(COLUMNS):
         ax.bar(x - 0.1 + 0.2 * k, side[f"{c} {col}"].fillna(0), 0.2, label=f"pimjax, {c}")
     ax.set_xticks(list(x), side.row, rotation=30, fontsize=7); ax.set_ylim(0.0, 1.02); ax.set_title(label)
-axes[0].legend(fontsize=7); plt.tight_layout()
+axes[0].legend(fontsize=7, loc="lower left"); plt.tight_layout()
 dcc.save(fig, "dcc_table2", side, *(data[c]["table"] for c in COLUMNS)); plt.show()
 
 # %% [markdown]
