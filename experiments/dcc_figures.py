@@ -674,24 +674,56 @@ def table2_cases(per_row: int = 3, per_row_of: dict | None = None) -> list[dict]
     return out
 
 
-def table2_subset(cases, top_k: int = 8, cache_dir=False):
+def table2_subset(cases, top_k: int = 8, cache_dir=False, simulator: str = "pimjax"):
     """(CaseResults, DataFrame of `pimjax.costmodel.evaluate.table2` rows) for
-    `cases` with the shipped cost models and the backends' presets (as
-    `experiments/predictor_accuracy.py`).  cache_dir=False: simulate, keep
-    no label cache."""
+    `cases` with the backends' presets under `simulator` ("pimjax": the default
+    configuration; "dcc": DCC's forks) and the cost model each configuration
+    ranks with (`pimjax.costmodel.predictor.load_for`: the family's, or the one
+    trained on DCC's labels), as `experiments/predictor_accuracy.py`.
+    cache_dir=False: simulate, keep no label cache."""
     import pandas as pd
 
     from pimjax.costmodel.evaluate import evaluate_case, table2
-    from pimjax.costmodel.predictor import load_default
+    from pimjax.costmodel.predictor import load_for
     from pimjax.hw.presets import get_backend
     backends, models, results = {}, {}, []
     for c in cases:
         b = c["backend"]
         if b not in backends:
-            backends[b], models[b] = get_backend(b), load_default(b)
+            backends[b] = get_backend(b, simulator=simulator)
+            models[b] = load_for(backends[b])
         results.append(evaluate_case(models[b], backends[b], c["kernel"], c["shape"], top_k=top_k,
                                      cache_dir=cache_dir))
     return results, pd.DataFrame(table2(results))
+
+
+TABLE2_DATA = "data/dcc_table2.json"   # experiments/dcc_table2_configs.py writes it
+
+
+def table2_load(path: str | None = None) -> dict:
+    """{configuration: {"results": [CaseResult], "table": DataFrame of `table2` rows over
+    Table II's rows' cases, "gemv": the same over the plain GEMV's (an extra row), "model",
+    "training", "seconds"}} of `experiments/dcc_table2_configs.py`'s file (default TABLE2_DATA)."""
+    import json
+    import os
+
+    import pandas as pd
+
+    from pimjax.costmodel.evaluate import CaseResult, table2
+    path = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), TABLE2_DATA)
+    with open(path) as fh:
+        data = json.load(fh)
+    rows = {c for _, _, c in TABLE2_ROWS}
+    out = {}
+    for config, d in data.items():
+        if not isinstance(d, dict):            # top_k
+            continue
+        results = [CaseResult(**{k: v for k, v in c.items() if k != "config"}) for c in d["cases"]]
+        out[config] = {"results": results,
+                       "table": pd.DataFrame(table2([r for r in results if r.kernel in rows])),
+                       "gemv": pd.DataFrame(table2([r for r in results if r.kernel == "gemv"])),
+                       "model": d["model"], "training": d["training"], "seconds": d["seconds"]}
+    return out
 
 
 def table2_compare(table):

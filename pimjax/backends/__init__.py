@@ -35,6 +35,7 @@ from ..family import (  # noqa: F401
     FAMILIES,
     FAMILY_MODULES,
     PACKAGE,
+    ControllerModel,
     EstimateInputs,
     Family,
     TrainingShapes,
@@ -57,4 +58,5 @@ def baseline(op, backend):
 
 
 __all__ = ["Family", "FAMILIES", "FAMILY_MODULES", "register", "families", "family_of", "has_family", "missing_family",
-           "baseline", "own_time_model", "EstimateInputs", "TrainingShapes"]
+           "baseline", "own_time_model", "EstimateInputs", "TrainingShapes",
+           "ControllerModel"]

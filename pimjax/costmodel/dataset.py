@@ -49,9 +49,12 @@ HELD_OUT: dict[tuple[str, str], set] = {}
 
 
 def held_out(backend: str, kernel: str) -> set:
-    key = (backend, kernel)
+    """The held-out shapes of `kernel` on a family or model name (`configs.model_name`):
+    a controller's model is judged on its family's held-out shapes, so it never trains on them."""
+    from .configs import split
+    key = (split(backend)[0], kernel)
     if key not in HELD_OUT:
-        HELD_OUT[key] = {tuple(c["shape"]) for c in default_cases() if c["backend"] == backend
+        HELD_OUT[key] = {tuple(c["shape"]) for c in default_cases() if c["backend"] == key[0]
                          and c["kernel"] == kernel}
     return HELD_OUT[key]
 
@@ -301,13 +304,17 @@ class Plan:
 
 
 def plan_of(backend: Backend | str) -> Plan:
-    """The round-1 `Plan` of a backend (or family name): its family's
-    `TrainingShapes.shapes_per_kernel`, the other counts the defaults."""
+    """The round-1 `Plan` of a backend (or family or model name, `configs.model_name`): its
+    family's `TrainingShapes.shapes_per_kernel`, the other counts the defaults."""
+    if isinstance(backend, str):
+        from .configs import split
+        backend = split(backend)[0]
     return Plan(shapes_per_kernel=family_of(backend).training_shapes.shapes_per_kernel)
 
 
 def training_cases(backend: str, plan: Plan | None = None, seed: int = 0) -> list[tuple[str, tuple]]:
-    """The (kernel, shape) training cases of `backend` (deterministic in `seed`)."""
+    """The (kernel, shape) training cases of `backend`, a family or model name (deterministic in
+    `seed`; never a held-out shape, `held_out`)."""
     plan = plan or plan_of(backend)
     rng = np.random.default_rng([seed, sum(map(ord, backend))])
     out = []

@@ -83,7 +83,10 @@ def _cache_path(backend: Backend, case, cache_dir) -> str | None:
     """The npz of a case's exhaustive labels under `cache_dir` (False: none)."""
     if cache_dir is False:
         return None
-    d = os.path.join(cache_dir or CACHE_DIR, "exhaustive", backend.name)
+    # per cost model (`configs.model_name`): a configuration timed by a controller of its own (DCC's forks)
+    # has the same drafts as its family's preset and other cycles
+    from .configs import model_name
+    d = os.path.join(cache_dir or CACHE_DIR, "exhaustive", model_name(backend))
     os.makedirs(d, exist_ok=True)
     return os.path.join(d, f"{case.kernel}-{'x'.join(map(str, case.shape))}.npz")
 

@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..backends import families, family_of, has_family
+from ..backends import families, family_of
 from ..hw.core import Backend
 from ..kernels import FUNCTIONS, arg_shapes
 from ..partition import DraftTable, dimension_sets, drafts
@@ -36,9 +36,12 @@ KERNELS = ("gemv", "red", "va", "relu", "mmtv", "attn", "gemm", "conv")
 
 
 def supported_kernels(backend) -> tuple:
-    """The kernels `backend`'s family lowers (`Family.kernels`; a Backend or a
-    family name; () when no family implements it)."""
-    return family_of(backend).kernels if has_family(backend) else ()
+    """The kernels the cost model of `backend` covers (a Backend, a family
+    name or a model name, `configs.model_name`): its family's
+    (`Family.kernels`), or those its controller times
+    (`ControllerModel.kernels`); () when no family implements it."""
+    from .configs import model_kernels
+    return model_kernels(backend)
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,5 +1,10 @@
 """Train the shipped cost models: `python -m pimjax.costmodel.train [--backend NAME|all]`.
 
+NAME is a model name (`configs.model_names()`): a family's ("hbm-pim") or a
+controller configuration's ("hbm-pim.dcc": `get_backend("hbm-pim",
+simulator="dcc")`, labelled by DCC's fork, on the kernels it times
+(`ControllerModel.kernels`) and on its family's preset broad cases of those).
+
 Per backend:
 
 1. round 1 — label random drafts (and the closed-form estimate's best) of
@@ -35,7 +40,7 @@ import time
 
 import numpy as np
 
-from ..backends import families, family_of
+from ..backends import family_of
 
 # residual models (`CostModel(base=...)`): the network learns log(cycles / estimate) where a
 # closed-form estimate prices the backend's drafts from the draft alone.  UPMEM's and Newton's
@@ -52,6 +57,11 @@ BASE = "est_t_total"
 # two-member spread was a poor uncertainty; two for Newton and UPMEM) and the drafts per broad
 # train case in each model-driven round (`broad_top`: 0 for UPMEM, whose estimate walks the
 # lowering exactly, so its residual has nothing to learn there).
+
+
+# the settings of `make train` (the CLI's defaults), which a model trained at first use
+# (`predictor.load_for`) takes too
+DEFAULTS = {"steps1": 2000, "steps2": 5000, "seconds": 900.0, "model_top": [10, 10], "seed": 0}
 
 
 def _arg(check):
@@ -139,23 +149,28 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
                   broad_top: int | None = None, **hp) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..hw.presets import get_backend
     from . import dataset as ds
     from .broad import broad_cases
+    from .configs import model_backend, split
     from .model import CostModel
     from .predictor import sigma_floor
 
     check_train_args(steps2, seconds, model_top)
-    members = family_of(name).training_shapes.members if members is None else members
-    broad_top = family_of(name).training_shapes.broad_top if broad_top is None else broad_top
+    family, controller = split(name)        # a family's model, or a controller's ("hbm-pim.dcc", configs.py)
+    members = family_of(family).training_shapes.members if members is None else members
+    broad_top = family_of(family).training_shapes.broad_top if broad_top is None else broad_top
     # built before any labelling, so a bad hyper-parameter fails in seconds, not after minutes
     model = CostModel(seed=seed, steps=steps1, seconds=seconds, members=members, **hp)
-    backend = get_backend(name)
+    backend = model_backend(name)
     plan = ds.plan_of(name)
     cases = ds.training_cases(name, plan, seed=seed)
     # the shipped models' shapes on the preset and structural variants (`broad.py`'s train split),
-    # sampled sparsely: their spaces are too large, and their drafts too slow, for the random plan
-    broad = [(c["kernel"], tuple(c["shape"]), c["hw"]) for c in broad_cases("train") if c["backend"] == name] \
+    # sampled sparsely: their spaces are too large, and their drafts too slow, for the random plan;
+    # a controller's configuration has no structural variants (DCC's one cube): its family's preset
+    # cases of the kernels it times, on the configuration
+    kernels = ds.supported_kernels(name)
+    broad = [(c["kernel"], tuple(c["shape"]), c["hw"]) for c in broad_cases("train")
+             if c["backend"] == family and (controller is None or (not c["hw"] and c["kernel"] in kernels))] \
         if broad_top else []
     bplan = ds.Plan(random_per_case=broad_random, estimate_per_case=2, dense_drafts=broad_random)
     path = ds.records_path(name, cache)
@@ -249,21 +264,23 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default="all", help="hbm-pim | attacc | newton | upmem | all")
+    ap.add_argument("--backend", default="all",
+                    help="a comma list of cost models (configs.model_names(): hbm-pim, attacc, newton, upmem, "
+                         "and the DCC configurations' attacc.dcc, hbm-pim.dcc) or all")
     ap.add_argument("--cache", default=os.environ.get("PIMJAX_COSTMODEL_CACHE", "/tmp/costmodel"),
                     help="labelled records (JSON lines) and the XLA compile cache")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "weights"),
                     help="directory for <backend>.msgpack/.json (default: the package's shipped weights, "
                          "which `make train` reproduces; give another directory to keep them)")
-    ap.add_argument("--steps1", type=_arg(positive_int), default=2000,
+    ap.add_argument("--steps1", type=_arg(positive_int), default=DEFAULTS["steps1"],
                     help="Adam steps before each model-driven round")
-    ap.add_argument("--steps2", type=_arg(positive_int), default=5000, help="Adam steps of the final fit")
-    ap.add_argument("--seconds", type=_arg(positive_float), default=900.0,
+    ap.add_argument("--steps2", type=_arg(positive_int), default=DEFAULTS["steps2"], help="Adam steps of the final fit")
+    ap.add_argument("--seconds", type=_arg(positive_float), default=DEFAULTS["seconds"],
                     help="training time cap per backend (a guard: the steps decide, so the weights are "
                          "reproducible on a loaded box; 60 s stopped a fit at 200 of 5 000 steps there)")
-    ap.add_argument("--model-top", type=_arg(model_top_list), default=[10, 10],
+    ap.add_argument("--model-top", type=_arg(model_top_list), default=DEFAULTS["model_top"],
                     help="drafts per training shape labelled in each model-driven round (comma list)")
-    ap.add_argument("--seed", type=_arg(non_negative_int), default=0)
+    ap.add_argument("--seed", type=_arg(non_negative_int), default=DEFAULTS["seed"])
     ap.add_argument("--members", type=_arg(positive_int), default=None,
                     help="ensemble members, their log-cycles averaged (default: the family's "
                          "TrainingShapes.members)")
@@ -290,18 +307,18 @@ def main(argv=None) -> int:
     from rich.table import Table
     console = Console(width=max(120, Console().width))
     _jax_cache(args.cache)
-    names = tuple(families()) if args.backend == "all" else tuple(args.backend.split(","))
-    bad = [n for n in names if n not in families()]
+    from .configs import model_backend, model_names
+    names = tuple(model_names()) if args.backend == "all" else tuple(args.backend.split(","))
+    bad = [n for n in names if n not in model_names()]
     if bad:
-        console.print(f"[red]unknown backend(s) {bad}; choose from {families()} or all")
+        console.print(f"[red]unknown backend(s) {bad}; choose from {model_names()} or all")
         return 2
     rows = []
     for name in names:
         if args.relabel:
-            from ..hw import get_backend
             from .dataset import records_path, relabel
             t0 = time.time()
-            n, changed = relabel(get_backend(name), records_path(name, args.cache))
+            n, changed = relabel(model_backend(name), records_path(name, args.cache))
             console.print(f"{name}: relabelled {n} records in {time.time() - t0:.0f} s, {changed} labels changed")
         s = train_backend(name, cache=args.cache, out_dir=args.out, steps1=args.steps1, steps2=args.steps2,
                           seconds=args.seconds, model_top=args.model_top,

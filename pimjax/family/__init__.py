@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import PimCompileError
-from .hooks import EstimateInputs, TrainingShapes
+from .hooks import ControllerModel, EstimateInputs, TrainingShapes
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,11 @@ class Family:
               "dcc", DCC's Ramulator2 forks replaying the trace DCC's
               generator writes for the draft's tiling, `backends/dcc/`):
               each has `cycles`' signature and stands in for it.
+    controller_models: {controller name: `hooks.ControllerModel`} of the
+              program controllers whose configurations have a cost model of
+              their own (`costmodel.configs.model_name`: "<family>.<controller>",
+              trained on that controller's labels); a controller not listed
+              ranks with the family's model.
     lower_bound: (op, table, backend, shapes, options) -> [n] cycles no
               draft of `table` can beat when simulated, or None (no bound
               for this op): the exhaustive tuner's branch and bound skips
@@ -101,6 +106,7 @@ class Family:
     controllers: dict = field(default_factory=dict)
     extra_drafts: Callable | None = None
     program_controllers: dict = field(default_factory=dict)
+    controller_models: dict = field(default_factory=dict)
     estimates: Callable | None = None
     training_shapes: TrainingShapes = field(default_factory=TrainingShapes)
 
@@ -186,4 +192,5 @@ def has_family(backend: Any) -> bool:
 
 
 __all__ = ["Family", "FAMILIES", "FAMILY_MODULES", "PACKAGE", "register", "families", "family_of", "has_family",
-           "missing_family", "own_time_model", "own_timer", "EstimateInputs", "TrainingShapes"]
+           "missing_family", "own_time_model", "own_timer", "EstimateInputs", "TrainingShapes",
+           "ControllerModel"]

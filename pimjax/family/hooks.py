@@ -5,6 +5,9 @@ reverse).
 * `TrainingShapes` (`Family.training_shapes`): what a family's cost model is
   trained and judged on -- data, read by `costmodel.kernels`, `.dataset`,
   `.broad` and `.train`.
+* `ControllerModel` (`Family.controller_models`): a configuration timed by
+  a controller of its own that has a cost model of its own -- data, read by
+  `costmodel.configs`.
 * `EstimateInputs` (`Family.estimates`' argument): one draft table's columns
   and the generic closed-form estimates, from which a family with a time
   model of its own (UPMEM's DPU pipeline, Newton's command stream) prices
@@ -45,6 +48,23 @@ class TrainingShapes:
     heldout_hw: tuple = ()
     members: int = 2
     broad_top: int = 2
+
+
+@dataclass(frozen=True, eq=False)
+class ControllerModel:
+    """A configuration of a family whose programs one of its program
+    controllers times (`Family.program_controllers`: a simulator of its own,
+    e.g. DCC's Ramulator2 forks) and whose cost model is trained on that
+    controller's labels: the family's model was trained on the default
+    engines' cycles, which rank the drafts differently.
+
+    options: the preset options that build the configuration
+        (`get_backend(family, **options)`, e.g. {"simulator": "dcc"}).
+    kernels: the kernels (`costmodel.kernels`) that controller times; the
+        model is trained and judged on these only (a subset of `Family.kernels`).
+    """
+    options: dict = field(default_factory=dict)
+    kernels: tuple = ()
 
 
 @dataclass(frozen=True, eq=False)

@@ -231,7 +231,10 @@ class Database:
             return
         X = np.stack([features(op, drafts[i], backend, shapes, matrix=matrix) for i in ok])
         group = f"{op_signature(op)}|{backend_fingerprint(backend)}" + ("" if matrix is None else f"|matrix={matrix}")
-        self.label_store.append(backend.family, group, X, np.asarray(totals, np.float64)[ok])
+        # under the model that ranks this backend (`costmodel.configs.model_name`): a controller's labels
+        # (DCC's forks) are not its family's
+        from ..costmodel.configs import model_name
+        self.label_store.append(model_name(backend), group, X, np.asarray(totals, np.float64)[ok])
 
 
 class Strategy:

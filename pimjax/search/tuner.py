@@ -188,19 +188,22 @@ class Tuner:
 
     # -- model ---------------------------------------------------------------
     def model_for(self, backend: Backend):
+        from ..costmodel.configs import model_name
+        name = model_name(backend)
         if self._model is not None:
             trained = getattr(self._model, "meta", {}).get("backend")
-            if trained not in (None, backend.family) and not getattr(self, "_warned", False):
+            if trained not in (None, name) and not getattr(self, "_warned", False):
                 self._warned = True
-                warnings.warn(f"the tuner's cost model was trained for {trained}, not {backend.name}: its "
+                warnings.warn(f"the tuner's cost model was trained for {trained}, not {name}: its "
                               "ranking of these drafts means little", RuntimeWarning, stacklevel=user_stacklevel())
             return self._model
-        # one shipped model per backend family, on the backend's own features (the hardware vector),
-        # so a user-defined backend of a family ranks with it
-        if backend.family not in self._models:
-            from ..costmodel.predictor import load_default
-            self._models[backend.family] = load_default(backend.family)
-        return self._models[backend.family]
+        # one model per backend family, on the backend's own features (the hardware vector), so a
+        # user-defined backend of a family ranks with it; a configuration timed by a controller of
+        # its own (DCC's forks) with its controller's model (`costmodel.configs`)
+        if name not in self._models:
+            from ..costmodel.predictor import load_for
+            self._models[name] = load_for(name)
+        return self._models[name]
 
     def model_source(self, backend: Backend) -> str:
         """Which cost model ranks this backend's drafts, in words (for the
@@ -213,6 +216,10 @@ class Tuner:
             trained = getattr(self._model, "meta", {}).get("backend")
             return f"the model passed to the Tuner (trained for {trained})" if trained else \
                 "the model passed to the Tuner"
+        from ..costmodel.configs import model_name
+        name = model_name(backend)
+        if name != backend.family:
+            return f"the {name} model (trained on its controller's labels); top {self.top_k} simulated"
         own = "" if backend.name == backend.family else \
             f" on {backend.name}'s own features (no model is trained for {backend.name})"
         return f"the {backend.family} family's shipped model{own}; top {self.top_k} simulated"

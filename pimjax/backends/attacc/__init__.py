@@ -15,7 +15,7 @@ softmax unit per channel, for attention.
 """
 from ...family.hooks import EVAL_ELEM, EVAL_GEMV, EVAL_MMTV
 from ...lower.patterns import match_attention
-from .. import Family, TrainingShapes, register
+from .. import ControllerModel, Family, TrainingShapes, register
 from ..dcc.engine import dcc_lowering, dcc_timer
 from .attention import attention_op, lower_attention
 from .baseline import attacc_baseline
@@ -41,6 +41,8 @@ FAMILY = register(Family(
     block_operands=attention_op, reduction_vector=True,
     # simulator="dcc": DCC's AttAcc Ramulator2 fork times the draft's tiling (`backends/dcc/engine.py`)
     program_controllers={"dcc": dcc_timer("attacc")},
+    # its cost model is trained on the fork's labels, on the kernels DCC has traces for (no VA on AttAcc)
+    controller_models={"dcc": ControllerModel(options={"simulator": "dcc"}, kernels=("gemv", "mmtv", "red"))},
     training_shapes=TrainingShapes(
         shapes_per_kernel=32,
         heldout={"gemv": EVAL_GEMV + ((1024, 1024), (2048, 512)), "red": EVAL_ELEM, "mmtv": EVAL_MMTV,

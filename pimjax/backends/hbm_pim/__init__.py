@@ -9,7 +9,7 @@ programmed through all-bank-mode column commands and a CRF microkernel.
     bounds.py    a lower bound on a contraction draft's cycles (exhaustive tuning's pruning)
 """
 from ...family.hooks import EVAL_ELEM, EVAL_GEMV, EVAL_MMTV
-from .. import Family, TrainingShapes, register
+from .. import ControllerModel, Family, TrainingShapes, register
 from ..dcc.engine import broadcast_registers_draft, dcc_lowering, dcc_timer
 from .baseline import hbm_pim_baseline
 from .bounds import lower_bound
@@ -24,6 +24,8 @@ FAMILY = register(Family(
     lower_bound=lower_bound,
     # simulator="dcc": DCC's HBM-PIM Ramulator2 fork times the draft's tiling (`backends/dcc/engine.py`)
     program_controllers={"dcc": dcc_timer("hbmpim")},
+    # its cost model is trained on the fork's labels, on the kernels DCC has traces for
+    controller_models={"dcc": ControllerModel(options={"simulator": "dcc"}, kernels=("gemv", "mmtv", "red", "va"))},
     training_shapes=TrainingShapes(
         shapes_per_kernel=40,
         heldout={"gemv": EVAL_GEMV, "red": EVAL_ELEM, "va": EVAL_ELEM, "relu": EVAL_ELEM, "mmtv": EVAL_MMTV},
