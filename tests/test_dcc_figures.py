@@ -249,3 +249,52 @@ def test_fig8_artifact_arithmetic():
         assert slow[s] > free[s]
     assert fast["Attacc_base"] == free["Attacc_base"] and fast["Attacc_base+DCC"] < free["Attacc_base+DCC"]
     assert free["Attacc_full"] < free["Attacc_base"] and free["Attacc_full+DCC"] < free["Attacc_base+DCC"]
+
+
+_CLASS_SIDES = (("dcc", "dcc total cycles"), ("default", "default total cycles"),
+                ("default, dcc tiling", "default, dcc tiling total cycles"))
+
+
+def test_command_class_cache_sums_to_totals():
+    """experiments/data/dcc_command_classes.json: every case x command class, and on each side the
+    classes sum to the simulated total (the split is by successive removal, exact by construction);
+    ns = cycles x that side's tCK; DCC charges no mode change, the default HBM-PIM its frame."""
+    df = dcc.load_command_classes()
+    assert list(zip(df.backend, df.kernel, df["class"])) == \
+        [(b, k, c) for b, k, _, _ in dcc.CLASS_CASES for c in dcc.COMMAND_CLASSES]
+    for (b, k), g in df.groupby(["backend", "kernel"], sort=False):
+        for side, total in _CLASS_SIDES:
+            if g[f"{side} cycles"].isna().all():          # DCC's tiling the default will not lower: says why
+                assert side == "default, dcc tiling" and (g[f"{side} note"] != "").all(), (b, k)
+                continue
+            assert g[f"{side} cycles"].sum() == pytest.approx(g[total].iloc[0], abs=0.01), (b, k, side)
+            assert (g[f"{side} cycles"] >= -0.5).all(), (b, k, side)
+        assert np.allclose(g["dcc ns"], g["dcc cycles"] * g["dcc tCK ns"])
+        assert np.allclose(g["default ns"], g["default cycles"] * g["default tCK ns"])
+        mode = g[g["class"] == "mode changes"]
+        assert (mode["dcc cycles"] == 0).all()
+        assert bool((mode["default cycles"] > 0).all()) == (b == "hbm-pim"), (b, k)
+
+
+def test_command_class_red_recomputes():
+    """The HBM-PIM RED rows recomputed (a fraction of a second): equal to the cache; DCC's total is
+    `predict`'s, the default's `baseline_breakdown`'s (an independent path through `cycles`)."""
+    from pimjax.backends.dcc import predict
+    live = dcc.command_class_table([("hbm-pim", "red", 1, 4096)])
+    cached = dcc.load_command_classes().query("backend == 'hbm-pim' and kernel == 'red'")
+    cols = ["dcc cycles", "dcc commands", "default cycles", "default commands"]
+    assert np.allclose(live[cols].to_numpy(float), cached[cols].to_numpy(float), rtol=1e-6)
+    assert live["dcc total cycles"].iloc[0] == predict("hbmpim", "red", (1, 4096), dcc.dcc_baseline_tiling("red", 1, 4096))
+    bb = dcc.baseline_breakdown(dcc.hbm_pim_system(), "red", 1, 4096)
+    assert live["default total cycles"].iloc[0] == pytest.approx(bb["cycles"], rel=1e-6)
+
+
+@pytest.mark.slow
+def test_command_class_cache_recomputes():
+    """The whole command-class table recomputed equals the cache (re-run
+    `experiments/dcc_command_classes.py` after changing either configuration)."""
+    live, cached = dcc.command_class_table(), dcc.load_command_classes()
+    num = [c for c in live.columns if c.endswith(("cycles", "commands", "ns"))]
+    assert np.allclose(live[num].to_numpy(float), cached[num].to_numpy(float), rtol=1e-6, equal_nan=True)
+    assert (live[["reference", "supports", "default draft"]].to_numpy() ==
+            cached[["reference", "supports", "default draft"]].to_numpy()).all()
