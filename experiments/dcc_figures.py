@@ -1102,7 +1102,8 @@ REFERENCE_SAYS = {
     ("attacc", "mode changes"): ("attacc.md: no mode-change command in the sequence", "both (none)"),
     ("attacc", "MAC / all-bank"): (
         "attacc.md: MACAB reads a column in all 64 banks, nCCDAB = 6 apart; 32 per row, then PREA, ACTAB; "
-        "MVSB 8 per 256 outputs; WRGB / MVSB overlap the MACs", "both (the same commands and constraints)"),
+        "MVSB 8 per 256 outputs; WRGB / MVSB overlap the MACs",
+        "both (the same MACAB / MVSB rules; DCC's class also holds its WRGB, barrier-separated per batch element)"),
     ("attacc", "read-back"): (
         "attacc.md: the sequence ends with MVSB into the softmax buffer; no host read-back is listed",
         "neither (DCC: ST to every bank; default: RDACC + host merge)"),
@@ -1123,8 +1124,8 @@ def dcc_command_classes(backend_name: str, kernel: str, batch: int, size: int, t
     first and last PIM command (`engine.dcc_cycles`): host writes before, MAC / all-bank between,
     read-back after (its barrier drains included); mode changes 0 (the forks have none).  The classes sum
     to the total exactly.  Commands, all channels: the trace's requests (one fork command each, barriers
-    left out), LD / ST before the first PIM request host writes, after the last read-back, PIM requests
-    MAC / all-bank; refresh the busiest channel's REFab times the loaded channels.  Row commands (ACT,
+    left out), LD / ST before the first PIM request host writes, after the last read-back (a trace with
+    LD / ST between them is a ValueError), PIM requests MAC / all-bank; refresh the busiest channel's REFab times the loaded channels.  Row commands (ACT,
     PRE, ACTAB, PREA) are not counted on either side."""
     from pimjax.backends.dcc.engine import dcc_cycles
     from pimjax.backends.dcc.traces import gen_trace
@@ -1135,7 +1136,10 @@ def dcc_command_classes(backend_name: str, kernel: str, batch: int, size: int, t
     trace = [name for name, _ in gen_trace(fork, kernel, tiling) if name != "PIM_BARRIER"]
     pim = [i for i, name in enumerate(trace) if name.startswith("PIM_")]
     first, last = (pim[0], pim[-1]) if pim else (len(trace), len(trace))
-    host = sum(1 for i, name in enumerate(trace) if name in ("LD", "ST") and i < last)
+    if any(name in ("LD", "ST") for name in trace[first:last]):
+        raise ValueError(f"dcc_command_classes: {kernel} {tiling} has host accesses between PIM commands; "
+                         "the split by the first and last PIM command does not separate them")
+    host = sum(1 for name in trace[:first] if name in ("LD", "ST"))
     back = sum(1 for i, name in enumerate(trace) if name in ("LD", "ST") and i > last)
     return {"host writes": (off["rearrangement"], host), "mode changes": (0, 0),
             "MAC / all-bank": (off["compute"], len(pim)), "read-back": (off["readback"], back),
@@ -1188,7 +1192,7 @@ def default_command_classes(program, backend) -> dict:
             "MAC / all-bank": (float(no_mode.compute), count((phase == Phase.COMPUTE) & ~mode)),
             "read-back": (float(no_mode.readback) + float(no_mode.merge), count(phase == Phase.READBACK)),
             "refresh": (float(on.total_cycles) - float(off.total_cycles), float(on.counts["REF"])),
-            "total": float(on.total_cycles)}
+            "total": float(on.total_cycles), "merge": float(no_mode.merge)}
 
 
 def _default_program(backend, kernel: str, batch: int, size: int, dcc_tiling=None):
@@ -1215,7 +1219,8 @@ def command_class_table(cases=CLASS_CASES):
     Columns: "dcc cycles" / "dcc ns" / "dcc commands" (DCC's baseline tiling on its fork,
     `dcc_command_classes`, tCK "dcc tCK ns"); "default cycles" / "default ns" / "default commands"
     (the default configuration, `attacc_system()` / `hbm_pim_system()`, its own baseline mapping,
-    `default_command_classes`, tCK "default tCK ns"); the same three for DCC's baseline tiling lowered
+    `default_command_classes`, tCK "default tCK ns"; "default merge cycles" the host's sum of partials
+    within read-back); the same three for DCC's baseline tiling lowered
     on the default ("default, dcc tiling ..."; NaN with the reason in "default, dcc tiling note" where
     it does not lower); "reference" (what Samsung's simulator, for HBM-PIM, or AttAcc's, for AttAcc,
     does for the class: `REFERENCE_SAYS`) and "supports" (which of the two configurations that is).
@@ -1250,6 +1255,7 @@ def command_class_table(cases=CLASS_CASES):
                          "dcc total cycles": float(dcc_split["total"]),
                          "default draft": draft, "default cycles": o_cyc, "default ns": o_cyc * tck,
                          "default commands": o_cnt, "default total cycles": own["total"],
+                         "default merge cycles": own["merge"] if cls == "read-back" else 0.0,
                          "default, dcc tiling cycles": t_cyc, "default, dcc tiling ns": t_cyc * tck,
                          "default, dcc tiling commands": t_cnt,
                          "default, dcc tiling total cycles": on_t["total"] if on_t else math.nan,
