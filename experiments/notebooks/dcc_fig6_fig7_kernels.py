@@ -305,7 +305,8 @@ totals.round(2)
 # longer tensor or a larger batch. A baseline's cycles are the sum of its phases. On HBM-PIM, AttAcc's
 # distribution lowers for RED only (the NaNs carry their reason). Five cubes beside the same GPU speed up
 # the bandwidth-bound GEMV / ATTN over one cube. DCC's own cycles imply a GPU slower than its stated
-# roofline, and each comparison row's "within 25%" agrees with its ratio.
+# roofline, and each comparison row's "within 25%" agrees with its ratio. The command-class table has a row
+# per case and class, and each side's classes sum to its simulated total.
 
 # %%
 import math
