@@ -249,9 +249,12 @@ print(f"notebook ran in {time.perf_counter() - t_start:.0f} s")
 # changes. Default: classes removed one after another, each charged what its removal saves -- refresh
 # (`refresh=False`), then the mode-change records (HBM-PIM's frame: park reads, SB<->HAB, CRF program,
 # HAB<->HAB_PIM, made NOPs); the rest split by the report's phase buckets (host writes = rearrangement,
-# MAC / all-bank = compute, read-back = readback + host merge). Commands: column and PIM commands on all
-# channels (row commands ACT / PRE / ACTAB / PREA not counted). `experiments/dcc_command_classes.py` writes the
-# table (a few seconds) to `experiments/data/dcc_command_classes.json`, read here.
+# MAC / all-bank = compute, read-back = readback + host merge); charging the frame as the drop of the compute
+# phase alone would give it 422 / 479 / 407 cycles instead of 377 / 492 / 420 (GEMV / RED / VA: the frame's
+# removal moves 58 cycles of GEMV's GRF_A writes into the leading rearrangement and 13 off the read-back).
+# Commands: column and PIM commands on all channels (row commands ACT / PRE / ACTAB / PREA not counted).
+# `experiments/dcc_command_classes.py` writes the table (a few seconds) to
+# `experiments/data/dcc_command_classes.json`, read here.
 
 # %%
 classes = dcc.load_command_classes()
