@@ -1230,6 +1230,12 @@ def command_class_table(cases=CLASS_CASES):
     from pimjax.backends.dcc import TCK_NS
     from pimjax.errors import PimCompileError
     from pimjax.sim.cycles import cycles
+    for name, kernel, _, _ in cases:
+        if name not in DCC_FORK:
+            raise ValueError(f"command_class_table: backend must be one of {sorted(DCC_FORK)}, not {name!r}")
+        why = dcc_trace_missing(name, kernel)
+        if why:
+            raise ValueError(f"command_class_table: {name} {kernel}: {why}")
     systems = {"attacc": attacc_system(), "hbm-pim": hbm_pim_system()}
     rows = []
     for name, kernel, batch, size in cases:

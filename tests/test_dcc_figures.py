@@ -289,6 +289,13 @@ def test_command_class_red_recomputes():
     assert live["default total cycles"].iloc[0] == pytest.approx(bb["cycles"], rel=1e-6)
 
 
+def test_command_class_table_refuses_what_dcc_cannot_time():
+    with pytest.raises(ValueError, match="no va"):
+        dcc.command_class_table([("attacc", "va", 1, 4096)])
+    with pytest.raises(ValueError, match="backend must be"):
+        dcc.command_class_table([("upmem", "red", 1, 4096)])
+
+
 @pytest.mark.slow
 def test_command_class_cache_recomputes():
     """The whole command-class table recomputed equals the cache (re-run
