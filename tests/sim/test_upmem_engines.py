@@ -62,14 +62,14 @@ def test_barrier_levels_the_tasklet_clocks():
     prog = _with_records(base, rec)
     for engine in ("native", "scan"):
         rep = cycles_upmem(prog, UPMEM, engine=engine)
-        assert float(rep.counts["kernel_dpu_cycles"]) == pytest.approx(15 * d)
-        assert float(rep.counts["instructions"]) == 18
+        assert float(rep.counts["kernel_dpu_cycles"]) == pytest.approx(15 * d), engine
+        assert float(rep.counts["instructions"]) == 18, engine
     # without the barrier the slots run independently: slot 0's 10 batches are the longest
     rec_nb = concat(chunk(Op.DPU_EXEC, 1, n=10, reg=0), chunk(Op.DPU_EXEC, 1, n=3, reg=1),
                     chunk(Op.DPU_EXEC, 1, n=5, reg=1))
     for engine in ("native", "scan"):
         rep = cycles_upmem(_with_records(base, rec_nb), UPMEM, engine=engine)
-        assert float(rep.counts["kernel_dpu_cycles"]) == pytest.approx(10 * d)
+        assert float(rep.counts["kernel_dpu_cycles"]) == pytest.approx(10 * d), engine
 
 
 def test_dma_adds_latency_plus_bytes_over_bandwidth_to_its_slot():

@@ -172,4 +172,9 @@ def test_attacc_public_rows_batch_one(system, lin):
 @pytest.mark.parametrize("lin", [128, 512, 2048])
 @pytest.mark.parametrize("system", ["gpu", "attacc"])
 def test_attacc_system_model_batches_four_and_eight(system, lin, batch):
-    assert _serve_attacc(system, lin, batch) == pytest.approx(attacc_system_model(lin, batch)[system], rel=0.10)
+    # the GPU side is the same arithmetic as the re-derivation (measured: 1e-15 apart); the AttAcc side
+    # differs by our simulated attention against attacc.md's cycles (measured: within 1.7 %).  Bands of
+    # 1e-6 and 3 % (not the hold-out rows' 10 %) catch a 7 % change of AttAcc's bandwidth efficiency or
+    # of its FFN split, which 10 % let through (issue 53's mutation record)
+    rel = 1e-6 if system == "gpu" else 0.03
+    assert _serve_attacc(system, lin, batch) == pytest.approx(attacc_system_model(lin, batch)[system], rel=rel)
