@@ -678,13 +678,13 @@ def table2_subset(cases, top_k: int = 8, cache_dir=False, simulator: str = "pimj
     """(CaseResults, DataFrame of `pimjax.costmodel.evaluate.table2` rows) for
     `cases` with the backends' presets under `simulator` ("pimjax": the default
     configuration; "dcc": DCC's forks) and the cost model each configuration
-    ranks with (`pimjax.costmodel.predictor.load_for`: the family's, or the one
+    ranks with (`pimjax.costmodel.train.load_for`: the family's, or the one
     trained on DCC's labels), as `experiments/predictor_accuracy.py`.
     cache_dir=False: simulate, keep no label cache."""
     import pandas as pd
 
     from pimjax.costmodel.evaluate import evaluate_case, table2
-    from pimjax.costmodel.predictor import load_for
+    from pimjax.costmodel.train import load_for
     from pimjax.hw.presets import get_backend
     backends, models, results = {}, {}, []
     for c in cases:

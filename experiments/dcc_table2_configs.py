@@ -8,7 +8,7 @@ DCC's Table II has rows for (DCC's GEMV is the attention layer's, `mmtv`;
 `experiments/dcc_figures.TABLE2_ROWS`) and that the configuration times is
 evaluated as `pimjax.costmodel.evaluate.evaluate_case` does: every draft
 lowered and simulated (the optimum), the configuration's cost model
-(`pimjax.costmodel.predictor.load_for`: the family's model on the default
+(`pimjax.costmodel.train.load_for`: the family's model on the default
 configuration, the one trained on DCC's fork's labels on "dcc") ranks them.
 The plain GEMV `W @ x` (`gemv`) is evaluated too, as an extra row: DCC's
 generator times it as the same GEMV.  "dcc" times GEMV, RED and VA only
@@ -68,7 +68,8 @@ def evaluate_config(config: str, cases: list[dict], cache: str | None, top_k: in
     model whatever the configuration's is."""
     from pimjax.costmodel.configs import model_name
     from pimjax.costmodel.evaluate import evaluate_case, table2
-    from pimjax.costmodel.predictor import load_for, weights_path
+    from pimjax.costmodel.predictor import weights_path
+    from pimjax.costmodel.train import load_for
     from pimjax.hw.presets import get_backend
     t0 = time.time()
     backends = {f: get_backend(f, **CONFIGS[config]) for f in FAMILIES}

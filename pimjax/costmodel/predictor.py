@@ -370,7 +370,7 @@ def load_default(backend_name) -> Predictor:
     of a controller's configuration ("hbm-pim.dcc", "attacc.dcc":
     `configs.model_name`), or of a Backend (the model its configuration
     ranks with), inference only.  FileNotFoundError when none is shipped
-    (`load_for` then trains one).
+    (`train.load_for` then trains one).
 
     >>> model = load_default("hbm-pim")                                  # doctest: +SKIP
     >>> model.predict(features_table(op, drafts(op, backend), backend))  # doctest: +SKIP
@@ -389,33 +389,3 @@ def user_weights_dir() -> str:
     ~/.cache/pimjax/costmodel."""
     return os.environ.get("PIMJAX_COSTMODEL_WEIGHTS",
                           os.path.join(os.path.expanduser("~"), ".cache", "pimjax", "costmodel"))
-
-
-def load_for(backend) -> Predictor:
-    """The model that ranks `backend`'s drafts (a Backend or a model name;
-    `configs.model_name`): the shipped weights; else, for a controller's
-    configuration (`Family.controller_models`) that ships none, weights
-    trained at first use on that controller's labels (`train.train_backend`
-    with `train.DEFAULTS`: minutes, once, with a warning) and kept under
-    `user_weights_dir()` for later processes.  A family without shipped
-    weights is a FileNotFoundError, as `load_default`."""
-    from .configs import SEP, model_name, split
-    name = model_name(backend)
-    try:
-        return load_default(name)
-    except FileNotFoundError:
-        if SEP not in name:                 # a family (or an unknown name): nothing to train here
-            raise
-    split(name)                             # a ValueError for a name no family's controller has
-    out = user_weights_dir()
-    path = os.path.join(out, f"{name}.msgpack")
-    if not os.path.isfile(path):
-        import warnings
-
-        from ..errors import user_stacklevel
-        from .train import DEFAULTS, train_backend
-        warnings.warn(f"no shipped cost model for {name!r}: training one on its controller's labels "
-                      f"(minutes, once; kept at {path})", RuntimeWarning, stacklevel=user_stacklevel())
-        from .dataset import CACHE_DIR
-        train_backend(name, cache=CACHE_DIR, out_dir=out, **DEFAULTS)
-    return Predictor.load(path)

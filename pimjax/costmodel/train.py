@@ -60,7 +60,7 @@ BASE = "est_t_total"
 
 
 # the settings of `make train` (the CLI's defaults), which a model trained at first use
-# (`predictor.load_for`) takes too
+# (`train.load_for`) takes too
 DEFAULTS = {"steps1": 2000, "steps2": 5000, "seconds": 900.0, "model_top": [10, 10], "seed": 0}
 
 
@@ -260,6 +260,36 @@ def train_backend(name: str, *, cache: str, out_dir: str, steps1: int, steps2: i
     summary["weights"] = wpath
     summary["weights_bytes"] = os.path.getsize(wpath)
     return summary
+
+
+def load_for(backend) -> "Predictor":
+    """The model that ranks `backend`'s drafts (a Backend or a model name;
+    `configs.model_name`): the shipped weights; else, for a controller's
+    configuration (`Family.controller_models`) that ships none, weights
+    trained at first use on that controller's labels (`train.train_backend`
+    with `train.DEFAULTS`: minutes, once, with a warning) and kept under
+    `user_weights_dir()` for later processes.  A family without shipped
+    weights is a FileNotFoundError, as `load_default`."""
+    from .configs import SEP, model_name, split
+    from .predictor import Predictor, load_default, user_weights_dir
+    name = model_name(backend)
+    try:
+        return load_default(name)
+    except FileNotFoundError:
+        if SEP not in name:                 # a family (or an unknown name): nothing to train here
+            raise
+    split(name)                             # a ValueError for a name no family's controller has
+    out = user_weights_dir()
+    path = os.path.join(out, f"{name}.msgpack")
+    if not os.path.isfile(path):
+        import warnings
+
+        from ..errors import user_stacklevel
+        warnings.warn(f"no shipped cost model for {name!r}: training one on its controller's labels "
+                      f"(minutes, once; kept at {path})", RuntimeWarning, stacklevel=user_stacklevel())
+        from .dataset import CACHE_DIR
+        train_backend(name, cache=CACHE_DIR, out_dir=out, **DEFAULTS)
+    return Predictor.load(path)
 
 
 def main(argv=None) -> int:

@@ -201,7 +201,7 @@ class Tuner:
         # user-defined backend of a family ranks with it; a configuration timed by a controller of
         # its own (DCC's forks) with its controller's model (`costmodel.configs`)
         if name not in self._models:
-            from ..costmodel.predictor import load_for
+            from ..costmodel.train import load_for
             self._models[name] = load_for(name)
         return self._models[name]
 

@@ -10,7 +10,8 @@ from pimjax.backends import family_of
 from pimjax.costmodel import configs
 from pimjax.costmodel.dataset import held_out, training_cases
 from pimjax.costmodel.kernels import supported_kernels
-from pimjax.costmodel.predictor import load_default, load_for
+from pimjax.costmodel.predictor import load_default
+from pimjax.costmodel.train import load_for
 from pimjax.hw import get_backend
 from pimjax.search.tuner import Tuner
 
