@@ -37,10 +37,14 @@ import json
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..backends import family_of
+
+if TYPE_CHECKING:
+    from .predictor import Predictor
 
 # residual models (`CostModel(base=...)`): the network learns log(cycles / estimate) where a
 # closed-form estimate prices the backend's drafts from the draft alone.  UPMEM's and Newton's
