@@ -32,23 +32,32 @@ def _barrier():
     return [("PIM_BARRIER", l * GS_CH) for l in range(N_CH)]
 
 
-def gen_attacc_gemv(tiling):
-    """attacc_trace_gen/gen_trace_AttAcc_GEMV.py, mode "kernel" (gemv_single)."""
-    tiling = [list(x) for x in tiling]
+def _fit_iterations(tiling, ret_dim: int) -> tuple[int, int, int, int, int]:
+    """The generators' split of the first triple's per-core tile into iterations whose matrix, vector
+    and result fit one bank's PIM region (GS_BA bytes): (iterations, iteration size, vector, matrix,
+    result bytes), the sizes rounded up to PREFETCH.  ret_dim: the triple whose tile sizes the result
+    (GEMV: 2, the output; ATTN: 1, d_head).  Where no split fits, the last one tried, and one iteration
+    more than the tile's rows (the generators' loop counter as it leaves the loop)."""
     def total_size(num_itr):
         itr = math.ceil(tiling[0][2] / num_itr)
         mat = math.ceil(itr * tiling[1][2] * tiling[2][2] * DATA / PREFETCH) * PREFETCH
         vec = math.ceil(itr * tiling[1][2] * DATA / PREFETCH) * PREFETCH
-        ret = math.ceil(itr * tiling[2][2] * DATA / PREFETCH) * PREFETCH
+        ret = math.ceil(itr * tiling[ret_dim][2] * DATA / PREFETCH) * PREFETCH
         return itr, vec, mat, ret
     num_itr = 1
-    itr_size, vs, ms, rs = total_size(1)
+    sizes = total_size(1)
     while num_itr <= tiling[0][2]:
-        itr_size, vs, ms, rs = total_size(num_itr)
-        if vs + ms + rs <= GS_BA:
+        sizes = total_size(num_itr)
+        if sum(sizes[1:]) <= GS_BA:
             break
         num_itr += 1
-    tiling[0][2] = itr_size
+    return (num_itr,) + sizes
+
+
+def gen_attacc_gemv(tiling):
+    """attacc_trace_gen/gen_trace_AttAcc_GEMV.py, mode "kernel" (gemv_single)."""
+    tiling = [list(x) for x in tiling]
+    num_itr, tiling[0][2], vs, ms, rs = _fit_iterations(tiling, ret_dim=2)
     Tt = match_alignment(tiling)
     Vec_addr, Mat_addr, Ret_addr = 0, ms, ms + vs     # GEMV(real_tiling, Mat_addr, Key_addr, Ret_addr)
     nB = Tt[0][1] * Tt[1][1] * Tt[2][1]
@@ -151,20 +160,7 @@ def _even_odd(Tt, nB, nL, modulo):
 def gen_hbmpim_gemv(tiling):
     """hbmpim_trace_gen/gen_trace_HBMPIM_GEMV.py."""
     tiling = [list(x) for x in tiling]
-    def total_size(num_itr):
-        itr = math.ceil(tiling[0][2] / num_itr)
-        mat = math.ceil(itr * tiling[1][2] * tiling[2][2] * DATA / PREFETCH) * PREFETCH
-        vec = math.ceil(itr * tiling[1][2] * DATA / PREFETCH) * PREFETCH
-        ret = math.ceil(itr * tiling[2][2] * DATA / PREFETCH) * PREFETCH
-        return itr, vec, mat, ret
-    num_itr = 1
-    itr_size, vs, ms, rs = total_size(1)
-    while num_itr <= tiling[0][2]:
-        itr_size, vs, ms, rs = total_size(num_itr)
-        if vs + ms + rs <= GS_BA:
-            break
-        num_itr += 1
-    tiling[0][2] = itr_size
+    num_itr, tiling[0][2], vs, ms, rs = _fit_iterations(tiling, ret_dim=2)
     Tt = match_alignment(tiling)
     Vec_addr, Mat_addr, Ret_addr = 0, ms, ms + vs     # GEMV(real_tiling, Mat_addr, Key_addr, Ret_addr)
     nB = Tt[0][1] * Tt[1][1] * Tt[2][1]
@@ -331,20 +327,7 @@ def gen_attacc_attn(tiling, mode="inference"):
     if mode not in ("inference", "kernel"):
         raise ValueError(f"gen_attacc_attn: mode must be 'inference' or 'kernel', not {mode!r}")
     tiling = [list(x) for x in tiling]
-
-    def total_size(num_itr):
-        itr = math.ceil(tiling[0][2] / num_itr)
-        mat = math.ceil(itr * tiling[1][2] * tiling[2][2] * DATA / PREFETCH) * PREFETCH
-        vec = math.ceil(itr * tiling[1][2] * DATA / PREFETCH) * PREFETCH
-        return itr, vec, mat, vec                    # Ret_size is sized by d_head too (l.281)
-    num_itr = 1
-    itr_size, vs, ms, rs = total_size(1)
-    while num_itr <= tiling[0][2]:
-        itr_size, vs, ms, rs = total_size(num_itr)
-        if vs + ms + rs <= GS_BA:
-            break
-        num_itr += 1
-    tiling[0][2] = itr_size
+    num_itr, tiling[0][2], vs, ms, rs = _fit_iterations(tiling, ret_dim=1)   # Ret_size: d_head (l.281)
     # attention(real_tiling, Mat_addr=0, Key_addr, Ret_addr): its Vec_addr is 0, its Mat_addr the key offset
     Vec_addr, Mat_addr, Ret_addr = 0, ms, ms + vs
     Tt = match_alignment(tiling)
