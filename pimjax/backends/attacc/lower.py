@@ -367,7 +367,9 @@ def _class_index(layout: TensorLayout, last: int = 1, pad: int = 0) -> tuple[np.
     ufirst, ucls = unique_rows(ranges.reshape(G * C, -1))                # distinct (group, unit) ranges
     ucls = ucls.reshape(G, C)
     first, cls = unique_rows(np.ascontiguousarray(ucls.T))               # units equal in every group
-    pick = lambda a: a.reshape((1, G * C) + a.shape[2:])[:, ufirst]      # noqa: E731
+
+    def pick(a):                                                         # [G, C, ...] -> [1, U, ...]
+        return a.reshape((1, G * C) + a.shape[2:])[:, ufirst]
     sub = replace(layout, start=pick(layout.start), length=pick(layout.length),
                   bands=tuple((e, pick(lo), pick(hi)) for e, lo, hi in layout.bands))
     flat, valid = global_index(sub)                                      # [1, U, P]
