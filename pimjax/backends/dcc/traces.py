@@ -318,6 +318,21 @@ def gen_hbmpim_va(tiling):
     return (ld + v + ret) * num_itr
 
 
+def _gb_fills(cmd: str, Tt, nB: int, nL: int, vec_addr: int) -> list:
+    """The ATTN generator's global-buffer fills, per row p1 of the first triple's tile: one `cmd`
+    (PIM_WR_GB for the score GEMV, PIM_MV_GB for the context GEMV) per bank and core group at every
+    N_MAC-th input position of the row."""
+    out = []
+    for p1 in range(Tt[0][2]):
+        w = []
+        for p2 in range(Tt[1][2]):
+            pos = p1 * Tt[1][2] + p2
+            if pos % N_MAC == 0:
+                w += [(cmd, vec_addr + l * GS_CH + b * GS_BA + pos) for b in range(nB) for l in range(nL)]
+        out.append(w)
+    return out
+
+
 def gen_attacc_attn(tiling, mode="inference"):
     """attacc_trace_gen/gen_trace_AttAcc_ATTN.py (``run_attention`` / ``attention``): the fused attention
     kernel, score GEMV (K resident), softmax on the channel's unit, context GEMV (V resident), for DCC's
@@ -335,14 +350,7 @@ def gen_attacc_attn(tiling, mode="inference"):
     nL = Tt[0][0] * Tt[1][0] * Tt[2][0]
     bar = _barrier()
     # score_mac
-    s_wrgb = []
-    for p1 in range(Tt[0][2]):
-        w = []
-        for p2 in range(Tt[1][2]):
-            pos = p1 * Tt[1][2] + p2
-            if pos % N_MAC == 0:
-                w += [("PIM_WR_GB", Vec_addr + l * GS_CH + b * GS_BA + pos) for b in range(nB) for l in range(nL)]
-        s_wrgb.append(w)
+    s_wrgb = _gb_fills("PIM_WR_GB", Tt, nB, nL, Vec_addr)
     s_mac, s_mvsb = [], []
     kc = math.ceil(Tt[1][2] / N_MAC)
     for p2 in range(Tt[2][2]):
@@ -351,14 +359,7 @@ def gen_attacc_attn(tiling, mode="inference"):
         if p2 % N_MAC == N_MAC - 1 or p2 == Tt[2][2] - 1:
             s_mvsb += [("PIM_MV_SB", l * GS_CH + bg * GS_BG) for bg in range(math.ceil(nB / 4)) for l in range(nL)]
     # context_mac
-    c_mvgb = []
-    for p1 in range(Tt[0][2]):
-        w = []
-        for p2 in range(Tt[1][2]):
-            pos = p1 * Tt[1][2] + p2
-            if pos % N_MAC == 0:
-                w += [("PIM_MV_GB", Vec_addr + l * GS_CH + b * GS_BA + pos) for b in range(nB) for l in range(nL)]
-        c_mvgb.append(w)
+    c_mvgb = _gb_fills("PIM_MV_GB", Tt, nB, nL, Vec_addr)
     c_mac = []
     lc = math.ceil(Tt[2][2] / N_MAC)
     for p2 in range(Tt[1][2]):
