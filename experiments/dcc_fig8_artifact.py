@@ -13,7 +13,7 @@ This module is that arithmetic (generation stage only, as Fig. 8), ported line b
   program), and
 * the attention on PIM (score + softmax + context, DCC's fused ATTN kernel) from the port's ATTN generator
   ("inference" mode, `pimjax.backends.dcc.traces.gen_attacc_attn`, not checked against the fork's binary) on
-  the same fork (`dcc_figures.fig8_attention_rows`, cached as "fig8_attention"), or left out
+  the same fork (`fig8_attention_rows`, cached as "fig8_attention"), or left out
   (`fig8(..., attention_rows=None)`: free, an upper bound on every PIM system's speedup).
 
     PYTHONPATH=$PWD python experiments/dcc_fig8_artifact.py      # the twelve settings, from the cache
@@ -35,6 +35,121 @@ INTERFACE_BW = 600e9                            # NVLINK3; X2G moves at half of 
 NORM_US, ACT_US = 6.87, 8.29                    # devices.py xPU._mem_time: fixed cost of a norm / an activation
 NORM_PER_BYTE, ACT_PER_BYTE = 0.0000016, 0.000000447    # µs per byte at 1555 GB/s, scaled by the bandwidth
 SYSTEMS = ("GPU", "Attacc_base", "Attacc_base+DCC", "Attacc_full", "Attacc_full+DCC")
+
+
+# DCC's Fig. 8 (SPIN-Research-Group/DCC @ 7ffb80e, src/run_inference.py --all): the settings it runs
+# and how it times the layer's GEMVs on PIM.  (model, heads, hidden, head dim) from its config.py
+FIG8_SETTINGS = {"models": ("GPT-13B", "LLAMA-33B"), "batch": (1, 4),
+                 "lin_lout": ((128, 2048), (2048, 128), (2048, 2048))}
+FIG8_MODELS = {"GPT-13B": (40, 5120, 128), "LLAMA-33B": (52, 6656, 128)}   # config.py make_model_config
+FIG8_CUBES = 5        # config.py make_pim_config: num_hbm=5
+
+
+def fig8_gemv_cases() -> list[dict]:
+    """The per-cube GEMVs DCC times for Fig. 8's QKV generation and projection on PIM: its model.py
+    (the `dcc` branch) splits them per head -- QKV a GEMV of input hidden and output 3 x head dim per
+    head, projection input head dim and output hidden per head -- and devices.py
+    `get_time_from_predictor` looks one cube's kernel up at heads ceil(heads x batch / 5): DCC's
+    shape (1, ceil(H b / 5), input, output), one cube's time standing for all five.  The GPU runs
+    the whole layer ((batch, 3 hidden, hidden) / (batch, hidden, hidden) FCs)."""
+    out = []
+    for model in FIG8_SETTINGS["models"]:
+        heads, hidden, dh = FIG8_MODELS[model]
+        for b in FIG8_SETTINGS["batch"]:
+            nh = math.ceil(heads * b / FIG8_CUBES)
+            out.append({"model": model, "batch": b, "phase": "qkv", "dcc_shape": (1, nh, hidden, 3 * dh),
+                        "gpu_fc": (b, 3 * hidden, hidden)})
+            out.append({"model": model, "batch": b, "phase": "proj", "dcc_shape": (1, nh, dh, hidden),
+                        "gpu_fc": (b, hidden, hidden)})
+    return out
+
+
+def dcc_attention_baselines(heads: int, seq_len: int, batch: int = 1) -> list[list]:
+    """DCC's baseline tilings of a GEMV / ATTN (batch, heads, 128, seq_len): the candidates its predictor
+    counts as the baseline (src/predictor.py `test_performance`: g0 = min(16, heads), c1 = 4, c2 = 16; the
+    two generate_configs_3D appends for batch*heads < 16, one tiling otherwise).  The baseline time is
+    the faster of them."""
+    from experiments.dcc_figures import HEAD_DIM
+    bh = batch * heads
+    g0 = min(16, bh)
+    g2 = 16 // g0
+    a = [[g0, 1, -(-bh // g0)], [1, 4, -(-HEAD_DIM // 4)], [g2, 16, math.ceil(seq_len / 16 / g2)]]
+    b = [[g0, 1, -(-bh // g0)], [g2, 4, math.ceil(HEAD_DIM / 4 / g2)], [1, 16, -(-seq_len // 16)]]
+    return [a] if a == b else [a, b]
+
+
+def run_fig8_gemv(backend, case: dict, tuner=None) -> dict:
+    """One `fig8_gemv_cases` case on `backend` (the "dcc" AttAcc configuration): the tuner's
+    program of the per-cube GEMV (`mmtv` [1, heads, output, input], matrix resident; `tuned_ns`), its
+    family baseline, and a local search in DCC's notation (`dcc_gemv_local_search`; `search_ns`),
+    ns; `pim_ns` the faster, beside the artifact's GPU time of the layer's FC (`artifact_layer_ns`)."""
+    from experiments.dcc_figures import artifact_layer_ns, dcc_gemv_local_search, dcc_pow2_start
+    from pimjax import pim_jit
+    from pimjax.kernels import FUNCTIONS, kernel_args
+    from pimjax.search import Tuner
+    _, nh, din, dout = case["dcc_shape"]
+    f = pim_jit(FUNCTIONS["mmtv"], backend=backend, resident=(0,), placement="prefer_pim",
+                tuner=tuner if tuner is not None else Tuner())
+    df = f.trace(*kernel_args("mmtv", [1, nh, dout, din])).lower().compile().report().to_dataframe()
+    pim = df[df.placement == "pim"]
+    if len(pim) != 1:
+        raise RuntimeError(f"fig8 {case}: the GEMV did not go to PIM ({list(df.reason)})")
+    gpu = artifact_layer_ns("fc", *case["gpu_fc"], 1)
+    tuned = float(pim.ns.iloc[0])
+    # DCC searches its own tiling space with a predictor; a local search over its power-of-two part,
+    # started with the groups on the heads and the cores on the input, stands in for it
+    from pimjax.backends.dcc import TCK_NS
+    cyc, tiling, n = dcc_gemv_local_search("attacc", case["dcc_shape"], dcc_pow2_start(case["dcc_shape"]))
+    search = cyc * TCK_NS
+    best = min(tuned, search)
+    return {**case, "dcc_shape": list(case["dcc_shape"]), "gpu_fc": list(case["gpu_fc"]),
+            "tuned_ns": tuned, "search_ns": search, "search_tiling": str(tiling), "search_timed": n,
+            "pim_ns": best, "pimjax_base_ns": float(pim.baseline_ns.iloc[0]),
+            "gpu_artifact_ns": gpu, "dcc_vs_gpu_artifact": gpu / best, "draft": str(pim.draft.iloc[0])}
+
+
+FIG8_ATTN_STEP = 128        # contexts timed for Fig. 8's attention table; the rest interpolated linearly
+FIG8_ATTN_SEARCH_AT = (512, 2048, 4096)   # contexts where the local search runs; its tilings re-timed elsewhere
+
+
+def fig8_attention_rows(log=None) -> list[dict]:
+    """Fig. 8's attention on one cube, as the artifact's table holds it (test_configs.py
+    `custom_inference_sizes`: ATTN (1, ceil(H b / 5), 128, L), "inference" mode): per (model, batch) and
+    context L every `FIG8_ATTN_STEP` tokens from 128 to 4096, DCC's baseline (`dcc_attention_baselines`,
+    the faster) and DCC's choice (the faster of it and the tilings a local search finds at
+    `FIG8_ATTN_SEARCH_AT`, re-timed at L), ns.  The port's ATTN generator is not checked against the
+    fork's binary."""
+    from experiments.dcc_figures import HEAD_DIM, dcc_gemv_local_search, dcc_pow2_start
+    from pimjax.backends.dcc import TCK_NS
+    from pimjax.backends.dcc.engine import dcc_cycles
+    rows = []
+    for model in FIG8_SETTINGS["models"]:
+        heads = FIG8_MODELS[model][0]
+        for b in FIG8_SETTINGS["batch"]:
+            nh = math.ceil(heads * b / FIG8_CUBES)
+            found = []
+            for L in FIG8_ATTN_SEARCH_AT:
+                shape = (1, nh, HEAD_DIM, L)
+                _, t, _ = dcc_gemv_local_search("attacc", shape, dcc_pow2_start(shape), kernel="attn_inference")
+                found.append([[g, c] for g, c, _ in t])
+            for L in range(128, 4096 + 1, FIG8_ATTN_STEP):
+                shape = (1, nh, HEAD_DIM, L)
+                dims = [nh, HEAD_DIM, L]
+                base = min(dcc_cycles("attacc", "attn_inference", shape, t)["total"]
+                           for t in dcc_attention_baselines(nh, L))
+                best, best_t = base, "baseline"
+                for gc in found:
+                    t = [[g, c, -(-d // (g * c))] for (g, c), d in zip(gc, dims)]
+                    if any(g * c > d for (g, c), d in zip(gc, dims)) or t[1][2] < 16:
+                        continue
+                    cyc = dcc_cycles("attacc", "attn_inference", shape, t)["total"]
+                    if cyc < best:
+                        best, best_t = cyc, str(t)
+                rows.append({"model": model, "batch": b, "heads_per_cube": nh, "L": L, "base_ns": base * TCK_NS,
+                             "dcc_ns": best * TCK_NS, "dcc_tiling": best_t})
+            if log:
+                log(f"  fig8 attention {model} b{b}: {len(rows)} rows")
+    return rows
 
 
 def _gpu():
@@ -63,7 +178,6 @@ def fig8_setting(model: str, batch: int, lin: int, lout: int, pim_gemv: dict, at
     pim_gemv: {"qkv": ns, "proj": ns}, the per-cube GEMV times of this (model, batch) on PIM;
     attention_ns: callable (L, dcc) -> ns of DCC's ATTN kernel at context L on one cube (score, softmax
     and context fused), with DCC's choice (dcc True) or AttAcc's mapping (None: 0, the bound)."""
-    from experiments.dcc_figures import FIG8_MODELS
     heads, h, dh = FIG8_MODELS[model]
     ndec = {"GPT-13B": 40, "LLAMA-33B": 60}[model]          # config.py model_table
     ff = 4 if model == "GPT-13B" else 8 / 3
@@ -131,7 +245,7 @@ def fig8_setting(model: str, batch: int, lin: int, lout: int, pim_gemv: dict, at
 
 
 def attention_table(rows):
-    """{(model, batch): callable (L, dcc) -> ns} from `dcc_figures.fig8_attention_rows`' rows, linear
+    """{(model, batch): callable (L, dcc) -> ns} from `fig8_attention_rows`' rows, linear
     between the contexts timed."""
     import numpy as np
     out = {}
@@ -146,12 +260,11 @@ def attention_table(rows):
 
 
 def fig8(pim_gemv_rows, attention_rows=None) -> "object":
-    """A DataFrame: per Fig. 8 setting (`dcc_figures.FIG8_SETTINGS`) each system's ms per token and its
+    """A DataFrame: per Fig. 8 setting (`FIG8_SETTINGS`) each system's ms per token and its
     speedup over the GPU.  pim_gemv_rows: the cache's "fig8_gemv" rows (model, batch, phase, pim_ns);
     attention_rows: its "fig8_attention" rows (None: the attention free, an upper bound)."""
     import pandas as pd
 
-    from experiments.dcc_figures import FIG8_SETTINGS
     gemv = {(r["model"], r["batch"], r["phase"]): r["pim_ns"] for r in pim_gemv_rows}
     att = attention_table(attention_rows) if attention_rows is not None else {}
     rows = []

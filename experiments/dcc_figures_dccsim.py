@@ -19,9 +19,9 @@ ported) gives rows with NaN figures and the reason.
     PYTHONPATH=$PWD python experiments/dcc_figures_dccsim.py --recompute --only red   # one kernel
 
 `load()` returns {"fig6": DataFrame, "fig7": ..., "fig9": ..., "fig6_grid": ..., "fig7_grid": ...,
-"fig8_gemv": ...} of the cached rows ("fig8_gemv": `dcc_figures.fig8_gemv_cases`, the per-cube QKV and
+"fig8_gemv": ...} of the cached rows ("fig8_gemv": `dcc_fig8_artifact.fig8_gemv_cases`, the per-cube QKV and
 projection GEMVs of DCC's Fig. 8 on the "dcc" AttAcc configuration; "fig8_attention": its attention on DCC's
-fork, `dcc_figures.fig8_attention_rows`; "fig8_e2e" / "fig8_e2e_free": Fig. 8 the artifact's way on them,
+fork, `dcc_fig8_artifact.fig8_attention_rows`; "fig8_e2e" / "fig8_e2e_free": Fig. 8 the artifact's way on them,
 `experiments/dcc_fig8_artifact.fig8`, with that attention / the attention free).
 """
 from __future__ import annotations
@@ -63,6 +63,7 @@ def measure(only: str | None = None, log=print) -> dict:
     """Run every case of every figure under the "dcc" configurations (a case shared by two figures
     is run once); the cache's content: {"rows": {figure: [row, ...]}, "seconds": ...}.
     only: a kernel name, to run that kernel's cases alone (the others are left out)."""
+    from experiments import dcc_fig8_artifact as a8
     from experiments import dcc_figures as dcc
     from pimjax.search import Tuner
     tuner = Tuner()
@@ -88,13 +89,13 @@ def measure(only: str | None = None, log=print) -> dict:
                 out[fig].append(done[key])
     if not only or only == "fig8":
         out["fig8_gemv"] = []
-        for case in dcc.fig8_gemv_cases():
-            r = _clean(dcc.run_fig8_gemv(systems["attacc"], case, tuner))
+        for case in a8.fig8_gemv_cases():
+            r = _clean(a8.run_fig8_gemv(systems["attacc"], case, tuner))
             log(f"  fig8 {r['model']} b{r['batch']} {r['phase']} {r['dcc_shape']}: PIM {r['pim_ns']:.0f} ns "
                 f"(tuner {r['tuned_ns']:.0f}, search {r['search_ns']:.0f} {r['search_tiling']}), "
                 f"GPU (artifact) {r['gpu_artifact_ns']:.0f} ns  ({time.perf_counter() - t0:.0f} s)")
             out["fig8_gemv"].append(r)
-        out["fig8_attention"] = [_clean(r) for r in dcc.fig8_attention_rows(log)]
+        out["fig8_attention"] = [_clean(r) for r in a8.fig8_attention_rows(log)]
         # Fig. 8 the artifact's way on those kernels, and with the attention left out (free): an upper bound
         from experiments.dcc_fig8_artifact import fig8
         out["fig8_e2e"] = [_clean(r) for r in fig8(out["fig8_gemv"], out["fig8_attention"]).to_dict("records")]

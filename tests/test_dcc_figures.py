@@ -9,6 +9,7 @@ import pytest
 
 pd = pytest.importorskip("pandas")
 
+from experiments import dcc_command_classes as cc  # noqa: E402
 from experiments import dcc_figures as dcc  # noqa: E402
 
 
@@ -180,7 +181,8 @@ def test_artifact_grid_and_fig8_cases():
     assert {b for k, b, _ in g6 if k == "gemv"} == {1, 2, 4, 8}       # batch x heads {1,4} x {32,64} over 32
     with pytest.raises(ValueError, match="figure"):
         dcc.artifact_grid("fig8")
-    cases = dcc.fig8_gemv_cases()
+    from experiments.dcc_fig8_artifact import fig8_gemv_cases
+    cases = fig8_gemv_cases()
     assert len(cases) == 2 * 2 * 2
     qkv = [c for c in cases if c["model"] == "LLAMA-33B" and c["batch"] == 4 and c["phase"] == "qkv"][0]
     assert qkv["dcc_shape"] == (1, 42, 6656, 384)         # test_configs.py: ceil(batch * 10.4) heads per cube
@@ -209,7 +211,8 @@ def test_dccsim_cache_is_current():
         df = data[fig]
         want = [(b, k, bt, s) for b in backends for k, bt, s in S.cases(fig)]
         assert list(zip(df.backend, df.kernel, df.batch, df["size"])) == want, fig
-    assert len(data["fig8_gemv"]) == len(dcc.fig8_gemv_cases())
+    from experiments.dcc_fig8_artifact import fig8_gemv_cases
+    assert len(data["fig8_gemv"]) == len(fig8_gemv_cases())
 
 
 @pytest.mark.slow
@@ -259,9 +262,9 @@ def test_command_class_cache_sums_to_totals():
     """experiments/data/dcc_command_classes.json: every case x command class, and on each side the
     classes sum to the simulated total (the split is by successive removal, exact by construction);
     ns = cycles x that side's tCK; DCC charges no mode change, the default HBM-PIM its frame."""
-    df = dcc.load_command_classes()
+    df = cc.load_command_classes()
     assert list(zip(df.backend, df.kernel, df["class"])) == \
-        [(b, k, c) for b, k, _, _ in dcc.CLASS_CASES for c in dcc.COMMAND_CLASSES]
+        [(b, k, c) for b, k, _, _ in cc.CLASS_CASES for c in cc.COMMAND_CLASSES]
     for (b, k), g in df.groupby(["backend", "kernel"], sort=False):
         for side, total in _CLASS_SIDES:
             if g[f"{side} cycles"].isna().all():          # DCC's tiling the default will not lower: says why
@@ -280,8 +283,8 @@ def test_command_class_red_recomputes():
     """The HBM-PIM RED rows recomputed (a fraction of a second): equal to the cache; DCC's total is
     `predict`'s, the default's `baseline_breakdown`'s (an independent path through `cycles`)."""
     from pimjax.backends.dcc import predict
-    live = dcc.command_class_table([("hbm-pim", "red", 1, 4096)])
-    cached = dcc.load_command_classes().query("backend == 'hbm-pim' and kernel == 'red'")
+    live = cc.command_class_table([("hbm-pim", "red", 1, 4096)])
+    cached = cc.load_command_classes().query("backend == 'hbm-pim' and kernel == 'red'")
     cols = ["dcc cycles", "dcc commands", "default cycles", "default commands"]
     assert np.allclose(live[cols].to_numpy(float), cached[cols].to_numpy(float), rtol=1e-6)
     assert live["dcc total cycles"].iloc[0] == predict("hbmpim", "red", (1, 4096), dcc.dcc_baseline_tiling("red", 1, 4096))
@@ -291,16 +294,16 @@ def test_command_class_red_recomputes():
 
 def test_command_class_table_refuses_what_dcc_cannot_time():
     with pytest.raises(ValueError, match="no va"):
-        dcc.command_class_table([("attacc", "va", 1, 4096)])
+        cc.command_class_table([("attacc", "va", 1, 4096)])
     with pytest.raises(ValueError, match="backend must be"):
-        dcc.command_class_table([("upmem", "red", 1, 4096)])
+        cc.command_class_table([("upmem", "red", 1, 4096)])
 
 
 @pytest.mark.slow
 def test_command_class_cache_recomputes():
     """The whole command-class table recomputed equals the cache (re-run
     `experiments/dcc_command_classes.py` after changing either configuration)."""
-    live, cached = dcc.command_class_table(), dcc.load_command_classes()
+    live, cached = cc.command_class_table(), cc.load_command_classes()
     num = [c for c in live.columns if c.endswith(("cycles", "commands", "ns"))]
     assert np.allclose(live[num].to_numpy(float), cached[num].to_numpy(float), rtol=1e-6, equal_nan=True)
     assert (live[["reference", "supports", "default draft"]].to_numpy() ==

@@ -237,8 +237,8 @@ print(f"notebook ran in {time.perf_counter() - t_start:.0f} s")
 # Why the two simulators of "the same" HBM3-PIM disagree (issue 51: AttAcc RED 2.6x, HBM-PIM VA up to 12x
 # apart). For GEMV (1, 32, 128, 512), RED (1, 4096) and VA (1, 4096) (VA on HBM-PIM only: DCC's AttAcc fork has
 # no VA), each simulator's time and commands per command class: **DCC's fork** at DCC's baseline tiling
-# (`dcc.dcc_command_classes`), the **default configuration** (`dcc.attacc_system()` / `dcc.hbm_pim_system()`)
-# with its own baseline mapping and, where it lowers, with DCC's tiling as a draft (`dcc.default_command_classes`),
+# (`cc.dcc_command_classes`), the **default configuration** (`dcc.attacc_system()` / `dcc.hbm_pim_system()`)
+# with its own baseline mapping and, where it lowers, with DCC's tiling as a draft (`cc.default_command_classes`),
 # and what the reference simulator does for the class -- Samsung's PIMSimulator for HBM-PIM
 # (`../shared/reference/hbm-pim.md`), AttAcc's for AttAcc (`attacc.md`) -- i.e. which of the two it supports.
 # Times in ns: DCC's clock is 0.769 ns, the default HBM-PIM's 1 ns (Samsung's), the default AttAcc's 0.769 ns.
@@ -257,7 +257,8 @@ print(f"notebook ran in {time.perf_counter() - t_start:.0f} s")
 # `experiments/data/dcc_command_classes.json`, read here.
 
 # %%
-classes = dcc.load_command_classes()
+from experiments import dcc_command_classes as cc
+classes = cc.load_command_classes()
 view = classes.assign(case=classes.kernel.str.upper() + " " + classes["shape"] + ", " + classes.backend)
 view[["case", "class", "dcc ns", "dcc commands", "default ns", "default commands", "default merge cycles",
       "default, dcc tiling ns", "default, dcc tiling commands", "supports"]].round(1)
@@ -363,7 +364,7 @@ assert list(zip(sim["fig6_grid"].kernel, sim["fig6_grid"].batch, sim["fig6_grid"
 assert list(zip(sim["fig7_grid"].kernel, sim["fig7_grid"].batch, sim["fig7_grid"]["size"])) == dcc.artifact_grid("fig7")
 # the command-class table: every case x class, and each side's classes sum to its simulated total
 assert list(zip(classes.backend, classes.kernel, classes["class"])) == \
-    [(b, k, c) for b, k, _, _ in dcc.CLASS_CASES for c in dcc.COMMAND_CLASSES]
+    [(b, k, c) for b, k, _, _ in cc.CLASS_CASES for c in cc.COMMAND_CLASSES]
 for _, g in classes.groupby(["backend", "kernel"]):
     assert math.isclose(g["dcc cycles"].sum(), g["dcc total cycles"].iloc[0], abs_tol=0.01)
     assert math.isclose(g["default cycles"].sum(), g["default total cycles"].iloc[0], abs_tol=0.01)

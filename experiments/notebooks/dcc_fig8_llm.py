@@ -27,7 +27,7 @@
 # roofline (`a100("hbm3")`: 3352 GB/s x 0.81, 312 TFLOP/s x 0.8).  Settings: DCC's text does not list its
 # token counts; its artifact does (`src/run_inference.py --all`): GPT-13B and LLaMA-33B at batch 1 and 4,
 # each with (input, output) tokens (128, 2048), (2048, 128) and (2048, 2048) -- twelve settings, their mean
-# being the paper's 4.88x (`dcc_figures.FIG8_SETTINGS`).  Here, to keep the notebook short, batch 1 with a
+# being the paper's 4.88x (`dcc_fig8_artifact.FIG8_SETTINGS`).  Here, to keep the notebook short, batch 1 with a
 # 2 048-token prompt (both models) and batch 4 with a 512-token prompt (LLaMA-2 33B), 16 output tokens each
 # (one 16-token KV block of contexts): not the artifact's; `SETTINGS` below takes more.  The last section
 # computes the figure under DCC's own configuration, at the artifact's settings.
@@ -239,13 +239,13 @@ display(checked)
 # * **QKV and projection per head.** With DCC (`model.py`, the `dcc` branch) QKV is a GEMV per head of input
 #   hidden, output 3 × 128, and the projection one of input 128, output hidden; per cube DCC's GEMV
 #   (1, ceil(H b / 5), input, output) -- at batch 4 four times the heads, the weights read once per sequence.
-#   The "dcc" configuration times these (below; `dcc_figures.fig8_gemv_cases`).
+#   The "dcc" configuration times these (below; `dcc_fig8_artifact.fig8_gemv_cases`).
 # * **Attention** is DCC's fused ATTN kernel (GEMV, softmax, GEMV: `gen_trace_AttAcc_ATTN.py`, "inference"
 #   mode) at (1, ceil(H b / 5), 128, L) for every 16th context L. The pimjax "dcc" configuration cannot lower
 #   pimjax's attention block as DCC's kernel, so the port's generator (`pimjax.backends.dcc.traces.
 #   gen_attacc_attn`, added for this figure; the artifact CSV has no ATTN row, so it is checked against the
 #   generator's structure, not against the fork's cycles) is timed on the fork directly
-#   (`dcc_figures.fig8_attention_rows`): DCC's baseline, and DCC's choice the faster of it and the tilings a
+#   (`dcc_fig8_artifact.fig8_attention_rows`): DCC's baseline, and DCC's choice the faster of it and the tilings a
 #   local search finds, every 128 tokens of context, linear in between.
 # * **What is not simulated at all in DCC's Fig. 8**, and sets much of its 4.88x: the FFN on PIM of the Full
 #   variants is a bandwidth split, not a PIM program (`system.py` `_ff_parallel`: the GPU's FFN time ×
@@ -260,7 +260,7 @@ display(checked)
 # cached): the paper's phase speedups are 3.21x (QKV) and 3.61x (projection), averaged over its settings.
 
 # %%
-from experiments import dcc_figures, dcc_figures_dccsim as dccsim
+from experiments import dcc_fig8_artifact, dcc_figures, dcc_figures_dccsim as dccsim
 gemv8 = dccsim.load()["fig8_gemv"]
 display(gemv8[["model", "batch", "phase", "dcc_shape", "pim_ns", "pimjax_base_ns", "gpu_artifact_ns",
                "dcc_vs_gpu_artifact", "draft"]].round(2))
@@ -331,7 +331,7 @@ for key in SETTINGS:
 assert set(checked["gpu"]) == {"a100"} and (checked["rows"] > 0).all()
 # the "dcc" configuration's Fig. 8 GEMVs: DCC's per-cube cases in order, each on PIM with a finite time
 assert [(r.model, r.batch, r.phase) for r in gemv8.itertuples()] == \
-    [(c["model"], c["batch"], c["phase"]) for c in dcc_figures.fig8_gemv_cases()]
+    [(c["model"], c["batch"], c["phase"]) for c in dcc_fig8_artifact.fig8_gemv_cases()]
 assert np.isfinite(gemv8.pim_ns).all() and (gemv8.pim_ns > 0).all() and (gemv8.pim_ns <= gemv8.pimjax_base_ns).all()
 assert np.allclose(gemv8.dcc_vs_gpu_artifact, gemv8.gpu_artifact_ns / gemv8.pim_ns)
 assert (gemv8.pim_ns <= np.minimum(gemv8.tuned_ns, gemv8.search_ns) * (1 + 1e-9)).all()
