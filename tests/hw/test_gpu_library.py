@@ -128,7 +128,10 @@ def test_library_row_kernels_never_get_faster_with_longer_or_more_rows(rows, col
     h = gpu(name).replace(launch_overhead_ns=0.0)
     r2, c2 = (rows, cols + 1) if longer else (rows + 1, cols)
     t = h.elementwise_ns(2 * rows * cols * eb, outputs=rows, reduction=cols, kind=kind)
-    assert h.elementwise_ns(2 * r2 * c2 * eb, outputs=r2, reduction=c2, kind=kind) >= t > 0
+    # equal times (a latency-bound pair, rows=2 cols=2 -> 3 x 2 on the A100) come out of different
+    # float sums and may differ in the last bit, either way: a tie within 1e-12 is not a decrease
+    assert h.elementwise_ns(2 * r2 * c2 * eb, outputs=r2, reduction=c2, kind=kind) >= t * (1 - 1e-12)
+    assert t > 0
 
 
 @settings(max_examples=60, deadline=None)
