@@ -248,7 +248,12 @@ class HostModel(_Replace):
     Read by the "library" model (`hw/gpu_library.py`): simt_flops is the FP32 rate an FP32
     GEMM runs at (the CUDA cores' FFMA; AMD CDNA's FP32 matrix rate); wave_overhead_ns: ns
     one wave of a tiled product's thread blocks costs beyond its arithmetic (the tile's
-    pipeline fill and epilogue; fitted per GPU, `hw/measured/fits.json`).
+    pipeline fill and epilogue; fitted per GPU, `hw/measured/fits.json`); batched_tile_alpha:
+    a strided-batched product's tile m x n runs at (I / I_max)^alpha of the largest tile's rate,
+    I = m n / (m + n) (its library's batched kernels keep the large tile on a small m or n:
+    fitted per GPU, its cuBLAS / rocBLAS heuristics differ by architecture);
+    unaligned_efficiency: the share of the rate a single product runs at when m, n or k is not a
+    multiple of 16 bytes (its library's vectorised-load kernels need them; fitted per GPU).
 
     model "profile" (`hw/profile.py`: a GPU described by its own measurements): profile is
     the `GpuProfile` of measured times it answers from, profile_base the analytic model
@@ -276,6 +281,8 @@ class HostModel(_Replace):
     mem_latency_ns: Any = 0.0
     sm_inflight_bytes: Any = 0.0
     wave_overhead_ns: Any = 0.0
+    batched_tile_alpha: Any = 0.0
+    unaligned_efficiency: Any = 1.0
     profile: Any = None
     profile_base: str = ""
 
@@ -283,10 +290,12 @@ class HostModel(_Replace):
         from .gpu import GPU_MODELS
         check_int(self, "staging_buffer_bytes", "sms", "l1_bytes_per_sm", "l2_bytes")
         check_finite(self, *self._dynamic_fields)
-        check_positive(self, "peak_flops", "mem_bandwidth", "flops_efficiency", "bandwidth_efficiency")
+        check_positive(self, "peak_flops", "mem_bandwidth", "flops_efficiency", "bandwidth_efficiency",
+                       "unaligned_efficiency")
         check_non_negative(self, "launch_overhead_ns", "staging_buffer_bytes", "sms", "l1_bytes_per_sm",
-                           "l2_bytes", *HOST_ENERGY_FIELDS, *PIMFLOW_FIELDS, "wave_overhead_ns")
-        for n in ("flops_efficiency", "bandwidth_efficiency"):
+                           "l2_bytes", *HOST_ENERGY_FIELDS, *PIMFLOW_FIELDS, "wave_overhead_ns",
+                           "batched_tile_alpha")
+        for n in ("flops_efficiency", "bandwidth_efficiency", "unaligned_efficiency"):
             v = _concrete(getattr(self, n))
             if v is not None and not np.all(v <= 1):
                 raise ValueError(f"HostModel.{n} must be <= 1, got {getattr(self, n)!r}")

@@ -21,6 +21,7 @@ without it, prints the table.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 
 import numpy as np
@@ -39,6 +40,8 @@ TWO_INPUT_MAPS = ("add", "mul", "sub", "div", "pow", "maximum", "where", "masked
 FITS_PATH = M.FITS_PATH
 FIT_GRID = {"flops_efficiency": tuple(np.round(np.arange(0.30, 1.001, 0.05), 2)),
             "wave_overhead_ns": (0.0, 1000.0, 2000.0, 3000.0, 4000.0, 6000.0, 8000.0),
+            "batched_tile_alpha": (0.0, 1.0, 2.0, 3.0),
+            "unaligned_efficiency": (1.0, 0.8, 0.6, 0.45, 0.3),
             "bandwidth_efficiency": tuple(np.round(np.arange(0.40, 1.001, 0.02), 2))}
 
 
@@ -230,28 +233,36 @@ def _best(scored):
     return share, params
 
 
+PRODUCT_FIELDS = ("flops_efficiency", "wave_overhead_ns", "batched_tile_alpha")
+
+
+def _grid(rows, fl, cls, p, gpu_name, fields, classes):
+    """(share, params): `_best` of `p` with `fields` over their `FIT_GRID` values, scored on `classes`."""
+    scored = []
+    for vals in itertools.product(*(FIT_GRID[f] for f in fields)):
+        q = dict(p, **{f: float(v) for f, v in zip(fields, vals)})
+        scored.append((*_score(rows, fl, cls, q, gpu_name, classes), q))
+    return _best(scored)
+
+
 def fit(gpu_name: str, rows=None) -> dict:
     """The "library" constants of `gpu_name` that put most of its even rows above the floor in
-    `BAND` (equal shares: the median closest to 1, `_best`): flops_efficiency x
-    wave_overhead_ns on its products (gemm, bmm, conv), then bandwidth_efficiency on its maps;
-    grid search over `FIT_GRID`.  Returns {constant: value, "score_products", "score_maps"}
-    (the even rows' share in band)."""
+    `BAND` (equal shares: the median closest to 1, `_best`), by grid search over `FIT_GRID`: on
+    its products (gemm, bmm, conv) flops_efficiency x wave_overhead_ns x batched_tile_alpha,
+    then unaligned_efficiency, then the three again (one round of coordinate descent: the full
+    grid of four is 5x slower); then bandwidth_efficiency on its maps.  Returns {constant:
+    value, "score_products", "score_maps"} (the even rows' share in band)."""
     rows = M.load(gpu=gpu_name) if rows is None else rows
     cls, fl, keep = prepare(rows, "even")
     rows, cls, fl = _subset(rows, keep), cls[keep], fl[keep]
-    base = {"flops_efficiency": 0.8, "wave_overhead_ns": 0.0, "bandwidth_efficiency": 0.8}
-    scored = []
-    for e in FIT_GRID["flops_efficiency"]:
-        for w in FIT_GRID["wave_overhead_ns"]:
-            p = dict(base, flops_efficiency=float(e), wave_overhead_ns=float(w))
-            scored.append((*_score(rows, fl, cls, p, gpu_name, ("gemm", "bmm", "conv")), p))
-    s_prod, p = _best(scored)
-    scored = []
-    for b in FIT_GRID["bandwidth_efficiency"]:
-        q = dict(p, bandwidth_efficiency=float(b))
-        scored.append((*_score(rows, fl, cls, q, gpu_name, ("map",)), q))
-    s_map, q = _best(scored)
-    return dict(q, score_products=round(s_prod, 4), score_maps=round(s_map, 4))
+    p = {"flops_efficiency": 0.8, "wave_overhead_ns": 0.0, "batched_tile_alpha": 0.0, "unaligned_efficiency": 1.0,
+         "bandwidth_efficiency": 0.8}
+    products = ("gemm", "bmm", "conv")
+    _, p = _grid(rows, fl, cls, p, gpu_name, PRODUCT_FIELDS, products)
+    _, p = _grid(rows, fl, cls, p, gpu_name, ("unaligned_efficiency",), products)
+    s_prod, p = _grid(rows, fl, cls, p, gpu_name, PRODUCT_FIELDS, products)
+    s_map, p = _grid(rows, fl, cls, p, gpu_name, ("bandwidth_efficiency",), ("map",))
+    return dict(p, score_products=round(s_prod, 4), score_maps=round(s_map, 4))
 
 
 def _print_table(table, title):

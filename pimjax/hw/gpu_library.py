@@ -8,7 +8,10 @@ numpy arrays (or scalars) and broadcasts, so a whole measured set is timed in on
   tiles (`LIB_TILES`), a block per output tile, waves of one block per SM; each wave costs its
   tile's arithmetic at the SM's share of the dtype's rate (`dtype_flops` x flops_efficiency)
   plus `wave_overhead_ns` (the tile's pipeline fill and epilogue); the fastest tile is the pick.
-  The operands stream from memory once at bandwidth x bandwidth_efficiency; the kernel takes
+  A single product may also split k (`SPLIT_K`) and sum the partial tiles; a batched one keeps
+  the large tile (a smaller one at (I / I_max)^`batched_tile_alpha` of the rate, I its FLOP per
+  loaded element); a single product whose m, n or k is not a multiple of `ALIGN_BYTES` runs at
+  `unaligned_efficiency` of the rate.  The operands stream from memory once at bandwidth x bandwidth_efficiency; the kernel takes
   the longer of the two, plus the launch.
 * a map: its bytes at bandwidth x bandwidth_efficiency, the bandwidth scaled by the SMs a
   kernel of few blocks occupies (`MAP_ELEMS_PER_BLOCK` outputs a block);
@@ -23,8 +26,9 @@ numpy arrays (or scalars) and broadcasts, so a whole measured set is timed in on
 
 `HostModel.launch_overhead_ns` is the launch and framework floor: a GPU's own launch for
 pimjax's reports (`LIB_LAUNCH_NS`), a measurement method's floor when held to measured sets
-(`gpu_check`).  The efficiencies and `wave_overhead_ns` are fits per GPU
-(`hw/measured/fits.json`, fitted on the even rows of the measured sets, checked on the odd);
+(`gpu_check`).  The efficiencies (flops, bandwidth, unaligned), `wave_overhead_ns` and
+`batched_tile_alpha` are fits per GPU (`hw/measured/fits.json`, fitted on the even rows of the
+measured sets, checked on the odd);
 `L2_REREAD_SPEEDUP` one fit for every GPU, on the same even rows.
 """
 from __future__ import annotations
@@ -73,16 +77,44 @@ def dtype_flops(host, elem_bytes):
     return np.where(eb >= 4, fp32, np.where(eb <= 1, 2 * _f(host.peak_flops), _f(host.peak_flops)))
 
 
+ALIGN_BYTES = 16                # a single product's m, n and k must be multiples of 16 bytes for the vectorised (128-bit
+                                #   load) kernels of cuBLAS / rocBLAS; others run at host.unaligned_efficiency of the rate
+SPLIT_K = (1, 2, 4, 8, 16)     # split-K slices a single product's k may be cut into (cuBLAS / CUTLASS split-K
+                                #   kernels: k sliced over more blocks when the output tiles leave SMs idle, the
+                                #   partial tiles then summed)
+
+
+def _tile_waves_ns(host, m, n, k, b, eb, batched):
+    """ns of the busy waves of the fastest `LIB_TILES` tile (module docstring), no launch:
+    a single product (`batched` False) also tries each `SPLIT_K` slicing of k, its partial tiles
+    (split x m x n FP32 sums) written and read back at the bandwidth; a batched one pays
+    `host.batched_tile_alpha` on its smaller tiles instead (`HostModel`)."""
+    per_sm = dtype_flops(host, eb) * _f(host.flops_efficiency) / host.sms
+    wave, bw = _f(host.wave_overhead_ns), _f(host.mem_bandwidth) * _f(host.bandwidth_efficiency)
+    i_max = max(tm * tn / (tm + tn) for tm, tn in LIB_TILES)
+    t = np.full(np.broadcast(m, n, k, b, eb, batched).shape, np.inf)
+    for tm, tn in LIB_TILES:
+        rate = per_sm * np.where(batched, (tm * tn / (tm + tn) / i_max) ** _f(host.batched_tile_alpha), 1.0)
+        for s in SPLIT_K:
+            if s > 1 and not np.any(~np.asarray(batched)):
+                continue
+            waves = np.ceil(b * np.ceil(m / tm) * np.ceil(n / tn) * s / host.sms)
+            ts = waves * (2.0 * tm * tn * np.ceil(k / s) / rate * 1e9 + wave) + (s > 1) * 2.0 * s * m * n * 4 / bw * 1e9
+            t = np.minimum(t, np.where(batched & (s > 1), np.inf, ts))
+    return t
+
+
 def gemm_ns(host, m, n, k, batch=1, elem_bytes=2):
     """ns of `batch` (m x k) . (k x n) products (arrays broadcast): the fastest `LIB_TILES`
-    tile's waves against the operands' streaming, plus the launch (module docstring)."""
+    tile's waves (`_tile_waves_ns`: split-K for a single product, the batched kernels' tile
+    penalty for batch > 1 with m and n > 1 -- a batched GEMV, m or n = 1, streams like one;
+    a single product not `ALIGN_BYTES`-aligned at host.unaligned_efficiency of the rate)
+    against the operands' streaming, plus the launch (module docstring)."""
     m, n, k, b, eb = (_f(x) for x in (m, n, k, batch, elem_bytes))
-    per_sm = dtype_flops(host, eb) * _f(host.flops_efficiency) / host.sms
-    wave = _f(host.wave_overhead_ns)
-    t_cmp = np.full(np.broadcast(m, n, k, b, eb).shape, np.inf)
-    for tm, tn in LIB_TILES:
-        waves = np.ceil(b * np.ceil(m / tm) * np.ceil(n / tn) / host.sms)
-        t_cmp = np.minimum(t_cmp, waves * (2.0 * tm * tn * k / per_sm * 1e9 + wave))
+    t_cmp = _tile_waves_ns(host, m, n, k, b, eb, (b > 1) & (m > 1) & (n > 1))
+    vec = np.maximum(ALIGN_BYTES // eb, 1)
+    aligned = (b > 1) | ((m % vec == 0) & (n % vec == 0) & (k % vec == 0))
+    t_cmp = t_cmp / np.where(aligned, 1.0, _f(host.unaligned_efficiency))
     t_mem = b * (m * k + k * n + m * n) * eb / (_f(host.mem_bandwidth) * _f(host.bandwidth_efficiency)) * 1e9
     return np.maximum(t_cmp, t_mem) + _f(host.launch_overhead_ns)
 

@@ -65,6 +65,55 @@ def test_library_gemm_waves_quantise_on_the_sms():
     assert h.gemm_ns(m + 128, n, k, elem_bytes=4) > h.gemm_ns(m, n, k, elem_bytes=4)
 
 
+def _compute_only(name, **kw):
+    """The card's library host with no launch and an endless memory: its products' tile waves alone."""
+    return gpu(name).replace(launch_overhead_ns=0.0, mem_bandwidth=1e18, **kw)
+
+
+def test_library_single_product_splits_k_when_its_tiles_leave_sms_idle():
+    """One 32 x 32 tile of a long k: the fastest split (s blocks of k / s each, one wave while
+    s <= SMs) plus its s partial tiles of FP32 sums written and read back."""
+    h = _compute_only("v100", wave_overhead_ns=0.0)
+    per_sm = float(h.simt_flops) * float(h.flops_efficiency) / h.sms
+    bw = float(h.mem_bandwidth) * float(h.bandwidth_efficiency)
+    m = n = 32
+    k = 1 << 16
+    want = min(2 * 32 * 32 * k / s / per_sm * 1e9 + (s > 1) * 2 * s * m * n * 4 / bw * 1e9 for s in L.SPLIT_K)
+    assert h.gemm_ns(m, n, k, elem_bytes=4) == pytest.approx(want, rel=1e-12)
+    assert want < 2 * 32 * 32 * k / per_sm * 1e9 / 2          # the split is taken: at least twice as fast
+
+
+def test_library_batched_product_keeps_its_large_tile_by_batched_tile_alpha():
+    """batch > 1: a tile m x n runs at (I / I_max)^alpha of the rate (I = m n / (m + n)); with a
+    large alpha a batch of thin products pads the 128 x 128 tile, with alpha 0 the small tile
+    that fits wins; no split-K either way."""
+    sms = gpu("a100-40gb").sms
+    b, m, n, k = 4 * sms, 128, 16, 512
+    for alpha in (0.0, 2.0, 8.0):
+        h = _compute_only("a100-40gb", wave_overhead_ns=0.0, batched_tile_alpha=alpha)
+        per_sm = float(h.simt_flops) * float(h.flops_efficiency) / h.sms
+        i_max = max(tm * tn / (tm + tn) for tm, tn in L.LIB_TILES)
+        want = min(math.ceil(b * math.ceil(m / tm) * math.ceil(n / tn) / sms) * 2 * tm * tn * k
+                   / (per_sm * (tm * tn / (tm + tn) / i_max) ** alpha) * 1e9 for tm, tn in L.LIB_TILES)
+        assert h.gemm_ns(m, n, k, batch=b, elem_bytes=4) == pytest.approx(want, rel=1e-12)
+    padded = math.ceil(b / sms) * 2 * 128 * 128 * k / per_sm * 1e9       # alpha 8: the 128 x 128 tile, padded
+    assert h.gemm_ns(m, n, k, batch=b, elem_bytes=4) == pytest.approx(padded, rel=1e-12)
+    # a batched GEMV (m = 1) is not a tiled product: no penalty, as alpha 0
+    assert h.gemm_ns(1, 4096, k, batch=b, elem_bytes=4) == \
+        h.replace(batched_tile_alpha=0.0).gemm_ns(1, 4096, k, batch=b, elem_bytes=4)
+
+
+def test_library_unaligned_single_product_runs_at_its_share_of_the_rate():
+    """m, n, k multiples of 16 bytes: the vectorised kernels; one dimension off: the arithmetic
+    at unaligned_efficiency of the rate (a batch is not affected)."""
+    h = _compute_only("p4", unaligned_efficiency=0.5)
+    full = h.replace(unaligned_efficiency=1.0)
+    for eb, (m, n, k) in ((4, (1024, 1024, 1025)), (2, (1024, 1028, 1024)), (4, (1023, 1024, 1024))):
+        assert h.gemm_ns(m, n, k, elem_bytes=eb) == pytest.approx(2 * full.gemm_ns(m, n, k, elem_bytes=eb), rel=1e-12)
+    assert h.gemm_ns(1024, 1024, 1024, elem_bytes=4) == full.gemm_ns(1024, 1024, 1024, elem_bytes=4)
+    assert h.gemm_ns(1024, 1024, 1025, batch=2, elem_bytes=4) == full.gemm_ns(1024, 1024, 1025, batch=2, elem_bytes=4)
+
+
 def test_library_dtype_rates_come_from_the_datasheet():
     h = gpu("a100-40gb")
     assert float(L.dtype_flops(h, 4)) == GPU_SPECS["a100-40gb"][2]

@@ -121,7 +121,8 @@ def to_dataframe(rows: dict):
 
 
 FITS_PATH = os.path.join(HERE, "fits.json")      # the library model's constants per card (`hw.gpu_check.fit` writes it)
-FIT_FIELDS = ("flops_efficiency", "wave_overhead_ns", "bandwidth_efficiency")
+FIT_FIELDS = ("flops_efficiency", "wave_overhead_ns", "batched_tile_alpha", "unaligned_efficiency",
+              "bandwidth_efficiency")
 
 
 def fits() -> dict:
@@ -131,7 +132,7 @@ def fits() -> dict:
     if not os.path.exists(FITS_PATH):
         return {}
     with open(FITS_PATH, encoding="utf-8") as fh:
-        return {g: {k: v[k] for k in FIT_FIELDS} for g, v in json.load(fh)["gpus"].items()}
+        return {g: {k: v[k] for k in FIT_FIELDS if k in v} for g, v in json.load(fh)["gpus"].items()}
 
 
 __all__ = ["COLUMNS", "ELEM_BYTES", "OP_CLASS", "MAP_OPS", "FITS_PATH", "FIT_FIELDS", "op_class", "sources", "header",
