@@ -22,7 +22,7 @@
 # - a measured time is the kernel plus the measuring method's floor (one PyTorch call timed by CUDA events or
 #   the host clock: 7-90 µs by card and op); the floor is stated per method, card and class
 #   (`gpu_check.floors`), not modelled, and the bands are read on the rows above 2 x the floor;
-# - the `library` model (`pimjax/hw/gpu_library.py`) has three constants per card, fitted on the even rows
+# - the `library` model (`pimjax/hw/gpu_library.py`) has five constants per card, fitted on the even rows
 #   (`hw/measured/fits.json`); everything below is on the odd rows, which the fit did not see;
 # - the "before" is the `occupancy` model, the presets' default.
 

@@ -8,9 +8,9 @@ launch (`HostModel.launch_overhead_ns`) is set to it.  A row is "above the floor
 measures more than `ABOVE` x the floor; the acceptance bands are read on those rows, and the
 floor rows are held to 0.5-2.
 
-`fit(gpu)` fits the "library" model's three constants of one card (flops_efficiency and
-wave_overhead_ns on its products, bandwidth_efficiency on its maps) on the even rows of its
-sets; `class_table` checks them on the odd rows (`split="odd"`) or on every row.
+`fit(gpu)` fits the "library" model's five constants of one card (flops_efficiency,
+wave_overhead_ns, batched_tile_alpha and unaligned_efficiency on its products,
+bandwidth_efficiency on its maps) on the even rows of its sets; `class_table` checks them on the odd rows (`split="odd"`) or on every row.
 `python -m pimjax.hw.gpu_check --fit` refits every card into `hw/measured/fits.json`;
 without it, prints the table.
 
