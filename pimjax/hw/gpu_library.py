@@ -120,39 +120,96 @@ def elementwise_ns(host, bytes_moved, flops=0.0, outputs=1, reduction=1, kind="a
     return np.maximum(t_mem, t_cmp) + _f(host.launch_overhead_ns)
 
 
-WINOGRAD_TILES = (2,)          # cuDNN's Winograd for 3 x 3 stride-1 convolutions, F(2x2, 3x3) (Lavin & Gray, "Fast
-                                #   Algorithms for Convolutional Neural Networks", CVPR 2016): its transforms around a
-                                #   batched GEMM.  Offering F(4x4, 3x3) as well put NeuSight's FP32 convolutions at a
-                                #   median 0.64-0.97 of measured (0.79-1.24 without it): not what these cards ran
+CONV_KERNEL_GAP_NS = LIB_LAUNCH_NS
+                                # each kernel of a convolution after its first: one more back-to-back launch on the
+                                #   stream (`LIB_LAUNCH_NS`); the op's own launch is `launch_overhead_ns`
+IMPLICIT_GEMM_SLOWDOWN = 1.1    # fit: cuDNN's precomputed-index implicit GEMM (the scudnn_128x{32,64,128} kernels after
+                                #   a computeOffsets kernel) takes 1.1 x the time of the explicit GEMM of its im2col
+                                #   view (`gemm_ns`): the gather addressing in its inner loop.  Of 0.9-1.4 in steps of
+                                #   0.05, jointly with the next two, the best mean share in 0.8-1.25 over the even
+                                #   rows of NeuSight's FP32 3 x 3 convolutions on five cards (`gpu_check.fit_conv`);
+                                #   checked on the odd rows
+WINOGRAD_GEMM_SLOWDOWN = 1.6    # fit (the same grid search, 1.2-2.2 in steps of 0.1): the 36 batched products of
+                                #   cuDNN's nonfused Winograd F(4x4, 3x3) (an sgemm per Winograd-domain point, between
+                                #   its winogradForward{Data,Filter,Output}4x4 kernels) take 1.6 x `gemm_ns`'s time
+WINOGRAD_TRANSFORM_SCALE = 0.5  # fit (0-1 in steps of 0.1): the three transform kernels take 0.5 x the time of
+                                #   streaming their operands from memory (`elementwise_ns`): much of the 2.25 x
+                                #   larger transformed tensors (36 / 16 points a tile) stays in the L2 between kernels
+WINOGRAD_NONFUSED_TILE = 4      # F(4x4, 3x3), the m = 4 output tile of Lavin & Gray, "Fast Algorithms for
+                                #   Convolutional Neural Networks" (CVPR 2016): (4 + 2)^2 = 36 products for 16 outputs
+                                #   (4 x fewer multiplies than the direct 144); NeuSight's kernel names say 4x4
+DEPTHWISE_KERNELS = 1           # a depthwise convolution (groups == c) runs one direct kernel (PyTorch's
+                                #   conv_depthwise2d / cuDNN's grouped direct kernel), no MMA tile (`gpu.py`)
+
+
+def conv_algorithms_ns(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_bytes=2):
+    """{algorithm: ns} of a convolution (NCHW input n x c x h x w, f filters of c / groups x kh x kw) under each of
+    the algorithms modelled, np.inf where an algorithm does not apply (arrays broadcast); the op's launch
+    (`launch_overhead_ns`) is not in them (`conv_ns` adds it once).
+
+    * "implicit_gemm": the product m = n x output pixels, n = f / groups, k = c / groups x kh x kw (`groups` of
+      them, `gemm_ns`) x `IMPLICIT_GEMM_SLOWDOWN`, plus the computeOffsets kernel (`CONV_KERNEL_GAP_NS`); a
+      1 x 1 convolution is the plain GEMM of its pixels (one kernel, no slowdown).
+    * "winograd_nonfused" (3 x 3, stride 1, groups 1): F(4x4, 3x3) (`WINOGRAD_NONFUSED_TILE`): 36 batched
+      (n x tiles) x c . c x f products (`gemm_ns` x `WINOGRAD_GEMM_SLOWDOWN`) between the input, filter and
+      output transforms, each a kernel streaming its operands (`elementwise_ns` x `WINOGRAD_TRANSFORM_SCALE`).
+    * "depthwise" (groups == c > 1): one direct kernel, memory-bound: the input, the filters and the output
+      once, its 2 x kh x kw FLOP an output at the FP32 rate (`elementwise_ns`); the only algorithm of a
+      depthwise convolution."""
+    n, h, w, c, f, kh, kw, stride, pad, g, eb = (_f(x) for x in (n, h, w, c, f, kh, kw, stride, pad, groups,
+                                                                  elem_bytes))
+    if np.any(stride < 1) or np.any(g < 1) or np.any(c % g) or np.any(f % g):
+        raise ValueError("conv_algorithms_ns: stride and groups must be >= 1 and divide c and f; got "
+                         f"stride={stride}, groups={g}, c={c}, f={f}")
+    oh = np.floor((h + 2 * pad - kh) / stride) + 1
+    ow = np.floor((w + 2 * pad - kw) / stride) + 1
+    if np.any(oh < 1) or np.any(ow < 1):
+        raise ValueError(f"conv_algorithms_ns: the kernel ({kh} x {kw}) is larger than the padded input ({h} x {w})")
+    host = host.replace(launch_overhead_ns=0.0)
+    pix = n * oh * ow
+    one = (kh == 1) & (kw == 1)
+    dw = (g == c) & (g > 1)
+    ig = gemm_ns(host, pix, f / g, c / g * kh * kw, g, eb)
+    ig = np.where(one, ig, ig * IMPLICIT_GEMM_SLOWDOWN + CONV_KERNEL_GAP_NS)
+    t = WINOGRAD_NONFUSED_TILE
+    a2 = (t + 2.0) ** 2
+    tiles = n * np.ceil(oh / t) * np.ceil(ow / t)
+    prod = gemm_ns(host, tiles, f, c, a2, eb) * WINOGRAD_GEMM_SLOWDOWN
+    into = elementwise_ns(host, (n * h * w * c + a2 * tiles * c) * eb, outputs=a2 * tiles * c)
+    filt = elementwise_ns(host, (kh * kw + a2) * f * c * eb, outputs=a2 * f * c)
+    out = elementwise_ns(host, (a2 * tiles * f + pix * f) * eb, outputs=pix * f)
+    wino = prod + WINOGRAD_TRANSFORM_SCALE * (into + filt + out) + 3 * CONV_KERNEL_GAP_NS
+    wino_ok = (kh == 3) & (kw == 3) & (stride == 1) & (g == 1)
+    direct = elementwise_ns(host, (n * h * w * c + f / g * kh * kw * c + pix * f) * eb,
+                            flops=2.0 * pix * f * kh * kw, outputs=pix * f) \
+        + (DEPTHWISE_KERNELS - 1) * CONV_KERNEL_GAP_NS
+    return {"implicit_gemm": np.where(dw, np.inf, ig), "winograd_nonfused": np.where(wino_ok, wino, np.inf),
+            "depthwise": np.where(dw, direct, np.inf)}
+
+
+CONV_KERNELS = {"implicit_gemm": 2, "winograd_nonfused": 4, "depthwise": DEPTHWISE_KERNELS}
+                                # kernels each algorithm launches (a 1 x 1 implicit GEMM: 1), as NeuSight's
+                                #   `kernels=N` counts them
 
 
 def conv_ns(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_bytes=2):
-    """ns of a convolution (NCHW input n x c x h x w, f filters of c / groups x kh x kw) as the
-    fastest algorithm cuDNN's benchmark mode finds among the two modelled: the implicit GEMM
-    (m = n x output pixels, n = f / groups, k = c / groups x kh x kw, `groups` products) and, for
-    a 3 x 3 stride-1 convolution, Winograd F(t x t, 3 x 3) for t in `WINOGRAD_TILES`: (t + 2)^2
-    products of (n x tiles) x c . c x f between three transform kernels that stream their
-    operands (input, filter, output).  Scalars or arrays (broadcast)."""
-    n, h, w, c, f, kh, kw, stride, pad, g, eb = (_f(x) for x in (n, h, w, c, f, kh, kw, stride, pad, groups,
-                                                                  elem_bytes))
-    oh = np.floor((h + 2 * pad - kh) / stride) + 1
-    ow = np.floor((w + 2 * pad - kw) / stride) + 1
-    launch = _f(host.launch_overhead_ns)
-    host = host.replace(launch_overhead_ns=0.0)     # one launch (the op's floor) for the whole algorithm
-    best = gemm_ns(host, n * oh * ow, f / g, c / g * kh * kw, g, eb)
-    wino = (kh == 3) & (kw == 3) & (stride == 1) & (g == 1)
-    for t in WINOGRAD_TILES:
-        a2 = (t + 2.0) ** 2
-        tiles = n * np.ceil(oh / t) * np.ceil(ow / t)
-        prod = gemm_ns(host, tiles, f, c, a2, eb)
-        into = elementwise_ns(host, (n * h * w * c + a2 * tiles * c) * eb, outputs=a2 * tiles * c)
-        filt = elementwise_ns(host, (9.0 + a2) * f * c * eb, outputs=a2 * f * c)
-        out = elementwise_ns(host, (a2 * tiles * f + n * oh * ow * f) * eb, outputs=n * oh * ow * f)
-        best = np.where(wino, np.minimum(best, prod + into + filt + out), best)
-    return best + launch
+    """ns of a convolution (NCHW input n x c x h x w, f filters of c / groups x kh x kw, stride, zero padding
+    `pad`) as cuDNN's benchmark mode runs it: the fastest of the algorithms `conv_algorithms_ns` models, plus
+    the op's launch.  Scalars or arrays (broadcast)."""
+    t = conv_algorithms_ns(host, n, h, w, c, f, kh, kw, stride, pad, groups, elem_bytes)
+    return np.minimum.reduce(list(t.values())) + _f(host.launch_overhead_ns)
 
 
-__all__ = ["LIB_TILES", "WINOGRAD_TILES", "conv_ns", "MAP_ELEMS_PER_BLOCK", "NORM_BLOCK_THREADS", "SOFTMAX_WARP_MAX",
+def conv_algorithm(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_bytes=2):
+    """The name of the algorithm `conv_ns` picks for each convolution (array of str, broadcast)."""
+    t = conv_algorithms_ns(host, n, h, w, c, f, kh, kw, stride, pad, groups, elem_bytes)
+    names = np.array(list(t))
+    return names[np.argmin(np.stack(np.broadcast_arrays(*t.values())), axis=0)]
+
+
+__all__ = ["LIB_TILES", "CONV_KERNEL_GAP_NS", "IMPLICIT_GEMM_SLOWDOWN", "WINOGRAD_GEMM_SLOWDOWN",
+           "WINOGRAD_TRANSFORM_SCALE", "WINOGRAD_NONFUSED_TILE", "DEPTHWISE_KERNELS", "CONV_KERNELS",
+           "conv_algorithms_ns", "conv_algorithm", "conv_ns", "MAP_ELEMS_PER_BLOCK", "NORM_BLOCK_THREADS", "SOFTMAX_WARP_MAX",
            "THREADS_PER_SM", "SOFTMAX_BLOCK_BYTES", "L2_REREAD_SPEEDUP", "LIB_LAUNCH_NS", "dtype_flops", "gemm_ns",
            "elementwise_ns", "row_extra_reads"]
 
