@@ -142,6 +142,50 @@ DEPTHWISE_KERNELS = 1           # a depthwise convolution (groups == c) runs one
                                 #   conv_depthwise2d / cuDNN's grouped direct kernel), no MMA tile (`gpu.py`)
 
 
+def conv_parts_ns(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_bytes=2):
+    """The unscaled pieces of `conv_algorithms_ns` (arrays broadcast, ns, no launch): {"gemm": the im2col
+    view's GEMM, "winograd_products": the F(4x4, 3x3) products, "winograd_transforms": its three transform
+    kernels' streaming, "direct": the depthwise kernel} and the masks {"one_by_one", "depthwise", "winograd"}
+    of where each applies.  `gpu_check.fit_conv` scales them to fit the three constants."""
+    n, h, w, c, f, kh, kw, stride, pad, g, eb = (_f(x) for x in (n, h, w, c, f, kh, kw, stride, pad, groups,
+                                                                  elem_bytes))
+    if np.any(stride < 1) or np.any(g < 1) or np.any(c % g) or np.any(f % g):
+        raise ValueError("conv_ns: stride and groups must be >= 1 and groups must divide c and f; got "
+                         f"stride={stride}, groups={g}, c={c}, f={f}")
+    oh = np.floor((h + 2 * pad - kh) / stride) + 1
+    ow = np.floor((w + 2 * pad - kw) / stride) + 1
+    if np.any(oh < 1) or np.any(ow < 1):
+        raise ValueError(f"conv_ns: the kernel ({kh} x {kw}) is larger than the padded input ({h} x {w}, pad {pad})")
+    host = host.replace(launch_overhead_ns=0.0)
+    pix = n * oh * ow
+    a2 = (WINOGRAD_NONFUSED_TILE + 2.0) ** 2
+    tiles = n * np.ceil(oh / WINOGRAD_NONFUSED_TILE) * np.ceil(ow / WINOGRAD_NONFUSED_TILE)
+    transforms = (elementwise_ns(host, (n * h * w * c + a2 * tiles * c) * eb, outputs=a2 * tiles * c)
+                  + elementwise_ns(host, (kh * kw + a2) * f * c * eb, outputs=a2 * f * c)
+                  + elementwise_ns(host, (a2 * tiles * f + pix * f) * eb, outputs=pix * f))
+    return {"gemm": gemm_ns(host, pix, f / g, c / g * kh * kw, g, eb),
+            "winograd_products": gemm_ns(host, tiles, f, c, a2, eb), "winograd_transforms": transforms,
+            "direct": elementwise_ns(host, (n * h * w * c + f / g * kh * kw * c + pix * f) * eb,
+                                     flops=2.0 * pix * f * kh * kw, outputs=pix * f),
+            "one_by_one": (kh == 1) & (kw == 1), "depthwise": (g == c) & (g > 1),
+            "winograd": (kh == 3) & (kw == 3) & (stride == 1) & (g == 1)}
+
+
+def conv_combine(parts, implicit=None, winograd_gemm=None, winograd_transform=None):
+    """{algorithm: ns} from `conv_parts_ns`'s pieces and the three constants (None: the module's fits)."""
+    implicit = IMPLICIT_GEMM_SLOWDOWN if implicit is None else implicit
+    winograd_gemm = WINOGRAD_GEMM_SLOWDOWN if winograd_gemm is None else winograd_gemm
+    winograd_transform = WINOGRAD_TRANSFORM_SCALE if winograd_transform is None else winograd_transform
+    p = parts
+    ig = np.where(p["one_by_one"], p["gemm"], p["gemm"] * implicit + CONV_KERNEL_GAP_NS)
+    wino = p["winograd_products"] * winograd_gemm + p["winograd_transforms"] * winograd_transform \
+        + 3 * CONV_KERNEL_GAP_NS
+    direct = p["direct"] + (DEPTHWISE_KERNELS - 1) * CONV_KERNEL_GAP_NS
+    return {"implicit_gemm": np.where(p["depthwise"], np.inf, ig),
+            "winograd_nonfused": np.where(p["winograd"], wino, np.inf),
+            "depthwise": np.where(p["depthwise"], direct, np.inf)}
+
+
 def conv_algorithms_ns(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_bytes=2):
     """{algorithm: ns} of a convolution (NCHW input n x c x h x w, f filters of c / groups x kh x kw) under each of
     the algorithms modelled, np.inf where an algorithm does not apply (arrays broadcast); the op's launch
@@ -155,36 +199,11 @@ def conv_algorithms_ns(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, e
       output transforms, each a kernel streaming its operands (`elementwise_ns` x `WINOGRAD_TRANSFORM_SCALE`).
     * "depthwise" (groups == c > 1): one direct kernel, memory-bound: the input, the filters and the output
       once, its 2 x kh x kw FLOP an output at the FP32 rate (`elementwise_ns`); the only algorithm of a
-      depthwise convolution."""
-    n, h, w, c, f, kh, kw, stride, pad, g, eb = (_f(x) for x in (n, h, w, c, f, kh, kw, stride, pad, groups,
-                                                                  elem_bytes))
-    if np.any(stride < 1) or np.any(g < 1) or np.any(c % g) or np.any(f % g):
-        raise ValueError("conv_algorithms_ns: stride and groups must be >= 1 and divide c and f; got "
-                         f"stride={stride}, groups={g}, c={c}, f={f}")
-    oh = np.floor((h + 2 * pad - kh) / stride) + 1
-    ow = np.floor((w + 2 * pad - kw) / stride) + 1
-    if np.any(oh < 1) or np.any(ow < 1):
-        raise ValueError(f"conv_algorithms_ns: the kernel ({kh} x {kw}) is larger than the padded input ({h} x {w})")
-    host = host.replace(launch_overhead_ns=0.0)
-    pix = n * oh * ow
-    one = (kh == 1) & (kw == 1)
-    dw = (g == c) & (g > 1)
-    ig = gemm_ns(host, pix, f / g, c / g * kh * kw, g, eb)
-    ig = np.where(one, ig, ig * IMPLICIT_GEMM_SLOWDOWN + CONV_KERNEL_GAP_NS)
-    t = WINOGRAD_NONFUSED_TILE
-    a2 = (t + 2.0) ** 2
-    tiles = n * np.ceil(oh / t) * np.ceil(ow / t)
-    prod = gemm_ns(host, tiles, f, c, a2, eb) * WINOGRAD_GEMM_SLOWDOWN
-    into = elementwise_ns(host, (n * h * w * c + a2 * tiles * c) * eb, outputs=a2 * tiles * c)
-    filt = elementwise_ns(host, (kh * kw + a2) * f * c * eb, outputs=a2 * f * c)
-    out = elementwise_ns(host, (a2 * tiles * f + pix * f) * eb, outputs=pix * f)
-    wino = prod + WINOGRAD_TRANSFORM_SCALE * (into + filt + out) + 3 * CONV_KERNEL_GAP_NS
-    wino_ok = (kh == 3) & (kw == 3) & (stride == 1) & (g == 1)
-    direct = elementwise_ns(host, (n * h * w * c + f / g * kh * kw * c + pix * f) * eb,
-                            flops=2.0 * pix * f * kh * kw, outputs=pix * f) \
-        + (DEPTHWISE_KERNELS - 1) * CONV_KERNEL_GAP_NS
-    return {"implicit_gemm": np.where(dw, np.inf, ig), "winograd_nonfused": np.where(wino_ok, wino, np.inf),
-            "depthwise": np.where(dw, direct, np.inf)}
+      depthwise convolution.
+
+    Not modelled: cuDNN's fused Winograd F(2x2, 3x3) (its time on NeuSight's rows follows no product of
+    `gemm_ns`; the rows it ran are timed by the two above) and FFT / FFT-tiling (no measured large kernel)."""
+    return conv_combine(conv_parts_ns(host, n, h, w, c, f, kh, kw, stride, pad, groups, elem_bytes))
 
 
 CONV_KERNELS = {"implicit_gemm": 2, "winograd_nonfused": 4, "depthwise": DEPTHWISE_KERNELS}
@@ -209,7 +228,8 @@ def conv_algorithm(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_
 
 __all__ = ["LIB_TILES", "CONV_KERNEL_GAP_NS", "IMPLICIT_GEMM_SLOWDOWN", "WINOGRAD_GEMM_SLOWDOWN",
            "WINOGRAD_TRANSFORM_SCALE", "WINOGRAD_NONFUSED_TILE", "DEPTHWISE_KERNELS", "CONV_KERNELS",
-           "conv_algorithms_ns", "conv_algorithm", "conv_ns", "MAP_ELEMS_PER_BLOCK", "NORM_BLOCK_THREADS", "SOFTMAX_WARP_MAX",
+           "conv_parts_ns", "conv_combine", "conv_algorithms_ns", "conv_algorithm",
+           "conv_ns", "MAP_ELEMS_PER_BLOCK", "NORM_BLOCK_THREADS", "SOFTMAX_WARP_MAX",
            "THREADS_PER_SM", "SOFTMAX_BLOCK_BYTES", "L2_REREAD_SPEEDUP", "LIB_LAUNCH_NS", "dtype_flops", "gemm_ns",
            "elementwise_ns", "row_extra_reads"]
 
