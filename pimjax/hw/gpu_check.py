@@ -12,7 +12,10 @@ floor rows are held to 0.5-2.
 wave_overhead_ns on its products, bandwidth_efficiency on its maps) on the even rows of its
 sets; `class_table` checks them on the odd rows (`split="odd"`) or on every row.
 `python -m pimjax.hw.gpu_check --fit` refits every card into `hw/measured/fits.json`;
-without it, prints the table.
+without it, prints the table.  `fit_conv` fits the three constants of the "library" convolution
+(`gpu_library.conv_combine`) on the even convolution rows of every card that has them (`--fit-conv` prints
+them and `conv_kernel_agreement`: how often the algorithm the model picks launches the measured call's
+`kernels=N`).
 
     >>> rows = class_table("library", gpus=("v100",), classes=("map",))
     >>> rows[0]["gpu"], rows[0]["class"], rows[0]["median"] > 0

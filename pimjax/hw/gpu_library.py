@@ -17,6 +17,11 @@ numpy arrays (or scalars) and broadcasts, so a whole measured set is timed in on
   elements and 4 KB read once (the warp-persistent kernel), longer rows by a block kernel of
   three passes.  A re-read comes from the L2 while the rows in flight on the SMs fit it
   (`row_extra_reads`).
+* a convolution as cuDNN's benchmark mode runs it (`conv_ns`): the fastest of the algorithms modelled
+  (`conv_algorithms_ns`): the implicit GEMM of its im2col view (1 x 1: the plain GEMM), the nonfused
+  Winograd F(4x4, 3x3) (batched products between transform kernels), a depthwise direct kernel; each built
+  from `gemm_ns` / `elementwise_ns`, three slowdowns fitted on NeuSight's even convolution rows
+  (`gpu_check.fit_conv`);
 * attention as vLLM runs it (`attention_ns`): decode as FlashDecoding (one kernel reading each
   KV head's cache once, split along the keys to fill the SMs, and a kernel combining the splits),
   prefill as FlashAttention (one kernel; scores never written; its products at the tensor rate).
@@ -123,8 +128,8 @@ def elementwise_ns(host, bytes_moved, flops=0.0, outputs=1, reduction=1, kind="a
 CONV_KERNEL_GAP_NS = LIB_LAUNCH_NS
                                 # each kernel of a convolution after its first: one more back-to-back launch on the
                                 #   stream (`LIB_LAUNCH_NS`); the op's own launch is `launch_overhead_ns`
-IMPLICIT_GEMM_SLOWDOWN = 1.1    # fit: cuDNN's precomputed-index implicit GEMM (the scudnn_128x{32,64,128} kernels after
-                                #   a computeOffsets kernel) takes 1.1 x the time of the explicit GEMM of its im2col
+IMPLICIT_GEMM_SLOWDOWN = 1.05   # fit: cuDNN's precomputed-index implicit GEMM (the scudnn_128x{32,64,128} kernels after
+                                #   a computeOffsets kernel) takes 1.05 x the time of the explicit GEMM of its im2col
                                 #   view (`gemm_ns`): the gather addressing in its inner loop.  Of 0.9-1.4 in steps of
                                 #   0.05, jointly with the next two, the best mean share in 0.8-1.25 over the even
                                 #   rows of NeuSight's FP32 3 x 3 convolutions on five cards (`gpu_check.fit_conv`);
@@ -132,9 +137,10 @@ IMPLICIT_GEMM_SLOWDOWN = 1.1    # fit: cuDNN's precomputed-index implicit GEMM (
 WINOGRAD_GEMM_SLOWDOWN = 1.6    # fit (the same grid search, 1.2-2.2 in steps of 0.1): the 36 batched products of
                                 #   cuDNN's nonfused Winograd F(4x4, 3x3) (an sgemm per Winograd-domain point, between
                                 #   its winogradForward{Data,Filter,Output}4x4 kernels) take 1.6 x `gemm_ns`'s time
-WINOGRAD_TRANSFORM_SCALE = 0.5  # fit (0-1 in steps of 0.1): the three transform kernels take 0.5 x the time of
-                                #   streaming their operands from memory (`elementwise_ns`): much of the 2.25 x
-                                #   larger transformed tensors (36 / 16 points a tile) stays in the L2 between kernels
+WINOGRAD_TRANSFORM_SCALE = 0.4  # fit (0-1 in steps of 0.1): the three transform kernels take 0.4 x the time of
+                                #   streaming their operands from memory (`elementwise_ns`); below 1, so they do not
+                                #   stream all of the 2.25 x larger transformed tensors (36 / 16 points a tile) from
+                                #   memory (part staying in the L2 between kernels would do it; not measured)
 WINOGRAD_NONFUSED_TILE = 4      # F(4x4, 3x3), the m = 4 output tile of Lavin & Gray, "Fast Algorithms for
                                 #   Convolutional Neural Networks" (CVPR 2016): (4 + 2)^2 = 36 products for 16 outputs
                                 #   (4 x fewer multiplies than the direct 144); NeuSight's kernel names say 4x4
