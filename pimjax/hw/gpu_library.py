@@ -20,6 +20,11 @@ numpy arrays (or scalars) and broadcasts, so a whole measured set is timed in on
   elements and 4 KB read once (the warp-persistent kernel), longer rows by a block kernel of
   three passes.  A re-read comes from the L2 while the rows in flight on the SMs fit it
   (`row_extra_reads`).
+* a convolution as cuDNN's benchmark mode runs it (`conv_ns`): the fastest of the algorithms modelled
+  (`conv_algorithms_ns`): the implicit GEMM of its im2col view (1 x 1: the plain GEMM), the nonfused
+  Winograd F(4x4, 3x3) (batched products between transform kernels), a depthwise direct kernel; each built
+  from `gemm_ns` / `elementwise_ns`, three slowdowns fitted on NeuSight's even convolution rows
+  (`gpu_check.fit_conv`);
 * attention as vLLM runs it (`attention_ns`): decode as FlashDecoding (one kernel reading each
   KV head's cache once, split along the keys to fill the SMs, and a kernel combining the splits),
   prefill as FlashAttention (one kernel; scores never written; its products at the tensor rate).
@@ -152,39 +157,119 @@ def elementwise_ns(host, bytes_moved, flops=0.0, outputs=1, reduction=1, kind="a
     return np.maximum(t_mem, t_cmp) + _f(host.launch_overhead_ns)
 
 
-WINOGRAD_TILES = (2,)          # cuDNN's Winograd for 3 x 3 stride-1 convolutions, F(2x2, 3x3) (Lavin & Gray, "Fast
-                                #   Algorithms for Convolutional Neural Networks", CVPR 2016): its transforms around a
-                                #   batched GEMM.  Offering F(4x4, 3x3) as well put NeuSight's FP32 convolutions at a
-                                #   median 0.64-0.97 of measured (0.79-1.24 without it): not what these cards ran
+CONV_KERNEL_GAP_NS = LIB_LAUNCH_NS
+                                # each kernel of a convolution after its first: one more back-to-back launch on the
+                                #   stream (`LIB_LAUNCH_NS`); the op's own launch is `launch_overhead_ns`
+IMPLICIT_GEMM_SLOWDOWN = 1.1    # fit: cuDNN's precomputed-index implicit GEMM (the scudnn_128x{32,64,128} kernels after
+                                #   a computeOffsets kernel) takes 1.1 x the time of the explicit GEMM of its im2col
+                                #   view (`gemm_ns`): the gather addressing in its inner loop.  Of 0.9-1.4 in steps of
+                                #   0.05, jointly with the next two, the best mean share in 0.8-1.25 over the even
+                                #   rows of NeuSight's FP32 3 x 3 convolutions on five cards (`gpu_check.fit_conv`);
+                                #   checked on the odd rows.  It moves between 0.9 and 1.1 with the cards' product
+                                #   constants it is fitted under (`fits.json`, fitted with the convolutions in turn):
+                                #   no fixed point; the conv cells' shares in band move by <= 0.02 across it
+WINOGRAD_GEMM_SLOWDOWN = 1.6    # fit (the same grid search, 1.2-2.2 in steps of 0.1): the 36 batched products of
+                                #   cuDNN's nonfused Winograd F(4x4, 3x3) (an sgemm per Winograd-domain point, between
+                                #   its winogradForward{Data,Filter,Output}4x4 kernels) take 1.6 x `gemm_ns`'s time
+WINOGRAD_TRANSFORM_SCALE = 0.3  # fit (0-1 in steps of 0.1): the three transform kernels take 0.3 x the time of
+                                #   streaming their operands from memory (`elementwise_ns`); below 1, so they do not
+                                #   stream all of the 2.25 x larger transformed tensors (36 / 16 points a tile) from
+                                #   memory (part staying in the L2 between kernels would do it; not measured)
+WINOGRAD_NONFUSED_TILE = 4      # F(4x4, 3x3), the m = 4 output tile of Lavin & Gray, "Fast Algorithms for
+                                #   Convolutional Neural Networks" (CVPR 2016): (4 + 2)^2 = 36 products for 16 outputs
+                                #   (4 x fewer multiplies than the direct 144); NeuSight's kernel names say 4x4
+DEPTHWISE_KERNELS = 1           # a depthwise convolution (groups == c) runs one direct kernel (PyTorch's
+                                #   conv_depthwise2d / cuDNN's grouped direct kernel), no MMA tile (`gpu.py`)
+
+
+def conv_parts_ns(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_bytes=2):
+    """The unscaled pieces of `conv_algorithms_ns` (arrays broadcast, ns, no launch): {"gemm": the im2col
+    view's GEMM, "winograd_products": the F(4x4, 3x3) products, "winograd_transforms": its three transform
+    kernels' streaming, "direct": the depthwise kernel} and the masks {"one_by_one", "depthwise", "winograd"}
+    of where each applies.  `gpu_check.fit_conv` scales them to fit the three constants."""
+    n, h, w, c, f, kh, kw, stride, pad, g, eb = (_f(x) for x in (n, h, w, c, f, kh, kw, stride, pad, groups,
+                                                                  elem_bytes))
+    if np.any(stride < 1) or np.any(g < 1) or np.any(c % g) or np.any(f % g):
+        raise ValueError("conv_ns: stride and groups must be >= 1 and groups must divide c and f; got "
+                         f"stride={stride}, groups={g}, c={c}, f={f}")
+    oh = np.floor((h + 2 * pad - kh) / stride) + 1
+    ow = np.floor((w + 2 * pad - kw) / stride) + 1
+    if np.any(oh < 1) or np.any(ow < 1):
+        raise ValueError(f"conv_ns: the kernel ({kh} x {kw}) is larger than the padded input ({h} x {w}, pad {pad})")
+    host = host.replace(launch_overhead_ns=0.0)
+    pix = n * oh * ow
+    a2 = (WINOGRAD_NONFUSED_TILE + 2.0) ** 2
+    tiles = n * np.ceil(oh / WINOGRAD_NONFUSED_TILE) * np.ceil(ow / WINOGRAD_NONFUSED_TILE)
+    transforms = (elementwise_ns(host, (n * h * w * c + a2 * tiles * c) * eb, outputs=a2 * tiles * c)
+                  + elementwise_ns(host, (kh * kw + a2) * f * c * eb, outputs=a2 * f * c)
+                  + elementwise_ns(host, (a2 * tiles * f + pix * f) * eb, outputs=pix * f))
+    return {"gemm": gemm_ns(host, pix, f / g, c / g * kh * kw, g, eb),
+            "winograd_products": gemm_ns(host, tiles, f, c, a2, eb), "winograd_transforms": transforms,
+            "direct": elementwise_ns(host, (n * h * w * c + f / g * kh * kw * c + pix * f) * eb,
+                                     flops=2.0 * pix * f * kh * kw, outputs=pix * f),
+            "one_by_one": (kh == 1) & (kw == 1), "depthwise": (g == c) & (g > 1),
+            "winograd": (kh == 3) & (kw == 3) & (stride == 1) & (g == 1)}
+
+
+def conv_combine(parts, implicit=None, winograd_gemm=None, winograd_transform=None):
+    """{algorithm: ns} from `conv_parts_ns`'s pieces and the three constants (None: the module's fits)."""
+    implicit = IMPLICIT_GEMM_SLOWDOWN if implicit is None else implicit
+    winograd_gemm = WINOGRAD_GEMM_SLOWDOWN if winograd_gemm is None else winograd_gemm
+    winograd_transform = WINOGRAD_TRANSFORM_SCALE if winograd_transform is None else winograd_transform
+    p = parts
+    ig = np.where(p["one_by_one"], p["gemm"], p["gemm"] * implicit + CONV_KERNEL_GAP_NS)
+    wino = p["winograd_products"] * winograd_gemm + p["winograd_transforms"] * winograd_transform \
+        + 3 * CONV_KERNEL_GAP_NS
+    direct = p["direct"] + (DEPTHWISE_KERNELS - 1) * CONV_KERNEL_GAP_NS
+    return {"implicit_gemm": np.where(p["depthwise"], np.inf, ig),
+            "winograd_nonfused": np.where(p["winograd"], wino, np.inf),
+            "depthwise": np.where(p["depthwise"], direct, np.inf)}
+
+
+def conv_algorithms_ns(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_bytes=2):
+    """{algorithm: ns} of a convolution (NCHW input n x c x h x w, f filters of c / groups x kh x kw) under each of
+    the algorithms modelled, np.inf where an algorithm does not apply (arrays broadcast); the op's launch
+    (`launch_overhead_ns`) is not in them (`conv_ns` adds it once).
+
+    * "implicit_gemm": the product m = n x output pixels, n = f / groups, k = c / groups x kh x kw (`groups` of
+      them, `gemm_ns`) x `IMPLICIT_GEMM_SLOWDOWN`, plus the computeOffsets kernel (`CONV_KERNEL_GAP_NS`); a
+      1 x 1 convolution is the plain GEMM of its pixels (one kernel, no slowdown).
+    * "winograd_nonfused" (3 x 3, stride 1, groups 1): F(4x4, 3x3) (`WINOGRAD_NONFUSED_TILE`): 36 batched
+      (n x tiles) x c . c x f products (`gemm_ns` x `WINOGRAD_GEMM_SLOWDOWN`) between the input, filter and
+      output transforms, each a kernel streaming its operands (`elementwise_ns` x `WINOGRAD_TRANSFORM_SCALE`).
+    * "depthwise" (groups == c > 1): one direct kernel, memory-bound: the input, the filters and the output
+      once, its 2 x kh x kw FLOP an output at the FP32 rate (`elementwise_ns`); the only algorithm of a
+      depthwise convolution.
+
+    Not modelled: cuDNN's fused Winograd F(2x2, 3x3) (its time on NeuSight's rows follows no product of
+    `gemm_ns`; the rows it ran are timed by the two above) and FFT / FFT-tiling (no measured large kernel)."""
+    return conv_combine(conv_parts_ns(host, n, h, w, c, f, kh, kw, stride, pad, groups, elem_bytes))
+
+
+CONV_KERNELS = {"implicit_gemm": 2, "winograd_nonfused": 4, "depthwise": DEPTHWISE_KERNELS}
+                                # kernels each algorithm launches (a 1 x 1 implicit GEMM: 1), as NeuSight's
+                                #   `kernels=N` counts them
 
 
 def conv_ns(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_bytes=2):
-    """ns of a convolution (NCHW input n x c x h x w, f filters of c / groups x kh x kw) as the
-    fastest algorithm cuDNN's benchmark mode finds among the two modelled: the implicit GEMM
-    (m = n x output pixels, n = f / groups, k = c / groups x kh x kw, `groups` products) and, for
-    a 3 x 3 stride-1 convolution, Winograd F(t x t, 3 x 3) for t in `WINOGRAD_TILES`: (t + 2)^2
-    products of (n x tiles) x c . c x f between three transform kernels that stream their
-    operands (input, filter, output).  Scalars or arrays (broadcast)."""
-    n, h, w, c, f, kh, kw, stride, pad, g, eb = (_f(x) for x in (n, h, w, c, f, kh, kw, stride, pad, groups,
-                                                                  elem_bytes))
-    oh = np.floor((h + 2 * pad - kh) / stride) + 1
-    ow = np.floor((w + 2 * pad - kw) / stride) + 1
-    launch = _f(host.launch_overhead_ns)
-    host = host.replace(launch_overhead_ns=0.0)     # one launch (the op's floor) for the whole algorithm
-    best = gemm_ns(host, n * oh * ow, f / g, c / g * kh * kw, g, eb)
-    wino = (kh == 3) & (kw == 3) & (stride == 1) & (g == 1)
-    for t in WINOGRAD_TILES:
-        a2 = (t + 2.0) ** 2
-        tiles = n * np.ceil(oh / t) * np.ceil(ow / t)
-        prod = gemm_ns(host, tiles, f, c, a2, eb)
-        into = elementwise_ns(host, (n * h * w * c + a2 * tiles * c) * eb, outputs=a2 * tiles * c)
-        filt = elementwise_ns(host, (9.0 + a2) * f * c * eb, outputs=a2 * f * c)
-        out = elementwise_ns(host, (a2 * tiles * f + n * oh * ow * f) * eb, outputs=n * oh * ow * f)
-        best = np.where(wino, np.minimum(best, prod + into + filt + out), best)
-    return best + launch
+    """ns of a convolution (NCHW input n x c x h x w, f filters of c / groups x kh x kw, stride, zero padding
+    `pad`) as cuDNN's benchmark mode runs it: the fastest of the algorithms `conv_algorithms_ns` models, plus
+    the op's launch.  Scalars or arrays (broadcast)."""
+    t = conv_algorithms_ns(host, n, h, w, c, f, kh, kw, stride, pad, groups, elem_bytes)
+    return np.minimum.reduce(list(t.values())) + _f(host.launch_overhead_ns)
 
 
-__all__ = ["LIB_TILES", "WINOGRAD_TILES", "conv_ns", "MAP_ELEMS_PER_BLOCK", "NORM_BLOCK_THREADS", "SOFTMAX_WARP_MAX",
+def conv_algorithm(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_bytes=2):
+    """The name of the algorithm `conv_ns` picks for each convolution (array of str, broadcast)."""
+    t = conv_algorithms_ns(host, n, h, w, c, f, kh, kw, stride, pad, groups, elem_bytes)
+    names = np.array(list(t))
+    return names[np.argmin(np.stack(np.broadcast_arrays(*t.values())), axis=0)]
+
+
+__all__ = ["LIB_TILES", "CONV_KERNEL_GAP_NS", "IMPLICIT_GEMM_SLOWDOWN", "WINOGRAD_GEMM_SLOWDOWN",
+           "WINOGRAD_TRANSFORM_SCALE", "WINOGRAD_NONFUSED_TILE", "DEPTHWISE_KERNELS", "CONV_KERNELS",
+           "conv_parts_ns", "conv_combine", "conv_algorithms_ns", "conv_algorithm",
+           "conv_ns", "MAP_ELEMS_PER_BLOCK", "NORM_BLOCK_THREADS", "SOFTMAX_WARP_MAX",
            "THREADS_PER_SM", "SOFTMAX_BLOCK_BYTES", "L2_REREAD_SPEEDUP", "LIB_LAUNCH_NS", "dtype_flops", "gemm_ns",
            "elementwise_ns", "row_extra_reads"]
 

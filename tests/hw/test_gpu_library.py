@@ -226,6 +226,98 @@ def test_conv_as_implicit_gemm():
         {"m": 7 * 7, "n": 1, "k": 9, "batch": 32}
 
 
+# --- convolutions as cuDNN's benchmark mode runs them -------------------------------------------------
+def _conv_host():
+    return gpu("t4").replace(launch_overhead_ns=7000.0)
+
+
+def test_conv_one_by_one_is_the_plain_gemm_of_its_pixels_and_one_launch():
+    h = _conv_host()
+    n, hw, c, f = 8, 28, 96, 192
+    want = L.gemm_ns(h, n * hw * hw, f, c, 1, 4)               # its launch is the op's one launch
+    assert float(L.conv_ns(h, n, hw, hw, c, f, 1, 1, elem_bytes=4)) == pytest.approx(float(want), rel=1e-12)
+    assert L.conv_algorithm(h, n, hw, hw, c, f, 1, 1, elem_bytes=4) == "implicit_gemm"
+
+
+def test_conv_depthwise_is_one_memory_bound_direct_kernel_not_a_batched_gemm():
+    h = _conv_host()
+    n, hw, c, k, s = 4, 56, 144, 3, 2
+    o = (hw + 2 * 1 - k) // s + 1
+    t = L.conv_algorithms_ns(h, n, hw, hw, c, c, k, k, stride=s, pad=1, groups=c, elem_bytes=4)
+    assert set(np.isfinite([float(v) for v in t.values()]).nonzero()[0]) == {list(t).index("depthwise")}
+    nbytes = (n * hw * hw * c + c * k * k + n * o * o * c) * 4
+    want = L.elementwise_ns(h.replace(launch_overhead_ns=0.0), nbytes, flops=2.0 * n * o * o * c * k * k,
+                            outputs=n * o * o * c)
+    assert float(t["depthwise"]) == pytest.approx(float(want), rel=1e-12)
+    assert float(L.conv_ns(h, n, hw, hw, c, c, k, k, s, 1, c, 4)) == pytest.approx(float(want) + 7000.0, rel=1e-12)
+
+
+def test_conv_winograd_only_for_3x3_stride_1_ungrouped_and_built_from_its_products_and_transforms():
+    h = _conv_host()
+    h0 = h.replace(launch_overhead_ns=0.0)
+    n, hw, c, f = 16, 14, 256, 256
+    t = L.conv_algorithms_ns(h, n, hw, hw, c, f, 3, 3, pad=1, elem_bytes=4)
+    tiles = n * math.ceil(hw / 4) ** 2
+    prod = L.gemm_ns(h0, tiles, f, c, 36, 4)
+    tr = (L.elementwise_ns(h0, (n * hw * hw * c + 36 * tiles * c) * 4, outputs=36 * tiles * c)
+          + L.elementwise_ns(h0, (9 + 36) * f * c * 4, outputs=36 * f * c)
+          + L.elementwise_ns(h0, (36 * tiles * f + n * hw * hw * f) * 4, outputs=n * hw * hw * f))
+    want = prod * L.WINOGRAD_GEMM_SLOWDOWN + tr * L.WINOGRAD_TRANSFORM_SCALE + 3 * L.CONV_KERNEL_GAP_NS
+    assert float(t["winograd_nonfused"]) == pytest.approx(float(want), rel=1e-12)
+    ig = L.gemm_ns(h0, n * hw * hw, f, 9 * c, 1, 4) * L.IMPLICIT_GEMM_SLOWDOWN + L.CONV_KERNEL_GAP_NS
+    assert float(t["implicit_gemm"]) == pytest.approx(float(ig), rel=1e-12)
+    assert float(L.conv_ns(h, n, hw, hw, c, f, 3, 3, pad=1, elem_bytes=4)) == \
+        pytest.approx(min(float(want), float(ig)) + 7000.0, rel=1e-12)
+    for kw in (dict(stride=2), dict(groups=2)):
+        other = L.conv_algorithms_ns(h, n, hw, hw, c, f, 3, 3, pad=1, elem_bytes=4, **kw)
+        assert np.isinf(other["winograd_nonfused"]) and np.isfinite(other["implicit_gemm"])
+    assert np.isinf(L.conv_algorithms_ns(h, n, hw, hw, c, f, 5, 5, pad=2, elem_bytes=4)["winograd_nonfused"])
+
+
+def test_conv_arrays_broadcast_to_the_rows_own_scalar_times():
+    h = _conv_host()
+    n = np.array([1, 8, 32]); c = np.array([3, 64, 512]); f = np.array([64, 64, 512]); k = np.array([3, 1, 3])
+    got = L.conv_ns(h, n, 28, 28, c, f, k, k, 1, k // 2, 1, 4)
+    want = [float(L.conv_ns(h, int(a), 28, 28, int(b), int(d), int(e), int(e), 1, int(e) // 2, 1, 4))
+            for a, b, d, e in zip(n, c, f, k)]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_conv_refuses_impossible_shapes():
+    h = _conv_host()
+    with pytest.raises(ValueError, match="groups"):
+        L.conv_ns(h, 1, 8, 8, 6, 8, 3, 3, 1, 1, groups=4)
+    with pytest.raises(ValueError, match="larger than the padded input"):
+        L.conv_ns(h, 1, 2, 2, 8, 8, 5, 5)
+
+
+def test_conv_kernel_agreement_counts_the_kernels_of_the_models_own_picks():
+    """Rows labelled with the kernels of the algorithm the model picks agree everywhere; relabelled, nowhere."""
+    specs = [f"n={n};h={s};w={s};c={c};f={c};kh={k};kw={k};stride=1;pad={k // 2};groups=1"
+             for n, s, c, k in ((32, 28, 256, 3), (64, 14, 512, 3), (16, 56, 128, 1), (8, 7, 64, 3))] * 10
+    r = len(specs)
+    rows = {c: np.zeros(r, np.int64) for c in measured.INT_COLUMNS}
+    rows.update(gpu=np.full(r, "t4", object), op=np.full(r, "conv", object), dtype=np.full(r, "fp32", object),
+                source=np.full(r, "synthetic", object), conv=np.array(specs, object),
+                time_us=np.linspace(1000.0, 2000.0, r), context=np.full(r, "", object))
+    rows["time_us"][0] = 1.0                                      # the floor, far below every other row
+    col = gpu_check.conv_columns(rows)
+    pick = L.conv_algorithm(gpu_check.host_for("t4", "library"), **col, elem_bytes=4)
+    kern = np.array([L.CONV_KERNELS[a] for a in pick]) - ((pick == "implicit_gemm") & (col["kh"] == 1))
+    rows["context"] = np.array([f"kernels={k}" if k > 1 else "" for k in kern], object)
+    got = gpu_check.conv_kernel_agreement("t4", rows, split="all")
+    assert got["rows"] == r - 1 and got["agree"] == 1.0
+    rows["context"] = np.array([f"kernels={k + 1}" for k in kern], object)
+    assert gpu_check.conv_kernel_agreement("t4", rows, split="all")["agree"] == 0.0
+
+
+@pytest.mark.slow
+def test_conv_constants_are_what_fit_conv_gives_on_the_even_rows():
+    got = gpu_check.fit_conv()
+    assert (got["implicit"], got["winograd_gemm"], got["winograd_transform"]) == \
+        (L.IMPLICIT_GEMM_SLOWDOWN, L.WINOGRAD_GEMM_SLOWDOWN, L.WINOGRAD_TRANSFORM_SCALE)
+
+
 def test_fit_takes_the_highest_share_and_breaks_equal_shares_by_the_median_closest_to_one():
     a, b, c = {"e": 0.5}, {"e": 0.7}, {"e": 0.9}
     assert gpu_check._best([(0.5, 0.0, a), (0.9, 0.3, b), (0.8, 0.1, c)]) == (0.9, b)
