@@ -279,3 +279,19 @@ def test_pimflow_reference_exit_codes(tmp_path, capsys):
     assert pimflow_reference.main(["--csv", _csv(tmp_path, "", header=PIMFLOW_HEADER), "--out", ""]) == 2
     assert pimflow_reference.main(["--csv", _csv(tmp_path, line, header=PIMFLOW_HEADER.replace(",cycles", "")),
                                    "--out", ""]) == 2
+
+
+def test_gpu_residual_bound_learns_a_shape_residual_and_not_noise():
+    """A residual that is a function of the shape is corrected into the band on held-out rows;
+    noise wider than the band is not; too few training rows is refused."""
+    from experiments import gpu_residual_bound as B
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 8, size=(400, 2)).astype(float)
+    shaped = 0.5 * np.sin(x[:, 0]) + 0.3 * x[:, 1] / 8          # up to +-0.8 in ln: far outside ln 1.25
+    train, test = np.arange(400) % 2 == 0, np.arange(400) % 2 == 1
+    assert np.mean(np.abs(shaped[test]) < np.log(1.25)) < 0.7
+    assert B.corrected_share(x[train], shaped[train], x[test], shaped[test], k=1) == 1.0
+    noise = rng.normal(0.0, 1.0, 400)
+    assert B.corrected_share(x[train], noise[train], x[test], noise[test], k=5) < 0.5
+    with pytest.raises(ValueError, match="fewer than k"):
+        B.corrected_share(x[:2], shaped[:2], x[test], shaped[test], k=3)
