@@ -208,8 +208,12 @@ PIMFLOW_FIELDS = ("simt_flops", "l2_bandwidth", "mem_latency_ns", "sm_inflight_b
 # read by the "pimflow" GPU model only
 
 
+LIBRARY_FIELDS = ("vector_flops", "pow_flops", "row_bandwidth_efficiency", "row_pass_ns", "row_elem_ns")
+# read by the "library" GPU model only (`hw/gpu_library.py`; 0 = not modelled)
+
+
 @pytree_dataclass(static=("name", "staging_buffer_bytes", "model", "sms", "l1_bytes_per_sm", "l2_bytes",
-                           "profile", "profile_base"))
+                           "profile", "profile_base", "warp_size"))
 class HostModel(_Replace):
     """The host (GPU / CPU) and its time model.
 
@@ -248,7 +252,15 @@ class HostModel(_Replace):
     Read by the "library" model (`hw/gpu_library.py`): simt_flops is the FP32 rate an FP32
     GEMM runs at (the CUDA cores' FFMA; AMD CDNA's FP32 matrix rate); wave_overhead_ns: ns
     one wave of a tiled product's thread blocks costs beyond its arithmetic (the tile's
-    pipeline fill and epilogue; fitted per GPU, `hw/measured/fits.json`).
+    pipeline fill and epilogue; fitted per GPU, `hw/measured/fits.json`).  Its maps and row
+    kernels: vector_flops: FLOP/s of the FP32 vector ALUs (the rate a map's arithmetic runs at;
+    below simt_flops on AMD CDNA, whose FP32 GEMMs run on the matrix cores; 0: simt_flops);
+    pow_flops: FP32 operations one element's `pow` costs in the vendor's math library (CUDA's
+    libdevice, ROCm's OCML); warp_size: threads of a warp (32) or wavefront (64, AMD), the unit
+    of the row kernels' dispatch; row_bandwidth_efficiency: the share of mem_bandwidth a row
+    kernel (norm, softmax) streams at (0: bandwidth_efficiency, the maps'); row_pass_ns /
+    row_elem_ns: a row kernel's latency on one SM, per pass over its row and per element of it
+    (`gpu_library.row_latency_ns`).
 
     model "profile" (`hw/profile.py`: a GPU described by its own measurements): profile is
     the `GpuProfile` of measured times it answers from, profile_base the analytic model
@@ -276,17 +288,25 @@ class HostModel(_Replace):
     mem_latency_ns: Any = 0.0
     sm_inflight_bytes: Any = 0.0
     wave_overhead_ns: Any = 0.0
+    vector_flops: Any = 0.0
+    pow_flops: Any = 0.0
+    row_bandwidth_efficiency: Any = 0.0
+    row_pass_ns: Any = 0.0
+    row_elem_ns: Any = 0.0
+    warp_size: int = 32
     profile: Any = None
     profile_base: str = ""
 
     def __post_init__(self):
         from .gpu import GPU_MODELS
-        check_int(self, "staging_buffer_bytes", "sms", "l1_bytes_per_sm", "l2_bytes")
+        check_int(self, "staging_buffer_bytes", "sms", "l1_bytes_per_sm", "l2_bytes", "warp_size")
         check_finite(self, *self._dynamic_fields)
         check_positive(self, "peak_flops", "mem_bandwidth", "flops_efficiency", "bandwidth_efficiency")
         check_non_negative(self, "launch_overhead_ns", "staging_buffer_bytes", "sms", "l1_bytes_per_sm",
-                           "l2_bytes", *HOST_ENERGY_FIELDS, *PIMFLOW_FIELDS, "wave_overhead_ns")
-        for n in ("flops_efficiency", "bandwidth_efficiency"):
+                           "l2_bytes", *HOST_ENERGY_FIELDS, *PIMFLOW_FIELDS, "wave_overhead_ns", *LIBRARY_FIELDS)
+        if self.warp_size not in (32, 64):
+            raise ValueError(f"HostModel.warp_size must be 32 (NVIDIA) or 64 (AMD), got {self.warp_size!r}")
+        for n in ("flops_efficiency", "bandwidth_efficiency", "row_bandwidth_efficiency"):
             v = _concrete(getattr(self, n))
             if v is not None and not np.all(v <= 1):
                 raise ValueError(f"HostModel.{n} must be <= 1, got {getattr(self, n)!r}")

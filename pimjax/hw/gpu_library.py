@@ -100,24 +100,67 @@ def row_extra_reads(host, kind, reduction, row_bytes):
         return np.where(in_flight <= _f(host.l2_bytes), 1.0 / L2_REREAD_SPEEDUP, 1.0)
     if kind != "softmax":
         return np.zeros(np.broadcast(reduction, row_bytes).shape)
-    warp = (reduction <= SOFTMAX_WARP_MAX[0]) & (row_bytes <= SOFTMAX_WARP_MAX[1])
     in_flight = host.sms * np.maximum(THREADS_PER_SM * SOFTMAX_BLOCK_BYTES, 2.0 * row_bytes)
     l2 = in_flight <= _f(host.l2_bytes)
-    return np.where(warp, 0.0, np.where(l2, 2.0 / L2_REREAD_SPEEDUP, 2.0))
+    return np.where(_softmax_warp(reduction, row_bytes), 0.0, np.where(l2, 2.0 / L2_REREAD_SPEEDUP, 2.0))
+
+
+def _softmax_warp(reduction, row_bytes):
+    """Whether ATen runs a softmax row in its warp-persistent kernel (`SOFTMAX_WARP_MAX`)."""
+    return (_f(reduction) <= SOFTMAX_WARP_MAX[0]) & (_f(row_bytes) <= SOFTMAX_WARP_MAX[1])
+
+
+def row_passes(kind, reduction, row_bytes):
+    """Passes a row kernel makes over each row, one block per row (arrays broadcast): a norm 2
+    (the statistics, then the normalising loop), a softmax in the block kernel 3 (max, sum of
+    exp, write); 0 where no block loops over the row (a map; the warp-persistent softmax,
+    which loads its row at once into registers)."""
+    shape = np.broadcast(_f(reduction), _f(row_bytes)).shape
+    if kind == "norm":
+        return np.full(shape, 2.0)
+    if kind == "softmax":
+        return np.where(_softmax_warp(reduction, row_bytes), 0.0, 3.0)
+    return np.zeros(shape)
+
+
+def row_latency_ns(host, kind, outputs, reduction, row_bytes):
+    """ns a row kernel's blocks take by their latency, not their bytes (arrays broadcast):
+    `outputs` rows spread over `host.sms` SMs, each row costing its SM `row_passes` x
+    (`host.row_pass_ns` + `reduction` x `host.row_elem_ns`): a pass's block-wide reduction and
+    barrier, and its loop's dependent loads.  Both constants are fits per math library
+    (`hw/measured/fits.json`); 0 on a host that gives none."""
+    passes = row_passes(kind, reduction, row_bytes)
+    per_row = passes * (_f(host.row_pass_ns) + _f(reduction) * _f(host.row_elem_ns))
+    return _f(outputs) / host.sms * per_row
+
+
+def vector_flops(host):
+    """FLOP/s a map's arithmetic runs at on `host`: its FP32 vector ALUs (`host.vector_flops`;
+    where a host gives none, the FP32 product rate, `dtype_flops(host, 4)`)."""
+    v = _f(host.vector_flops)
+    return np.where(v > 0, v, dtype_flops(host, 4))
 
 
 def elementwise_ns(host, bytes_moved, flops=0.0, outputs=1, reduction=1, kind="act"):
     """ns of a map (reduction 1) or a row reduction of `reduction` elements into each of
-    `outputs` (arrays broadcast).  kind "norm" / "softmax" read their input rows again
-    (`row_extra_reads`; the input is half of `bytes_moved`, in + out of one shape)."""
+    `outputs` (arrays broadcast): the longest of its bytes (kind "norm" / "softmax" read their
+    input rows again, `row_extra_reads`; the input is half of `bytes_moved`, in + out of one
+    shape), its `flops` at the vector rate (`vector_flops`) and its rows' latency
+    (`row_latency_ns`), on the SMs its blocks occupy, plus the launch.  (A map whose bytes fit
+    the L2 is not sped up: NeuSight's H100 adds of 12-50 MB run at its memory's rate, its L4's
+    at 4-5 x it -- an L2-to-memory ratio per card that no datasheet here gives.)"""
     nbytes, flops, outputs, reduction = (_f(x) for x in (bytes_moved, flops, outputs, reduction))
     outputs, reduction = np.maximum(outputs, 1), np.maximum(reduction, 1)
-    extra = row_extra_reads(host, kind, reduction, 0.5 * nbytes / outputs) * 0.5 * nbytes
+    row_bytes = 0.5 * nbytes / outputs
+    extra = row_extra_reads(host, kind, reduction, row_bytes) * 0.5 * nbytes
     blocks = np.where(reduction > 1, outputs, np.ceil(outputs / MAP_ELEMS_PER_BLOCK))
     util = np.minimum(1.0, blocks / host.sms)
-    t_mem = (nbytes + extra) / (_f(host.mem_bandwidth) * _f(host.bandwidth_efficiency) * util) * 1e9
-    t_cmp = flops / (dtype_flops(host, 4) * util) * 1e9
-    return np.maximum(t_mem, t_cmp) + _f(host.launch_overhead_ns)
+    row_eff = _f(host.row_bandwidth_efficiency)
+    eff = np.where((reduction > 1) & (row_eff > 0), row_eff, _f(host.bandwidth_efficiency))
+    t_mem = (nbytes + extra) / (_f(host.mem_bandwidth) * eff * util) * 1e9
+    t_cmp = flops / (vector_flops(host) * util) * 1e9
+    t_lat = np.where(reduction > 1, row_latency_ns(host, kind, outputs, reduction, row_bytes), 0.0)
+    return np.maximum(np.maximum(t_mem, t_cmp), t_lat) + _f(host.launch_overhead_ns)
 
 
 WINOGRAD_TILES = (2,)          # cuDNN's Winograd for 3 x 3 stride-1 convolutions, F(2x2, 3x3) (Lavin & Gray, "Fast
@@ -154,7 +197,7 @@ def conv_ns(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_bytes=2
 
 __all__ = ["LIB_TILES", "WINOGRAD_TILES", "conv_ns", "MAP_ELEMS_PER_BLOCK", "NORM_BLOCK_THREADS", "SOFTMAX_WARP_MAX",
            "THREADS_PER_SM", "SOFTMAX_BLOCK_BYTES", "L2_REREAD_SPEEDUP", "LIB_LAUNCH_NS", "dtype_flops", "gemm_ns",
-           "elementwise_ns", "row_extra_reads"]
+           "elementwise_ns", "row_extra_reads", "row_passes", "row_latency_ns", "vector_flops"]
 
 
 FLASH_KEYS_PER_SPLIT = 256      # FlashDecoding (Dao et al., "Flash-Decoding for long-context inference", 2023) splits
