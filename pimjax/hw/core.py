@@ -213,7 +213,7 @@ LIBRARY_FIELDS = ("vector_flops", "pow_flops", "row_bandwidth_efficiency", "row_
 
 
 @pytree_dataclass(static=("name", "staging_buffer_bytes", "model", "sms", "l1_bytes_per_sm", "l2_bytes",
-                           "profile", "profile_base", "warp_size"))
+                           "profile", "profile_base"))
 class HostModel(_Replace):
     """The host (GPU / CPU) and its time model.
 
@@ -256,8 +256,7 @@ class HostModel(_Replace):
     kernels: vector_flops: FLOP/s of the FP32 vector ALUs (the rate a map's arithmetic runs at;
     below simt_flops on AMD CDNA, whose FP32 GEMMs run on the matrix cores; 0: simt_flops);
     pow_flops: FP32 operations one element's `pow` costs in the vendor's math library (CUDA's
-    libdevice, ROCm's OCML); warp_size: threads of a warp (32) or wavefront (64, AMD), the unit
-    of the row kernels' dispatch; row_bandwidth_efficiency: the share of mem_bandwidth a row
+    libdevice, ROCm's OCML); row_bandwidth_efficiency: the share of mem_bandwidth a row
     kernel (norm, softmax) streams at (0: bandwidth_efficiency, the maps'); row_pass_ns /
     row_elem_ns: a row kernel's latency on one SM, per pass over its row and per element of it
     (`gpu_library.row_latency_ns`).
@@ -293,19 +292,16 @@ class HostModel(_Replace):
     row_bandwidth_efficiency: Any = 0.0
     row_pass_ns: Any = 0.0
     row_elem_ns: Any = 0.0
-    warp_size: int = 32
     profile: Any = None
     profile_base: str = ""
 
     def __post_init__(self):
         from .gpu import GPU_MODELS
-        check_int(self, "staging_buffer_bytes", "sms", "l1_bytes_per_sm", "l2_bytes", "warp_size")
+        check_int(self, "staging_buffer_bytes", "sms", "l1_bytes_per_sm", "l2_bytes")
         check_finite(self, *self._dynamic_fields)
         check_positive(self, "peak_flops", "mem_bandwidth", "flops_efficiency", "bandwidth_efficiency")
         check_non_negative(self, "launch_overhead_ns", "staging_buffer_bytes", "sms", "l1_bytes_per_sm",
                            "l2_bytes", *HOST_ENERGY_FIELDS, *PIMFLOW_FIELDS, "wave_overhead_ns", *LIBRARY_FIELDS)
-        if self.warp_size not in (32, 64):
-            raise ValueError(f"HostModel.warp_size must be 32 (NVIDIA) or 64 (AMD), got {self.warp_size!r}")
         for n in ("flops_efficiency", "bandwidth_efficiency", "row_bandwidth_efficiency"):
             v = _concrete(getattr(self, n))
             if v is not None and not np.all(v <= 1):

@@ -10,22 +10,32 @@ numpy arrays (or scalars) and broadcasts, so a whole measured set is timed in on
   plus `wave_overhead_ns` (the tile's pipeline fill and epilogue); the fastest tile is the pick.
   The operands stream from memory once at bandwidth x bandwidth_efficiency; the kernel takes
   the longer of the two, plus the launch.
-* a map: its bytes at bandwidth x bandwidth_efficiency, the bandwidth scaled by the SMs a
-  kernel of few blocks occupies (`MAP_ELEMS_PER_BLOCK` outputs a block);
+* a map: the longer of its bytes at bandwidth x bandwidth_efficiency and its arithmetic at the
+  FP32 vector rate (`vector_flops`: the CUDA cores; AMD CDNA's vector ALUs, half its matrix
+  rate), both scaled by the SMs a kernel of few blocks occupies (`MAP_ELEMS_PER_BLOCK` outputs a
+  block).  A `pow` costs `HostModel.pow_flops` FP32 operations an element, a fit per vendor's
+  math library: ROCm's powf makes MI100 / MI210 pows compute-bound (56-66 G elements/s against
+  105-166 for an add), CUDA's stays under the bytes;
 * a row softmax / norm: a block per row.  layer_norm reads its row twice (the statistics pass,
   then the normalising pass); softmax as ATen dispatches it by row length: rows of <= 1024
   elements and 4 KB read once (the warp-persistent kernel), longer rows by a block kernel of
   three passes.  A re-read comes from the L2 while the rows in flight on the SMs fit it
-  (`row_extra_reads`).
+  (`row_extra_reads`).  Its bytes stream at bandwidth x row_bandwidth_efficiency (the row
+  kernels reach another share of the memory than the vectorised maps: L4's norms 0.92, its
+  maps 0.78); a row kernel is also bound by its blocks' latency, `row_passes` x (row_pass_ns +
+  elements x row_elem_ns) of SM time a row (`row_latency_ns`): ROCm's block softmax takes
+  ~2 us + 1 ns an element of CU time a row on both the MI100 and the MI210, whatever their
+  memories, and short norm rows ~0.5 us on the P100 and MI210 alike.
 * attention as vLLM runs it (`attention_ns`): decode as FlashDecoding (one kernel reading each
   KV head's cache once, split along the keys to fill the SMs, and a kernel combining the splits),
   prefill as FlashAttention (one kernel; scores never written; its products at the tensor rate).
 
 `HostModel.launch_overhead_ns` is the launch and framework floor: a GPU's own launch for
 pimjax's reports (`LIB_LAUNCH_NS`), a measurement method's floor when held to measured sets
-(`gpu_check`).  The efficiencies and `wave_overhead_ns` are fits per GPU
-(`hw/measured/fits.json`, fitted on the even rows of the measured sets, checked on the odd);
-`L2_REREAD_SPEEDUP` one fit for every GPU, on the same even rows.
+(`gpu_check`).  The efficiencies, `wave_overhead_ns`, `row_pass_ns` and `row_elem_ns` are fits
+per GPU, `pow_flops` a fit per math library (`hw/measured/fits.json`, fitted on the even rows
+of the measured sets, checked on the odd); `L2_REREAD_SPEEDUP` one fit for every GPU, on the
+same even rows.  The vector rates are the datasheets' (`hw/gpus.GPU_ARCH`).
 """
 from __future__ import annotations
 

@@ -40,18 +40,16 @@ GPU_SPECS = {
                                                                                      #   two dies, the device PyTorch sees
 }
 
-# what a map or row kernel runs on: (vendor's math library / software stack, FP32 vector FLOP/s, warp size).
-# NVIDIA: the CUDA cores' FP32 rate (the fp32 column), warps of 32 (CUDA C Programming Guide); AMD CDNA: the
-# "FP32 vector" rate of the datasheet (half the FP32 matrix rate the GEMMs run at), wavefronts of 64 (CDNA /
-# CDNA2 ISA guides: "a wavefront of 64 work-items")
+# what a map or row kernel runs on: (the vendor's math library and kernels, FP32 vector FLOP/s).  NVIDIA: the
+# CUDA cores' FP32 rate (the fp32 column); AMD CDNA: the datasheet's "FP32 vector" rate, half the FP32 matrix
+# rate its GEMMs run at
 GPU_ARCH = {
-    "a100": ("cuda", 19.5e12, 32), "a100-40gb": ("cuda", 19.5e12, 32), "a100-80gb": ("cuda", 19.5e12, 32),
-    "h100": ("cuda", 66.9e12, 32), "h200": ("cuda", 66.9e12, 32), "v100": ("cuda", 14e12, 32),
-    "t4": ("cuda", 8.1e12, 32), "l4": ("cuda", 30.3e12, 32), "p100": ("cuda", 9.3e12, 32),
-    "p4": ("cuda", 5.5e12, 32), "rtx2060": ("cuda", 6.45e12, 32),
-    "mi100": ("rocm", 23.1e12, 64),          # MI100 datasheet: FP32 vector 23.1 TFLOPS
-    "mi210": ("rocm", 22.6e12, 64),          # MI210 datasheet: FP32 vector 22.6 TFLOPS
-    "mi250": ("rocm", 22.65e12, 64),         # MI250 datasheet: FP32 vector 45.3 TFLOPS, / 2 for one GCD
+    "a100": ("cuda", 19.5e12), "a100-40gb": ("cuda", 19.5e12), "a100-80gb": ("cuda", 19.5e12),
+    "h100": ("cuda", 66.9e12), "h200": ("cuda", 66.9e12), "v100": ("cuda", 14e12), "t4": ("cuda", 8.1e12),
+    "l4": ("cuda", 30.3e12), "p100": ("cuda", 9.3e12), "p4": ("cuda", 5.5e12), "rtx2060": ("cuda", 6.45e12),
+    "mi100": ("rocm", 23.1e12),          # MI100 datasheet: FP32 vector 23.1 TFLOPS
+    "mi210": ("rocm", 22.6e12),          # MI210 datasheet: FP32 vector 22.6 TFLOPS
+    "mi250": ("rocm", 22.65e12),         # MI250 datasheet: FP32 vector 45.3 TFLOPS, / 2 for one GCD
 }
 
 # a card without measured sets borrows the fitted "library" constants of a measured card of the same
@@ -74,9 +72,9 @@ def gpu(name: str, model: str = "library", memory: float | None = None):
     label, fp16, fp32, bw, sms, l2, smem = GPU_SPECS[name]
     if memory is not None:
         bw, label = float(memory), f"{label} ({float(memory) / 1e9:,.1f} GB/s)"
-    vendor, vector, warp = GPU_ARCH[name]
+    vendor, vector = GPU_ARCH[name]
     host = gpu_host(label, fp16, bw, model_factors(model, "gpu"), model, sms, smem, smem, l2).replace(
-        simt_flops=fp32, vector_flops=vector, warp_size=warp)
+        simt_flops=fp32, vector_flops=vector)
     if model == "library":
         from .measured import fits, library_fits
         host = host.replace(**fits().get(FITS_FROM.get(name, name), {}))   # the card's fitted constants (or its
