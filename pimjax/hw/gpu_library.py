@@ -60,6 +60,8 @@ SOFTMAX_BLOCK_BYTES = 16        # above that, cunn_SoftMaxForward (PyTorch 2.1, 
                                 #   min(1024, row / ILP) threads, ILP one float4 (16 bytes) a thread, three passes over
                                 #   the row (max, sum of exp, write); max(THREADS_PER_SM x 16 B, 2 rows) of rows are in
                                 #   flight on each SM
+SOFTMAX_SMEM_BYTES = 48 * 1024  # the shared memory a block gets without opting in (CUDA's sharedMemPerBlock, 48 KB;
+                                #   ROCm's LDS per workgroup is 64 KB: rows of 48-64 KB are taken as the CUDA case)
 L2_REREAD_SPEEDUP = 2.5         # fit: an L2 re-read costs a memory read / 2.5 -- of 2-4 in steps of 0.5, the best mean
                                 #   share in band over the even softmax and norm rows of the 19 GPU cells with >= 10
                                 #   rows (checked on the odd ones, `gpu_check`); Jia et al., "Dissecting the NVIDIA
@@ -112,7 +114,18 @@ def row_extra_reads(host, kind, reduction, row_bytes):
         return np.zeros(np.broadcast(reduction, row_bytes).shape)
     in_flight = host.sms * np.maximum(THREADS_PER_SM * SOFTMAX_BLOCK_BYTES, 2.0 * row_bytes)
     l2 = in_flight <= _f(host.l2_bytes)
-    return np.where(_softmax_warp(reduction, row_bytes), 0.0, np.where(l2, 2.0 / L2_REREAD_SPEEDUP, 2.0))
+    smem = softmax_smem(reduction, row_bytes)
+    return np.where(_softmax_warp(reduction, row_bytes) | smem, 0.0, np.where(l2, 2.0 / L2_REREAD_SPEEDUP, 2.0))
+
+
+def softmax_smem(reduction, row_bytes):
+    """Whether ATen's block softmax keeps the row in shared memory (cunn_SoftMaxForwardSmem, PyTorch
+    >= 2.1: a row of a whole number of 16-byte vectors, `SOFTMAX_SMEM_BYTES` at most), reading it
+    from memory once; else cunn_SoftMaxForward reads it in each of its three passes."""
+    reduction, row_bytes = _f(reduction), _f(row_bytes)
+    elem = row_bytes / np.maximum(reduction, 1.0)
+    vec = np.maximum(np.round(SOFTMAX_BLOCK_BYTES / np.maximum(elem, 1.0)), 1.0)   # ILP: elements a float4
+    return ~_softmax_warp(reduction, row_bytes) & (np.mod(reduction, vec) == 0) & (row_bytes < SOFTMAX_SMEM_BYTES)
 
 
 def _softmax_warp(reduction, row_bytes):
@@ -121,9 +134,10 @@ def _softmax_warp(reduction, row_bytes):
 
 
 def row_passes(kind, reduction, row_bytes):
-    """Passes a row kernel makes over each row, one block per row (arrays broadcast): a norm 2
-    (the statistics, then the normalising loop), a softmax in the block kernel 3 (max, sum of
-    exp, write); 0 where no block loops over the row (a map; the warp-persistent softmax,
+    """Passes a row kernel's block makes over its row, one block per row (arrays broadcast): a
+    norm 2 (the statistics, then the normalising loop), a softmax in the block kernel 3 (max,
+    sum of exp, write; in memory or, `softmax_smem`, in shared memory: the barriers and loops
+    are the same); 0 where no block loops over the row (a map; the warp-persistent softmax,
     which loads its row at once into registers)."""
     shape = np.broadcast(_f(reduction), _f(row_bytes)).shape
     if kind == "norm":
@@ -207,7 +221,7 @@ def conv_ns(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_bytes=2
 
 __all__ = ["LIB_TILES", "WINOGRAD_TILES", "conv_ns", "MAP_ELEMS_PER_BLOCK", "NORM_BLOCK_THREADS", "SOFTMAX_WARP_MAX",
            "THREADS_PER_SM", "SOFTMAX_BLOCK_BYTES", "L2_REREAD_SPEEDUP", "LIB_LAUNCH_NS", "dtype_flops", "gemm_ns",
-           "elementwise_ns", "row_extra_reads", "row_passes", "row_latency_ns", "vector_flops"]
+           "elementwise_ns", "row_extra_reads", "softmax_smem", "row_passes", "SOFTMAX_SMEM_BYTES", "row_latency_ns", "vector_flops"]
 
 
 FLASH_KEYS_PER_SPLIT = 256      # FlashDecoding (Dao et al., "Flash-Decoding for long-context inference", 2023) splits

@@ -97,8 +97,9 @@ def test_library_norm_reads_its_row_twice_the_second_time_from_the_l2_while_the_
 
 
 def test_library_softmax_passes_follow_atens_dispatch_and_the_l2():
-    """A softmax row of <= 1024 elements and 4 KB is read once (the warp kernel); a longer one
-    three times, its two re-reads at L2_REREAD_SPEEDUP x the memory's speed while the rows in
+    """A softmax row of <= 1024 elements and 4 KB is read once (the warp kernel), and so is a row
+    of whole 16-byte vectors under SOFTMAX_SMEM_BYTES (the shared-memory block kernel); another
+    row three times, its two re-reads at L2_REREAD_SPEEDUP x the memory's speed while the rows in
     flight (max(2048 threads x 16 B, 2 rows) an SM) fit the L2, at the memory's speed beyond."""
     h = _bytes_only(gpu("v100"))
     rows = 8192
@@ -110,18 +111,26 @@ def test_library_softmax_passes_follow_atens_dispatch_and_the_l2():
         return h.elementwise_ns(2 * rows * cols * 4, outputs=rows, reduction=cols, kind="softmax")
 
     assert sm(1024) == pytest.approx(2 * read(1024))                    # read once, written once
-    assert sm(1028) == pytest.approx((2 + 2 / L.L2_REREAD_SPEEDUP) * read(1028))
+    assert sm(1028) == pytest.approx(2 * read(1028))                    # 257 float4s: the row in shared memory
+    assert sm(1027) == pytest.approx((2 + 2 / L.L2_REREAD_SPEEDUP) * read(1027))
     fits = h.l2_bytes // (2 * h.sms)                                   # the longest row whose rows in flight fit
-    assert h.sms * L.THREADS_PER_SM * L.SOFTMAX_BLOCK_BYTES < h.l2_bytes          # (so the 1028-element row's do)
-    c_in, c_out = fits // 4, fits // 4 + 1
+    assert h.sms * L.THREADS_PER_SM * L.SOFTMAX_BLOCK_BYTES < h.l2_bytes          # (so the 1027-element row's do)
+    c_in, c_out = fits // 4 - 1, fits // 4 + 1                        # odd: not whole float4s
+    assert c_in % 4 and c_out % 4
     assert sm(c_in) == pytest.approx((2 + 2 / L.L2_REREAD_SPEEDUP) * read(c_in))
     assert sm(c_out) == pytest.approx(4 * read(c_out))
     # a larger L2 keeps the long row's re-reads in it
     big = h.replace(l2_bytes=h.l2_bytes * 8)
     assert big.elementwise_ns(2 * rows * c_out * 4, outputs=rows, reduction=c_out, kind="softmax") < sm(c_out)
-    # fp16 rows: the warp kernel's 4 KB bound is 1024 elements for both dtypes (1024 x 2 B < 4 KB)
+    # whole float4s but over the shared memory: three passes
+    c_big = L.SOFTMAX_SMEM_BYTES // 4
+    assert not L.softmax_smem(c_big, c_big * 4) and L.softmax_smem(c_big - 4, (c_big - 4) * 4)
+    # fp16 rows: the warp kernel's 4 KB bound is 1024 elements for both dtypes (1024 x 2 B < 4 KB); a
+    # float4 holds 8 of them
     assert float(L.row_extra_reads(h, "softmax", 1024, 2048)) == 0.0
     assert float(L.row_extra_reads(h, "softmax", 1025, 2050)) == pytest.approx(2 / L.L2_REREAD_SPEEDUP)
+    assert float(L.row_extra_reads(h, "softmax", 1028, 2056)) == pytest.approx(2 / L.L2_REREAD_SPEEDUP)
+    assert float(L.row_extra_reads(h, "softmax", 1032, 2064)) == 0.0
 
 
 def test_library_row_kernels_stream_at_their_own_share_of_the_bandwidth():
@@ -205,9 +214,13 @@ def test_map_bytes_count_the_operands_each_op_really_moves():
        st.sampled_from(sorted(GPU_SPECS)), st.booleans())
 def test_library_row_kernels_never_get_faster_with_longer_or_more_rows(rows, cols, eb, kind, name, longer):
     """More work never costs less: the warp kernel's bound, the block kernel's passes and the
-    L2's capacity only add reads as a row grows.  (Rows of >= 2 elements: a one-element "row"
-    is timed as a map, its blocks 512 outputs each.)"""
+    L2's capacity only add reads as a row grows -- but for the one step ATen takes the other
+    way: a softmax row that becomes whole 16-byte vectors moves to the shared-memory kernel,
+    which reads it once (`softmax_smem`; such a pair is compared on rows only).  (Rows of >= 2
+    elements: a one-element "row" is timed as a map, its blocks 512 outputs each.)"""
     h = gpu(name).replace(launch_overhead_ns=0.0)
+    if longer and kind == "softmax" and L.softmax_smem(cols + 1, (cols + 1) * eb) != L.softmax_smem(cols, cols * eb):
+        longer = False
     r2, c2 = (rows, cols + 1) if longer else (rows + 1, cols)
     t = h.elementwise_ns(2 * rows * cols * eb, outputs=rows, reduction=cols, kind=kind)
     # equal times (a latency-bound pair, rows=2 cols=2 -> 3 x 2 on the A100) come out of different
