@@ -48,6 +48,9 @@ MAP_EXTRA_BYTES = {
     "embedding": lambda eb: 8.0,        # index_select's kernel loads its int64 index (8 B) for every output
                                         #   element (indexSelectLargeIndex), beside the table element it copies
 }
+NO_KERNEL_NODES = (("opt_13", "self_attn:dropout"),  # OPT-1.3B's attention_dropout is 0.0: dropout(p=0) returns its
+                                                    #   input (NeuSight: 7-11 us on 134-268 M elements, the floor)
+                   ("opt_13", " contiguous_3"))     # OPTForCausalLM's logits.contiguous(): already contiguous, no copy
 IN_PLACE = "_"                          # an FX node named "<op>_" (masked_fill_) writes into its input: no clone
 POW_OPS = ("pow", "powu")               # maps whose arithmetic is the math library's powf (`HostModel.pow_flops`):
                                         #   NeuSight's sweeps raise to a random exponent in (0, 1]; its traced
@@ -110,7 +113,8 @@ def conv_gemm(spec: str) -> dict:
 def map_bytes(ops, contexts, elem_bytes) -> np.ndarray:
     """[R] bytes a measured map moves per output element: its output and full-size inputs
     (`TWO_INPUT_MAPS` have two) at `elem_bytes`, plus `MAP_EXTRA_BYTES` of its op (an in-place
-    masked_fill_, whose traced node name ends in "_", has no clone)."""
+    masked_fill_, whose traced node name ends in "_", has no clone); 0 for a traced node that
+    runs no kernel (`NO_KERNEL_NODES`: (model, node) of the context)."""
     eb = np.broadcast_to(np.asarray(elem_bytes, np.float64), (len(ops),))
     out = np.empty(len(ops))
     for i, (o, c, e) in enumerate(zip(ops, contexts, eb)):
@@ -118,6 +122,9 @@ def map_bytes(ops, contexts, elem_bytes) -> np.ndarray:
         if o == "masked_fill" and str(c).endswith(o + IN_PLACE):
             extra = 1.0                 # masked_fill_: read, write and the bool mask
         out[i] = (2.0 + (o in TWO_INPUT_MAPS)) * e + extra
+        c = str(c)
+        if any(c.startswith(m) and c.endswith(n) for m, n in NO_KERNEL_NODES):
+            out[i] = 0.0
     return out
 
 

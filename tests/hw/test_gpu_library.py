@@ -207,6 +207,11 @@ def test_map_bytes_count_the_operands_each_op_really_moves():
     got = gpu_check.map_bytes(np.array(ops, object), np.array(ctx, object), 4)
     assert list(got) == [12, 8, 9, 8, 17, 9, 9, 16, 8]
     assert list(gpu_check.map_bytes(np.array(["add", "where"], object), np.array(["", ""], object), 2)) == [6, 5]
+    # OPT's p=0 attention dropout and its logits' .contiguous() run no kernel; GPT-2's dropout does
+    ctx = ["opt_13 s=2048 b=1 train-fwd model.decoder.layers.0.self_attn:dropout", "opt_13 s=2048 b=2 inf contiguous_3",
+           "gpt2_large s=1024 b=1 train-fwd transformer.drop"]
+    got = gpu_check.map_bytes(np.array(["dropout", "copy", "dropout"], object), np.array(ctx, object), 4)
+    assert list(got) == [0, 0, 9]
 
 
 @settings(max_examples=60, deadline=None)
