@@ -8,11 +8,14 @@ launch (`HostModel.launch_overhead_ns`) is set to it.  A row is "above the floor
 measures more than `ABOVE` x the floor; the acceptance bands are read on those rows, and the
 floor rows are held to 0.5-2.
 
-`fit(gpu)` fits the "library" model's three constants of one card (flops_efficiency and
-wave_overhead_ns on its products, bandwidth_efficiency on its maps) on the even rows of its
-sets; `class_table` checks them on the odd rows (`split="odd"`) or on every row.
-`python -m pimjax.hw.gpu_check --fit` refits every card into `hw/measured/fits.json`;
-without it, prints the table.
+`fit(gpu)` fits the "library" model's constants of one card (flops_efficiency and
+wave_overhead_ns on its products, bandwidth_efficiency on its maps, row_bandwidth_efficiency,
+row_pass_ns and row_elem_ns on its norms and softmaxes) on the even rows of its sets;
+`fit_library` the pow cost of a vendor's math library on the pows of its cards;
+`class_table` checks them on the odd rows (`split="odd"`) or on every row.
+`python -m pimjax.hw.gpu_check --fit` refits every card and library into
+`hw/measured/fits.json`; without it, prints the table.  A measured map moves the bytes its op
+moves (`map_bytes`).
 
     >>> rows = class_table("library", gpus=("v100",), classes=("map",))
     >>> rows[0]["gpu"], rows[0]["class"], rows[0]["median"] > 0
@@ -288,9 +291,11 @@ def fit(gpu_name: str, rows=None) -> dict:
     """The "library" constants of `gpu_name` that put most of its even rows above the floor in
     `BAND` (`_best`): flops_efficiency x wave_overhead_ns on its products (gemm, bmm, conv),
     then bandwidth_efficiency on its maps other than pows (whose arithmetic, not their bytes,
-    sets their time on AMD: `fit_library`; shares within `SHARE_TIE` count as equal); grid
-    search over `FIT_GRID`.  Returns {constant: value, "score_products", "score_maps"} (the
-    even rows' share in band)."""
+    sets their time on AMD: `fit_library`; shares within `SHARE_TIE` count as equal), then
+    row_bandwidth_efficiency x row_pass_ns x row_elem_ns on its norms and softmaxes (a coarse
+    grid, then the latency constants on `ROW_FINE_GRID` at the bandwidth found); grid search
+    over `FIT_GRID`.  Returns {constant: value, "score_products", "score_maps", "score_rows"}
+    (the even rows' share in band)."""
     rows = M.load(gpu=gpu_name) if rows is None else rows
     cls, fl, keep = prepare(rows, "even")
     rows, cls, fl = _subset(rows, keep), cls[keep], fl[keep]

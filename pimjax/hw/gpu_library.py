@@ -151,7 +151,7 @@ def row_latency_ns(host, kind, outputs, reduction, row_bytes):
     """ns a row kernel's blocks take by their latency, not their bytes (arrays broadcast):
     `outputs` rows spread over `host.sms` SMs, each row costing its SM `row_passes` x
     (`host.row_pass_ns` + `reduction` x `host.row_elem_ns`): a pass's block-wide reduction and
-    barrier, and its loop's dependent loads.  Both constants are fits per math library
+    barrier, and its loop's dependent loads.  Both constants are fits per card
     (`hw/measured/fits.json`); 0 on a host that gives none."""
     passes = row_passes(kind, reduction, row_bytes)
     per_row = passes * (_f(host.row_pass_ns) + _f(reduction) * _f(host.row_elem_ns))
