@@ -208,6 +208,10 @@ PIMFLOW_FIELDS = ("simt_flops", "l2_bandwidth", "mem_latency_ns", "sm_inflight_b
 # read by the "pimflow" GPU model only
 
 
+LIBRARY_FIELDS = ("vector_flops", "pow_flops", "row_bandwidth_efficiency", "row_pass_ns", "row_elem_ns")
+# read by the "library" GPU model only (`hw/gpu_library.py`; 0 = not modelled)
+
+
 @pytree_dataclass(static=("name", "staging_buffer_bytes", "model", "sms", "l1_bytes_per_sm", "l2_bytes",
                            "profile", "profile_base"))
 class HostModel(_Replace):
@@ -253,7 +257,14 @@ class HostModel(_Replace):
     I = m n / (m + n) (its library's batched kernels keep the large tile on a small m or n:
     fitted per GPU, its cuBLAS / rocBLAS heuristics differ by architecture);
     unaligned_efficiency: the share of the rate a single product runs at when m, n or k is not a
-    multiple of 16 bytes (its library's vectorised-load kernels need them; fitted per GPU).
+    multiple of 16 bytes (its library's vectorised-load kernels need them; fitted per GPU).  Its
+    maps and row kernels: vector_flops: FLOP/s of the FP32 vector ALUs (the rate a map's arithmetic
+    runs at; below simt_flops on AMD CDNA, whose FP32 GEMMs run on the matrix cores; 0: simt_flops);
+    pow_flops: FP32 operations one element's `pow` costs in the vendor's math library (CUDA's
+    libdevice, ROCm's OCML); row_bandwidth_efficiency: the share of mem_bandwidth a row
+    kernel (norm, softmax) streams at (0: bandwidth_efficiency, the maps'); row_pass_ns /
+    row_elem_ns: a row kernel's latency on one SM, per pass over its row and per element of it
+    (`gpu_library.row_latency_ns`).
 
     model "profile" (`hw/profile.py`: a GPU described by its own measurements): profile is
     the `GpuProfile` of measured times it answers from, profile_base the analytic model
@@ -283,6 +294,11 @@ class HostModel(_Replace):
     wave_overhead_ns: Any = 0.0
     batched_tile_alpha: Any = 0.0
     unaligned_efficiency: Any = 1.0
+    vector_flops: Any = 0.0
+    pow_flops: Any = 0.0
+    row_bandwidth_efficiency: Any = 0.0
+    row_pass_ns: Any = 0.0
+    row_elem_ns: Any = 0.0
     profile: Any = None
     profile_base: str = ""
 
@@ -293,9 +309,9 @@ class HostModel(_Replace):
         check_positive(self, "peak_flops", "mem_bandwidth", "flops_efficiency", "bandwidth_efficiency",
                        "unaligned_efficiency")
         check_non_negative(self, "launch_overhead_ns", "staging_buffer_bytes", "sms", "l1_bytes_per_sm",
-                           "l2_bytes", *HOST_ENERGY_FIELDS, *PIMFLOW_FIELDS, "wave_overhead_ns",
+                           "l2_bytes", *HOST_ENERGY_FIELDS, *PIMFLOW_FIELDS, "wave_overhead_ns", *LIBRARY_FIELDS,
                            "batched_tile_alpha")
-        for n in ("flops_efficiency", "bandwidth_efficiency", "unaligned_efficiency"):
+        for n in ("flops_efficiency", "bandwidth_efficiency", "unaligned_efficiency", "row_bandwidth_efficiency"):
             v = _concrete(getattr(self, n))
             if v is not None and not np.all(v <= 1):
                 raise ValueError(f"HostModel.{n} must be <= 1, got {getattr(self, n)!r}")

@@ -8,14 +8,17 @@ launch (`HostModel.launch_overhead_ns`) is set to it.  A row is "above the floor
 measures more than `ABOVE` x the floor; the acceptance bands are read on those rows, and the
 floor rows are held to 0.5-2.
 
-`fit(gpu)` fits the "library" model's five constants of one card (flops_efficiency,
+`fit(gpu)` fits the "library" model's constants of one card (flops_efficiency,
 wave_overhead_ns, batched_tile_alpha and unaligned_efficiency on its products,
-bandwidth_efficiency on its maps) on the even rows of its sets; `class_table` checks them on the odd rows (`split="odd"`) or on every row.
-`python -m pimjax.hw.gpu_check --fit` refits every card into `hw/measured/fits.json`;
-without it, prints the table.  `fit_conv` fits the three constants of the "library" convolution
-(`gpu_library.conv_combine`) on the even convolution rows of every card that has them (`--fit-conv` prints
-them and `conv_kernel_agreement`: how often the algorithm the model picks launches the measured call's
-`kernels=N`).
+bandwidth_efficiency on its maps, row_bandwidth_efficiency, row_pass_ns and row_elem_ns on its
+norms and softmaxes) on the even rows of its sets; `fit_library` the pow cost of a vendor's
+math library on the pows of its cards; `class_table` checks them on the odd rows
+(`split="odd"`) or on every row.  `python -m pimjax.hw.gpu_check --fit` refits every card and
+library into `hw/measured/fits.json`; without it, prints the table.  A measured map moves the
+bytes its op moves (`map_bytes`).  `fit_conv` fits the three constants of the "library"
+convolution (`gpu_library.conv_combine`) on the even convolution rows of every card that has
+them (`--fit-conv` prints them and `conv_kernel_agreement`: how often the algorithm the model
+picks launches the measured call's `kernels=N`).
 
     >>> rows = class_table("library", gpus=("v100",), classes=("map",))
     >>> rows[0]["gpu"], rows[0]["class"], rows[0]["median"] > 0
@@ -40,13 +43,38 @@ BAND = (0.8, 1.25)           # issue 49's acceptance band of model / measured
 MEDIAN_BAND = (1 / 1.1, 1.1)  # ... and of a cell's median (0.9-1.1, symmetric in log)
 FLOOR_BAND = (0.5, 2.0)
 CLASSES = ("gemm", "bmm", "conv", "map", "norm", "softmax", "allreduce")
-TWO_INPUT_MAPS = ("add", "mul", "sub", "div", "pow", "maximum", "where", "masked_fill")
+TWO_INPUT_MAPS = ("add", "mul", "sub", "div", "pow")
+# bytes a map moves per output element beyond (1 + full-size inputs) x the element, where the op's operands
+# are not full-size tensors of its dtype (PyTorch 2.x's kernels; the traced models' calls, neusight_models):
+MAP_EXTRA_BYTES = {
+    "where": lambda eb: 1.0,            # GPT-2's torch.where(causal_mask, w, mask_value): a bool mask (1 B) and a
+                                        #   0-d tensor beside the input (was counted as two full inputs)
+    "maximum": lambda eb: 0.0,          # OPT's torch.max(w, torch.tensor(finfo.min)): a 0-d operand
+    "masked_fill": lambda eb: 2.0 * eb + 1.0,   # out of place: ATen's masked_fill is self.clone() (read + write)
+                                        #   then masked_fill_ (read, a bool mask of 1 B, write): two passes
+    "dropout": lambda eb: 1.0,          # train mode: the fused dropout kernel writes its bool mask (1 B) too
+    "embedding": lambda eb: 8.0,        # index_select's kernel loads its int64 index (8 B) for every output
+                                        #   element (indexSelectLargeIndex), beside the table element it copies
+}
+NO_KERNEL_NODES = (("opt_13", "self_attn:dropout"),  # OPT-1.3B's attention_dropout is 0.0: dropout(p=0) returns its
+                                                    #   input (NeuSight: 7-11 us on 134-268 M elements, the floor)
+                   ("opt_13", " contiguous_3"))     # OPTForCausalLM's logits.contiguous(): already contiguous, no copy
+IN_PLACE = "_"                          # an FX node named "<op>_" (masked_fill_) writes into its input: no clone
+POW_OPS = ("pow", "powu")               # maps whose arithmetic is the math library's powf (`HostModel.pow_flops`):
+                                        #   NeuSight's sweeps raise to a random exponent in (0, 1]; its traced
+TRACES = "neusight_models"              #   models' pows are GPT-2's NewGELU x^3 (`mlp.act:pow_2`), which ATen's
+                                        #   pow_tensor_scalar_optimized runs as multiplications: no powf
 FITS_PATH = M.FITS_PATH
+ROW_FINE_GRID = {"row_pass_ns": tuple(float(x) for x in range(0, 1501, 100)),
+                 "row_elem_ns": tuple(np.round(np.arange(0.0, 1.501, 0.1), 2))}
 FIT_GRID = {"flops_efficiency": tuple(np.round(np.arange(0.30, 1.001, 0.05), 2)),
             "wave_overhead_ns": (0.0, 1000.0, 2000.0, 3000.0, 4000.0, 6000.0, 8000.0),
             "batched_tile_alpha": (0.0, 1.0, 1.5, 2.0, 2.5, 3.0),
             "unaligned_efficiency": (1.0, 0.8, 0.6, 0.45, 0.3),
-            "bandwidth_efficiency": tuple(np.round(np.arange(0.40, 1.001, 0.02), 2))}
+            "bandwidth_efficiency": tuple(np.round(np.arange(0.40, 1.001, 0.02), 2)),
+            "row_bandwidth_efficiency": tuple(np.round(np.arange(0.60, 1.001, 0.04), 2)),
+            "row_pass_ns": tuple(float(x) for x in range(0, 1401, 200)),
+            "row_elem_ns": tuple(np.round(np.arange(0.0, 1.401, 0.2), 2))}
 
 
 def _classes(rows) -> np.ndarray:
@@ -103,6 +131,24 @@ def conv_columns(rows) -> dict:
     return col
 
 
+def map_bytes(ops, contexts, elem_bytes) -> np.ndarray:
+    """[R] bytes a measured map moves per output element: its output and full-size inputs
+    (`TWO_INPUT_MAPS` have two) at `elem_bytes`, plus `MAP_EXTRA_BYTES` of its op (an in-place
+    masked_fill_, whose traced node name ends in "_", has no clone); 0 for a traced node that
+    runs no kernel (`NO_KERNEL_NODES`: (model, node) of the context)."""
+    eb = np.broadcast_to(np.asarray(elem_bytes, np.float64), (len(ops),))
+    out = np.empty(len(ops))
+    for i, (o, c, e) in enumerate(zip(ops, contexts, eb)):
+        extra = MAP_EXTRA_BYTES[o](e) if o in MAP_EXTRA_BYTES else 0.0
+        if o == "masked_fill" and str(c).endswith(o + IN_PLACE):
+            extra = 1.0                 # masked_fill_: read, write and the bool mask
+        out[i] = (2.0 + (o in TWO_INPUT_MAPS)) * e + extra
+        c = str(c)
+        if any(c.startswith(m) and c.endswith(n) for m, n in NO_KERNEL_NODES):
+            out[i] = 0.0
+    return out
+
+
 def _shape_args(rows, cls):
     """Per class, the model's arguments of each row (arrays)."""
     eb = _elem_bytes(rows)
@@ -112,8 +158,8 @@ def _shape_args(rows, cls):
         g = [conv_gemm(s) for s in rows["conv"]]
         return {k: np.array([x[k] for x in g], np.int64) for k in ("m", "n", "k", "batch")} | {"elem_bytes": eb}
     if cls == "map":
-        n_in = np.array([2 if o in TWO_INPUT_MAPS else 1 for o in rows["op"]])
-        return dict(bytes_moved=(n_in + 1) * rows["numel"] * eb, outputs=rows["numel"], reduction=1, kind="act")
+        return dict(bytes_moved=map_bytes(rows["op"], rows["context"], eb) * rows["numel"], outputs=rows["numel"],
+                    reduction=1, kind="act", pow=np.isin(rows["op"], POW_OPS) & (rows["source"] != TRACES))
     if cls in ("norm", "softmax"):
         nbytes = 2 * rows["rows"] * rows["cols"] * eb
         return dict(bytes_moved=nbytes, outputs=rows["rows"], reduction=rows["cols"], kind=cls)
@@ -136,7 +182,8 @@ def model_us(host, rows, cls: str) -> np.ndarray:
         return np.array([G.allreduce_ns(host, b, 4) for b in a["bytes_per_gpu"]]) / 1e3 \
             + float(host.launch_overhead_ns) / 1e3
     if host.model == "library":
-        return np.asarray(L.elementwise_ns(host, a["bytes_moved"], 0.0, a["outputs"], a["reduction"],
+        flops = np.where(a["pow"], a["outputs"] * float(host.pow_flops), 0.0) if cls == "map" else 0.0
+        return np.asarray(L.elementwise_ns(host, a["bytes_moved"], flops, a["outputs"], a["reduction"],
                                            a["kind"])) / 1e3
     red = np.broadcast_to(a["reduction"], a["outputs"].shape)
     kind = "norm" if cls == "norm" else ("softmax" if cls == "softmax" else "act")
@@ -220,18 +267,22 @@ def fits() -> dict:
     return M.fits()
 
 
-def _score(rows, fl, cls, params, gpu_name, classes) -> tuple[float, float]:
-    """(the share in `BAND` less the log distance of the median outside `MEDIAN_BAND`, |log
-    median| of model / measured) of the rows of `classes` above their floor, on "library" with
-    `params`, each a mean over the classes (every class weighs the same: a card's 2 000
-    convolutions must not outvote its 500 GEMMs)."""
+def _score(rows, fl, cls, params, gpu_name, classes, keep=None, per_class: bool = False) -> tuple[float, float]:
+    """(the share in `BAND`, |log median| of model / measured) of the rows of `classes` above
+    their floor (and in `keep` [R] bool, when given), on "library" with `params`.  per_class:
+    each a mean over the classes (every class weighs the same: a card's 2 000 convolutions must
+    not outvote its 500 GEMMs), the share less the median's log distance outside `MEDIAN_BAND`
+    (the acceptance's two conditions)."""
+    if not per_class:
+        ratios = _ratios(rows, fl, cls, params, gpu_name, classes, keep)
+        if not len(ratios):
+            return 0.0, 0.0
+        return float(np.mean((ratios >= BAND[0]) & (ratios <= BAND[1]))), float(abs(np.log(np.median(ratios))))
     shares, meds = [], []
     for c in classes:
-        sel = np.nonzero((cls == c) & (rows["time_us"] > ABOVE * fl))[0]
-        if len(sel):
-            r = predict(_subset(rows, sel), fl[sel], gpu_name, c, "library", params) / rows["time_us"][sel]
+        r = _ratios(rows, fl, cls, params, gpu_name, (c,), keep)
+        if len(r):
             med = abs(np.log(np.median(r)))
-            # the acceptance's two conditions: the share in band, less how far the median is outside MEDIAN_BAND
             shares.append(np.mean((r >= BAND[0]) & (r <= BAND[1])) - max(0.0, med - np.log(MEDIAN_BAND[1])))
             meds.append(med)
     if not shares:
@@ -239,12 +290,27 @@ def _score(rows, fl, cls, params, gpu_name, classes) -> tuple[float, float]:
     return float(np.mean(shares)), float(np.mean(meds))
 
 
-def _best(scored):
-    """(share, params) of [(share, |log median|, params)]: the highest share; among equal shares
-    (a small set, every row in band over a range of constants: LLMCompass's A100) the median
-    closest to 1, then the first in `FIT_GRID` order."""
+def _ratios(rows, fl, cls, params, gpu_name, classes, keep=None) -> np.ndarray:
+    """model / measured of the rows of `classes` above their floor (and in `keep`), on "library"."""
+    ratios = []
+    for c in classes:
+        sel = np.nonzero((cls == c) & (rows["time_us"] > ABOVE * fl) & (True if keep is None else keep))[0]
+        if len(sel):
+            ratios.append(predict(_subset(rows, sel), fl[sel], gpu_name, c, "library", params) / rows["time_us"][sel])
+    return np.concatenate(ratios) if ratios else np.zeros(0)
+
+
+SHARE_TIE = 0.02             # shares in band within 2 points of the best count as equal (`_best`)
+
+
+def _best(scored, tie: float = 0.0):
+    """(share, params) of [(share, |log median|, params)]: the highest share; among shares within
+    `tie` of it (a small set, every row in band over a range of constants: LLMCompass's A100; or
+    a flat optimum, where a constant that puts 93.4 % of L4's maps in band at a median of 0.82
+    beats one that puts 92.9 % there at 0.98 by five rows) the median closest to 1, then the
+    first in grid order."""
     top = max(s for s, _, _ in scored)
-    share, _, params = min((x for x in scored if x[0] == top), key=lambda x: x[1])
+    share, _, params = min((x for x in scored if x[0] >= top - tie - 1e-12), key=lambda x: x[1])
     return share, params
 
 
@@ -252,21 +318,26 @@ PRODUCT_FIELDS = ("flops_efficiency", "wave_overhead_ns", "batched_tile_alpha")
 
 
 def _grid(rows, fl, cls, p, gpu_name, fields, classes):
-    """(share, params): `_best` of `p` with `fields` over their `FIT_GRID` values, scored on `classes`."""
+    """(share, params): `_best` of `p` with `fields` over their `FIT_GRID` values, scored on `classes`
+    (each class weighing the same, `_score`'s per_class)."""
     scored = []
     for vals in itertools.product(*(FIT_GRID[f] for f in fields)):
         q = dict(p, **{f: float(v) for f, v in zip(fields, vals)})
-        scored.append((*_score(rows, fl, cls, q, gpu_name, classes), q))
+        scored.append((*_score(rows, fl, cls, q, gpu_name, classes, per_class=True), q))
     return _best(scored)
 
 
 def fit(gpu_name: str, rows=None) -> dict:
     """The "library" constants of `gpu_name` that put most of its even rows above the floor in
-    `BAND` (equal shares: the median closest to 1, `_best`), by grid search over `FIT_GRID`: on
-    its products (gemm, bmm, conv) flops_efficiency x wave_overhead_ns x batched_tile_alpha,
-    then unaligned_efficiency, then the three again (one round of coordinate descent: the full
-    grid of four is 5x slower); then bandwidth_efficiency on its maps.  Returns {constant:
-    value, "score_products", "score_maps"} (the even rows' share in band)."""
+    `BAND` (`_best`), by grid search over `FIT_GRID`: on its products (gemm, bmm, conv, each class
+    weighing the same: `_score`'s per_class) flops_efficiency x wave_overhead_ns x
+    batched_tile_alpha, then unaligned_efficiency, then the three again (one round of coordinate
+    descent: the full grid of four is 5x slower); then bandwidth_efficiency on its maps other than
+    pows (whose arithmetic, not their bytes, sets their time on AMD: `fit_library`; shares within
+    `SHARE_TIE` count as equal), then row_bandwidth_efficiency x row_pass_ns x row_elem_ns on its
+    norms and softmaxes (a coarse grid, then the latency constants on `ROW_FINE_GRID` at the
+    bandwidth found).  Returns {constant: value, "score_products", "score_maps", "score_rows"}
+    (the even rows' share in band)."""
     rows = M.load(gpu=gpu_name) if rows is None else rows
     cls, fl, keep = prepare(rows, "even")
     rows, cls, fl = _subset(rows, keep), cls[keep], fl[keep]
@@ -276,8 +347,53 @@ def fit(gpu_name: str, rows=None) -> dict:
     _, p = _grid(rows, fl, cls, p, gpu_name, PRODUCT_FIELDS, products)
     _, p = _grid(rows, fl, cls, p, gpu_name, ("unaligned_efficiency",), products)
     s_prod, p = _grid(rows, fl, cls, p, gpu_name, PRODUCT_FIELDS, products)
-    s_map, p = _grid(rows, fl, cls, p, gpu_name, ("bandwidth_efficiency",), ("map",))
-    return dict(p, score_products=round(s_prod, 4), score_maps=round(s_map, 4))
+    not_pow = ~np.isin(rows["op"], POW_OPS)
+    scored = []
+    for b in FIT_GRID["bandwidth_efficiency"]:
+        q = dict(p, bandwidth_efficiency=float(b))
+        scored.append((*_score(rows, fl, cls, q, gpu_name, ("map",), not_pow), q))
+    s_map, q = _best(scored, SHARE_TIE)
+    scored = []
+    for e in FIT_GRID["row_bandwidth_efficiency"]:
+        for a in FIT_GRID["row_pass_ns"]:
+            for b in FIT_GRID["row_elem_ns"]:
+                r = dict(q, row_bandwidth_efficiency=float(e), row_pass_ns=float(a), row_elem_ns=float(b))
+                scored.append((*_score(rows, fl, cls, r, gpu_name, ("norm", "softmax")), r))
+    _, r = _best(scored, SHARE_TIE)
+    scored = []                         # then the latency constants on the fine grid, at that bandwidth
+    for a in ROW_FINE_GRID["row_pass_ns"]:
+        for b in ROW_FINE_GRID["row_elem_ns"]:
+            x = dict(r, row_pass_ns=float(a), row_elem_ns=float(b))
+            scored.append((*_score(rows, fl, cls, x, gpu_name, ("norm", "softmax")), x))
+    s_rows, r = _best(scored, SHARE_TIE)
+    return dict(r, score_products=round(s_prod, 4), score_maps=round(s_map, 4), score_rows=round(s_rows, 4))
+
+
+LIBRARY_GRID = {"pow_flops": tuple(float(x) for x in range(0, 601, 25))}
+
+
+def fit_library(library: str, card_fits: dict, rows=None) -> dict:
+    """The constants of one vendor's math library ("cuda", "rocm": `gpus.GPU_ARCH`) on the even
+    rows of its cards, each card at its own fitted constants (`card_fits`, `fit`): pow_flops on
+    the pow maps (`_best`, shares pooled over the cards, ties within `SHARE_TIE`).  Returns
+    {"pow_flops": value, "score_pow": the even rows' share in band}."""
+    from .gpus import GPU_ARCH
+    rows = M.load() if rows is None else rows
+    cards = [g for g in sorted(set(rows["gpu"])) if g in card_fits and GPU_ARCH[g][0] == library]
+    data = []
+    for g in cards:
+        r = _subset(rows, rows["gpu"] == g)
+        cls, fl, keep = prepare(r, "even")
+        data.append((g, _subset(r, keep), cls[keep], fl[keep]))
+    scored = []
+    for x in LIBRARY_GRID["pow_flops"]:
+        rs = [_ratios(r, fl, cls, dict(card_fits[g], pow_flops=x), g, ("map",), np.isin(r["op"], POW_OPS))
+              for g, r, cls, fl in data]
+        rs = np.concatenate(rs) if rs else np.zeros(0)
+        share = float(np.mean((rs >= BAND[0]) & (rs <= BAND[1]))) if len(rs) else 0.0
+        scored.append((share, float(abs(np.log(np.median(rs)))) if len(rs) else 0.0, {"pow_flops": x}))
+    s_pow, p = _best(scored, SHARE_TIE)
+    return dict(p, score_pow=round(s_pow, 4))
 
 
 CONV_FIT_GRID = {"implicit": tuple(np.round(np.arange(0.90, 1.401, 0.05), 2)),
@@ -361,17 +477,23 @@ def main(argv=None) -> int:
             print(g, "kernels=N agreement (odd rows):", conv_kernel_agreement(g, _subset(rows, rows["gpu"] == g)))
         return 0
     if args.fit:
-        from .gpus import GPU_SPECS
+        from .gpus import GPU_ARCH, GPU_SPECS
         rows = M.load()
         out = {}
         for g in sorted(set(rows["gpu"])):
             if g in GPU_SPECS:
                 out[g] = fit(g, _subset(rows, rows["gpu"] == g))
                 print(g, out[g], flush=True)
-        doc = {"what": "the 'library' GPU model's constants per card (pimjax/hw/gpu_library.py), fitted by "
-                       "`python -m pimjax.hw.gpu_check --fit` on the even rows of each card's measured sets "
-                       "(pimjax/hw/measured); score_*: the even rows' share in 0.8-1.25",
-               "gpus": out}
+        cards = {g: {k: v[k] for k in FIT_FIELDS} for g, v in out.items()}
+        libs = {}
+        for lib in sorted({a[0] for a in GPU_ARCH.values()}):
+            libs[lib] = fit_library(lib, cards, rows)
+            print(lib, libs[lib], flush=True)
+        doc = {"what": "the 'library' GPU model's constants (pimjax/hw/gpu_library.py), fitted by "
+                       "`python -m pimjax.hw.gpu_check --fit` on the even rows of the measured sets "
+                       "(pimjax/hw/measured): per card (gpus) and per vendor's math library and kernels "
+                       "(libraries: pow_flops); score_*: the even rows' share in 0.8-1.25",
+               "gpus": out, "libraries": libs}
         atomic_write(FITS_PATH, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     _print_table(class_table(args.model, split=args.split, max_rows=args.max_rows),
                  f"model '{args.model}' / measured, {args.split} rows")

@@ -13,13 +13,22 @@ numpy arrays (or scalars) and broadcasts, so a whole measured set is timed in on
   loaded element); a single product whose m, n or k is not a multiple of `ALIGN_BYTES` runs at
   `unaligned_efficiency` of the rate.  The operands stream from memory once at bandwidth x bandwidth_efficiency; the kernel takes
   the longer of the two, plus the launch.
-* a map: its bytes at bandwidth x bandwidth_efficiency, the bandwidth scaled by the SMs a
-  kernel of few blocks occupies (`MAP_ELEMS_PER_BLOCK` outputs a block);
+* a map: the longer of its bytes at bandwidth x bandwidth_efficiency and its arithmetic at the
+  FP32 vector rate (`vector_flops`: the CUDA cores; AMD CDNA's vector ALUs, half its matrix
+  rate), both scaled by the SMs a kernel of few blocks occupies (`MAP_ELEMS_PER_BLOCK` outputs a
+  block).  A `pow` costs `HostModel.pow_flops` FP32 operations an element, a fit per vendor's
+  math library: ROCm's powf makes MI100 / MI210 pows compute-bound (56-66 G elements/s against
+  105-166 for an add), CUDA's stays under the bytes;
 * a row softmax / norm: a block per row.  layer_norm reads its row twice (the statistics pass,
   then the normalising pass); softmax as ATen dispatches it by row length: rows of <= 1024
   elements and 4 KB read once (the warp-persistent kernel), longer rows by a block kernel of
   three passes.  A re-read comes from the L2 while the rows in flight on the SMs fit it
-  (`row_extra_reads`).
+  (`row_extra_reads`).  Its bytes stream at bandwidth x row_bandwidth_efficiency (the row
+  kernels reach another share of the memory than the vectorised maps: L4's norms 0.92, its
+  maps 0.78); a row kernel is also bound by its blocks' latency, `row_passes` x (row_pass_ns +
+  elements x row_elem_ns) of SM time a row (`row_latency_ns`): ROCm's block softmax takes
+  ~2 us + 1 ns an element of CU time a row on both the MI100 and the MI210, whatever their
+  memories, and short norm rows ~0.5 us on the P100 and MI210 alike.
 * a convolution as cuDNN's benchmark mode runs it (`conv_ns`): the fastest of the algorithms modelled
   (`conv_algorithms_ns`): the implicit GEMM of its im2col view (1 x 1: the plain GEMM), the nonfused
   Winograd F(4x4, 3x3) (batched products between transform kernels), a depthwise direct kernel; each built
@@ -31,10 +40,11 @@ numpy arrays (or scalars) and broadcasts, so a whole measured set is timed in on
 
 `HostModel.launch_overhead_ns` is the launch and framework floor: a GPU's own launch for
 pimjax's reports (`LIB_LAUNCH_NS`), a measurement method's floor when held to measured sets
-(`gpu_check`).  The efficiencies (flops, bandwidth, unaligned), `wave_overhead_ns` and
-`batched_tile_alpha` are fits per GPU (`hw/measured/fits.json`, fitted on the even rows of the
-measured sets, checked on the odd);
-`L2_REREAD_SPEEDUP` one fit for every GPU, on the same even rows.
+(`gpu_check`).  The efficiencies (flops, bandwidth, unaligned, row bandwidth), `wave_overhead_ns`,
+`batched_tile_alpha`, `row_pass_ns` and `row_elem_ns` are fits per GPU, `pow_flops` a fit per math
+library (`hw/measured/fits.json`, fitted on the even rows of the measured sets, checked on the
+odd); `L2_REREAD_SPEEDUP` one fit for every GPU, on the same even rows.  The vector rates are the
+datasheets' (`hw/gpus.GPU_ARCH`).
 """
 from __future__ import annotations
 
@@ -59,6 +69,8 @@ SOFTMAX_BLOCK_BYTES = 16        # above that, cunn_SoftMaxForward (PyTorch 2.1, 
                                 #   min(1024, row / ILP) threads, ILP one float4 (16 bytes) a thread, three passes over
                                 #   the row (max, sum of exp, write); max(THREADS_PER_SM x 16 B, 2 rows) of rows are in
                                 #   flight on each SM
+SOFTMAX_SMEM_BYTES = 48 * 1024  # the shared memory a block gets without opting in (CUDA's sharedMemPerBlock, 48 KB;
+                                #   ROCm's LDS per workgroup is 64 KB: rows of 48-64 KB are taken as the CUDA case)
 L2_REREAD_SPEEDUP = 2.5         # fit: an L2 re-read costs a memory read / 2.5 -- of 2-4 in steps of 0.5, the best mean
                                 #   share in band over the even softmax and norm rows of the 19 GPU cells with >= 10
                                 #   rows (checked on the odd ones, `gpu_check`); Jia et al., "Dissecting the NVIDIA
@@ -137,35 +149,90 @@ def row_extra_reads(host, kind, reduction, row_bytes):
         return np.where(in_flight <= _f(host.l2_bytes), 1.0 / L2_REREAD_SPEEDUP, 1.0)
     if kind != "softmax":
         return np.zeros(np.broadcast(reduction, row_bytes).shape)
-    warp = (reduction <= SOFTMAX_WARP_MAX[0]) & (row_bytes <= SOFTMAX_WARP_MAX[1])
     in_flight = host.sms * np.maximum(THREADS_PER_SM * SOFTMAX_BLOCK_BYTES, 2.0 * row_bytes)
     l2 = in_flight <= _f(host.l2_bytes)
-    return np.where(warp, 0.0, np.where(l2, 2.0 / L2_REREAD_SPEEDUP, 2.0))
+    smem = softmax_smem(reduction, row_bytes)
+    return np.where(_softmax_warp(reduction, row_bytes) | smem, 0.0, np.where(l2, 2.0 / L2_REREAD_SPEEDUP, 2.0))
+
+
+def softmax_smem(reduction, row_bytes):
+    """Whether ATen's block softmax keeps the row in shared memory (cunn_SoftMaxForwardSmem, PyTorch
+    >= 2.1: a row of a whole number of 16-byte vectors, `SOFTMAX_SMEM_BYTES` at most), reading it
+    from memory once; else cunn_SoftMaxForward reads it in each of its three passes."""
+    reduction, row_bytes = _f(reduction), _f(row_bytes)
+    elem = row_bytes / np.maximum(reduction, 1.0)
+    vec = np.maximum(np.round(SOFTMAX_BLOCK_BYTES / np.maximum(elem, 1.0)), 1.0)   # ILP: elements a float4
+    return ~_softmax_warp(reduction, row_bytes) & (np.mod(reduction, vec) == 0) & (row_bytes < SOFTMAX_SMEM_BYTES)
+
+
+def _softmax_warp(reduction, row_bytes):
+    """Whether ATen runs a softmax row in its warp-persistent kernel (`SOFTMAX_WARP_MAX`)."""
+    return (_f(reduction) <= SOFTMAX_WARP_MAX[0]) & (_f(row_bytes) <= SOFTMAX_WARP_MAX[1])
+
+
+def row_passes(kind, reduction, row_bytes):
+    """Passes a row kernel's block makes over its row, one block per row (arrays broadcast): a
+    norm 2 (the statistics, then the normalising loop), a softmax in the block kernel 3 (max,
+    sum of exp, write; in memory or, `softmax_smem`, in shared memory: the barriers and loops
+    are the same); 0 where no block loops over the row (a map; the warp-persistent softmax,
+    which loads its row at once into registers)."""
+    shape = np.broadcast(_f(reduction), _f(row_bytes)).shape
+    if kind == "norm":
+        return np.full(shape, 2.0)
+    if kind == "softmax":
+        return np.where(_softmax_warp(reduction, row_bytes), 0.0, 3.0)
+    return np.zeros(shape)
+
+
+def row_latency_ns(host, kind, outputs, reduction, row_bytes):
+    """ns a row kernel's blocks take by their latency, not their bytes (arrays broadcast):
+    `outputs` rows spread over `host.sms` SMs, each row costing its SM `row_passes` x
+    (`host.row_pass_ns` + `reduction` x `host.row_elem_ns`): a pass's block-wide reduction and
+    barrier, and its loop's dependent loads.  Both constants are fits per card
+    (`hw/measured/fits.json`); 0 on a host that gives none."""
+    passes = row_passes(kind, reduction, row_bytes)
+    per_row = passes * (_f(host.row_pass_ns) + _f(reduction) * _f(host.row_elem_ns))
+    return _f(outputs) / host.sms * per_row
+
+
+def vector_flops(host):
+    """FLOP/s a map's arithmetic runs at on `host`: its FP32 vector ALUs (`host.vector_flops`;
+    where a host gives none, the FP32 product rate, `dtype_flops(host, 4)`)."""
+    v = _f(host.vector_flops)
+    return np.where(v > 0, v, dtype_flops(host, 4))
 
 
 def elementwise_ns(host, bytes_moved, flops=0.0, outputs=1, reduction=1, kind="act"):
     """ns of a map (reduction 1) or a row reduction of `reduction` elements into each of
-    `outputs` (arrays broadcast).  kind "norm" / "softmax" read their input rows again
-    (`row_extra_reads`; the input is half of `bytes_moved`, in + out of one shape)."""
+    `outputs` (arrays broadcast): the longest of its bytes (kind "norm" / "softmax" read their
+    input rows again, `row_extra_reads`; the input is half of `bytes_moved`, in + out of one
+    shape), its `flops` at the vector rate (`vector_flops`) and its rows' latency
+    (`row_latency_ns`), on the SMs its blocks occupy, plus the launch.  (A map whose bytes fit
+    the L2 is not sped up: NeuSight's H100 adds of 12-50 MB run at its memory's rate, its L4's
+    at 4-5 x it -- an L2-to-memory ratio per card that no datasheet here gives.)"""
     nbytes, flops, outputs, reduction = (_f(x) for x in (bytes_moved, flops, outputs, reduction))
     outputs, reduction = np.maximum(outputs, 1), np.maximum(reduction, 1)
-    extra = row_extra_reads(host, kind, reduction, 0.5 * nbytes / outputs) * 0.5 * nbytes
+    row_bytes = 0.5 * nbytes / outputs
+    extra = row_extra_reads(host, kind, reduction, row_bytes) * 0.5 * nbytes
     blocks = np.where(reduction > 1, outputs, np.ceil(outputs / MAP_ELEMS_PER_BLOCK))
     util = np.minimum(1.0, blocks / host.sms)
-    t_mem = (nbytes + extra) / (_f(host.mem_bandwidth) * _f(host.bandwidth_efficiency) * util) * 1e9
-    t_cmp = flops / (dtype_flops(host, 4) * util) * 1e9
-    return np.maximum(t_mem, t_cmp) + _f(host.launch_overhead_ns)
+    row_eff = _f(host.row_bandwidth_efficiency)
+    eff = np.where((reduction > 1) & (row_eff > 0), row_eff, _f(host.bandwidth_efficiency))
+    t_mem = (nbytes + extra) / (_f(host.mem_bandwidth) * eff * util) * 1e9
+    t_cmp = flops / (vector_flops(host) * util) * 1e9
+    t_lat = np.where(reduction > 1, row_latency_ns(host, kind, outputs, reduction, row_bytes), 0.0)
+    return np.maximum(np.maximum(t_mem, t_cmp), t_lat) + _f(host.launch_overhead_ns)
 
 
 CONV_KERNEL_GAP_NS = LIB_LAUNCH_NS
                                 # each kernel of a convolution after its first: one more back-to-back launch on the
                                 #   stream (`LIB_LAUNCH_NS`); the op's own launch is `launch_overhead_ns`
-IMPLICIT_GEMM_SLOWDOWN = 1.1    # fit: cuDNN's precomputed-index implicit GEMM (the scudnn_128x{32,64,128} kernels after
-                                #   a computeOffsets kernel) takes 1.1 x the time of the explicit GEMM of its im2col
+IMPLICIT_GEMM_SLOWDOWN = 1.15   # fit: cuDNN's precomputed-index implicit GEMM (the scudnn_128x{32,64,128} kernels after
+                                #   a computeOffsets kernel) takes 1.15 x the time of the explicit GEMM of its im2col
                                 #   view (`gemm_ns`): the gather addressing in its inner loop.  Of 0.9-1.4 in steps of
                                 #   0.05, jointly with the next two, the best mean share in 0.8-1.25 over the even
                                 #   rows of NeuSight's FP32 3 x 3 convolutions on five cards (`gpu_check.fit_conv`);
-                                #   checked on the odd rows.  It moves between 0.9 and 1.1 with the cards' product
+                                #   checked on the odd rows.  It moves between 0.9 and 1.15 with the cards' product
                                 #   constants it is fitted under (`fits.json`, fitted with the convolutions in turn):
                                 #   no fixed point; the conv cells' shares in band move by <= 0.02 across it
 WINOGRAD_GEMM_SLOWDOWN = 1.6    # fit (the same grid search, 1.2-2.2 in steps of 0.1): the 36 batched products of
@@ -271,7 +338,7 @@ __all__ = ["LIB_TILES", "CONV_KERNEL_GAP_NS", "IMPLICIT_GEMM_SLOWDOWN", "WINOGRA
            "conv_parts_ns", "conv_combine", "conv_algorithms_ns", "conv_algorithm",
            "conv_ns", "MAP_ELEMS_PER_BLOCK", "NORM_BLOCK_THREADS", "SOFTMAX_WARP_MAX",
            "THREADS_PER_SM", "SOFTMAX_BLOCK_BYTES", "L2_REREAD_SPEEDUP", "LIB_LAUNCH_NS", "dtype_flops", "gemm_ns",
-           "elementwise_ns", "row_extra_reads"]
+           "elementwise_ns", "row_extra_reads", "softmax_smem", "row_passes", "SOFTMAX_SMEM_BYTES", "row_latency_ns", "vector_flops"]
 
 
 FLASH_KEYS_PER_SPLIT = 256      # FlashDecoding (Dao et al., "Flash-Decoding for long-context inference", 2023) splits

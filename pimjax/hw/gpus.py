@@ -40,6 +40,18 @@ GPU_SPECS = {
                                                                                      #   two dies, the device PyTorch sees
 }
 
+# what a map or row kernel runs on: (the vendor's math library and kernels, FP32 vector FLOP/s).  NVIDIA: the
+# CUDA cores' FP32 rate (the fp32 column); AMD CDNA: the datasheet's "FP32 vector" rate, half the FP32 matrix
+# rate its GEMMs run at
+GPU_ARCH = {
+    "a100": ("cuda", 19.5e12), "a100-40gb": ("cuda", 19.5e12), "a100-80gb": ("cuda", 19.5e12),
+    "h100": ("cuda", 66.9e12), "h200": ("cuda", 66.9e12), "v100": ("cuda", 14e12), "t4": ("cuda", 8.1e12),
+    "l4": ("cuda", 30.3e12), "p100": ("cuda", 9.3e12), "p4": ("cuda", 5.5e12), "rtx2060": ("cuda", 6.45e12),
+    "mi100": ("rocm", 23.1e12),          # MI100 datasheet: FP32 vector 23.1 TFLOPS
+    "mi210": ("rocm", 22.6e12),          # MI210 datasheet: FP32 vector 22.6 TFLOPS
+    "mi250": ("rocm", 22.65e12),         # MI250 datasheet: FP32 vector 45.3 TFLOPS, / 2 for one GCD
+}
+
 # a card without measured sets borrows the fitted "library" constants of a measured card of the same
 # architecture and memory type (its tile pipeline and memory system): the RTX 2060 (TU106, GDDR6) those
 # of the T4 (TU104, GDDR6), as issue 49 asks for PIMFlow's GPU
@@ -51,7 +63,8 @@ def gpu(name: str, model: str = "library", memory: float | None = None):
     `hw/gpu.py`: "library" by default, the one held to the measured sets), on its own memory
     or on `memory` bytes/s.  Efficiencies and launch: the model's (`hw/host.GPU_MODEL_FACTORS`);
     on "library" a card of the measured sets gets its own fitted efficiencies and per-wave cost
-    (`hw/measured/fits.json`; a card of `FITS_FROM` its sibling's), the launch stays
+    (`hw/measured/fits.json`; a card of `FITS_FROM` its sibling's), every card its vendor's
+    math-library constants (`GPU_ARCH`; `measured.library_fits`), the launch stays
     `gpu_library.LIB_LAUNCH_NS`."""
     from .host import gpu_host, model_factors
     if name not in GPU_SPECS:
@@ -59,12 +72,15 @@ def gpu(name: str, model: str = "library", memory: float | None = None):
     label, fp16, fp32, bw, sms, l2, smem = GPU_SPECS[name]
     if memory is not None:
         bw, label = float(memory), f"{label} ({float(memory) / 1e9:,.1f} GB/s)"
-    host = gpu_host(label, fp16, bw, model_factors(model, "gpu"), model, sms, smem, smem, l2).replace(simt_flops=fp32)
+    vendor, vector = GPU_ARCH[name]
+    host = gpu_host(label, fp16, bw, model_factors(model, "gpu"), model, sms, smem, smem, l2).replace(
+        simt_flops=fp32, vector_flops=vector)
     if model == "library":
-        from .measured import fits
+        from .measured import fits, library_fits
         host = host.replace(**fits().get(FITS_FROM.get(name, name), {}))   # the card's fitted constants (or its
                                                                             #   measured sibling's)
+        host = host.replace(**library_fits().get(vendor, {}))             # its math library's (pow, row kernels)
     return host
 
 
-__all__ = ["FITS_FROM", "GPU_SPECS", "gpu"]
+__all__ = ["FITS_FROM", "GPU_ARCH", "GPU_SPECS", "gpu"]

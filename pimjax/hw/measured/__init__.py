@@ -122,12 +122,12 @@ def to_dataframe(rows: dict):
 
 FITS_PATH = os.path.join(HERE, "fits.json")      # the library model's constants per card (`hw.gpu_check.fit` writes it)
 FIT_FIELDS = ("flops_efficiency", "wave_overhead_ns", "batched_tile_alpha", "unaligned_efficiency",
-              "bandwidth_efficiency")
+              "bandwidth_efficiency", "row_bandwidth_efficiency", "row_pass_ns", "row_elem_ns")
+LIBRARY_FIT_FIELDS = ("pow_flops",)     # fitted per vendor's math library ("cuda", "rocm")
 
 
 def fits() -> dict:
-    """{gpu: {flops_efficiency, wave_overhead_ns, bandwidth_efficiency}} as fitted on the even rows
-    of each card's measured sets (`fits.json`, written by `python -m pimjax.hw.gpu_check --fit`);
+    """{gpu: {constant: value}} (`FIT_FIELDS`) as fitted on the even rows of each card's measured sets (`fits.json`, written by `python -m pimjax.hw.gpu_check --fit`);
     {} when the file is absent."""
     if not os.path.exists(FITS_PATH):
         return {}
@@ -135,5 +135,15 @@ def fits() -> dict:
         return {g: {k: v[k] for k in FIT_FIELDS if k in v} for g, v in json.load(fh)["gpus"].items()}
 
 
-__all__ = ["COLUMNS", "ELEM_BYTES", "OP_CLASS", "MAP_OPS", "FITS_PATH", "FIT_FIELDS", "op_class", "sources", "header",
-           "load", "read", "to_dataframe", "fits"]
+def library_fits() -> dict:
+    """{library: {pow_flops}}: the library model's constants fitted per vendor's math library
+    ("cuda", "rocm") on the even rows of its cards (`fits.json`'s "libraries"); {} when absent."""
+    if not os.path.exists(FITS_PATH):
+        return {}
+    with open(FITS_PATH, encoding="utf-8") as fh:
+        return {lib: {k: v[k] for k in LIBRARY_FIT_FIELDS}
+                for lib, v in json.load(fh).get("libraries", {}).items()}
+
+
+__all__ = ["COLUMNS", "ELEM_BYTES", "OP_CLASS", "MAP_OPS", "FITS_PATH", "FIT_FIELDS", "LIBRARY_FIT_FIELDS", "op_class", "sources", "header",
+           "load", "read", "to_dataframe", "fits", "library_fits"]
