@@ -114,9 +114,10 @@ def _tile_waves_ns(host, m, n, k, b, eb, batched):
         rate = per_sm * np.where(batched, (tm * tn / (tm + tn) / i_max) ** _f(host.batched_tile_alpha), 1.0)
         for s in SPLIT_K:
             if s > 1 and not np.any(~np.asarray(batched)):
-                continue
+                continue                # every product batched: no split to try
             waves = np.ceil(b * np.ceil(m / tm) * np.ceil(n / tn) * s / host.sms)
-            ts = waves * (2.0 * tm * tn * np.ceil(k / s) / rate * 1e9 + wave) + (s > 1) * 2.0 * s * m * n * 4 / bw * 1e9
+            partials = (s > 1) * 2.0 * s * b * m * n * 4 / bw * 1e9      # FP32 partial tiles written, read back
+            ts = waves * (2.0 * tm * tn * np.ceil(k / s) / rate * 1e9 + wave) + partials
             t = np.minimum(t, np.where(batched & (s > 1), np.inf, ts))
     return t
 
