@@ -209,7 +209,8 @@ PIMFLOW_FIELDS = ("simt_flops", "l2_bandwidth", "mem_latency_ns", "sm_inflight_b
 
 
 LIBRARY_FIELDS = ("vector_flops", "pow_flops", "row_bandwidth_efficiency", "row_pass_ns", "row_elem_ns")
-# read by the "library" GPU model only (`hw/gpu_library.py`; 0 = not modelled)
+# read by the "library" GPU model only (`hw/gpu_library.py`; pow_flops by the maps of the measured sets it is
+# held to, `hw/gpu_check.py`: a traced graph's maps pass their own FLOPs; 0 = not modelled)
 
 
 @pytree_dataclass(static=("name", "staging_buffer_bytes", "model", "sms", "l1_bytes_per_sm", "l2_bytes",
@@ -256,7 +257,7 @@ class HostModel(_Replace):
     a strided-batched product's tile m x n runs at (I / I_max)^alpha of the largest tile's rate,
     I = m n / (m + n) (its library's batched kernels keep the large tile on a small m or n:
     fitted per GPU, its cuBLAS / rocBLAS heuristics differ by architecture);
-    unaligned_efficiency: the share of the rate a single product runs at when m, n or k is not a
+    unaligned_efficiency: the share of the rate a tiled product runs at when m, n or k is not a
     multiple of 16 bytes (its library's vectorised-load kernels need them; fitted per GPU).  Its
     maps and row kernels: vector_flops: FLOP/s of the FP32 vector ALUs (the rate a map's arithmetic
     runs at; below simt_flops on AMD CDNA, whose FP32 GEMMs run on the matrix cores; 0: simt_flops);

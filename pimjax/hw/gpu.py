@@ -261,8 +261,9 @@ def elementwise_ns(host, bytes_moved: float, flops: float = 0.0, *, outputs: int
     output (1 for a map; L for a softmax / norm row of L).  kind: "act" (a map:
     GELU, add, ...), "norm" (a layer norm), "softmax" / "reduce" (row reductions)
     or "copy" (a layout change / host primitive);
-    only the "attacc" model reads it (its ACT and NORM layers are fits to measured
-    PyTorch kernels, the rest stream at its SM-utilised bandwidth).
+    the "attacc" model reads it (its ACT and NORM layers are fits to measured
+    PyTorch kernels, the rest stream at its SM-utilised bandwidth), and the "library"
+    model (a norm's / softmax's passes, bandwidth and latency, `gpu_library.elementwise_ns`).
     """
     model = host.model
     if model in ("roofline", "dcc"):

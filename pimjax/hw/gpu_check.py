@@ -263,7 +263,7 @@ FIT_FIELDS = M.FIT_FIELDS
 
 
 def fits() -> dict:
-    """{gpu: {flops_efficiency, wave_overhead_ns, bandwidth_efficiency}} as fitted (`measured.fits`)."""
+    """{gpu: {constant: value}} (`FIT_FIELDS`) as fitted (`measured.fits`)."""
     return M.fits()
 
 
@@ -336,8 +336,9 @@ def fit(gpu_name: str, rows=None) -> dict:
     pows (whose arithmetic, not their bytes, sets their time on AMD: `fit_library`; shares within
     `SHARE_TIE` count as equal), then row_bandwidth_efficiency x row_pass_ns x row_elem_ns on its
     norms and softmaxes (a coarse grid, then the latency constants on `ROW_FINE_GRID` at the
-    bandwidth found).  Returns {constant: value, "score_products", "score_maps", "score_rows"}
-    (the even rows' share in band)."""
+    bandwidth found).  Returns {constant: value, "score_products", "score_maps", "score_rows"}:
+    the even rows' share in band (score_products: the per-class mean, less the medians' distance
+    outside `MEDIAN_BAND`, as `_score`'s per_class)."""
     rows = M.load(gpu=gpu_name) if rows is None else rows
     cls, fl, keep = prepare(rows, "even")
     rows, cls, fl = _subset(rows, keep), cls[keep], fl[keep]
@@ -416,8 +417,8 @@ def fit_conv(gpus=None, rows=None) -> dict:
     """The three constants of `gpu_library.conv_combine` (IMPLICIT_GEMM_SLOWDOWN, WINOGRAD_GEMM_SLOWDOWN,
     WINOGRAD_TRANSFORM_SCALE) that put most of the even convolution rows above the floor in `BAND`, averaged over
     the cards with convolutions (each card with its fitted constants, `fits.json`); grid search over
-    `CONV_FIT_GRID`.  Returns {constant: value, "score": the mean share}."""
-    import itertools
+    `CONV_FIT_GRID`.  Returns {constant: value, "score": the mean share}; ValueError when no card
+    has convolution rows above its floor."""
     rows = M.load() if rows is None else rows
     cards = sorted({g for g, o in zip(rows["gpu"], rows["op"]) if M.op_class(o) == "conv"}) if gpus is None else gpus
     data = [_conv_rows(g, _subset(rows, rows["gpu"] == g), "even") for g in cards]
@@ -430,6 +431,8 @@ def fit_conv(gpus=None, rows=None) -> dict:
             shares.append(np.mean((ratio >= BAND[0]) & (ratio <= BAND[1])))
         if np.mean(shares) > best[0] + 1e-12:
             best = (float(np.mean(shares)), k)
+    if best[1] is None:
+        raise ValueError(f"fit_conv: no convolution rows above the floor on {list(cards)}")
     return dict(zip(CONV_FIT_GRID, (float(x) for x in best[1])), score=round(best[0], 4))
 
 
@@ -492,7 +495,8 @@ def main(argv=None) -> int:
         doc = {"what": "the 'library' GPU model's constants (pimjax/hw/gpu_library.py), fitted by "
                        "`python -m pimjax.hw.gpu_check --fit` on the even rows of the measured sets "
                        "(pimjax/hw/measured): per card (gpus) and per vendor's math library and kernels "
-                       "(libraries: pow_flops); score_*: the even rows' share in 0.8-1.25",
+                       "(libraries: pow_flops); score_*: the even rows' share in 0.8-1.25 (score_products: the mean over "
+                       "gemm / bmm / conv, less each median's log distance outside 0.9-1.1)",
                "gpus": out, "libraries": libs}
         atomic_write(FITS_PATH, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     _print_table(class_table(args.model, split=args.split, max_rows=args.max_rows),

@@ -10,15 +10,17 @@ numpy arrays (or scalars) and broadcasts, so a whole measured set is timed in on
   plus `wave_overhead_ns` (the tile's pipeline fill and epilogue); the fastest tile is the pick.
   A single product may also split k (`SPLIT_K`) and sum the partial tiles; a batched one keeps
   the large tile (a smaller one at (I / I_max)^`batched_tile_alpha` of the rate, I its FLOP per
-  loaded element); a single product whose m, n or k is not a multiple of `ALIGN_BYTES` runs at
-  `unaligned_efficiency` of the rate.  The operands stream from memory once at bandwidth x bandwidth_efficiency; the kernel takes
+  loaded element); a tiled product (m and n > 1) whose m, n or k is not a multiple of
+  `ALIGN_BYTES` runs at `unaligned_efficiency` of the rate.  The operands stream from memory once at bandwidth x bandwidth_efficiency; the kernel takes
   the longer of the two, plus the launch.
 * a map: the longer of its bytes at bandwidth x bandwidth_efficiency and its arithmetic at the
   FP32 vector rate (`vector_flops`: the CUDA cores; AMD CDNA's vector ALUs, half its matrix
   rate), both scaled by the SMs a kernel of few blocks occupies (`MAP_ELEMS_PER_BLOCK` outputs a
-  block).  A `pow` costs `HostModel.pow_flops` FP32 operations an element, a fit per vendor's
-  math library: ROCm's powf makes MI100 / MI210 pows compute-bound (56-66 G elements/s against
-  105-166 for an add), CUDA's stays under the bytes;
+  block).  A measured `pow` costs `HostModel.pow_flops` FP32 operations an element, a fit per
+  vendor's math library: ROCm's powf makes MI100 / MI210 pows compute-bound (56-66 G elements/s
+  against 105-166 for an add), CUDA's stays under the bytes (`gpu_check` charges it to the
+  measured sets' pows; a traced graph's maps pass their own FLOPs, its pows not known to be
+  powf rather than multiplications);
 * a row softmax / norm: a block per row.  layer_norm reads its row twice (the statistics pass,
   then the normalising pass); softmax as ATen dispatches it by row length: rows of <= 1024
   elements and 4 KB read once (the warp-persistent kernel), longer rows by a block kernel of
@@ -33,7 +35,8 @@ numpy arrays (or scalars) and broadcasts, so a whole measured set is timed in on
   (`conv_algorithms_ns`): the implicit GEMM of its im2col view (1 x 1: the plain GEMM), the nonfused
   Winograd F(4x4, 3x3) (batched products between transform kernels), a depthwise direct kernel; each built
   from `gemm_ns` / `elementwise_ns`, three slowdowns fitted on NeuSight's even convolution rows
-  (`gpu_check.fit_conv`);
+  (`gpu_check.fit_conv`).  Held to the measured sets only: pimjax's reports and the PIMFlow study
+  time a convolution as the `gemm_ns` of its im2col view (`hw/gpu.py` has no convolution entry);
 * attention as vLLM runs it (`attention_ns`): decode as FlashDecoding (one kernel reading each
   KV head's cache once, split along the keys to fill the SMs, and a kernel combining the splits),
   prefill as FlashAttention (one kernel; scores never written; its products at the tensor rate).
@@ -94,7 +97,7 @@ def dtype_flops(host, elem_bytes):
     return np.where(eb >= 4, fp32, np.where(eb <= 1, 2 * _f(host.peak_flops), _f(host.peak_flops)))
 
 
-ALIGN_BYTES = 16                # a single product's m, n and k must be multiples of 16 bytes for the vectorised (128-bit
+ALIGN_BYTES = 16                # a tiled product's m, n and k must be multiples of 16 bytes for the vectorised (128-bit
                                 #   load) kernels of cuBLAS / rocBLAS; others run at host.unaligned_efficiency of the rate
 SPLIT_K = (1, 2, 4, 8, 16)     # split-K slices a single product's k may be cut into (cuBLAS / CUTLASS split-K
                                 #   kernels: k sliced over more blocks when the output tiles leave SMs idle, the
@@ -126,12 +129,13 @@ def gemm_ns(host, m, n, k, batch=1, elem_bytes=2):
     """ns of `batch` (m x k) . (k x n) products (arrays broadcast): the fastest `LIB_TILES`
     tile's waves (`_tile_waves_ns`: split-K for a single product, the batched kernels' tile
     penalty for batch > 1 with m and n > 1 -- a batched GEMV, m or n = 1, streams like one;
-    a single product not `ALIGN_BYTES`-aligned at host.unaligned_efficiency of the rate)
+    a tiled product (m and n > 1) not `ALIGN_BYTES`-aligned at host.unaligned_efficiency of the rate)
     against the operands' streaming, plus the launch (module docstring)."""
     m, n, k, b, eb = (_f(x) for x in (m, n, k, batch, elem_bytes))
     t_cmp = _tile_waves_ns(host, m, n, k, b, eb, (b > 1) & (m > 1) & (n > 1))
     vec = np.maximum(ALIGN_BYTES // eb, 1)
-    aligned = (b > 1) | ((m % vec == 0) & (n % vec == 0) & (k % vec == 0))
+    # a GEMV (m or n = 1) runs cuBLAS's gemv kernels, not the tiled ones: no alignment to lose
+    aligned = (m <= 1) | (n <= 1) | ((m % vec == 0) & (n % vec == 0) & (k % vec == 0))
     t_cmp = t_cmp / np.where(aligned, 1.0, _f(host.unaligned_efficiency))
     t_mem = b * (m * k + k * n + m * n) * eb / (_f(host.mem_bandwidth) * _f(host.bandwidth_efficiency)) * 1e9
     return np.maximum(t_cmp, t_mem) + _f(host.launch_overhead_ns)
@@ -158,7 +162,7 @@ def row_extra_reads(host, kind, reduction, row_bytes):
 
 def softmax_smem(reduction, row_bytes):
     """Whether ATen's block softmax keeps the row in shared memory (cunn_SoftMaxForwardSmem, PyTorch
-    >= 2.1: a row of a whole number of 16-byte vectors, `SOFTMAX_SMEM_BYTES` at most), reading it
+    >= 2.1: a row of a whole number of 16-byte vectors, under `SOFTMAX_SMEM_BYTES`), reading it
     from memory once; else cunn_SoftMaxForward reads it in each of its three passes."""
     reduction, row_bytes = _f(reduction), _f(row_bytes)
     elem = row_bytes / np.maximum(reduction, 1.0)
@@ -189,11 +193,12 @@ def row_latency_ns(host, kind, outputs, reduction, row_bytes):
     """ns a row kernel's blocks take by their latency, not their bytes (arrays broadcast):
     `outputs` rows spread over `host.sms` SMs, each row costing its SM `row_passes` x
     (`host.row_pass_ns` + `reduction` x `host.row_elem_ns`): a pass's block-wide reduction and
-    barrier, and its loop's dependent loads.  Both constants are fits per card
-    (`hw/measured/fits.json`); 0 on a host that gives none."""
+    barrier, and its loop's dependent loads; an SM runs whole rows (fewer rows than SMs: one
+    row's time).  Both constants are fits per card (`hw/measured/fits.json`); 0 on a host that
+    gives none."""
     passes = row_passes(kind, reduction, row_bytes)
     per_row = passes * (_f(host.row_pass_ns) + _f(reduction) * _f(host.row_elem_ns))
-    return _f(outputs) / host.sms * per_row
+    return np.ceil(_f(outputs) / host.sms) * per_row
 
 
 def vector_flops(host):
@@ -218,7 +223,9 @@ def elementwise_ns(host, bytes_moved, flops=0.0, outputs=1, reduction=1, kind="a
     blocks = np.where(reduction > 1, outputs, np.ceil(outputs / MAP_ELEMS_PER_BLOCK))
     util = np.minimum(1.0, blocks / host.sms)
     row_eff = _f(host.row_bandwidth_efficiency)
-    eff = np.where((reduction > 1) & (row_eff > 0), row_eff, _f(host.bandwidth_efficiency))
+    # the norms' and softmaxes' own share (fitted on them); other reductions (sums, pools) stream as maps
+    eff = _f(host.bandwidth_efficiency) if kind not in ("norm", "softmax") else \
+        np.where((reduction > 1) & (row_eff > 0), row_eff, _f(host.bandwidth_efficiency))
     t_mem = (nbytes + extra) / (_f(host.mem_bandwidth) * eff * util) * 1e9
     t_cmp = flops / (vector_flops(host) * util) * 1e9
     t_lat = np.where(reduction > 1, row_latency_ns(host, kind, outputs, reduction, row_bytes), 0.0)
@@ -228,8 +235,8 @@ def elementwise_ns(host, bytes_moved, flops=0.0, outputs=1, reduction=1, kind="a
 CONV_KERNEL_GAP_NS = LIB_LAUNCH_NS
                                 # each kernel of a convolution after its first: one more back-to-back launch on the
                                 #   stream (`LIB_LAUNCH_NS`); the op's own launch is `launch_overhead_ns`
-IMPLICIT_GEMM_SLOWDOWN = 1.15   # fit: cuDNN's precomputed-index implicit GEMM (the scudnn_128x{32,64,128} kernels after
-                                #   a computeOffsets kernel) takes 1.15 x the time of the explicit GEMM of its im2col
+IMPLICIT_GEMM_SLOWDOWN = 1.1    # fit: cuDNN's precomputed-index implicit GEMM (the scudnn_128x{32,64,128} kernels after
+                                #   a computeOffsets kernel) takes 1.1 x the time of the explicit GEMM of its im2col
                                 #   view (`gemm_ns`): the gather addressing in its inner loop.  Of 0.9-1.4 in steps of
                                 #   0.05, jointly with the next two, the best mean share in 0.8-1.25 over the even
                                 #   rows of NeuSight's FP32 3 x 3 convolutions on five cards (`gpu_check.fit_conv`);

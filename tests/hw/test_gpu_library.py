@@ -83,6 +83,23 @@ def test_library_single_product_splits_k_when_its_tiles_leave_sms_idle():
     assert want < 2 * 32 * 32 * k / per_sm * 1e9 / 2          # the split is taken: at least twice as fast
 
 
+def test_library_split_k_partials_are_charged_per_product_of_a_batch():
+    """A batch of GEMV-like products (m = 1: no tile penalty, may split k) at a finite bandwidth: the
+    fastest split's waves plus its s x batch partial rows of FP32 sums written and read, against the
+    operands' streaming -- doubling the batch doubles the partials."""
+    h = gpu("v100").replace(launch_overhead_ns=0.0, wave_overhead_ns=0.0, mem_bandwidth=1e14)
+    per_sm = float(h.simt_flops) * float(h.flops_efficiency) / h.sms
+    bw = float(h.mem_bandwidth) * float(h.bandwidth_efficiency)
+    m, n, k = 1, 32, 1 << 16
+    for b in (2, 4):
+        tiles = min(math.ceil(b * math.ceil(m / tm) * math.ceil(n / tn) * s / h.sms)
+                    * 2 * tm * tn * math.ceil(k / s) / per_sm * 1e9 + (s > 1) * 2 * s * b * m * n * 4 / bw * 1e9
+                    for tm, tn in L.LIB_TILES for s in L.SPLIT_K)
+        stream = b * (m * k + k * n + m * n) * 4 / bw * 1e9
+        assert h.gemm_ns(m, n, k, batch=b, elem_bytes=4) == pytest.approx(max(tiles, stream), rel=1e-12)
+        assert tiles > stream            # the tile waves and their partials decide, not the streaming
+
+
 def test_library_batched_product_keeps_its_large_tile_by_batched_tile_alpha():
     """batch > 1: a tile m x n runs at (I / I_max)^alpha of the rate (I = m n / (m + n)); with a
     large alpha a batch of thin products pads the 128 x 128 tile, with alpha 0 the small tile
@@ -103,15 +120,18 @@ def test_library_batched_product_keeps_its_large_tile_by_batched_tile_alpha():
         h.replace(batched_tile_alpha=0.0).gemm_ns(1, 4096, k, batch=b, elem_bytes=4)
 
 
-def test_library_unaligned_single_product_runs_at_its_share_of_the_rate():
+def test_library_unaligned_product_runs_at_its_share_of_the_rate():
     """m, n, k multiples of 16 bytes: the vectorised kernels; one dimension off: the arithmetic
-    at unaligned_efficiency of the rate (a batch is not affected)."""
+    at unaligned_efficiency of the rate."""
     h = _compute_only("p4", unaligned_efficiency=0.5)
     full = h.replace(unaligned_efficiency=1.0)
     for eb, (m, n, k) in ((4, (1024, 1024, 1025)), (2, (1024, 1028, 1024)), (4, (1023, 1024, 1024))):
         assert h.gemm_ns(m, n, k, elem_bytes=eb) == pytest.approx(2 * full.gemm_ns(m, n, k, elem_bytes=eb), rel=1e-12)
     assert h.gemm_ns(1024, 1024, 1024, elem_bytes=4) == full.gemm_ns(1024, 1024, 1024, elem_bytes=4)
-    assert h.gemm_ns(1024, 1024, 1025, batch=2, elem_bytes=4) == full.gemm_ns(1024, 1024, 1025, batch=2, elem_bytes=4)
+    # a batch of tiled products too; a GEMV (m = 1) runs gemv kernels, no alignment to lose
+    assert h.gemm_ns(1024, 1024, 1025, batch=2, elem_bytes=4) == \
+        pytest.approx(2 * full.gemm_ns(1024, 1024, 1025, batch=2, elem_bytes=4), rel=1e-12)
+    assert h.gemm_ns(1, 4097, 4097, elem_bytes=4) == full.gemm_ns(1, 4097, 4097, elem_bytes=4)
 
 
 def test_library_dtype_rates_come_from_the_datasheet():
@@ -203,7 +223,7 @@ def test_library_row_kernels_stream_at_their_own_share_of_the_bandwidth():
 @pytest.mark.parametrize("kind,cols,passes", [("norm", 512, 2), ("norm", 3000, 2), ("softmax", 3000, 3),
                                               ("softmax", 1024, 0), ("act", 1, 0)])
 def test_library_row_latency_is_its_passes_per_row_on_the_sms(kind, cols, passes):
-    """A row kernel takes at least rows / SMs x passes x (row_pass_ns + cols x row_elem_ns): the
+    """A row kernel takes at least ceil(rows / SMs) x passes x (row_pass_ns + cols x row_elem_ns): the
     passes ATen's dispatch makes (norm 2; softmax's block kernel 3; its warp kernel and maps
     none); on a host with long latencies that bound is the time."""
     h = _bytes_only(gpu("mi210")).replace(row_pass_ns=5e4, row_elem_ns=50.0)
@@ -211,6 +231,10 @@ def test_library_row_latency_is_its_passes_per_row_on_the_sms(kind, cols, passes
     assert float(L.row_passes(kind, cols, cols * 4)) == passes
     want = rows / h.sms * passes * (5e4 + cols * 50.0)
     assert float(L.row_latency_ns(h, kind, rows, cols, cols * 4)) == pytest.approx(want)
+    # an SM runs whole rows: one row, or one more than fills the SMs, costs a whole row's latency
+    one = passes * (5e4 + cols * 50.0)
+    assert float(L.row_latency_ns(h, kind, 1, cols, cols * 4)) == pytest.approx(one)
+    assert float(L.row_latency_ns(h, kind, rows + 1, cols, cols * 4)) == pytest.approx(want + one)
     t = h.elementwise_ns(2 * rows * cols * 4, outputs=rows, reduction=cols, kind=kind)
     t_bytes = _bytes_only(gpu("mi210")).elementwise_ns(2 * rows * cols * 4, outputs=rows, reduction=cols, kind=kind)
     assert t == pytest.approx(max(want, t_bytes))
@@ -253,8 +277,18 @@ def test_map_bytes_count_the_operands_each_op_really_moves():
     out-of-place masked_fill's clone, an index_select's int64 index."""
     ops = ["add", "addu", "where", "maximum", "masked_fill", "masked_fill", "dropout", "embedding", "gelu"]
     ctx = ["", "", "", "", "m:masked_fill", "m:masked_fill_", "", "", ""]
-    got = gpu_check.map_bytes(np.array(ops, object), np.array(ctx, object), 4)
-    assert list(got) == [12, 8, 9, 8, 17, 9, 9, 16, 8]
+    eb, mask, index = 4, 1, 8              # fp32 elements, a bool mask's byte, an int64 index
+    want = [eb * (1 + 2),                  # add: out + two full inputs
+            eb * (1 + 1),                  # addu: a Python scalar operand
+            eb * (1 + 1) + mask,           # where(mask, x, 0-d): the mask beside the input
+            eb * (1 + 1),                  # maximum(x, 0-d)
+            2 * eb * (1 + 1) + mask,       # masked_fill: the clone (read + write), then read, mask, write
+            eb * (1 + 1) + mask,           # masked_fill_: in place, no clone
+            eb * (1 + 1) + mask,           # dropout: writes its mask
+            eb * (1 + 1) + index,          # embedding: the table element and its index
+            eb * (1 + 1)]                  # gelu
+    got = gpu_check.map_bytes(np.array(ops, object), np.array(ctx, object), eb)
+    assert list(got) == want
     assert list(gpu_check.map_bytes(np.array(["add", "where"], object), np.array(["", ""], object), 2)) == [6, 5]
     # OPT's p=0 attention dropout and its logits' .contiguous() run no kernel; GPT-2's dropout does
     ctx = ["opt_13 s=2048 b=1 train-fwd model.decoder.layers.0.self_attn:dropout", "opt_13 s=2048 b=2 inf contiguous_3",
@@ -285,9 +319,13 @@ def test_library_row_kernels_never_get_faster_with_longer_or_more_rows(rows, col
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 4096), st.integers(1, 4096), st.integers(1, 4096), st.integers(1, 16),
-       st.sampled_from([1, 2, 4]), st.sampled_from(sorted(GPU_SPECS)), st.integers(0, 2))
+       st.sampled_from([1, 2, 4]), st.sampled_from(sorted(GPU_SPECS)), st.integers(0, 3))
 def test_library_gemm_never_gets_faster_with_more_work(m, n, k, b, eb, name, dim):
-    h = gpu(name)
+    """Doubling m, n, k or the batch never costs less -- at one alignment: doubling a dimension
+    can make an unaligned product aligned, whose vectorised kernel is faster (as on the cards:
+    `test_library_unaligned_product_runs_at_its_share_of_the_rate`), so the unaligned
+    kernels' share is 1 here."""
+    h = gpu(name).replace(unaligned_efficiency=1.0)
     shape = [m, n, k, b]
     bigger = list(shape)
     bigger[dim] *= 2
