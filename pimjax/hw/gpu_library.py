@@ -28,9 +28,10 @@ numpy arrays (or scalars) and broadcasts, so a whole measured set is timed in on
   (`row_extra_reads`).  Its bytes stream at bandwidth x row_bandwidth_efficiency (the row
   kernels reach another share of the memory than the vectorised maps: L4's norms 0.92, its
   maps 0.78); a row kernel is also bound by its blocks' latency, `row_passes` x (row_pass_ns +
-  elements x row_elem_ns) of SM time a row (`row_latency_ns`): ROCm's block softmax takes
-  ~2 us + 1 ns an element of CU time a row on both the MI100 and the MI210, whatever their
-  memories, and short norm rows ~0.5 us on the P100 and MI210 alike.
+  elements x row_elem_ns) of SM time a row (`row_latency_ns`, whole rows an SM): the fits give
+  ROCm's block softmax (three passes) 0.6 us + 1.5 / 1.2 ns an element of CU time a row on the
+  MI100 / MI210, whatever their memories, and a norm row (two passes) 0.4 us + 0.8 ns an element
+  on the P100 and MI210 alike (`hw/measured/fits.json`).
 * a convolution as cuDNN's benchmark mode runs it (`conv_ns`): the fastest of the algorithms modelled
   (`conv_algorithms_ns`): the implicit GEMM of its im2col view (1 x 1: the plain GEMM), the nonfused
   Winograd F(4x4, 3x3) (batched products between transform kernels), a depthwise direct kernel; each built
