@@ -80,16 +80,7 @@ def gen_attacc_gemv(tiling):
         for b in range(nB):
             for l in range(nL):
                 ret.append(("ST", Ret_addr + l * GS_CH + b * GS_BA + pos * PREFETCH))
-    wrgb = []
-    for p1 in range(Tt[0][2]):
-        w = []
-        for p2 in range(Tt[1][2]):
-            pos = p1 * Tt[1][2] + p2
-            if pos % N_MAC == 0:
-                for b in range(nB):
-                    for l in range(nL):
-                        w.append(("PIM_WR_GB", Vec_addr + l * GS_CH + b * GS_BA + pos))
-        wrgb.append(w)
+    wrgb = _gb_fills("PIM_WR_GB", Tt, nB, nL, Vec_addr)
     mac = []
     for p2 in range(Tt[2][2]):
         for p1 in range(math.ceil(Tt[1][2] / N_MAC)):
@@ -319,9 +310,9 @@ def gen_hbmpim_va(tiling):
 
 
 def _gb_fills(cmd: str, Tt, nB: int, nL: int, vec_addr: int) -> list:
-    """The ATTN generator's global-buffer fills, per row p1 of the first triple's tile: one `cmd`
-    (PIM_WR_GB for the score GEMV, PIM_MV_GB for the context GEMV) per bank and core group at every
-    N_MAC-th input position of the row."""
+    """The GEMV and ATTN generators' global-buffer fills, per row p1 of the first triple's tile: one
+    `cmd` (PIM_WR_GB for a GEMV and ATTN's score GEMV, PIM_MV_GB for its context GEMV) per bank and
+    core group at every N_MAC-th input position of the row."""
     out = []
     for p1 in range(Tt[0][2]):
         w = []
