@@ -317,14 +317,15 @@ def _best(scored, tie: float = 0.0):
 PRODUCT_FIELDS = ("flops_efficiency", "wave_overhead_ns", "batched_tile_alpha")
 
 
-def _grid(rows, fl, cls, p, gpu_name, fields, classes):
-    """(share, params): `_best` of `p` with `fields` over their `FIT_GRID` values, scored on `classes`
-    (each class weighing the same, `_score`'s per_class)."""
+def _grid(rows, fl, cls, p, gpu_name, fields, classes, grid=FIT_GRID, keep=None, tie: float = 0.0,
+          per_class: bool = False):
+    """(share, params): `_best` (ties within `tie`) of `p` with `fields` over their `grid` values,
+    scored by `_score` on `classes` (rows in `keep`; per_class: each class weighing the same)."""
     scored = []
-    for vals in itertools.product(*(FIT_GRID[f] for f in fields)):
+    for vals in itertools.product(*(grid[f] for f in fields)):
         q = dict(p, **{f: float(v) for f, v in zip(fields, vals)})
-        scored.append((*_score(rows, fl, cls, q, gpu_name, classes, per_class=True), q))
-    return _best(scored)
+        scored.append((*_score(rows, fl, cls, q, gpu_name, classes, keep, per_class), q))
+    return _best(scored, tie)
 
 
 def fit(gpu_name: str, rows=None) -> dict:
@@ -345,28 +346,16 @@ def fit(gpu_name: str, rows=None) -> dict:
     p = {"flops_efficiency": 0.8, "wave_overhead_ns": 0.0, "batched_tile_alpha": 0.0, "unaligned_efficiency": 1.0,
          "bandwidth_efficiency": 0.8}
     products = ("gemm", "bmm", "conv")
-    _, p = _grid(rows, fl, cls, p, gpu_name, PRODUCT_FIELDS, products)
-    _, p = _grid(rows, fl, cls, p, gpu_name, ("unaligned_efficiency",), products)
-    s_prod, p = _grid(rows, fl, cls, p, gpu_name, PRODUCT_FIELDS, products)
-    not_pow = ~np.isin(rows["op"], POW_OPS)
-    scored = []
-    for b in FIT_GRID["bandwidth_efficiency"]:
-        q = dict(p, bandwidth_efficiency=float(b))
-        scored.append((*_score(rows, fl, cls, q, gpu_name, ("map",), not_pow), q))
-    s_map, q = _best(scored, SHARE_TIE)
-    scored = []
-    for e in FIT_GRID["row_bandwidth_efficiency"]:
-        for a in FIT_GRID["row_pass_ns"]:
-            for b in FIT_GRID["row_elem_ns"]:
-                r = dict(q, row_bandwidth_efficiency=float(e), row_pass_ns=float(a), row_elem_ns=float(b))
-                scored.append((*_score(rows, fl, cls, r, gpu_name, ("norm", "softmax")), r))
-    _, r = _best(scored, SHARE_TIE)
-    scored = []                         # then the latency constants on the fine grid, at that bandwidth
-    for a in ROW_FINE_GRID["row_pass_ns"]:
-        for b in ROW_FINE_GRID["row_elem_ns"]:
-            x = dict(r, row_pass_ns=float(a), row_elem_ns=float(b))
-            scored.append((*_score(rows, fl, cls, x, gpu_name, ("norm", "softmax")), x))
-    s_rows, r = _best(scored, SHARE_TIE)
+    _, p = _grid(rows, fl, cls, p, gpu_name, PRODUCT_FIELDS, products, per_class=True)
+    _, p = _grid(rows, fl, cls, p, gpu_name, ("unaligned_efficiency",), products, per_class=True)
+    s_prod, p = _grid(rows, fl, cls, p, gpu_name, PRODUCT_FIELDS, products, per_class=True)
+    s_map, p = _grid(rows, fl, cls, p, gpu_name, ("bandwidth_efficiency",), ("map",),
+                     keep=~np.isin(rows["op"], POW_OPS), tie=SHARE_TIE)
+    latency = ("row_pass_ns", "row_elem_ns")
+    _, r = _grid(rows, fl, cls, p, gpu_name, ("row_bandwidth_efficiency", *latency), ("norm", "softmax"),
+                 tie=SHARE_TIE)
+    # then the latency constants on the fine grid, at that bandwidth
+    s_rows, r = _grid(rows, fl, cls, r, gpu_name, latency, ("norm", "softmax"), grid=ROW_FINE_GRID, tie=SHARE_TIE)
     return dict(r, score_products=round(s_prod, 4), score_maps=round(s_map, 4), score_rows=round(s_rows, 4))
 
 
@@ -402,6 +391,11 @@ CONV_FIT_GRID = {"implicit": tuple(np.round(np.arange(0.90, 1.401, 0.05), 2)),
                  "winograd_transform": tuple(np.round(np.arange(0.0, 1.001, 0.1), 2))}
 
 
+def _conv_cards(rows) -> list:
+    """The cards with measured convolutions in `rows`, sorted."""
+    return sorted({g for g, o in zip(rows["gpu"], rows["op"]) if M.op_class(o) == "conv"})
+
+
 def _conv_rows(gpu_name, rows, split):
     """(rows, parts, floor us [R], above [R]) of one card's convolutions in `split` ("even" / "odd" / "all"),
     `parts` its `gpu_library.conv_parts_ns` on the card's "library" host (launch 0)."""
@@ -420,13 +414,13 @@ def fit_conv(gpus=None, rows=None) -> dict:
     `CONV_FIT_GRID`.  Returns {constant: value, "score": the mean share}; ValueError when no card
     has convolution rows above its floor."""
     rows = M.load() if rows is None else rows
-    cards = sorted({g for g, o in zip(rows["gpu"], rows["op"]) if M.op_class(o) == "conv"}) if gpus is None else gpus
+    cards = _conv_cards(rows) if gpus is None else gpus
     data = [_conv_rows(g, _subset(rows, rows["gpu"] == g), "even") for g in cards]
     best = (-1.0, None)
     for k in itertools.product(*CONV_FIT_GRID.values()):
         shares = []
         for r, parts, fl, above in data:
-            t = np.minimum.reduce(list(L.conv_combine(parts, *k).values())) / 1e3 + fl
+            t = L.conv_fastest(L.conv_combine(parts, *k))[0] / 1e3 + fl
             ratio = (t / r["time_us"])[above]
             shares.append(np.mean((ratio >= BAND[0]) & (ratio <= BAND[1])))
         if np.mean(shares) > best[0] + 1e-12:
@@ -441,8 +435,7 @@ def conv_kernel_agreement(gpu_name: str, rows=None, split: str = "odd") -> dict:
     `kernels=N` context; none: 1): {"rows", "agree", "by_kernels": {N: (rows, share the model agrees on)},
     "picks": {algorithm: rows}} over the card's convolutions above the floor in `split`."""
     r, parts, _, above = _conv_rows(gpu_name, rows, split)
-    t = L.conv_combine(parts)
-    pick = np.array(list(t))[np.argmin(np.stack(list(t.values())), axis=0)]
+    pick = L.conv_fastest(L.conv_combine(parts))[1]
     model_k = np.array([L.CONV_KERNELS[a] for a in pick]) - ((pick == "implicit_gemm") & parts["one_by_one"])
     meas_k = np.array([int(c.split("kernels=")[1].split(";")[0]) if "kernels=" in c else 1 for c in r["context"]])
     pick, model_k, meas_k = pick[above], model_k[above], meas_k[above]
@@ -476,7 +469,7 @@ def main(argv=None) -> int:
     if args.fit_conv:
         print("fit_conv (even rows):", fit_conv(), flush=True)
         rows = M.load()
-        for g in sorted({g for g, o in zip(rows["gpu"], rows["op"]) if M.op_class(o) == "conv"}):
+        for g in _conv_cards(rows):
             print(g, "kernels=N agreement (odd rows):", conv_kernel_agreement(g, _subset(rows, rows["gpu"] == g)))
         return 0
     if args.fit:

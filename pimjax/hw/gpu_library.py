@@ -11,8 +11,9 @@ numpy arrays (or scalars) and broadcasts, so a whole measured set is timed in on
   A single product may also split k (`SPLIT_K`) and sum the partial tiles; a batched one keeps
   the large tile (a smaller one at (I / I_max)^`batched_tile_alpha` of the rate, I its FLOP per
   loaded element); a tiled product (m and n > 1) whose m, n or k is not a multiple of
-  `ALIGN_BYTES` runs at `unaligned_efficiency` of the rate.  The operands stream from memory once at bandwidth x bandwidth_efficiency; the kernel takes
-  the longer of the two, plus the launch.
+  `ALIGN_BYTES` runs at `unaligned_efficiency` of the rate.  The operands stream from memory
+  once at bandwidth x bandwidth_efficiency; the kernel takes the longer of the two, plus the
+  launch.
 * a map: the longer of its bytes at bandwidth x bandwidth_efficiency and its arithmetic at the
   FP32 vector rate (`vector_flops`: the CUDA cores; AMD CDNA's vector ALUs, half its matrix
   rate), both scaled by the SMs a kernel of few blocks occupies (`MAP_ELEMS_PER_BLOCK` outputs a
@@ -327,22 +328,27 @@ CONV_KERNELS = {"implicit_gemm": 2, "winograd_nonfused": 4, "depthwise": DEPTHWI
                                 #   `kernels=N` counts them
 
 
+def conv_fastest(times: dict):
+    """(ns, name) of the fastest algorithm of {algorithm: ns} (`conv_combine`, arrays broadcast):
+    cuDNN's benchmark mode's pick, the first in `times`' order among equal times."""
+    t = np.stack(np.broadcast_arrays(*times.values()))
+    return t.min(axis=0), np.array(list(times))[np.argmin(t, axis=0)]
+
+
 def conv_ns(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_bytes=2):
     """ns of a convolution (NCHW input n x c x h x w, f filters of c / groups x kh x kw, stride, zero padding
     `pad`) as cuDNN's benchmark mode runs it: the fastest of the algorithms `conv_algorithms_ns` models, plus
     the op's launch.  Scalars or arrays (broadcast)."""
     t = conv_algorithms_ns(host, n, h, w, c, f, kh, kw, stride, pad, groups, elem_bytes)
-    return np.minimum.reduce(list(t.values())) + _f(host.launch_overhead_ns)
+    return conv_fastest(t)[0] + _f(host.launch_overhead_ns)
 
 
 def conv_algorithm(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_bytes=2):
     """The name of the algorithm `conv_ns` picks for each convolution (array of str, broadcast)."""
-    t = conv_algorithms_ns(host, n, h, w, c, f, kh, kw, stride, pad, groups, elem_bytes)
-    names = np.array(list(t))
-    return names[np.argmin(np.stack(np.broadcast_arrays(*t.values())), axis=0)]
+    return conv_fastest(conv_algorithms_ns(host, n, h, w, c, f, kh, kw, stride, pad, groups, elem_bytes))[1]
 
 
-__all__ = ["LIB_TILES", "CONV_KERNEL_GAP_NS", "IMPLICIT_GEMM_SLOWDOWN", "WINOGRAD_GEMM_SLOWDOWN",
+__all__ = ["LIB_TILES", "conv_fastest", "CONV_KERNEL_GAP_NS", "IMPLICIT_GEMM_SLOWDOWN", "WINOGRAD_GEMM_SLOWDOWN",
            "WINOGRAD_TRANSFORM_SCALE", "WINOGRAD_NONFUSED_TILE", "DEPTHWISE_KERNELS", "CONV_KERNELS",
            "conv_parts_ns", "conv_combine", "conv_algorithms_ns", "conv_algorithm",
            "conv_ns", "MAP_ELEMS_PER_BLOCK", "NORM_BLOCK_THREADS", "SOFTMAX_WARP_MAX",
