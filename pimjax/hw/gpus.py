@@ -40,17 +40,16 @@ GPU_SPECS = {
                                                                                      #   two dies, the device PyTorch sees
 }
 
-# what a map or row kernel runs on: (the vendor's math library and kernels, FP32 vector FLOP/s).  NVIDIA: the
-# CUDA cores' FP32 rate (the fp32 column); AMD CDNA: the datasheet's "FP32 vector" rate, half the FP32 matrix
-# rate its GEMMs run at
-GPU_ARCH = {
-    "a100": ("cuda", 19.5e12), "a100-40gb": ("cuda", 19.5e12), "a100-80gb": ("cuda", 19.5e12),
-    "h100": ("cuda", 66.9e12), "h200": ("cuda", 66.9e12), "v100": ("cuda", 14e12), "t4": ("cuda", 8.1e12),
-    "l4": ("cuda", 30.3e12), "p100": ("cuda", 9.3e12), "p4": ("cuda", 5.5e12), "rtx2060": ("cuda", 6.45e12),
-    "mi100": ("rocm", 23.1e12),          # MI100 datasheet: FP32 vector 23.1 TFLOPS
-    "mi210": ("rocm", 22.6e12),          # MI210 datasheet: FP32 vector 22.6 TFLOPS
-    "mi250": ("rocm", 22.65e12),         # MI250 datasheet: FP32 vector 45.3 TFLOPS, / 2 for one GCD
+# AMD CDNA's maps and row kernels run on its vector ALUs: the datasheet's "FP32 vector" rate, half the FP32
+# matrix rate its GEMMs run at (the fp32 column); NVIDIA's on the CUDA cores, the fp32 column itself
+AMD_VECTOR_FLOPS = {
+    "mi100": 23.1e12,                    # MI100 datasheet: FP32 vector 23.1 TFLOPS
+    "mi210": 22.6e12,                    # MI210 datasheet: FP32 vector 22.6 TFLOPS
+    "mi250": 22.65e12,                   # MI250 datasheet: FP32 vector 45.3 TFLOPS, / 2 for one GCD
 }
+# what a map or row kernel runs on: (the vendor's math library and kernels, FP32 vector FLOP/s)
+GPU_ARCH = {name: ("rocm", AMD_VECTOR_FLOPS[name]) if name in AMD_VECTOR_FLOPS else ("cuda", spec[2])
+            for name, spec in GPU_SPECS.items()}
 
 # a card without measured sets borrows the fitted "library" constants of a measured card of the same
 # architecture and memory type (its tile pipeline and memory system): the RTX 2060 (TU106, GDDR6) those
@@ -83,4 +82,4 @@ def gpu(name: str, model: str = "library", memory: float | None = None):
     return host
 
 
-__all__ = ["FITS_FROM", "GPU_ARCH", "GPU_SPECS", "gpu"]
+__all__ = ["AMD_VECTOR_FLOPS", "FITS_FROM", "GPU_ARCH", "GPU_SPECS", "gpu"]

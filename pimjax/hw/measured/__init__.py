@@ -126,24 +126,37 @@ FIT_FIELDS = ("flops_efficiency", "wave_overhead_ns", "batched_tile_alpha", "una
 LIBRARY_FIT_FIELDS = ("pow_flops",)     # fitted per vendor's math library ("cuda", "rocm")
 
 
-def fits() -> dict:
-    """{gpu: {constant: value}} (`FIT_FIELDS`) as fitted on the even rows of each card's measured sets (`fits.json`, written by `python -m pimjax.hw.gpu_check --fit`);
-    {} when the file is absent."""
-    if not os.path.exists(FITS_PATH):
+_FITS_CACHE: dict = {}                  # {(mtime_ns, size): fits.json parsed}: its one current version
+
+
+def _fits_doc() -> dict:
+    """fits.json parsed ({} when absent): read once per version of the file (its mtime and size
+    key the cache), so `fits` / `library_fits` -- called on every `hw.gpus.gpu` -- do not re-read
+    it, and a refit (`gpu_check --fit`) is seen at once."""
+    try:
+        st = os.stat(FITS_PATH)
+    except FileNotFoundError:
         return {}
-    with open(FITS_PATH, encoding="utf-8") as fh:
-        return {g: {k: v[k] for k in FIT_FIELDS if k in v} for g, v in json.load(fh)["gpus"].items()}
+    key = (st.st_mtime_ns, st.st_size)
+    if key not in _FITS_CACHE:
+        _FITS_CACHE.clear()
+        with open(FITS_PATH, encoding="utf-8") as fh:
+            _FITS_CACHE[key] = json.load(fh)
+    return _FITS_CACHE[key]
+
+
+def fits() -> dict:
+    """{gpu: {constant: value}} (`FIT_FIELDS`) as fitted on the even rows of each card's measured
+    sets (`fits.json`, written by `python -m pimjax.hw.gpu_check --fit`); {} when the file is absent."""
+    return {g: {k: v[k] for k in FIT_FIELDS if k in v} for g, v in _fits_doc().get("gpus", {}).items()}
 
 
 def library_fits() -> dict:
     """{library: {pow_flops}}: the library model's constants fitted per vendor's math library
     ("cuda", "rocm") on the even rows of its cards (`fits.json`'s "libraries"); {} when absent."""
-    if not os.path.exists(FITS_PATH):
-        return {}
-    with open(FITS_PATH, encoding="utf-8") as fh:
-        return {lib: {k: v[k] for k in LIBRARY_FIT_FIELDS}
-                for lib, v in json.load(fh).get("libraries", {}).items()}
+    return {lib: {k: v[k] for k in LIBRARY_FIT_FIELDS} for lib, v in _fits_doc().get("libraries", {}).items()}
 
 
-__all__ = ["COLUMNS", "ELEM_BYTES", "OP_CLASS", "MAP_OPS", "FITS_PATH", "FIT_FIELDS", "LIBRARY_FIT_FIELDS", "op_class", "sources", "header",
+__all__ = ["COLUMNS", "ELEM_BYTES", "OP_CLASS", "MAP_OPS", "FITS_PATH", "FIT_FIELDS", "LIBRARY_FIT_FIELDS", "op_class",
+           "sources", "header",
            "load", "read", "to_dataframe", "fits", "library_fits"]
