@@ -63,8 +63,8 @@ def bound_table(every: bool = False, neighbours: int = 5) -> list[dict]:
     median and share in band on them, and the corrected share (`neighbours` nearest even rows)."""
     out = []
     for cell in C.class_table("library", split="odd"):
-        ok = 0.9 <= cell["median"] <= 1.1 and cell["in_band"] >= 0.9      # the acceptance, as gpu_models_bench
-        if cell["above"] < 10 or cell["class"] == "allreduce" or (ok and not every):
+        ok = C.meets(cell["median"], cell["in_band"])
+        if cell["above"] < C.ACCEPT_ROWS or cell["class"] == "allreduce" or (ok and not every):
             continue
         g, cls, dt = cell["gpu"], cell["class"], cell["dtype"]
         rows = M.load(gpu=g)

@@ -54,11 +54,11 @@ before = pd.DataFrame(gpu_check.class_table("occupancy", split="odd", max_rows=1
 table = after.merge(before[["gpu", "class", "dtype", "median", "in_band"]], on=["gpu", "class", "dtype"],
                     suffixes=("", "_occupancy"))
 display(table.round(2))
-held = table[table.above >= 10]
-ok = held[(held["median"].between(0.9, 1.1)) & (held.in_band >= 0.9)]
+held = table[table.above >= gpu_check.ACCEPT_ROWS]
+ok = held[[gpu_check.meets(m, b) for m, b in zip(held["median"], held.in_band)]]
 print(f"library: {len(ok)} of {len(held)} cells with >= 10 rows above the floor meet median 0.9-1.1 and "
       f">= 90 % in band (occupancy: "
-      f"{int(((held.median_occupancy.between(0.9, 1.1)) & (held.in_band_occupancy >= 0.9)).sum())})")
+      f"{sum(gpu_check.meets(m, b) for m, b in zip(held.median_occupancy, held.in_band_occupancy))})")
 
 # %% [markdown]
 # What holds and what does not, on these rows (the full table: `benchmarks/README.md`, "gpu_models"):

@@ -40,7 +40,10 @@ from . import measured as M
 FLOOR_PERCENTILE = 1.0       # the method's floor: the 1st percentile of a (method, GPU, class)'s times
 ABOVE = 2.0                  # rows measuring more than 2 x the floor are "above the floor"
 BAND = (0.8, 1.25)           # issue 49's acceptance band of model / measured
-MEDIAN_BAND = (1 / 1.1, 1.1)  # ... and of a cell's median (0.9-1.1, symmetric in log)
+MEDIAN_BAND = (1 / 1.1, 1.1)  # ... and of a cell's median (0.9-1.1, symmetric in log), as the fit reads it
+ACCEPT_MEDIAN = (0.9, 1.1)   # issue 49's acceptance of a cell: its median of model / measured in 0.9-1.1,
+ACCEPT_IN_BAND = 0.9         #   >= 90 % of its rows in `BAND`, read on cells of >= ACCEPT_ROWS rows above the floor
+ACCEPT_ROWS = 10
 FLOOR_BAND = (0.5, 2.0)
 CLASSES = ("gemm", "bmm", "conv", "map", "norm", "softmax", "allreduce")
 TWO_INPUT_MAPS = ("add", "mul", "sub", "div", "pow")
@@ -75,6 +78,12 @@ FIT_GRID = {"flops_efficiency": tuple(np.round(np.arange(0.30, 1.001, 0.05), 2))
             "row_bandwidth_efficiency": tuple(np.round(np.arange(0.60, 1.001, 0.04), 2)),
             "row_pass_ns": tuple(float(x) for x in range(0, 1401, 200)),
             "row_elem_ns": tuple(np.round(np.arange(0.0, 1.401, 0.2), 2))}
+
+
+def meets(median: float, in_band: float) -> bool:
+    """Whether a cell (a `class_table` row's median and in_band) meets issue 49's acceptance
+    (`ACCEPT_MEDIAN`, `ACCEPT_IN_BAND`; only cells of >= `ACCEPT_ROWS` rows above the floor count)."""
+    return bool(ACCEPT_MEDIAN[0] <= median <= ACCEPT_MEDIAN[1] and in_band >= ACCEPT_IN_BAND)
 
 
 def _classes(rows) -> np.ndarray:

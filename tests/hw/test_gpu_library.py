@@ -622,3 +622,11 @@ def test_flash_attention_prefill_is_its_causal_products_at_the_tensor_rate():
     assert float(L.attention_ns(h, heads, d, n, 1, queries=n)) == pytest.approx(expect, rel=1e-9)
     full = float(L.attention_ns(h, heads, d, n, 1, queries=n, causal=False))
     assert full - h.launch_overhead_ns == pytest.approx(2 * (expect - h.launch_overhead_ns), rel=1e-9)
+
+
+def test_a_cell_meets_the_acceptance_at_its_bounds_and_not_beyond():
+    lo, hi = gpu_check.ACCEPT_MEDIAN
+    share = gpu_check.ACCEPT_IN_BAND
+    assert gpu_check.meets(lo, share) and gpu_check.meets(hi, 1.0)
+    assert not gpu_check.meets(hi * 1.001, 1.0) and not gpu_check.meets(lo * 0.999, 1.0)
+    assert not gpu_check.meets(1.0, share - 0.001)
