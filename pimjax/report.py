@@ -292,13 +292,18 @@ class Report:
             for i in k.ops:
                 per_op[i] = per_op.get(i, 0) + 1
         # the kernels that are not one op each: a fused group, or a GEMM's epilogue run after it
-        fused = [k for k in self.gpu_kernels if len(k.ops) > 1 or (per_op[k.ops[0]] > 1 and k.kind != "gemm")]
+        fused = [k for k in self.gpu_kernels
+                 if len(k.ops) > 1 or (per_op[k.ops[0]] > 1 and k.kind not in ("gemm", "conv"))]
         if fused:
             n_ops = len({i for k in self.gpu_kernels for i in k.ops})
             t.caption += (f"\nGPU-only run: {len(self.gpu_kernels)} kernels for {n_ops} ops; fused: "
                           + "; ".join(f"ops {', '.join(map(str, k.ops))} as one {k.kind} kernel"
                                       if len(k.ops) > 1 else f"op {k.ops[0]}'s epilogue ({k.name}) as its own kernel"
                                       for k in fused))
+        convs = [k for k in self.gpu_kernels if k.kind == "conv" and "[" in k.name]
+        if convs:
+            t.caption += ("\nGPU convolutions as cuDNN runs them: "
+                          + "; ".join(f"op {k.ops[0]} {k.name[k.name.index('[') + 1:-1]}" for k in convs))
         return t
 
     def as_text(self) -> str:

@@ -343,6 +343,12 @@ class HostModel(_Replace):
         from .gpu import gemm_ns
         return gemm_ns(self, m, n, k, batch, elem_bytes, operand_bytes)
 
+    def conv_ns(self, n, h, w, c, f, kh, kw, stride=1, groups=1, elem_bytes=2, operand_bytes=None) -> float:
+        """ns of a 2-D convolution on this host's model (`hw.gpu.conv_ns`: cuDNN's pick on
+        "library", the im2col view's product elsewhere)."""
+        from .gpu import conv_ns
+        return conv_ns(self, n, h, w, c, f, kh, kw, stride, groups, elem_bytes, operand_bytes)
+
     def attention_ns(self, heads, d, L, batch=1, elem_bytes=2, softmax=True, kv_heads=None) -> float:
         """ns of a decode step's attention (score + softmax + context; `hw.gpu.attention_ns`;
         kv_heads: grouped-query attention's KV heads)."""

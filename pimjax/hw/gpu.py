@@ -53,7 +53,9 @@ dispatches on it, so graph ops (`pimjax.sim.host.host_time`) and code without a 
   is the caller's: `pimjax.studies.pimflow` (`fused_into_product`).
 
 Units: ns; bytes; FLOP.  Shapes: a product is `batch` independent (m x k) . (k x n)
-products (AttAcc's m, n, k, numOp); m is the token / query side.
+products (AttAcc's m, n, k, numOp); m is the token / query side.  A 2-D convolution
+(`conv_ns`) is cuDNN's pick on "library" (implicit GEMM, nonfused Winograd, depthwise:
+`gpu_library.conv_ns`) and the product of its im2col view (`conv_view`) on every other model.
 
 Example::
 
@@ -236,6 +238,54 @@ def gemm_ns(host, m: int, n: int, k: int, batch: int = 1, elem_bytes: int = 2,
     return _occupied_ns(host, bytes_moved, flops, blocks)
 
 
+def conv_view(n: int, h: int, w: int, c: int, f: int, kh: int, kw: int, stride: int = 1, groups: int = 1) -> dict:
+    """The im2col view of a 2-D convolution as `gemm_ns` reads it: {m, n, k, batch}.
+
+    The convolution: an (unpadded) n x h x w x c input, f filters of c / groups x kh x kw, a
+    `stride` in both spatial dimensions, `groups` groups (c == f == groups: depthwise).  Its
+    view: the output pixels n x oh x ow against the f / groups filters of a group (m the smaller,
+    n the larger, as `sim.host.op_gemm_shape` orders a traced contraction), k = c / groups x
+    kh x kw, one product per group."""
+    oh, ow = (h - kh) // stride + 1, (w - kw) // stride + 1
+    pixels, per_group = n * oh * ow, f // groups
+    return {"m": min(pixels, per_group), "n": max(pixels, per_group), "k": c // groups * kh * kw, "batch": groups}
+
+
+def conv_ns(host, n: int, h: int, w: int, c: int, f: int, kh: int, kw: int, stride: int = 1, groups: int = 1,
+            elem_bytes: int = 2, operand_bytes: float | None = None) -> float:
+    """ns of a 2-D convolution on `host`'s model (shapes as `conv_view`: the input already
+    padded, as a traced graph pads it in an op of its own; elem_bytes per element).
+
+    The "library" model runs it as cuDNN's benchmark mode does (`gpu_library.conv_ns`: the
+    fastest of the implicit GEMM, the nonfused Winograd F(4x4, 3x3) and a depthwise direct
+    kernel, fitted on NeuSight's measured convolutions); a "profile" host its base model's (a
+    profile holds no convolution); every other model times it as the `gemm_ns` of its im2col view
+    (`conv_view`), as those models were defined (operand_bytes: the real bytes of the input,
+    filters and output, read by the "pimflow" model)."""
+    if host.model == "profile":
+        from .profile import base_host
+        return conv_ns(base_host(host), n, h, w, c, f, kh, kw, stride, groups, elem_bytes, operand_bytes)
+    if host.model == "library":
+        from . import gpu_library
+        return float(gpu_library.conv_ns(host, n, h, w, c, f, kh, kw, stride, 0, groups, elem_bytes))
+    return gemm_ns(host, **conv_view(n, h, w, c, f, kh, kw, stride, groups), elem_bytes=elem_bytes,
+                   operand_bytes=operand_bytes)
+
+
+def conv_algorithm(host, n: int, h: int, w: int, c: int, f: int, kh: int, kw: int, stride: int = 1,
+                   groups: int = 1, elem_bytes: int = 2) -> str:
+    """The algorithm `conv_ns` times a convolution as on `host`'s model: on "library" (and a
+    "profile" host on it) cuDNN's pick, `gpu_library.conv_algorithm`'s name ("implicit_gemm",
+    "winograd_nonfused", "depthwise"); "im2col_gemm" on every other model."""
+    if host.model == "profile":
+        from .profile import base_host
+        return conv_algorithm(base_host(host), n, h, w, c, f, kh, kw, stride, groups, elem_bytes)
+    if host.model == "library":
+        from . import gpu_library
+        return str(gpu_library.conv_algorithm(host, n, h, w, c, f, kh, kw, stride, 0, groups, elem_bytes))
+    return "im2col_gemm"
+
+
 def _tiled_ns(host, bytes_moved: float, flops: float, m: int, n: int, k: int, batch: int, tile: tuple,
               split: int) -> float:
     """ns of the product as a tensor-core GEMM of threadblock tile `tile` (tm, tn) with k split into
@@ -347,7 +397,8 @@ def allreduce_ns(host, bytes_per_gpu: float, gpus: int, link_GBps: float = NVLIN
 
 def gpu_time(host, kind: str, **shape) -> float:
     """ns of one op on `host`'s model, by kind: "gemm" / "gemv" (gemm_ns's m, n, k,
-    batch, elem_bytes; a "gemv" defaults m = 1), "attention" (attention_ns's heads,
+    batch, elem_bytes; a "gemv" defaults m = 1), "conv" (conv_ns's n, h, w, c, f, kh, kw,
+    stride, groups, elem_bytes), "attention" (attention_ns's heads,
     d, L, batch, elem_bytes, softmax) or "elementwise" (elementwise_ns's bytes_moved,
     flops, outputs, reduction, kind as `op`) or "allreduce" (allreduce_ns's
     bytes_per_gpu, gpus, link_GBps).
@@ -360,6 +411,8 @@ def gpu_time(host, kind: str, **shape) -> float:
         if kind == "gemv":
             shape.setdefault("m", 1)
         return gemm_ns(host, **shape)
+    if kind == "conv":
+        return conv_ns(host, **shape)
     if kind == "attention":
         return attention_ns(host, **shape)
     if kind == "elementwise":
@@ -369,7 +422,7 @@ def gpu_time(host, kind: str, **shape) -> float:
     if kind == "allreduce":
         return allreduce_ns(host, **shape)
     raise ValueError(f"gpu_time kind {kind!r}: valid kinds are "
-                     f"['allreduce', 'attention', 'elementwise', 'gemm', 'gemv']")
+                     f"['allreduce', 'attention', 'conv', 'elementwise', 'gemm', 'gemv']")
 
 
 def gpu_energy_pj(host, bytes_moved: float, macs: float, ns: float, reg_accesses: float | None = None) -> float:

@@ -37,8 +37,8 @@ numpy arrays (or scalars) and broadcasts, so a whole measured set is timed in on
   (`conv_algorithms_ns`): the implicit GEMM of its im2col view (1 x 1: the plain GEMM), the nonfused
   Winograd F(4x4, 3x3) (batched products between transform kernels), a depthwise direct kernel; each built
   from `gemm_ns` / `elementwise_ns`, three slowdowns fitted on NeuSight's even convolution rows
-  (`gpu_check.fit_conv`).  Held to the measured sets only: pimjax's reports and the PIMFlow study
-  time a convolution as the `gemm_ns` of its im2col view (`hw/gpu.py` has no convolution entry);
+  (`gpu_check.fit_conv`).  A traced convolution (`sim.host.op_conv_shape`) reaches it through
+  `hw.gpu.conv_ns`: pimjax's reports and the PIMFlow study time it so on this model;
 * attention as vLLM runs it (`attention_ns`): decode as FlashDecoding (one kernel reading each
   KV head's cache once, split along the keys to fill the SMs, and a kernel combining the splits),
   prefill as FlashAttention (one kernel; scores never written; its products at the tensor rate).

@@ -119,7 +119,8 @@ def profile_host(base, profile: GpuProfile):
                         profile=profile, profile_base=base.model)
 
 
-def _base(host):
+def base_host(host):
+    """The analytic host a "profile" host falls back on (its `profile_base` model, no table)."""
     return host.replace(model=host.profile_base, profile=None, profile_base="")
 
 
@@ -136,7 +137,7 @@ def profile_gemm_ns(host, m, n, k, batch=1, elem_bytes=2, operand_bytes=None) ->
     both ways: the table holds kernel times)."""
     t, _ = lookup(host.profile.products, host.profile.product_ns, _product_key(m, n, k, batch, elem_bytes))
     if t is None:
-        return float(_base(host).gemm_ns(m, n, k, batch, elem_bytes, operand_bytes))
+        return float(base_host(host).gemm_ns(m, n, k, batch, elem_bytes, operand_bytes))
     return t + float(host.launch_overhead_ns)
 
 
@@ -153,16 +154,18 @@ def profile_elementwise_ns(host, bytes_moved, flops=0.0, *, outputs, reduction=1
     `elementwise_key`)."""
     t, _ = lookup(host.profile.rows, host.profile.row_ns, elementwise_key(bytes_moved, outputs, reduction, kind))
     if t is None:
-        return float(_base(host).elementwise_ns(bytes_moved, flops, outputs=outputs, reduction=reduction, kind=kind))
+        return float(base_host(host).elementwise_ns(bytes_moved, flops, outputs=outputs, reduction=reduction, kind=kind))
     return t + float(host.launch_overhead_ns)
 
 
 def profile_source(host, kind: str, **shape) -> str:
     """"measured", "interpolated" or "model": where a "profile" host's time of one op comes
-    from.  kind: "gemm" (m, n, k, batch=1, elem_bytes=2) or "elementwise" (outputs,
+    from.  kind: "gemm" (m, n, k, batch=1, elem_bytes=2), "conv" (always "model") or "elementwise" (outputs,
     reduction=1, kind="act", and elem_bytes=2 or the bytes_moved `hw.gpu.elementwise_ns` takes)."""
     if getattr(host, "model", None) != "profile":
         return "model"
+    if kind == "conv":
+        return "model"              # a profile holds no convolution: its base model times them (`hw.gpu.conv_ns`)
     if kind == "gemm":
         key = _product_key(shape["m"], shape["n"], shape["k"], shape.get("batch", 1), shape.get("elem_bytes", 2))
         return lookup(host.profile.products, host.profile.product_ns, key)[1]
@@ -174,8 +177,8 @@ def profile_source(host, kind: str, **shape) -> str:
             key = _row_key(shape["outputs"], shape.get("reduction", 1), shape.get("elem_bytes", 2),
                            shape.get("kind", "act"))
         return lookup(host.profile.rows, host.profile.row_ns, key)[1]
-    raise ValueError(f"profile_source kind {kind!r}: valid kinds are ['elementwise', 'gemm']")
+    raise ValueError(f"profile_source kind {kind!r}: valid kinds are ['conv', 'elementwise', 'gemm']")
 
 
-__all__ = ["GpuProfile", "lookup", "elementwise_key", "profile_host", "profile_gemm_ns", "profile_elementwise_ns",
-           "profile_source"]
+__all__ = ["GpuProfile", "base_host", "lookup", "elementwise_key", "profile_host", "profile_gemm_ns",
+           "profile_elementwise_ns", "profile_source"]

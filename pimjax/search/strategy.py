@@ -170,6 +170,42 @@ class Measurer:
         totals[ok] = np.asarray(batched.total_cycles, np.float64)
         return programs, totals, lambda i: report_at(batched, at[i])
 
+    def fastest(self, op, drafts, backend, shapes, lower_options, lower_fn=lower, max_records=None):
+        """The fastest of `drafts` (the first of equals), lowered one at a time and simulated in
+        batches of at most `max_records` records (default `EXHAUSTIVE_RECORDS`), only the best
+        program outliving its batch: (index into drafts, its total in cycles, program, report,
+        drafts simulated), or None when none lowers.  For drafts each of which may be large (a
+        fixed mapping of a whole layer on few groups: nine PIMFlow mappings of VGG16's 224 x 224 x 64
+        CONV hold 1.8 GB of records each), where `simulate`'s one batch would hold them all."""
+        max_records = EXHAUSTIVE_RECORDS if max_records is None else max_records
+        best, count, batch = None, 0, []
+
+        def flush():
+            nonlocal best, count
+            idx = [i for i, _ in batch]
+            _, totals, report = self.simulate(op, [drafts[i] for i in idx], backend, shapes, lower_options,
+                                              [p for _, p in batch])
+            j = int(np.argmin(totals))
+            count += len(idx)
+            if best is None or float(totals[j]) < best[1]:
+                best = (idx[j], float(totals[j]), batch[j][1], report(j), 0)
+            batch.clear()
+
+        records = 0
+        for i, d in enumerate(drafts):
+            p, = self.lower_each(op, [d], backend, shapes, lower_options, lower_fn)
+            if isinstance(p, PimCompileError):
+                continue
+            size = int(np.prod(np.shape(p.commands.op)))
+            if batch and records + size > max_records:
+                flush()
+                records = 0
+            batch.append((i, p))
+            records += size
+        if batch:
+            flush()
+        return None if best is None else best[:4] + (count,)
+
     def first_lowering(self, op, table, order, k, backend, shapes, lower_options, lower_fn):
         """The first `k` drafts of `table` in `order` that lower: (their
         rows, their programs, the PimCompileErrors of those skipped before
@@ -575,16 +611,15 @@ def with_extras(choice: Choice | None, task: Task, measurer: Measurer, mode: str
     extras = [d for d in fn(op, backend, shapes, opts) if choice is None or d != choice.draft]
     if not extras:
         return choice
-    programs, totals, report = measurer.simulate(op, extras, backend, shapes, opts, lower_fn=task.lower_fn)
-    if not np.isfinite(totals).any():
+    best = measurer.fastest(op, extras, backend, shapes, opts, task.lower_fn)
+    if best is None:
         return choice
-    j = int(np.argmin(totals))
-    count = int(np.isfinite(totals).sum())
-    if choice is not None and float(choice.report.total_cycles) <= float(totals[j]):
+    j, total, program, report, count = best
+    if choice is not None and float(choice.report.total_cycles) <= total:
         return replace(choice, simulated=choice.simulated + count)
     if choice is None:
-        return Choice(extras[j], programs[j], report(j), float("nan"), count, len(task.table), mode)
-    return replace(choice, draft=extras[j], program=programs[j], report=report(j),
+        return Choice(extras[j], program, report, float("nan"), count, len(task.table), mode)
+    return replace(choice, draft=extras[j], program=program, report=report,
                    predicted_cycles=float("nan"), simulated=choice.simulated + count)
 
 

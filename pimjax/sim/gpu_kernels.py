@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..hw.core import HostModel
-from ..hw.gpu import FUSING_GPU_MODELS
+from ..hw.gpu import FUSING_GPU_MODELS, conv_algorithm
 from ..trace.ir import PimGraph, PimOp, expr_args, expr_prims
 from .host import host_time, op_kernel
 
@@ -43,6 +43,9 @@ from .host import host_time, op_kernel
 # and XLA's row-reduction fusions loop a block over rows up to 64 K elements); a longer reduction (a whole
 # tensor's sum) ends its kernel, and what reads its result is another launch
 MAX_FUSED_ROW = 65536
+
+# the kernels of a product (`op_kernel`): a GEMM, a convolution -- either may run its epilogue
+PRODUCT_KINDS = ("gemm", "conv")
 
 # epilogue primitives a GEMM library applies in its epilogue whatever operand they read
 # (beta * C adds a full-sized operand; cuBLASLt adds a bias and converts the result)
@@ -54,8 +57,9 @@ class GpuKernel:
     """One kernel of the GPU-only run.
 
     name: its ops' primitives joined by "+" (a contraction's separate epilogue map: its
-    epilogue's primitives); ops: the graph op indices it runs; kind: "gemm", "act", "norm",
-    "softmax", "reduce" or "copy"; ns: its time on the GPU model."""
+    epilogue's primitives; a convolution: its primitive and, in brackets, the algorithm its GPU
+    model runs, `hw.gpu.conv_algorithm`); ops: the graph op indices it runs; kind: "gemm",
+    "conv", "act", "norm", "softmax", "reduce" or "copy"; ns: its time on the GPU model."""
     name: str
     ops: tuple[int, ...]
     kind: str
@@ -73,6 +77,13 @@ def _numel(shape) -> int:
 
 def _op_label(op: PimOp) -> str:
     return "+".join((op.name,) + tuple(op.fused))
+
+
+def _product_label(op: PimOp, host: HostModel, kernel: tuple) -> str:
+    """A library product kernel's name: its primitive, a convolution's with the algorithm `host`'s
+    model runs it as (cuDNN's pick)."""
+    kind, args = kernel
+    return f"{op.name} [{conv_algorithm(host, **args)}]" if kind == "conv" else op.name
 
 
 def _separate_epilogue(op: PimOp, shapes: dict) -> bool:
@@ -178,8 +189,8 @@ def _elem_bytes(dtype_bytes, v) -> int:
 
 def _kernels(graph, host, shapes, dtype_bytes, alone) -> tuple[GpuKernel, ...]:
     kinds = [op_kernel(op, shapes, dtype_bytes) for op in graph.ops]
-    # a kernel's kind: "gemm" for a product, else the elementwise kind `op_kernel` gives it
-    kind_of = ["gemm" if k == "gemm" else a["kind"] for k, a in kinds]
+    # a kernel's kind: "gemm" / "conv" for a product, else the elementwise kind `op_kernel` gives it
+    kind_of = [k if k in PRODUCT_KINDS else a["kind"] for k, a in kinds]
     if not fuses(host):
         return tuple(GpuKernel(_op_label(op), (i,), kind_of[i], float(alone[i])) for i, op in enumerate(graph.ops))
     args = [a if op.kind in ("elementwise", "reduction") else None for op, (_, a) in zip(graph.ops, kinds)]
@@ -191,8 +202,9 @@ def _kernels(graph, host, shapes, dtype_bytes, alone) -> tuple[GpuKernel, ...]:
             kernels.append(_fused_kernel(graph, members, host, shapes, dtype_bytes, args))
             continue
         kind = kind_of[i]
-        kernels.append(GpuKernel(_op_label(op) if kind != "gemm" else op.name, (i,), kind, float(alone[i])))
-        if kind == "gemm" and _separate_epilogue(op, shapes):
+        kernels.append(GpuKernel(_product_label(op, host, kinds[i]) if kind in PRODUCT_KINDS else _op_label(op), (i,),
+                                 kind, float(alone[i])))
+        if kind in PRODUCT_KINDS and _separate_epilogue(op, shapes):
             # the epilogue's map reads the GEMM's result and its other operands, writes the result
             out = _numel(shapes[op.result.value])
             extra = {op.operands[k].value for k in expr_args(op.epilogue) if k < len(op.operands)}

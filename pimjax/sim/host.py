@@ -72,6 +72,56 @@ def op_gemm_shape(op: PimOp) -> dict | None:
     return {"m": m, "n": n, "k": prod(list(op.reduction_vars)), "batch": batch}
 
 
+def op_conv_shape(op: PimOp) -> dict | None:
+    """{n, h, w, c, f, kh, kw, stride, groups} of a traced 2-D (or 1-D: w = kw = 1) convolution
+    as `pimjax.hw.gpu.conv_ns` reads it, None for any other op (a 1 x 1 convolution, which
+    traces to a plain product; a dilated, transposed or strided-unequally one, left to
+    `op_gemm_shape`'s im2col view).
+
+    A convolution is a two-operand contraction (`op_gemm_shape`) one of whose operands, the input,
+    is read at `stride * o + r` in one or two dimensions: o an output variable, r a reduced one
+    (the window).  n: the output variables only the input indexes, beyond the windowed ones; the
+    groups: those both operands index; f / groups: those only the filter indexes; c / groups:
+    the reduced ones both index, beyond the windows; h, w: the input rows and columns the
+    windows read, (o - 1) x stride + r (a traced graph pads its input in an op of its own)."""
+    if op_gemm_shape(op) is None:
+        return None
+    body = [op.operands[i] for i in op.body_operands] if op.body is not None else list(op.operands)
+    body = [a for a in body if a.index_map]
+    windowed = [[e for e in a.index_map if len(e.terms) > 1] for a in body]
+    if sum(bool(w) for w in windowed) != 1:
+        return None
+    x, filt = (body[0], body[1]) if windowed[0] else (body[1], body[0])
+    ext, red = op.extents, set(op.reduction_vars)
+    spatial, strides = [], set()
+    for e in windowed[0] or windowed[1]:
+        if not e.is_linear or len(e.terms) != 2:
+            return None
+        outs = [(v, c) for v, c in e.terms if v not in red]
+        wins = [(v, c) for v, c in e.terms if v in red]
+        if len(outs) != 1 or len(wins) != 1 or wins[0][1] != 1 or outs[0][1] < 1:
+            return None                     # a dilated window or an unusual index: the im2col view times it
+        spatial.append((outs[0][0], wins[0][0]))
+        strides.add(outs[0][1])
+    if len(spatial) > 2 or len(strides) != 1:
+        return None
+    stride = strides.pop()
+    in_x, in_f = set(x.vars), set(filt.vars)
+    used = {v for pair in spatial for v in pair}
+    prod = lambda vs: int(np.prod([ext[v] for v in vs], dtype=np.int64)) if vs else 1  # noqa: E731
+    rest = [v for v in ext if v not in used]
+    if any(v in red and not (v in in_x and v in in_f) for v in rest) or \
+            any(v not in in_x and v not in in_f for v in rest):
+        return None                         # a reduction only one operand reads, or a broadcast output
+    groups = prod([v for v in rest if v not in red and v in in_x and v in in_f])
+    c = prod([v for v in rest if v in red]) * groups
+    f = prod([v for v in rest if v not in red and v in in_f and v not in in_x]) * groups
+    n = prod([v for v in rest if v not in red and v in in_x and v not in in_f])
+    (oh, kh), (ow, kw) = [(ext[o], ext[r]) for o, r in spatial] + [(1, 1)] * (2 - len(spatial))
+    return {"n": n, "h": (oh - 1) * stride + kh, "w": (ow - 1) * stride + kw, "c": c, "f": f, "kh": kh, "kw": kw,
+            "stride": stride, "groups": groups}
+
+
 def host_time(op: PimOp, host: HostModel, shapes: dict | None = None,
               dtype_bytes: dict | int = 2):
     """Time of `op` on the host roofline in ns.
@@ -103,22 +153,24 @@ def host_time(op: PimOp, host: HostModel, shapes: dict | None = None,
         return as_float(host.time_ns(op_bytes(op, shapes, dtype_bytes), op_flops(op)))
     # the kernel models (hw/gpu.py) take concrete hosts
     kind, args = op_kernel(op, shapes, dtype_bytes)
-    if kind == "gemm":
+    if kind in ("gemm", "conv"):
         # the "pimflow" model reads the operands' real bytes (a convolution's input, not its im2col view)
         real = float(op_bytes(op, shapes, dtype_bytes)) if host.model == "pimflow" else None
-        return host.gemm_ns(**args, operand_bytes=real)
+        return (host.gemm_ns if kind == "gemm" else host.conv_ns)(**args, operand_bytes=real)
     return host.elementwise_ns(**args)
 
 
 def op_kernel(op: PimOp, shapes: dict, dtype_bytes: dict | int = 2) -> tuple[str, dict]:
-    """The kernel a GPU model times for `op`: ("gemm", gemm_ns's m, n, k, batch, elem_bytes) for
-    a two-operand contraction, else ("elementwise", elementwise_ns's bytes_moved, flops,
-    outputs, reduction, kind)."""
+    """The kernel a GPU model times for `op`: ("conv", conv_ns's n, h, w, c, f, kh, kw, stride,
+    groups, elem_bytes) for a convolution (`op_conv_shape`), ("gemm", gemm_ns's m, n, k, batch,
+    elem_bytes) for another two-operand contraction, else ("elementwise", elementwise_ns's
+    bytes_moved, flops, outputs, reduction, kind)."""
     gemm = op_gemm_shape(op)
     if gemm is not None:
         first = op.operands[op.body_operands[0]].value if op.body is not None else op.operands[0].value
         eb = dtype_bytes.get(first, 4) if isinstance(dtype_bytes, dict) else dtype_bytes
-        return "gemm", dict(gemm, elem_bytes=eb)
+        conv = op_conv_shape(op)
+        return ("gemm", dict(gemm, elem_bytes=eb)) if conv is None else ("conv", dict(conv, elem_bytes=eb))
     ext = op.extents
     if op.loop_vars:
         outputs = int(np.prod([ext[v] for v in op.output_vars], dtype=np.int64)) if op.output_vars else 1

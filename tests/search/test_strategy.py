@@ -106,3 +106,17 @@ def test_a_strategy_of_ones_own_is_run_and_cached_under_its_name():
     with pytest.warns(RuntimeWarning, match="slower than the baseline"):
         checked = Tuner(mode=First(), model=Flat(), cache=t.cache).choose(OP, BE, SHAPES)
     assert not checked.cached
+
+
+@pytest.mark.parametrize("max_records", [1, 1 << 30])
+def test_fastest_streams_drafts_in_bounded_batches_and_keeps_the_simulated_optimum(max_records):
+    """`Measurer.fastest` (what `with_extras` runs on the family's fixed mappings): one-draft
+    batches (max_records 1) and one batch give the batch simulation's own argmin, first of equals."""
+    cyc = _truth()
+    some = list(range(0, len(TABLE), max(1, len(TABLE) // 12)))
+    m = Counting()
+    j, total, program, report, count = m.fastest(OP, [TABLE[i] for i in some], BE, SHAPES, {},
+                                                 max_records=max_records)
+    assert some[j] == some[int(np.argmin(cyc[some]))] and total == cyc[some].min()
+    assert count == len(some) == m.simulated and float(report.total_cycles) == total
+    assert program.draft == TABLE[some[j]]

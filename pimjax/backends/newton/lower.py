@@ -558,6 +558,21 @@ def _stream_bound(plan: _Plan, classes, per_core: bool, cols: int) -> tuple[int,
     return records, units * len(classes) * gw, units * sum(steps * r * k for k in banks)
 
 
+MAX_STREAM_RECORDS = 1 << 24   # a group's command stream pimjax lowers: 16.8 M records of `program.RECORD_FIELDS`
+                                #   (~1 GB of int32 scratch and as much again for the program) -- VGG16's 224 x 224
+                                #   x 64 CONV on one group would be 44 M commands and 23 GB in the search's batch
+
+
+def _check_stream_size(plan: _Plan, classes, per_core: bool, cols: int) -> None:
+    """Refuse, as a `PimCompileError` a search skips, a draft whose one group's stream
+    (`_stream_bound`, the scratch the compiled walk allocates) exceeds `MAX_STREAM_RECORDS`."""
+    records = _stream_bound(plan, classes, per_core, cols)[0]
+    if records > MAX_STREAM_RECORDS:
+        raise PimCompileError(f"newton: one group's command stream would hold up to {records:,} commands, over the "
+                              f"{MAX_STREAM_RECORDS:,} pimjax lowers (memory); a draft over more groups or cores "
+                              "divides it")
+
+
 def _native_params(plan: _Plan, backend: Backend, per_core: bool, cores: int) -> np.ndarray:
     """`native._walk`'s prm vector."""
     return np.array([plan.n_b, plan.n_v, plan.n_o, plan.t_in, plan.kv, plan.ki, plan.lo, plan.n_vg,
@@ -740,6 +755,7 @@ def lower_newton(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
         key = (len(classes[g]),) if not per_core else \
             (tuple(map(tuple, classes[g])), seg_ok[g].tobytes(), need[g].tobytes())
         if key not in cache:
+            _check_stream_size(plan, classes[g], per_core, backend.core.cols)
             kern, rows, reads, count = group_stream(plan, backend, classes[g], per_core,
                                                     seg_ok[g] if per_core else None,
                                                     need[g] if per_core else None, C, native=NATIVE)

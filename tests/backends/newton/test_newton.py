@@ -442,3 +442,21 @@ def test_rejects_what_newton_cannot_run():
     op = H.gemv(64, 512)
     with pytest.raises(PimCompileError, match="global buffers"):
         lower(op, Draft((DimPart(1, 16, 0), DimPart(1, 1, 0)), lane_var="k", buffers=4), small)
+
+
+def test_a_draft_whose_stream_exceeds_the_lowering_limit_is_a_compile_error_a_search_skips(monkeypatch):
+    """`MAX_STREAM_RECORDS`: a group's stream over it is refused before its scratch is allocated
+    (VGG16's 224 x 224 x 64 CONV on one group: 44 M commands), by a PimCompileError naming the limit."""
+    from pimjax.backends.newton import lower as newton_lower
+    from pimjax.errors import PimCompileError
+    from pimjax.hw import get_backend
+    from pimjax.kernels import kernel_op
+    from pimjax.lower import lower
+    from pimjax.partition import drafts
+    be = get_backend("newton")
+    op, shapes = kernel_op("gemv", [256, 512])
+    d = drafts(op, be, shapes=shapes)[0]
+    n = int((lower(op, d, be, shapes).commands.op >= 0).sum())
+    monkeypatch.setattr(newton_lower, "MAX_STREAM_RECORDS", n // (2 * lower(op, d, be, shapes).groups) - 1)
+    with pytest.raises(PimCompileError, match="command stream"):
+        lower(op, d, be, shapes)
