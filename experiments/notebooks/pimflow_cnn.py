@@ -211,8 +211,9 @@ acc.round(3)
 # %% [markdown]
 # **The headline under the paper's GPU and under the checked one.** The paper's figure, ours with PIMFlow's
 # simulated RTX 2060 (the paper's own GPU model) and ours with the measured-checked RTX 2060 (`library`: the
-# T4's fitted constants on the card's datasheet compute and PIMFlow's channels), in points off the paper.
-# The checked card runs ResNet-50's and VGG16's CONVs 4.4x and 1.4x faster than PIMFlow's Accel-Sim
+# T4's fitted constants on the card's datasheet compute and PIMFlow's channels; its convolutions cuDNN's picks,
+# `hw.gpu.conv_ns`: the implicit GEMM and a depthwise direct kernel in FP16), in points off the paper.
+# The checked card runs ResNet-50's and VGG16's CONVs 4.1x and 1.3x faster than PIMFlow's Accel-Sim
 # configuration (1 365 MHz, 20.97 TFLOP/s of tensor cores where the card's datasheet gives 51.6, 5 000 cycles
 # a launch), and its 2 µs launches cost the mobile CNNs' many small nodes more: PIM gains less over it
 # everywhere, the signs stay.

@@ -54,7 +54,7 @@ dispatches on it, so graph ops (`pimjax.sim.host.host_time`) and code without a 
 
 Units: ns; bytes; FLOP.  Shapes: a product is `batch` independent (m x k) . (k x n)
 products (AttAcc's m, n, k, numOp); m is the token / query side.  A 2-D convolution
-(`conv_ns`) is cuDNN's pick on "library" (implicit GEMM, nonfused Winograd, depthwise:
+(`conv_ns`) is cuDNN's pick on "library" (implicit GEMM, FP32's nonfused Winograd, depthwise:
 `gpu_library.conv_ns`) and the product of its im2col view (`conv_view`) on every other model.
 
 Example::
@@ -257,7 +257,7 @@ def conv_ns(host, n: int, h: int, w: int, c: int, f: int, kh: int, kw: int, stri
     padded, as a traced graph pads it in an op of its own; elem_bytes per element).
 
     The "library" model runs it as cuDNN's benchmark mode does (`gpu_library.conv_ns`: the
-    fastest of the implicit GEMM, the nonfused Winograd F(4x4, 3x3) and a depthwise direct
+    fastest of the implicit GEMM, the nonfused Winograd F(4x4, 3x3) in FP32 and a depthwise direct
     kernel, fitted on NeuSight's measured convolutions); a "profile" host its base model's (a
     profile holds no convolution); every other model times it as the `gemm_ns` of its im2col view
     (`conv_view`), as those models were defined (operand_bytes: the real bytes of the input,

@@ -255,6 +255,11 @@ WINOGRAD_TRANSFORM_SCALE = 0.3  # fit (0-1 in steps of 0.1): the three transform
 WINOGRAD_NONFUSED_TILE = 4      # F(4x4, 3x3), the m = 4 output tile of Lavin & Gray, "Fast Algorithms for
                                 #   Convolutional Neural Networks" (CVPR 2016): (4 + 2)^2 = 36 products for 16 outputs
                                 #   (4 x fewer multiplies than the direct 144); NeuSight's kernel names say 4x4
+WINOGRAD_MIN_ELEM_BYTES = 4     # the nonfused Winograd is modelled for FP32 convolutions only: its slowdowns are fitted on
+                                #   NeuSight's FP32 rows (SIMT products, where its 4 x fewer multiplies pay); FP16 on
+                                #   tensor cores runs the implicit GEMM -- Turing FP16 profiles name only the
+                                #   s1688cudnn implicit-GEMM kernels (`hw.gpu.PIMFLOW_CUDNN_TILES`' sources), and
+                                #   daadaada/turingas#7 finds no FP16 Winograd 3 x 3 among cuDNN's kernels
 DEPTHWISE_KERNELS = 1           # a depthwise convolution (groups == c) runs one direct kernel (PyTorch's
                                 #   conv_depthwise2d / cuDNN's grouped direct kernel), no MMA tile (`gpu.py`)
 
@@ -285,7 +290,7 @@ def conv_parts_ns(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_b
             "direct": elementwise_ns(host, (n * h * w * c + f / g * kh * kw * c + pix * f) * eb,
                                      flops=2.0 * pix * f * kh * kw, outputs=pix * f),
             "one_by_one": (kh == 1) & (kw == 1), "depthwise": (g == c) & (g > 1),
-            "winograd": (kh == 3) & (kw == 3) & (stride == 1) & (g == 1)}
+            "winograd": (kh == 3) & (kw == 3) & (stride == 1) & (g == 1) & (eb >= WINOGRAD_MIN_ELEM_BYTES)}
 
 
 def conv_combine(parts, implicit=None, winograd_gemm=None, winograd_transform=None):
@@ -311,9 +316,10 @@ def conv_algorithms_ns(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, e
     * "implicit_gemm": the product m = n x output pixels, n = f / groups, k = c / groups x kh x kw (`groups` of
       them, `gemm_ns`) x `IMPLICIT_GEMM_SLOWDOWN`, plus the computeOffsets kernel (`CONV_KERNEL_GAP_NS`); a
       1 x 1 convolution is the plain GEMM of its pixels (one kernel, no slowdown).
-    * "winograd_nonfused" (3 x 3, stride 1, groups 1): F(4x4, 3x3) (`WINOGRAD_NONFUSED_TILE`): 36 batched
-      (n x tiles) x c . c x f products (`gemm_ns` x `WINOGRAD_GEMM_SLOWDOWN`) between the input, filter and
-      output transforms, each a kernel streaming its operands (`elementwise_ns` x `WINOGRAD_TRANSFORM_SCALE`).
+    * "winograd_nonfused" (3 x 3, stride 1, groups 1, FP32: `WINOGRAD_MIN_ELEM_BYTES`): F(4x4, 3x3)
+      (`WINOGRAD_NONFUSED_TILE`): 36 batched (n x tiles) x c . c x f products (`gemm_ns` x
+      `WINOGRAD_GEMM_SLOWDOWN`) between the input, filter and output transforms, each a kernel streaming
+      its operands (`elementwise_ns` x `WINOGRAD_TRANSFORM_SCALE`).
     * "depthwise" (groups == c > 1): one direct kernel, memory-bound: the input, the filters and the output
       once, its 2 x kh x kw FLOP an output at the FP32 rate (`elementwise_ns`); the only algorithm of a
       depthwise convolution.
@@ -349,7 +355,7 @@ def conv_algorithm(host, n, h, w, c, f, kh, kw, stride=1, pad=0, groups=1, elem_
 
 
 __all__ = ["LIB_TILES", "conv_fastest", "CONV_KERNEL_GAP_NS", "IMPLICIT_GEMM_SLOWDOWN", "WINOGRAD_GEMM_SLOWDOWN",
-           "WINOGRAD_TRANSFORM_SCALE", "WINOGRAD_NONFUSED_TILE", "DEPTHWISE_KERNELS", "CONV_KERNELS",
+           "WINOGRAD_TRANSFORM_SCALE", "WINOGRAD_NONFUSED_TILE", "WINOGRAD_MIN_ELEM_BYTES", "DEPTHWISE_KERNELS", "CONV_KERNELS",
            "conv_parts_ns", "conv_combine", "conv_algorithms_ns", "conv_algorithm",
            "conv_ns", "MAP_ELEMS_PER_BLOCK", "NORM_BLOCK_THREADS", "SOFTMAX_WARP_MAX",
            "THREADS_PER_SM", "SOFTMAX_BLOCK_BYTES", "L2_REREAD_SPEEDUP", "LIB_LAUNCH_NS", "dtype_flops", "gemm_ns",

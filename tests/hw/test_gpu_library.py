@@ -410,6 +410,10 @@ def test_conv_winograd_only_for_3x3_stride_1_ungrouped_and_built_from_its_produc
         other = L.conv_algorithms_ns(h, n, hw, hw, c, f, 3, 3, pad=1, elem_bytes=4, **kw)
         assert np.isinf(other["winograd_nonfused"]) and np.isfinite(other["implicit_gemm"])
     assert np.isinf(L.conv_algorithms_ns(h, n, hw, hw, c, f, 5, 5, pad=2, elem_bytes=4)["winograd_nonfused"])
+    # FP16 runs on the tensor cores' implicit GEMM (`WINOGRAD_MIN_ELEM_BYTES`): no Winograd to pick
+    half = L.conv_algorithms_ns(h, n, hw, hw, c, f, 3, 3, pad=1, elem_bytes=2)
+    assert np.isinf(half["winograd_nonfused"]) and str(L.conv_algorithm(h, n, hw, hw, c, f, 3, 3, 1, 1, 1, 2)) == \
+        "implicit_gemm"
 
 
 def test_conv_arrays_broadcast_to_the_rows_own_scalar_times():
