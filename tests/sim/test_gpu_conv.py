@@ -95,3 +95,26 @@ def test_the_gpu_only_run_names_cudnns_algorithm_and_keeps_the_epilogue_in_the_k
     assert ks[0].name == f"conv_general_dilated [{conv_algorithm(LIB, **args, elem_bytes=2)}]"
     # bias + ReLU run in the convolution's epilogue (cuDNN's fused bias-activation), no map of their own
     assert not [k for k in gpu_kernels(g, LIB) if k.ops == ks[0].ops and k.kind == "act"]
+
+
+@pytest.mark.parametrize("c, f, groups, k, stride", [(16, 32, 4, 3, 1), (16, 32, 4, 3, 2), (8, 4, 4, 3, 1),
+                                                      (8, 16, 8, 3, 1), (8, 4, 4, 1, 1), (8, 4, 4, 1, 2)])
+def test_a_grouped_convolution_reads_back_its_groups_not_a_window_over_the_channels(c, f, groups, k, stride):
+    """The input's channel index Cg * g + c (and the filter's Fo * g + fo) is no spatial window: a
+    grouped convolution reads back as the lax call, or (1 x 1) not at all, never as the channels'
+    window, and its im2col view stays `op_gemm_shape` (c 8, f 4, groups 4 had read as a 2-wide
+    window of stride 2 over the channels, batch 1 instead of 4)."""
+    n, h, w = 2, 9, 9
+
+    def fn(x, wt):
+        return lax.conv_general_dilated(x, wt, (stride, stride), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                        feature_group_count=groups)
+    op = conv_op(make_graph(fn, S((n, h, w, c), F16), S((k, k, c // groups, f), F16)))
+    got = op_conv_shape(op)
+    if k == 1:
+        assert got is None
+        return
+    o = (h - k) // stride + 1
+    assert got == {"n": n, "h": (o - 1) * stride + k, "w": (o - 1) * stride + k, "c": c, "f": f, "kh": k, "kw": k,
+                   "stride": stride, "groups": groups}
+    assert conv_view(**got) == op_gemm_shape(op)
