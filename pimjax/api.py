@@ -54,9 +54,10 @@ energy pJ; bytes; GB/s = bytes / ns.
                  by default, "pimflow" for PIMFlow's Accel-Sim RTX 2060, ...)
   gpu_ns         the GPU-only run (ns): the sum of gpu_kernels
   gpu_kernels    the kernels the GPU-only run launches (`pimjax.sim.gpu_kernels`),
-                 each {name, ops (op indices), kind ("gemm", "norm", "softmax",
-                 "reduce", "act", "copy"), ns}; on the "library" and "profile"
-                 models maps and row reductions fuse as XLA / vLLM fuse them,
+                 each {name, ops (op indices), kind ("gemm", "conv", "norm",
+                 "softmax", "reduce", "act", "copy"), ns}; on the "library" and
+                 "profile" models maps and row reductions fuse as XLA / vLLM fuse
+                 them and a convolution's name carries cuDNN's algorithm,
                  elsewhere one kernel per op
   speedup_gpu    gpu_ns / total_ns
   resident_ns    one-time placement of resident operands, not in total_ns

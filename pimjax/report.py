@@ -300,7 +300,7 @@ class Report:
                           + "; ".join(f"ops {', '.join(map(str, k.ops))} as one {k.kind} kernel"
                                       if len(k.ops) > 1 else f"op {k.ops[0]}'s epilogue ({k.name}) as its own kernel"
                                       for k in fused))
-        convs = [k for k in self.gpu_kernels if k.kind == "conv" and "[" in k.name]
+        convs = [k for k in self.gpu_kernels if k.kind == "conv" and "[" in k.name and "[im2col_gemm]" not in k.name]
         if convs:
             t.caption += ("\nGPU convolutions as cuDNN runs them: "
                           + "; ".join(f"op {k.ops[0]} {k.name[k.name.index('[') + 1:-1]}" for k in convs))

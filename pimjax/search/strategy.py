@@ -174,7 +174,7 @@ class Measurer:
         """The fastest of `drafts` (the first of equals), lowered one at a time and simulated in
         batches of at most `max_records` records (default `EXHAUSTIVE_RECORDS`), only the best
         program outliving its batch: (index into drafts, its total in cycles, program, report,
-        drafts simulated), or None when none lowers.  For drafts each of which may be large (a
+        drafts simulated to a finite total), or None when none does.  For drafts each of which may be large (a
         fixed mapping of a whole layer on few groups: nine PIMFlow mappings of VGG16's 224 x 224 x 64
         CONV hold 1.8 GB of records each), where `simulate`'s one batch would hold them all."""
         max_records = EXHAUSTIVE_RECORDS if max_records is None else max_records
@@ -186,8 +186,8 @@ class Measurer:
             _, totals, report = self.simulate(op, [drafts[i] for i in idx], backend, shapes, lower_options,
                                               [p for _, p in batch])
             j = int(np.argmin(totals))
-            count += len(idx)
-            if best is None or float(totals[j]) < best[1]:
+            count += int(np.isfinite(totals).sum())
+            if np.isfinite(totals[j]) and (best is None or float(totals[j]) < best[1]):
                 best = (idx[j], float(totals[j]), batch[j][1], report(j), 0)
             batch.clear()
 

@@ -91,8 +91,8 @@ def op_conv_shape(op: PimOp) -> dict | None:
     red = set(op.reduction_vars)
     # a feature-grouped convolution's channel indices (the input's Cg * g + c, the filter's Fo * g + fo,
     # `trace.rules.conv_rule`) are sums too: the group g, an output both operands index, is no window's
-    groups_ = set(body[0].vars) & set(body[1].vars) - red
-    windowed = [[e for e in a.index_map if len(e.terms) > 1 and not groups_ & set(e.vars)] for a in body]
+    grouped = set(body[0].vars) & set(body[1].vars) - red
+    windowed = [[e for e in a.index_map if len(e.terms) > 1 and not grouped & set(e.vars)] for a in body]
     if sum(bool(w) for w in windowed) != 1:
         return None
     x, filt = (body[0], body[1]) if windowed[0] else (body[1], body[0])
@@ -107,6 +107,8 @@ def op_conv_shape(op: PimOp) -> dict | None:
             return None                     # a dilated window or an unusual index: the im2col view times it
         spatial.append((outs[0][0], wins[0][0]))
         strides.add(outs[0][1])
+    if any(len(e.terms) == 1 and e.terms[0][1] > 1 for e in x.index_map):
+        return None                         # a strided dimension of kernel 1 (x[2 w]): the im2col view times it
     if len({v for pair in spatial for v in pair}) != 2 * len(spatial):
         return None                         # a variable in two windows (x[o + r, o + r']): no convolution's
     if len(spatial) > 2 or len(strides) != 1:

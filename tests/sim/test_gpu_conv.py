@@ -118,3 +118,13 @@ def test_a_grouped_convolution_reads_back_its_groups_not_a_window_over_the_chann
     assert got == {"n": n, "h": (o - 1) * stride + k, "w": (o - 1) * stride + k, "c": c, "f": f, "kh": k, "kw": k,
                    "stride": stride, "groups": groups}
     assert conv_view(**got) == op_gemm_shape(op)
+
+
+def test_a_strided_dimension_of_kernel_one_is_left_to_the_im2col_view():
+    """A 3 x 1 kernel at stride 2 reads every other column without a window there: not a
+    convolution `conv_ns` models (its input bytes would miss the skipped columns)."""
+    g = make_graph(lambda x, w: lax.conv_general_dilated(x, w, (2, 2), [(1, 1), (0, 0)],
+                                                         dimension_numbers=("NHWC", "HWIO", "NHWC")),
+                   S((1, 16, 16, 8), F16), S((3, 1, 8, 8), F16))
+    op = conv_op(g)
+    assert op_conv_shape(op) is None and op_kernel(op, shapes_of(g), 2)[0] == "gemm"

@@ -446,7 +446,8 @@ def test_rejects_what_newton_cannot_run():
 
 def test_a_draft_whose_stream_exceeds_the_lowering_limit_is_a_compile_error_a_search_skips(monkeypatch):
     """`MAX_STREAM_RECORDS`: a group's stream over it is refused before its scratch is allocated
-    (VGG16's 224 x 224 x 64 CONV on one group: 44 M commands), by a PimCompileError naming the limit."""
+    (VGG16's 224 x 224 x 64 CONV on one group: 44 M commands), by a PimCompileError naming the limit;
+    at the limit it lowers.  The bound is the one the compiled walk allocates (`_stream_bound`)."""
     from pimjax.backends.newton import lower as newton_lower
     from pimjax.errors import PimCompileError
     from pimjax.hw import get_backend
@@ -456,7 +457,13 @@ def test_a_draft_whose_stream_exceeds_the_lowering_limit_is_a_compile_error_a_se
     be = get_backend("newton")
     op, shapes = kernel_op("gemv", [256, 512])
     d = drafts(op, be, shapes=shapes)[0]
-    n = int((lower(op, d, be, shapes).commands.op >= 0).sum())
-    monkeypatch.setattr(newton_lower, "MAX_STREAM_RECORDS", n // (2 * lower(op, d, be, shapes).groups) - 1)
+    bounds = []
+    real = newton_lower._stream_bound
+    monkeypatch.setattr(newton_lower, "_stream_bound", lambda *a: bounds.append(real(*a)[0]) or real(*a))
+    lower(op, d, be, shapes)
+    most = max(bounds)
+    monkeypatch.setattr(newton_lower, "MAX_STREAM_RECORDS", most)
+    lower(op, d, be, shapes)
+    monkeypatch.setattr(newton_lower, "MAX_STREAM_RECORDS", most - 1)
     with pytest.raises(PimCompileError, match="command stream"):
         lower(op, d, be, shapes)
