@@ -213,10 +213,10 @@ acc.round(3)
 # simulated RTX 2060 (the paper's own GPU model) and ours with the measured-checked RTX 2060 (`library`: the
 # T4's fitted constants on the card's datasheet compute and PIMFlow's channels; its convolutions cuDNN's picks,
 # `hw.gpu.conv_ns`: the implicit GEMM and a depthwise direct kernel in FP16), in points off the paper.
-# The checked card runs ResNet-50's and VGG16's CONVs 4.1x and 1.3x faster than PIMFlow's Accel-Sim
+# The checked card runs ResNet-50's and VGG16's CONVs 4.2x and 1.4x faster than PIMFlow's Accel-Sim
 # configuration (1 365 MHz, 20.97 TFLOP/s of tensor cores where the card's datasheet gives 51.6, 5 000 cycles
 # a launch), and its 2 µs launches cost the mobile CNNs' many small nodes more: PIM gains less over it
-# everywhere, the signs stay.
+# everywhere; the end-to-end signs stay (VGG16's CONV-only gain is nil, -0.1 %).
 
 # %%
 hl = pf.headline(data, models, gpus=("pimflow", "library"))

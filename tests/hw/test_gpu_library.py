@@ -470,6 +470,27 @@ def test_fit_takes_the_highest_share_and_breaks_equal_shares_by_the_median_close
     assert gpu_check._best([(0.93, 0.2, a), (0.90, 0.01, b)], tie=0.02) == (0.93, a)
 
 
+def test_the_fine_flops_step_takes_a_rate_where_more_classes_meet_the_target_even_at_a_lower_score(monkeypatch):
+    """`_refine_flops`: within `FINE_FLOPS` of the grid's pick, more classes meeting issue 49's target
+    beat a higher score; at an equal count the higher score wins; a rate outside the span is never tried."""
+    meets = {0.80: 1, 0.81: 2, 0.82: 2, 0.90: 3}          # 0.90 would meet more but lies outside the span
+    score = {0.80: 0.93, 0.81: 0.92, 0.82: 0.925}
+    tried = []
+
+    def fake_meeting(rows, fl, cls, q, *a, **k):
+        tried.append(q["flops_efficiency"])
+        return meets.get(q["flops_efficiency"], 0)
+    monkeypatch.setattr(gpu_check, "meeting", fake_meeting)
+    monkeypatch.setattr(gpu_check, "_score", lambda r, f, c, q, *a, **k: (score.get(q["flops_efficiency"], 0.5), 0.0))
+    s, q = gpu_check._refine_flops(None, None, None, {"flops_efficiency": 0.80}, "x", ("gemm",), 0.93)
+    assert q["flops_efficiency"] == 0.82 and s == 0.925
+    step, span = gpu_check.FINE_FLOPS
+    assert max(abs(t - 0.80) for t in tried) <= span + 1e-9 and len(set(tried)) == round(2 * span / step) + 1
+    meets.update({0.81: 1, 0.82: 1})                     # no rate meets more: the pick and its score stay
+    assert gpu_check._refine_flops(None, None, None, {"flops_efficiency": 0.80}, "x", ("gemm",), 0.93) == \
+        (0.93, {"flops_efficiency": 0.80})
+
+
 @pytest.mark.slow
 def test_fits_are_what_fit_gives_on_the_even_rows():
     """fits.json is reproducible: refitting one card gives its stored constants (15 s: the products'
