@@ -341,12 +341,16 @@ FINE_FLOPS = (0.01, 0.04)     # the last product step: flops_efficiency in steps
 
 
 def meeting(rows, fl, cls, params, gpu_name, classes, keep=None) -> int:
-    """How many of `classes` meet issue 49's target (`meets`, cells of >= `ACCEPT_ROWS` rows above the
-    floor) on `rows` (in `keep`) with the "library" constants `params`."""
+    """How many of the cells of `classes` (a class of one dtype, as `class_table`'s) meet issue 49's
+    target (`meets`, cells of >= `ACCEPT_ROWS` rows above the floor) on `rows` (in `keep`) with the
+    "library" constants `params`."""
     n = 0
     for c in classes:
-        r = _ratios(rows, fl, cls, params, gpu_name, (c,), keep)
-        n += len(r) >= ACCEPT_ROWS and meets(float(np.median(r)), float(np.mean((r >= BAND[0]) & (r <= BAND[1]))))
+        for dt in sorted(set(rows["dtype"][cls == c])):          # a cell is a class of one dtype, as `class_table`'s
+            cell = (rows["dtype"] == dt) & (True if keep is None else keep)
+            r = _ratios(rows, fl, cls, params, gpu_name, (c,), cell)
+            n += len(r) >= ACCEPT_ROWS and meets(float(np.median(r)),
+                                                 float(np.mean((r >= BAND[0]) & (r <= BAND[1]))))
     return int(n)
 
 
@@ -357,9 +361,10 @@ def _refine_flops(rows, fl, cls, p, gpu_name, classes, score):
     `score`: `p`'s own, kept when no refinement meets more classes or scores higher."""
     step, span = FINE_FLOPS
     best = (meeting(rows, fl, cls, p, gpu_name, classes), score, p)
+    lo, hi = min(FIT_GRID["flops_efficiency"]), max(FIT_GRID["flops_efficiency"])
     for fe in np.round(np.arange(p["flops_efficiency"] - span, p["flops_efficiency"] + span + 1e-9, step), 2):
-        if fe <= 0 or fe > 1 or fe == p["flops_efficiency"]:
-            continue
+        if fe < lo or fe > hi or fe == p["flops_efficiency"]:
+            continue                        # within the grid's range: the fine step refines, it does not extend
         q = dict(p, flops_efficiency=float(fe))
         cand = (meeting(rows, fl, cls, q, gpu_name, classes), _score(rows, fl, cls, q, gpu_name, classes,
                                                                       per_class=True)[0], q)
@@ -370,13 +375,13 @@ def _refine_flops(rows, fl, cls, p, gpu_name, classes, score):
 
 def fit(gpu_name: str, rows=None) -> dict:
     """The "library" constants of `gpu_name` that put most of its even rows above the floor in
-    `BAND` (`_best`), by grid search over `FIT_GRID`: on its products (gemm, bmm, conv, each class
-    weighing the same: `_score`'s per_class) flops_efficiency x wave_overhead_ns x
+    `BAND` (`_best`), by grid search over `FIT_GRID`: bandwidth_efficiency on its maps other than
+    pows (whose arithmetic, not their bytes, sets their time on AMD: `fit_library`; shares within
+    `SHARE_TIE` count as equal); then, at that bandwidth, on its products (gemm, bmm, conv, each
+    class weighing the same: `_score`'s per_class) flops_efficiency x wave_overhead_ns x
     batched_tile_alpha, then unaligned_efficiency, then the three again (one round of coordinate
     descent: the full grid of four is 5x slower), then flops_efficiency to 0.01 (`_refine_flops`: the
-    classes meeting issue 49's target first); then bandwidth_efficiency on its maps other than
-    pows (whose arithmetic, not their bytes, sets their time on AMD: `fit_library`; shares within
-    `SHARE_TIE` count as equal), then row_bandwidth_efficiency x row_pass_ns x row_elem_ns on its
+    classes meeting issue 49's target first); then row_bandwidth_efficiency x row_pass_ns x row_elem_ns on its
     norms and softmaxes, each class weighing the same as the products' (a coarse grid, then the
     latency constants on `ROW_FINE_GRID` at the bandwidth found).  Returns {constant: value,
     "score_products", "score_maps", "score_rows"}: the even rows' share in band (score_products,
@@ -388,12 +393,15 @@ def fit(gpu_name: str, rows=None) -> dict:
     p = {"flops_efficiency": 0.8, "wave_overhead_ns": 0.0, "batched_tile_alpha": 0.0, "unaligned_efficiency": 1.0,
          "bandwidth_efficiency": 0.8}
     products = ("gemm", "bmm", "conv")
+    # the maps' bandwidth first: a map's time does not depend on the product constants, and a product's
+    # does on the bandwidth (its operands' streaming, split-K's partials, a convolution's transforms), so
+    # the products are fitted -- and scored -- at the bandwidth the card ships with
+    s_map, p = _grid(rows, fl, cls, p, gpu_name, ("bandwidth_efficiency",), ("map",),
+                     keep=~np.isin(rows["op"], POW_OPS), tie=SHARE_TIE)
     _, p = _grid(rows, fl, cls, p, gpu_name, PRODUCT_FIELDS, products, per_class=True)
     _, p = _grid(rows, fl, cls, p, gpu_name, ("unaligned_efficiency",), products, per_class=True)
     s_prod, p = _grid(rows, fl, cls, p, gpu_name, PRODUCT_FIELDS, products, per_class=True)
     s_prod, p = _refine_flops(rows, fl, cls, p, gpu_name, products, s_prod)
-    s_map, p = _grid(rows, fl, cls, p, gpu_name, ("bandwidth_efficiency",), ("map",),
-                     keep=~np.isin(rows["op"], POW_OPS), tie=SHARE_TIE)
     latency = ("row_pass_ns", "row_elem_ns")
     # norms and softmaxes scored as the products are (each class alike, a median outside `MEDIAN_BAND` a
     # loss): pooled, L4's 43 softmaxes sat at a median of 0.86 beside its norms' 1.04

@@ -489,6 +489,13 @@ def test_the_fine_flops_step_takes_a_rate_where_more_classes_meet_the_target_eve
     meets.update({0.81: 1, 0.82: 1})                     # no rate meets more: the pick and its score stay
     assert gpu_check._refine_flops(None, None, None, {"flops_efficiency": 0.80}, "x", ("gemm",), 0.93) == \
         (0.93, {"flops_efficiency": 0.80})
+    score[0.81] = 0.93                                    # an equal (count, score) keeps the pick too
+    assert gpu_check._refine_flops(None, None, None, {"flops_efficiency": 0.80}, "x", ("gemm",), 0.93)[1] == \
+        {"flops_efficiency": 0.80}
+    tried.clear()                                         # at the grid's edge the step does not leave the grid
+    lo = min(gpu_check.FIT_GRID["flops_efficiency"])
+    gpu_check._refine_flops(None, None, None, {"flops_efficiency": lo}, "x", ("gemm",), 0.5)
+    assert min(tried) == lo
 
 
 @pytest.mark.slow

@@ -120,3 +120,18 @@ def test_fastest_streams_drafts_in_bounded_batches_and_keeps_the_simulated_optim
     assert some[j] == some[int(np.argmin(cyc[some]))] and total == cyc[some].min()
     assert count == len(some) == m.simulated and float(report.total_cycles) == total
     assert program.draft == TABLE[some[j]]
+
+
+def test_fastest_skips_a_draft_whose_simulation_is_not_finite():
+    """A draft simulated to +inf (none should be; `Measurer.simulate`'s totals for a lowering error) is
+    neither picked nor counted."""
+    cyc = _truth()
+    order = list(np.argsort(cyc)[:3])                  # the best three, the best first
+
+    class Poisoned(Measurer):
+        def simulate(self, op, drafts, backend, shapes, lower_options, programs=None, lower_fn=lower):
+            progs, totals, report = super().simulate(op, drafts, backend, shapes, lower_options, programs, lower_fn)
+            totals = np.where([d == TABLE[order[0]] for d in drafts], np.inf, totals)
+            return progs, totals, report
+    j, total, _, _, count = Poisoned().fastest(OP, [TABLE[i] for i in order], BE, SHAPES, {}, max_records=1)
+    assert order[j] == order[1] and total == cyc[order[1]] and count == 2
