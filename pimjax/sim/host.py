@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hw.core import HostModel, as_float
+from ..hw.gpu import conv_view
 from ..trace.ir import PimOp, expr_prims
 
 
@@ -178,6 +179,9 @@ def op_kernel(op: PimOp, shapes: dict, dtype_bytes: dict | int = 2) -> tuple[str
         first = op.operands[op.body_operands[0]].value if op.body is not None else op.operands[0].value
         eb = dtype_bytes.get(first, 4) if isinstance(dtype_bytes, dict) else dtype_bytes
         conv = op_conv_shape(op)
+        if conv is not None and conv_view(**conv) != gemm:
+            conv = None         # a reading that disagrees with the op's own product: keep the product (every model
+                                #   without a convolution entry must time exactly what it timed before)
         return ("gemm", dict(gemm, elem_bytes=eb)) if conv is None else ("conv", dict(conv, elem_bytes=eb))
     ext = op.extents
     if op.loop_vars:
