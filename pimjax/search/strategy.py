@@ -188,7 +188,7 @@ class Measurer:
             j = int(np.argmin(totals))
             count += int(np.isfinite(totals).sum())
             if np.isfinite(totals[j]) and (best is None or float(totals[j]) < best[1]):
-                best = (idx[j], float(totals[j]), batch[j][1], report(j), 0)
+                best = (idx[j], float(totals[j]), batch[j][1], report(j))
             batch.clear()
 
         records = 0
@@ -204,7 +204,7 @@ class Measurer:
             records += size
         if batch:
             flush()
-        return None if best is None else best[:4] + (count,)
+        return None if best is None else best + (count,)
 
     def first_lowering(self, op, table, order, k, backend, shapes, lower_options, lower_fn):
         """The first `k` drafts of `table` in `order` that lower: (their
