@@ -37,7 +37,7 @@ from .partition.draft import describe_draft
 from .precision import conversion, op_dtypes
 from .sim.append import charge_append
 from .sim.cycles import cycles_pooled
-from .sim.gpu_kernels import gpu_kernels
+from .sim.gpu_kernels import conv_pick, gpu_kernels
 from .sim.host import op_bytes
 from .trace.ir import PimOp
 
@@ -300,10 +300,9 @@ class Report:
                           + "; ".join(f"ops {', '.join(map(str, k.ops))} as one {k.kind} kernel"
                                       if len(k.ops) > 1 else f"op {k.ops[0]}'s epilogue ({k.name}) as its own kernel"
                                       for k in fused))
-        convs = [k for k in self.gpu_kernels if k.kind == "conv" and "[" in k.name and "[im2col_gemm]" not in k.name]
-        if convs:
-            t.caption += ("\nGPU convolutions as cuDNN runs them: "
-                          + "; ".join(f"op {k.ops[0]} {k.name[k.name.index('[') + 1:-1]}" for k in convs))
+        picks = [(k.ops[0], a) for k in self.gpu_kernels if (a := conv_pick(k))]
+        if picks:
+            t.caption += "\nGPU convolutions as cuDNN runs them: " + "; ".join(f"op {i} {a}" for i, a in picks)
         return t
 
     def as_text(self) -> str:

@@ -251,6 +251,14 @@ def conv_view(n: int, h: int, w: int, c: int, f: int, kh: int, kw: int, stride: 
     return {"m": min(pixels, per_group), "n": max(pixels, per_group), "k": c // groups * kh * kw, "batch": groups}
 
 
+def _conv_host(host):
+    """The host whose model times a convolution: a "profile" host's base (a profile holds none)."""
+    if host.model != "profile":
+        return host
+    from .profile import base_host
+    return base_host(host)
+
+
 def conv_ns(host, n: int, h: int, w: int, c: int, f: int, kh: int, kw: int, stride: int = 1, groups: int = 1,
             elem_bytes: int = 2, operand_bytes: float | None = None) -> float:
     """ns of a 2-D convolution on `host`'s model (shapes as `conv_view`: the input already
@@ -262,9 +270,7 @@ def conv_ns(host, n: int, h: int, w: int, c: int, f: int, kh: int, kw: int, stri
     profile holds no convolution); every other model times it as the `gemm_ns` of its im2col view
     (`conv_view`), as those models were defined (operand_bytes: the real bytes of the input,
     filters and output, read by the "pimflow" model)."""
-    if host.model == "profile":
-        from .profile import base_host
-        return conv_ns(base_host(host), n, h, w, c, f, kh, kw, stride, groups, elem_bytes, operand_bytes)
+    host = _conv_host(host)
     if host.model == "library":
         from . import gpu_library
         return float(gpu_library.conv_ns(host, n, h, w, c, f, kh, kw, stride, 0, groups, elem_bytes))
@@ -277,9 +283,7 @@ def conv_algorithm(host, n: int, h: int, w: int, c: int, f: int, kh: int, kw: in
     """The algorithm `conv_ns` times a convolution as on `host`'s model: on "library" (and a
     "profile" host on it) cuDNN's pick, `gpu_library.conv_algorithm`'s name ("implicit_gemm",
     "winograd_nonfused", "depthwise"); "im2col_gemm" on every other model."""
-    if host.model == "profile":
-        from .profile import base_host
-        return conv_algorithm(base_host(host), n, h, w, c, f, kh, kw, stride, groups, elem_bytes)
+    host = _conv_host(host)
     if host.model == "library":
         from . import gpu_library
         return str(gpu_library.conv_algorithm(host, n, h, w, c, f, kh, kw, stride, 0, groups, elem_bytes))

@@ -541,8 +541,9 @@ def main(argv=None) -> int:
         doc = {"what": "the 'library' GPU model's constants (pimjax/hw/gpu_library.py), fitted by "
                        "`python -m pimjax.hw.gpu_check --fit` on the even rows of the measured sets "
                        "(pimjax/hw/measured): per card (gpus) and per vendor's math library and kernels "
-                       "(libraries: pow_flops); score_*: the even rows' share in 0.8-1.25 (score_products: the mean over "
-                       "gemm / bmm / conv, less each median's log distance outside 0.9-1.1)",
+                       "(libraries: pow_flops); score_*: the even rows' share in 0.8-1.25 (score_products, score_rows: the "
+                       "mean over gemm / bmm / conv, over norm / softmax, less each median's log distance outside "
+                       "0.9-1.1)",
                "gpus": out, "libraries": libs}
         atomic_write(FITS_PATH, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     _print_table(class_table(args.model, split=args.split, max_rows=args.max_rows),

@@ -86,6 +86,15 @@ def _product_label(op: PimOp, host: HostModel, kernel: tuple) -> str:
     return f"{op.name} [{conv_algorithm(host, **args)}]" if kind == "conv" else op.name
 
 
+def conv_pick(kernel: GpuKernel) -> str | None:
+    """The algorithm a "conv" kernel runs as cuDNN's pick (`_product_label`'s bracket), None for any
+    other kernel and for a convolution its GPU model times as its im2col product."""
+    if kernel.kind != "conv" or not kernel.name.endswith("]"):
+        return None
+    algorithm = kernel.name[kernel.name.rindex("[") + 1:-1]
+    return None if algorithm == "im2col_gemm" else algorithm
+
+
 def _separate_epilogue(op: PimOp, shapes: dict) -> bool:
     """Whether a contraction's traced epilogue is a map kernel of its own after the GEMM: it
     reads an operand as large as the result (not a broadcast bias) through a primitive the

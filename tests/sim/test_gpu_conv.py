@@ -15,7 +15,7 @@ from pimjax.hw import gpu_library
 from pimjax.hw.gpu import conv_algorithm, conv_view, gemm_ns, gpu_time
 from pimjax.hw.gpus import gpu
 from pimjax.hw.profile import GpuProfile, profile_host
-from pimjax.sim.gpu_kernels import gpu_kernels
+from pimjax.sim.gpu_kernels import conv_pick, gpu_kernels
 from pimjax.sim.host import host_time, host_time_source, op_conv_shape, op_gemm_shape, op_kernel
 from pimjax.trace.frontend import make_graph
 
@@ -128,3 +128,16 @@ def test_a_strided_dimension_of_kernel_one_is_left_to_the_im2col_view():
                    S((1, 16, 16, 8), F16), S((3, 1, 8, 8), F16))
     op = conv_op(g)
     assert op_conv_shape(op) is None and op_kernel(op, shapes_of(g), 2)[0] == "gemm"
+
+
+def test_a_conv_kernel_names_cudnns_pick_only_where_the_gpu_model_has_one():
+    """`conv_pick`: the library model's algorithm; None on a model that times the im2col product
+    (occupancy, unfused; a profile host on occupancy, fused, labelled im2col_gemm) and for a non-conv kernel."""
+    g, _ = conv_graph(1, 28, 28, 32, 32, 3, 1, 1, True)
+    args = op_kernel(conv_op(g), shapes_of(g), 2)[1]
+    picks = {k.kind: conv_pick(k) for k in gpu_kernels(g, LIB)}
+    assert picks == {"copy": None, "conv": conv_algorithm(LIB, **args)} and picks["conv"] == "depthwise"
+    prof = profile_host(OCC, GpuProfile("t", ((1, 1, 1, 1, 2),), (1.0,)))
+    for host in (OCC, prof):
+        (conv,) = [k for k in gpu_kernels(g, host) if k.kind == "conv"]
+        assert conv_pick(conv) is None

@@ -516,7 +516,14 @@ def group_stream(plan: _Plan, backend: Backend, classes, per_core: bool, seg_ok,
     or an int64 array when native), bank -> sorted flat columns the COMPs
     read, command counts).  Native records and rows are views of scratch
     arrays (`native.stream`), valid until the next call: copy what you keep.  `native` runs the compiled walk
-    (`native.stream`), else `_Stream` (the readable definition)."""
+    (`native.stream`), else `_Stream` (the readable definition).  A stream whose bound
+    (`_stream_bound`, the scratch the compiled walk allocates) exceeds `MAX_STREAM_RECORDS` is a
+    `PimCompileError` a search skips."""
+    bound = _stream_bound(plan, classes, per_core, backend.core.cols)
+    if bound[0] > MAX_STREAM_RECORDS:
+        raise PimCompileError(f"newton: one group's command stream would hold up to {bound[0]:,} commands, over the "
+                              f"{MAX_STREAM_RECORDS:,} pimjax lowers (memory); a draft over more groups or cores "
+                              "divides it")
     if not native:
         st = _Stream(plan, backend, classes, per_core, seg_ok, need, cores)
         st.build()
@@ -530,7 +537,7 @@ def group_stream(plan: _Plan, backend: Backend, classes, per_core: bool, seg_ok,
                                       seg_ok if per_core else dummy,
                                       need if per_core else np.zeros((1, 1), bool),
                                       gw_banks(backend), _NATIVE_CODES,
-                                      bound=_stream_bound(plan, classes, per_core, backend.core.cols))
+                                      bound=bound)
     records = {f: out[k] for k, f in enumerate(RECORD_FIELDS)}
     return records, rows, _read_columns(runs, cores), dict(zip(_COUNT_NAMES, map(int, cnt)))
 
@@ -561,16 +568,6 @@ def _stream_bound(plan: _Plan, classes, per_core: bool, cols: int) -> tuple[int,
 MAX_STREAM_RECORDS = 1 << 24   # a group's command stream pimjax lowers: 16.8 M records of `program.RECORD_FIELDS`
                                 #   (~1 GB of int32 scratch and as much again for the program) -- VGG16's 224 x 224
                                 #   x 64 CONV on one group would be 44 M commands and 23 GB in the search's batch
-
-
-def _check_stream_size(plan: _Plan, classes, per_core: bool, cols: int) -> None:
-    """Refuse, as a `PimCompileError` a search skips, a draft whose one group's stream
-    (`_stream_bound`, the scratch the compiled walk allocates) exceeds `MAX_STREAM_RECORDS`."""
-    records = _stream_bound(plan, classes, per_core, cols)[0]
-    if records > MAX_STREAM_RECORDS:
-        raise PimCompileError(f"newton: one group's command stream would hold up to {records:,} commands, over the "
-                              f"{MAX_STREAM_RECORDS:,} pimjax lowers (memory); a draft over more groups or cores "
-                              "divides it")
 
 
 def _native_params(plan: _Plan, backend: Backend, per_core: bool, cores: int) -> np.ndarray:
@@ -755,7 +752,6 @@ def lower_newton(op: PimOp, draft: Draft, backend: Backend, shapes: dict | None 
         key = (len(classes[g]),) if not per_core else \
             (tuple(map(tuple, classes[g])), seg_ok[g].tobytes(), need[g].tobytes())
         if key not in cache:
-            _check_stream_size(plan, classes[g], per_core, backend.core.cols)
             kern, rows, reads, count = group_stream(plan, backend, classes[g], per_core,
                                                     seg_ok[g] if per_core else None,
                                                     need[g] if per_core else None, C, native=NATIVE)
