@@ -3,7 +3,8 @@
 A measured time is the kernel plus the method's floor: NeuSight brackets one PyTorch call
 with CUDA events, LLMCompass with the host's clock, so a call's host dispatch (12-90 us by
 op and card) sits before the kernel.  The floor is stated, not modelled: per method (`method`),
-GPU and op class it is the `FLOOR_PERCENTILE`th percentile of the measured times, and the model's
+GPU and op class it is the `FLOOR_PERCENTILE`th percentile of the measured times of the rows that
+launch a kernel (`runs_kernel`: a traced no-op is neither checked nor counted), and the model's
 launch (`HostModel.launch_overhead_ns`) is set to it.  A row is "above the floor" when it
 measures more than `ABOVE` x the floor; the acceptance bands are read on those rows, and the
 floor rows are held to 0.5-2.
@@ -60,8 +61,14 @@ MAP_EXTRA_BYTES = {
                                         #   element (indexSelectLargeIndex), beside the table element it copies
 }
 NO_KERNEL_NODES = (("opt_13", "self_attn:dropout"),  # OPT-1.3B's attention_dropout is 0.0: dropout(p=0) returns its
-                                                    #   input (NeuSight: 7-11 us on 134-268 M elements, the floor)
+                                                    #   input (NeuSight: 7-11 us on 134-268 M elements)
                    ("opt_13", " contiguous_3"))     # OPTForCausalLM's logits.contiguous(): already contiguous, no copy
+                                        # such a row times the framework's dispatch alone, no kernel: it is neither
+                                        #   checked nor counted in the floor (`runs_kernel`) -- on the H100 and MI250,
+                                        #   whose maps are timed only in the traced models, these 27 rows (6.6-8.5 us)
+                                        #   had set the maps' floor at 7 us, under the 12-14 / 17-20 us that a
+                                        #   1 024-element kernel measures there, and every small map then came out
+                                        #   at 0.4-0.7 of measured
 IN_PLACE = "_"                          # an FX node named "<op>_" (masked_fill_) writes into its input: no clone
 POW_OPS = ("pow", "powu")               # maps whose arithmetic is the math library's powf (`HostModel.pow_flops`):
                                         #   NeuSight's sweeps raise to a random exponent in (0, 1]; its traced
@@ -102,14 +109,15 @@ def method(source: str) -> str:
 
 
 def floors(rows) -> np.ndarray:
-    """[R] us: the floor of each row's (method, GPU, class) (module docstring)."""
-    cls = _classes(rows)
+    """[R] us: the floor of each row's (method, GPU, class) (module docstring), taken over the rows that
+    launch a kernel (`runs_kernel`; all of a group's rows where none does)."""
+    cls, kernel = _classes(rows), runs_kernel(rows)
     out = np.zeros(len(cls))
     _, inv = np.unique(np.array([f"{method(s)}|{g}|{c}" for s, g, c in zip(rows["source"], rows["gpu"], cls)]),
                        return_inverse=True)
     for j in range(int(inv.max()) + 1 if len(inv) else 0):
         sel = inv == j
-        out[sel] = np.percentile(rows["time_us"][sel], FLOOR_PERCENTILE)
+        out[sel] = np.percentile(rows["time_us"][sel & kernel if (sel & kernel).any() else sel], FLOOR_PERCENTILE)
     return out
 
 
@@ -143,8 +151,8 @@ def conv_columns(rows) -> dict:
 def map_bytes(ops, contexts, elem_bytes) -> np.ndarray:
     """[R] bytes a measured map moves per output element: its output and full-size inputs
     (`TWO_INPUT_MAPS` have two) at `elem_bytes`, plus `MAP_EXTRA_BYTES` of its op (an in-place
-    masked_fill_, whose traced node name ends in "_", has no clone); 0 for a traced node that
-    runs no kernel (`NO_KERNEL_NODES`: (model, node) of the context)."""
+    masked_fill_, whose traced node name ends in "_", has no clone).  (A traced node that runs no
+    kernel, `runs_kernel`, is not checked.)"""
     eb = np.broadcast_to(np.asarray(elem_bytes, np.float64), (len(ops),))
     out = np.empty(len(ops))
     for i, (o, c, e) in enumerate(zip(ops, contexts, eb)):
@@ -152,10 +160,14 @@ def map_bytes(ops, contexts, elem_bytes) -> np.ndarray:
         if o == "masked_fill" and str(c).endswith(o + IN_PLACE):
             extra = 1.0                 # masked_fill_: read, write and the bool mask
         out[i] = (2.0 + (o in TWO_INPUT_MAPS)) * e + extra
-        c = str(c)
-        if any(c.startswith(m) and c.endswith(n) for m, n in NO_KERNEL_NODES):
-            out[i] = 0.0
     return out
+
+
+def runs_kernel(rows) -> np.ndarray:
+    """[R] bool: whether a measured row launches a kernel -- False for a traced node of `NO_KERNEL_NODES`
+    ((model, node) of its context), which the check skips and the floor does not count (`floors`)."""
+    return np.array([not any(str(c).startswith(m) and str(c).endswith(n) for m, n in NO_KERNEL_NODES)
+                     for c in rows["context"]], bool)
 
 
 def _shape_args(rows, cls):
@@ -212,13 +224,13 @@ def host_for(gpu_name: str, model: str, floor_us: float = 0.0, params: dict | No
 def prepare(rows, split: str = "all"):
     """(class [R], floor us [R], kept [R] bool) of `rows`: each row's op class, its method's
     floor (`floors`), and whether it is in `split` ("all"; "even" / "odd": alternate rows within
-    each file and card, the fit's rows and the check's)."""
+    each file and card, the fit's rows and the check's) and launches a kernel (`runs_kernel`)."""
     cls, fl = _classes(rows), floors(rows)
     parity = np.zeros(len(cls), bool)
     for key in set(zip(rows["source"], rows["gpu"])):       # even / odd within each file and card
         sel = np.nonzero((rows["source"] == key[0]) & (rows["gpu"] == key[1]))[0]
         parity[sel] = np.arange(len(sel)) % 2 == 1
-    keep = {"all": np.ones(len(cls), bool), "even": ~parity, "odd": parity}[split]
+    keep = {"all": np.ones(len(cls), bool), "even": ~parity, "odd": parity}[split] & runs_kernel(rows)
     return cls, fl, keep
 
 

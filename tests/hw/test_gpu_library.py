@@ -290,11 +290,27 @@ def test_map_bytes_count_the_operands_each_op_really_moves():
     got = gpu_check.map_bytes(np.array(ops, object), np.array(ctx, object), eb)
     assert list(got) == want
     assert list(gpu_check.map_bytes(np.array(["add", "where"], object), np.array(["", ""], object), 2)) == [6, 5]
-    # OPT's p=0 attention dropout and its logits' .contiguous() run no kernel; GPT-2's dropout does
+
+
+def test_a_traced_no_op_is_neither_checked_nor_the_floor():
+    """OPT's p=0 attention dropout and its logits' .contiguous() run no kernel (GPT-2's dropout does):
+    `prepare` drops them and the floor is the percentile of the rows that do launch one."""
     ctx = ["opt_13 s=2048 b=1 train-fwd model.decoder.layers.0.self_attn:dropout", "opt_13 s=2048 b=2 inf contiguous_3",
            "gpt2_large s=1024 b=1 train-fwd transformer.drop"]
-    got = gpu_check.map_bytes(np.array(["dropout", "copy", "dropout"], object), np.array(ctx, object), 4)
-    assert list(got) == [0, 0, 9]
+    assert list(gpu_check.runs_kernel({"context": np.array(ctx, object)})) == [False, False, True]
+    n = 40
+    rows = {c: np.zeros(n, np.int64) for c in measured.INT_COLUMNS}
+    t = np.linspace(12.0, 100.0, n)
+    t[:4] = 6.6                                       # four no-ops, at the framework's dispatch alone
+    rows.update(numel=np.full(n, 1 << 20), time_us=t, gpu=np.full(n, "h100", object), op=np.full(n, "copy", object),
+                dtype=np.full(n, "fp32", object), source=np.full(n, "neusight_models", object),
+                conv=np.full(n, "", object),
+                context=np.array([ctx[1]] * 4 + ["gpt2_large s=1024 b=1 inf transformer.h.0:copy"] * (n - 4), object))
+    cls, fl, keep = gpu_check.prepare(rows, "all")
+    assert np.allclose(fl, np.percentile(t[4:], gpu_check.FLOOR_PERCENTILE)) and fl[0] > 6.6
+    assert list(keep) == [False] * 4 + [True] * (n - 4)
+    (row,) = gpu_check.class_table("library", gpus=("h100",), classes=("map",), split="all", rows=rows)
+    assert row["rows"] == n - 4
 
 
 @settings(max_examples=60, deadline=None)
