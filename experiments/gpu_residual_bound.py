@@ -70,7 +70,9 @@ def bound_table(every: bool = False, neighbours: int = 5) -> list[dict]:
         rows = M.load(gpu=g)
         classes, fl, _ = C.prepare(rows, "all")
         _, _, odd = C.prepare(rows, "odd")
-        sel = np.nonzero((classes == cls) & (rows["time_us"] > C.ABOVE * fl) & (rows["dtype"] == dt))[0]
+        _, _, even = C.prepare(rows, "even")     # the rows the check reads: a traced no-op is in neither split
+        sel = np.nonzero((classes == cls) & (rows["time_us"] > C.ABOVE * fl) & (rows["dtype"] == dt)
+                         & (odd | even))[0]
         sub = C._subset(rows, sel)
         resid = np.log(C.predict(sub, fl[sel], g, cls) / sub["time_us"])
         x, o = features(sub, cls), odd[sel]

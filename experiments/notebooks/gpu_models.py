@@ -20,7 +20,7 @@
 # eleven cards), op class by op class:
 #
 # - a measured time is the kernel plus the measuring method's floor (one PyTorch call timed by CUDA events or
-#   the host clock: 7-90 µs by card and op); the floor is stated per method, card and class
+#   the host clock: 12-90 µs by card and op); the floor is stated per method, card and class
 #   (`gpu_check.floors`), not modelled, and the bands are read on the rows above 2 x the floor;
 # - the `library` model (`pimjax/hw/gpu_library.py`) has six constants per card and a pow cost per math library,
 #   fitted on the even rows (`hw/measured/fits.json`); everything below is on the odd rows, which the fit did not see;
@@ -63,12 +63,12 @@ print(f"library: {len(ok)} of {len(held)} cells with >= 10 rows above the floor 
 # %% [markdown]
 # What holds and what does not, on these rows (the full table: `benchmarks/README.md`, "gpu_models"):
 #
-# - **Maps** (add, mul, GELU, ...) hold on the NeuSight A100s, L4, MI100, MI210, P100, P4, T4 and V100 (≥ 0.92
-#   in band): their bytes at the card's streaming bandwidth, after the floor, or their arithmetic at the FP32
-#   vector rate where that is longer -- ROCm's powf costs ~375 FP32 operations an element (a fit), so the MI100's
-#   and MI210's pows run at 56-66 G elements/s against 105-166 for an add. The H100's and MI250's maps are the
-#   traced models' nodes only (0.87 / 0.75 in band): dropout and copy kernels of 1-6 M elements take 5-20 us
-#   beyond the floor, an embedding's gather runs at a card-dependent rate.
+# - **Maps** (add, mul, GELU, ...) hold on every NeuSight card (≥ 0.92 in band): their bytes at the card's
+#   streaming bandwidth, after the floor, or their arithmetic at the FP32 vector rate where that is longer --
+#   ROCm's powf costs ~375 FP32 operations an element (a fit), so the MI100's and MI210's pows run at 56-66 G
+#   elements/s against 105-166 for an add. The H100's and MI250's maps are the traced models' nodes only (0.96 in
+#   band on both): there a node that launches no kernel (OPT's p=0 dropout, a no-op `.contiguous()`, 6.0-8.5 us)
+#   is not a kernel's time and does not set the floor.
 # - **GEMMs** hold on the V100, H100 and A100-PCIe-80GB (≥ 0.95 in band), the A100-40GB (0.90) and LLMCompass's
 #   fp16 A100 (every odd row, median 0.97); the `occupancy` model times FP32 products at the FP16 tensor rate
 #   (0.08-0.46). On the P4 the products of NeuSight's random shapes (sides not multiples of 4) run at a median

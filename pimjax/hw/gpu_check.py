@@ -64,11 +64,11 @@ NO_KERNEL_NODES = (("opt_13", "self_attn:dropout"),  # OPT-1.3B's attention_drop
                                                     #   input (NeuSight: 7-11 us on 134-268 M elements)
                    ("opt_13", " contiguous_3"))     # OPTForCausalLM's logits.contiguous(): already contiguous, no copy
                                         # such a row times the framework's dispatch alone, no kernel: it is neither
-                                        #   checked nor counted in the floor (`runs_kernel`) -- on the H100 and MI250,
-                                        #   whose maps are timed only in the traced models, these 27 rows (6.6-8.5 us)
-                                        #   had set the maps' floor at 7 us, under the 12-14 / 17-20 us that a
-                                        #   1 024-element kernel measures there, and every small map then came out
-                                        #   at 0.4-0.7 of measured
+                                        #   checked nor counted in the floor (`runs_kernel`): 27 rows on ten cards.
+                                        #   On the H100 and MI250, whose maps are timed only in the traced models,
+                                        #   theirs (6 at 6.6-8.5 us, 4 at 6.0-7.3 us) had set the maps' floor at 7 us,
+                                        #   under the 12-14 / 17-20 us that a 1 024-element kernel measures there, and
+                                        #   every small map then came out at 0.4-0.7 of measured
 IN_PLACE = "_"                          # an FX node named "<op>_" (masked_fill_) writes into its input: no clone
 POW_OPS = ("pow", "powu")               # maps whose arithmetic is the math library's powf (`HostModel.pow_flops`):
                                         #   NeuSight's sweeps raise to a random exponent in (0, 1]; its traced

@@ -298,6 +298,8 @@ def test_a_traced_no_op_is_neither_checked_nor_the_floor():
     ctx = ["opt_13 s=2048 b=1 train-fwd model.decoder.layers.0.self_attn:dropout", "opt_13 s=2048 b=2 inf contiguous_3",
            "gpt2_large s=1024 b=1 train-fwd transformer.drop"]
     assert list(gpu_check.runs_kernel({"context": np.array(ctx, object)})) == [False, False, True]
+    # its bytes are any dropout's: out, in and the mask (it is skipped, not zeroed)
+    assert list(gpu_check.map_bytes(np.array(["dropout"], object), np.array(ctx[:1], object), 4)) == [9]
     n = 40
     rows = {c: np.zeros(n, np.int64) for c in measured.INT_COLUMNS}
     t = np.linspace(12.0, 100.0, n)
@@ -308,9 +310,17 @@ def test_a_traced_no_op_is_neither_checked_nor_the_floor():
                 context=np.array([ctx[1]] * 4 + ["gpt2_large s=1024 b=1 inf transformer.h.0:copy"] * (n - 4), object))
     cls, fl, keep = gpu_check.prepare(rows, "all")
     assert np.allclose(fl, np.percentile(t[4:], gpu_check.FLOOR_PERCENTILE)) and fl[0] > 6.6
-    assert list(keep) == [False] * 4 + [True] * (n - 4)
+    kernel = np.arange(n) >= 4
+    assert list(keep) == list(kernel)
+    # the split's parity is the rows' order in their file, no-ops counted: skipping them moves no other row
+    assert list(gpu_check.prepare(rows, "odd")[2]) == list((np.arange(n) % 2 == 1) & kernel)
+    assert list(gpu_check.prepare(rows, "even")[2]) == list((np.arange(n) % 2 == 0) & kernel)
     (row,) = gpu_check.class_table("library", gpus=("h100",), classes=("map",), split="all", rows=rows)
     assert row["rows"] == n - 4
+    # a group of no-ops alone keeps a floor (its own percentile), though none of it is checked
+    only = {c: a[:4] for c, a in rows.items()}
+    _, fl4, keep4 = gpu_check.prepare(only, "all")
+    assert np.allclose(fl4, 6.6) and not keep4.any()
 
 
 @settings(max_examples=60, deadline=None)
