@@ -13,7 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pimjax.hw.gpu_check import ACCEPT_ROWS, BAND, class_table, meets  # noqa: E402
+from pimjax.hw.gpu_check import BAND, class_table, verdict  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -32,8 +32,8 @@ def main(argv=None) -> int:
         lines.append([r["gpu"], r["class"], r["dtype"], str(r["above"]), f"{b.get('median', float('nan')):.2f}",
                       f"{b.get('in_band', float('nan')):.2f}", f"{r['median']:.2f}", f"{r['in_band']:.2f}",
                       f"{r['floor_in_band']:.2f}"])
-    held = [r for r in after if r["above"] >= ACCEPT_ROWS]
-    ok = [r for r in held if meets(r["median"], r["in_band"])]
+    held = [r for r in after if verdict(r)]
+    ok = [r for r in held if verdict(r) == "yes"]
     if args.markdown:
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))

@@ -510,16 +510,27 @@ def conv_kernel_agreement(gpu_name: str, rows=None, split: str = "odd") -> dict:
             "picks": {str(a): int(np.sum(pick == a)) for a in np.unique(pick)}}
 
 
+def verdict(row: dict) -> str:
+    """A `class_table` row against issue 49's acceptance: "yes" / "no" where it holds >= `ACCEPT_ROWS` rows
+    above the floor (`meets`), "" where it holds too few to be read."""
+    if row["above"] < ACCEPT_ROWS:
+        return ""
+    return "yes" if meets(row["median"], row["in_band"]) else "no"
+
+
 def _print_table(table, title):
     from rich.console import Console
     from rich.table import Table
-    t = Table(title=title)
-    for col in ("gpu", "class", "dtype", "rows", "above", "median", "in_band", "floor_in_band"):
-        t.add_column(col, justify="left" if col in ("gpu", "class", "dtype") else "right")
-    for r in table:
+    held = [verdict(r) for r in table]
+    t = Table(title=title, caption=f"{held.count('yes')} of {len(held) - held.count('')} cells with >= {ACCEPT_ROWS} "
+              f"rows above the floor meet median {ACCEPT_MEDIAN[0]}-{ACCEPT_MEDIAN[1]} and >= "
+              f"{ACCEPT_IN_BAND:.0%} in {BAND[0]}-{BAND[1]}")
+    for col in ("gpu", "class", "dtype", "rows", "above", "median", "in_band", "floor_in_band", "meets"):
+        t.add_column(col, justify="left" if col in ("gpu", "class", "dtype", "meets") else "right")
+    for r, v in zip(table, held):
         t.add_row(r["gpu"], r["class"], r["dtype"], str(r["rows"]), str(r["above"]), f"{r['median']:.2f}",
-                  f"{r['in_band']:.2f}", f"{r['floor_in_band']:.2f}")
-    Console().print(t)
+                  f"{r['in_band']:.2f}", f"{r['floor_in_band']:.2f}", v)
+    Console(width=120).print(t)
 
 
 def main(argv=None) -> int:

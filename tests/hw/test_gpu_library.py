@@ -688,3 +688,15 @@ def test_a_cell_meets_the_acceptance_at_its_bounds_and_not_beyond():
     assert gpu_check.meets(lo, share) and gpu_check.meets(hi, 1.0)
     assert not gpu_check.meets(hi * 1.001, 1.0) and not gpu_check.meets(lo * 0.999, 1.0)
     assert not gpu_check.meets(1.0, share - 0.001)
+
+
+def test_verdict_reads_a_cell_only_with_enough_rows_above_the_floor():
+    """A cell is judged only on >= ACCEPT_ROWS rows above the floor, and then on both conditions at their edges."""
+    few = {"above": gpu_check.ACCEPT_ROWS - 1, "median": 1.0, "in_band": 1.0}
+    assert gpu_check.verdict(few) == ""
+    n = gpu_check.ACCEPT_ROWS
+    lo, hi = gpu_check.ACCEPT_MEDIAN
+    assert gpu_check.verdict({"above": n, "median": lo, "in_band": gpu_check.ACCEPT_IN_BAND}) == "yes"
+    assert gpu_check.verdict({"above": n, "median": hi, "in_band": 1.0}) == "yes"
+    assert gpu_check.verdict({"above": n, "median": hi * 1.001, "in_band": 1.0}) == "no"
+    assert gpu_check.verdict({"above": n, "median": 1.0, "in_band": gpu_check.ACCEPT_IN_BAND - 0.001}) == "no"
