@@ -213,10 +213,13 @@ acc.round(3)
 # simulated RTX 2060 (the paper's own GPU model) and ours with the measured-checked RTX 2060 (`library`: the
 # T4's fitted constants on the card's datasheet compute and PIMFlow's channels; its convolutions cuDNN's picks,
 # `hw.gpu.conv_ns`: the implicit GEMM and a depthwise direct kernel in FP16), in points off the paper.
-# The checked card runs ResNet-50's and VGG16's CONVs 4.2x and 1.4x faster than PIMFlow's Accel-Sim
-# configuration (1 365 MHz, 20.97 TFLOP/s of tensor cores where the card's datasheet gives 51.6, 5 000 cycles
-# a launch), and its 2 µs launches cost the mobile CNNs' many small nodes more: PIM gains less over it
-# everywhere; the end-to-end signs stay (VGG16's CONV-only gain is nil, -0.1 %).
+# The checked card's FP16 products run at its FP32-accumulate tensor rate, 25.8 TFLOP/s: the compute type
+# PyTorch and cuDNN give FP16 products, which GeForce Turing runs at half the datasheet's 51.6 of FP16
+# accumulate -- the rate per clock PIMFlow's Accel-Sim configuration models too (256 FP16 MACs a clock an SM:
+# 20.97 TFLOP/s at its 1 365 MHz). At the T4's efficiency it runs VGG16's CONVs 1.4x slower and ResNet-50's
+# 2.6x faster than PIMFlow's Accel-Sim (its 2 µs launches against 5 000 cycles, its depthwise kernels
+# memory-bound): VGG16 (end to end and CONV-only) and Table 2's split come within 15 points of the paper; the
+# mobile CNNs and BERT, whose GPU time is the small nodes', gain less than the paper's.
 
 # %%
 hl = pf.headline(data, models, gpus=("pimflow", "library"))

@@ -5,9 +5,10 @@
 datasheets / whitepapers; the README of `hw/measured` names the exact card of each source).
 `gpu(name, model)` turns a row into a `HostModel` timed by a GPU model of `hw/gpu.py`.
 
-Fields: fp16: dense FP16 tensor / matrix FLOP/s (the rate cuBLAS / rocBLAS reach on FP16
-GEMMs; a card without tensor units: its packed-FP16 CUDA-core rate, or its FP32 rate where
-FP16 is no faster); fp32: the FP32 rate an FP32 GEMM runs at (NVIDIA: the CUDA cores' FFMA --
+Fields: fp16: dense FP16 tensor / matrix FLOP/s with FP32 accumulation (the compute type of
+PyTorch's FP16 GEMMs and convolutions in cuBLAS / cuDNN / rocBLAS: full rate on the data-centre
+cards, half the FP16-accumulate rate on GeForce Turing; a card without tensor units: its
+packed-FP16 CUDA-core rate, or its FP32 rate where FP16 is no faster); fp32: the FP32 rate an FP32 GEMM runs at (NVIDIA: the CUDA cores' FFMA --
 PyTorch leaves TF32 off for matmuls; AMD CDNA: "FP32 Matrix", the MFMA f32 rate rocBLAS's
 kernels use); bandwidth: bytes/s of the card's memory; sms: SMs (NVIDIA) / CUs (AMD);
 l2: bytes; smem: shared memory (LDS) bytes per SM.
@@ -33,7 +34,15 @@ GPU_SPECS = {
     "l4": ("L4", 121e12, 30.3e12, 300e9, 58, 48 * MB, 100 * KB),                    # L4 datasheet (FP16 dense: 242 / 2)
     "p100": ("P100-PCIe-16GB", 18.7e12, 9.3e12, 732e9, 56, 4 * MB, 64 * KB),        # P100 datasheet (PCIe; FP16 = 2 x FP32)
     "p4": ("Tesla P4", 5.5e12, 5.5e12, 192e9, 20, 2 * MB, 96 * KB),                 # P4 datasheet (GP104: no fast FP16)
-    "rtx2060": ("RTX 2060", 51.6e12, 6.45e12, 336e9, 30, 3 * MB, 64 * KB),          # Turing whitepaper (TU106, 30 SMs)
+    "rtx2060": ("RTX 2060", 25.8e12, 6.45e12, 336e9, 30, 3 * MB, 64 * KB),          # Turing whitepaper (TU106, 30 SMs):
+                                                                                     #   FP16 with FP32 accumulate, the
+                                                                                     #   compute type PyTorch's / cuDNN's
+                                                                                     #   FP16 products use; GeForce Turing
+                                                                                     #   runs it at half the 51.6 of FP16
+                                                                                     #   accumulate (the whitepaper's
+                                                                                     #   GeForce table; PIMFlow's Accel-Sim
+                                                                                     #   config: 256 FP16 MACs a clock an
+                                                                                     #   SM, the same half rate)
     "mi100": ("MI100", 184.6e12, 46.1e12, 1228.8e9, 120, 8 * MB, 64 * KB),          # MI100 datasheet (FP32 Matrix 46.1)
     "mi210": ("MI210", 181e12, 45.3e12, 1638.4e9, 104, 8 * MB, 64 * KB),            # MI210 datasheet (FP32 Matrix 45.3)
     "mi250": ("MI250 (one GCD)", 181e12, 45.3e12, 1638.4e9, 104, 8 * MB, 64 * KB),  # MI250 datasheet / 2: one of its

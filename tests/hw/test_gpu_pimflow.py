@@ -199,3 +199,18 @@ def test_report_names_the_gpu_it_compared_with():
         assert d["gpu_model"] == model and name in d["gpu"]
         assert d["gpu"] == d["system"]["gpu"]["name"]
         assert f"({model} model)" in rep.as_text()
+
+
+def test_checked_rtx2060_runs_fp16_products_at_the_fp32_accumulate_rate_accel_sim_models():
+    """The measured-checked RTX 2060 (`gpus.gpu("rtx2060")`) times FP16 products at the FP32-accumulate
+    tensor rate GeForce Turing runs at half its FP16-accumulate peak: 240 tensor cores x 64 FMA x 2 FLOP
+    x 1.68 GHz / 2.  Per clock and SM that is the rate PIMFlow's Accel-Sim configuration models (4 units,
+    an m16n8k8 HMMA each per 16 cycles): the two GPUs differ in their clocks and kernels, not their tensor
+    units."""
+    from pimjax.hw.gpus import gpu as card
+    tensor_cores, fma, boost_hz = 240, 64, 1.68e9          # Turing whitepaper: RTX 2060 (TU106)
+    fp16_accumulate = tensor_cores * fma * 2 * boost_hz
+    h = card("rtx2060", model="library")
+    assert h.peak_flops == pytest.approx(fp16_accumulate / 2, rel=1e-3)
+    assert h.peak_flops / (h.sms * boost_hz) == pytest.approx(2 * TENSOR_MACS_PER_CYCLE_SM, rel=1e-3)
+    assert h.sms == SMS
