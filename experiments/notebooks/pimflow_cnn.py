@@ -217,9 +217,10 @@ acc.round(3)
 # PyTorch and cuDNN give FP16 products, which GeForce Turing runs at half the datasheet's 51.6 of FP16
 # accumulate -- the rate per clock PIMFlow's Accel-Sim configuration models too (256 FP16 MACs a clock an SM:
 # 20.97 TFLOP/s at its 1 365 MHz). At the T4's efficiency it runs VGG16's CONVs 1.4x slower and ResNet-50's
-# 2.6x faster than PIMFlow's Accel-Sim (its 2 µs launches against 5 000 cycles, its depthwise kernels
-# memory-bound): VGG16 (end to end and CONV-only) and Table 2's split come within 15 points of the paper; the
-# mobile CNNs and BERT, whose GPU time is the small nodes', gain less than the paper's.
+# 2.6x faster than PIMFlow's Accel-Sim, the mobile CNNs' 3.5-3.9x faster (their 1 x 1 and depthwise CONVs;
+# no measured FP16 Turing kernel of these shapes is in our sets to say which is right): VGG16 (end to end and
+# CONV-only) and Table 2's split come within 15 points of the paper; the mobile CNNs gain less than the
+# paper's, and BERT 1 x 64 does on PIMFlow's own GPU model too.
 
 # %%
 hl = pf.headline(data, models, gpus=("pimflow", "library"))

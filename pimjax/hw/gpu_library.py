@@ -93,7 +93,8 @@ def _f(x):
 def dtype_flops(host, elem_bytes):
     """FLOP/s of a product of `elem_bytes`-byte elements on `host`: 4 -> the FP32 rate
     (`simt_flops`; the FP16 rate / 2 where a host gives none), 2 -> the FP16 tensor rate
-    (`peak_flops`), 1 -> twice it (INT8 tensor ops: A100 / H100 datasheets, 624 / 1 979 TOPS)."""
+    (`peak_flops`), 1 -> twice it (INT8 tensor ops: A100 / H100 datasheets, 624 / 1 979 TOPS; on GeForce Turing,
+    whose `peak_flops` is the half-rate FP32-accumulate one, `hw.gpus`' RTX 2060, INT8 is 4 x it)."""
     eb = _f(elem_bytes)
     fp32 = _f(host.simt_flops) if float(np.max(_f(host.simt_flops))) > 0 else _f(host.peak_flops) / 2
     return np.where(eb >= 4, fp32, np.where(eb <= 1, 2 * _f(host.peak_flops), _f(host.peak_flops)))

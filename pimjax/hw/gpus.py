@@ -19,8 +19,16 @@ l2: bytes; smem: shared memory (LDS) bytes per SM.
 """
 from __future__ import annotations
 
+from .host import RTX2060_BOOST_GHZ, RTX2060_FP16_FMA_PER_TC, RTX2060_TENSOR_CORES
+
 MB = 1024 * 1024
 KB = 1024
+
+# the RTX 2060's FP16 product rate: 240 tensor cores x 64 FMA x 2 FLOP x 1.68 GHz boost (`hw.host`'s RTX2060_*
+# constants) = 51.6 TFLOP/s with FP16 accumulate, halved: PyTorch's / cuDNN's FP16 products accumulate in FP32, which
+# GeForce Turing runs at half rate (the Turing whitepaper's GeForce table); PIMFlow's Accel-Sim configuration models
+# the same 256 FP16 MACs a clock an SM.  Its INT8 is not halved (`gpu_library.dtype_flops`' 2 x this understates it)
+RTX2060_FP16_FP32ACC = RTX2060_TENSOR_CORES * RTX2060_FP16_FMA_PER_TC * 2 * RTX2060_BOOST_GHZ * 1e9 / 2
 
 GPU_SPECS = {
     # name: (label, fp16 FLOP/s, fp32 FLOP/s, bytes/s, SMs, L2 bytes, smem bytes / SM)
@@ -34,15 +42,7 @@ GPU_SPECS = {
     "l4": ("L4", 121e12, 30.3e12, 300e9, 58, 48 * MB, 100 * KB),                    # L4 datasheet (FP16 dense: 242 / 2)
     "p100": ("P100-PCIe-16GB", 18.7e12, 9.3e12, 732e9, 56, 4 * MB, 64 * KB),        # P100 datasheet (PCIe; FP16 = 2 x FP32)
     "p4": ("Tesla P4", 5.5e12, 5.5e12, 192e9, 20, 2 * MB, 96 * KB),                 # P4 datasheet (GP104: no fast FP16)
-    "rtx2060": ("RTX 2060", 25.8e12, 6.45e12, 336e9, 30, 3 * MB, 64 * KB),          # Turing whitepaper (TU106, 30 SMs):
-                                                                                     #   FP16 with FP32 accumulate, the
-                                                                                     #   compute type PyTorch's / cuDNN's
-                                                                                     #   FP16 products use; GeForce Turing
-                                                                                     #   runs it at half the 51.6 of FP16
-                                                                                     #   accumulate (the whitepaper's
-                                                                                     #   GeForce table; PIMFlow's Accel-Sim
-                                                                                     #   config: 256 FP16 MACs a clock an
-                                                                                     #   SM, the same half rate)
+    "rtx2060": ("RTX 2060", RTX2060_FP16_FP32ACC, 6.45e12, 336e9, 30, 3 * MB, 64 * KB),  # TU106 (RTX2060_FP16_FP32ACC)
     "mi100": ("MI100", 184.6e12, 46.1e12, 1228.8e9, 120, 8 * MB, 64 * KB),          # MI100 datasheet (FP32 Matrix 46.1)
     "mi210": ("MI210", 181e12, 45.3e12, 1638.4e9, 104, 8 * MB, 64 * KB),            # MI210 datasheet (FP32 Matrix 45.3)
     "mi250": ("MI250 (one GCD)", 181e12, 45.3e12, 1638.4e9, 104, 8 * MB, 64 * KB),  # MI250 datasheet / 2: one of its
