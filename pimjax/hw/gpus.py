@@ -7,8 +7,8 @@ datasheets / whitepapers; the README of `hw/measured` names the exact card of ea
 
 Fields: fp16: dense FP16 tensor / matrix FLOP/s with FP32 accumulation (the compute type of
 PyTorch's FP16 GEMMs and convolutions in cuBLAS / cuDNN / rocBLAS: full rate on the data-centre
-cards, half the FP16-accumulate rate on GeForce Turing; a card without tensor units: its
-packed-FP16 CUDA-core rate, or its FP32 rate where FP16 is no faster); fp32: the FP32 rate an FP32 GEMM runs at (NVIDIA: the CUDA cores' FFMA --
+cards, half the FP16-accumulate rate on GeForce Turing; a card without tensor units: its FP32
+rate, the units an FP32 accumulation runs on); fp32: the FP32 rate an FP32 GEMM runs at (NVIDIA: the CUDA cores' FFMA --
 PyTorch leaves TF32 off for matmuls; AMD CDNA: "FP32 Matrix", the MFMA f32 rate rocBLAS's
 kernels use); bandwidth: bytes/s of the card's memory; sms: SMs (NVIDIA) / CUs (AMD);
 l2: bytes; smem: shared memory (LDS) bytes per SM.
@@ -40,7 +40,11 @@ GPU_SPECS = {
     "v100": ("V100-PCIe-32GB", 112e12, 14e12, 900e9, 80, 6 * MB, 96 * KB),           # V100 datasheet (PCIe)
     "t4": ("T4", 65e12, 8.1e12, 320e9, 40, 4 * MB, 64 * KB),                         # T4 datasheet
     "l4": ("L4", 121e12, 30.3e12, 300e9, 58, 48 * MB, 100 * KB),                    # L4 datasheet (FP16 dense: 242 / 2)
-    "p100": ("P100-PCIe-16GB", 18.7e12, 9.3e12, 732e9, 56, 4 * MB, 64 * KB),        # P100 datasheet (PCIe; FP16 = 2 x FP32)
+    "p100": ("P100-PCIe-16GB", 9.3e12, 9.3e12, 732e9, 56, 4 * MB, 64 * KB),         # P100 datasheet (PCIe): no tensor
+                                                                                     #   units; FP16 products accumulate
+                                                                                     #   in FP32, on the FP32 FMA units
+                                                                                     #   (the datasheet's 18.7 of packed
+                                                                                     #   FP16 needs FP16 accumulation)
     "p4": ("Tesla P4", 5.5e12, 5.5e12, 192e9, 20, 2 * MB, 96 * KB),                 # P4 datasheet (GP104: no fast FP16)
     "rtx2060": ("RTX 2060", RTX2060_FP16_FP32ACC, 6.45e12, 336e9, 30, 3 * MB, 64 * KB),  # TU106 (RTX2060_FP16_FP32ACC)
     "mi100": ("MI100", 184.6e12, 46.1e12, 1228.8e9, 120, 8 * MB, 64 * KB),          # MI100 datasheet (FP32 Matrix 46.1)
