@@ -9,8 +9,8 @@ Fields: fp16: dense FP16 tensor / matrix FLOP/s with FP32 accumulation (the comp
 PyTorch's FP16 GEMMs and convolutions in cuBLAS / cuDNN / rocBLAS: full rate on the data-centre
 cards, half the FP16-accumulate rate on GeForce Turing; a card without tensor units: its FP32
 rate, the units an FP32 accumulation runs on); fp32: the FP32 rate an FP32 GEMM runs at
-(NVIDIA: the CUDA cores' FFMA -- PyTorch leaves TF32 off for matmuls; AMD CDNA: "FP32 Matrix", the MFMA f32 rate rocBLAS's
-kernels use); bandwidth: bytes/s of the card's memory; sms: SMs (NVIDIA) / CUs (AMD);
+(NVIDIA: the CUDA cores' FFMA -- PyTorch leaves TF32 off for matmuls; AMD CDNA: "FP32 Matrix",
+the MFMA f32 rate rocBLAS's kernels use); bandwidth: bytes/s of the card's memory; sms: SMs (NVIDIA) / CUs (AMD);
 l2: bytes; smem: shared memory (LDS) bytes per SM.
 
     >>> g = gpu("v100", model="library")
