@@ -271,8 +271,8 @@ def rtx2060(memory="gddr6", model: str = "roofline") -> HostModel:
     is the Newton presets' host (the default configurations' reports, `report_hash`, stand
     on it); the measured-checked card (`hw.gpus.gpu("rtx2060")`, "library") times FP16
     products at the FP32-accumulate 25.8, the compute type PyTorch / cuDNN use.  Memory
-    336 GB/s: the whole card; note that in PIMFlow's 32-channel memory only the 16 non-PIM channels serve the GPU while PIM
-    is enabled.  Staging buffer: 64 KB shared memory x 30 SMs = 1,920 KB.
+    336 GB/s: the whole card; note that in PIMFlow's 32-channel memory only the 16
+    non-PIM channels serve the GPU while PIM is enabled.  Staging buffer: 64 KB shared memory x 30 SMs = 1,920 KB.
     memory: "gddr6" (the card's 336 GB/s) or a bandwidth in bytes/s (`gpu_on`).
     model: a GPU model of `pimjax/hw/gpu.py` ("attacc" needs cache sizes the
     AttAcc simulator gives for A100 / H100 only, so it is refused here).
