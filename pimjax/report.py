@@ -38,7 +38,7 @@ from .precision import conversion, op_dtypes
 from .sim.append import charge_append
 from .sim.cycles import cycles_pooled
 from .sim.gpu_kernels import conv_pick, gpu_kernels
-from .sim.host import op_bytes
+from .sim.host import PRODUCT_KINDS, op_bytes
 from .trace.ir import PimOp
 
 PHASE_FIELDS = ("rearrangement", "compute", "readback", "merge")
@@ -293,7 +293,7 @@ class Report:
                 per_op[i] = per_op.get(i, 0) + 1
         # the kernels that are not one op each: a fused group, or a GEMM's epilogue run after it
         fused = [k for k in self.gpu_kernels
-                 if len(k.ops) > 1 or (per_op[k.ops[0]] > 1 and k.kind not in ("gemm", "conv"))]
+                 if len(k.ops) > 1 or (per_op[k.ops[0]] > 1 and k.kind not in PRODUCT_KINDS)]
         if fused:
             n_ops = len({i for k in self.gpu_kernels for i in k.ops})
             t.caption += (f"\nGPU-only run: {len(self.gpu_kernels)} kernels for {n_ops} ops; fused: "

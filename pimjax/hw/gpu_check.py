@@ -108,10 +108,11 @@ def method(source: str) -> str:
     return str(source).split("_")[0]
 
 
-def floors(rows) -> np.ndarray:
+def floors(rows, kernel=None) -> np.ndarray:
     """[R] us: the floor of each row's (method, GPU, class) (module docstring), taken over the rows that
-    launch a kernel (`runs_kernel`; all of a group's rows where none does)."""
-    cls, kernel = _classes(rows), runs_kernel(rows)
+    launch a kernel (`kernel` [R] bool, default `runs_kernel(rows)`; all of a group's rows where none does)."""
+    cls = _classes(rows)
+    kernel = runs_kernel(rows) if kernel is None else kernel
     out = np.zeros(len(cls))
     _, inv = np.unique(np.array([f"{method(s)}|{g}|{c}" for s, g, c in zip(rows["source"], rows["gpu"], cls)]),
                        return_inverse=True)
@@ -225,12 +226,13 @@ def prepare(rows, split: str = "all"):
     """(class [R], floor us [R], kept [R] bool) of `rows`: each row's op class, its method's
     floor (`floors`), and whether it is in `split` ("all"; "even" / "odd": alternate rows within
     each file and card, the fit's rows and the check's) and launches a kernel (`runs_kernel`)."""
-    cls, fl = _classes(rows), floors(rows)
+    kernel = runs_kernel(rows)
+    cls, fl = _classes(rows), floors(rows, kernel)
     parity = np.zeros(len(cls), bool)
     for key in set(zip(rows["source"], rows["gpu"])):       # even / odd within each file and card
         sel = np.nonzero((rows["source"] == key[0]) & (rows["gpu"] == key[1]))[0]
         parity[sel] = np.arange(len(sel)) % 2 == 1
-    keep = {"all": np.ones(len(cls), bool), "even": ~parity, "odd": parity}[split] & runs_kernel(rows)
+    keep = {"all": np.ones(len(cls), bool), "even": ~parity, "odd": parity}[split] & kernel
     return cls, fl, keep
 
 

@@ -37,15 +37,12 @@ import numpy as np
 from ..hw.core import HostModel
 from ..hw.gpu import FUSING_GPU_MODELS, conv_algorithm
 from ..trace.ir import PimGraph, PimOp, expr_args, expr_prims
-from .host import host_time, op_kernel
+from .host import PRODUCT_KINDS, host_time, op_kernel
 
 # the longest row a fused norm / softmax kernel keeps in one thread block (vLLM's and Apex's norm kernels
 # and XLA's row-reduction fusions loop a block over rows up to 64 K elements); a longer reduction (a whole
 # tensor's sum) ends its kernel, and what reads its result is another launch
 MAX_FUSED_ROW = 65536
-
-# the kernels of a product (`op_kernel`): a GEMM, a convolution -- either may run its epilogue
-PRODUCT_KINDS = ("gemm", "conv")
 
 # epilogue primitives a GEMM library applies in its epilogue whatever operand they read
 # (beta * C adds a full-sized operand; cuBLASLt adds a bias and converts the result)

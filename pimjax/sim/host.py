@@ -131,6 +131,11 @@ def op_conv_shape(op: PimOp) -> dict | None:
             "stride": stride, "groups": groups}
 
 
+# the product kernels `op_kernel` gives (a GEMM, a convolution): timed by the GPU models' product entries, and
+# either may run its epilogue (`sim.gpu_kernels`)
+PRODUCT_KINDS = ("gemm", "conv")
+
+
 def host_time(op: PimOp, host: HostModel, shapes: dict | None = None,
               dtype_bytes: dict | int = 2):
     """Time of `op` on the host roofline in ns.
@@ -162,7 +167,7 @@ def host_time(op: PimOp, host: HostModel, shapes: dict | None = None,
         return as_float(host.time_ns(op_bytes(op, shapes, dtype_bytes), op_flops(op)))
     # the kernel models (hw/gpu.py) take concrete hosts
     kind, args = op_kernel(op, shapes, dtype_bytes)
-    if kind in ("gemm", "conv"):
+    if kind in PRODUCT_KINDS:
         # the "pimflow" model reads the operands' real bytes (a convolution's input, not its im2col view)
         real = float(op_bytes(op, shapes, dtype_bytes)) if host.model == "pimflow" else None
         return (host.gemm_ns if kind == "gemm" else host.conv_ns)(**args, operand_bytes=real)
